@@ -1,0 +1,150 @@
+"""The engine boundary: one batched generation call for every method.
+
+Every generation of every method goes through ``Engine.generate(requests) -> completions``
+(DESIGN.md, "The engine boundary"). A debate round submits all (sample x agent) requests at
+once; backends decide how to run a batch fast.
+
+The paper's generation model (Eq. 1) is P(z_i^(t) | x, Z^(t-1), phi_i): the request's chat
+messages carry x and Z^(t-1); the engine (model + sampling parameters) plays phi_i.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Protocol, Sequence, runtime_checkable
+
+Message = dict  # {"role": "system" | "user" | "assistant", "content": str}
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Decoding settings. Paper defaults (Appendix A): temperature 1.0, top_p 1.0, max_tokens 6144."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 512
+    seed: int = 0
+    logprobs: bool = False
+
+
+@dataclass(frozen=True)
+class Request:
+    """One generation: chat messages + sampling parameters.
+
+    ``sample_index`` keeps temperature-1 samples of the same prompt distinct (Self-Consistency
+    path k, agent copies); it is part of the cache key. ``tag`` is for cost accounting
+    (``debate``, ``summary``, ``judge``, ...).
+    """
+
+    messages: tuple[Message, ...]
+    params: SamplingParams = SamplingParams()
+    sample_index: int = 0
+    tag: str = "debate"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "messages", tuple(dict(m) for m in self.messages))
+
+    def key(self, engine_identity: str, model: str) -> str:
+        """Cache key: hash of (engine identity, model, messages, sampling parameters, sample index).
+
+        The tag is deliberately not part of the key: the same prompt asked for two purposes is
+        the same generation.
+        """
+        payload = {
+            "engine": engine_identity,
+            "model": model,
+            "messages": [{"role": m["role"], "content": m["content"]} for m in self.messages],
+            "params": asdict(self.params),
+            "sample_index": self.sample_index,
+        }
+        blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class Completion:
+    """What an engine returns for one request.
+
+    ``finish_reason`` is ``stop`` or ``length`` (truncated; an unclosed ``<think>`` block also
+    counts as ``length``) or ``error``. ``logprobs`` holds per-token log-probabilities of the
+    completion when the request asked for them (MAD-M2 objective masking).
+    """
+
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    logprobs: list[float] | None = None
+    finish_reason: str = "stop"
+    cached: bool = False
+    seconds: float = 0.0
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Completion":
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+@dataclass
+class TagCost:
+    requests: int = 0
+    cached: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+
+
+class Ledger:
+    """Token and time accounting per tag (the paper's cost table counts debate and summary tokens)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.by_tag: dict[str, TagCost] = defaultdict(TagCost)
+
+    def record(self, request: Request, completion: Completion) -> None:
+        with self._lock:
+            c = self.by_tag[request.tag]
+            c.requests += 1
+            c.cached += int(completion.cached)
+            c.prompt_tokens += completion.prompt_tokens
+            c.completion_tokens += completion.completion_tokens
+            c.seconds += completion.seconds
+
+    def as_dict(self) -> dict[str, dict]:
+        with self._lock:
+            return {tag: asdict(cost) for tag, cost in self.by_tag.items()}
+
+    def reset(self) -> None:
+        with self._lock:
+            self.by_tag.clear()
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """The one interface every method uses.
+
+    ``identity`` names the backend and its settings that change outputs (part of the cache key);
+    ``model`` names the model. ``generate`` returns one completion per request, in order.
+    """
+
+    identity: str
+    model: str
+    ledger: Ledger
+
+    def generate(self, requests: Sequence[Request]) -> list[Completion]: ...
+
+    def close(self) -> None: ...
+
+
+def now() -> float:
+    return time.perf_counter()
