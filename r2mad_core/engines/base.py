@@ -16,7 +16,7 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
 Message = dict  # {"role": "system" | "user" | "assistant", "content": str}
 
@@ -148,3 +148,44 @@ class Engine(Protocol):
 
 def now() -> float:
     return time.perf_counter()
+
+
+# --- Added by the engines helper (additive): streaming, errors, per-sample seeds -----------------
+
+
+class EngineError(RuntimeError):
+    """A backend gave up on a request (after its retries). The message names the backend, the URL
+    or model, the last status or exception and the number of attempts. Completions that finished
+    before the error are already in the persistent cache, so a rerun resumes from there."""
+
+
+@runtime_checkable
+class StreamingEngine(Engine, Protocol):
+    """An engine that yields ``(index, completion)`` pairs as they finish, in any order.
+
+    The persistent cache commits each pair as it arrives, so a crash loses at most the requests
+    still in flight. ``generate`` of such an engine is ``generate_iter`` collected in order.
+    """
+
+    def generate_iter(self, requests: Sequence[Request]) -> "Iterator[tuple[int, Completion]]": ...
+
+
+def backend_seed(request: Request) -> int:
+    """The seed a backend sends for ``request``: a 31-bit hash of (params.seed, sample_index).
+
+    Temperature-1 samples of the same prompt with the same run seed but different sample indices
+    (Self-Consistency paths, agent copies) must differ, so the sample index goes into the seed.
+    """
+    digest = hashlib.sha256(f"{request.params.seed}:{request.sample_index}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def collect_in_order(pairs: "Iterable[tuple[int, Completion]]", count: int) -> list[Completion]:
+    """Gather ``(index, completion)`` pairs from ``generate_iter`` into a list in request order."""
+    out: list[Completion | None] = [None] * count
+    for index, completion in pairs:
+        out[index] = completion
+    missing = [i for i, c in enumerate(out) if c is None]
+    if missing:
+        raise EngineError(f"backend returned no completion for request indices {missing[:10]} of {count}")
+    return out  # type: ignore[return-value]

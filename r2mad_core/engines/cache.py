@@ -1,0 +1,261 @@
+"""The persistent response cache in front of every backend (DESIGN.md, "The engine boundary").
+
+Every generation z_i^(t) ~ P(. | x, Z^(t-1), phi_i) (Eq. 1) is stored under a hash of
+(backend identity, model, messages, sampling parameters, sample index) -- ``Request.key``. A rerun
+of a run cell replays its generations exactly; a crashed run resumes where it stopped, because
+each finished completion is committed in its own transaction the moment the backend hands it
+over (backends stream completions with ``generate_iter``).
+
+Storage: one SQLite file per cache directory, ``<cache_dir>/responses.sqlite``, in WAL mode, so
+any number of readers (threads or processes) run alongside one writer at a time; writers wait on
+``busy_timeout``. A key written by another process first wins: the cache then returns the stored
+completion, so the current run agrees with every later replay.
+
+Cached hits keep their token counts (the cost tables count them) but cost no time: they come
+back with ``cached=True`` and ``seconds=0.0``. Identical requests inside one batch share one
+generation; the copies are returned as cached.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from r2mad_core.engines.base import (
+    Completion,
+    Engine,
+    EngineError,
+    Ledger,
+    Request,
+    collect_in_order,
+)
+
+logger = logging.getLogger(__name__)
+
+CACHE_FILENAME = "responses.sqlite"
+SCHEMA_VERSION = "1"
+# Stay well under SQLite's limit on host parameters per statement.
+_LOOKUP_CHUNK = 500
+_STORED_FIELDS = ("text", "prompt_tokens", "completion_tokens", "logprobs", "finish_reason", "seconds")
+
+
+class ResponseCache:
+    """Key -> completion store in ``<cache_dir>/responses.sqlite`` (WAL, one transaction per put).
+
+    Safe to share between threads (one connection guarded by a lock) and between processes (each
+    opens its own connection; SQLite's WAL locking does the rest).
+    """
+
+    def __init__(self, cache_dir: str | Path, *, busy_timeout_seconds: float = 60.0) -> None:
+        self.cache_dir = Path(cache_dir)
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.cache_dir / CACHE_FILENAME
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(
+            self.path, timeout=busy_timeout_seconds, isolation_level=None, check_same_thread=False
+        )
+        try:
+            self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_seconds * 1000)}")
+            mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise EngineError(f"cache {self.path}: could not switch SQLite to WAL mode (got {mode!r})")
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+            self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS responses ("
+                " key TEXT PRIMARY KEY, identity TEXT NOT NULL, model TEXT NOT NULL, tag TEXT NOT NULL,"
+                " completion TEXT NOT NULL, created_at REAL NOT NULL) WITHOUT ROWID"
+            )
+            self._conn.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+            found = self._conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            self._conn.close()
+            raise EngineError(f"cache {self.path}: cannot open as an SQLite response cache: {exc}") from exc
+        if found != SCHEMA_VERSION:
+            self._conn.close()
+            raise EngineError(
+                f"cache {self.path}: schema_version expected {SCHEMA_VERSION!r}, found {found!r}"
+            )
+
+    # -- reads -------------------------------------------------------------------------------------
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, Completion]:
+        """Stored completions for the given keys (missing keys are absent), one query per 500 keys."""
+        unique = list(dict.fromkeys(keys))
+        found: dict[str, Completion] = {}
+        with self._lock:
+            for start in range(0, len(unique), _LOOKUP_CHUNK):
+                chunk = unique[start:start + _LOOKUP_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                rows = self._conn.execute(
+                    f"SELECT key, completion FROM responses WHERE key IN ({marks})", chunk
+                ).fetchall()
+                for key, blob in rows:
+                    found[key] = self._decode(key, blob)
+        return found
+
+    def get(self, key: str) -> Completion | None:
+        return self.get_many([key]).get(key)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.get(key) is not None
+
+    # -- writes ------------------------------------------------------------------------------------
+
+    def put(self, key: str, completion: Completion, *, identity: str, model: str, tag: str) -> Completion:
+        """Store one completion in its own transaction; return what the cache now holds for ``key``.
+
+        If another writer stored ``key`` first, its completion is kept and returned.
+        """
+        blob = json.dumps({f: getattr(completion, f) for f in _STORED_FIELDS}, ensure_ascii=False)
+        with self._lock:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+                cursor = self._conn.execute(
+                    "INSERT OR IGNORE INTO responses VALUES (?, ?, ?, ?, ?, ?)",
+                    (key, identity, model, tag, blob, time.time()),
+                )
+                inserted = cursor.rowcount == 1
+                existing = None
+                if not inserted:
+                    existing = self._conn.execute(
+                        "SELECT completion FROM responses WHERE key = ?", (key,)
+                    ).fetchone()[0]
+                self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+        if inserted:
+            return completion
+        logger.info("cache %s: key %s was stored by another writer first; using the stored completion", self.path, key)
+        stored = self._decode(key, existing)
+        return replace(stored, cached=completion.cached, seconds=completion.seconds)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def _decode(self, key: str, blob: str) -> Completion:
+        try:
+            data = json.loads(blob)
+            return Completion(**{f: data[f] for f in _STORED_FIELDS})
+        except (ValueError, KeyError, TypeError) as exc:
+            raise EngineError(
+                f"cache {self.path}: row key={key}, field completion: expected a JSON object with "
+                f"fields {_STORED_FIELDS}, found {blob[:120]!r} ({exc})"
+            ) from exc
+
+
+@dataclass
+class CacheStats:
+    """What a :class:`CachedEngine` did since it was opened."""
+
+    requests: int = 0
+    hits: int = 0
+    deduplicated: int = 0
+    generated: int = 0
+
+
+class CachedEngine:
+    """An :class:`Engine` that answers from the cache and sends only misses to ``backend``.
+
+    ``identity`` and ``model`` are the backend's. ``ledger`` records every request served (cached
+    ones with ``cached=True`` and zero seconds); ``stats`` counts hits, in-batch duplicates and
+    generations. Closing it closes the backend too unless ``close_backend=False``.
+    """
+
+    def __init__(self, backend: Engine, cache_dir: str | Path, *, close_backend: bool = True) -> None:
+        self.backend = backend
+        self.identity: str = backend.identity
+        self.model: str = backend.model
+        self.ledger = Ledger()
+        self.cache = ResponseCache(cache_dir)
+        self.stats = CacheStats()
+        self._close_backend = close_backend
+        self._stats_lock = threading.Lock()
+
+    def generate(self, requests: Sequence[Request]) -> list[Completion]:
+        return collect_in_order(self.generate_iter(requests), len(requests))
+
+    def generate_iter(self, requests: Sequence[Request]) -> Iterator[tuple[int, Completion]]:
+        """Yield ``(index, completion)``: hits first, then each miss as soon as it is stored."""
+        requests = list(requests)
+        keys = [r.key(self.identity, self.model) for r in requests]
+        stored = self.cache.get_many(keys)
+        # Misses, deduplicated: the first request with a key is generated; the others copy it.
+        first_of_key: dict[str, int] = {}
+        copies: dict[int, list[int]] = {}
+        for index, key in enumerate(keys):
+            if key in stored:
+                continue
+            if key in first_of_key:
+                copies[first_of_key[key]].append(index)
+            else:
+                first_of_key[key] = index
+                copies[index] = []
+        hits = len(requests) - len(first_of_key) - sum(len(c) for c in copies.values())
+        with self._stats_lock:
+            self.stats.requests += len(requests)
+            self.stats.hits += hits
+        for index, key in enumerate(keys):
+            if key in stored:
+                completion = replace(stored[key], cached=True, seconds=0.0)
+                self.ledger.record(requests[index], completion)
+                yield index, completion
+        if not first_of_key:
+            return
+        miss_indices = list(first_of_key.values())
+        miss_requests = [requests[i] for i in miss_indices]
+        for sub_index, completion in self._backend_pairs(miss_requests):
+            index = miss_indices[sub_index]
+            request = requests[index]
+            if completion.finish_reason == "error":
+                logger.warning("not caching an error completion for request %d (tag %s)", index, request.tag)
+            else:
+                completion = self.cache.put(
+                    keys[index], completion, identity=self.identity, model=self.model, tag=request.tag
+                )
+            completion = replace(completion, cached=False)
+            self.ledger.record(request, completion)
+            with self._stats_lock:
+                self.stats.generated += 1
+                self.stats.deduplicated += len(copies[index])
+            yield index, completion
+            for copy_index in copies[index]:
+                duplicate = replace(completion, cached=True, seconds=0.0)
+                self.ledger.record(requests[copy_index], duplicate)
+                yield copy_index, duplicate
+
+    def _backend_pairs(self, requests: list[Request]) -> Iterator[tuple[int, Completion]]:
+        stream = getattr(self.backend, "generate_iter", None)
+        if stream is not None:
+            yield from stream(requests)
+            return
+        completions = self.backend.generate(requests)
+        if len(completions) != len(requests):
+            raise EngineError(
+                f"backend {self.identity}: generate returned {len(completions)} completions for {len(requests)} requests"
+            )
+        yield from enumerate(completions)
+
+    def close(self) -> None:
+        self.cache.close()
+        if self._close_backend:
+            self.backend.close()
+
+    def __enter__(self) -> "CachedEngine":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,343 @@
+"""The ``openai`` backend: any OpenAI-compatible ``/v1/chat/completions`` server.
+
+Part of the engine boundary (DESIGN.md): a debate round (Eq. 1 for every active question x
+agent) arrives as one batch; this backend runs it with bounded concurrency over one or several
+servers (vLLM ``serve``, llama.cpp's server, hosted APIs). Scale-out is the servers' job: give
+several base URLs and requests are spread over them, least-loaded first (ties round-robin).
+
+Per request it sends the chat messages, ``temperature``, ``top_p``, ``max_tokens``, a ``seed``
+derived from (seed, sample index) (:func:`r2mad_core.engines.base.backend_seed`) and, when asked,
+``logprobs: true`` (the per-token log-probabilities of the sampled tokens come back as a list of
+floats; MAD-M2's objective masking needs them).
+
+Faults: timeouts, connection errors, HTTP 429 and 5xx, and malformed JSON are retried with
+exponential backoff and full jitter (a ``Retry-After`` header is honoured up to the backoff
+cap), up to ``max_retries`` retries; then :class:`EngineError` names the URL, the last status or
+exception and the number of attempts. Other HTTP errors (400, 401, 404, ...) fail at once.
+When one request fails for good, requests not yet started are cancelled, the ones in flight are
+still collected and yielded (so the cache keeps them), then the error is raised.
+
+An empty completion is returned as it is (empty text, the server's finish reason); a
+``length`` finish reason marks truncation; thinking blocks are stripped by
+:mod:`r2mad_core.engines.thinking`. The ``local`` backend talks to its embedded server through
+this class.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Sequence
+
+import httpx
+
+from r2mad_core.engines.base import (
+    Completion,
+    EngineError,
+    Ledger,
+    Request,
+    backend_seed,
+    collect_in_order,
+)
+from r2mad_core.engines.thinking import apply_thinking
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retries after the first attempt, and the backoff before retry k: uniform(0, min(cap, initial * 2**k))."""
+
+    max_retries: int = 5
+    initial_backoff_seconds: float = 0.5
+    max_backoff_seconds: float = 30.0
+
+    def delay(self, retry: int, rng: random.Random, retry_after: float | None = None) -> float:
+        ceiling = min(self.max_backoff_seconds, self.initial_backoff_seconds * (2 ** retry))
+        delay = rng.uniform(0.0, ceiling)
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, self.max_backoff_seconds))
+        return delay
+
+
+class _RetryableError(Exception):
+    """One attempt failed in a way worth retrying."""
+
+    def __init__(self, description: str, retry_after: float | None = None) -> None:
+        super().__init__(description)
+        self.retry_after = retry_after
+
+
+def parse_chat_completion(data: Any, *, want_logprobs: bool) -> Completion:
+    """Map an OpenAI chat-completion JSON body to a :class:`Completion` (before thinking is stripped).
+
+    Raises ``ValueError`` naming the missing or mistyped field when the body is malformed.
+    """
+    if not isinstance(data, dict):
+        raise ValueError(f"response body: expected a JSON object, found {type(data).__name__}")
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise ValueError(f"field choices: expected a non-empty list, found {choices!r:.80}")
+    choice = choices[0]
+    if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
+        raise ValueError(f"field choices[0].message: expected an object, found {choice!r:.80}")
+    content = choice["message"].get("content")
+    if content is None:
+        content = ""
+    if not isinstance(content, str):
+        raise ValueError(f"field choices[0].message.content: expected a string, found {type(content).__name__}")
+    finish_reason = "length" if choice.get("finish_reason") == "length" else "stop"
+    usage = data.get("usage") or {}
+    logprobs: list[float] | None = None
+    if want_logprobs:
+        block = choice.get("logprobs")
+        tokens = block.get("content") if isinstance(block, dict) else None
+        if isinstance(tokens, list):
+            try:
+                logprobs = [float(t["logprob"]) for t in tokens]
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"field choices[0].logprobs.content[*].logprob: {exc}") from exc
+        else:
+            logger.warning("logprobs were requested but the server returned none")
+    return Completion(
+        text=content,
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=int(usage.get("completion_tokens") or 0),
+        logprobs=logprobs,
+        finish_reason=finish_reason,
+    )
+
+
+class OpenAICompatEngine:
+    """Engine over one or more OpenAI-compatible servers.
+
+    Args:
+        model: the model name sent in each request (and part of the cache key).
+        base_urls: one URL or a list, in OpenAI's ``base_url`` form (``http://host:8000/v1``);
+            requests go to ``<base_url>/chat/completions``.
+        api_key_env: environment variable holding the API key (sent as a Bearer token when set;
+            ``None`` sends no key).
+        max_concurrency: requests in flight at once over all URLs (one thread each).
+        timeout_seconds: read/write/pool timeout of one attempt; ``connect_timeout_seconds``
+            for connecting.
+        max_retries, initial_backoff_seconds, max_backoff_seconds: see :class:`RetryPolicy`.
+        top_logprobs: alternatives per token requested along with ``logprobs`` (llama.cpp's
+            server returns no logprobs with 0, so the default is 1; only the sampled token's
+            logprob is kept).
+        extra_body: extra JSON fields merged into every request, e.g.
+            ``{"chat_template_kwargs": {"enable_thinking": False}}`` for Qwen3 on vLLM serve.
+        identity: the backend identity in cache keys; default ``openai`` plus a hash of
+            ``extra_body`` when given (URLs are not part of it: several servers of one model share
+            a cache).
+        jitter_seed: seed of the backoff jitter (``None``: fresh randomness).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        base_urls: str | Sequence[str] = "http://127.0.0.1:8000/v1",
+        *,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        max_concurrency: int = 8,
+        timeout_seconds: float = 600.0,
+        connect_timeout_seconds: float = 10.0,
+        max_retries: int = 5,
+        initial_backoff_seconds: float = 0.5,
+        max_backoff_seconds: float = 30.0,
+        top_logprobs: int = 1,
+        extra_body: Mapping[str, Any] | None = None,
+        identity: str | None = None,
+        jitter_seed: int | None = None,
+    ) -> None:
+        if not model:
+            raise ValueError("openai backend: model is required (the model name the server serves)")
+        urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
+        if not urls:
+            raise ValueError("openai backend: base_urls is empty; expected at least one URL like http://host:8000/v1")
+        if max_concurrency < 1:
+            raise ValueError(f"openai backend: max_concurrency must be >= 1, found {max_concurrency}")
+        self.model = model
+        self.base_urls = [u.rstrip("/") for u in urls]
+        self.max_concurrency = max_concurrency
+        self.retry_policy = RetryPolicy(max_retries, initial_backoff_seconds, max_backoff_seconds)
+        self.top_logprobs = top_logprobs
+        self.extra_body = dict(extra_body or {})
+        if identity is None:
+            identity = "openai"
+            if self.extra_body:
+                blob = json.dumps(self.extra_body, sort_keys=True, separators=(",", ":"))
+                identity += ":" + hashlib.sha256(blob.encode()).hexdigest()[:12]
+        self.identity = identity
+        self.ledger = Ledger()
+        self.api_key_env = api_key_env
+        headers = {"Content-Type": "application/json"}
+        api_key = os.environ.get(api_key_env) if api_key_env else None
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._client = httpx.Client(
+            headers=headers,
+            timeout=httpx.Timeout(timeout_seconds, connect=connect_timeout_seconds),
+            limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency),
+        )
+        self._executor = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="r2mad-openai")
+        self._url_lock = threading.Lock()
+        self._in_flight = {u: 0 for u in self.base_urls}
+        self._next_url = 0
+        self._rng = random.Random(jitter_seed)
+        self._rng_lock = threading.Lock()
+        self._closed = False
+
+    # -- public ------------------------------------------------------------------------------------
+
+    def generate(self, requests: Sequence[Request]) -> list[Completion]:
+        return collect_in_order(self.generate_iter(requests), len(requests))
+
+    def generate_iter(self, requests: Sequence[Request]) -> Iterator[tuple[int, Completion]]:
+        """Yield ``(index, completion)`` as requests finish (at most ``max_concurrency`` in flight)."""
+        if self._closed:
+            raise EngineError(f"openai backend ({', '.join(self.base_urls)}): used after close()")
+        futures: dict[Future[Completion], int] = {
+            self._executor.submit(self._complete, request): index for index, request in enumerate(requests)
+        }
+        pending = set(futures)
+        errors: list[EngineError] = []
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in sorted(done, key=futures.__getitem__):
+                    if future.cancelled():
+                        continue
+                    exc = future.exception()
+                    if exc is None:
+                        index = futures[future]
+                        completion = future.result()
+                        self.ledger.record(requests[index], completion)
+                        yield index, completion
+                    elif isinstance(exc, EngineError):
+                        if not errors:
+                            cancelled = sum(f.cancel() for f in pending)
+                            logger.error("%s; cancelled %d requests not yet started", exc, cancelled)
+                        errors.append(exc)
+                    else:
+                        raise exc
+        finally:
+            for future in pending:
+                future.cancel()
+        if errors:
+            extra = f" ({len(errors) - 1} more requests failed too)" if len(errors) > 1 else ""
+            raise EngineError(f"{errors[0]}{extra}") from errors[0]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        self._client.close()
+
+    def __enter__(self) -> "OpenAICompatEngine":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- one request -------------------------------------------------------------------------------
+
+    def payload(self, request: Request) -> dict[str, Any]:
+        """The JSON body sent for ``request``."""
+        params = request.params
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [{"role": m["role"], "content": m["content"]} for m in request.messages],
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "max_tokens": params.max_tokens,
+            "seed": backend_seed(request),
+            "n": 1,
+            "stream": False,
+        }
+        if params.logprobs:
+            body["logprobs"] = True
+            body["top_logprobs"] = self.top_logprobs
+        body.update(self.extra_body)
+        return body
+
+    def _acquire_url(self) -> str:
+        with self._url_lock:
+            count = len(self.base_urls)
+            order = [self.base_urls[(self._next_url + k) % count] for k in range(count)]
+            url = min(order, key=self._in_flight.__getitem__)
+            self._next_url = (self.base_urls.index(url) + 1) % count
+            self._in_flight[url] += 1
+            return url
+
+    def _release_url(self, url: str) -> None:
+        with self._url_lock:
+            self._in_flight[url] -= 1
+
+    def _complete(self, request: Request) -> Completion:
+        body = self.payload(request)
+        policy = self.retry_policy
+        started = time.perf_counter()
+        attempt = 0
+        while True:
+            attempt += 1
+            url = self._acquire_url()
+            endpoint = f"{url}/chat/completions"
+            try:
+                completion = self._attempt(endpoint, body, request)
+            except _RetryableError as fault:
+                if attempt > policy.max_retries:
+                    raise EngineError(
+                        f"openai backend: POST {endpoint} failed after {attempt} attempts "
+                        f"(tag {request.tag!r}); last error: {fault}"
+                    ) from None
+                with self._rng_lock:
+                    delay = policy.delay(attempt - 1, self._rng, fault.retry_after)
+                logger.warning(
+                    "POST %s attempt %d/%d failed (%s); retrying in %.2f s",
+                    endpoint, attempt, policy.max_retries + 1, fault, delay,
+                )
+                if self._closed:
+                    raise EngineError(f"openai backend: closed while retrying POST {endpoint}") from None
+                time.sleep(delay)
+                continue
+            finally:
+                self._release_url(url)
+            completion.seconds = time.perf_counter() - started
+            return apply_thinking(completion)
+
+    def _attempt(self, endpoint: str, body: dict[str, Any], request: Request) -> Completion:
+        try:
+            response = self._client.post(endpoint, json=body)
+        except httpx.RequestError as exc:
+            raise _RetryableError(f"{type(exc).__name__}: {exc}") from exc
+        status = response.status_code
+        if status == 429 or status >= 500:
+            raise _RetryableError(
+                f"HTTP {status}: {response.text[:200]!r}", retry_after=_retry_after(response.headers.get("retry-after"))
+            )
+        if status != 200:
+            raise EngineError(
+                f"openai backend: POST {endpoint} returned HTTP {status} (not retried; tag {request.tag!r}): "
+                f"{response.text[:300]!r}"
+            )
+        try:
+            return parse_chat_completion(response.json(), want_logprobs=request.params.logprobs)
+        except ValueError as exc:  # json.JSONDecodeError is a ValueError
+            raise _RetryableError(f"HTTP 200 with malformed JSON ({exc}): {response.text[:120]!r}") from exc
+
+
+def _retry_after(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
