@@ -1,0 +1,204 @@
+"""The ``openai`` backend against an in-process fake server: payloads, concurrency, faults, retries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fake_openai_server import FakeOpenAIServer, expected_reply
+from r2mad_core.engines import CachedEngine, EngineError, make_engine
+from r2mad_core.engines.base import Request, SamplingParams, backend_seed
+from r2mad_core.engines.openai_compat import OpenAICompatEngine, RetryPolicy
+
+
+def ask(content: str, *, sample_index: int = 0, logprobs: bool = False, tag: str = "debate") -> Request:
+    return Request(
+        messages=({"role": "system", "content": "You are an economist."}, {"role": "user", "content": content}),
+        params=SamplingParams(temperature=0.7, top_p=0.9, max_tokens=32, seed=3, logprobs=logprobs),
+        sample_index=sample_index,
+        tag=tag,
+    )
+
+
+def engine_for(*urls: str, **options: object) -> OpenAICompatEngine:
+    defaults: dict[str, object] = dict(
+        max_concurrency=4, timeout_seconds=5.0, max_retries=3, initial_backoff_seconds=0.01,
+        max_backoff_seconds=0.05, jitter_seed=0, api_key_env="R2MAD_TEST_API_KEY",
+    )
+    defaults.update(options)
+    return OpenAICompatEngine("test-model", list(urls), **defaults)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def server() -> FakeOpenAIServer:
+    with FakeOpenAIServer() as fake:
+        yield fake
+
+
+def test_batch_round_trip_payload_and_order(server: FakeOpenAIServer) -> None:
+    batch = [ask(f"question {i}", sample_index=i % 2) for i in range(6)]
+    with engine_for(server.base_url) as engine:
+        out = engine.generate(batch)
+        costs = engine.ledger.as_dict()["debate"]
+    by_content = {b["messages"][-1]["content"]: b for b in server.bodies}
+    assert len(server.bodies) == 6
+    for request, completion in zip(batch, out):
+        body = by_content[request.messages[-1]["content"]]
+        assert body["model"] == "test-model"
+        assert (body["temperature"], body["top_p"], body["max_tokens"], body["n"]) == (0.7, 0.9, 32, 1)
+        assert body["seed"] == backend_seed(request)
+        assert "logprobs" not in body
+        assert body["messages"] == [dict(m) for m in request.messages]
+        assert completion.text == expected_reply(body)
+        assert completion.finish_reason == "stop" and completion.logprobs is None
+        assert completion.prompt_tokens == 6 and completion.completion_tokens == len(completion.text.split())
+    assert backend_seed(batch[0]) != backend_seed(batch[1]), "sample index must change the seed"
+    assert costs["requests"] == 6 and costs["prompt_tokens"] == 36
+
+
+def test_concurrency_is_bounded() -> None:
+    with FakeOpenAIServer(delay_seconds=0.15) as server, engine_for(server.base_url, max_concurrency=3) as engine:
+        out = engine.generate([ask(f"q{i}") for i in range(12)])
+    assert len(out) == 12 and server.requests_served == 12
+    assert server.max_concurrent == 3, f"server saw at most {server.max_concurrent} requests at once, expected 3"
+
+
+def test_two_base_urls_both_receive_traffic() -> None:
+    with FakeOpenAIServer(delay_seconds=0.05) as a, FakeOpenAIServer(delay_seconds=0.05) as b:
+        with engine_for(a.base_url, b.base_url, max_concurrency=4) as engine:
+            out = engine.generate([ask(f"q{i}") for i in range(20)])
+        served = (a.requests_served, b.requests_served)
+    assert len(out) == 20 and sum(served) == 20
+    assert min(served) >= 5, f"requests per server {served}: expected both to get a share"
+
+
+def test_faults_are_retried_and_recovered() -> None:
+    plans = {
+        "F-429": ["429", "429"],
+        "F-500": ["500"],
+        "F-503": ["503", "500", "429"],
+        "F-drop": ["drop"],
+        "F-malformed": ["malformed"],
+        "F-nochoices": ["no_choices"],
+        "F-slow": ["slow"],
+    }
+    with FakeOpenAIServer(slow_seconds=1.5) as server:
+        for marker, kinds in plans.items():
+            server.plan(marker, kinds)
+        batch = [ask(f"question {marker}") for marker in plans] + [ask("plain question")]
+        with engine_for(server.base_url, timeout_seconds=0.5, max_retries=3) as engine:
+            out = engine.generate(batch)
+        injected = sum(server.faults_served.values())
+        expected_injected = sum(len(k) for k in plans.values())
+        recovered = sum(c.text == f"reply seed={backend_seed(r)} temperature=0.7 to: {r.messages[-1]['content']}"
+                        for r, c in zip(batch, out))
+        summary = f"faults injected: {injected}, requests recovered: {recovered}/{len(batch)}, by kind {dict(server.faults_served)}"
+        assert injected == expected_injected == 10, summary
+        assert recovered == len(batch), summary
+        assert server.requests_served == len(batch) + injected, summary
+
+
+def test_gives_up_with_a_clear_error_and_cache_keeps_finished(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        server.plan("F-dead", ["500"] * 10)
+        batch = [ask("ok one"), ask("F-dead question"), ask("ok two")]
+        backend = engine_for(server.base_url, max_retries=2)
+        with CachedEngine(backend, tmp_path) as engine:
+            with pytest.raises(EngineError) as info:
+                engine.generate(batch)
+            message = str(info.value)
+            assert server.base_url + "/chat/completions" in message
+            assert "after 3 attempts" in message and "HTTP 500" in message, message
+            assert server.faults_served["500"] == 3
+            assert len(engine.cache) == 2, "the two finished completions must be cached before the error"
+        # The server recovers; a rerun sends only the failed request.
+        server.plan("F-dead", [])
+        served_before = server.requests_served
+        with CachedEngine(engine_for(server.base_url), tmp_path) as engine:
+            out = engine.generate(batch)
+        assert server.requests_served - served_before == 1
+        assert [c.cached for c in out] == [True, False, True]
+
+
+def test_client_errors_are_not_retried(server: FakeOpenAIServer) -> None:
+    server.plan("F-400", ["400", "400"])
+    with engine_for(server.base_url) as engine, pytest.raises(EngineError, match=r"HTTP 400 \(not retried"):
+        engine.generate([ask("F-400 bad request")])
+    assert server.faults_served["400"] == 1
+
+
+def test_reply_kinds_empty_length_and_thinking(server: FakeOpenAIServer) -> None:
+    for kind in ("empty", "length", "unclosed_think", "closed_think"):
+        server.plan(f"K-{kind}", [kind])
+    with engine_for(server.base_url) as engine:
+        empty, length, unclosed, closed = engine.generate(
+            [ask("K-empty"), ask("K-length"), ask("K-unclosed_think"), ask("K-closed_think")]
+        )
+    assert (empty.text, empty.finish_reason, empty.completion_tokens) == ("", "stop", 0)
+    assert length.finish_reason == "length" and length.text.endswith("K-length")
+    assert (unclosed.text, unclosed.finish_reason) == ("Before", "length")
+    assert (closed.text, closed.finish_reason) == ("Visible answer", "stop")
+    assert server.faults_served == {"empty": 1, "length": 1, "unclosed_think": 1, "closed_think": 1}
+
+
+def test_logprobs_are_requested_and_returned(server: FakeOpenAIServer) -> None:
+    with engine_for(server.base_url) as engine:
+        [completion] = engine.generate([ask("five words in reply", logprobs=True)])
+    body = server.bodies[0]
+    assert body["logprobs"] is True and body["top_logprobs"] == 1
+    words = completion.text.split()
+    assert completion.logprobs == [-0.25 * (i + 1) for i in range(len(words))]
+
+
+def test_api_key_from_environment(server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("R2MAD_TEST_API_KEY", "sekret")
+    with engine_for(server.base_url) as engine:
+        engine.generate([ask("with key")])
+    monkeypatch.delenv("R2MAD_TEST_API_KEY")
+    with engine_for(server.base_url) as engine:
+        engine.generate([ask("without key")])
+    auth = [{k.lower(): v for k, v in h.items()}.get("authorization") for h in server.headers]
+    assert auth == ["Bearer sekret", None]
+
+
+def test_extra_body_is_sent_and_changes_identity(server: FakeOpenAIServer) -> None:
+    extra = {"chat_template_kwargs": {"enable_thinking": False}}
+    with engine_for(server.base_url, extra_body=extra) as engine:
+        engine.generate([ask("q")])
+        assert engine.identity.startswith("openai:") and engine.identity != "openai"
+    assert server.bodies[0]["chat_template_kwargs"] == {"enable_thinking": False}
+    with engine_for(server.base_url) as plain:
+        assert plain.identity == "openai"
+
+
+def test_make_engine_openai_with_cache(server: FakeOpenAIServer, tmp_path: Path) -> None:
+    options = dict(base_urls=[server.base_url], max_concurrency=2, api_key_env=None)
+    with make_engine("openai", model="m", cache_dir=tmp_path, **options) as engine:
+        assert isinstance(engine, CachedEngine) and engine.identity == "openai" and engine.model == "m"
+        first = engine.generate([ask("q1"), ask("q2")])
+    with make_engine("openai", model="m", cache_dir=tmp_path, **options) as engine:
+        second = engine.generate([ask("q1"), ask("q2")])
+    assert server.requests_served == 2
+    assert [c.text for c in second] == [c.text for c in first] and all(c.cached for c in second)
+
+
+def test_retry_policy_backoff_is_bounded_and_honours_retry_after() -> None:
+    import random
+
+    policy = RetryPolicy(max_retries=5, initial_backoff_seconds=0.5, max_backoff_seconds=4.0)
+    rng = random.Random(1)
+    for retry in range(8):
+        delay = policy.delay(retry, rng)
+        assert 0.0 <= delay <= min(4.0, 0.5 * 2**retry)
+    assert policy.delay(0, rng, retry_after=3.0) == 3.0
+    assert policy.delay(0, rng, retry_after=100.0) == 4.0
+
+
+def test_constructor_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="model is required"):
+        OpenAICompatEngine("", "http://127.0.0.1:1/v1")
+    with pytest.raises(ValueError, match="base_urls is empty"):
+        OpenAICompatEngine("m", [])
+    with pytest.raises(ValueError, match="max_concurrency must be >= 1"):
+        OpenAICompatEngine("m", "http://127.0.0.1:1/v1", max_concurrency=0)
