@@ -1,0 +1,682 @@
+"""The round-synchronous multi-agent debate loop and the debate state (Eq. 1-3).
+
+One loop runs every method of the paper (CoT, Self-Consistency, MAD, MAD-M2, R2-MAD, ICL-CoT): a
+method is a :class:`DebateConfig` plus optional plug-ins (a :class:`RoundHook`, a
+:class:`PeerSelector`), see :mod:`r2mad_core.methods`.
+
+Rounds are ``t = 0 .. n_rounds - 1`` (the paper's "3 agents over 3 rounds" is t = 0, 1, 2).
+
+- Round 0: agent i answers alone: its persona phi_i (``prompts.system_prompt(benchmark, persona)``)
+  as the system turn, ``prompts.task_prompt`` as the user turn.
+- Round t > 0: agent i reads the other agents' round t-1 responses Z^(t-1) through
+  ``prompts.debate_prompt`` and updates its answer (Eq. 1, P(z_i^(t) | x, Z^(t-1), phi_i)). As in
+  Du et al. and the authors' code, each agent keeps its own conversation: system, then its earlier
+  user/assistant turns, then the new user turn.
+- Each round is ONE ``engine.generate`` call over every active (sample x agent). The extra calls
+  of a round (debate summaries, MAD-M2 judgements) are batched the same way: one call each.
+- After every round the answers a(z_i) are extracted (``answers.extract_answer``) and the
+  consensus ratio (Eq. 3) is computed:
+  ``Cons(Z) = max_y (1/n) sum_i 1[a(z_i) = y]``, over checker-equivalent answers
+  (``answers.canonical_answer`` to group cheaply, ``answers.answers_equivalent`` to merge groups).
+  An answer that could not be extracted (None) agrees with nothing, not even another None; all
+  None gives Cons = 0.
+- A sample stops early when all agents agree (Cons = 1, every answer extracted) and
+  ``stop_at_unanimity`` is set (the paper's evaluation); memory construction sets it off to force
+  the full rounds (Appendix A, "Memory Construction").
+- Optional debate summaries h^(t) (Eq. 2) with ``prompts.summary_prompt`` after rounds
+  0 .. n_rounds-2, only for the samples that go on to round t+1 (h^(t) is part of the debate state
+  s_i^(t+1); the last round's summary is never needed). Tag ``summary``, their own
+  ``summary_max_tokens`` (the prompt asks for 2 sentences).
+- Gold answers never steer the loop: stopping, consensus, hooks and masking see extracted answers
+  only. Per-agent correctness is filled in by :func:`score_turns` after the debate, for scoring.
+
+Extension points
+----------------
+:class:`RoundHook` (R2-MAD memory and confidence, ICL-CoT). Before the prompts of round t are
+built, the loop calls ``hook.prepare_round(t, states)`` with the :class:`DebateState` of every
+active sample, for every round t >= 0 (a hook that only acts on debate rounds returns ``None`` at
+t = 0). Each state exposes everything the debate state s_i^(t) of Eq. 2 needs: the sample (x),
+each agent's previous response z_i^(t-1) and answer, the previous summary h^(t-1), the previous
+consensus ratio Cons(Z^(t-1)), and all earlier rounds (``state.rounds``). The hook returns, per
+state, per agent, an :class:`AgentRoundContext`: the experiences E_i^(t) to show
+(``prompts.ExperienceView``), the confidence annotation agent i puts on each peer j
+(``"high"``/``"low"``/None, Eq. 7 thresholds) and a JSON-serialisable ``record`` stored in the
+transcript under ``retrieved`` for that agent and round. ``None`` (for a state or an agent) means
+"no context". After a round's answers (and before its summaries) the loop calls
+``hook.finish_round(t, states)`` if the hook defines it.
+
+:class:`PeerSelector` (MAD-M2 masking): before the prompts of round t > 0, decides which peers
+each agent sees (``select_peers(t, states, engine, config)``); it may issue one batched engine
+call per round (the subjective judge) and returns a JSON record per sample stored in the
+transcript under the round's ``masking`` key. An agent that sees no peer answers the task prompt
+again (re-solves alone) rather than reading an empty list of solutions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+
+from r2mad_core import answers, prompts
+from r2mad_core.engines.base import Completion, Engine, Message, Request, SamplingParams
+
+if TYPE_CHECKING:  # pragma: no cover
+    from r2mad_core.benchmarks import Sample
+
+logger = logging.getLogger(__name__)
+
+DEBATE_TAG = "debate"
+SUMMARY_TAG = "summary"
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DebateConfig:
+    """One configuration of the debate loop.
+
+    ``personas[i]`` is agent i's persona index (default ``0..n_agents-1``: MAD's three personas);
+    ``sample_indices[i]`` is agent i's ``Request.sample_index`` (default all 0). Self-Consistency
+    with k paths is ``personas = (0,) * k``, ``sample_indices = (0, ..., k-1)``, one round, so
+    that CoT, SC path 0 and MAD agent 0 round 0 are the same request and share the cache.
+
+    Paper defaults (Appendix A): 3 agents, 3 rounds, temperature 1.0, top_p 1.0; max_tokens is
+    6144 in the paper and comes from the profile here. ``seed`` is the run seed
+    (``SamplingParams.seed``).
+    """
+
+    n_agents: int = 3
+    n_rounds: int = 3
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 512
+    seed: int = 0
+    logprobs: bool = False
+    stop_at_unanimity: bool = True
+    with_summaries: bool = False
+    summary_max_tokens: int = 128
+    personas: tuple[int, ...] | None = None
+    sample_indices: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        _check_int("n_agents", self.n_agents, minimum=1)
+        _check_int("n_rounds", self.n_rounds, minimum=1)
+        _check_int("max_tokens", self.max_tokens, minimum=1)
+        _check_int("summary_max_tokens", self.summary_max_tokens, minimum=1)
+        _check_int("seed", self.seed, minimum=None)
+        if not isinstance(self.temperature, (int, float)) or isinstance(self.temperature, bool) or not (
+            0.0 <= float(self.temperature)
+        ):
+            raise ValueError(f"DebateConfig.temperature: expected a number >= 0, found {self.temperature!r}")
+        if not isinstance(self.top_p, (int, float)) or isinstance(self.top_p, bool) or not (
+            0.0 < float(self.top_p) <= 1.0
+        ):
+            raise ValueError(f"DebateConfig.top_p: expected a number in (0, 1], found {self.top_p!r}")
+        personas = tuple(range(self.n_agents)) if self.personas is None else tuple(self.personas)
+        indices = (0,) * self.n_agents if self.sample_indices is None else tuple(self.sample_indices)
+        if len(personas) != self.n_agents:
+            raise ValueError(
+                f"DebateConfig.personas: expected {self.n_agents} entries (one per agent), found {len(personas)}"
+            )
+        if len(indices) != self.n_agents:
+            raise ValueError(
+                f"DebateConfig.sample_indices: expected {self.n_agents} entries (one per agent), found {len(indices)}"
+            )
+        for name, values in (("personas", personas), ("sample_indices", indices)):
+            for v in values:
+                _check_int(f"{name} entry", v, minimum=0)
+        object.__setattr__(self, "personas", personas)
+        object.__setattr__(self, "sample_indices", indices)
+
+    def check_benchmark(self, benchmark: str) -> None:
+        """Raise ValueError when an agent's persona does not exist for ``benchmark``."""
+        available = prompts.num_personas(benchmark)
+        for agent, persona in enumerate(self.personas or ()):
+            if persona >= available:
+                raise ValueError(
+                    f"agent {agent} uses persona {persona}, but {benchmark} has {available} personas "
+                    f"(0..{available - 1}); use at most {available} agents"
+                )
+
+    def sampling_params(self) -> SamplingParams:
+        return SamplingParams(
+            temperature=float(self.temperature),
+            top_p=float(self.top_p),
+            max_tokens=self.max_tokens,
+            seed=self.seed,
+            logprobs=self.logprobs,
+        )
+
+    def summary_params(self) -> SamplingParams:
+        return SamplingParams(
+            temperature=float(self.temperature),
+            top_p=float(self.top_p),
+            max_tokens=self.summary_max_tokens,
+            seed=self.seed,
+            logprobs=False,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["personas"] = list(self.personas or ())
+        d["sample_indices"] = list(self.sample_indices or ())
+        return d
+
+
+def _check_int(name: str, value: Any, minimum: int | None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"DebateConfig.{name}: expected an integer, found {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"DebateConfig.{name}: expected an integer >= {minimum}, found {value}")
+
+
+# --------------------------------------------------------------------------------------------
+# Records
+# --------------------------------------------------------------------------------------------
+@dataclass
+class AgentTurn:
+    """Agent i's response z_i^(t) at one round, with everything the transcript keeps."""
+
+    agent: int
+    round_index: int
+    prompt_id: str
+    response: str
+    answer: str | None
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached: bool
+    seconds: float
+    mean_logprob: float | None = None
+    visible_peers: tuple[int, ...] | None = None  # None at round 0
+    peer_confidence: dict[int, str | None] = field(default_factory=dict)
+    n_experiences: int = 0
+    retrieved: dict[str, Any] = field(default_factory=dict)
+    correct: bool | None = None  # filled by score_turns after the debate
+
+    @property
+    def empty(self) -> bool:
+        return not self.response.strip()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "agent": self.agent,
+            "prompt_id": self.prompt_id,
+            "response": self.response,
+            "answer": self.answer,
+            "correct": self.correct,
+            "finish_reason": self.finish_reason,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cached": self.cached,
+            "seconds": self.seconds,
+            "mean_logprob": self.mean_logprob,
+            "visible_peers": None if self.visible_peers is None else list(self.visible_peers),
+            "peer_confidence": {str(k): v for k, v in self.peer_confidence.items()},
+            "n_experiences": self.n_experiences,
+            "retrieved": self.retrieved,
+        }
+
+
+@dataclass
+class ExtraCall:
+    """Cost of one non-debate generation (a summary, a judgement) attributed to a sample."""
+
+    tag: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str
+    cached: bool
+    seconds: float
+
+    @classmethod
+    def from_completion(cls, tag: str, completion: Completion) -> "ExtraCall":
+        return cls(
+            tag=tag,
+            prompt_tokens=completion.prompt_tokens,
+            completion_tokens=completion.completion_tokens,
+            finish_reason=completion.finish_reason,
+            cached=completion.cached,
+            seconds=completion.seconds,
+        )
+
+
+@dataclass
+class RoundRecord:
+    """Round t of one sample: Z^(t), the answers, Cons(Z^(t)) (Eq. 3) and h^(t) (Eq. 2)."""
+
+    index: int
+    turns: list[AgentTurn]
+    consensus_ratio: float
+    unanimous: bool
+    summary: str | None = None
+    masking: dict[str, Any] | None = None
+    extra_calls: list[ExtraCall] = field(default_factory=list)
+    seconds: float = 0.0  # this sample's share of the round's wall time
+
+    @property
+    def responses(self) -> list[str]:
+        return [t.response for t in self.turns]
+
+    @property
+    def answers(self) -> list[str | None]:
+        return [t.answer for t in self.turns]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "round": self.index,
+            "agents": [t.to_dict() for t in self.turns],
+            "consensus_ratio": self.consensus_ratio,
+            "unanimous": self.unanimous,
+            "summary": self.summary,
+            "masking": self.masking,
+            "extra_calls": [asdict(c) for c in self.extra_calls],
+            "seconds": self.seconds,
+        }
+
+
+@dataclass
+class DebateState:
+    """The running debate of one sample: what hooks and peer selectors read.
+
+    ``conversations[i]`` is agent i's chat so far (system, user/assistant turns). Properties give
+    the pieces of agent i's debate state s_i^(t) = <x, z_i^(t-1), h^(t-1), Cons(Z^(t-1))> (Eq. 2).
+    """
+
+    sample: "Sample"
+    benchmark: str
+    config: DebateConfig
+    rounds: list[RoundRecord] = field(default_factory=list)
+    conversations: list[list[Message]] = field(default_factory=list)
+    finished: bool = False
+    stopped_early: bool = False
+    pending_extra_calls: list[ExtraCall] = field(default_factory=list)
+
+    @property
+    def question(self) -> str:
+        return self.sample.question
+
+    @property
+    def next_round(self) -> int:
+        return len(self.rounds)
+
+    @property
+    def previous_round(self) -> RoundRecord | None:
+        return self.rounds[-1] if self.rounds else None
+
+    @property
+    def previous_responses(self) -> list[str] | None:
+        return None if not self.rounds else self.rounds[-1].responses
+
+    @property
+    def previous_answers(self) -> list[str | None] | None:
+        return None if not self.rounds else self.rounds[-1].answers
+
+    @property
+    def previous_summary(self) -> str | None:
+        return None if not self.rounds else self.rounds[-1].summary
+
+    @property
+    def previous_consensus_ratio(self) -> float | None:
+        return None if not self.rounds else self.rounds[-1].consensus_ratio
+
+    @property
+    def n_agents(self) -> int:
+        return self.config.n_agents
+
+    @property
+    def num_options(self) -> int | None:
+        return len(self.sample.choices) if self.sample.choices else None
+
+
+@dataclass(frozen=True)
+class AgentRoundContext:
+    """What a :class:`RoundHook` adds to agent i's user turn at round t.
+
+    ``experiences``: E_i^(t) (Eq. 4-6), shown before the task/debate text.
+    ``peer_confidence``: peer index j -> ``"high"``/``"low"``/None, the prompt-level realisation
+    of w_{j,i}^(t) (Eq. 7 thresholds). ``record``: JSON-serialisable, stored in the transcript
+    under ``retrieved`` for this agent and round (case ids, scores, confidence values, ...).
+    """
+
+    experiences: tuple[prompts.ExperienceView, ...] = ()
+    peer_confidence: Mapping[int, str | None] = field(default_factory=dict)
+    record: Mapping[str, Any] = field(default_factory=dict)
+
+
+EMPTY_CONTEXT = AgentRoundContext()
+
+
+@runtime_checkable
+class RoundHook(Protocol):
+    """Plug-in called before each round's prompts are built (see the module docstring).
+
+    ``prepare_round(round_index, states)`` returns one entry per state (same order), each a
+    sequence of one :class:`AgentRoundContext` per agent, or None. Optionally a hook may define
+    ``finish_round(round_index, states) -> None``, called after the round's answers are in.
+    """
+
+    def prepare_round(
+        self, round_index: int, states: Sequence[DebateState]
+    ) -> Sequence[Sequence[AgentRoundContext | None] | None]: ...
+
+
+@dataclass(frozen=True)
+class PeerSelection:
+    """Which previous-round responses each agent sees at this round, plus a transcript record."""
+
+    visible: tuple[tuple[int, ...], ...]  # one tuple of peer indices per agent
+    record: Mapping[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class PeerSelector(Protocol):
+    """Plug-in deciding the peers each agent sees at round t > 0 (MAD-M2 masking).
+
+    Returns one :class:`PeerSelection` per state. May call ``engine.generate`` once per round.
+    """
+
+    def select_peers(
+        self, round_index: int, states: Sequence[DebateState], engine: Engine, config: DebateConfig
+    ) -> Sequence[PeerSelection]: ...
+
+
+def all_other_peers(n_agents: int) -> tuple[tuple[int, ...], ...]:
+    """Du et al.'s MAD: agent i sees every j != i, in agent order."""
+    return tuple(tuple(j for j in range(n_agents) if j != i) for i in range(n_agents))
+
+
+# --------------------------------------------------------------------------------------------
+# Consensus (Eq. 3)
+# --------------------------------------------------------------------------------------------
+def group_answers(values: Sequence[str | None], benchmark: str) -> list[list[int]]:
+    """Group agent indices by checker-equivalent answers; None answers are left out.
+
+    Groups are ordered by their lowest agent index and list their members in agent order.
+    Answers with the same ``canonical_answer`` are grouped at once; remaining groups are merged
+    when ``answers_equivalent`` holds between their first members (math equivalence).
+    """
+    by_canonical: dict[str, list[int]] = {}
+    for i, value in enumerate(values):
+        if value is None:
+            continue
+        by_canonical.setdefault(answers.canonical_answer(value, benchmark), []).append(i)
+    groups: list[list[int]] = []
+    for members in by_canonical.values():
+        for group in groups:
+            if answers.answers_equivalent(values[group[0]], values[members[0]], benchmark):
+                group.extend(members)
+                group.sort()
+                break
+        else:
+            groups.append(list(members))
+    groups.sort(key=lambda g: g[0])
+    return groups
+
+
+def consensus_ratio(values: Sequence[str | None], benchmark: str) -> float:
+    """Cons(Z) (Eq. 3): the fraction of agents agreeing on the most popular extracted answer."""
+    if not values:
+        raise ValueError("consensus_ratio: no answers given")
+    groups = group_answers(values, benchmark)
+    return max((len(g) for g in groups), default=0) / len(values)
+
+
+def is_unanimous(values: Sequence[str | None], benchmark: str) -> bool:
+    """All agents extracted an answer and all answers are equivalent."""
+    return bool(values) and all(v is not None for v in values) and len(group_answers(values, benchmark)) == 1
+
+
+# --------------------------------------------------------------------------------------------
+# The loop
+# --------------------------------------------------------------------------------------------
+def prompt_id(messages: Sequence[Message]) -> str:
+    """A short stable id of a prompt's chat messages (first 16 hex digits of a SHA-256)."""
+    blob = json.dumps(
+        [{"role": m["role"], "content": m["content"]} for m in messages],
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+
+def _mean_logprob(completion: Completion) -> float | None:
+    if completion.logprobs is None:
+        return None
+    if not completion.logprobs:
+        return float("-inf")
+    return float(sum(completion.logprobs) / len(completion.logprobs))
+
+
+def _generate(engine: Engine, requests: list[Request]) -> list[Completion]:
+    if not requests:
+        return []
+    completions = engine.generate(requests)
+    if len(completions) != len(requests):
+        raise RuntimeError(
+            f"engine {getattr(engine, 'identity', engine)!r} returned {len(completions)} completions "
+            f"for {len(requests)} requests"
+        )
+    return list(completions)
+
+
+def new_states(samples: Sequence["Sample"], benchmark: str, config: DebateConfig) -> list[DebateState]:
+    """Fresh debate states: each agent's conversation starts with its persona's system prompt."""
+    config.check_benchmark(benchmark)
+    seen: set[str] = set()
+    states = []
+    for sample in samples:
+        if sample.id in seen:
+            raise ValueError(f"run_debate: sample id {sample.id!r} appears twice in the batch")
+        seen.add(sample.id)
+        if sample.benchmark != benchmark:
+            raise ValueError(
+                f"run_debate: sample {sample.id!r} belongs to benchmark {sample.benchmark!r}, "
+                f"the debate runs {benchmark!r}"
+            )
+        conversations = [
+            [{"role": "system", "content": prompts.system_prompt(benchmark, persona)}]
+            for persona in (config.personas or ())
+        ]
+        states.append(DebateState(sample=sample, benchmark=benchmark, config=config, conversations=conversations))
+    return states
+
+
+def run_debate(
+    samples: Sequence["Sample"],
+    engine: Engine,
+    config: DebateConfig,
+    *,
+    benchmark: str | None = None,
+    hook: RoundHook | None = None,
+    peer_selector: PeerSelector | None = None,
+    on_round: Callable[[int, int], None] | None = None,
+) -> list[DebateState]:
+    """Debate every sample round-synchronously; return their finished states (input order).
+
+    ``benchmark`` defaults to the samples' benchmark (they must all share it). ``on_round(t, n)``
+    is called after each round with the number of samples that took part (progress reporting).
+    Correctness per turn is filled in only at the end (:func:`score_turns`).
+    """
+    if not samples:
+        return []
+    if benchmark is None:
+        benchmark = samples[0].benchmark
+    states = new_states(samples, benchmark, config)
+    params = config.sampling_params()
+    for round_index in range(config.n_rounds):
+        active = [s for s in states if not s.finished]
+        if not active:
+            break
+        started = time.perf_counter()
+
+        selections: Sequence[PeerSelection | None]
+        if round_index > 0 and peer_selector is not None:
+            selections = list(peer_selector.select_peers(round_index, active, engine, config))
+            if len(selections) != len(active):
+                raise RuntimeError(
+                    f"peer selector returned {len(selections)} selections for {len(active)} samples"
+                )
+        else:
+            selections = [None] * len(active)
+
+        contexts: Sequence[Sequence[AgentRoundContext | None] | None]
+        if hook is not None:
+            contexts = list(hook.prepare_round(round_index, active))
+            if len(contexts) != len(active):
+                raise RuntimeError(f"round hook returned {len(contexts)} entries for {len(active)} samples")
+        else:
+            contexts = [None] * len(active)
+
+        requests: list[Request] = []
+        pending: list[tuple[DebateState, int, list[Message], tuple[int, ...] | None, AgentRoundContext]] = []
+        for state, selection, state_contexts in zip(active, selections, contexts):
+            if state_contexts is not None and len(state_contexts) != config.n_agents:
+                raise RuntimeError(
+                    f"round hook returned {len(state_contexts)} agent contexts for sample {state.sample.id!r}, "
+                    f"expected {config.n_agents}"
+                )
+            if round_index > 0:
+                visible_all = selection.visible if selection is not None else all_other_peers(config.n_agents)
+                if len(visible_all) != config.n_agents:
+                    raise RuntimeError(
+                        f"peer selector gave {len(visible_all)} peer lists for sample {state.sample.id!r}, "
+                        f"expected {config.n_agents}"
+                    )
+            for agent in range(config.n_agents):
+                context = (state_contexts[agent] if state_contexts is not None else None) or EMPTY_CONTEXT
+                visible: tuple[int, ...] | None = None
+                if round_index == 0:
+                    user = prompts.task_prompt(state.benchmark, state.question, context.experiences)
+                else:
+                    visible = tuple(visible_all[agent])
+                    bad = [j for j in visible if j == agent or not 0 <= j < config.n_agents]
+                    if bad:
+                        raise RuntimeError(f"agent {agent} cannot see peers {bad} (sample {state.sample.id!r})")
+                    previous = state.rounds[-1].turns
+                    if visible:
+                        peers = [
+                            prompts.PeerResponse(
+                                text=previous[j].response, confidence=context.peer_confidence.get(j)
+                            )
+                            for j in visible
+                        ]
+                        user = prompts.debate_prompt(state.benchmark, state.question, peers, context.experiences)
+                    else:
+                        user = prompts.task_prompt(state.benchmark, state.question, context.experiences)
+                messages = [*state.conversations[agent], {"role": "user", "content": user}]
+                requests.append(
+                    Request(
+                        messages=tuple(messages),
+                        params=params,
+                        sample_index=(config.sample_indices or ())[agent],
+                        tag=DEBATE_TAG,
+                    )
+                )
+                pending.append((state, agent, messages, visible, context))
+        completions = _generate(engine, requests)
+
+        turns: dict[int, list[AgentTurn]] = {id(s): [] for s in active}
+        for (state, agent, messages, visible, context), completion in zip(pending, completions):
+            text = completion.text or ""
+            answer = answers.extract_answer(text, state.benchmark, num_options=state.num_options)
+            state.conversations[agent] = [*messages, {"role": "assistant", "content": text}]
+            turns[id(state)].append(
+                AgentTurn(
+                    agent=agent,
+                    round_index=round_index,
+                    prompt_id=prompt_id(messages),
+                    response=text,
+                    answer=answer,
+                    finish_reason=completion.finish_reason,
+                    prompt_tokens=completion.prompt_tokens,
+                    completion_tokens=completion.completion_tokens,
+                    cached=completion.cached,
+                    seconds=completion.seconds,
+                    mean_logprob=_mean_logprob(completion),
+                    visible_peers=visible,
+                    peer_confidence={int(j): c for j, c in context.peer_confidence.items()},
+                    n_experiences=len(context.experiences),
+                    retrieved=dict(context.record),
+                )
+            )
+        for state, selection in zip(active, selections):
+            values = [t.answer for t in turns[id(state)]]
+            unanimous = is_unanimous(values, state.benchmark)
+            state.rounds.append(
+                RoundRecord(
+                    index=round_index,
+                    turns=turns[id(state)],
+                    consensus_ratio=consensus_ratio(values, state.benchmark),
+                    unanimous=unanimous,
+                    masking=dict(selection.record) if selection is not None else None,
+                    extra_calls=state.pending_extra_calls,
+                )
+            )
+            state.pending_extra_calls = []
+            last_round = round_index == config.n_rounds - 1
+            if last_round:
+                state.finished = True
+            elif unanimous and config.stop_at_unanimity:
+                state.finished = True
+                state.stopped_early = True
+
+        finish_round = getattr(hook, "finish_round", None)
+        if callable(finish_round):
+            finish_round(round_index, active)
+
+        if config.with_summaries and round_index < config.n_rounds - 1:
+            _summarize(engine, config, [s for s in active if not s.finished], round_index)
+
+        elapsed = time.perf_counter() - started
+        for state in active:
+            state.rounds[-1].seconds = elapsed / len(active)
+        if on_round is not None:
+            on_round(round_index, len(active))
+        logger.debug("round %d: %d samples, %.2f s", round_index, len(active), elapsed)
+    return states
+
+
+def _summarize(engine: Engine, config: DebateConfig, states: Sequence[DebateState], round_index: int) -> None:
+    """h^(t) for every state in one batched call (Eq. 2; the appendix summary prompt)."""
+    if not states:
+        return
+    params = config.summary_params()
+    requests = []
+    for state in states:
+        current = state.rounds[-1]
+        previous_summary = state.rounds[-2].summary if len(state.rounds) > 1 else None
+        text = prompts.summary_prompt(state.question, previous_summary, current.responses, current.consensus_ratio)
+        requests.append(Request(messages=({"role": "user", "content": text},), params=params, tag=SUMMARY_TAG))
+    for state, completion in zip(states, _generate(engine, requests)):
+        state.rounds[-1].summary = (completion.text or "").strip()
+        state.rounds[-1].extra_calls.append(ExtraCall.from_completion(SUMMARY_TAG, completion))
+
+
+def record_extra_call(state: DebateState, call: ExtraCall) -> None:
+    """Attribute an extra generation (e.g. a MAD-M2 judgement) to the round being prepared.
+
+    Peer selectors run before the round's record exists; the cost is kept on the state and moved
+    to the round record when the round is appended (see :func:`run_debate`).
+    """
+    state.pending_extra_calls.append(call)
+
+
+def score_turns(states: Sequence[DebateState]) -> None:
+    """Fill in each turn's correctness against the gold answer (after the debate; scoring only)."""
+    for state in states:
+        for round_record in state.rounds:
+            for turn in round_record.turns:
+                turn.correct = turn.answer is not None and answers.is_correct(
+                    turn.answer, state.sample.gold, state.benchmark
+                )
+
+
+def replace_config(config: DebateConfig, **changes: Any) -> DebateConfig:
+    """``dataclasses.replace`` for :class:`DebateConfig` (re-validates)."""
+    return replace(config, **changes)

@@ -1,0 +1,498 @@
+"""Run cells: (benchmark, split, engine/model, method config, seed, limit) -> a run directory
+(DESIGN.md "Runs and results"; the debate of Eq. 1-3, scored as in Section 5).
+
+A run directory holds
+
+- ``config.json``: the cell (benchmark, split, limit, seed, method name/options/debate config/vote
+  rule, engine identity and model, a hash of the sample ids). Written once; a later call with a
+  different cell on the same directory raises :class:`RunConfigMismatch` (use another directory:
+  the engine cache makes the shared generations free).
+- ``transcripts.jsonl``: append-only, one JSON line per finished sample (schema below). Each line is
+  written with one ``os.write`` on an ``O_APPEND`` descriptor, then ``fsync``.
+- ``metrics.json``: recomputed from the transcripts (:func:`r2mad_core.scoring.compute_metrics`),
+  written atomically (temporary file + ``os.replace``).
+
+Resume and crash safety: a call on an existing directory skips the samples already in
+``transcripts.jsonl`` (and the engine cache replays the generations of a half-finished chunk).
+Samples are processed in chunks (``chunk_size``), so transcripts appear progressively. A run killed
+mid-write leaves at most a truncated last line: on load it is detected (no trailing newline or not
+valid JSON), logged as a warning and the file is truncated back to the last complete line. A
+corrupt line that is not the last one is an error naming the file and line. A sample id never
+appears twice (skipped at write time; a duplicate found on load is an error). One process at a
+time: the directory is locked with ``fcntl.flock`` on ``.lock`` (released by the kernel when a
+process dies).
+
+Transcript line (one sample)::
+
+    {"sample_id", "benchmark", "split", "gold", "num_options", "method", "seed",
+     "rounds": [{"round": t, "consensus_ratio", "unanimous", "summary", "masking", "seconds",
+                 "extra_calls": [{"tag", "prompt_tokens", "completion_tokens", "finish_reason",
+                                  "cached", "seconds"}],
+                 "agents": [{"agent", "prompt_id", "response", "answer", "correct",
+                             "finish_reason", "prompt_tokens", "completion_tokens", "cached",
+                             "seconds", "mean_logprob", "visible_peers", "peer_confidence",
+                             "n_experiences", "retrieved"}]}],
+     "n_rounds_executed", "stopped_early",
+     "final_answer", "correct", "vote": {"answer", "correct", "rule", "group_sizes", "tied"},
+     "tokens": {tag: {"requests", "cached", "prompt_tokens", "completion_tokens", "seconds"}},
+     "seconds", "truncated_completions"}
+
+``prompt_id`` is the first 16 hex digits of SHA-256 of the request's chat messages; ``seconds``
+(per round and per sample) is the sample's share of the wall time of each round it took part in
+(round wall time / samples in the round); per-turn ``seconds`` is the engine's own time (0 for a
+cached completion).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import logging
+import math
+import os
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+from r2mad_core import __version__
+from r2mad_core.debate import DebateState, run_debate, score_turns
+from r2mad_core.engines.base import Engine
+from r2mad_core.methods import Method, RunContext, get_method
+from r2mad_core.scoring import compute_metrics, sample_cost, vote
+
+logger = logging.getLogger(__name__)
+
+CONFIG_FILE = "config.json"
+TRANSCRIPTS_FILE = "transcripts.jsonl"
+METRICS_FILE = "metrics.json"
+LOCK_FILE = ".lock"
+FORMAT_VERSION = 1
+# Keys of config.json that describe the call, not the cell: they may differ between resumes.
+INFORMATIONAL_KEYS = frozenset({"r2mad_version", "chunk_size"})
+
+
+class RunConfigMismatch(ValueError):
+    """The run directory holds a different cell than the one requested."""
+
+
+class TranscriptError(ValueError):
+    """``transcripts.jsonl`` is damaged in a way that is not a truncated last line."""
+
+
+class RunDirectoryBusy(RuntimeError):
+    """Another process holds the run directory's lock."""
+
+
+# --------------------------------------------------------------------------------------------
+# Files
+# --------------------------------------------------------------------------------------------
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to ``path`` via a temporary file, fsync and ``os.replace``."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, ensure_ascii=False, allow_nan=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+class TranscriptStore:
+    """The append-only ``transcripts.jsonl`` of a run directory (see the module docstring)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._ids: set[str] | None = None
+
+    def load(self, repair: bool = True) -> list[dict[str, Any]]:
+        """All complete records, in file order. A truncated last line is dropped with a warning and,
+        when ``repair``, cut from the file."""
+        if not self.path.exists():
+            self._ids = set()
+            return []
+        data = self.path.read_bytes()
+        records: list[dict[str, Any]] = []
+        ids: set[str] = set()
+        position = 0
+        line_number = 0
+        good_end = 0
+        while position < len(data):
+            line_number += 1
+            newline = data.find(b"\n", position)
+            end = len(data) if newline == -1 else newline
+            raw = data[position:end]
+            is_last = newline == -1 or newline == len(data) - 1
+            problem = None
+            record = None
+            if newline == -1:
+                problem = "no trailing newline (the write was cut off)"
+            else:
+                try:
+                    record = json.loads(raw.decode("utf-8"))
+                    if not isinstance(record, dict) or "sample_id" not in record:
+                        problem = "not a transcript record (no sample_id)"
+                except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                    problem = f"invalid JSON ({exc})"
+            if problem is not None:
+                if not is_last:
+                    raise TranscriptError(
+                        f"{self.path}, line {line_number}: {problem}; only the last line can be cut off by a crash, "
+                        "so the file was changed by something else"
+                    )
+                logger.warning(
+                    "%s, line %d: %s; dropping %d bytes of an unfinished record%s",
+                    self.path,
+                    line_number,
+                    problem,
+                    len(data) - position,
+                    " and truncating the file" if repair else "",
+                )
+                if repair:
+                    with open(self.path, "r+b") as f:
+                        f.truncate(good_end)
+                        f.flush()
+                        os.fsync(f.fileno())
+                break
+            assert record is not None
+            sample_id = record["sample_id"]
+            if sample_id in ids:
+                raise TranscriptError(f"{self.path}, line {line_number}: sample_id {sample_id!r} appears twice")
+            ids.add(sample_id)
+            records.append(record)
+            position = end + 1
+            good_end = position
+        self._ids = ids
+        return records
+
+    @property
+    def ids(self) -> set[str]:
+        if self._ids is None:
+            self.load()
+        assert self._ids is not None
+        return self._ids
+
+    def append(self, record: Mapping[str, Any]) -> bool:
+        """Append one record (one write + fsync). Returns False (and writes nothing) when the
+        sample is already stored."""
+        sample_id = record["sample_id"]
+        if sample_id in self.ids:
+            logger.warning("%s: sample %r is already stored; not writing it again", self.path, sample_id)
+            return False
+        line = (json.dumps(record, ensure_ascii=False, allow_nan=True, separators=(",", ":")) + "\n").encode("utf-8")
+        created = not self.path.exists()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            view = memoryview(line)
+            while view:  # a regular file takes the whole buffer in one write; loop only on a short write
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if created:
+            _fsync_dir(self.path.parent)
+        self.ids.add(sample_id)
+        return True
+
+
+@contextmanager
+def locked(run_dir: Path) -> Iterator[None]:
+    """Hold the run directory's lock (``fcntl.flock``; released if the process dies)."""
+    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise RunDirectoryBusy(f"{run_dir}: another process is running this cell (lock {LOCK_FILE})") from None
+            raise
+        yield
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------------------------
+# Records
+# --------------------------------------------------------------------------------------------
+def transcript_record(state: DebateState, method: Method, *, split: str, seed: int) -> dict[str, Any]:
+    """The transcript line of a finished debate (turn correctness must already be scored)."""
+    last = state.rounds[-1]
+    result = vote(
+        last.answers,
+        state.sample.gold,
+        state.benchmark,
+        rule=method.vote_rule,
+        run_seed=seed,
+        sample_id=state.sample.id,
+        corrects=[bool(t.correct) for t in last.turns],
+    )
+    record: dict[str, Any] = {
+        "sample_id": state.sample.id,
+        "benchmark": state.benchmark,
+        "split": split,
+        "gold": state.sample.gold,
+        "num_options": state.num_options,
+        "method": method.name,
+        "seed": seed,
+        "rounds": [r.to_dict() for r in state.rounds],
+        "n_rounds_executed": len(state.rounds),
+        "stopped_early": state.stopped_early,
+        "final_answer": result.answer,
+        "correct": result.correct,
+        "vote": result.to_dict(),
+    }
+    record["tokens"] = sample_cost(record)
+    record["seconds"] = sum(r.seconds for r in state.rounds)
+    record["truncated_completions"] = sum(1 for r in state.rounds for t in r.turns if t.finish_reason == "length")
+    return record
+
+
+def sample_ids_digest(ids: Sequence[str]) -> str:
+    return hashlib.sha256("\n".join(ids).encode("utf-8")).hexdigest()[:16]
+
+
+def cell_config(
+    *,
+    benchmark: str,
+    split: str,
+    method: Method,
+    seed: int,
+    limit: int | None,
+    engine: Engine,
+    sample_ids: Sequence[str],
+    chunk_size: int,
+) -> dict[str, Any]:
+    return {
+        "format": FORMAT_VERSION,
+        "benchmark": benchmark,
+        "split": split,
+        "limit": limit,
+        "seed": seed,
+        "method": method.to_dict(),
+        "engine": {"identity": getattr(engine, "identity", type(engine).__name__), "model": getattr(engine, "model", "")},
+        "n_samples": len(sample_ids),
+        "sample_ids_sha256": sample_ids_digest(sample_ids),
+        "r2mad_version": __version__,
+        "chunk_size": chunk_size,
+    }
+
+
+def _differences(expected: Mapping[str, Any], found: Mapping[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for key in sorted(set(expected) | set(found)):
+        if not prefix and key in INFORMATIONAL_KEYS:
+            continue
+        a, b = expected.get(key, "<missing>"), found.get(key, "<missing>")
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            out.extend(_differences(a, b, f"{prefix}{key}."))
+        elif a != b:
+            out.append(f"{prefix}{key}: requested {a!r}, directory has {b!r}")
+    return out
+
+
+def check_config(run_dir: Path, config: Mapping[str, Any]) -> None:
+    """Write ``config.json`` for a new run directory or check that it matches ``config``."""
+    path = run_dir / CONFIG_FILE
+    if not path.exists():
+        write_json_atomic(path, config)
+        return
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise RunConfigMismatch(f"{path}: not valid JSON ({exc})") from None
+    # Round-trip the requested config through JSON so tuples/lists compare equal.
+    expected = json.loads(json.dumps(config))
+    differences = _differences(expected, found)
+    if differences:
+        raise RunConfigMismatch(
+            f"{path} belongs to a different run cell: " + "; ".join(differences)
+            + ". Use another --out directory (the engine cache replays the generations they share)."
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Running a cell
+# --------------------------------------------------------------------------------------------
+@dataclass
+class CellResult:
+    run_dir: Path
+    config: dict[str, Any]
+    records: list[dict[str, Any]]  # in sample order
+    metrics: dict[str, Any]
+    n_new: int  # samples debated by this call
+    n_reused: int  # samples found finished in transcripts.jsonl
+
+
+def run_cell(
+    out_dir: str | Path,
+    *,
+    benchmark: str,
+    split: str,
+    engine: Engine,
+    method: Method | str,
+    method_options: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    limit: int | None = None,
+    samples: Sequence[Any] | None = None,
+    data_dir: str | Path | None = None,
+    chunk_size: int = 32,
+    progress: bool = True,
+) -> CellResult:
+    """Run (or resume) one cell into ``out_dir`` and return its records and metrics.
+
+    ``method`` is a :class:`~r2mad_core.methods.Method` or a registered name (built with
+    ``method_options``). ``samples`` overrides loading ``benchmark``/``split`` from the data
+    directory (tests, notebooks with hand-made samples); ``limit`` keeps the first ``limit``
+    samples of the split (the splits come shuffled, so this is a fair subset).
+    """
+    if isinstance(method, str):
+        method = get_method(method, **dict(method_options or {}))
+    elif method_options:
+        raise ValueError("run_cell: method_options only apply when method is given by name")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"run_cell: seed must be an integer, found {seed!r}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"run_cell: limit must be a positive integer or None, found {limit!r}")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"run_cell: chunk_size must be a positive integer, found {chunk_size!r}")
+    method = method.with_seed(seed)
+    method.check_benchmark(benchmark)
+    if samples is None:
+        from r2mad_core.benchmarks import load
+
+        samples = load(benchmark, split, data_dir=data_dir)
+    samples = list(samples)
+    if limit is not None:
+        samples = samples[:limit]
+    wrong = [s.id for s in samples if s.benchmark != benchmark]
+    if wrong:
+        raise ValueError(f"run_cell: samples {wrong[:3]} do not belong to benchmark {benchmark!r}")
+    ids = [s.id for s in samples]
+    if len(set(ids)) != len(ids):
+        raise ValueError("run_cell: the samples contain duplicate ids")
+
+    run_dir = Path(out_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config = cell_config(
+        benchmark=benchmark,
+        split=split,
+        method=method,
+        seed=seed,
+        limit=limit,
+        engine=engine,
+        sample_ids=ids,
+        chunk_size=chunk_size,
+    )
+    with locked(run_dir):
+        check_config(run_dir, config)
+        store = TranscriptStore(run_dir / TRANSCRIPTS_FILE)
+        existing = {r["sample_id"]: r for r in store.load()}
+        stray = sorted(set(existing) - set(ids))
+        if stray:
+            raise TranscriptError(f"{store.path}: holds samples not in this cell, e.g. {stray[:3]}")
+        pending = [s for s in samples if s.id not in existing]
+        n_reused = len(samples) - len(pending)
+        if n_reused:
+            logger.info("%s: %d of %d samples already finished; %d to run", run_dir, n_reused, len(samples), len(pending))
+        context = RunContext(
+            benchmark=benchmark,
+            split=split,
+            engine=engine,
+            seed=seed,
+            data_dir=Path(data_dir) if data_dir is not None else None,
+            out_dir=run_dir,
+        )
+        hook = method.make_hook(context) if method.make_hook is not None else None
+        selector = method.make_peer_selector(context) if method.make_peer_selector is not None else None
+        bar = None
+        if progress and pending:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(samples), initial=n_reused, desc=f"{method.name} {benchmark}", unit="q")
+        try:
+            for start in range(0, len(pending), chunk_size):
+                chunk = pending[start : start + chunk_size]
+
+                def on_round(t: int, n: int, _bar: Any = bar) -> None:
+                    if _bar is not None:
+                        _bar.set_postfix_str(f"round {t} ({n} active)")
+
+                states = run_debate(
+                    chunk, engine, method.debate, benchmark=benchmark, hook=hook, peer_selector=selector, on_round=on_round
+                )
+                score_turns(states)
+                for state in states:
+                    record = transcript_record(state, method, split=split, seed=seed)
+                    store.append(record)
+                    existing[record["sample_id"]] = record
+                if bar is not None:
+                    bar.update(len(chunk))
+        finally:
+            if bar is not None:
+                bar.close()
+        records = [existing[i] for i in ids]
+        metrics = compute_metrics(records)
+        metrics["run_dir"] = str(run_dir)
+        write_json_atomic(run_dir / METRICS_FILE, _json_safe(metrics))
+    return CellResult(run_dir, config, records, metrics, n_new=len(pending), n_reused=n_reused)
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN/inf -> None for metrics.json (strict JSON readers)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def load_run(run_dir: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``(config, records)`` of a run directory, records in file order (read-only: a truncated
+    last line is skipped, not repaired)."""
+    run_dir = Path(run_dir)
+    config_path = run_dir / CONFIG_FILE
+    if not config_path.exists():
+        raise FileNotFoundError(f"{run_dir}: not a run directory (no {CONFIG_FILE})")
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    records = TranscriptStore(run_dir / TRANSCRIPTS_FILE).load(repair=False)
+    return config, records
+
+
+def score_run(run_dir: str | Path, *, vote_rule: str | None = None, write: bool = True) -> dict[str, Any]:
+    """Recompute a run's metrics from its transcripts (``vote_rule`` None: the stored final answers)."""
+    run_dir = Path(run_dir)
+    config, records = load_run(run_dir)
+    metrics = compute_metrics(records, vote_rule=vote_rule, run_seed=int(config.get("seed", 0)))
+    metrics["run_dir"] = str(run_dir)
+    metrics["complete"] = len(records) == config.get("n_samples")
+    if write and vote_rule is None:
+        write_json_atomic(run_dir / METRICS_FILE, _json_safe(metrics))
+    return metrics

@@ -1,0 +1,393 @@
+"""Methods as configurations of the debate loop (Section 5.1 "Baselines"; Appendix A "Baseline Details").
+
+Every method is a :class:`Method`: a :class:`~r2mad_core.debate.DebateConfig` (agents, personas,
+rounds, sampling), a vote rule for the final answer (:mod:`r2mad_core.scoring`), and optional
+factories for a :class:`~r2mad_core.debate.RoundHook` (R2-MAD, ICL-CoT) and a
+:class:`~r2mad_core.debate.PeerSelector` (MAD-M2 masking). The loop is Eq. 1-3 in
+:mod:`r2mad_core.debate`.
+
+Paper defaults: 3 agents, 3 rounds (t = 0, 1, 2), temperature 1.0, top_p 1.0; ``max_tokens`` comes
+from the profile (the paper uses 6144; the default here, 512, suits the CPU profile).
+
+- ``cot``: one agent (persona 0), one round; the answer is extracted directly.
+- ``self_consistency``: ``k_paths`` samples (paper: 9, also 3 and 6) of persona 0's round-0 request
+  with ``sample_index`` 0..k-1, plurality vote. CoT == SC path 0 == MAD agent 0 round 0 (same request,
+  shared cache).
+- ``mad``: Du et al.; ``n_agents`` personas debate ``n_rounds`` rounds, each agent sees every other
+  agent's previous response; early stop at unanimity (``stop_at_unanimity``); plurality vote over the
+  last executed round. Memory construction uses ``mad(stop_at_unanimity=False, with_summaries=True)``.
+- ``mad_m2``: MAD with memory masking (Tian et al.), before each round t > 0:
+  ``masking="objective"`` ranks the previous-round responses by mean token log-probability (higher
+  = lower perplexity; the engine returns logprobs because the debate requests set
+  ``SamplingParams(logprobs=True)``). ``objective_keep="better_half"`` (default, Tian et al.) keeps
+  the top ``ceil(n/2)`` responses (2 of 3: for an odd count the middle response is kept);
+  ``objective_keep="lowest_perplexity"`` keeps only the best one (the wording of the paper's
+  Appendix "Comparison of MAD-M2 Masking Strategies"). Ties in mean log-probability go to the lower
+  agent index; a response without logprobs (an engine that cannot return them) or an empty one
+  ranks last. ``masking="subjective"``: the same model judges each previous response with
+  ``prompts.judge_prompt`` (one batched call per round, tag ``judge``); a ``NO`` verdict masks it,
+  ``YES``, ``NOT SURE`` and unparseable verdicts keep it. A masked response is hidden from every
+  agent; agent i sees the kept responses of the other agents; an agent that sees none re-solves
+  with the task prompt (see :mod:`r2mad_core.debate`).
+
+All methods take ``vote_rule`` (``"plurality"`` or ``"authors_majority_correct"``).
+
+Registering a method (R2-MAD, ICL-CoT, variants): write a builder with keyword-only options (each
+with a default, values JSON-serialisable: they go to ``config.json``) that returns a
+:class:`Method`, and add it to :data:`METHODS`::
+
+    def r2mad(*, memory: str, top_k: int = 3, n_rounds: int = 3, max_tokens: int = 512, ...) -> Method:
+        debate = DebateConfig(n_agents=3, n_rounds=n_rounds, max_tokens=max_tokens, with_summaries=True)
+        return Method(name="r2mad", debate=debate,
+                      make_hook=lambda context: R2MadHook(memory, top_k, context))
+
+    METHODS["r2mad"] = r2mad      # in the METHODS literal at the bottom of this module
+
+``get_method(name, **options)`` checks the option names against the builder's signature, fills in
+the defaults and stores them in ``Method.options``; ``make_hook``/``make_peer_selector`` receive a
+:class:`RunContext` (benchmark, split, engine, seed, data directory, run directory).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from r2mad_core import prompts
+from r2mad_core.debate import (
+    DebateConfig,
+    DebateState,
+    ExtraCall,
+    PeerSelection,
+    PeerSelector,
+    RoundHook,
+    record_extra_call,
+)
+from r2mad_core.engines.base import Engine, Request, SamplingParams
+from r2mad_core.scoring import VOTE_RULES
+
+logger = logging.getLogger(__name__)
+
+JUDGE_TAG = "judge"
+MASKING_STRATEGIES = ("objective", "subjective")
+OBJECTIVE_KEEP = ("better_half", "lowest_perplexity")
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What hook and peer-selector factories may need about the run they serve."""
+
+    benchmark: str
+    split: str
+    engine: Engine
+    seed: int = 0
+    data_dir: Path | None = None
+    out_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class Method:
+    """A method = a debate-loop configuration + vote rule + optional plug-in factories."""
+
+    name: str
+    debate: DebateConfig
+    vote_rule: str = "plurality"
+    options: Mapping[str, Any] = field(default_factory=dict)
+    make_hook: Callable[[RunContext], RoundHook | None] | None = None
+    make_peer_selector: Callable[[RunContext], PeerSelector | None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.vote_rule not in VOTE_RULES:
+            raise ValueError(f"method {self.name!r}: unknown vote_rule {self.vote_rule!r}; expected one of {VOTE_RULES}")
+
+    def with_seed(self, seed: int) -> "Method":
+        """The same method with the run seed set (``SamplingParams.seed`` of every request)."""
+        return replace(self, debate=replace(self.debate, seed=seed))
+
+    def check_benchmark(self, benchmark: str) -> None:
+        self.debate.check_benchmark(benchmark)
+
+    def to_dict(self) -> dict[str, Any]:
+        """What identifies the method in ``config.json``."""
+        return {
+            "name": self.name,
+            "options": dict(self.options),
+            "vote_rule": self.vote_rule,
+            "debate": self.debate.to_dict(),
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Validation helpers
+# --------------------------------------------------------------------------------------------
+def max_agents() -> int:
+    """The number of personas every benchmark has (the most agents a debate can have)."""
+    return min(prompts.num_personas(b) for b in sorted(prompts.KNOWN_BENCHMARKS))
+
+
+def _int_option(method: str, name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"method {method!r}: option {name} must be an integer, found {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+        raise ValueError(f"method {method!r}: option {name} must be {bound}, found {value}")
+    return value
+
+
+def _float_option(method: str, name: str, value: Any, low: float, high: float, low_open: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(float(value)):
+        raise ValueError(f"method {method!r}: option {name} must be a number, found {value!r}")
+    v = float(value)
+    if v > high or v < low or (low_open and v == low):
+        interval = f"{'(' if low_open else '['}{low}, {high}]"
+        raise ValueError(f"method {method!r}: option {name} must be in {interval}, found {value}")
+    return v
+
+
+def _choice_option(method: str, name: str, value: Any, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise ValueError(f"method {method!r}: option {name} must be one of {tuple(choices)}, found {value!r}")
+    return value
+
+
+def _sampling(method: str, temperature: Any, top_p: Any, max_tokens: Any) -> dict[str, Any]:
+    return {
+        "temperature": _float_option(method, "temperature", temperature, 0.0, 100.0),
+        "top_p": _float_option(method, "top_p", top_p, 0.0, 1.0, low_open=True),
+        "max_tokens": _int_option(method, "max_tokens", max_tokens, 1),
+    }
+
+
+def _agents_rounds(method: str, n_agents: Any, n_rounds: Any) -> tuple[int, int]:
+    limit = max_agents()
+    n_agents = _int_option(method, "n_agents", n_agents, 1)
+    if n_agents > limit:
+        raise ValueError(
+            f"method {method!r}: n_agents={n_agents} but the paper gives {limit} personas per benchmark "
+            f"(one per agent); use n_agents <= {limit}"
+        )
+    n_rounds = _int_option(method, "n_rounds", n_rounds, 1)
+    return n_agents, n_rounds
+
+
+# --------------------------------------------------------------------------------------------
+# Builders
+# --------------------------------------------------------------------------------------------
+def cot(
+    *, temperature: float = 1.0, top_p: float = 1.0, max_tokens: int = 512, vote_rule: str = "plurality"
+) -> Method:
+    """Chain of Thought: one agent (persona 0), one round."""
+    sampling = _sampling("cot", temperature, top_p, max_tokens)
+    debate = DebateConfig(n_agents=1, n_rounds=1, personas=(0,), sample_indices=(0,), **sampling)
+    return Method(name="cot", debate=debate, vote_rule=vote_rule)
+
+
+def self_consistency(
+    *,
+    k_paths: int = 9,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_tokens: int = 512,
+    vote_rule: str = "plurality",
+) -> Method:
+    """Self-Consistency: k samples of persona 0's task prompt (sample_index 0..k-1), one vote."""
+    k = _int_option("self_consistency", "k_paths", k_paths, 1)
+    sampling = _sampling("self_consistency", temperature, top_p, max_tokens)
+    debate = DebateConfig(
+        n_agents=k, n_rounds=1, personas=(0,) * k, sample_indices=tuple(range(k)), **sampling
+    )
+    return Method(name="self_consistency", debate=debate, vote_rule=vote_rule)
+
+
+def mad(
+    *,
+    n_agents: int = 3,
+    n_rounds: int = 3,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_tokens: int = 512,
+    stop_at_unanimity: bool = True,
+    with_summaries: bool = False,
+    summary_max_tokens: int = 128,
+    vote_rule: str = "plurality",
+) -> Method:
+    """Multi-Agent Debate (Du et al.)."""
+    n_agents, n_rounds = _agents_rounds("mad", n_agents, n_rounds)
+    sampling = _sampling("mad", temperature, top_p, max_tokens)
+    debate = DebateConfig(
+        n_agents=n_agents,
+        n_rounds=n_rounds,
+        stop_at_unanimity=bool(stop_at_unanimity),
+        with_summaries=bool(with_summaries),
+        summary_max_tokens=_int_option("mad", "summary_max_tokens", summary_max_tokens, 1),
+        **sampling,
+    )
+    return Method(name="mad", debate=debate, vote_rule=vote_rule)
+
+
+def mad_m2(
+    *,
+    masking: str = "objective",
+    objective_keep: str = "better_half",
+    judge_max_tokens: int | None = None,
+    n_agents: int = 3,
+    n_rounds: int = 3,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_tokens: int = 512,
+    stop_at_unanimity: bool = True,
+    vote_rule: str = "plurality",
+) -> Method:
+    """MAD with memory masking (Tian et al.); ``masking`` is ``objective`` or ``subjective``."""
+    masking = _choice_option("mad_m2", "masking", masking, MASKING_STRATEGIES)
+    objective_keep = _choice_option("mad_m2", "objective_keep", objective_keep, OBJECTIVE_KEEP)
+    n_agents, n_rounds = _agents_rounds("mad_m2", n_agents, n_rounds)
+    sampling = _sampling("mad_m2", temperature, top_p, max_tokens)
+    judge_tokens = sampling["max_tokens"] if judge_max_tokens is None else _int_option(
+        "mad_m2", "judge_max_tokens", judge_max_tokens, 1
+    )
+    debate = DebateConfig(
+        n_agents=n_agents,
+        n_rounds=n_rounds,
+        stop_at_unanimity=bool(stop_at_unanimity),
+        logprobs=masking == "objective",
+        **sampling,
+    )
+    selector: PeerSelector
+    if masking == "objective":
+        selector = ObjectiveMasking(keep=objective_keep)
+    else:
+        selector = SubjectiveMasking(max_tokens=judge_tokens)
+    return Method(name="mad_m2", debate=debate, vote_rule=vote_rule, make_peer_selector=lambda context: selector)
+
+
+# --------------------------------------------------------------------------------------------
+# MAD-M2 masking
+# --------------------------------------------------------------------------------------------
+def kept_by_logprob(mean_logprobs: Sequence[float | None], keep: str = "better_half") -> list[int]:
+    """Indices of the responses kept by objective masking (module docstring), in agent order."""
+    n = len(mean_logprobs)
+    if n == 0:
+        return []
+    count = math.ceil(n / 2) if keep == "better_half" else 1
+    score = [(-math.inf if v is None or math.isnan(v) else v) for v in mean_logprobs]
+    ranked = sorted(range(n), key=lambda i: (-score[i], i))
+    return sorted(ranked[:count])
+
+
+def _visible(kept: Sequence[int], n_agents: int) -> tuple[tuple[int, ...], ...]:
+    kept_set = set(kept)
+    return tuple(tuple(j for j in range(n_agents) if j != i and j in kept_set) for i in range(n_agents))
+
+
+@dataclass(frozen=True)
+class ObjectiveMasking:
+    """Keep the previous-round responses with the best mean token log-probability."""
+
+    keep: str = "better_half"
+
+    def select_peers(
+        self, round_index: int, states: Sequence[DebateState], engine: Engine, config: Any
+    ) -> list[PeerSelection]:
+        selections = []
+        for state in states:
+            means = [t.mean_logprob for t in state.rounds[-1].turns]
+            if any(m is None for m in means):
+                logger.warning(
+                    "objective masking, sample %s round %d: the engine returned no logprobs for agents %s; "
+                    "they rank last", state.sample.id, round_index, [i for i, m in enumerate(means) if m is None]
+                )
+            kept = kept_by_logprob(means, self.keep)
+            selections.append(
+                PeerSelection(
+                    visible=_visible(kept, state.n_agents),
+                    record={"strategy": "objective", "keep": self.keep, "mean_logprob": means, "kept": kept},
+                )
+            )
+        return selections
+
+
+@dataclass(frozen=True)
+class SubjectiveMasking:
+    """The same model judges each previous-round response; ``NO`` masks it (one call per round)."""
+
+    max_tokens: int = 512
+
+    def select_peers(
+        self, round_index: int, states: Sequence[DebateState], engine: Engine, config: DebateConfig
+    ) -> list[PeerSelection]:
+        params = SamplingParams(
+            temperature=float(config.temperature), top_p=float(config.top_p), max_tokens=self.max_tokens, seed=config.seed
+        )
+        requests = []
+        for state in states:
+            for turn in state.rounds[-1].turns:
+                text = prompts.judge_prompt(state.benchmark, state.question, turn.response)
+                requests.append(Request(messages=({"role": "user", "content": text},), params=params, tag=JUDGE_TAG))
+        completions = engine.generate(requests) if requests else []
+        if len(completions) != len(requests):
+            raise RuntimeError(f"engine returned {len(completions)} judgements for {len(requests)} requests")
+        selections = []
+        position = 0
+        for state in states:
+            verdicts = []
+            for _ in state.rounds[-1].turns:
+                completion = completions[position]
+                position += 1
+                verdicts.append(prompts.parse_judgement(completion.text or ""))
+                record_extra_call(state, ExtraCall.from_completion(JUDGE_TAG, completion))
+            kept = [j for j, v in enumerate(verdicts) if v != "NO"]
+            selections.append(
+                PeerSelection(
+                    visible=_visible(kept, state.n_agents),
+                    record={"strategy": "subjective", "verdicts": verdicts, "kept": kept},
+                )
+            )
+        return selections
+
+
+# --------------------------------------------------------------------------------------------
+# Registry
+# --------------------------------------------------------------------------------------------
+MethodBuilder = Callable[..., Method]
+
+METHODS: dict[str, MethodBuilder] = {
+    "cot": cot,
+    "self_consistency": self_consistency,
+    "mad": mad,
+    "mad_m2": mad_m2,
+}
+
+
+def method_options(name: str) -> dict[str, Any]:
+    """The options of method ``name`` and their defaults (``inspect.Parameter.empty`` if required)."""
+    builder = _builder(name)
+    return {p.name: p.default for p in inspect.signature(builder).parameters.values()}
+
+
+def _builder(name: str) -> MethodBuilder:
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise ValueError(f"unknown method {name!r}; expected one of {sorted(METHODS)}") from None
+
+
+def get_method(name: str, **options: Any) -> Method:
+    """Build method ``name`` with ``options`` (unknown names and bad values raise ValueError)."""
+    builder = _builder(name)
+    signature = inspect.signature(builder)
+    accepted = [p.name for p in signature.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(f"method {name!r} does not take option(s) {unknown}; its options are {accepted}")
+    try:
+        bound = signature.bind(**options)
+    except TypeError as exc:
+        raise ValueError(f"method {name!r}: {exc}") from None
+    bound.apply_defaults()
+    method = builder(**bound.arguments)
+    return replace(method, options=dict(bound.arguments))
