@@ -43,7 +43,6 @@ from typing import Any, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 logger = logging.getLogger(__name__)
 
@@ -717,7 +716,7 @@ def load_reported_results(path: str | Path | None = None) -> pd.DataFrame:
     source note).
     """
     if path is None:
-        text = resources.files("r2mad_core.data").joinpath(REPORTED_RESULTS_RESOURCE).read_text(encoding="utf-8")
+        text = resources.files("r2mad_core").joinpath("data", REPORTED_RESULTS_RESOURCE).read_text(encoding="utf-8")
         source = f"r2mad_core/data/{REPORTED_RESULTS_RESOURCE}"
     else:
         text = Path(path).read_text(encoding="utf-8")
@@ -845,20 +844,6 @@ def _main_claims() -> list[OrderingClaim]:
 PAPER_ORDERING_CLAIMS: tuple[OrderingClaim, ...] = tuple(_main_claims())
 
 
-def mcnemar_exact(better_only: int, worse_only: int) -> float:
-    """Two-sided exact McNemar p-value from the discordant pair counts (binomial test, p = 1/2).
-
-    ``better_only``: questions the first method got right and the second wrong; ``worse_only``:
-    the reverse. No discordant pairs -> 1.0.
-    """
-    if better_only < 0 or worse_only < 0:
-        raise ValueError(f"McNemar: discordant counts must be >= 0, found {better_only}, {worse_only}")
-    total = better_only + worse_only
-    if total == 0:
-        return 1.0
-    return float(stats.binomtest(better_only, total, 0.5, alternative="two-sided").pvalue)
-
-
 def _paper_value(reported: pd.DataFrame, claim: OrderingClaim, method: str) -> float:
     base = reported[
         (reported["model"] == claim.paper_model)
@@ -878,6 +863,7 @@ def check_orderings(
     reported: pd.DataFrame | None = None,
     stand_ins: Mapping[str, str] | None = None,
     alpha: float = 0.05,
+    n_bootstrap: int = 1000,
 ) -> pd.DataFrame:
     """Test the paper's claimed orderings on the reproduced per-question correctness.
 
@@ -888,7 +874,8 @@ def check_orderings(
     that are (or stand in for) its paper model (``(both)``: every reproduced model), pairing the
     two methods on the questions both answered. The reproduced values are the mean of the
     per-benchmark accuracies for ``Average`` (as in the paper) and the accuracy otherwise; the
-    McNemar test uses the paired questions pooled over benchmarks.
+    exact McNemar test (:func:`r2mad_core.scoring.paired_test`) uses the paired questions pooled
+    over benchmarks (and models, for ``(both)``).
 
     Returns one row per claim that could be checked: claim fields, ``paper_better``,
     ``paper_worse``, ``holds_in_paper``, ``reproduced_better``, ``reproduced_worse``,
@@ -899,6 +886,8 @@ def check_orderings(
     missing = [c for c in required if c not in per_question.columns]
     if missing:
         raise ValueError(f"per-question results: missing columns {missing}; found {list(per_question.columns)}")
+    from r2mad_core.scoring import paired_test
+
     reported = load_reported_results() if reported is None else reported
     stand_ins = dict(stand_ins or {})
     frame = per_question.copy()
@@ -926,9 +915,10 @@ def check_orderings(
         per_benchmark = paired.groupby(["model", "benchmark"], sort=False)[["correct_better", "correct_worse"]].mean()
         reproduced_better = float(per_benchmark["correct_better"].mean())
         reproduced_worse = float(per_benchmark["correct_worse"].mean())
-        better_only = int((paired["correct_better"] & ~paired["correct_worse"]).sum())
-        worse_only = int((~paired["correct_better"] & paired["correct_worse"]).sum())
-        p_value = mcnemar_exact(better_only, worse_only)
+        test = paired_test(
+            paired["correct_better"].to_numpy(), paired["correct_worse"].to_numpy(), n_bootstrap=n_bootstrap
+        )
+        better_only, worse_only, p_value = test.only_a_correct, test.only_b_correct, test.p_value
         paper_better = _paper_value(reported, claim, claim.better)
         paper_worse = _paper_value(reported, claim, claim.worse)
         sign = 1.0 if claim.higher_is_better else -1.0

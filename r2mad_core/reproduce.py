@@ -1,0 +1,537 @@
+"""``make reproduce``: run the numbered notebooks in order with papermill, fed by one profile.
+
+A profile (``r2mad_core/profiles/<name>.yaml``) holds every parameter of a reproduction: the models
+and their engines, the embedder, the benchmarks and how many of their questions to use, the
+debate hyperparameters of the paper (3 agents, 3 rounds, temperature 1.0, top_p 1.0, max_tokens,
+K, gamma, the thresholds w_l/w_h of Eq. 7's annotations) and which variants each table needs.
+Each top-level field is a papermill parameter: a notebook receives the fields its ``parameters``
+cell declares, plus ``profile`` (the name) and the paths ``data_dir``, ``figures_dir``
+(``<output>/figures/<profile>``), ``runs_dir`` (``<output>/runs/<profile>``) and ``cache_dir``
+(``<output>/cache/<profile>``); ``extra_parameters`` are passed as they are (e.g. the theory
+notebook's grid sizes).
+
+    python -m r2mad_core.reproduce --profile cpu [--only 03,04] [--data-dir DIR] [--output-dir DIR]
+                                   [--set top_k=5 --set gamma=0.5]
+
+Executed notebooks go to ``<output>/notebooks/executed/<profile>/`` with ``timings.json`` (wall
+seconds per notebook). The run stops at the first failing notebook and names it and the failing
+cell. Runs are resumable: generations are cached under ``cache/<profile>`` and run directories
+are keyed by a hash of their configuration, so a second run, or a rerun after editing one
+parameter, only generates what changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import yaml
+
+from r2mad_core.benchmarks import BENCHMARKS as BENCHMARK_IDS
+from r2mad_core.engines import ENGINE_NAMES
+from r2mad_core.retrieval import POLICIES as RETRIEVAL_POLICY_NAMES
+
+PROFILE_PACKAGE_DIR = "profiles"
+NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
+KERNEL_NAME = "python3"
+PATH_PARAMETERS = ("profile", "data_dir", "figures_dir", "runs_dir", "cache_dir")
+
+
+class ProfileError(ValueError):
+    """A profile file is missing, unreadable or has fields of the wrong type or value."""
+
+
+# --------------------------------------------------------------------------------------------
+# Profiles
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A validated profile: ``name``, the file it came from, and its fields (the notebook parameters)."""
+
+    name: str
+    source: str
+    fields: Mapping[str, Any]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.fields[key]
+
+    def parameters(self, paths: Mapping[str, Any]) -> dict[str, Any]:
+        """Every notebook parameter: the fields (``extra_parameters`` spread out), the name, the paths."""
+        params = {k: v for k, v in self.fields.items() if k != "extra_parameters"}
+        params.update(self.fields.get("extra_parameters") or {})
+        params["profile"] = self.name
+        params.update({k: (str(v) if isinstance(v, Path) else v) for k, v in paths.items()})
+        return params
+
+
+def parse_retrieval_policy(spec: str) -> tuple[str, float | None]:
+    """``"fixed_lambda=0.25"`` -> ``("fixed_lambda", 0.25)``; ``"state_aware"`` -> ``("state_aware", None)``."""
+    name, _, value = str(spec).partition("=")
+    if name not in RETRIEVAL_POLICY_NAMES:
+        raise ValueError(f"retrieval policy {spec!r}: expected one of {RETRIEVAL_POLICY_NAMES}")
+    if name == "fixed_lambda":
+        try:
+            fixed = float(value)
+        except ValueError:
+            raise ValueError(f"retrieval policy {spec!r}: fixed_lambda needs a value, e.g. fixed_lambda=0.5") from None
+        if not 0.0 <= fixed <= 1.0:
+            raise ValueError(f"retrieval policy {spec!r}: lambda must be in [0, 1]")
+        return name, fixed
+    if value:
+        raise ValueError(f"retrieval policy {spec!r}: only fixed_lambda takes a value")
+    return name, None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)) and math.isfinite(value)
+
+
+class _Checker:
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.errors: list[str] = []
+
+    def fail(self, where: str, expected: str, found: Any) -> None:
+        self.errors.append(f"{self.source}: field {where!r}: expected {expected}, found {found!r}")
+
+    def int_(self, data: Mapping[str, Any], key: str, minimum: int | None = None, optional: bool = False) -> None:
+        value = data.get(key)
+        if value is None and optional:
+            return
+        if not _is_int(value) or (minimum is not None and value < minimum):
+            expected = "an integer" + (f" >= {minimum}" if minimum is not None else "")
+            self.fail(key, expected + (" or null" if optional else ""), value)
+
+    def number(self, data: Mapping[str, Any], key: str, low: float, high: float, *, open_low: bool = False) -> None:
+        value = data.get(key)
+        ok = _is_number(value) and (value > low if open_low else value >= low) and value <= high
+        if not ok:
+            bracket = "(" if open_low else "["
+            self.fail(key, f"a number in {bracket}{low}, {high}]", value)
+
+    def string(self, data: Mapping[str, Any], key: str, where: str | None = None, optional: bool = False) -> None:
+        value = data.get(key)
+        if value is None and optional:
+            return
+        if not isinstance(value, str) or not value.strip():
+            self.fail(where or key, "a non-empty string" + (" or null" if optional else ""), value)
+
+    def subset(self, data: Mapping[str, Any], key: str, allowed: Sequence[str], what: str, non_empty: bool = True) -> None:
+        value = data.get(key)
+        if not isinstance(value, list) or (non_empty and not value):
+            self.fail(key, f"a {'non-empty ' if non_empty else ''}list of {what}", value)
+            return
+        for item in value:
+            if item not in allowed:
+                self.fail(key, f"{what} from {list(allowed)}", item)
+        if len(set(map(str, value))) != len(value):
+            self.fail(key, "no duplicates", value)
+
+
+TOP_LEVEL_FIELDS = (
+    "description", "expected_runtime", "expected_runtime_minutes", "models", "large_models", "embedder",
+    "benchmarks", "test_limit", "train_limit", "seed", "num_agents", "num_rounds", "temperature", "top_p",
+    "max_tokens", "summary_max_tokens", "top_k", "gamma", "w_high", "w_low", "sc_paths",
+    "retrieval_policies", "retrieval_models", "retrieval_benchmarks", "icl_models", "icl_benchmarks",
+    "cost_benchmark", "poison_fractions", "poison_benchmarks", "bootstrap_resamples", "extra_parameters",
+)
+MODEL_FIELDS = ("label", "engine", "model", "options", "stands_in_for")
+LARGE_MODEL_FIELDS = ("label", "stand_in", "engine", "model", "model_env", "base_url_env", "api_key_env", "options")
+
+
+def validate_profile(data: Any, source: str) -> list[str]:
+    """Every problem of a profile's fields, each naming the file, the field, what was expected and found."""
+    check = _Checker(source)
+    if not isinstance(data, dict):
+        return [f"{source}: expected a mapping of fields at the top level, found {type(data).__name__}"]
+    for key in data:
+        if key not in TOP_LEVEL_FIELDS:
+            check.fail(key, f"a known field (one of {', '.join(TOP_LEVEL_FIELDS)})", "unknown field")
+    for key in TOP_LEVEL_FIELDS:
+        if key not in data:
+            check.errors.append(f"{source}: field {key!r} is missing")
+    if check.errors:
+        return check.errors
+
+    check.string(data, "description")
+    check.string(data, "expected_runtime")
+    if not _is_number(data["expected_runtime_minutes"]) or data["expected_runtime_minutes"] <= 0:
+        check.fail("expected_runtime_minutes", "a positive number", data["expected_runtime_minutes"])
+
+    labels: list[str] = []
+    models = data["models"]
+    if not isinstance(models, list) or not models:
+        check.fail("models", "a non-empty list of model entries", models)
+        models = []
+    for position, entry in enumerate(models):
+        where = f"models[{position}]"
+        if not isinstance(entry, dict):
+            check.fail(where, "a mapping with label, engine, model, options", entry)
+            continue
+        for key in entry:
+            if key not in MODEL_FIELDS:
+                check.fail(f"{where}.{key}", f"one of {MODEL_FIELDS}", "unknown field")
+        check.string(entry, "label", f"{where}.label")
+        if entry.get("engine") not in ENGINE_NAMES:
+            check.fail(f"{where}.engine", f"one of {ENGINE_NAMES}", entry.get("engine"))
+        if entry.get("engine") in ("openai", "vllm"):
+            check.string(entry, "model", f"{where}.model")
+        elif entry.get("model") is not None and not isinstance(entry.get("model"), str):
+            check.fail(f"{where}.model", "a string or null", entry.get("model"))
+        if not isinstance(entry.get("options", {}), dict):
+            check.fail(f"{where}.options", "a mapping of engine options", entry.get("options"))
+        check.string(entry, "stands_in_for", f"{where}.stands_in_for", optional=True)
+        labels.append(str(entry.get("label")))
+    if len(set(labels)) != len(labels):
+        check.fail("models", "distinct labels", labels)
+
+    large = data["large_models"]
+    if not isinstance(large, list):
+        check.fail("large_models", "a list of model entries", large)
+        large = []
+    for position, entry in enumerate(large):
+        where = f"large_models[{position}]"
+        if not isinstance(entry, dict):
+            check.fail(where, "a mapping", entry)
+            continue
+        for key in entry:
+            if key not in LARGE_MODEL_FIELDS:
+                check.fail(f"{where}.{key}", f"one of {LARGE_MODEL_FIELDS}", "unknown field")
+        check.string(entry, "label", f"{where}.label")
+        if "stand_in" in entry:
+            if entry["stand_in"] not in labels:
+                check.fail(f"{where}.stand_in", f"the label of a models entry ({labels})", entry["stand_in"])
+            if "engine" in entry:
+                check.fail(f"{where}.engine", "no engine next to stand_in", entry["engine"])
+        else:
+            if entry.get("engine") not in ENGINE_NAMES:
+                check.fail(f"{where}.engine", f"one of {ENGINE_NAMES} (or a stand_in)", entry.get("engine"))
+            if not (isinstance(entry.get("model"), str) or isinstance(entry.get("model_env"), str)):
+                check.fail(f"{where}.model", "a model name or model_env (an environment variable)", entry.get("model"))
+            if entry.get("engine") == "openai" and not isinstance(entry.get("base_url_env"), str):
+                check.fail(f"{where}.base_url_env", "the environment variable holding the base URL", entry.get("base_url_env"))
+
+    check.string(data, "embedder")
+    check.subset(data, "benchmarks", BENCHMARK_IDS, "benchmark ids")
+    benchmarks = data["benchmarks"] if isinstance(data["benchmarks"], list) else []
+    check.int_(data, "test_limit", minimum=1, optional=True)
+    check.int_(data, "train_limit", minimum=1, optional=True)
+    check.int_(data, "seed")
+    check.int_(data, "num_agents", minimum=1)
+    check.int_(data, "num_rounds", minimum=1)
+    check.number(data, "temperature", 0.0, 2.0)
+    check.number(data, "top_p", 0.0, 1.0, open_low=True)
+    check.int_(data, "max_tokens", minimum=1)
+    check.int_(data, "summary_max_tokens", minimum=1)
+    check.int_(data, "top_k", minimum=1)
+    check.number(data, "gamma", 0.0, 1.0)
+    check.number(data, "w_high", 0.0, 1.0)
+    check.number(data, "w_low", 0.0, 1.0)
+    if _is_number(data["w_high"]) and _is_number(data["w_low"]) and data["w_low"] > data["w_high"]:
+        check.fail("w_low", f"a value <= w_high ({data['w_high']})", data["w_low"])
+
+    paths = data["sc_paths"]
+    if not (isinstance(paths, list) and paths and all(_is_int(p) and p >= 1 for p in paths)
+            and list(paths) == sorted(set(paths))):
+        check.fail("sc_paths", "a non-empty increasing list of positive integers", paths)
+
+    policies = data["retrieval_policies"]
+    if not isinstance(policies, list) or not policies:
+        check.fail("retrieval_policies", "a non-empty list of policies", policies)
+    else:
+        for policy in policies:
+            try:
+                parse_retrieval_policy(policy)
+            except ValueError as exc:
+                check.fail("retrieval_policies", str(exc), policy)
+        if "state_aware" not in policies:
+            check.fail("retrieval_policies", "a list containing state_aware (the paper's policy)", policies)
+    check.subset(data, "retrieval_models", labels, "model labels")
+    check.subset(data, "icl_models", labels, "model labels")
+    check.subset(data, "retrieval_benchmarks", benchmarks, "benchmarks of this profile")
+    check.subset(data, "icl_benchmarks", benchmarks, "benchmarks of this profile")
+    check.subset(data, "poison_benchmarks", benchmarks, "benchmarks of this profile")
+    if data["cost_benchmark"] not in benchmarks:
+        check.fail("cost_benchmark", f"one of the profile's benchmarks {benchmarks}", data["cost_benchmark"])
+    fractions = data["poison_fractions"]
+    if not (isinstance(fractions, list) and fractions and all(_is_number(f) and 0.0 <= f <= 1.0 for f in fractions)):
+        check.fail("poison_fractions", "a non-empty list of numbers in [0, 1]", fractions)
+    check.int_(data, "bootstrap_resamples", minimum=100)
+    extra = data["extra_parameters"]
+    if not isinstance(extra, dict):
+        check.fail("extra_parameters", "a mapping (parameter -> value)", extra)
+    else:
+        for key in extra:
+            if key in TOP_LEVEL_FIELDS or key in PATH_PARAMETERS:
+                check.fail(f"extra_parameters.{key}", "a name that is not a profile field or path", key)
+    return check.errors
+
+
+def profile_names() -> list[str]:
+    """The profiles shipped with the package (``cpu``, ``paper``, ``sim``, ``tiny``)."""
+    folder = resources.files("r2mad_core").joinpath(PROFILE_PACKAGE_DIR)
+    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None) -> Profile:
+    """Load and validate a profile by name (a packaged profile) or by path to a YAML file.
+
+    ``overrides`` replace top-level fields (or ``extra_parameters`` entries) before validation.
+    Raises :class:`ProfileError` listing every problem.
+    """
+    candidate = Path(name_or_path)
+    if candidate.suffix in (".yaml", ".yml") or candidate.exists():
+        if not candidate.is_file():
+            raise ProfileError(f"profile file {candidate} does not exist")
+        text, source, name = candidate.read_text(encoding="utf-8"), str(candidate), candidate.stem
+    else:
+        name = str(name_or_path)
+        resource = resources.files("r2mad_core").joinpath(PROFILE_PACKAGE_DIR, f"{name}.yaml")
+        if not resource.is_file():
+            raise ProfileError(f"unknown profile {name!r}: expected one of {profile_names()} or a path to a .yaml file")
+        text, source = resource.read_text(encoding="utf-8"), f"r2mad_core/profiles/{name}.yaml"
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"{source}: not valid YAML: {exc}") from exc
+    if overrides and isinstance(data, dict):
+        data = dict(data)
+        for key, value in overrides.items():
+            if key in TOP_LEVEL_FIELDS:
+                data[key] = value
+            else:
+                extra = dict(data.get("extra_parameters") or {})
+                extra[key] = value
+                data["extra_parameters"] = extra
+    errors = validate_profile(data, source)
+    if errors:
+        raise ProfileError("invalid profile:\n  " + "\n  ".join(errors))
+    return Profile(name=name, source=source, fields=data)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"top_k=5"`` -> ``("top_k", 5)``; the value is read as YAML (lists, null, numbers, strings)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ProfileError(f"--set {text!r}: expected KEY=VALUE, e.g. --set top_k=5")
+    try:
+        return key.strip(), yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"--set {text!r}: the value is not valid YAML: {exc}") from exc
+
+
+# --------------------------------------------------------------------------------------------
+# Running the notebooks
+# --------------------------------------------------------------------------------------------
+
+
+def default_notebooks_dir() -> Path:
+    """``notebooks/`` of the repository this package lives in (else of the working directory)."""
+    beside = Path(__file__).resolve().parent.parent / "notebooks"
+    return beside if beside.is_dir() else Path.cwd() / "notebooks"
+
+
+def discover_notebooks(notebooks_dir: Path, only: Sequence[str] | None = None) -> list[Path]:
+    """The numbered notebooks in order; ``only`` keeps those whose number (``"03"``) or name is listed."""
+    found = sorted(notebooks_dir.glob(NOTEBOOK_GLOB))
+    if not found:
+        raise FileNotFoundError(f"no notebooks matching {NOTEBOOK_GLOB} in {notebooks_dir}")
+    if not only:
+        return found
+    selected = []
+    for token in only:
+        token = token.strip()
+        matches = [p for p in found if p.stem.split("_", 1)[0] == token.zfill(2) or p.stem == token or p.name == token]
+        if not matches:
+            raise FileNotFoundError(
+                f"--only {token!r}: no such notebook in {notebooks_dir} (have {', '.join(p.stem for p in found)})"
+            )
+        selected.extend(m for m in matches if m not in selected)
+    return sorted(selected)
+
+
+@dataclass
+class NotebookResult:
+    notebook: str
+    seconds: float
+    output: Path
+    error: str | None = None
+
+
+@dataclass
+class ReproductionPaths:
+    output_dir: Path
+    profile: str
+    data_dir: Path | None = None
+    figures_dir: Path = field(init=False)
+    runs_dir: Path = field(init=False)
+    cache_dir: Path = field(init=False)
+    executed_dir: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.output_dir = Path(self.output_dir).resolve()
+        self.figures_dir = self.output_dir / "figures" / self.profile
+        self.runs_dir = self.output_dir / "runs" / self.profile
+        self.cache_dir = self.output_dir / "cache" / self.profile
+        self.executed_dir = self.output_dir / "notebooks" / "executed" / self.profile
+
+    def as_parameters(self) -> dict[str, str | None]:
+        return {
+            "data_dir": str(self.data_dir) if self.data_dir else None,
+            "figures_dir": str(self.figures_dir),
+            "runs_dir": str(self.runs_dir),
+            "cache_dir": str(self.cache_dir),
+        }
+
+
+def declared_parameters(notebook: Path) -> set[str]:
+    """Names assigned in the notebook's ``parameters`` cell (papermill's inspection)."""
+    import papermill
+
+    return set(papermill.inspect_notebook(str(notebook)).keys())
+
+
+def _describe_failure(exc: BaseException) -> str:
+    cell = getattr(exc, "cell_index", None)
+    count = getattr(exc, "exec_count", None)
+    ename = getattr(exc, "ename", type(exc).__name__)
+    evalue = getattr(exc, "evalue", str(exc))
+    source = getattr(exc, "source", "") or ""
+    where = f"cell {cell}" if cell is not None else "a cell"
+    if count is not None:
+        where += f" (execution count {count})"
+    first_lines = "\n".join("      " + line for line in source.strip().splitlines()[:6])
+    return f"{where}: {ename}: {evalue}" + (f"\n    source:\n{first_lines}" if first_lines else "")
+
+
+def run_notebooks(
+    profile: Profile,
+    paths: ReproductionPaths,
+    *,
+    notebooks_dir: Path | None = None,
+    only: Sequence[str] | None = None,
+    echo: Callable[[str], None] = print,
+) -> list[NotebookResult]:
+    """Execute the notebooks in order with papermill; stop at the first failure (returned last,
+    with ``error`` set). Writes the executed notebooks and ``timings.json`` into ``executed_dir``."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    notebooks = discover_notebooks(notebooks_dir or default_notebooks_dir(), only)
+    for folder in (paths.figures_dir, paths.runs_dir, paths.cache_dir, paths.executed_dir):
+        folder.mkdir(parents=True, exist_ok=True)
+    if paths.data_dir:
+        os.environ["R2MAD_DATA_DIR"] = str(paths.data_dir)
+    parameters = profile.parameters(paths.as_parameters())
+    results: list[NotebookResult] = []
+    total_start = time.perf_counter()
+    echo(f"reproduce: profile {profile.name} ({profile.source}); {len(notebooks)} notebooks; "
+         f"expected runtime: {profile['expected_runtime']}")
+    echo(f"  figures -> {paths.figures_dir}\n  executed notebooks -> {paths.executed_dir}")
+    for position, notebook in enumerate(notebooks, start=1):
+        wanted = declared_parameters(notebook)
+        passed = {k: v for k, v in parameters.items() if k in wanted}
+        output = paths.executed_dir / notebook.name
+        echo(f"[{position}/{len(notebooks)}] {notebook.stem} ...")
+        start = time.perf_counter()
+        error = None
+        try:
+            papermill.execute_notebook(
+                str(notebook), str(output), parameters=passed, kernel_name=KERNEL_NAME,
+                cwd=str(notebook.parent), progress_bar=False, log_output=False,
+            )
+        except PapermillExecutionError as exc:
+            error = _describe_failure(exc)
+        except Exception as exc:  # kernel died, notebook unreadable, ...
+            error = f"{type(exc).__name__}: {exc}"
+        seconds = time.perf_counter() - start
+        results.append(NotebookResult(notebook.stem, seconds, output, error))
+        _record_timing(paths.executed_dir, notebook.stem, seconds, error is None)
+        if error:
+            echo(f"[{position}/{len(notebooks)}] {notebook.stem} FAILED after {seconds:.1f} s in {error}")
+            echo(f"  the partly executed notebook is {output}")
+            return results
+        echo(f"[{position}/{len(notebooks)}] {notebook.stem} done in {_duration(seconds)}")
+    echo(f"reproduce: all {len(notebooks)} notebooks ran in {_duration(time.perf_counter() - total_start)}")
+    return results
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{int(seconds // 60)} min {seconds % 60:02.0f} s"
+
+
+def _record_timing(executed_dir: Path, notebook: str, seconds: float, succeeded: bool) -> None:
+    path = executed_dir / "timings.json"
+    try:
+        timings = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    except json.JSONDecodeError:
+        timings = {}
+    timings[notebook] = {"seconds": round(seconds, 2), "succeeded": succeeded,
+                         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    temporary = path.with_name(".timings.json.tmp")
+    temporary.write_text(json.dumps(dict(sorted(timings.items())), indent=2) + "\n", encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m r2mad_core.reproduce",
+        description="Run the numbered notebooks in order with papermill, fed by one profile; "
+        "writes every table and figure into figures/<profile>/.",
+    )
+    parser.add_argument("--profile", default="cpu", help=f"a packaged profile ({', '.join(profile_names())}) or a YAML path")
+    parser.add_argument("--only", default=None, help="comma-separated notebook numbers or names, e.g. 03,04")
+    parser.add_argument("--data-dir", type=Path, default=None, help="benchmark files (default: $R2MAD_DATA_DIR)")
+    parser.add_argument("--output-dir", type=Path, default=Path.cwd(),
+                        help="where figures/, runs/, cache/ and notebooks/executed/ go (default: the working directory)")
+    parser.add_argument("--notebooks-dir", type=Path, default=None, help="the notebooks to run (default: the repository's)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a profile field for this run (YAML value), e.g. --set top_k=5")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        overrides = dict(parse_override(text) for text in args.overrides)
+        profile = load_profile(args.profile, overrides)
+    except ProfileError as exc:
+        print(f"reproduce: {exc}", file=sys.stderr)
+        return 2
+    data_dir = args.data_dir or (Path(os.environ["R2MAD_DATA_DIR"]) if os.environ.get("R2MAD_DATA_DIR") else None)
+    paths = ReproductionPaths(args.output_dir, profile.name, data_dir.resolve() if data_dir else None)
+    only = [t for t in args.only.split(",") if t.strip()] if args.only else None
+    try:
+        results = run_notebooks(profile, paths, notebooks_dir=args.notebooks_dir, only=only)
+    except FileNotFoundError as exc:
+        print(f"reproduce: {exc}", file=sys.stderr)
+        return 2
+    if results and results[-1].error:
+        return 1
+    from r2mad_core.report import missing_artifacts
+
+    missing = missing_artifacts(paths.figures_dir)
+    if missing:
+        print("reproduce: artifacts listed in the manifest are missing:\n  " + "\n  ".join(missing), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
