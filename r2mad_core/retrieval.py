@@ -1,0 +1,298 @@
+"""Debate-state-aware memory retrieval (Section 4.2, Eq. 5-6) and the policies of the retrieval ablation (Table 3).
+
+Given agent i's current debate state embedding s = emb(s_i^(t)) and its memory bank M_i (unit-norm state
+embeddings, rewards r_i(e)):
+
+1. **Candidates** C_i^(t): the top-3K cases of M_i by cosine similarity sim(e, s) between s and the stored
+   state embeddings (Appendix A: "ranking all entries in the agent's memory bank by cosine similarity ...
+   retaining the top-3K").
+2. **MMR** (Eq. 5): starting from E = {}, greedily add
+   ``argmax_{e in C \\ E} [ lambda_t * sim(e, s) * r(e) - (1 - lambda_t) * max_{e' in E} sim(e, e') ]``
+   until |E| = K, with ``lambda_t = 1 - gamma * Cons(Z^(t-1))`` (Eq. 6), gamma = 0.9.
+
+Choices the paper leaves open, made here:
+
+- sim(e, e') between two cases is the cosine of their **state** embeddings (the same space as sim(e, s)).
+  The authors' code compares the embeddings of the case *documents* instead; we keep one space.
+- The max over an empty E is 0, so the first pick maximises lambda_t * sim(e, s) * r(e). Ties are broken
+  towards the more similar candidate (candidates are ordered by similarity).
+- With K = 1 (the authors' run script uses ``--n_retrieval 1``) the redundancy term is always empty and
+  lambda_t > 0 only rescales the first-pick scores: **lambda_t has no effect** on what is retrieved (the
+  pick is the most similar r = 1 candidate). K = 3 is the default here; K = 1 is an option.
+- Cases with sim(e, s) < 0 and r = 1 score below r = 0 cases (whose relevance term is 0): this is Eq. 5 as
+  written.
+
+Policies (``RetrievalConfig.policy``), each returning K case indices per query:
+
+- ``state_aware`` (default): the method above.
+- ``fixed_lambda``: MMR with a constant lambda (``fixed_lambda``, the paper tries 0.25 / 0.5 / 0.75).
+- ``similarity``: task similarity only, the top-K by cosine (no reward, no diversity).
+- ``positive_only``: the top-K by cosine among cases with r(e) = 1 only.
+- ``diversity_only``: MMR without the relevance term (lambda = 0) over the same 3K candidates. Every first
+  pick then ties at 0; the tie is broken by a seeded random anchor among the candidates (as the authors'
+  code does), so the set carries no similarity bias beyond the candidate filter.
+- ``random``: 3K cases drawn uniformly without replacement from the whole bank (seeded per query); the
+  first K are retrieved.
+
+All queries of one agent-round are handled together: one matrix product [Q, d] x [d, N], ``argpartition``
+for the top-3K, and MMR vectorised across queries over the small [Q, 3K, 3K] candidate similarity tensor.
+There is no Python loop over bank cases; the only per-query loop is the seeded draw of ``random`` and
+``diversity_only``.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+POLICIES = ("state_aware", "fixed_lambda", "similarity", "positive_only", "diversity_only", "random")
+MMR_POLICIES = frozenset({"state_aware", "fixed_lambda", "diversity_only"})
+DEFAULT_K = 3
+DEFAULT_GAMMA = 0.9
+CANDIDATE_FACTOR = 3
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    """How E_i^(t) is chosen. ``k`` = K; ``candidate_factor`` * K candidates (the paper's 3K)."""
+
+    policy: str = "state_aware"
+    k: int = DEFAULT_K
+    gamma: float = DEFAULT_GAMMA
+    fixed_lambda: float = 0.5
+    candidate_factor: int = CANDIDATE_FACTOR
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown retrieval policy {self.policy!r}: expected one of {POLICIES}")
+        if self.k < 1:
+            raise ValueError(f"K (cases retrieved per query) must be >= 1, found {self.k}")
+        if self.candidate_factor < 1:
+            raise ValueError(f"candidate_factor must be >= 1, found {self.candidate_factor}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1] (Eq. 6), found {self.gamma}")
+        if not 0.0 <= self.fixed_lambda <= 1.0:
+            raise ValueError(f"fixed_lambda must be in [0, 1], found {self.fixed_lambda}")
+
+    @property
+    def num_candidates(self) -> int:
+        return self.candidate_factor * self.k
+
+
+@dataclass
+class RetrievalResult:
+    """Per query q: the K retrieved cases (``-1`` = no case: the bank had fewer eligible cases).
+
+    ``scores`` is the selection score at pick time (the Eq. 5 objective for the MMR policies, the cosine
+    similarity for ``similarity``/``positive_only``, NaN for ``random``); ``similarities`` is sim(e, s);
+    ``lambdas`` is lambda_t (NaN for policies without one). ``candidate_*`` hold the 3K candidates ordered
+    by similarity (the authors' confidence variant pools over them).
+    """
+
+    indices: np.ndarray  # [Q, K] int64
+    scores: np.ndarray  # [Q, K] float32
+    similarities: np.ndarray  # [Q, K] float32
+    lambdas: np.ndarray  # [Q] float32
+    candidate_indices: np.ndarray  # [Q, C] int64
+    candidate_similarities: np.ndarray  # [Q, C] float32
+    policy: str = field(default="state_aware")
+
+    def __len__(self) -> int:
+        return int(self.indices.shape[0])
+
+
+def mmr_tradeoff(consensus_ratio: np.ndarray | float, gamma: float = DEFAULT_GAMMA) -> np.ndarray:
+    """lambda_t = 1 - gamma * Cons(Z^(t-1)) (Eq. 6), elementwise."""
+    cons = np.asarray(consensus_ratio, dtype=np.float64)
+    if np.any(~np.isfinite(cons)) or np.any((cons < 0) | (cons > 1)):
+        raise ValueError(f"consensus ratios must be finite and in [0, 1], found {cons.ravel()[:8]}")
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], found {gamma}")
+    return (1.0 - gamma * cons).astype(np.float32)
+
+
+def query_seed(base_seed: int, *keys: int | str) -> int:
+    """A reproducible 63-bit seed for one query from a base seed and keys (sample id, round, agent).
+
+    Independent of the batch a query arrives in, so the random policies give the same picks whatever the
+    batching.
+    """
+    entropy = [int(base_seed) & 0xFFFFFFFF]
+    for key in keys:
+        if isinstance(key, str):
+            entropy.append(zlib.crc32(key.encode("utf-8")))
+        else:
+            entropy.append(int(key) & 0xFFFFFFFF)
+    return int(np.random.SeedSequence(entropy).generate_state(2, np.uint64)[0] >> np.uint64(1))
+
+
+def _as_unit_matrix(name: str, matrix: np.ndarray, dim: int | None = None) -> np.ndarray:
+    matrix = np.asarray(matrix)
+    if matrix.ndim != 2:
+        raise ValueError(f"{name} must be 2-D [rows, dim], found shape {matrix.shape}")
+    if dim is not None and matrix.shape[1] != dim:
+        raise ValueError(f"{name} has dimension {matrix.shape[1]}, expected {dim} (same embedder as the bank?)")
+    return matrix.astype(np.float32, copy=False)
+
+
+def top_candidates(similarities: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the ``count`` largest entries (ties: lower index first), ordered by decreasing value.
+
+    Entries equal to -inf are not eligible; missing slots are -1 with similarity -inf.
+    Returns (indices [Q, count] int64, values [Q, count] float32).
+    """
+    q, n = similarities.shape
+    take = min(count, n)
+    if take == 0:
+        return np.full((q, count), -1, dtype=np.int64), np.full((q, count), -np.inf, dtype=np.float32)
+    if take < n:
+        part = np.argpartition(-similarities, take - 1, axis=1)[:, :take]
+    else:
+        part = np.broadcast_to(np.arange(n), (q, n))
+    values = np.take_along_axis(similarities, part, axis=1)
+    order = np.lexsort((part, -values), axis=1)  # primary: value descending; secondary: index ascending
+    idx = np.take_along_axis(part, order, axis=1).astype(np.int64)
+    val = np.take_along_axis(values, order, axis=1).astype(np.float32)
+    idx[~np.isfinite(val)] = -1
+    if take < count:
+        idx = np.pad(idx, ((0, 0), (0, count - take)), constant_values=-1)
+        val = np.pad(val, ((0, 0), (0, count - take)), constant_values=-np.inf)
+    return idx, val
+
+
+def mmr_select(
+    relevance: np.ndarray,
+    pairwise: np.ndarray,
+    lambdas: np.ndarray,
+    valid: np.ndarray,
+    k: int,
+    first_pick: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Greedy MMR (Eq. 5) over candidate sets, vectorised across queries.
+
+    relevance [Q, C] = sim(e, s) * r(e); pairwise [Q, C, C] = sim(e, e'); lambdas [Q]; valid [Q, C] marks
+    real candidates. ``first_pick`` [Q] (optional) forces the first selection (diversity-only anchor).
+    Returns (positions [Q, k] into the candidate axis, -1 when exhausted; scores [Q, k], NaN when exhausted).
+    """
+    q, c = relevance.shape
+    lam = np.asarray(lambdas, dtype=np.float32).reshape(q, 1)
+    rows = np.arange(q)
+    redundancy = np.zeros((q, c), dtype=np.float32)  # max over the empty set is 0
+    taken = ~valid.copy()
+    positions = np.full((q, k), -1, dtype=np.int64)
+    scores = np.full((q, k), np.nan, dtype=np.float32)
+    for step in range(k):
+        objective = lam * relevance - (1.0 - lam) * redundancy
+        objective = np.where(taken, -np.inf, objective)
+        pick = np.argmax(objective, axis=1)
+        if step == 0 and first_pick is not None:
+            pick = np.where(first_pick >= 0, first_pick, pick)
+        best = objective[rows, pick]
+        ok = np.isfinite(best)
+        positions[ok, step] = pick[ok]
+        scores[ok, step] = best[ok]
+        taken[rows[ok], pick[ok]] = True
+        redundancy[ok] = np.maximum(redundancy[ok], pairwise[rows[ok], pick[ok], :])
+    return positions, scores
+
+
+def retrieve(
+    query_embeddings: np.ndarray,
+    state_embeddings: np.ndarray,
+    rewards: np.ndarray,
+    consensus_ratios: np.ndarray | Sequence[float],
+    config: RetrievalConfig = RetrievalConfig(),
+    seeds: Sequence[int] | np.ndarray | None = None,
+) -> RetrievalResult:
+    """Retrieve K cases per query from one agent's bank (all queries of an agent-round at once).
+
+    query_embeddings [Q, d] unit rows (emb(s_i^(t))); state_embeddings [N, d] unit rows of the bank;
+    rewards [N] r_i(e) in {0, 1}; consensus_ratios [Q] Cons(Z^(t-1)); seeds [Q] for the random policies
+    (default: derived from ``config.seed`` and the query position).
+    """
+    queries = _as_unit_matrix("query_embeddings", query_embeddings)
+    bank = _as_unit_matrix("state_embeddings", state_embeddings, queries.shape[1])
+    rewards = np.asarray(rewards, dtype=np.float32).reshape(-1)
+    if rewards.shape[0] != bank.shape[0]:
+        raise ValueError(f"rewards has {rewards.shape[0]} entries, expected one per bank case ({bank.shape[0]})")
+    q, n = queries.shape[0], bank.shape[0]
+    cons = np.asarray(consensus_ratios, dtype=np.float64).reshape(-1)
+    if cons.shape[0] != q:
+        raise ValueError(f"consensus_ratios has {cons.shape[0]} entries, expected one per query ({q})")
+    if seeds is None:
+        seeds = [query_seed(config.seed, position) for position in range(q)]
+    seeds = np.asarray(seeds, dtype=np.uint64).reshape(-1)
+    if seeds.shape[0] != q:
+        raise ValueError(f"seeds has {seeds.shape[0]} entries, expected one per query ({q})")
+
+    k, c = config.k, config.num_candidates
+    policy = config.policy
+    lambdas = np.full(q, np.nan, dtype=np.float32)
+    if policy == "state_aware":
+        lambdas = mmr_tradeoff(cons, config.gamma)
+    elif policy == "fixed_lambda":
+        lambdas = np.full(q, config.fixed_lambda, dtype=np.float32)
+    elif policy == "diversity_only":
+        lambdas = np.zeros(q, dtype=np.float32)
+
+    if n == 0:
+        none_idx = np.full((q, c), -1, dtype=np.int64)
+        none_val = np.full((q, c), np.nan, dtype=np.float32)
+        return RetrievalResult(none_idx[:, :k].copy(), none_val[:, :k].copy(), none_val[:, :k].copy(),
+                               lambdas, none_idx, none_val, policy)
+    if policy == "random":
+        take = min(c, n)
+        cand = np.full((q, c), -1, dtype=np.int64)
+        for row, seed in enumerate(seeds):
+            cand[row, :take] = np.random.default_rng(int(seed)).choice(n, size=take, replace=False)
+        cand_sim = _gathered_similarities(queries, bank, cand)
+        indices = cand[:, :k].copy()
+        sims = cand_sim[:, :k].copy()
+        scores = np.full((q, k), np.nan, dtype=np.float32)
+        return RetrievalResult(indices, scores, sims, lambdas, cand, cand_sim, policy)
+
+    similarity = queries @ bank.T  # [Q, N] cosine
+    if policy == "positive_only":
+        similarity = np.where(rewards[None, :] > 0, similarity, -np.inf)
+    cand, cand_sim = top_candidates(similarity, c)
+    valid = cand >= 0
+
+    if policy in ("similarity", "positive_only"):
+        indices = cand[:, :k].copy()
+        sims = np.where(indices >= 0, cand_sim[:, :k], np.nan).astype(np.float32)
+        return RetrievalResult(indices, sims.copy(), sims, lambdas, cand, _nan_invalid(cand_sim, valid), policy)
+
+    # MMR policies
+    safe = np.where(valid, cand, 0)
+    cand_vectors = bank[safe] * valid[..., None]  # [Q, C, d], zero rows for padding
+    pairwise = np.matmul(cand_vectors, cand_vectors.transpose(0, 2, 1))  # [Q, C, C]
+    cand_rewards = np.where(valid, rewards[safe], 0.0).astype(np.float32)
+    relevance = np.where(valid, cand_sim, 0.0).astype(np.float32) * cand_rewards
+    first_pick = None
+    if policy == "diversity_only":
+        counts = valid.sum(axis=1)
+        first_pick = np.array(
+            [int(np.random.default_rng(int(s)).integers(m)) if m else -1 for s, m in zip(seeds, counts)],
+            dtype=np.int64,
+        )
+    positions, scores = mmr_select(relevance, pairwise, lambdas, valid, k, first_pick)
+    picked = positions >= 0
+    safe_pos = np.where(picked, positions, 0)
+    indices = np.where(picked, np.take_along_axis(cand, safe_pos, axis=1), -1)
+    sims = np.where(picked, np.take_along_axis(cand_sim, safe_pos, axis=1), np.nan).astype(np.float32)
+    return RetrievalResult(indices, scores, sims, lambdas, cand, _nan_invalid(cand_sim, valid), policy)
+
+
+def _nan_invalid(values: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    return np.where(valid, values, np.nan).astype(np.float32)
+
+
+def _gathered_similarities(queries: np.ndarray, bank: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    valid = indices >= 0
+    vectors = bank[np.where(valid, indices, 0)]  # [Q, C, d]
+    sims = np.einsum("qd,qcd->qc", queries, vectors)
+    return np.where(valid, sims, np.nan).astype(np.float32)

@@ -1,0 +1,211 @@
+"""Memory cases (Eq. 2, 4), banks built from debates, their on-disk format and its checks."""
+
+import json
+
+import numpy as np
+import pytest
+
+from r2mad_core.embeddings import HashingEmbedder
+from r2mad_core.memory import (
+    DebateRecord,
+    DebateState,
+    MemoryBankError,
+    MemoryBankSet,
+    RoundRecord,
+    build_bank_set,
+    cases_from_debate,
+    encode_states,
+    format_state_text,
+    poison_bank,
+)
+
+
+def _debate(sample_id: str, question: str, final_correct: bool = True) -> DebateRecord:
+    # 3 agents, 3 rounds; gold "B". Agent 2 is wrong in round 0 and 1, right in round 2; agent 1 is
+    # wrong in the last round.
+    rounds = (
+        RoundRecord((f"{question} r0 a0 says B", f"{question} r0 a1 says B", f"{question} r0 a2 says C"),
+                    ("B", "B", "C"), (True, True, False), f"summary 0 of {sample_id}", 2 / 3),
+        RoundRecord((f"{question} r1 a0 says B", f"{question} r1 a1 says B", f"{question} r1 a2 says C"),
+                    ("B", "B", "C"), (True, True, False), f"summary 1 of {sample_id}", 2 / 3),
+        RoundRecord((f"{question} r2 a0 says B", f"{question} r2 a1 says A", f"{question} r2 a2 says B"),
+                    ("B", "A", "B"), (True, False, True), f"summary 2 of {sample_id}", 2 / 3),
+    )
+    return DebateRecord(sample_id, question, "B", rounds, "B" if final_correct else "A", final_correct)
+
+
+DEBATES = [
+    _debate("q1", "Which planet is largest"),
+    _debate("q2", "What is the boiling point of water", final_correct=False),
+    _debate("q3", "Who wrote Hamlet"),
+]
+
+
+def test_cases_from_debate_states_and_rewards():
+    per_agent = cases_from_debate(DEBATES[0])
+    assert [len(c) for c in per_agent] == [2, 2, 2]  # rounds 1 and 2; round 0 excluded
+    case = per_agent[2][0]  # agent 2, round 1
+    assert case.round_index == 1 and case.case_id == "q1#t1#a2"
+    # s_2^(1) = <x, z_2^(0), h^(0), Cons(Z^(0))>
+    assert case.state == DebateState("Which planet is largest", "Which planet is largest r0 a2 says C",
+                                     "summary 0 of q1", 2 / 3)
+    assert case.responses == DEBATES[0].rounds[1].responses  # Z^(1)
+    assert case.correct == (True, True, False) and case.is_correct is False
+    assert case.previous_responses == DEBATES[0].rounds[0].responses
+    assert case.reward == 1  # final vote correct
+    # reward definitions, agent 2 round 1: final_vote 1; agent_final (round 2 correct) 1; round_correctness 0
+    assert cases_from_debate(DEBATES[0], "agent_final")[2][0].reward == 1
+    assert cases_from_debate(DEBATES[0], "round_correctness")[2][0].reward == 0
+    # agent 1: last round wrong
+    assert [c.reward for c in cases_from_debate(DEBATES[0], "agent_final")[1]] == [0, 0]
+    assert [c.reward for c in cases_from_debate(DEBATES[0], "round_correctness")[1]] == [1, 0]
+    assert [c.reward for c in cases_from_debate(DEBATES[1])[0]] == [0, 0]
+    with pytest.raises(ValueError, match="reward definition"):
+        cases_from_debate(DEBATES[0], "gold")
+
+
+def test_state_text_layouts():
+    state = DebateState("Q?", "my answer", "they agree", 2 / 3)
+    assert format_state_text(state) == (
+        "Question:\nQ?\n\nConsensus ratio of the previous round: 0.67\n\n"
+        "Previous round summary:\nthey agree\n\nPrevious response:\nmy answer"
+    )
+    assert format_state_text(state, "authors") == "Q?\nmy answer\nthey agree"
+    assert format_state_text(DebateState("Q?", "r", "", 1.0), "authors") == "Q?\nr"
+    with pytest.raises(ValueError, match="layout"):
+        format_state_text(state, "json")
+
+
+def test_component_state_encoding():
+    embedder = HashingEmbedder(64)
+    state = DebateState("alpha beta", "gamma delta", "", 1.0)
+    vec = encode_states(embedder, [state], encoding="components")[0]
+    parts = embedder.encode(["alpha beta", "gamma delta"])
+    expected = parts.sum(0) / np.linalg.norm(parts.sum(0))
+    np.testing.assert_allclose(vec, expected, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def bank_set():
+    return build_bank_set(DEBATES, HashingEmbedder(128), "truthfulqa", "train", "simulated")
+
+
+def test_build_bank_set_shapes_and_embeddings(bank_set):
+    assert bank_set.n_agents == 3 and [len(b) for b in bank_set.banks] == [6, 6, 6]
+    bank = bank_set[1]
+    assert bank.state_embeddings.shape == (6, 128) and bank.state_embeddings.dtype == np.float32
+    assert bank.response_embeddings.shape == (6, 3, 128)
+    np.testing.assert_allclose(np.linalg.norm(bank.state_embeddings, axis=1), 1.0, atol=1e-5)
+    # response embeddings are those of the texts of Z^(t), identical across agents' banks
+    embedder = HashingEmbedder(128)
+    case = bank.cases[3]
+    np.testing.assert_allclose(bank.response_embeddings[3], embedder.encode(list(case.responses)), atol=1e-6)
+    np.testing.assert_allclose(bank.previous_response_embeddings[3], embedder.encode(list(case.previous_responses)), atol=1e-6)
+    np.testing.assert_array_equal(bank_set[0].response_embeddings, bank_set[2].response_embeddings)
+    np.testing.assert_allclose(
+        bank.state_embeddings[3], embedder.encode([format_state_text(case.state)])[0], atol=1e-6
+    )
+    assert bank.rewards.tolist() == [1, 1, 0, 0, 1, 1]
+    assert bank.correct[:2].tolist() == [[1, 1, 0], [1, 0, 1]]
+
+
+def test_round_trip(tmp_path, bank_set):
+    bank_set.save(tmp_path / "bank")
+    loaded = MemoryBankSet.load(tmp_path / "bank", embedder=HashingEmbedder(128), benchmark="truthfulqa")
+    assert loaded.benchmark == "truthfulqa" and loaded.split == "train" and loaded.model == "simulated"
+    assert loaded.embedder_name == "hashing-128" and loaded.embedding_dim == 128
+    for original, copy in zip(bank_set.banks, loaded.banks):
+        assert original.cases == copy.cases
+        np.testing.assert_array_equal(original.state_embeddings, copy.state_embeddings)
+        np.testing.assert_array_equal(original.response_embeddings, copy.response_embeddings)
+        np.testing.assert_array_equal(original.rewards, copy.rewards)
+    manifest = json.loads((tmp_path / "bank" / "manifest.json").read_text())
+    assert manifest["format_version"] == 1 and manifest["n_agents"] == 3
+    assert [a["cases"] for a in manifest["agents"]] == [6, 6, 6]
+    assert manifest["embedder"] == {"name": "hashing-128", "dim": 128}
+    assert set(manifest["files"]) == {
+        f"agent_{i}/{name}" for i in range(3)
+        for name in ("cases.jsonl", "state_embeddings.npy", "response_embeddings.npy", "previous_response_embeddings.npy")
+    }
+    with pytest.raises(FileExistsError):
+        bank_set.save(tmp_path / "bank")
+    bank_set.save(tmp_path / "bank", overwrite=True)
+
+
+def test_load_rejects_mismatches(tmp_path, bank_set):
+    root = bank_set.save(tmp_path / "bank")
+    with pytest.raises(MemoryBankError, match="hashing-128.*hashing-384"):
+        MemoryBankSet.load(root, embedder=HashingEmbedder(384))
+    with pytest.raises(MemoryBankError, match="minilm"):
+        MemoryBankSet.load(root, embedder="minilm")
+    with pytest.raises(MemoryBankError, match="'truthfulqa', expected 'math500'"):
+        MemoryBankSet.load(root, benchmark="math500")
+    with pytest.raises(MemoryBankError, match="no manifest"):
+        MemoryBankSet.load(tmp_path / "nowhere")
+
+
+def test_load_rejects_truncated_array(tmp_path, bank_set):
+    root = bank_set.save(tmp_path / "bank")
+    path = root / "agent_1" / "response_embeddings.npy"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(MemoryBankError, match=r"agent_1/response_embeddings\.npy.*bytes.*truncated"):
+        MemoryBankSet.load(root)
+
+
+def test_load_rejects_corrupted_bytes_and_cases(tmp_path, bank_set):
+    root = bank_set.save(tmp_path / "bank")
+    path = root / "agent_0" / "state_embeddings.npy"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF  # same size, different content
+    path.write_bytes(bytes(data))
+    with pytest.raises(MemoryBankError, match=r"agent_0/state_embeddings\.npy: sha256"):
+        MemoryBankSet.load(root)
+
+
+def test_load_rejects_shape_and_unreadable_array(tmp_path, bank_set):
+    # A self-consistent manifest (checksums rewritten) whose array has the wrong shape, then a non-npy file.
+    root = bank_set.save(tmp_path / "bank")
+    path = root / "agent_2" / "state_embeddings.npy"
+    np.save(path, np.zeros((5, 128), dtype=np.float32))
+    manifest_path = root / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    from r2mad_core.memory import _sha256
+
+    entry = manifest["files"]["agent_2/state_embeddings.npy"]
+    entry.update(sha256=_sha256(path), bytes=path.stat().st_size)
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(MemoryBankError, match=r"agent_2/state_embeddings\.npy: shape \[5, 128\], the manifest expects \[6, 128\]"):
+        MemoryBankSet.load(root)
+    path.write_bytes(b"not an array")
+    entry.update(sha256=_sha256(path), bytes=path.stat().st_size)
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(MemoryBankError, match=r"agent_2/state_embeddings\.npy: cannot be read"):
+        MemoryBankSet.load(root)
+
+
+def test_poison_bank_flips_exact_fraction(bank_set):
+    poisoned = poison_bank(bank_set, 0.5, seed=3)
+    for original, bad in zip(bank_set.banks, poisoned.banks):
+        flipped = [k for k, (a, b) in enumerate(zip(original.cases, bad.cases)) if a.reward != b.reward]
+        assert len(flipped) == 3  # round(0.5 * 6)
+        for k in flipped:
+            assert bad.cases[k].correct == tuple(not c for c in original.cases[k].correct)
+        np.testing.assert_array_equal(bad.rewards[flipped], 1 - original.rewards[flipped])
+    assert poisoned.metadata["poisoned"]["fraction"] == 0.5
+    assert poison_bank(bank_set, 0.5, seed=3).banks[0].cases == poisoned.banks[0].cases  # reproducible
+    assert poison_bank(bank_set, 0.0).banks[0].cases == bank_set.banks[0].cases
+    only_reward = poison_bank(bank_set[0], 1.0, fields=("reward",))
+    assert only_reward.rewards.tolist() == (1 - bank_set[0].rewards).tolist()
+    assert only_reward.correct.tolist() == bank_set[0].correct.tolist()
+    with pytest.raises(ValueError, match="fraction"):
+        poison_bank(bank_set, 1.5)
+
+
+def test_inconsistent_debates_are_rejected():
+    bad = DebateRecord("q9", "x", "A", (RoundRecord(("a", "b"), ("A",), (True, False), "", 1.0),), "A", True)
+    with pytest.raises(ValueError, match="q9.*round 0"):
+        cases_from_debate(bad)
+    two_agents = DebateRecord("q8", "x", "A", (RoundRecord(("a", "b"), ("A", "A"), (True, True), "", 1.0),) * 2, "A", True)
+    with pytest.raises(ValueError, match="2 agents"):
+        build_bank_set([DEBATES[0], two_agents], HashingEmbedder(16), "truthfulqa")
