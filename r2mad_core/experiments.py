@@ -303,10 +303,12 @@ def cell_config(
     }
 
 
-def _differences(expected: Mapping[str, Any], found: Mapping[str, Any], prefix: str = "") -> list[str]:
+def _differences(
+    expected: Mapping[str, Any], found: Mapping[str, Any], prefix: str = "", ignore: frozenset[str] = frozenset()
+) -> list[str]:
     out = []
     for key in sorted(set(expected) | set(found)):
-        if not prefix and key in INFORMATIONAL_KEYS:
+        if not prefix and (key in INFORMATIONAL_KEYS or key in ignore):
             continue
         a, b = expected.get(key, "<missing>"), found.get(key, "<missing>")
         if isinstance(a, Mapping) and isinstance(b, Mapping):
@@ -316,11 +318,13 @@ def _differences(expected: Mapping[str, Any], found: Mapping[str, Any], prefix: 
     return out
 
 
-def check_config(run_dir: Path, config: Mapping[str, Any]) -> None:
-    """Write ``config.json`` for a new run directory or check that it matches ``config``."""
-    path = run_dir / CONFIG_FILE
+def check_config(run_dir: Path, config: Mapping[str, Any], *, ignore: frozenset[str] = frozenset(), write: bool = True) -> None:
+    """Write ``config.json`` for a new run directory or check that it matches ``config``
+    (top-level keys in ``ignore`` are not compared)."""
+    path = Path(run_dir) / CONFIG_FILE
     if not path.exists():
-        write_json_atomic(path, config)
+        if write:
+            write_json_atomic(path, config)
         return
     try:
         found = json.loads(path.read_text(encoding="utf-8"))
@@ -328,12 +332,42 @@ def check_config(run_dir: Path, config: Mapping[str, Any]) -> None:
         raise RunConfigMismatch(f"{path}: not valid JSON ({exc})") from None
     # Round-trip the requested config through JSON so tuples/lists compare equal.
     expected = json.loads(json.dumps(config))
-    differences = _differences(expected, found)
+    differences = _differences(expected, found, ignore=ignore)
     if differences:
         raise RunConfigMismatch(
             f"{path} belongs to a different run cell: " + "; ".join(differences)
             + ". Use another --out directory (the engine cache replays the generations they share)."
         )
+
+
+def preflight(
+    out_dir: str | Path,
+    *,
+    benchmark: str,
+    split: str,
+    method: Method,
+    seed: int,
+    limit: int | None,
+    sample_ids: Sequence[str],
+) -> None:
+    """Raise :class:`RunConfigMismatch` early (before an engine is built) when ``out_dir`` holds
+    another cell; the engine part of the config is checked later by :func:`run_cell`."""
+
+    class _NoEngine:
+        identity = ""
+        model = ""
+
+    config = cell_config(
+        benchmark=benchmark,
+        split=split,
+        method=method,
+        seed=seed,
+        limit=limit,
+        engine=_NoEngine(),  # type: ignore[arg-type]
+        sample_ids=sample_ids,
+        chunk_size=0,
+    )
+    check_config(Path(out_dir), config, ignore=frozenset({"engine"}), write=False)
 
 
 # --------------------------------------------------------------------------------------------

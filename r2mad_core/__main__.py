@@ -1,0 +1,7 @@
+"""``python -m r2mad_core``: the ``r2mad`` command line (see :mod:`r2mad_core.cli`)."""
+
+import sys
+
+from r2mad_core.cli import main
+
+sys.exit(main())

@@ -1,0 +1,392 @@
+"""The ``r2mad`` command line: run a cell of the paper's experiments (Section 5) and score it.
+
+``r2mad run``   debate one (benchmark, split, method, engine, seed, limit) cell into ``--out``
+                (resumable: a rerun skips finished samples; see :mod:`r2mad_core.experiments`).
+``r2mad score`` recompute and print the metrics of a run directory.
+
+Bad inputs (unknown benchmark/method, invalid numbers, options that do not apply to the method, a
+run directory that holds another cell) end with one error line and exit code 2 before any
+generation.
+
+Extending (e.g. ``build-memory``, ``audit``, R2-MAD options): the parser is assembled from
+:data:`COMMANDS` (name, help, ``add_arguments(parser)``, ``handler(args) -> exit code``) and
+``run``'s arguments from :data:`RUN_ARGUMENT_GROUPS` (functions adding an argument group). An
+argument added with :func:`add_method_option` is forwarded to ``methods.get_method`` under its
+``dest`` name when the user gives it (its default must be None), so a new method option needs one
+line, e.g.::
+
+    def add_memory_arguments(parser):
+        group = parser.add_argument_group("R2-MAD memory")
+        add_method_option(parser, group, "--memory", dest="memory", metavar="DIR", help="memory bank directory")
+
+    RUN_ARGUMENT_GROUPS.append(add_memory_arguments)   # or list it in the literal below
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import yaml
+
+from r2mad_core.benchmarks import BENCHMARKS
+
+logger = logging.getLogger(__name__)
+
+EXIT_USAGE = 2
+METHOD_OPTION_DESTS = "_method_option_dests"
+DEFAULT_CACHE_DIR = "cache"
+
+
+class UsageError(Exception):
+    """A bad input found after parsing (exit code 2, one line)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with a one-line error message (``prog: error: message``) and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+# --------------------------------------------------------------------------------------------
+# Argument types
+# --------------------------------------------------------------------------------------------
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, found {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, found {value}")
+    return value
+
+
+def integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}") from None
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, found {text!r}") from None
+    if not value >= 0.0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, found {text}")
+    return value
+
+
+def probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], found {text!r}") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], found {text}")
+    return value
+
+
+def key_value(text: str) -> tuple[str, Any]:
+    """``key=value``; the value is read as YAML (numbers, booleans, lists), else kept as text."""
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected key=value, found {text!r}")
+    key, raw = text.split("=", 1)
+    key = key.strip().replace("-", "_")
+    if not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"engine option name {key!r} is not a valid identifier")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def add_method_option(
+    parser: argparse.ArgumentParser, group: Any, *flags: str, **kwargs: Any
+) -> argparse.Action:
+    """Add an argument to ``group`` of ``parser`` that is forwarded to ``get_method`` under its
+    dest name when the user gives it (its default is None: the method's own default applies)."""
+    kwargs.setdefault("default", None)
+    if kwargs["default"] is not None:
+        raise ValueError(f"method option {flags}: the default must be None (the method's default applies)")
+    action = group.add_argument(*flags, **kwargs)
+    registered = list(parser.get_default(METHOD_OPTION_DESTS) or [])
+    registered.append((action.dest, action.option_strings[0]))
+    parser.set_defaults(**{METHOD_OPTION_DESTS: registered})
+    return action
+
+
+# --------------------------------------------------------------------------------------------
+# run
+# --------------------------------------------------------------------------------------------
+def add_cell_arguments(parser: argparse.ArgumentParser) -> None:
+    from r2mad_core.methods import METHODS
+
+    group = parser.add_argument_group("run cell")
+    group.add_argument("--benchmark", required=True, choices=BENCHMARKS, help="benchmark to run")
+    group.add_argument("--split", default="test", choices=("test", "train", "all"), help="split (default: test)")
+    group.add_argument("--method", required=True, choices=sorted(METHODS), help="method (see r2mad_core.methods)")
+    group.add_argument("--limit", type=positive_int, default=None, help="first N questions of the split (default: all)")
+    group.add_argument("--seed", type=integer, default=0, help="run seed: sampling seed and vote tie-breaks (default: 0)")
+    group.add_argument("--out", required=True, type=Path, metavar="DIR", help="run directory (created; resumed if it exists)")
+    group.add_argument("--data-dir", type=Path, default=None, metavar="DIR", help="benchmark data (default: $R2MAD_DATA_DIR, else data/)")
+    group.add_argument("--chunk-size", type=positive_int, default=32, help="questions per batch of debates (default: 32)")
+    group.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def add_method_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("method options (default: the method's paper default)")
+    add_method_option(parser, group, "--n-agents", dest="n_agents", type=positive_int, help="agents (MAD methods; paper: 3)")
+    add_method_option(parser, group, "--n-rounds", dest="n_rounds", type=positive_int, help="rounds t = 0..n-1 (MAD methods; paper: 3)")
+    add_method_option(parser, group, "--max-tokens", dest="max_tokens", type=positive_int, help="max new tokens per response (default: 512; paper: 6144)")
+    add_method_option(parser, group, "--temperature", dest="temperature", type=non_negative_float, help="sampling temperature (paper: 1.0)")
+    add_method_option(parser, group, "--top-p", dest="top_p", type=probability, help="nucleus sampling top_p (paper: 1.0)")
+    add_method_option(parser, group, "--k-paths", dest="k_paths", type=positive_int, help="Self-Consistency paths (paper: 9)")
+    add_method_option(parser, group, "--masking", dest="masking", choices=("objective", "subjective"), help="MAD-M2 masking (default: objective)")
+    add_method_option(
+        parser,
+        group,
+        "--objective-keep",
+        dest="objective_keep",
+        choices=("better_half", "lowest_perplexity"),
+        help="MAD-M2 objective masking: keep the better half (default) or the single lowest-perplexity response",
+    )
+    add_method_option(parser, group, "--judge-max-tokens", dest="judge_max_tokens", type=positive_int, help="MAD-M2 subjective judge max tokens (default: --max-tokens)")
+    add_method_option(
+        parser,
+        group,
+        "--vote-rule",
+        dest="vote_rule",
+        choices=("plurality", "authors_majority_correct"),
+        help="final answer rule (default: plurality over equivalent answers)",
+    )
+    add_method_option(
+        parser,
+        group,
+        "--no-early-stop",
+        dest="stop_at_unanimity",
+        action="store_false",
+        help="debate all rounds even when the agents agree (MAD methods)",
+    )
+    add_method_option(parser, group, "--with-summaries", dest="with_summaries", action="store_true", help="generate debate summaries h^(t) (MAD)")
+    add_method_option(parser, group, "--summary-max-tokens", dest="summary_max_tokens", type=positive_int, help="summary max tokens (default: 128)")
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    from r2mad_core.engines import ENGINE_NAMES
+
+    group = parser.add_argument_group("engine")
+    group.add_argument("--engine", default="local", choices=ENGINE_NAMES, help="generation backend (default: local)")
+    group.add_argument("--model", default=None, help="model: a .gguf path (local), the served name (openai), an HF id (vllm)")
+    group.add_argument(
+        "--engine-option",
+        dest="engine_options",
+        action="append",
+        type=key_value,
+        default=[],
+        metavar="KEY=VALUE",
+        help="backend constructor option (repeatable), e.g. threads=1 or base_urls=[http://h:8000/v1]",
+    )
+    group.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"response cache directory (default: $R2MAD_CACHE_DIR, else ./{DEFAULT_CACHE_DIR})",
+    )
+    group.add_argument("--no-cache", action="store_true", help="do not use the response cache")
+
+
+RUN_ARGUMENT_GROUPS: list[Callable[[argparse.ArgumentParser], None]] = [
+    add_cell_arguments,
+    add_method_arguments,
+    add_engine_arguments,
+]
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.set_defaults(**{METHOD_OPTION_DESTS: []})
+    for add in RUN_ARGUMENT_GROUPS:
+        add(parser)
+
+
+def method_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The method options the user gave on the command line (dest name -> value)."""
+    return {
+        dest: getattr(args, dest)
+        for dest, _ in getattr(args, METHOD_OPTION_DESTS, [])
+        if getattr(args, dest, None) is not None
+    }
+
+
+def build_method(args: argparse.Namespace) -> Any:
+    from r2mad_core.methods import get_method, method_options
+
+    options = method_options_from_args(args)
+    flags = dict(getattr(args, METHOD_OPTION_DESTS, []))
+    accepted = method_options(args.method)
+    unknown = [flags.get(dest, dest) for dest in options if dest not in accepted]
+    if unknown:
+        valid = sorted(flag for dest, flag in flags.items() if dest in accepted)
+        raise UsageError(
+            f"option(s) {', '.join(unknown)} do not apply to method {args.method}; its options: {', '.join(valid) or 'none'}"
+        )
+    try:
+        method = get_method(args.method, **options)
+        method.check_benchmark(args.benchmark)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return method
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from r2mad_core import benchmarks, experiments, scoring
+    from r2mad_core.engines import make_engine
+
+    method = build_method(args)
+    try:
+        samples = benchmarks.load(args.benchmark, args.split, data_dir=args.data_dir)
+    except (ValueError, FileNotFoundError) as exc:
+        raise UsageError(f"cannot load {args.benchmark} {args.split}: {exc}") from None
+    if args.limit is not None:
+        samples = samples[: args.limit]
+    try:
+        experiments.preflight(
+            args.out,
+            benchmark=args.benchmark,
+            split=args.split,
+            method=method.with_seed(args.seed),
+            seed=args.seed,
+            limit=args.limit,
+            sample_ids=[s.id for s in samples],
+        )
+    except experiments.RunConfigMismatch as exc:
+        raise UsageError(str(exc)) from None
+
+    engine_options = dict(args.engine_options)
+    if args.engine == "simulated":
+        engine_options.setdefault("samples", samples)
+    cache_dir = None
+    if not args.no_cache:
+        cache_dir = args.cache_dir or Path(os.environ.get("R2MAD_CACHE_DIR", DEFAULT_CACHE_DIR))
+    try:
+        engine = make_engine(args.engine, model=args.model, cache_dir=cache_dir, **engine_options)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"engine {args.engine}: {exc}") from None
+    try:
+        result = experiments.run_cell(
+            args.out,
+            benchmark=args.benchmark,
+            split=args.split,
+            engine=engine,
+            method=method,
+            seed=args.seed,
+            limit=args.limit,
+            samples=samples,
+            chunk_size=args.chunk_size,
+            progress=not args.no_progress,
+        )
+    except (experiments.RunConfigMismatch, experiments.RunDirectoryBusy) as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        engine.close()
+    print(
+        f"{args.method} on {args.benchmark} {args.split} ({result.n_new} new, {result.n_reused} reused): "
+        + scoring.summary_line(result.metrics)
+    )
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# score
+# --------------------------------------------------------------------------------------------
+def add_score_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", type=Path, metavar="DIR", help="a run directory written by r2mad run")
+    parser.add_argument(
+        "--vote-rule",
+        choices=("plurality", "authors_majority_correct"),
+        default=None,
+        help="recompute the final answers with this rule (default: the stored ones)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
+
+
+def score_command(args: argparse.Namespace) -> int:
+    from r2mad_core import experiments, scoring
+
+    try:
+        metrics = experiments.score_run(args.run_dir, vote_rule=args.vote_rule)
+    except (FileNotFoundError, experiments.TranscriptError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    if not metrics["n"]:
+        raise UsageError(f"{args.run_dir}: no finished samples in {experiments.TRANSCRIPTS_FILE}")
+    if args.json:
+        print(json.dumps(experiments._json_safe(metrics), indent=2))
+        return 0
+    health = metrics["completion_health"]
+    lines = [
+        f"run: {args.run_dir} ({metrics['n']} samples{'' if metrics.get('complete') else ', incomplete'})",
+        scoring.summary_line(metrics),
+        f"vote rule: {metrics['vote_rule']} (ties broken: {metrics['vote_ties']})",
+        "agent accuracy by round: " + ", ".join(f"t={t}: {a:.3f}" for t, a in enumerate(metrics["agent_accuracy_by_round"])),
+        f"mean rounds executed: {metrics['mean_rounds_executed']:.2f} (stopped early: {metrics['stopped_early']})",
+        "completions: " + ", ".join(f"{k} {v}" for k, v in health.items()),
+    ]
+    print("\n".join(lines))
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# Assembly
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    handler: Callable[[argparse.Namespace], int]
+
+
+COMMANDS: list[Command] = [
+    Command("run", "debate one run cell into a directory (resumable)", add_run_arguments, run_command),
+    Command("score", "print the metrics of a run directory", add_score_arguments, score_command),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="r2mad",
+        description="R2-MAD reproduction: run and score multi-agent debate experiments.",
+    )
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
+    for command in COMMANDS:
+        p = sub.add_parser(command.name, help=command.help, description=command.help)
+        command.add_arguments(p)
+        p.set_defaults(_handler=command.handler)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args._handler(args))
+    except UsageError as exc:
+        print(f"r2mad {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
