@@ -1,0 +1,650 @@
+"""Benchmarks and the paper's train/test splits (Section 5.1 and Appendix A "Benchmark Details").
+
+Each benchmark question becomes a :class:`Sample`. The *test* split is what a method is evaluated on;
+the *train* split is what the memory bank is built from (the memory cases of Eq. 4 come only from
+train questions, so no test question leaks into an agent's memory).
+
+The splits reproduce the paper's counts exactly:
+
+============================  =====  =====  ==========================================================
+benchmark                     train  test   rule
+============================  =====  =====  ==========================================================
+``math500``                   366    134    test = the Level-5 problems (no randomness)
+``mmlu_pro_economics``        633    211    ``category == "economics"``; test = floor(n/4) at random
+``mmlu_pro_engineering``      727    242    ``category == "engineering"``; test = floor(n/4) at random
+``truthfulqa``                498    166    MC1 targets with 4..9 options (664); test = floor(n/4)
+============================  =====  =====  ==========================================================
+
+Determinism: the items of a benchmark are sorted by a stable id (MATH ``unique_id``, MMLU-Pro
+``question_id``, TruthfulQA position in ``mc_task.json``) and permuted by
+``numpy.random.default_rng(seed)`` with a seed derived from :data:`SPLIT_SEED` and the benchmark
+name. The test split is the first ``floor(n/4)`` items of that permutation (for MATH500: the Level-5
+items, in permutation order); the train split is the rest. Every split therefore comes in a shuffled
+order, so its first ``k`` items are a fair subset. The split does not depend on the file's row order.
+
+TruthfulQA's ``mc1_targets`` always list the correct answer first, so each question's options are
+shuffled with a per-question generator seeded from :data:`OPTION_SEED` and the question's index.
+MMLU-Pro questions keep their options (3 to 10 of them) in the published order.
+
+Data files are looked up in the directory given as argument, else in ``$R2MAD_DATA_DIR``, else in
+``data/`` at the repository root (layout: see ``DATA_FILES`` and the data README). If none is
+present, the files are fetched from the Hugging Face Hub with the ``datasets`` package when it is
+installed and the Hub is reachable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import string
+import zlib
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+BENCHMARKS: tuple[str, ...] = ("math500", "mmlu_pro_economics", "mmlu_pro_engineering", "truthfulqa")
+SPLITS: tuple[str, ...] = ("train", "test", "all")
+MULTIPLE_CHOICE_BENCHMARKS: frozenset[str] = frozenset(
+    {"mmlu_pro_economics", "mmlu_pro_engineering", "truthfulqa"}
+)
+
+#: Seed of the random train/test permutation (combined with a CRC32 of the benchmark name).
+SPLIT_SEED = 20250501
+#: Seed of the per-question option shuffle of TruthfulQA (combined with the question's index).
+OPTION_SEED = 20250502
+#: Fraction of each randomly split benchmark that goes to the test set: test = floor(n / 4).
+TEST_FRACTION_DENOMINATOR = 4
+#: TruthfulQA MC1 questions kept: number of options between these bounds, inclusive (paper: 664).
+TRUTHFULQA_MIN_OPTIONS = 4
+TRUTHFULQA_MAX_OPTIONS = 9
+#: MATH500 problems of this level form the test set (paper: the 134 hardest problems).
+MATH500_TEST_LEVEL = 5
+
+#: The split sizes reported in the paper (Appendix A); a mismatch is logged as a warning.
+PAPER_SPLIT_SIZES: dict[str, dict[str, int]] = {
+    "math500": {"train": 366, "test": 134, "all": 500},
+    "mmlu_pro_economics": {"train": 633, "test": 211, "all": 844},
+    "mmlu_pro_engineering": {"train": 727, "test": 242, "all": 969},
+    "truthfulqa": {"train": 498, "test": 166, "all": 664},
+}
+
+MMLU_PRO_CATEGORY: dict[str, str] = {
+    "mmlu_pro_economics": "economics",
+    "mmlu_pro_engineering": "engineering",
+}
+MMLU_PRO_PARQUET = "test-00000-of-00001.parquet"
+
+#: Where each source file is looked for, relative to the data directory, first hit wins.
+#: ``{category}`` is the MMLU-Pro category. The first entry is the layout of the shared data folder;
+#: the others are flat layouts a user may have (and where a Hub download is written).
+DATA_FILES: dict[str, tuple[str, ...]] = {
+    "math500": ("math500/raw/test.jsonl", "math500/test.jsonl"),
+    "mmlu_pro_parquet": (
+        f"mmlu_pro/raw/data/{MMLU_PRO_PARQUET}",
+        f"mmlu_pro/data/{MMLU_PRO_PARQUET}",
+        f"mmlu_pro/{MMLU_PRO_PARQUET}",
+    ),
+    "mmlu_pro_jsonl": ("mmlu_pro/derived/test_{category}.jsonl", "mmlu_pro/test_{category}.jsonl"),
+    "truthfulqa": ("truthfulqa/raw/mc_task.json", "truthfulqa/mc_task.json"),
+}
+
+#: sha256 of the files in the shared data folder (from its README), for :func:`verify_checksums`.
+CHECKSUMS: dict[str, str] = {
+    "math500/raw/test.jsonl": "35dc41080a3680858b27fa7e0533d2d547825316fc5dafe5d316f4ccc5a06132",
+    f"mmlu_pro/raw/data/{MMLU_PRO_PARQUET}": "e816408684f5715a7081087ad06128fa0ab6001b8a77065447bd0c60c35305f0",
+    "mmlu_pro/derived/test_economics.jsonl": "4c34195cea3dbd65fb4ea7f3c38ee75e9cd556c34c700bd6f4cf3fbeb5f70c34",
+    "mmlu_pro/derived/test_engineering.jsonl": "15826effaa4455c538f83a007e976c868688cd86caf545810d1a462ae77a6bdc",
+    "truthfulqa/raw/mc_task.json": "6eb4125d25750c0145c4be2dce00440736684ab6f74ce6bff2139571cc758954",
+}
+
+#: Hugging Face Hub datasets used when no local file exists (needs the optional ``datasets`` package).
+HUB_SOURCES: dict[str, tuple[str, str | None, str]] = {
+    "math500": ("HuggingFaceH4/MATH-500", None, "test"),
+    "mmlu_pro": ("TIGER-Lab/MMLU-Pro", None, "test"),
+    "truthfulqa": ("truthful_qa", "multiple_choice", "validation"),
+}
+
+OPTION_LETTERS = string.ascii_uppercase
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class BenchmarkDataError(ValueError):
+    """A benchmark file is malformed; the message names the file, the 1-based row and the field."""
+
+    def __init__(self, path: Path | str, row: int | None, field_name: str | None, problem: str) -> None:
+        self.path = Path(path)
+        self.row = row
+        self.field_name = field_name
+        where = str(path)
+        if row is not None:
+            where += f", row {row}"
+        if field_name is not None:
+            where += f", field {field_name!r}"
+        super().__init__(f"{where}: {problem}")
+
+
+class BenchmarkFilesNotFound(FileNotFoundError):
+    """No data file for a benchmark was found and it could not be downloaded."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One benchmark question.
+
+    ``question`` is ready for the prompts' ``{QUESTION}`` slot: the question text, and for multiple
+    choice a blank line then one lettered line per option (``A. ...``). ``gold`` is the option letter
+    for multiple choice and the reference answer string for MATH500. ``metadata`` holds source
+    fields (level/subject, question_id/src, n_options, ...); it is excluded from hashing.
+    """
+
+    id: str
+    benchmark: str
+    question: str
+    gold: str
+    choices: tuple[str, ...] = ()
+    metadata: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.benchmark not in BENCHMARKS:
+            raise ValueError(f"Sample {self.id!r}: benchmark must be one of {BENCHMARKS}, found {self.benchmark!r}")
+        if not self.id or not isinstance(self.id, str):
+            raise ValueError(f"Sample of {self.benchmark}: id must be a non-empty string, found {self.id!r}")
+        if not isinstance(self.question, str) or not self.question.strip():
+            raise ValueError(f"Sample {self.id!r}: question must be a non-empty string, found {self.question!r}")
+        if not isinstance(self.gold, str) or not self.gold.strip():
+            raise ValueError(f"Sample {self.id!r}: gold must be a non-empty string, found {self.gold!r}")
+        if not isinstance(self.choices, tuple):
+            object.__setattr__(self, "choices", tuple(self.choices))
+        multiple_choice = self.benchmark in MULTIPLE_CHOICE_BENCHMARKS
+        if multiple_choice and len(self.choices) < 2:
+            raise ValueError(f"Sample {self.id!r}: {self.benchmark} needs at least 2 choices, found {len(self.choices)}")
+        if not multiple_choice and self.choices:
+            raise ValueError(f"Sample {self.id!r}: {self.benchmark} has no choices, found {len(self.choices)}")
+        if len(self.choices) > len(OPTION_LETTERS):
+            raise ValueError(f"Sample {self.id!r}: at most {len(OPTION_LETTERS)} choices, found {len(self.choices)}")
+        if multiple_choice and self.gold not in self.option_letters:
+            raise ValueError(
+                f"Sample {self.id!r}: gold must be one of the option letters {self.option_letters!r}, "
+                f"found {self.gold!r}"
+            )
+
+    @property
+    def is_multiple_choice(self) -> bool:
+        """True for MMLU-Pro and TruthfulQA questions."""
+        return bool(self.choices)
+
+    @property
+    def option_letters(self) -> str:
+        """The letters of the options, e.g. ``"ABCD"`` for four choices ("" for MATH500)."""
+        return OPTION_LETTERS[: len(self.choices)]
+
+    @property
+    def gold_choice(self) -> str | None:
+        """The text of the correct option (None for MATH500)."""
+        if not self.choices:
+            return None
+        return self.choices[self.option_letters.index(self.gold)]
+
+
+def format_question(question: str, choices: Sequence[str] = ()) -> str:
+    """The text for the prompts' {QUESTION}: the question, a blank line, then ``A. option`` lines."""
+    text = question.strip()
+    if not choices:
+        return text
+    lines = [f"{OPTION_LETTERS[i]}. {str(choice).strip()}" for i, choice in enumerate(choices)]
+    return text + "\n\n" + "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Data directory and files
+# ----------------------------------------------------------------------------------------------------
+
+
+def resolve_data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The data directory: the argument, else ``$R2MAD_DATA_DIR``, else ``data/`` in the repository."""
+    if data_dir is not None:
+        return Path(data_dir).expanduser()
+    from_env = os.environ.get("R2MAD_DATA_DIR")
+    if from_env:
+        return Path(from_env).expanduser()
+    return REPO_ROOT / "data"
+
+
+def _candidates(key: str, data_dir: Path, **fmt: str) -> list[Path]:
+    return [data_dir / pattern.format(**fmt) for pattern in DATA_FILES[key]]
+
+
+def _first_existing(paths: Iterable[Path]) -> Path | None:
+    for path in paths:
+        if path.is_file():
+            return path
+    return None
+
+
+def _pyarrow_available() -> bool:
+    try:
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _not_found(name: str, data_dir: Path, tried: Sequence[Path], reason: str) -> BenchmarkFilesNotFound:
+    tried_text = "\n".join(f"  - {p}" for p in tried)
+    return BenchmarkFilesNotFound(
+        f"No data file for benchmark {name!r} in data directory {data_dir} "
+        f"(set by the data_dir argument, else $R2MAD_DATA_DIR, else <repo>/data).\n"
+        f"Paths tried:\n{tried_text}\n"
+        f"Expected files: MATH500 prm800k test.jsonl (500 rows), MMLU-Pro test parquet or "
+        f"test_<category>.jsonl, TruthfulQA mc_task.json (817 questions, commit 013686a); see "
+        f"shared/data/README.md.\nDownload from the Hugging Face Hub was not possible: {reason}"
+    )
+
+
+def _locate(name: str, data_dir: Path) -> tuple[str, Path]:
+    """(format, path) of the file holding benchmark ``name``; downloads it from the Hub as a last resort."""
+    tried: list[Path] = []
+    if name == "math500":
+        tried = _candidates("math500", data_dir)
+        found = _first_existing(tried)
+        if found:
+            return "math500_jsonl", found
+    elif name in MMLU_PRO_CATEGORY:
+        category = MMLU_PRO_CATEGORY[name]
+        parquet = _candidates("mmlu_pro_parquet", data_dir)
+        jsonl = _candidates("mmlu_pro_jsonl", data_dir, category=category)
+        # The raw parquet is the checksummed original; the derived JSONL is identical and needs no pyarrow.
+        order = (parquet + jsonl) if _pyarrow_available() else jsonl
+        tried = parquet + jsonl
+        for path in order:
+            if path.is_file():
+                return ("mmlu_pro_parquet" if path.suffix == ".parquet" else "mmlu_pro_jsonl"), path
+    elif name == "truthfulqa":
+        tried = _candidates("truthfulqa", data_dir)
+        found = _first_existing(tried)
+        if found:
+            return "truthfulqa_json", found
+    else:
+        raise ValueError(f"unknown benchmark {name!r}; expected one of {BENCHMARKS}")
+    return _download_from_hub(name, data_dir, tried)
+
+
+def _download_from_hub(name: str, data_dir: Path, tried: Sequence[Path]) -> tuple[str, Path]:
+    """Fetch a benchmark with ``datasets`` and write it in the flat layout of :data:`DATA_FILES`."""
+    try:
+        import datasets  # type: ignore[import-not-found]
+    except ImportError:
+        raise _not_found(name, data_dir, tried, "the optional package 'datasets' is not installed") from None
+    source_key = "mmlu_pro" if name in MMLU_PRO_CATEGORY else name
+    repo, config, split = HUB_SOURCES[source_key]
+    logger.info("Downloading %s from the Hugging Face Hub (%s, split %s)", name, repo, split)
+    try:
+        rows = list(datasets.load_dataset(repo, config, split=split))
+    except Exception as error:  # network, authentication, renamed dataset: report all the same way
+        raise _not_found(name, data_dir, tried, f"{type(error).__name__}: {error}") from error
+    if name == "math500":
+        target = data_dir / DATA_FILES["math500"][1]
+        _write_jsonl(target, rows)
+        return "math500_jsonl", target
+    if name in MMLU_PRO_CATEGORY:
+        category = MMLU_PRO_CATEGORY[name]
+        target = data_dir / DATA_FILES["mmlu_pro_jsonl"][1].format(category=category)
+        _write_jsonl(target, [row for row in rows if row.get("category") == category])
+        return "mmlu_pro_jsonl", target
+    # truthful_qa/multiple_choice: mc1_targets = {"choices": [...], "labels": [...]} in mc_task.json order.
+    converted = []
+    for row in rows:
+        entry: dict[str, Any] = {"question": row["question"]}
+        for key in ("mc1_targets", "mc2_targets"):
+            targets = row[key]
+            entry[key] = dict(zip(targets["choices"], targets["labels"], strict=True))
+        converted.append(entry)
+    target = data_dir / DATA_FILES["truthfulqa"][1]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(converted, ensure_ascii=False, indent=2), encoding="utf-8")
+    return "truthfulqa_json", target
+
+
+def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Reading and validating rows
+# ----------------------------------------------------------------------------------------------------
+
+
+def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(1-based line number, object) for each non-blank line."""
+    with path.open(encoding="utf-8-sig") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise BenchmarkDataError(
+                    path, line_number, None, f"not valid JSON ({error.msg} at column {error.colno})"
+                ) from None
+            if not isinstance(row, dict):
+                raise BenchmarkDataError(path, line_number, None, f"expected a JSON object, found {type(row).__name__}")
+            yield line_number, row
+
+
+def _read_parquet(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except Exception as error:
+        raise BenchmarkDataError(path, None, None, f"cannot be read as parquet ({error})") from error
+    for index, row in enumerate(table.to_pylist(), start=1):
+        yield index, row
+
+
+def _require(row: dict[str, Any], key: str, kind: type | tuple[type, ...], path: Path, row_number: int) -> Any:
+    if key not in row:
+        raise BenchmarkDataError(path, row_number, key, "missing")
+    value = row[key]
+    if isinstance(value, bool) or not isinstance(value, kind):
+        expected = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise BenchmarkDataError(path, row_number, key, f"expected {expected}, found {type(value).__name__} {value!r:.80}")
+    if isinstance(value, str) and not value.strip():
+        raise BenchmarkDataError(path, row_number, key, "expected a non-empty string, found an empty one")
+    return value
+
+
+def _math500_samples(path: Path) -> list[Sample]:
+    samples: list[Sample] = []
+    seen: dict[str, int] = {}
+    for row_number, row in _read_jsonl(path):
+        problem = _require(row, "problem", str, path, row_number)
+        answer = _require(row, "answer", str, path, row_number)
+        subject = _require(row, "subject", str, path, row_number)
+        unique_id = _require(row, "unique_id", str, path, row_number)
+        level = _require(row, "level", (int, str), path, row_number)
+        try:
+            level = int(str(level).removeprefix("Level ").strip())
+        except ValueError:
+            raise BenchmarkDataError(path, row_number, "level", f"expected an integer 1-5, found {level!r}") from None
+        if not 1 <= level <= 5:
+            raise BenchmarkDataError(path, row_number, "level", f"expected an integer 1-5, found {level}")
+        if unique_id in seen:
+            raise BenchmarkDataError(
+                path, row_number, "unique_id", f"duplicate {unique_id!r} (first seen in row {seen[unique_id]})"
+            )
+        seen[unique_id] = row_number
+        samples.append(
+            Sample(
+                id=f"math500:{unique_id}",
+                benchmark="math500",
+                question=format_question(problem),
+                gold=answer.strip(),
+                metadata={
+                    "unique_id": unique_id,
+                    "level": level,
+                    "subject": subject,
+                    "solution": row.get("solution", ""),
+                },
+            )
+        )
+    return samples
+
+
+def _mmlu_pro_samples(name: str, path: Path, file_format: str) -> list[Sample]:
+    category = MMLU_PRO_CATEGORY[name]
+    rows = _read_parquet(path) if file_format == "mmlu_pro_parquet" else _read_jsonl(path)
+    samples: list[Sample] = []
+    seen: dict[int, int] = {}
+    for row_number, row in rows:
+        row_category = _require(row, "category", str, path, row_number)
+        if row_category != category:
+            if file_format == "mmlu_pro_jsonl":
+                raise BenchmarkDataError(
+                    path, row_number, "category", f"expected {category!r} in this file, found {row_category!r}"
+                )
+            continue
+        question_id = _require(row, "question_id", int, path, row_number)
+        question = _require(row, "question", str, path, row_number)
+        options = _require(row, "options", (list, tuple), path, row_number)
+        answer = _require(row, "answer", str, path, row_number)
+        if not 2 <= len(options) <= 10:
+            raise BenchmarkDataError(path, row_number, "options", f"expected 2 to 10 options, found {len(options)}")
+        for position, option in enumerate(options, start=1):
+            if not isinstance(option, str) or not option.strip():
+                raise BenchmarkDataError(
+                    path, row_number, "options", f"option {position} must be a non-empty string, found {option!r}"
+                )
+        letters = OPTION_LETTERS[: len(options)]
+        if len(answer) != 1 or answer not in letters:
+            raise BenchmarkDataError(
+                path, row_number, "answer", f"expected one of the option letters {letters!r}, found {answer!r}"
+            )
+        if "answer_index" in row and row["answer_index"] is not None:
+            answer_index = _require(row, "answer_index", int, path, row_number)
+            if answer_index != letters.index(answer):
+                raise BenchmarkDataError(
+                    path,
+                    row_number,
+                    "answer_index",
+                    f"expected {letters.index(answer)} (answer {answer!r}), found {answer_index}",
+                )
+        if question_id in seen:
+            raise BenchmarkDataError(
+                path, row_number, "question_id", f"duplicate {question_id} (first seen in row {seen[question_id]})"
+            )
+        seen[question_id] = row_number
+        choices = tuple(option.strip() for option in options)
+        samples.append(
+            Sample(
+                id=f"{name}:{question_id}",
+                benchmark=name,  # type: ignore[arg-type]
+                question=format_question(question, choices),
+                gold=answer,
+                choices=choices,
+                metadata={
+                    "question_id": question_id,
+                    "src": row.get("src", ""),
+                    "category": row_category,
+                    "n_options": len(choices),
+                    "answer_index": letters.index(answer),
+                },
+            )
+        )
+    return samples
+
+
+def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    duplicates = sorted({key for key in keys if keys.count(key) > 1})
+    if duplicates:
+        raise _DuplicateKeys(duplicates)
+    return dict(pairs)
+
+
+class _DuplicateKeys(ValueError):
+    def __init__(self, keys: list[str]) -> None:
+        self.keys = keys
+        super().__init__(f"duplicate keys {keys}")
+
+
+def shuffle_options(index: int, n_options: int, seed: int = OPTION_SEED) -> list[int]:
+    """The option order shown for TruthfulQA question ``index``: a permutation of ``range(n_options)``."""
+    return [int(i) for i in np.random.default_rng([seed, index]).permutation(n_options)]
+
+
+def _truthfulqa_samples(path: Path) -> list[Sample]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8-sig"), object_pairs_hook=_reject_duplicate_keys)
+    except json.JSONDecodeError as error:
+        raise BenchmarkDataError(
+            path, None, None, f"not valid JSON ({error.msg} at line {error.lineno} column {error.colno})"
+        ) from None
+    except _DuplicateKeys as error:
+        raise BenchmarkDataError(path, None, None, f"an object has duplicate keys {error.keys}") from None
+    if not isinstance(data, list):
+        raise BenchmarkDataError(path, None, None, f"expected a JSON list of questions, found {type(data).__name__}")
+    samples: list[Sample] = []
+    seen: dict[str, int] = {}
+    for index, row in enumerate(data):
+        row_number = index + 1
+        if not isinstance(row, dict):
+            raise BenchmarkDataError(path, row_number, None, f"expected a JSON object, found {type(row).__name__}")
+        question = _require(row, "question", str, path, row_number)
+        targets = _require(row, "mc1_targets", dict, path, row_number)
+        if len(targets) < 2:
+            raise BenchmarkDataError(path, row_number, "mc1_targets", f"expected at least 2 options, found {len(targets)}")
+        labels = list(targets.values())
+        if any(label not in (0, 1) or isinstance(label, float) for label in labels):
+            raise BenchmarkDataError(path, row_number, "mc1_targets", f"labels must be 0 or 1, found {labels}")
+        if labels.count(1) != 1:
+            raise BenchmarkDataError(
+                path, row_number, "mc1_targets", f"expected exactly one correct option (label 1), found {labels.count(1)}"
+            )
+        if question in seen:
+            raise BenchmarkDataError(path, row_number, "question", f"duplicate question (first seen in row {seen[question]})")
+        seen[question] = row_number
+        n_options = len(targets)
+        if not TRUTHFULQA_MIN_OPTIONS <= n_options <= TRUTHFULQA_MAX_OPTIONS:
+            continue
+        texts = [str(text).strip() for text in targets]
+        correct_position = labels.index(1)
+        order = shuffle_options(index, n_options)
+        choices = tuple(texts[i] for i in order)
+        gold = OPTION_LETTERS[order.index(correct_position)]
+        samples.append(
+            Sample(
+                id=f"truthfulqa:{index}",
+                benchmark="truthfulqa",
+                question=format_question(question, choices),
+                gold=gold,
+                choices=choices,
+                metadata={"index": index, "n_options": n_options, "source_order": order},
+            )
+        )
+    return samples
+
+
+# ----------------------------------------------------------------------------------------------------
+# Splits
+# ----------------------------------------------------------------------------------------------------
+
+
+def split_seed(name: str) -> int:
+    """The seed of ``name``'s permutation: :data:`SPLIT_SEED` combined with a CRC32 of the name."""
+    return SPLIT_SEED ^ zlib.crc32(name.encode("utf-8"))
+
+
+def _stable_key(sample: Sample) -> tuple[Any, ...]:
+    if sample.benchmark == "math500":
+        return (sample.metadata["unique_id"],)
+    if sample.benchmark == "truthfulqa":
+        return (sample.metadata["index"],)
+    return (sample.metadata["question_id"],)
+
+
+def _permuted(name: str, samples: list[Sample]) -> list[Sample]:
+    ordered = sorted(samples, key=_stable_key)
+    permutation = np.random.default_rng(split_seed(name)).permutation(len(ordered))
+    return [ordered[int(i)] for i in permutation]
+
+
+def _split(name: str, permuted: list[Sample], split: str) -> list[Sample]:
+    if split == "all":
+        return permuted
+    if name == "math500":
+        is_test = [s.metadata["level"] == MATH500_TEST_LEVEL for s in permuted]
+    else:
+        n_test = len(permuted) // TEST_FRACTION_DENOMINATOR
+        is_test = [position < n_test for position in range(len(permuted))]
+    want_test = split == "test"
+    return [sample for sample, test in zip(permuted, is_test, strict=True) if test == want_test]
+
+
+def load(name: str, split: str, data_dir: str | os.PathLike[str] | None = None) -> list[Sample]:
+    """The samples of benchmark ``name`` (one of :data:`BENCHMARKS`) in ``split`` (train, test or all).
+
+    The order is the split's seeded permutation (see the module docstring). Raises
+    :class:`BenchmarkFilesNotFound` when no data file can be found or downloaded and
+    :class:`BenchmarkDataError` (naming file, row and field) when a file is malformed.
+    """
+    if name not in BENCHMARKS:
+        raise ValueError(f"unknown benchmark {name!r}; expected one of {BENCHMARKS}")
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r} for {name}; expected one of {SPLITS}")
+    directory = resolve_data_dir(data_dir)
+    file_format, path = _locate(name, directory)
+    if file_format == "math500_jsonl":
+        samples = _math500_samples(path)
+    elif file_format == "truthfulqa_json":
+        samples = _truthfulqa_samples(path)
+    else:
+        samples = _mmlu_pro_samples(name, path, file_format)
+    if not samples:
+        raise BenchmarkDataError(path, None, None, f"no {name} questions found")
+    selected = _split(name, _permuted(name, samples), split)
+    expected = PAPER_SPLIT_SIZES[name][split]
+    if len(selected) != expected:
+        logger.warning(
+            "%s %s split has %d questions, the paper's has %d (file %s)", name, split, len(selected), expected, path
+        )
+    logger.debug("loaded %d %s %s questions from %s", len(selected), name, split, path)
+    return selected
+
+
+def describe_splits(data_dir: str | os.PathLike[str] | None = None) -> Any:
+    """A table (pandas DataFrame) of every benchmark and split: size, the paper's size, composition.
+
+    ``composition`` is the level histogram for MATH500 and the histogram of the number of options
+    for the multiple-choice benchmarks, e.g. ``"4:88 5:8 10:647"``.
+    """
+    import pandas as pd
+
+    records = []
+    for name in BENCHMARKS:
+        for split in SPLITS:
+            samples = load(name, split, data_dir)
+            if name == "math500":
+                counts = Counter(s.metadata["level"] for s in samples)
+                composition = "level " + " ".join(f"{k}:{counts[k]}" for k in sorted(counts))
+            else:
+                counts = Counter(len(s.choices) for s in samples)
+                composition = "options " + " ".join(f"{k}:{counts[k]}" for k in sorted(counts))
+            records.append(
+                {
+                    "benchmark": name,
+                    "split": split,
+                    "n": len(samples),
+                    "paper_n": PAPER_SPLIT_SIZES[name][split],
+                    "composition": composition,
+                }
+            )
+    return pd.DataFrame.from_records(records)
+
+
+def verify_checksums(data_dir: str | os.PathLike[str] | None = None) -> dict[str, bool | None]:
+    """sha256 check of the shared data files: path -> True (matches), False (differs), None (absent)."""
+    directory = resolve_data_dir(data_dir)
+    results: dict[str, bool | None] = {}
+    for relative, expected in CHECKSUMS.items():
+        path = directory / relative
+        if not path.is_file():
+            results[relative] = None
+            continue
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        results[relative] = digest.hexdigest() == expected
+    return results
