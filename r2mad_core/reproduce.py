@@ -411,7 +411,7 @@ def _describe_failure(exc: BaseException) -> str:
     ename = getattr(exc, "ename", type(exc).__name__)
     evalue = getattr(exc, "evalue", str(exc))
     source = getattr(exc, "source", "") or ""
-    where = f"cell {cell}" if cell is not None else "a cell"
+    where = f"cell {cell} of the executed notebook" if cell is not None else "a cell"
     if count is not None:
         where += f" (execution count {count})"
     first_lines = "\n".join("      " + line for line in source.strip().splitlines()[:6])

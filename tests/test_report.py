@@ -1,0 +1,331 @@
+"""report: table rendering round trips, the manifest, the paper's numbers and the comparison."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+from r2mad_core import report  # noqa: E402
+from r2mad_core.report import (  # noqa: E402
+    OrderingClaim,
+    ReportContext,
+    Table,
+    check_orderings,
+    compare_with_paper,
+    load_reported_results,
+    missing_artifacts,
+    parse_latex_table,
+    parse_markdown_table,
+    read_manifest,
+    read_table,
+    render_latex,
+    render_markdown,
+    save_figure,
+    save_table,
+    update_manifest,
+)
+
+
+def grouped_table() -> Table:
+    index = pd.MultiIndex.from_tuples(
+        [("Qwen", "CoT"), ("Qwen", "R2-MAD"), ("Gemma", "CoT"), ("Gemma", "R2-MAD")], names=["model", "method"]
+    )
+    columns = pd.Index(["MATH500", "Econ_%&"], name="benchmark")
+    values = pd.DataFrame([[0.1 + 0.2, 0.6], [0.55, 0.6], [0.3, np.nan], [0.4, 0.2]], index=index, columns=columns)
+    return Table(values=values, ci_low=values - 0.1, ci_high=values + 0.125, caption="A & B: 95% CI", best="max")
+
+
+# --------------------------------------------------------------------------------------------
+# Tables
+# --------------------------------------------------------------------------------------------
+
+
+def test_tidy_csv_round_trip_is_exact(tmp_path: Path) -> None:
+    table = grouped_table()
+    paths = save_table(table, "tab_demo", tmp_path, profile="tiny")
+    assert [p.name for p in paths] == ["tab_demo.csv", "tab_demo.md", "tab_demo.tex"]
+    tidy = pd.read_csv(paths[0])
+    assert list(tidy.columns) == ["model", "method", "benchmark", "value", "ci_low", "ci_high"]
+    assert len(tidy) == 8  # one row per cell
+    back = read_table(paths[0])
+    # 0.1 + 0.2 == 0.30000000000000004 survives the CSV exactly
+    assert back.values.loc[("Qwen", "CoT"), "MATH500"] == 0.1 + 0.2
+    pd.testing.assert_frame_equal(back.values.astype(float), table.values.astype(float), check_names=True)
+    pd.testing.assert_frame_equal(back.ci_low, table.ci_low.astype(float))
+    pd.testing.assert_frame_equal(back.ci_high, table.ci_high.astype(float))
+    assert list(back.values.index) == list(table.values.index)  # order of first appearance kept
+
+
+def test_cell_text_formats_ci_and_missing_values() -> None:
+    table = grouped_table()
+    assert table.cell_text(("Qwen", "CoT"), "MATH500") == "0.300 [0.200, 0.425]"
+    assert table.cell_text(("Gemma", "CoT"), "Econ_%&") == "--"
+    flat = Table(values=pd.DataFrame({"tokens": [5750, 14670], "share": [0.5, 0.25]}), show_index=False)
+    assert flat.cell_text(0, "tokens") == "5750"  # integers stay integers
+    assert flat.cell_text(1, "share") == "0.250"
+    custom = Table(values=pd.DataFrame({"tokens": [5750.0]}), formats={"tokens": ",.0f"})
+    assert custom.cell_text(0, "tokens") == "5,750"
+
+
+def test_best_is_marked_within_each_model_block_with_ties() -> None:
+    mask = grouped_table().best_mask()
+    assert mask.loc[("Qwen", "R2-MAD"), "MATH500"] and not mask.loc[("Qwen", "CoT"), "MATH500"]
+    # tie at 0.6 in the Qwen block: both bold
+    assert mask.loc[("Qwen", "CoT"), "Econ_%&"] and mask.loc[("Qwen", "R2-MAD"), "Econ_%&"]
+    # Gemma block: NaN never best, 0.2 is the only value
+    assert not mask.loc[("Gemma", "CoT"), "Econ_%&"] and mask.loc[("Gemma", "R2-MAD"), "Econ_%&"]
+    lower = Table(values=pd.DataFrame({"C->W": [0.222, 0.294]}, index=pd.Index(["full", "w/o"], name="m")), best="min")
+    assert lower.best_mask()["C->W"].tolist() == [True, False]
+
+
+def test_markdown_round_trip_and_bold() -> None:
+    table = grouped_table()
+    text = render_markdown(table)
+    lines = text.splitlines()
+    assert lines[0] == "| model | method | MATH500 | Econ_%& |"
+    assert "| Qwen | R2-MAD | **0.550 [0.450, 0.675]** |" in text
+    parsed = parse_markdown_table(text)
+    expected = table.text_frame().reset_index()
+    expected.columns = ["model", "method", "MATH500", "Econ_%&"]
+    pd.testing.assert_frame_equal(parsed, expected.astype(str))
+
+
+def test_markdown_escapes_pipes() -> None:
+    table = Table(values=pd.DataFrame({"a|b": ["x|y"]}, index=pd.Index(["r|1"], name="row")))
+    text = render_markdown(table)
+    assert r"x\|y" in text and r"r\|1" in text
+    parsed = parse_markdown_table(text)
+    assert parsed.iloc[0].tolist() == ["r|1", "x|y"]
+    assert list(parsed.columns) == ["row", "a|b"]
+
+
+def test_latex_escapes_specials_groups_and_round_trips() -> None:
+    table = grouped_table()
+    text = render_latex(table, label="tab:main_results")
+    assert r"\begin{tabular}{ll|cc}" in text
+    assert r"\textbf{Econ\_\%\&}" in text
+    assert r"\caption{A \& B: 95\% CI}" in text and r"\label{tab:main_results}" in text
+    assert text.count(r"\midrule") == 2  # after the header and between the two model blocks
+    assert r"\textbf{0.550 [0.450, 0.675]}" in text
+    rows = parse_latex_table(text)
+    assert rows[0] == ["model", "method", "MATH500", "Econ_%&"]
+    assert rows[1:] == [[m, k, *table.text_frame().loc[(m, k)].tolist()] for m, k in table.values.index]
+
+
+def test_plain_dataframe_is_saved_flat_as_the_theory_notebook_expects(tmp_path: Path) -> None:
+    frame = pd.DataFrame({"alpha": [1.0, 0.25], "slope": [0.123456789, 2.5], "n": [3, 4]})
+    paths = save_table(frame, "table_theory", tmp_path, float_format="{:.4g}")
+    pd.testing.assert_frame_equal(pd.read_csv(paths[0]), frame)  # full precision, no index column
+    md = paths[1].read_text()
+    assert md.splitlines()[0] == "| alpha | slope | n |"
+    assert "| 0.25 | 2.5 | 4 |" in md and "0.1235" in md
+    assert parse_latex_table(paths[2].read_text())[1] == ["1", "0.1235", "3"]
+
+
+def test_table_validation_names_the_problem() -> None:
+    values = pd.DataFrame({"a": [1.0, 2.0]})
+    with pytest.raises(ValueError, match=r"Table.ci_low: expected shape \(2, 1\).*found \(1, 1\)"):
+        Table(values=values, ci_low=pd.DataFrame({"a": [1.0]}))
+    with pytest.raises(ValueError, match="expected 'max' or 'min', found 'biggest'"):
+        Table(values=values, best={"a": "biggest"}).best_mask()
+    with pytest.raises(ValueError, match="expected columns"):
+        report.table_from_tidy(pd.DataFrame({"x": [1], "value": [1]}))
+
+
+# --------------------------------------------------------------------------------------------
+# Manifest
+# --------------------------------------------------------------------------------------------
+
+
+def test_manifest_records_provenance_and_detects_missing_files(tmp_path: Path) -> None:
+    ctx = ReportContext(
+        profile="tiny", out_dir=tmp_path, notebook="03_main_results", models=["Simulated"],
+        benchmarks=["math500"], seeds=[0], sample_counts={"math500": 4},
+    )
+    ctx.save_table(grouped_table(), "tab_main_results", paper_label="tab:main_results", notes="stand-in")
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+    ctx.save_figure(fig, "fig_shared_misconception", caption="subset", paper_label="fig:combined_eval")
+    plt.close(fig)
+    manifest = read_manifest(tmp_path)
+    table_record = manifest["artifacts"]["tab_main_results"]
+    assert table_record["files"] == ["tab_main_results.csv", "tab_main_results.md", "tab_main_results.tex"]
+    assert table_record["profile"] == "tiny" and table_record["models"] == ["Simulated"]
+    assert table_record["sample_counts"] == {"math500": 4} and table_record["seeds"] == [0]
+    assert table_record["notebook"] == "03_main_results" and table_record["notes"] == "stand-in"
+    assert table_record["caption"] == "A & B: 95% CI" and table_record["paper_label"] == "tab:main_results"
+    assert len(table_record["git"]["commit"]) in (40, len("unknown"))
+    figure_record = manifest["artifacts"]["fig_shared_misconception"]
+    assert figure_record["kind"] == "figure" and figure_record["files"] == [
+        "fig_shared_misconception.png", "fig_shared_misconception.pdf"]
+    assert (tmp_path / "fig_shared_misconception.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "fig_shared_misconception.pdf").read_bytes()[:4] == b"%PDF"
+    assert missing_artifacts(tmp_path) == []
+    (tmp_path / "tab_main_results.tex").unlink()
+    assert missing_artifacts(tmp_path) == ["tab_main_results: tab_main_results.tex"]
+    assert not list(tmp_path.glob(".*.tmp*"))  # no temporary files left behind
+
+
+def _write_many(args: tuple[str, int]) -> None:
+    out_dir, worker = args
+    for i in range(15):
+        update_manifest(out_dir, f"artifact_{worker}_{i}", {"files": [], "worker": worker, "i": i})
+
+
+def test_concurrent_manifest_updates_lose_nothing(tmp_path: Path) -> None:
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        pool.map(_write_many, [(str(tmp_path), w) for w in range(4)])
+    artifacts = read_manifest(tmp_path)["artifacts"]
+    assert len(artifacts) == 60
+    assert artifacts["artifact_3_14"] == {"files": [], "worker": 3, "i": 14}
+    json.loads((tmp_path / "MANIFEST.json").read_text())  # valid JSON after the race
+
+
+def test_broken_manifest_is_reported_with_its_path(tmp_path: Path) -> None:
+    (tmp_path / "MANIFEST.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"MANIFEST.json: not valid JSON"):
+        read_manifest(tmp_path)
+    (tmp_path / "MANIFEST.json").write_text("[]")
+    with pytest.raises(ValueError, match="expected an object with an 'artifacts' object"):
+        read_manifest(tmp_path)
+
+
+# --------------------------------------------------------------------------------------------
+# The paper's numbers
+# --------------------------------------------------------------------------------------------
+
+
+def test_reported_results_hold_the_papers_tables() -> None:
+    reported = load_reported_results()
+    assert len(reported) == 353
+    assert list(reported.columns) == ["table", "model", "method", "benchmark", "metric", "value"]
+
+    def value(table: str, model: str, method: str, benchmark: str, metric: str = "accuracy") -> float:
+        row = reported[(reported.table == table) & (reported.model == model) & (reported.method == method)
+                       & (reported.benchmark == benchmark) & (reported.metric == metric)]
+        assert len(row) == 1
+        return float(row.value.iloc[0])
+
+    assert value("tab:main_results", "Qwen2.5-7B-Instruct", "R2-MAD", "Average") == 0.607
+    assert value("tab:ablation", "Qwen2.5-7B-Instruct", "R2-MAD w/o Memory", "Average") == 0.576
+    assert value("tab:retrieval_ablation", "(both)", "R2-MAD retrieval=Debate-State-Aware", "Average") == 0.663
+    assert value("tab:cost", "Qwen3-8B", "Self-Consistency", "Economics", "debate tokens per query") == 14670
+    assert value("fig:combined_eval (text)", "Qwen2.5-7B-Instruct", "MAD", "Economics",
+                 "accuracy (shared-misconception subset)") == 0.1765
+    counts = reported.groupby("table").size().to_dict()
+    assert counts["tab:main_results"] == 75 and counts["tab:sc_ablation"] == 45 and counts["tab:cost"] == 21
+
+
+def test_reported_results_errors_name_row_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text("# note\ntable,model,method,benchmark,metric,value\ntab:x,m,k,b,accuracy,0.5\ntab:x,m,k,b,accuracy,abc\n")
+    with pytest.raises(ValueError, match=r"bad.csv: row 4, field 'value': expected a number, found 'abc'"):
+        load_reported_results(path)
+    path.write_text("table,model,value\n")
+    with pytest.raises(ValueError, match="expected columns"):
+        load_reported_results(path)
+
+
+# --------------------------------------------------------------------------------------------
+# Paper vs reproduced
+# --------------------------------------------------------------------------------------------
+
+
+def test_compare_with_paper_on_a_hand_made_frame() -> None:
+    reproduced = pd.DataFrame([
+        # SmolLM2 stands in for Qwen2.5: R2-MAD on MATH500, paper 0.522 inside [0.40, 0.60]
+        ("tab:main_results", "SmolLM2", "R2-MAD", "MATH500", "accuracy", 0.5, 0.40, 0.60, 10),
+        # paper 0.701 outside [0.1, 0.3]
+        ("tab:main_results", "SmolLM2", "R2-MAD", "Economics", "accuracy", 0.2, 0.10, 0.30, 10),
+        # a number the paper does not have
+        ("tab:main_results", "SmolLM2", "Made-up", "MATH500", "accuracy", 0.9, np.nan, np.nan, 10),
+        # a model that is itself a paper model
+        ("tab:mad-m2", "Gemma-3-4B-IT", "MAD-M2 (S)", "TruthfulQA", "accuracy", 0.5, np.nan, np.nan, 3),
+    ], columns=["table", "model", "method", "benchmark", "metric", "value", "ci_low", "ci_high", "n"])
+    out = compare_with_paper(reproduced, stand_ins={"SmolLM2": "Qwen2.5-7B-Instruct"})
+    assert len(out) == 4
+    assert out.paper_model.tolist()[:3] == ["Qwen2.5-7B-Instruct"] * 3
+    assert out.paper.iloc[0] == 0.522 and out.difference.iloc[0] == pytest.approx(0.5 - 0.522)
+    assert bool(out.paper_within_ci.iloc[0]) is True
+    assert bool(out.paper_within_ci.iloc[1]) is False and out.paper.iloc[1] == 0.701
+    assert np.isnan(out.paper.iloc[2]) and pd.isna(out.paper_within_ci.iloc[2])
+    assert out.paper.iloc[3] == 0.428 and pd.isna(out.paper_within_ci.iloc[3])  # no CI, no verdict
+    with pytest.raises(ValueError, match=r"missing columns \['metric'\]"):
+        compare_with_paper(reproduced.drop(columns=["metric"]))
+
+
+def _per_question(rows: list[tuple[str, str, str, list[int]]]) -> pd.DataFrame:
+    records = []
+    for model, method, benchmark, outcomes in rows:
+        for i, correct in enumerate(outcomes):
+            records.append({"model": model, "method": method, "benchmark": benchmark,
+                            "sample_id": f"{benchmark}-{i}", "correct": bool(correct)})
+    return pd.DataFrame(records)
+
+
+def test_check_orderings_hand_computed() -> None:
+    # MATH500: R2-MAD right on 8 questions MAD gets wrong, MAD right on 1 R2-MAD gets wrong, 1 both right.
+    r2 = [1] * 8 + [0] + [1]
+    mad = [0] * 8 + [1] + [1]
+    # Economics: identical outcomes (no discordant pairs), 2 of 4 right.
+    same = [1, 0, 1, 0]
+    frame = _per_question([
+        ("Smol", "R2-MAD", "MATH500", r2), ("Smol", "MAD", "MATH500", mad),
+        ("Smol", "R2-MAD", "Economics", same), ("Smol", "MAD", "Economics", same),
+    ])
+    claim = OrderingClaim("tab:main_results", "Qwen2.5-7B-Instruct", "Average", "R2-MAD", "MAD")
+    out = check_orderings(frame, [claim], stand_ins={"Smol": "Qwen2.5-7B-Instruct"})
+    assert len(out) == 1
+    row = out.iloc[0]
+    assert row.paper_better == 0.607 and row.paper_worse == 0.571 and bool(row.holds_in_paper)
+    # Average = mean of the per-benchmark accuracies: R2-MAD (0.9 + 0.5) / 2, MAD (0.2 + 0.5) / 2
+    assert row.reproduced_better == pytest.approx(0.7) and row.reproduced_worse == pytest.approx(0.35)
+    assert bool(row.holds_here)
+    assert (row.n_pairs, row.better_only, row.worse_only) == (14, 8, 1)
+    # exact McNemar: 2 * P(X <= 1), X ~ Bin(9, 1/2) = 2 * 10 / 512
+    assert row.p_value == pytest.approx(20 / 512)
+    assert bool(row.significant)
+
+    benchmark_claim = OrderingClaim("tab:main_results", "Qwen2.5-7B-Instruct", "Economics", "R2-MAD", "MAD")
+    row = check_orderings(frame, [benchmark_claim], stand_ins={"Smol": "Qwen2.5-7B-Instruct"}).iloc[0]
+    assert row.p_value == 1.0 and not bool(row.holds_here) and not bool(row.significant)
+    assert row.paper_better == 0.701 and row.paper_worse == 0.645
+
+
+def test_check_orderings_skips_claims_it_cannot_check_and_handles_lower_is_better() -> None:
+    frame = _per_question([("Smol", "R2-MAD", "MATH500", [1, 0]), ("Smol", "MAD", "MATH500", [0, 0])])
+    # no reproduced model stands in for Gemma, and CoT was not run: nothing to check
+    claims = [OrderingClaim("tab:main_results", "Gemma-3-4B-IT", "Average", "R2-MAD", "MAD"),
+              OrderingClaim("tab:main_results", "Smol", "Average", "R2-MAD", "CoT")]
+    assert check_orderings(frame, claims).empty
+    # the paper's default claim list runs on a partial reproduction and checks what it can
+    out = check_orderings(frame, stand_ins={"Smol": "Qwen2.5-7B-Instruct"})
+    assert set(out.better + " > " + out.worse) == {"R2-MAD > MAD"}
+    flipped = OrderingClaim("tab:main_results", "Smol", "Average", "MAD", "R2-MAD", higher_is_better=False)
+    row = check_orderings(frame, [flipped]).iloc[0]
+    assert bool(row.holds_here)  # MAD's accuracy is lower, and lower was declared better
+    with pytest.raises(ValueError, match=r"missing columns \['correct'\]"):
+        check_orderings(frame.drop(columns=["correct"]))
+
+
+def test_paper_claims_refer_to_numbers_the_paper_has() -> None:
+    reported = load_reported_results()
+    for claim in report.PAPER_ORDERING_CLAIMS:
+        for method in (claim.better, claim.worse):
+            assert not np.isnan(report._paper_value(reported, claim, method)), (claim, method)
+
+
+def test_artifact_names_follow_the_paper_labels() -> None:
+    assert report.artifact_name("tab:mad-m2") == "tab_mad_m2"
+    assert report.artifact_name("fig:combined_eval") == "fig_combined_eval"
+    assert report.benchmark_label("mmlu_pro_engineering") == "Engineering"
+    assert report.benchmark_label("Average") == "Average"

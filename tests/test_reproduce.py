@@ -1,0 +1,238 @@
+"""reproduce: every profile against its purpose (paper: the paper's hyperparameters), the validator's
+messages, notebook discovery, and the papermill runner on small hand-made notebooks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+from r2mad_core import reproduce
+from r2mad_core.benchmarks import BENCHMARKS
+from r2mad_core.report import load_reported_results
+from r2mad_core.reproduce import (
+    ProfileError,
+    ReproductionPaths,
+    discover_notebooks,
+    load_profile,
+    parse_override,
+    parse_retrieval_policy,
+    profile_names,
+    run_notebooks,
+    validate_profile,
+)
+
+PAPER_MODELS = ["Qwen2.5-7B-Instruct", "Qwen3-8B", "Gemma-3-4B-IT"]
+PAPER_POLICIES = {
+    "random", "similarity", "positive_only", "diversity_only",
+    "fixed_lambda=0.25", "fixed_lambda=0.5", "fixed_lambda=0.75", "state_aware",
+}
+
+
+def test_the_four_profiles_ship_and_validate() -> None:
+    assert profile_names() == ["cpu", "paper", "sim", "tiny"]
+    for name in profile_names():
+        profile = load_profile(name)
+        assert profile.name == name
+        assert set(profile.fields) == set(reproduce.TOP_LEVEL_FIELDS)
+
+
+def test_paper_profile_has_the_papers_hyperparameters() -> None:
+    p = load_profile("paper")
+    # Appendix A "Model Configuration" and "Debate and Retrieval Procedure"
+    assert (p["num_agents"], p["num_rounds"]) == (3, 3)
+    assert p["temperature"] == 1.0 and p["top_p"] == 1.0
+    assert p["max_tokens"] == 6144 and p["summary_max_tokens"] == 6144
+    assert p["gamma"] == 0.9 and p["top_k"] == 3
+    assert (p["w_low"], p["w_high"]) == (0.45, 0.55)
+    assert p["embedder"] == "bge-m3"
+    # full splits, all four benchmarks
+    assert p["test_limit"] is None and p["train_limit"] is None
+    assert p["benchmarks"] == list(BENCHMARKS)
+    # three open models, locally with vLLM
+    assert [m["label"] for m in p["models"]] == PAPER_MODELS
+    assert {m["engine"] for m in p["models"]} == {"vllm"}
+    assert [m["model"] for m in p["models"]] == ["Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen3-8B", "google/gemma-3-4b-it"]
+    assert all("stands_in_for" not in m for m in p["models"])
+    # Appendix C.6: the larger models through OpenAI-compatible APIs configured from the environment
+    assert [m["label"] for m in p["large_models"]] == ["Llama-3.3-70B-Instruct", "GPT-4o-mini"]
+    for entry in p["large_models"]:
+        assert entry["engine"] == "openai" and "stand_in" not in entry
+        assert entry["model_env"].startswith("R2MAD_") and entry["base_url_env"].startswith("R2MAD_")
+    # Table 5 (SC paths), Table 3 (retrieval ablation on Qwen2.5/Gemma x Economics/TruthfulQA),
+    # Table 8 (ICL-CoT, same cells), Table 10 (cost on Economics)
+    assert p["sc_paths"] == [3, 6, 9]
+    assert set(p["retrieval_policies"]) == PAPER_POLICIES and len(p["retrieval_policies"]) == 8
+    assert p["retrieval_models"] == ["Qwen2.5-7B-Instruct", "Gemma-3-4B-IT"]
+    assert p["retrieval_benchmarks"] == ["mmlu_pro_economics", "truthfulqa"]
+    assert p["icl_models"] == ["Qwen2.5-7B-Instruct", "Gemma-3-4B-IT"]
+    assert p["icl_benchmarks"] == ["mmlu_pro_economics", "truthfulqa"]
+    assert p["cost_benchmark"] == "mmlu_pro_economics"
+    assert p["expected_runtime_minutes"] > 24 * 60  # GPU-days, stated in the file
+
+
+def test_paper_profile_models_are_the_models_of_the_reported_results() -> None:
+    reported_models = set(load_reported_results()["model"])
+    paper = load_profile("paper")
+    for entry in [*paper["models"], *paper["large_models"]]:
+        assert entry["label"] in reported_models
+    for name in ("cpu", "sim", "tiny"):
+        for entry in load_profile(name)["models"]:
+            assert entry["stands_in_for"] in reported_models  # the comparison needs a paper model
+
+
+def test_small_profiles_keep_the_debate_shape_and_stand_in_for_the_large_models() -> None:
+    for name in ("cpu", "sim", "tiny"):
+        p = load_profile(name)
+        assert (p["num_agents"], p["num_rounds"], p["top_k"], p["gamma"]) == (3, 3, 3, 0.9)
+        assert (p["w_low"], p["w_high"]) == (0.45, 0.55)
+        assert [e["label"] for e in p["large_models"]] == ["Llama-3.3-70B-Instruct", "GPT-4o-mini"]
+        labels = {m["label"] for m in p["models"]}
+        assert all(e["stand_in"] in labels for e in p["large_models"])
+        assert set(p["retrieval_policies"]) == PAPER_POLICIES
+    cpu = load_profile("cpu")
+    assert [m["engine"] for m in cpu["models"]] == ["local"] and cpu["embedder"] == "minilm"
+    assert 1 <= cpu["test_limit"] <= 10 and cpu["max_tokens"] <= 256
+    sim = load_profile("sim")
+    assert sim["models"][0]["engine"] == "simulated" and sim["test_limit"] is None and sim["train_limit"] is None
+    tiny = load_profile("tiny")
+    assert tiny["models"][0]["engine"] == "simulated" and tiny["embedder"].startswith("hashing")
+    assert tiny["test_limit"] <= 5 and tiny["train_limit"] <= 10
+
+
+def _paper_fields() -> dict:
+    return yaml.safe_load((Path(reproduce.__file__).parent / "profiles" / "paper.yaml").read_text())
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"top_p": 0}, "field 'top_p': expected a number in (0.0, 1.0], found 0"),
+        ({"num_agents": "3"}, "field 'num_agents': expected an integer >= 1, found '3'"),
+        ({"num_rounds": True}, "field 'num_rounds': expected an integer >= 1, found True"),
+        ({"w_low": 0.6}, "field 'w_low': expected a value <= w_high (0.55), found 0.6"),
+        ({"gamma": 1.5}, "field 'gamma': expected a number in [0.0, 1.0], found 1.5"),
+        ({"sc_paths": [9, 3]}, "field 'sc_paths': expected a non-empty increasing list"),
+        ({"benchmarks": ["math500", "gsm8k"]}, "field 'benchmarks': expected benchmark ids"),
+        ({"retrieval_policies": ["state_aware", "fixed_lambda"]}, "fixed_lambda needs a value"),
+        ({"retrieval_policies": ["random"]}, "a list containing state_aware"),
+        ({"retrieval_models": ["Llama"]}, "field 'retrieval_models': expected model labels"),
+        ({"cost_benchmark": "truthfulqa", "benchmarks": ["math500"]}, "field 'cost_benchmark'"),
+        ({"test_limit": 0}, "field 'test_limit': expected an integer >= 1 or null, found 0"),
+        ({"tempreature": 1.0}, "field 'tempreature': expected a known field"),
+        ({"extra_parameters": {"gamma": 1}}, "field 'extra_parameters.gamma'"),
+    ],
+)
+def test_validation_names_file_field_expected_and_found(change: dict, message: str) -> None:
+    data = _paper_fields()
+    data.update(change)
+    errors = validate_profile(data, "my.yaml")
+    assert any(message in e for e in errors), errors
+    assert all(e.startswith("my.yaml: ") for e in errors)
+
+
+def test_validation_of_model_entries() -> None:
+    data = _paper_fields()
+    data["models"][0]["engine"] = "tensorrt"
+    del data["models"][1]["model"]
+    data["large_models"][0] = {"label": "Llama", "stand_in": "nobody"}
+    data["large_models"][1]["extra"] = 1
+    errors = "\n".join(validate_profile(data, "p.yaml"))
+    assert "field 'models[0].engine': expected one of ('local', 'openai', 'vllm', 'simulated'), found 'tensorrt'" in errors
+    assert "field 'models[1].model': expected a non-empty string, found None" in errors
+    assert "field 'large_models[0].stand_in': expected the label of a models entry" in errors
+    assert "field 'large_models[1].extra'" in errors
+    missing = _paper_fields()
+    del missing["seed"]
+    assert validate_profile(missing, "p.yaml") == ["p.yaml: field 'seed' is missing"]
+    assert validate_profile([1, 2], "p.yaml") == ["p.yaml: expected a mapping of fields at the top level, found list"]
+
+
+def test_load_profile_from_a_path_with_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(_paper_fields()))
+    profile = load_profile(path, {"top_k": 5, "num_trials": 10})
+    assert profile.name == "mine" and profile["top_k"] == 5
+    assert profile["extra_parameters"] == {"num_trials": 10}
+    params = profile.parameters({"figures_dir": tmp_path / "f", "data_dir": None})
+    assert params["profile"] == "mine" and params["num_trials"] == 10 and params["top_k"] == 5
+    assert params["figures_dir"] == str(tmp_path / "f") and "extra_parameters" not in params
+    with pytest.raises(ProfileError, match="field 'top_k': expected an integer >= 1, found 0"):
+        load_profile(path, {"top_k": 0})
+    with pytest.raises(ProfileError, match=r"unknown profile 'gpu': expected one of \['cpu', 'paper', 'sim', 'tiny'\]"):
+        load_profile("gpu")
+    (tmp_path / "broken.yaml").write_text("a: [1,\n")
+    with pytest.raises(ProfileError, match="broken.yaml: not valid YAML"):
+        load_profile(tmp_path / "broken.yaml")
+
+
+def test_parse_override_and_policy() -> None:
+    assert parse_override("top_k=5") == ("top_k", 5)
+    assert parse_override("benchmarks=[math500, truthfulqa]") == ("benchmarks", ["math500", "truthfulqa"])
+    assert parse_override("test_limit=null") == ("test_limit", None)
+    with pytest.raises(ProfileError, match="expected KEY=VALUE"):
+        parse_override("top_k")
+    assert parse_retrieval_policy("fixed_lambda=0.25") == ("fixed_lambda", 0.25)
+    assert parse_retrieval_policy("state_aware") == ("state_aware", None)
+    with pytest.raises(ValueError, match="only fixed_lambda takes a value"):
+        parse_retrieval_policy("random=3")
+    with pytest.raises(ValueError, match="lambda must be in"):
+        parse_retrieval_policy("fixed_lambda=2")
+
+
+def _notebook(path: Path, parameters: str, body: list[str]) -> None:
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell(parameters)
+    cell.metadata["tags"] = ["parameters"]
+    nb.cells = [nbformat.v4.new_markdown_cell("# test"), cell, *[nbformat.v4.new_code_cell(s) for s in body]]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+
+
+def test_discover_notebooks_in_order_and_only(tmp_path: Path) -> None:
+    for name in ("02_b.ipynb", "01_a.ipynb", "10_c.ipynb", "notes.ipynb"):
+        _notebook(tmp_path / name, "x = 1", [])
+    assert [p.name for p in discover_notebooks(tmp_path)] == ["01_a.ipynb", "02_b.ipynb", "10_c.ipynb"]
+    assert [p.name for p in discover_notebooks(tmp_path, ["10", "1"])] == ["01_a.ipynb", "10_c.ipynb"]
+    assert [p.name for p in discover_notebooks(tmp_path, ["02_b"])] == ["02_b.ipynb"]
+    with pytest.raises(FileNotFoundError, match="--only '07': no such notebook"):
+        discover_notebooks(tmp_path, ["07"])
+
+
+def test_runner_passes_declared_parameters_and_stops_at_the_first_failure(tmp_path: Path) -> None:
+    notebooks = tmp_path / "nb"
+    notebooks.mkdir()
+    _notebook(notebooks / "01_ok.ipynb", 'profile = "x"\ntop_k = 0\nfigures_dir = ""\nnum_trials = 0',
+              ["from pathlib import Path\n"
+               "Path(figures_dir, 'seen.txt').write_text(f'{profile} {top_k} {num_trials}')"])
+    _notebook(notebooks / "02_fails.ipynb", "gamma = 0.0", ["a = 1", "raise ValueError(f'bad gamma {gamma}')"])
+    _notebook(notebooks / "03_never.ipynb", "seed = 0", ["open('never-ran', 'w')"])
+    profile = load_profile("tiny", {"top_k": 2})
+    paths = ReproductionPaths(tmp_path / "out", profile.name)
+    lines: list[str] = []
+    results = run_notebooks(profile, paths, notebooks_dir=notebooks, echo=lines.append)
+    assert [r.notebook for r in results] == ["01_ok", "02_fails"]
+    assert (paths.figures_dir / "seen.txt").read_text() == "tiny 2 100"  # profile name, override, extra parameter
+    assert results[0].error is None
+    failure = results[1].error
+    assert "cell 4 of the executed notebook (execution count 4)" in failure
+    assert "ValueError: bad gamma 0.9" in failure and "raise ValueError(f'bad gamma {gamma}')" in failure
+    assert any("02_fails FAILED" in line for line in lines)
+    assert not any("03_never" in line for line in lines) and not (notebooks / "never-ran").exists()
+    executed = nbformat.read(paths.executed_dir / "01_ok.ipynb", 4)
+    injected = [c for c in executed.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert len(injected) == 1
+    # only the declared parameters are injected
+    assert "gamma" not in injected[0].source and "top_k = 2" in injected[0].source
+    timings = json.loads((paths.executed_dir / "timings.json").read_text())
+    assert timings["01_ok"]["succeeded"] is True and timings["02_fails"]["succeeded"] is False
+
+
+def test_main_reports_a_bad_profile_without_running(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code = reproduce.main(["--profile", "tiny", "--set", "top_p=7", "--output-dir", str(tmp_path)])
+    assert code == 2
+    assert "field 'top_p': expected a number in (0.0, 1.0], found 7" in capsys.readouterr().err
+    assert not (tmp_path / "figures").exists()
