@@ -45,7 +45,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
-from scipy.stats import binomtest
 
 from r2mad_core import answers
 from r2mad_core.debate import group_answers
@@ -256,6 +255,8 @@ def paired_test(
     n = int(a.size)
     if n == 0:
         raise ValueError("paired_test: no samples")
+    from scipy.stats import binomtest  # imported here: scipy.stats takes seconds to import
+
     only_a = int(np.sum(a & ~b))
     only_b = int(np.sum(~a & b))
     discordant = only_a + only_b
