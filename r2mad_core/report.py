@@ -937,3 +937,20 @@ def check_orderings(
             "claim": claim.text,
         })
     return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers the notebooks share
+# --------------------------------------------------------------------------------------------
+
+
+def profile_samples(
+    benchmarks: Sequence[str], split: str, limit: int | None, data_dir: str | Path | None = None
+) -> dict[str, list[Any]]:
+    """The first ``limit`` questions (None: all) of ``split`` for each benchmark, in the split's
+    seeded order (:func:`r2mad_core.benchmarks.load`), so every notebook uses the same subset."""
+    from r2mad_core.benchmarks import load
+
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"limit: expected a positive integer or None, found {limit!r}")
+    return {name: load(name, split, data_dir)[:limit] for name in benchmarks}
