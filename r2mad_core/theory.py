@@ -42,7 +42,7 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy.special import expit, logsumexp
+from scipy.special import expit
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +52,16 @@ MISCONCEPTION = 1
 """Index of the shared misconception theta' (and of the misconception answer)."""
 NO_ANSWER = -1
 """Peer answer code for a response without a parseable answer: it carries no evidence."""
+
+def logsumexp(a: np.ndarray, axis: int | None = None, keepdims: bool = False) -> np.ndarray:
+    """log sum exp over ``axis`` with the max shift (plain numpy: scipy's version carries array-API
+    overhead that dominates the small arrays here)."""
+    a = np.asarray(a, dtype=float)
+    peak = np.max(a, axis=axis, keepdims=True)
+    peak = np.where(np.isfinite(peak), peak, 0.0)
+    out = np.log(np.sum(np.exp(a - peak), axis=axis, keepdims=True)) + peak
+    return out if keepdims else np.squeeze(out, axis=axis) if axis is not None else out.reshape(())
+
 
 SIGMOID_SECOND_DERIVATIVE_SUP = 1.0 / (6.0 * np.sqrt(3.0))
 """sup_L |sigma''(L)| = 1 / (6 sqrt 3) ≈ 0.0962, reached at L = ±log(2 + sqrt 3)."""
@@ -119,8 +129,7 @@ class LatentConceptModel:
 
 def response_log_likelihood(num_concepts: int, kappa: float) -> np.ndarray:
     """log P(z = a | theta = k) = kappa [a == k] - log(exp(kappa) + K - 1); shape (K answers, K concepts)."""
-    scores = kappa * np.eye(num_concepts)
-    return scores - logsumexp(scores, axis=0, keepdims=True)
+    return kappa * np.eye(num_concepts) - np.logaddexp(kappa, np.log(num_concepts - 1))
 
 
 def shared_misconception_prior(

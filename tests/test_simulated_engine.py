@@ -1,0 +1,420 @@
+"""Tests of the simulated latent-concept engine (r2mad_core.engines.simulated)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from r2mad_core import answers, prompts, theory
+from r2mad_core.benchmarks import Sample, format_question
+from r2mad_core.engines import make_engine
+from r2mad_core.engines.base import Engine, Request, SamplingParams
+from r2mad_core.engines.simulated import (
+    CAREFUL_STYLE,
+    SHORTCUT_STYLE,
+    SimulatedAgentParams,
+    SimulatedEngine,
+    sample_profile,
+)
+
+CHOICES = ("the first option", "the second option", "the third option", "the fourth option")
+BENCH = "mmlu_pro_economics"
+
+
+def mc_samples(n: int = 40, benchmark: str = BENCH) -> list[Sample]:
+    return [
+        Sample(
+            id=f"{benchmark}-{i}",
+            benchmark=benchmark,
+            question=format_question(f"Question {i}: which option is right?", CHOICES),
+            gold="ABCD"[i % 4],
+            choices=CHOICES,
+        )
+        for i in range(n)
+    ]
+
+
+MATH_GOLDS = ("17", "\\frac{1}{2}", "(3, -1)", "x^2+1", "0.25", "2\\sqrt{3}", "-4", "\\text{(C)}")
+
+
+def math_samples() -> list[Sample]:
+    return [
+        Sample(id=f"math-{i}", benchmark="math500", question=f"Compute quantity number {i}.", gold=g)
+        for i, g in enumerate(MATH_GOLDS)
+    ]
+
+
+def system(benchmark: str, persona: int = 0) -> dict:
+    return {"role": "system", "content": prompts.system_prompt(benchmark, persona)}
+
+
+def task_request(sample: Sample, *, index: int = 0, experiences=(), params: SamplingParams | None = None) -> Request:
+    user = prompts.task_prompt(sample.benchmark, sample.question, experiences)
+    return Request(
+        messages=(system(sample.benchmark), {"role": "user", "content": user}),
+        params=params or SamplingParams(),
+        sample_index=index,
+    )
+
+
+def answer_text(sample: Sample, answer: str) -> str:
+    if sample.benchmark == "math500":
+        return f"Some reasoning. The answer is \\boxed{{{answer}}}."
+    return f"Some reasoning. The answer is (({answer}))."
+
+
+def debate_request(
+    sample: Sample, peers: list[tuple[str, str | None]], *, index: int = 0, experiences=(), own: str | None = None
+) -> Request:
+    views = [prompts.PeerResponse(answer_text(sample, a), c) for a, c in peers]
+    user = prompts.debate_prompt(sample.benchmark, sample.question, views, experiences)
+    messages = [system(sample.benchmark)]
+    if own is not None:
+        messages += [
+            {"role": "user", "content": prompts.task_prompt(sample.benchmark, sample.question)},
+            {"role": "assistant", "content": answer_text(sample, own)},
+        ]
+    messages.append({"role": "user", "content": user})
+    return Request(messages=tuple(messages), sample_index=index)
+
+
+def extracted(engine: SimulatedEngine, sample: Sample, requests: list[Request]) -> Counter:
+    completions = engine.generate(requests)
+    return Counter(answers.extract_answer(c.text, sample.benchmark, len(sample.choices) or None) for c in completions)
+
+
+def experience(correct: bool) -> prompts.ExperienceView:
+    return prompts.ExperienceView(
+        question="An earlier, related question?", response="Earlier reasoning. The answer is ((A)).",
+        answer="A", correct=correct, outcome_correct=correct, summary="Dynamic: x. Insight: y.", consensus_ratio=1.0,
+    )
+
+
+# ----------------------------------------------------------------------------- protocol, determinism
+
+
+def test_engine_protocol_identity_and_ledger() -> None:
+    samples = mc_samples(4)
+    engine = SimulatedEngine(samples, seed=3)
+    assert isinstance(engine, Engine)
+    assert engine.model == "simulated-latent-concept"
+    assert engine.identity.startswith("simulated:v1:seed=3:params=")
+    assert '"peer_margin":1.0' in engine.identity
+    # different behaviour -> different identity (cache separation); latency does not change outputs
+    other = SimulatedEngine(samples, seed=3, params=SimulatedAgentParams(peer_margin=2.0))
+    slow = SimulatedEngine(samples, seed=3, params=SimulatedAgentParams(token_latency_ms=1.0))
+    assert other.identity != engine.identity
+    assert slow.identity == engine.identity
+    requests = [task_request(samples[0], index=i) for i in range(3)]
+    requests.append(Request(messages=requests[0].messages, tag="judge"))
+    completions = engine.generate(requests)
+    assert len(completions) == 4
+    ledger = engine.ledger.as_dict()
+    assert ledger["debate"]["requests"] == 3 and ledger["judge"]["requests"] == 1
+    assert ledger["debate"]["completion_tokens"] == sum(c.completion_tokens for c in completions[:3])
+    engine.close()
+    with pytest.raises(RuntimeError, match="close"):
+        engine.generate(requests[:1])
+
+
+def test_deterministic_per_request_and_distinct_by_sample_index() -> None:
+    samples = mc_samples(4)
+    a = SimulatedEngine(samples, seed=0)
+    b = SimulatedEngine(samples, seed=0)
+    requests = [task_request(samples[1], index=i) for i in range(20)]
+    texts_a = [c.text for c in a.generate(requests)]
+    assert texts_a == [c.text for c in b.generate(requests)]
+    assert texts_a == [c.text for c in a.generate(requests)]  # repeat call, same engine
+    assert len(set(texts_a)) > 10  # sample_index gives distinct draws
+    reseeded = [c.text for c in SimulatedEngine(samples, seed=1).generate(requests)]
+    assert reseeded != texts_a
+
+
+def test_make_engine_and_cache(tmp_path) -> None:
+    samples = mc_samples(2)
+    request = task_request(samples[0])
+    with make_engine("simulated", samples=samples, seed=5, cache_dir=tmp_path) as engine:
+        first = engine.generate([request])[0]
+    with make_engine("simulated", samples=samples, seed=5, cache_dir=tmp_path) as engine:
+        again = engine.generate([request])[0]
+    assert again.cached and again.text == first.text
+
+
+def test_unknown_question_and_foreign_prompt_raise() -> None:
+    engine = SimulatedEngine(mc_samples(2))
+    stranger = mc_samples(3)[2]
+    with pytest.raises(ValueError, match="unknown question 'Question 2: which option"):
+        engine.generate([task_request(stranger)])
+    with pytest.raises(ValueError, match="cannot read the prompt"):
+        engine.generate([Request(messages=({"role": "user", "content": "What is 2 + 2?"},))])
+    with pytest.raises(ValueError, match="empty"):
+        SimulatedEngine([])
+    clash = Sample(id="other", benchmark=BENCH, question=mc_samples(1)[0].question, gold="B", choices=CHOICES)
+    with pytest.raises(ValueError, match="share a question text"):
+        SimulatedEngine([mc_samples(1)[0], clash])
+    with pytest.raises(ValueError, match="peer_margin"):
+        SimulatedAgentParams(peer_margin=0.0)
+
+
+# ----------------------------------------------------------------------------- samples and formats
+
+
+def test_profiles_concepts_and_shared_misconception_rate() -> None:
+    params = SimulatedAgentParams(shared_misconception_rate=0.3)
+    samples = mc_samples(400)
+    profiles = [sample_profile(s, params) for s in samples]
+    for s, p in zip(samples, profiles):
+        assert p.gold == s.gold and p.misconception != s.gold
+        assert sorted(p.concepts) == list("ABCD")
+        assert np.exp(p.log_prior).sum() == pytest.approx(1.0)
+    shared = np.array([p.shared_misconception for p in profiles])
+    assert 0.22 < shared.mean() < 0.38
+    prior_true = np.array([np.exp(p.log_prior[0]) for p in profiles])
+    prior_miscon = np.array([np.exp(p.log_prior[1]) for p in profiles])
+    # shared-misconception samples: theta' dominates the prior; ordinary ones: theta* does
+    assert (prior_miscon[shared] > prior_true[shared]).mean() > 0.9
+    assert (prior_true[~shared] > prior_miscon[~shared]).mean() > 0.9
+    # the profile depends on the sample id and difficulty_seed, not on the engine's run seed
+    assert SimulatedEngine(samples[:5], seed=9).profile(samples[0]).concepts == profiles[0].concepts
+    moved = [sample_profile(s, SimulatedAgentParams(difficulty_seed=1)).misconception for s in samples[:40]]
+    assert moved != [p.misconception for p in profiles[:40]]
+
+
+def test_math_misconceptions_are_wrong_and_formats_parse() -> None:
+    samples = math_samples()
+    engine = SimulatedEngine(samples, params=SimulatedAgentParams(format_failure_rate=0.0))
+    for s in samples:
+        profile = engine.profile(s)
+        assert len(profile.concepts) == 4 and len(set(profile.concepts)) == 4
+        for wrong in profile.concepts[1:]:
+            assert not answers.is_correct(wrong, s.gold, "math500"), (s.gold, wrong)
+        completions = engine.generate([task_request(s, index=i) for i in range(5)])
+        for c in completions:
+            assert "The answer is \\boxed{" in c.text
+            got = answers.extract_answer(c.text, "math500")
+            assert any(answers.answers_equivalent(got, concept, "math500") for concept in profile.concepts), got
+    assert engine.profile(samples[0]).misconception.lstrip("-").isdigit()  # gold 17 -> a nearby integer
+
+
+def test_multiple_choice_format_and_format_failures() -> None:
+    samples = mc_samples(8, benchmark="truthfulqa")
+    engine = SimulatedEngine(samples, params=SimulatedAgentParams(format_failure_rate=0.5))
+    completions = engine.generate([task_request(samples[0], index=i) for i in range(200)])
+    parsed = [answers.extract_answer(c.text, "truthfulqa", 4) for c in completions]
+    failures = sum(p is None for p in parsed)
+    assert 70 < failures < 130
+    for c, p in zip(completions, parsed):
+        if p is not None:
+            assert c.text.endswith(f"The answer is (({p})).")
+        else:
+            assert "((" not in c.text and "\\boxed" not in c.text
+
+
+def test_token_counts_and_truncation() -> None:
+    samples = mc_samples(2)
+    engine = SimulatedEngine(samples, params=SimulatedAgentParams(response_words=30, response_words_jitter=0))
+    request = task_request(samples[0])
+    completion = engine.generate([request])[0]
+    assert completion.completion_tokens == round(1.3 * len(completion.text.split()))
+    assert completion.prompt_tokens == sum(round(1.3 * len(m["content"].split())) for m in request.messages)
+    assert completion.finish_reason == "stop" and completion.completion_tokens >= 30
+    short = engine.generate([task_request(samples[0], params=SamplingParams(max_tokens=13))])[0]
+    assert short.finish_reason == "length"
+    assert short.completion_tokens <= 13
+    assert answers.extract_answer(short.text, BENCH, 4) is None
+
+
+def test_latency_is_one_sleep_per_wave() -> None:
+    samples = mc_samples(2)
+    params = SimulatedAgentParams(token_latency_ms=0.01, max_concurrency=4)
+    engine = SimulatedEngine(samples, params=params)
+    completions = engine.generate([task_request(samples[0], index=i) for i in range(6)])
+    first, second = completions[:4], completions[4:]
+    assert all(c.seconds == pytest.approx(max(x.completion_tokens for x in first) * 1e-5) for c in first)
+    assert all(c.seconds == pytest.approx(max(x.completion_tokens for x in second) * 1e-5) for c in second)
+
+
+def test_temperature_zero_is_the_posterior_mode() -> None:
+    samples = mc_samples(8)
+    engine = SimulatedEngine(samples, params=SimulatedAgentParams(format_failure_rate=0.0))
+    s = samples[3]
+    mode = max(engine.answer_probabilities(s, persona=0).items(), key=lambda kv: kv[1])[0]
+    greedy = SamplingParams(temperature=0.0)
+    got = extracted(engine, s, [task_request(s, index=i, params=greedy) for i in range(10)])
+    assert got == Counter({mode: 10})
+
+
+# ----------------------------------------------------------------------------- the latent-concept model
+
+
+def test_engine_uses_the_theory_posterior() -> None:
+    """answer_probabilities equals the hand-assembled Eq. joint_gen posterior of r2mad_core.theory."""
+    samples = mc_samples(4)
+    params = SimulatedAgentParams(persona_shift=0.0)
+    engine = SimulatedEngine(samples, params=params)
+    s = samples[2]
+    profile = engine.profile(s)
+    mis = profile.misconception
+    got = engine.answer_probabilities(
+        s, persona=1, peer_answers=[mis, s.gold], peer_confidences=["low", "high"], own_previous_answer=mis,
+        experiences_correct=[True, False],
+    )
+    model = theory.LatentConceptModel(num_concepts=4, kappa=params.peer_margin, generation_kappa=params.answer_margin)
+    log_memory = theory.memory_log_likelihood(4, 1, 1, params.memory_ratio_correct, params.memory_ratio_incorrect)
+    post = theory.debate_log_posterior(
+        model, profile.log_prior, np.array([1, 0, 1]),
+        np.array([params.low_confidence_weight, params.high_confidence_weight, params.self_weight]), log_memory,
+    )
+    expected = theory.answer_distribution(model, post)
+    np.testing.assert_allclose([got[c] for c in profile.concepts], expected, atol=1e-12)
+
+
+def test_sampled_answers_follow_the_answer_distribution() -> None:
+    samples = mc_samples(4)
+    engine = SimulatedEngine(samples, params=SimulatedAgentParams(format_failure_rate=0.0))
+    s = samples[0]
+    mis = engine.profile(s).misconception
+    expected = engine.answer_probabilities(s, persona=0, peer_answers=[mis, mis])
+    counts = extracted(engine, s, [debate_request(s, [(mis, None), (mis, None)], index=i) for i in range(600)])
+    for concept, p in expected.items():
+        assert counts[concept] / 600 == pytest.approx(p, abs=4 * np.sqrt(p * (1 - p) / 600) + 1e-3)
+
+
+def test_more_misconceived_peers_more_misconception_answers() -> None:
+    samples = mc_samples(4)
+    engine = SimulatedEngine(samples, params=SimulatedAgentParams(format_failure_rate=0.0))
+    s = samples[1]
+    gold, mis = s.gold, engine.profile(s).misconception
+    rates = []
+    for m in range(4):
+        peers = [(mis, None)] * m + [(gold, None)] * (3 - m)
+        counts = extracted(engine, s, [debate_request(s, peers, index=i) for i in range(300)])
+        rates.append(counts[mis] / 300)
+    assert all(b > a for a, b in zip(rates, rates[1:])), rates
+    assert rates[3] - rates[0] > 0.3
+
+
+def test_low_confidence_on_misconceived_peers_raises_accuracy() -> None:
+    samples = mc_samples(4)
+    engine = SimulatedEngine(samples, params=SimulatedAgentParams(format_failure_rate=0.0))
+    s = samples[1]
+    gold, mis = s.gold, engine.profile(s).misconception
+    plain = extracted(engine, s, [debate_request(s, [(mis, None), (mis, None)], index=i) for i in range(400)])
+    annotated = extracted(engine, s, [debate_request(s, [(mis, "low"), (mis, "low")], index=i) for i in range(400)])
+    boosted = extracted(engine, s, [debate_request(s, [(gold, "high"), (mis, None)], index=i) for i in range(400)])
+    unboosted = extracted(engine, s, [debate_request(s, [(gold, None), (mis, None)], index=i) for i in range(400)])
+    assert annotated[gold] - plain[gold] > 40
+    assert boosted[gold] - unboosted[gold] > 20
+    # the exact model says the same
+    p_plain = engine.answer_probabilities(s, persona=0, peer_answers=[mis, mis])[gold]
+    p_low = engine.answer_probabilities(s, persona=0, peer_answers=[mis, mis], peer_confidences=["low", "low"])[gold]
+    assert p_low > p_plain
+
+
+def test_own_previous_answer_counts_with_self_weight() -> None:
+    samples = mc_samples(4)
+    s = samples[0]
+    stubborn = SimulatedEngine(samples, params=SimulatedAgentParams(self_weight=3.0))
+    mis = stubborn.profile(s).misconception
+    with_own = stubborn.answer_probabilities(s, persona=0, peer_answers=[s.gold], own_previous_answer=mis)
+    without = stubborn.answer_probabilities(s, persona=0, peer_answers=[s.gold])
+    assert with_own[mis] > without[mis]
+    ignoring = SimulatedEngine(samples, params=SimulatedAgentParams(self_weight=0.0))
+    assert ignoring.answer_probabilities(s, persona=0, peer_answers=[s.gold], own_previous_answer=mis) == pytest.approx(
+        ignoring.answer_probabilities(s, persona=0, peer_answers=[s.gold])
+    )
+    # and the engine reads the own answer from the conversation's last assistant turn
+    counts_own = extracted(stubborn, s, [debate_request(s, [(s.gold, None)], own=mis, index=i) for i in range(300)])
+    counts_none = extracted(stubborn, s, [debate_request(s, [(s.gold, None)], index=i) for i in range(300)])
+    assert counts_own[mis] - counts_none[mis] > 30
+
+
+def test_correct_experiences_raise_accuracy() -> None:
+    samples = mc_samples(4)
+    engine = SimulatedEngine(samples, params=SimulatedAgentParams(format_failure_rate=0.0, memory_ratio_correct=3.0))
+    s = samples[2]
+    none = extracted(engine, s, [task_request(s, index=i) for i in range(400)])
+    good = extracted(engine, s, [task_request(s, index=i, experiences=[experience(True)] * 3) for i in range(400)])
+    assert good[s.gold] - none[s.gold] > 40
+    # contrastive (incorrect) experiences lower the misconception's share
+    mis = engine.profile(s).misconception
+    p = engine.answer_probabilities(s, persona=0)
+    p_bad = engine.answer_probabilities(s, persona=0, experiences_correct=[False, False, False])
+    assert p_bad[mis] < p[mis]
+    # ratio 1 = uninformative memory: no change at all
+    flat = SimulatedEngine(samples, params=SimulatedAgentParams(memory_ratio_correct=1.0, memory_ratio_incorrect=1.0))
+    assert flat.answer_probabilities(s, persona=0, experiences_correct=[True, False]) == pytest.approx(
+        flat.answer_probabilities(s, persona=0)
+    )
+
+
+def test_reasoning_style_signals_the_followed_concept() -> None:
+    samples = mc_samples(4)
+    engine = SimulatedEngine(samples, params=SimulatedAgentParams(reasoning_style_signal=1.0, format_failure_rate=0.0))
+    s = samples[0]
+    for c in engine.generate([task_request(s, index=i) for i in range(60)]):
+        answer = answers.extract_answer(c.text, BENCH, 4)
+        sentences = [t for t in CAREFUL_STYLE + SHORTCUT_STYLE if t in c.text]
+        if answer == s.gold:
+            assert sentences and all(t in CAREFUL_STYLE for t in sentences)
+        elif answer == engine.profile(s).misconception:
+            assert sentences and all(t in SHORTCUT_STYLE for t in sentences)
+
+
+# ----------------------------------------------------------------------------- summary, judge, logprobs
+
+
+def test_summary_prompt_answered_in_the_required_format() -> None:
+    samples = mc_samples(2)
+    engine = SimulatedEngine(samples)
+    s = samples[0]
+    expected_words = {1 / 3: ("no majority", "divided"), 2 / 3: ("majority", "most agents"), 1.0: ("same stance", "single stance")}
+    for ratio, words in expected_words.items():
+        user = prompts.summary_prompt(s.question, None, ["r1 ((A))", "r2 ((B))", "r3 ((A))"], ratio)
+        for index in range(4):
+            request = Request(messages=({"role": "user", "content": user},), sample_index=index, tag="summary")
+            text = engine.generate([request])[0].text
+            dynamic, insight = text.split("\n\n")
+            assert dynamic.startswith("Dynamic: ") and insight.startswith("Insight: ")
+            assert dynamic.count(".") == 1 and insight.count(".") == 1
+            assert "((" not in text and not any(ch.isdigit() for ch in text)
+            assert any(w in dynamic for w in words), (ratio, dynamic)
+
+
+def test_judge_verdicts_are_informative() -> None:
+    samples = mc_samples(40)
+    engine = SimulatedEngine(samples, params=SimulatedAgentParams(shared_misconception_rate=0.0))
+    yes = {"gold": 0, "misconception": 0}
+    total = 0
+    for s in samples:
+        mis = engine.profile(s).misconception
+        for label, answer in (("gold", s.gold), ("misconception", mis)):
+            user = prompts.judge_prompt(s.benchmark, s.question, answer_text(s, answer))
+            requests = [Request(messages=({"role": "user", "content": user},), sample_index=i, tag="judge") for i in range(5)]
+            for c in engine.generate(requests):
+                verdict = prompts.parse_judgement(c.text)
+                assert verdict in ("YES", "NO", "NOT SURE")
+                yes[label] += verdict == "YES"
+        total += 5
+    assert yes["gold"] / total > yes["misconception"] / total + 0.25
+
+
+def test_logprobs_track_belief() -> None:
+    samples = mc_samples(4)
+    engine = SimulatedEngine(samples, params=SimulatedAgentParams(format_failure_rate=0.0))
+    s = samples[0]
+    requests = [task_request(s, index=i, params=SamplingParams(logprobs=True)) for i in range(300)]
+    by_answer: dict[str, list[float]] = {}
+    for c in engine.generate(requests):
+        assert c.logprobs is not None and len(c.logprobs) == c.completion_tokens
+        assert max(c.logprobs) <= 0
+        by_answer.setdefault(answers.extract_answer(c.text, BENCH, 4), []).append(float(np.mean(c.logprobs)))
+    beliefs = engine.answer_probabilities(s, persona=0)
+    profile = engine.profile(s)
+    distractors = [v for a in profile.concepts[2:] for v in by_answer.get(a, [])]
+    assert beliefs[profile.gold] > beliefs[profile.misconception] > beliefs[profile.concepts[2]]
+    means = [np.mean(by_answer[profile.gold]), np.mean(by_answer[profile.misconception]), np.mean(distractors)]
+    assert means[0] > means[1] > means[2], means
+    assert engine.generate([task_request(s)])[0].logprobs is None
