@@ -384,7 +384,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args._handler(args))
     except UsageError as exc:
-        print(f"r2mad {args.command}: error: {exc}", file=sys.stderr)
+        message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        print(f"r2mad {args.command}: error: {message}", file=sys.stderr)
         return EXIT_USAGE
 
 
