@@ -35,7 +35,7 @@ products, integrals, limits and deep nesting are compared by normal form only. (
 parse and comparison has a deadline of :data:`SYMBOLIC_TIMEOUT_SECONDS`. math-verify's own timeouts
 use ``signal.alarm`` and raise ValueError outside the main thread, so they are switched off
 (``parsing_timeout=None``, ``timeout_seconds=None``) and replaced by a deadline that works in any
-thread (:class:`_Deadline`); a comparison that runs out of time counts as "not equivalent".
+thread (:func:`_with_deadline`); a comparison that runs out of time counts as "not equivalent".
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ T = TypeVar("T")
 
 
 class _DropTimeoutDisabledWarning(logging.Filter):
-    """math-verify warns once that its timeouts are off; they are, on purpose (see _Deadline)."""
+    """math-verify warns once that its timeouts are off; they are, on purpose (see _with_deadline)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith("Timeout is disabled")
@@ -199,7 +199,7 @@ def _boxed_contents(text: str) -> list[str]:
             if group is not None:
                 contents.append(group[0])
         else:
-            token = re.match(r"[^\s$]+", text[position:])
+            token = re.match(r"[^\s$\\{}]+", text[position:])  # \boxed 5: one plain token
             if token:
                 contents.append(token.group(0).rstrip(".,;:"))
     return contents
@@ -409,60 +409,50 @@ def safe_for_symbolic(answer: str) -> bool:
 
 
 class SymbolicTimeout(BaseException):
-    """Raised inside a symbolic comparison that ran past its deadline (a BaseException, so that the
-    ``except Exception`` blocks of sympy and math-verify cannot swallow it)."""
+    """Raised inside a symbolic computation that ran past its deadline, to stop it (a BaseException, so
+    that the ``except Exception`` blocks of sympy and math-verify do not swallow it)."""
 
 
-class _Deadline:
-    """Interrupt the calling thread with :class:`SymbolicTimeout` after ``seconds``.
+def _stop_thread(worker: threading.Thread) -> None:
+    """Raise :class:`SymbolicTimeout` in ``worker`` until it ends (runs in a daemon reaper thread).
 
-    math-verify's own timeouts use ``signal.alarm``, which works only in the main thread (it raises
-    ValueError elsewhere). This guard works in every thread: a timer thread schedules an asynchronous
-    exception in the guarded thread (``PyThreadState_SetAsyncExc``), which Python raises at the next
-    bytecode boundary, as a signal handler would be. A lock and a ``done`` flag make sure the exception
-    is either raised inside the guarded block (and caught by :func:`_with_deadline`) or cleared
-    before the block is left, never later.
+    ``PyThreadState_SetAsyncExc`` makes Python raise the exception in that thread at its next
+    bytecode boundary, as a signal handler would; it is repeated because an exception that lands in a
+    finaliser or a bare ``except`` can be swallowed, and because long C calls delay it.
     """
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.thread_id = threading.get_ident()
-        self.lock = threading.Lock()
-        self.done = False
-        self.fired = False
-        self.timer = threading.Timer(seconds, self._fire)
-        self.timer.daemon = True
-
-    def _fire(self) -> None:
-        with self.lock:
-            if self.done:
-                return
-            self.fired = True
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                ctypes.c_ulong(self.thread_id), ctypes.py_object(SymbolicTimeout)
-            )
-
-    def __enter__(self) -> "_Deadline":
-        self.timer.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.timer.cancel()
-        with self.lock:
-            self.done = True
-            fired = self.fired
-        if fired:  # scheduled but possibly not raised yet: clear it so it cannot escape the block
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.thread_id), None)
+    while worker.is_alive() and worker.ident is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(SymbolicTimeout))
+        worker.join(0.1)
 
 
 def _with_deadline(function: Callable[[], T], seconds: float, on_timeout: T) -> T:
-    """``function()``, or ``on_timeout`` when it runs longer than ``seconds`` (any thread)."""
-    try:
-        with _Deadline(seconds):
-            return function()
-    except SymbolicTimeout:
+    """``function()``, or ``on_timeout`` when it runs longer than ``seconds``; safe in any thread.
+
+    math-verify's own timeouts use ``signal.alarm``, which works only in the main thread (elsewhere it
+    raises ValueError). Here the work runs in a short-lived daemon thread; the caller waits at most
+    ``seconds`` and is never interrupted itself. A worker that overruns is stopped by
+    :func:`_stop_thread` in the background.
+    """
+    outcome: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = function()
+        except SymbolicTimeout:
+            pass
+        except BaseException as error:  # noqa: BLE001 - handed to the caller below
+            outcome["error"] = error
+
+    worker = threading.Thread(target=target, name="r2mad-symbolic", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
         logger.warning("symbolic comparison gave up after %.1f s", seconds)
+        threading.Thread(target=_stop_thread, args=(worker,), name="r2mad-symbolic-reaper", daemon=True).start()
         return on_timeout
+    if "error" in outcome:
+        raise outcome["error"]  # type: ignore[misc]
+    return outcome.get("value", on_timeout)  # type: ignore[return-value]
 
 
 @functools.lru_cache(maxsize=CACHE_SIZE)

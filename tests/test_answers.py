@@ -1,0 +1,453 @@
+"""Answer extraction a(.) and equivalence: real model-output failure modes, the authors' checker bugs,
+math-verify equivalence, thread safety, the deadline, and a property test on random text."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from r2mad_core import answers
+from r2mad_core.answers import (
+    UnknownBenchmark,
+    answers_equivalent,
+    canonical_answer,
+    clean_math_answer,
+    extract_answer,
+    is_correct,
+    safe_for_symbolic,
+)
+
+MATH = "math500"
+ECON = "mmlu_pro_economics"
+TQA = "truthfulqa"
+
+
+# ---------------------------------------------------------------------------------------------------
+# MATH500 extraction
+# ---------------------------------------------------------------------------------------------------
+
+MATH_EXTRACTION_CASES = [
+    # (model output, expected extracted answer)
+    pytest.param(r"So $x=2$, giving \boxed{2}, actually \boxed{3}.", "3", id="last-box-wins-same-line"),
+    pytest.param("First \\boxed{2}.\nRechecking the arithmetic...\nThe answer is \\boxed{3}", "3", id="last-box-wins"),
+    pytest.param(r"The answer is \boxed{\frac{\sqrt{3}}{2}}.", r"\frac{\sqrt{3}}{2}", id="nested-braces"),
+    pytest.param(r"\boxed{\frac{1}{1+\frac{1}{x}}}", r"\frac{1}{1+\frac{1}{x}}", id="nested-fraction"),
+    pytest.param(r"The answer is \boxed {7}", "7", id="space-before-brace"),
+    pytest.param(r"The answer is \boxed 5", "5", id="box-without-braces"),
+    pytest.param(r"The answer is \boxed 5.", "5", id="box-without-braces-period"),
+    pytest.param(r"Thus \fbox{12}", "12", id="fbox"),
+    pytest.param(r"$\boxed{\boxed{4}}$", "4", id="double-box"),
+    pytest.param(r"The answer is \boxed{\text{Evelyn}}", "Evelyn", id="text-wrapper"),
+    pytest.param(r"The answer is \boxed{\text{(C)}}", "(C)", id="text-wrapped-choice"),
+    pytest.param(r"The area is \boxed{15\text{ cm}^2}.", "15", id="unit-text-squared"),
+    pytest.param(r"\boxed{864 \mbox{ inches}^2}", "864", id="unit-mbox"),
+    pytest.param(r"\boxed{5\text{ apples}}", "5", id="unit-any-text-word"),
+    pytest.param(r"\boxed{45^\circ}", "45", id="degrees-circ"),
+    pytest.param(r"\boxed{45^{\circ}}", "45", id="degrees-circ-braced"),
+    pytest.param(r"\boxed{45 degrees}", "45", id="degrees-word"),
+    pytest.param(r"\boxed{12 \text{ square units}}", "12", id="square-units"),
+    pytest.param(r"\boxed{25\%}", "25", id="percent"),
+    pytest.param(r"\boxed{\$18.90}", "18.90", id="dollar-sign"),
+    pytest.param(r"\boxed{10,\!080}", "10,080", id="thousands-thin-space"),
+    pytest.param(r"\boxed{[1,2)}", "[1,2)", id="half-open-interval"),
+    pytest.param(r"\boxed{\left( 3, \frac{\pi}{2} \right)}", r"\left( 3, \frac{\pi}{2} \right)", id="left-right-tuple"),
+    pytest.param(
+        r"\boxed{\begin{pmatrix} 1 \\ 2 \end{pmatrix}}", r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}", id="matrix-row-break-kept"
+    ),
+    pytest.param(r"\boxed{2m}", "2m", id="variable-not-unit"),
+    pytest.param(r"\boxed{\{1,2\}}", r"\{1,2\}", id="escaped-braces-set"),
+    pytest.param(r"\boxed{x = 5}", "x = 5", id="equation-kept"),
+    pytest.param("We get 12.\nThe answer is 12.", "12", id="answer-is-fallback-last-line"),
+    pytest.param("The answer is $\\frac{3}{4}$.", r"\frac{3}{4}", id="answer-is-fallback-dollars"),
+    pytest.param("**Final Answer:** 42", "42", id="markdown-final-answer"),
+    pytest.param("The answer is 12. Then I checked more\nand more text follows", None, id="answer-is-not-at-end"),
+    pytest.param("The answer is 12 because the sum of the digits is even", None, id="answer-is-followed-by-prose"),
+    pytest.param(r"The answer is \boxed{[answer]}", None, id="echoed-placeholder"),
+    pytest.param(r"\boxed{7} ... format: \boxed{[answer]}", "7", id="placeholder-after-real-box"),
+    pytest.param(r"\boxed{}", None, id="empty-box"),
+    pytest.param(r"so \boxed{5", None, id="unbalanced-truncated-box"),
+    pytest.param("<think>maybe \\boxed{4}</think>\nThe answer is \\boxed{5}", "5", id="after-think-preferred"),
+    pytest.param("<think>Let me see, is it \\boxed{4}? yes</think>\nSo the result follows.", "4", id="think-only-answer"),
+    pytest.param("", None, id="empty-text"),
+    pytest.param("   \n\t ", None, id="whitespace-only"),
+    pytest.param("I'm sorry, I can't help with that.", None, id="refusal"),
+    pytest.param("}}}{{{\\boxed\\boxed{{", None, id="brace-garbage"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), MATH_EXTRACTION_CASES)
+def test_extract_math(text: str, expected: str | None) -> None:
+    assert extract_answer(text, MATH) == expected
+
+
+def test_extract_math_strict_format_ignores_answer_is_statement() -> None:
+    assert extract_answer("The answer is 12.", MATH, strict_format=True) is None
+    assert extract_answer("The answer is \\boxed{12}.", MATH, strict_format=True) == "12"
+
+
+def test_extract_none_for_non_string() -> None:
+    assert extract_answer(None, MATH) is None
+    assert extract_answer(None, ECON) is None
+
+
+def test_unknown_benchmark_is_an_error() -> None:
+    with pytest.raises(UnknownBenchmark, match="gsm8k"):
+        extract_answer("\\boxed{1}", "gsm8k")
+    with pytest.raises(UnknownBenchmark):
+        is_correct("1", "1", "MATH")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Multiple-choice extraction
+# ---------------------------------------------------------------------------------------------------
+
+CHOICE_EXTRACTION_CASES = [
+    # (model output, num_options, expected letter)
+    pytest.param("I pick ((A)). Hmm, on reflection the answer is ((C))", 10, "C", id="last-wins"),
+    pytest.param("((b))", 10, "B", id="lowercase"),
+    pytest.param("((K))", 10, None, id="K-beyond-ten-options"),
+    pytest.param("((E))", 4, None, id="E-beyond-four-options"),
+    pytest.param("((D))", 4, "D", id="last-of-four"),
+    pytest.param("（（Ｂ））", 10, "B", id="full-width-everything"),
+    pytest.param("（（B））", 10, "B", id="full-width-parens"),
+    pytest.param("(( B ))", 10, "B", id="spaces-inside"),
+    pytest.param("((B. Increase in demand))", 10, "B", id="letter-dot-text"),
+    pytest.param("((B) Increase in demand))", 10, "B", id="letter-paren-text"),
+    pytest.param("((\\text{B}))", 10, "B", id="latex-text-letter"),
+    pytest.param("((**B**))", 10, "B", id="markdown-bold-letter"),
+    pytest.param("(((B)))", 10, "B", id="triple-parens"),
+    pytest.param("Final answer: ((B)).", 10, "B", id="trailing-period"),
+    pytest.param("Format: ((answer)). I think ((D)).", 10, "D", id="placeholder-before"),
+    pytest.param("((D)). Remember to answer as ((answer))", 10, "D", id="placeholder-after"),
+    pytest.param("((A or B))", 10, None, id="ambiguous"),
+    pytest.param("f((x)) = 2 so ((B)), and g((t)) = 1", 10, "B", id="function-notation-skipped"),
+    pytest.param("Option (a) is wrong.\nThe answer is (C).", 10, "C", id="fallback-answer-is-last-line"),
+    pytest.param("**Answer: (c)**", 10, "C", id="fallback-markdown"),
+    pytest.param("Reasoning...\n\\boxed{E}", 10, "E", id="fallback-boxed-letter"),
+    pytest.param("Reasoning...\n\\boxed{E}", 4, None, id="fallback-boxed-out-of-range"),
+    pytest.param("Option (a) and option (b) are both plausible, I need more facts.", 10, None, id="single-parens-in-prose"),
+    pytest.param("The answer is a bit tricky to pin down", 10, None, id="article-a-not-an-answer"),
+    pytest.param("<think>((A)) no wait</think>((C))", 10, "C", id="after-think"),
+    pytest.param("", 10, None, id="empty"),
+    pytest.param("nothing here at all", 10, None, id="no-answer"),
+]
+
+
+@pytest.mark.parametrize(("text", "num_options", "expected"), CHOICE_EXTRACTION_CASES)
+def test_extract_choice(text: str, num_options: int, expected: str | None) -> None:
+    assert extract_answer(text, ECON, num_options) == expected
+    assert extract_answer(text, TQA, num_options) == expected
+
+
+def test_extract_choice_default_allows_a_to_j() -> None:
+    assert extract_answer("((J))", ECON) == "J"
+    assert extract_answer("((K))", ECON) is None
+
+
+def test_extract_choice_strict_format() -> None:
+    assert extract_answer("The answer is (C).", ECON, 10, strict_format=True) is None
+    assert extract_answer("The answer is ((C)).", ECON, 10, strict_format=True) == "C"
+
+
+def test_num_options_is_validated() -> None:
+    with pytest.raises(ValueError, match="num_options"):
+        extract_answer("((A))", ECON, 0)
+    with pytest.raises(ValueError, match="num_options"):
+        extract_answer("((A))", ECON, 27)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The authors' checker (KylJin/R2-MAD src/checker.py): its patterns, reduced to what is compared here
+# ---------------------------------------------------------------------------------------------------
+
+
+def _greedy_boxed(text: str) -> str | None:
+    """The greedy same-line box pattern of the authors' checker (reference for the failure modes)."""
+    found = re.findall(r"\\boxed\{(.*)\}", text)
+    return found[-1] if found else None
+
+
+def _single_paren_fallback(text: str) -> str | None:
+    """The authors' multiple-choice rule: ((X)) with X in A-J, else any (X) anywhere."""
+    found = re.findall(r"\(\(([Ａ-ＪA-Ja-j])\)\)", text) or re.findall(r"\(([Ａ-ＪA-Ja-j])\)", text)
+    return found[-1].upper() if found else None
+
+
+@pytest.mark.parametrize(
+    ("text", "ours"),
+    [
+        (r"\boxed{2}, actually \boxed{3}", "3"),
+        (r"We get \boxed{5} and the other root {6} is rejected", "5"),
+        (r"\boxed{\frac{1}{2}} (since $x \neq 0$, the set {0} is excluded)", r"\frac{1}{2}"),
+    ],
+)
+def test_greedy_box_bug_not_reproduced(text: str, ours: str) -> None:
+    assert _greedy_boxed(text) != ours
+    assert extract_answer(text, MATH) == ours
+
+
+@pytest.mark.parametrize(
+    ("text", "ours"),
+    [
+        ("Option (a) is wrong and (b) too, so I am unsure.", None),  # theirs: B from prose
+        ("((C)) is my answer. Note that (e) was a distractor.", "C"),  # theirs: ((C)) found, fine
+        ("(( C ))", "C"),  # theirs: no space allowed -> falls back to nothing / wrong
+        ("（（B））", "B"),  # theirs: full-width parentheses not matched
+        ("I choose ((B. Supply shifts))", "B"),  # theirs: only a bare letter inside
+    ],
+)
+def test_single_paren_fallback_bugs_not_reproduced(text: str, ours: str | None) -> None:
+    assert extract_answer(text, ECON, 10) == ours
+
+
+def test_authors_fallback_takes_prose_letters() -> None:
+    text = "Option (a) is wrong and (b) too, so I am unsure."
+    assert _single_paren_fallback(text) == "B"
+    assert extract_answer(text, ECON, 10) is None
+    assert _single_paren_fallback("(( C ))") is None and extract_answer("(( C ))", ECON, 10) == "C"
+
+
+def test_order_matters_unlike_authors_unordered_tuples() -> None:
+    # The authors compared tuples as sorted parts, so (1,2) == (2,1) and [1,2) == (1,2].
+    assert not is_correct("(2,1)", "(1,2)", MATH)
+    assert not is_correct("(1,2]", "[1,2)", MATH)
+    assert not is_correct("(31,6,-1)", "(6,31,-1)", MATH)
+    assert is_correct("(6, 31, -1)", "(6,31,-1)", MATH)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Equivalence and correctness
+# ---------------------------------------------------------------------------------------------------
+
+MATH_EQUIVALENCE_CASES = [
+    # (gold, predicted, expected is_correct)
+    pytest.param(r"\frac{1}{2}", "0.5", True, id="fraction-decimal"),
+    pytest.param(r"\frac{1}{2}", r"\dfrac12", True, id="dfrac-unbraced"),
+    pytest.param(r"\frac{14}{3}", "14/3", True, id="slash-fraction"),
+    pytest.param(r"3\sqrt{13}", r"\sqrt{117}", True, id="surd"),
+    pytest.param("x=5", "5", True, id="assignment-gold"),
+    pytest.param("1,-2", "-2, 1", True, id="solution-set-unordered"),
+    pytest.param(r"\left( 3, \frac{\pi}{2} \right)", r"(3, \pi/2)", True, id="tuple-left-right"),
+    pytest.param("(3,4]", "(3,4)", False, id="interval-closedness"),
+    pytest.param(r"(-\infty, 0]", r"(-\infty,0)", False, id="interval-infinity"),
+    pytest.param(r"\text{(C)}", "C", True, id="choice-letter"),
+    pytest.param(r"\text{(C)}", "(C)", True, id="choice-letter-parens"),
+    pytest.param(r"\text{(C)}", "B", False, id="choice-letter-wrong"),
+    pytest.param(r"90^\circ", "90", True, id="degrees"),
+    pytest.param(r"\$32,\!348", "32348", True, id="dollars-thousands"),
+    pytest.param(r"10,\!080", "10080", True, id="thousands"),
+    pytest.param(r"1 \pm \sqrt{19}", r"1+\sqrt{19}, 1-\sqrt{19}", True, id="plus-minus"),
+    pytest.param("p - q", "-q + p", True, id="commutative"),
+    pytest.param("2k+2", "2(k+1)", True, id="factored"),
+    pytest.param(r"\frac{270}7\text{ degrees}", r"\frac{270}{7}", True, id="unit-in-gold"),
+    pytest.param(r"5.4 \text{ cents}", "5.4", True, id="cents"),
+    pytest.param(r"\text{Evelyn}", "evelyn", True, id="name-case"),
+    pytest.param(r"\text{Evelyn}", "Navin", False, id="name-wrong"),
+    pytest.param(r"x \in [-2,7]", "[-2, 7]", True, id="membership-interval"),
+    pytest.param(
+        r"\begin{pmatrix} -1 \\ 2 \end{pmatrix}", r"\begin{pmatrix} 2 \\ -1 \end{pmatrix}", False, id="vector-order"
+    ),
+    pytest.param(r"\begin{pmatrix} -1/3 \\ 2/3 \end{pmatrix}", r"\begin{pmatrix} -\frac13 \\ \frac23 \end{pmatrix}", True, id="vector"),
+    pytest.param("6 - 5i", "6-5i", True, id="complex"),
+    pytest.param("2", "3", False, id="different-integers"),
+    pytest.param(r"\frac{\sqrt{3}}{2}", r"\frac{\sqrt{3}}{3}", False, id="different-surds"),
+]
+
+
+@pytest.mark.parametrize(("gold", "predicted", "expected"), MATH_EQUIVALENCE_CASES)
+def test_math_is_correct(gold: str, predicted: str, expected: bool) -> None:
+    assert is_correct(predicted, gold, MATH) is expected
+    # Equivalence for votes is symmetric and agrees with correctness on these pairs.
+    assert answers_equivalent(gold, predicted, MATH) is expected
+    assert answers_equivalent(predicted, gold, MATH) is expected
+
+
+def test_missing_answer_is_never_correct() -> None:
+    for benchmark, gold in ((MATH, "5"), (ECON, "A"), (TQA, "A")):
+        assert not is_correct(None, gold, benchmark)
+        assert not is_correct("", gold, benchmark)
+        assert not answers_equivalent(None, None, benchmark)
+        assert not answers_equivalent(None, gold, benchmark)
+
+
+def test_choice_correctness() -> None:
+    assert is_correct("b", "B", ECON)
+    assert is_correct("（Ｂ）", "B", TQA)
+    assert not is_correct("C", "B", ECON)
+    assert answers_equivalent("b", "B", ECON)
+    assert not answers_equivalent("A", "B", TQA)
+    assert not is_correct("AB", "A", ECON)
+
+
+@pytest.mark.parametrize(
+    ("answer", "canonical"),
+    [
+        (r"\dfrac{1}{2}", r"\frac{1}{2}"),
+        (r"\frac12", r"\frac{1}{2}"),
+        (r"\tfrac{3}{4}", r"\frac{3}{4}"),
+        ("0.50", "0.5"),
+        (".5", "0.5"),
+        ("18.90", "18.9"),
+        ("1,000", "1000"),
+        (r"10,\!080", "10080"),
+        ("(C)", "C"),
+        (r"\text{Evelyn}", "evelyn"),
+        (r"\left( 3, \frac{\pi}{2} \right)", r"(3,\frac{\pi}{2})"),
+        (r"\sqrt2", r"\sqrt{2}"),
+        ("x = 5", "x=5"),
+        ("2m", "2m"),
+    ],
+)
+def test_canonical_math(answer: str, canonical: str) -> None:
+    assert canonical_answer(answer, MATH) == canonical
+
+
+def test_canonical_choice() -> None:
+    assert canonical_answer("b", ECON) == "B"
+    assert canonical_answer("（Ｂ）", TQA) == "B"
+    assert canonical_answer(None, ECON) == ""
+
+
+def test_clean_math_answer_keeps_whole_text_answers_and_strips_wrappers() -> None:
+    assert clean_math_answer(r"$\text{east}$") == "east"
+    assert clean_math_answer(r"\(\frac{1}{2}\).") == r"\frac{1}{2}"
+    assert clean_math_answer(r"\text{a} + \text{b}") == r"\text{a} + \text{b}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Real data: every MATH500 reference solution is parsed back to its own answer
+# ---------------------------------------------------------------------------------------------------
+
+
+def _math500_file() -> Path | None:
+    candidates = []
+    if os.environ.get("R2MAD_DATA_DIR"):
+        candidates.append(Path(os.environ["R2MAD_DATA_DIR"]))
+    repo = Path(__file__).resolve().parent.parent
+    candidates += [repo.parent / "shared" / "data", repo / "data"]
+    for directory in candidates:
+        path = directory / "math500" / "raw" / "test.jsonl"
+        if path.is_file():
+            return path
+    return None
+
+
+def test_every_math500_solution_yields_its_answer() -> None:
+    path = _math500_file()
+    if path is None:
+        pytest.skip("MATH500 data not found (set R2MAD_DATA_DIR to the shared data folder)")
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 500
+    failures = []
+    for row in rows:
+        extracted = extract_answer(row["solution"], MATH)
+        if not is_correct(extracted, row["answer"], MATH):
+            failures.append((row["unique_id"], extracted, row["answer"]))
+    assert failures == []
+    # And no two different integer answers are ever judged equal.
+    integers = sorted({row["answer"] for row in rows if re.fullmatch(r"-?\d+", row["answer"])}, key=int)
+    assert not any(is_correct(a, b, MATH) for a, b in zip(integers, integers[1:]))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Pathological expressions, the deadline, threads
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [r"9^{9^{9^{9}}}", r"2^{2^{30}}", r"1000000!", r"(10^{100})!", r"\sum_{k=1}^{10^9} k", r"10^{100000}", "(" * 30 + "1" + ")" * 30, "1+" * 150 + "1"],
+)
+def test_pathological_answers_skip_symbolic_comparison(answer: str) -> None:
+    assert not safe_for_symbolic(answer)
+    assert not is_correct(answer, "1", MATH)
+    assert is_correct(answer, answer, MATH)  # identical strings still agree by normal form
+
+
+@pytest.mark.parametrize("answer", [r"\frac{\sqrt{3}}{2}", "x^{2}+1", "2^{10}", r"\left( 3, \frac{\pi}{2} \right)", "120!"])
+def test_ordinary_answers_are_safe(answer: str) -> None:
+    assert safe_for_symbolic(answer)
+
+
+def test_deadline_interrupts_a_runaway_computation_in_main_and_worker_threads() -> None:
+    def spin() -> str:
+        while True:
+            pass
+
+    assert answers._with_deadline(spin, 0.2, "gave up") == "gave up"
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        assert pool.submit(answers._with_deadline, spin, 0.2, "gave up").result() == "gave up"
+    # The overrunning workers are stopped, not left spinning on the CPU.
+    for thread in threading.enumerate():
+        if thread.name.startswith("r2mad-symbolic"):
+            thread.join(10)
+            assert not thread.is_alive()
+
+
+def test_deadline_passes_results_and_errors_through() -> None:
+    assert answers._with_deadline(lambda: 42, 5, -1) == 42
+    with pytest.raises(ZeroDivisionError):
+        answers._with_deadline(lambda: 1 / 0, 5, -1)
+
+
+def test_deadline_never_fires_after_the_block() -> None:
+    assert answers._with_deadline(lambda: "done", 0.05, "gave up") == "done"
+    # Python code keeps running past the deadline without a stray exception.
+    end = time.monotonic() + 0.2
+    while time.monotonic() < end:
+        pass
+
+
+def test_slow_symbolic_comparison_gives_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(answers, "SYMBOLIC_TIMEOUT_SECONDS", 0.3)
+    answers.clear_caches()
+    try:
+        slow = r"(\sqrt{2}+\sqrt{3}+\sqrt{5}+\sqrt{7})^{100}"  # minutes of sympy without a deadline
+        assert safe_for_symbolic(slow)
+        assert answers_equivalent(slow, "1", MATH) is False
+    finally:
+        answers.clear_caches()
+
+
+def test_equivalence_from_worker_threads() -> None:
+    """math-verify's signal timeouts raise ValueError outside the main thread; ours must not."""
+    answers.clear_caches()
+    pairs = [(r"\frac{1}{2}", "0.5", True), ("(1,2)", "(2,1)", False), (r"3\sqrt{13}", r"\sqrt{117}", True), ("2k+2", "2(k+1)", True)]
+    results: list[bool] = []
+
+    def check(pair: tuple[str, str, bool]) -> bool:
+        assert threading.current_thread() is not threading.main_thread()
+        return is_correct(pair[1], pair[0], MATH)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(check, pairs))
+    assert results == [expected for _, _, expected in pairs]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Property test
+# ---------------------------------------------------------------------------------------------------
+
+_ALPHABET = st.sampled_from(list("\\{}()（）[]$^_ .,:;!?%ABCDEFGHIJKabcxyz0123456789\n\t") + ["\\boxed", "\\fbox", "((", "))", "\\text{", "</think>", "answer is ", "\\frac", "\\left(", "\\right)", "^\\circ"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(st.text(max_size=300), st.lists(_ALPHABET, max_size=80).map("".join)),
+    st.sampled_from(["math500", "mmlu_pro_economics", "mmlu_pro_engineering", "truthfulqa"]),
+    st.one_of(st.none(), st.integers(min_value=1, max_value=26)),
+)
+def test_extract_answer_never_raises(text: str, benchmark: str, num_options: int | None) -> None:
+    result = extract_answer(text, benchmark, num_options)
+    assert result is None or (isinstance(result, str) and result.strip() == result and result)
+    if result is not None and benchmark != "math500":
+        assert result in "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[: num_options or 10]
