@@ -35,6 +35,7 @@ from typing import Any, Callable, Sequence
 
 import yaml
 
+from r2mad_core import memory_cli
 from r2mad_core.benchmarks import BENCHMARKS
 
 logger = logging.getLogger(__name__)
@@ -209,6 +210,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
 RUN_ARGUMENT_GROUPS: list[Callable[[argparse.ArgumentParser], None]] = [
     add_cell_arguments,
     add_method_arguments,
+    memory_cli.add_memory_arguments,
     add_engine_arguments,
 ]
 
@@ -359,6 +361,14 @@ class Command:
 COMMANDS: list[Command] = [
     Command("run", "debate one run cell into a directory (resumable)", add_run_arguments, run_command),
     Command("score", "print the metrics of a run directory", add_score_arguments, score_command),
+    Command(
+        "build-memory",
+        "debate the train split (all rounds, summaries) and build the memory banks",
+        memory_cli.add_build_memory_arguments,
+        memory_cli.build_memory_command,
+    ),
+    Command("audit", "check a memory bank (sizes, balance, duplicates, stale embeddings, labels)",
+            memory_cli.add_audit_arguments, memory_cli.audit_command),
 ]
 
 

@@ -79,7 +79,7 @@ class MemoryBankError(ValueError):
 # Records
 # ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class DebateState:
+class AgentDebateState:
     """s_i^(t) = <x, z_i^(t-1), h^(t-1), Cons(Z^(t-1))> (Eq. 2)."""
 
     question: str
@@ -96,7 +96,7 @@ class MemoryCase:
     sample_id: str
     agent_index: int
     round_index: int
-    state: DebateState
+    state: AgentDebateState
     responses: tuple[str, ...]  # Z^(t)
     answers: tuple[str | None, ...]  # a(z_j^(t))
     correct: tuple[bool, ...]  # zeta_j^(t) for every agent j
@@ -107,6 +107,7 @@ class MemoryCase:
     previous_correct: tuple[bool, ...] = ()
     final_answer: str | None = None  # the debate's voted answer (for audits)
     final_correct: bool | None = None
+    num_options: int | None = None  # multiple choice: the question's option count (answer re-extraction)
 
     @property
     def response(self) -> str:
@@ -128,7 +129,7 @@ class MemoryCase:
     @classmethod
     def from_json(cls, row: Mapping[str, Any], where: str = "") -> "MemoryCase":
         try:
-            state = DebateState(**row["state"])
+            state = AgentDebateState(**row["state"])
             values = {f.name: row[f.name] for f in dataclasses.fields(cls) if f.name != "state" and f.name in row}
             for name in ("responses", "answers", "correct", "previous_responses", "previous_answers", "previous_correct"):
                 if name in values:
@@ -146,7 +147,7 @@ class MemoryCase:
 
 
 @dataclass(frozen=True)
-class RoundRecord:
+class DebateRound:
     """What memory needs from one debate round t: Z^(t), answers, correctness, h^(t), Cons(Z^(t))."""
 
     responses: tuple[str, ...]
@@ -163,15 +164,16 @@ class DebateRecord:
     sample_id: str
     question: str
     gold: str
-    rounds: tuple[RoundRecord, ...]
+    rounds: tuple[DebateRound, ...]
     final_answer: str | None
     final_correct: bool
+    num_options: int | None = None
 
 
 # ------------------------------------------------------------------------------------------------
 # State text
 # ------------------------------------------------------------------------------------------------
-def format_state_text(state: DebateState, layout: str = "full") -> str:
+def format_state_text(state: AgentDebateState, layout: str = "full") -> str:
     """The text embedded as the debate state (see the module docstring for the layouts)."""
     if layout == "full":
         parts = [f"Question:\n{state.question}", f"Consensus ratio of the previous round: {state.consensus_ratio:.2f}"]
@@ -187,7 +189,7 @@ def format_state_text(state: DebateState, layout: str = "full") -> str:
 
 def encode_states(
     embedder: Embedder,
-    states: Sequence[DebateState],
+    states: Sequence[AgentDebateState],
     layout: str = "full",
     encoding: str = "text",
     batch_size: int = 32,
@@ -247,7 +249,7 @@ def cases_from_debate(record: DebateRecord, reward_definition: str = "final_vote
     for t in range(1, len(record.rounds)):
         prev, cur = record.rounds[t - 1], record.rounds[t]
         for i in range(n):
-            state = DebateState(
+            state = AgentDebateState(
                 question=record.question,
                 previous_response=prev.responses[i],
                 previous_summary=prev.summary or "",
@@ -270,6 +272,7 @@ def cases_from_debate(record: DebateRecord, reward_definition: str = "final_vote
                     previous_correct=tuple(bool(c) for c in prev.correct),
                     final_answer=record.final_answer,
                     final_correct=bool(record.final_correct),
+                    num_options=record.num_options,
                 )
             )
     return per_agent
@@ -697,3 +700,171 @@ def poison_bank(
         cases.append(case)
     return MemoryBank(bank.agent_index, cases, bank.state_embeddings, bank.response_embeddings,
                       bank.previous_response_embeddings)
+
+
+# ------------------------------------------------------------------------------------------------
+# Audit (Limitations: "we recommend auditing the memory bank before applying the framework")
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class BankAudit:
+    """What :func:`audit_bank_set` found, per agent where it applies. Shares are fractions of cases."""
+
+    benchmark: str
+    embedder_name: str
+    reward_definition: str
+    cases_per_agent: list[int]
+    positive_reward_share: list[float]
+    own_correct_share: list[float]
+    duplicate_states: list[int]  # cases whose state text repeats an earlier case's (same bank)
+    near_duplicate_states: list[int]  # other cases within ``near_duplicate_threshold`` cosine of an earlier one
+    embeddings_checked: int = 0  # cases whose embeddings were recomputed (0: no embedder given)
+    stale_state_embeddings: int = 0
+    stale_response_embeddings: int = 0
+    max_embedding_drift: float = 0.0  # 1 - min cosine(stored, recomputed)
+    answers_reextracted_differ: int = 0  # stored answers that a(.) no longer extracts from the response
+    correctness_disagree: int = 0  # cases with a stored zeta_j that is_correct(answer_j, y) contradicts
+    reward_disagree: int | None = 0  # cases whose r_i contradicts the reward definition (None: not checkable)
+    total_cases: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    @property
+    def correctness_disagree_share(self) -> float:
+        return self.correctness_disagree / self.total_cases if self.total_cases else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["correctness_disagree_share"] = self.correctness_disagree_share
+        return out
+
+    def format(self) -> str:
+        lines = [
+            f"memory bank: {self.benchmark}, embedder {self.embedder_name}, reward {self.reward_definition}",
+            f"cases per agent: {self.cases_per_agent} (total {self.total_cases})",
+            "reward balance (share r=1): " + ", ".join(f"{x:.3f}" for x in self.positive_reward_share),
+            "own correctness (share zeta_i=1): " + ", ".join(f"{x:.3f}" for x in self.own_correct_share),
+            f"duplicate states (identical text): {self.duplicate_states}; near-duplicates: {self.near_duplicate_states}",
+        ]
+        if self.embeddings_checked:
+            lines.append(
+                f"embeddings recomputed for {self.embeddings_checked} cases: {self.stale_state_embeddings} stale state "
+                f"and {self.stale_response_embeddings} stale response embeddings (max drift {self.max_embedding_drift:.2e})"
+            )
+        else:
+            lines.append("embeddings: not recomputed (no embedder)")
+        lines.append(
+            f"stored answers not re-extracted from their response: {self.answers_reextracted_differ}; "
+            f"cases whose correctness labels disagree with is_correct: {self.correctness_disagree} "
+            f"({100 * self.correctness_disagree_share:.1f}%)"
+        )
+        lines.append(
+            "rewards inconsistent with the reward definition: "
+            + ("not checkable" if self.reward_disagree is None else str(self.reward_disagree))
+        )
+        if self.examples:
+            lines.append("examples: " + "; ".join(self.examples[:8]))
+        return "\n".join(lines)
+
+
+def audit_bank_set(
+    bank_set: MemoryBankSet,
+    embedder: Embedder | None = None,
+    sample_size: int = 32,
+    seed: int = 0,
+    near_duplicate_threshold: float = 0.999,
+    drift_tolerance: float = 1e-3,
+) -> BankAudit:
+    """Check a bank set: sizes, reward balance, duplicate states, stale embeddings, label consistency.
+
+    ``embedder`` (the bank's own) recomputes the state and response embeddings of ``sample_size`` random
+    cases per agent; a cosine below ``1 - drift_tolerance`` to the stored vector counts as stale. Labels:
+    every stored answer is re-extracted from its response (``answers.extract_answer``) and every zeta_j is
+    re-checked with ``answers.is_correct(answer_j, y)``; rewards are re-derived for ``final_vote`` (from the
+    stored final answer) and ``round_correctness`` (from zeta_i); ``agent_final`` is not checkable per case.
+    """
+    from r2mad_core import answers
+
+    if embedder is not None:
+        bank_set.check_compatible(embedder)
+    benchmark = bank_set.benchmark
+    audit = BankAudit(
+        benchmark=benchmark,
+        embedder_name=bank_set.embedder_name,
+        reward_definition=bank_set.reward_definition,
+        cases_per_agent=[len(b) for b in bank_set.banks],
+        positive_reward_share=[float(b.rewards.mean()) if len(b) else 0.0 for b in bank_set.banks],
+        own_correct_share=[float(b.correct[:, b.agent_index].mean()) if len(b) else 0.0 for b in bank_set.banks],
+        duplicate_states=[],
+        near_duplicate_states=[],
+        total_cases=sum(len(b) for b in bank_set.banks),
+    )
+    if bank_set.reward_definition == "agent_final":
+        audit.reward_disagree = None
+
+    def correct_of(answer: str | None, gold: str) -> bool:
+        return answer is not None and answers.is_correct(answer, gold, benchmark)
+
+    rng = np.random.default_rng(seed)
+    for bank in bank_set.banks:
+        texts = [format_state_text(c.state, bank_set.state_layout) for c in bank.cases]
+        seen: set[str] = set()
+        duplicates = 0
+        for text in texts:
+            duplicates += text in seen
+            seen.add(text)
+        audit.duplicate_states.append(duplicates)
+        near = _near_duplicates(bank.state_embeddings, near_duplicate_threshold)
+        audit.near_duplicate_states.append(max(0, near - duplicates))
+
+        for case in bank.cases:
+            labels_ok = True
+            for j, (response, answer, zeta) in enumerate(zip(case.responses, case.answers, case.correct)):
+                extracted = answers.extract_answer(response, benchmark, num_options=case.num_options)
+                if (extracted is None) != (answer is None) or (
+                    extracted is not None and answer is not None
+                    and answers.canonical_answer(extracted, benchmark) != answers.canonical_answer(answer, benchmark)
+                ):
+                    audit.answers_reextracted_differ += 1
+                if correct_of(answer, case.gold) != bool(zeta):
+                    labels_ok = False
+            if not labels_ok:
+                audit.correctness_disagree += 1
+                if len(audit.examples) < 8:
+                    audit.examples.append(f"{case.case_id}: correctness labels contradict is_correct")
+            if audit.reward_disagree is not None:
+                if bank_set.reward_definition == "final_vote":
+                    expected = int(correct_of(case.final_answer, case.gold))
+                else:  # round_correctness
+                    expected = int(bool(case.is_correct))
+                if expected != case.reward:
+                    audit.reward_disagree += 1
+
+        if embedder is not None and len(bank):
+            rows = np.sort(rng.choice(len(bank), size=min(sample_size, len(bank)), replace=False))
+            cases = [bank.cases[k] for k in rows]
+            states = encode_states(embedder, [c.state for c in cases], bank_set.state_layout, bank_set.state_encoding)
+            state_cos = np.einsum("kd,kd->k", states, bank.state_embeddings[rows])
+            responses = embedder.encode([t for c in cases for t in c.responses]).reshape(len(rows), bank.n_agents, -1)
+            response_cos = np.einsum("kjd,kjd->kj", responses, bank.response_embeddings[rows])
+            audit.embeddings_checked += len(rows)
+            audit.stale_state_embeddings += int((state_cos < 1 - drift_tolerance).sum())
+            audit.stale_response_embeddings += int((response_cos < 1 - drift_tolerance).any(axis=1).sum())
+            drift = float(1 - min(state_cos.min(), response_cos.min()))
+            audit.max_embedding_drift = max(audit.max_embedding_drift, drift)
+            for k, cos in zip(rows, state_cos):
+                if cos < 1 - drift_tolerance and len(audit.examples) < 8:
+                    audit.examples.append(f"{bank.cases[k].case_id}: stale state embedding (cos {cos:.4f})")
+    return audit
+
+
+def _near_duplicates(vectors: np.ndarray, threshold: float, block: int = 2048) -> int:
+    """Rows whose cosine to some earlier row is >= threshold (blocked, no N x N matrix in memory)."""
+    n = len(vectors)
+    flagged = np.zeros(n, dtype=bool)
+    for start in range(0, n, block):
+        stop = min(n, start + block)
+        sims = vectors[start:stop] @ vectors[:stop].T  # [b, stop]
+        cols = np.arange(stop)
+        rows = np.arange(start, stop)[:, None]
+        sims = np.where(cols[None, :] < rows, sims, -np.inf)  # earlier rows only
+        flagged[start:stop] = (sims >= threshold).any(axis=1)
+    return int(flagged.sum())

@@ -351,6 +351,133 @@ class SubjectiveMasking:
 
 
 # --------------------------------------------------------------------------------------------
+# R2-MAD and ICL-CoT (memory helper; the hooks live in r2mad_core.r2mad, imported lazily)
+# --------------------------------------------------------------------------------------------
+RETRIEVAL_POLICIES = ("state_aware", "fixed_lambda", "similarity", "positive_only", "diversity_only", "random")
+CONFIDENCE_LABELS = ("peer_correctness", "retrieving_agent_correctness", "outcome_reward")
+CONFIDENCE_POOLS = ("retrieved", "candidates")
+PEER_RESPONSE_ROUNDS = ("case", "state")
+
+
+def _memory_option(method: str, memory: Any) -> str:
+    if not isinstance(memory, (str, Path)) or not str(memory):
+        raise ValueError(f"method {method!r}: option memory must be a memory bank directory, found {memory!r}")
+    return str(memory)
+
+
+def r2mad(
+    *,
+    memory: str,
+    use_memory: bool = True,
+    use_confidence: bool = True,
+    retrieval_policy: str = "state_aware",
+    top_k: int = 3,
+    gamma: float = 0.9,
+    fixed_lambda: float = 0.5,
+    w_high: float = 0.55,
+    w_low: float = 0.45,
+    confidence_label: str = "peer_correctness",
+    confidence_pool: str = "retrieved",
+    peer_response_round: str = "case",
+    embedder: str | None = None,
+    poison_fraction: float = 0.0,
+    poison_seed: int = 0,
+    n_agents: int = 3,
+    n_rounds: int = 3,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_tokens: int = 512,
+    stop_at_unanimity: bool = True,
+    summary_max_tokens: int = 128,
+    vote_rule: str = "plurality",
+) -> Method:
+    """R2-MAD (Section 4): MAD with debate summaries + the memory/confidence round hook.
+
+    ``memory``: a bank directory (``r2mad build-memory``). ``use_memory=False`` is "w/o Memory" (no
+    experiences shown, confidence still estimated), ``use_confidence=False`` "w/o Confidence".
+    ``retrieval_policy`` one of the Table 3 policies; ``top_k`` = K (the authors' script: 1; with K = 1
+    lambda_t has no effect); ``gamma`` (Eq. 6); ``fixed_lambda`` for the fixed_lambda policy; ``w_high``/``w_low``
+    thresholds; ``confidence_label``/``confidence_pool``/``peer_response_round`` select the authors'-code
+    confidence variants (see r2mad_core.confidence); ``embedder`` None = the bank's own;
+    ``poison_fraction`` flips the labels of that share of the cases (poisoned-memory experiment).
+    """
+    name = "r2mad"
+    memory = _memory_option(name, memory)
+    n_agents, n_rounds = _agents_rounds(name, n_agents, n_rounds)
+    sampling = _sampling(name, temperature, top_p, max_tokens)
+    policy = _choice_option(name, "retrieval_policy", retrieval_policy, RETRIEVAL_POLICIES)
+    k = _int_option(name, "top_k", top_k, 1)
+    gamma = _float_option(name, "gamma", gamma, 0.0, 1.0)
+    fixed = _float_option(name, "fixed_lambda", fixed_lambda, 0.0, 1.0)
+    high = _float_option(name, "w_high", w_high, 0.0, 1.0)
+    low = _float_option(name, "w_low", w_low, 0.0, 1.0)
+    if low > high:
+        raise ValueError(f"method {name!r}: w_low ({low}) must be <= w_high ({high})")
+    label = _choice_option(name, "confidence_label", confidence_label, CONFIDENCE_LABELS)
+    pool = _choice_option(name, "confidence_pool", confidence_pool, CONFIDENCE_POOLS)
+    response_round = _choice_option(name, "peer_response_round", peer_response_round, PEER_RESPONSE_ROUNDS)
+    poison = _float_option(name, "poison_fraction", poison_fraction, 0.0, 1.0)
+    poison_seed = _int_option(name, "poison_seed", poison_seed, 0)
+    debate = DebateConfig(
+        n_agents=n_agents,
+        n_rounds=n_rounds,
+        stop_at_unanimity=bool(stop_at_unanimity),
+        with_summaries=True,
+        summary_max_tokens=_int_option(name, "summary_max_tokens", summary_max_tokens, 1),
+        **sampling,
+    )
+
+    def make_hook(context: RunContext) -> RoundHook:
+        from r2mad_core.confidence import ConfidenceConfig
+        from r2mad_core.r2mad import R2MadHook, R2MadSettings, load_memory
+        from r2mad_core.retrieval import RetrievalConfig
+
+        bank_set, bank_embedder = load_memory(memory, context.benchmark, embedder, poison, poison_seed)
+        settings = R2MadSettings(
+            retrieval=RetrievalConfig(policy=policy, k=k, gamma=gamma, fixed_lambda=fixed, seed=context.seed),
+            confidence=ConfidenceConfig(
+                w_high=high, w_low=low, evidence_label=label, evidence_pool=pool, peer_response_round=response_round
+            ),
+            use_memory=bool(use_memory),
+            use_confidence=bool(use_confidence),
+            seed=context.seed,
+        )
+        return R2MadHook(bank_set, bank_embedder, settings)
+
+    return Method(name=name, debate=debate, vote_rule=vote_rule, make_hook=make_hook)
+
+
+def icl_cot(
+    *,
+    memory: str,
+    top_k: int = 3,
+    match: str = "question",
+    embedder: str | None = None,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_tokens: int = 512,
+    vote_rule: str = "plurality",
+) -> Method:
+    """ICL-CoT (Appendix, Table 7): CoT (persona 0, one round) with ``top_k`` experiences of agent 0's bank
+    retrieved by question similarity as in-context examples (``match="state"``: the authors' variant,
+    question vs stored state embeddings)."""
+    name = "icl_cot"
+    memory = _memory_option(name, memory)
+    k = _int_option(name, "top_k", top_k, 1)
+    match = _choice_option(name, "match", match, ("question", "state"))
+    sampling = _sampling(name, temperature, top_p, max_tokens)
+    debate = DebateConfig(n_agents=1, n_rounds=1, personas=(0,), sample_indices=(0,), **sampling)
+
+    def make_hook(context: RunContext) -> RoundHook:
+        from r2mad_core.r2mad import IclCotHook, load_memory
+
+        bank_set, bank_embedder = load_memory(memory, context.benchmark, embedder)
+        return IclCotHook(bank_set, bank_embedder, top_k=k, match=match)
+
+    return Method(name=name, debate=debate, vote_rule=vote_rule, make_hook=make_hook)
+
+
+# --------------------------------------------------------------------------------------------
 # Registry
 # --------------------------------------------------------------------------------------------
 MethodBuilder = Callable[..., Method]
@@ -360,6 +487,8 @@ METHODS: dict[str, MethodBuilder] = {
     "self_consistency": self_consistency,
     "mad": mad,
     "mad_m2": mad_m2,
+    "r2mad": r2mad,
+    "icl_cot": icl_cot,
 }
 
 

@@ -149,8 +149,8 @@ def top_candidates(similarities: np.ndarray, count: int) -> tuple[np.ndarray, np
     take = min(count, n)
     if take == 0:
         return np.full((q, count), -1, dtype=np.int64), np.full((q, count), -np.inf, dtype=np.float32)
-    if take < n:
-        part = np.argpartition(-similarities, take - 1, axis=1)[:, :take]
+    if take < n:  # the largest `take` entries land in the last `take` columns (no negated copy)
+        part = np.argpartition(similarities, n - take, axis=1)[:, n - take :]
     else:
         part = np.broadcast_to(np.arange(n), (q, n))
     values = np.take_along_axis(similarities, part, axis=1)

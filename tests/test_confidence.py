@@ -10,7 +10,7 @@ from r2mad_core.confidence import (
     confidence_from_retrieval,
     peer_confidence,
 )
-from r2mad_core.memory import DebateState, MemoryBank, MemoryCase
+from r2mad_core.memory import AgentDebateState, MemoryBank, MemoryCase
 
 # Three agents, 2-d embeddings. Retrieving agent i = 0; current responses z_0 = z_1 = (1, 0), z_2 = (0, 1).
 CURRENT = np.array([[[1, 0], [1, 0], [0, 1]]], dtype=np.float32)  # [Q=1, n=3, d=2]
@@ -59,7 +59,7 @@ def test_no_evidence_gives_nan():
 def _case(k: int) -> MemoryCase:
     return MemoryCase(
         case_id=f"s{k}#t1#a0", sample_id=f"s{k}", agent_index=0, round_index=1,
-        state=DebateState("q", "prev", "", 1 / 3),
+        state=AgentDebateState("q", "prev", "", 1 / 3),
         responses=("a", "b", "c"), answers=("A", "B", "C"),
         correct=tuple(bool(x) for x in CORRECT[k]), gold="A", reward=int(REWARDS[k]),
         previous_responses=("a0", "b0", "c0"), previous_answers=("A", "B", "C"),

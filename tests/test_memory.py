@@ -8,10 +8,10 @@ import pytest
 from r2mad_core.embeddings import HashingEmbedder
 from r2mad_core.memory import (
     DebateRecord,
-    DebateState,
+    AgentDebateState,
     MemoryBankError,
     MemoryBankSet,
-    RoundRecord,
+    DebateRound,
     build_bank_set,
     cases_from_debate,
     encode_states,
@@ -24,11 +24,11 @@ def _debate(sample_id: str, question: str, final_correct: bool = True) -> Debate
     # 3 agents, 3 rounds; gold "B". Agent 2 is wrong in round 0 and 1, right in round 2; agent 1 is
     # wrong in the last round.
     rounds = (
-        RoundRecord((f"{question} r0 a0 says B", f"{question} r0 a1 says B", f"{question} r0 a2 says C"),
+        DebateRound((f"{question} r0 a0 says B", f"{question} r0 a1 says B", f"{question} r0 a2 says C"),
                     ("B", "B", "C"), (True, True, False), f"summary 0 of {sample_id}", 2 / 3),
-        RoundRecord((f"{question} r1 a0 says B", f"{question} r1 a1 says B", f"{question} r1 a2 says C"),
+        DebateRound((f"{question} r1 a0 says B", f"{question} r1 a1 says B", f"{question} r1 a2 says C"),
                     ("B", "B", "C"), (True, True, False), f"summary 1 of {sample_id}", 2 / 3),
-        RoundRecord((f"{question} r2 a0 says B", f"{question} r2 a1 says A", f"{question} r2 a2 says B"),
+        DebateRound((f"{question} r2 a0 says B", f"{question} r2 a1 says A", f"{question} r2 a2 says B"),
                     ("B", "A", "B"), (True, False, True), f"summary 2 of {sample_id}", 2 / 3),
     )
     return DebateRecord(sample_id, question, "B", rounds, "B" if final_correct else "A", final_correct)
@@ -47,7 +47,7 @@ def test_cases_from_debate_states_and_rewards():
     case = per_agent[2][0]  # agent 2, round 1
     assert case.round_index == 1 and case.case_id == "q1#t1#a2"
     # s_2^(1) = <x, z_2^(0), h^(0), Cons(Z^(0))>
-    assert case.state == DebateState("Which planet is largest", "Which planet is largest r0 a2 says C",
+    assert case.state == AgentDebateState("Which planet is largest", "Which planet is largest r0 a2 says C",
                                      "summary 0 of q1", 2 / 3)
     assert case.responses == DEBATES[0].rounds[1].responses  # Z^(1)
     assert case.correct == (True, True, False) and case.is_correct is False
@@ -65,20 +65,20 @@ def test_cases_from_debate_states_and_rewards():
 
 
 def test_state_text_layouts():
-    state = DebateState("Q?", "my answer", "they agree", 2 / 3)
+    state = AgentDebateState("Q?", "my answer", "they agree", 2 / 3)
     assert format_state_text(state) == (
         "Question:\nQ?\n\nConsensus ratio of the previous round: 0.67\n\n"
         "Previous round summary:\nthey agree\n\nPrevious response:\nmy answer"
     )
     assert format_state_text(state, "authors") == "Q?\nmy answer\nthey agree"
-    assert format_state_text(DebateState("Q?", "r", "", 1.0), "authors") == "Q?\nr"
+    assert format_state_text(AgentDebateState("Q?", "r", "", 1.0), "authors") == "Q?\nr"
     with pytest.raises(ValueError, match="layout"):
         format_state_text(state, "json")
 
 
 def test_component_state_encoding():
     embedder = HashingEmbedder(64)
-    state = DebateState("alpha beta", "gamma delta", "", 1.0)
+    state = AgentDebateState("alpha beta", "gamma delta", "", 1.0)
     vec = encode_states(embedder, [state], encoding="components")[0]
     parts = embedder.encode(["alpha beta", "gamma delta"])
     expected = parts.sum(0) / np.linalg.norm(parts.sum(0))
@@ -203,9 +203,9 @@ def test_poison_bank_flips_exact_fraction(bank_set):
 
 
 def test_inconsistent_debates_are_rejected():
-    bad = DebateRecord("q9", "x", "A", (RoundRecord(("a", "b"), ("A",), (True, False), "", 1.0),), "A", True)
+    bad = DebateRecord("q9", "x", "A", (DebateRound(("a", "b"), ("A",), (True, False), "", 1.0),), "A", True)
     with pytest.raises(ValueError, match="q9.*round 0"):
         cases_from_debate(bad)
-    two_agents = DebateRecord("q8", "x", "A", (RoundRecord(("a", "b"), ("A", "A"), (True, True), "", 1.0),) * 2, "A", True)
+    two_agents = DebateRecord("q8", "x", "A", (DebateRound(("a", "b"), ("A", "A"), (True, True), "", 1.0),) * 2, "A", True)
     with pytest.raises(ValueError, match="2 agents"):
         build_bank_set([DEBATES[0], two_agents], HashingEmbedder(16), "truthfulqa")

@@ -1,0 +1,383 @@
+"""R2-MAD in the debate loop: the round hook (Eq. 2, 5-7), ICL-CoT's hook, and memory construction.
+
+:class:`R2MadHook` is the :class:`~r2mad_core.debate.RoundHook` of R2-MAD. Before every round t > 0 it
+
+1. embeds every active sample's previous responses Z^(t-1) in one batch (each distinct text once, through
+   a :class:`~r2mad_core.embeddings.CachedEmbedder`; the vectors serve confidence and, with the
+   ``components`` state encoding, the state),
+2. embeds every (sample, agent) debate state s_i^(t) = <x, z_i^(t-1), h^(t-1), Cons(Z^(t-1))> (Eq. 2) in
+   one batch,
+3. retrieves E_i^(t) from agent i's bank for all samples at once (Eq. 5-6, :mod:`r2mad_core.retrieval`),
+4. computes every c_{j,i} (Eq. 7, :mod:`r2mad_core.confidence`) and the annotations (w_h, w_l),
+
+and returns, per sample and agent, an :class:`~r2mad_core.debate.AgentRoundContext`: the experiences to show
+(``prompts.ExperienceView``), the peer annotations, and a ``record`` that the transcript stores under
+``retrieved``: policy, retrieved case ids/indices, MMR scores, similarities, lambda_t, candidate ids and
+every c_{j,i} (NaN -> null).
+
+Ablations (Table 2): ``use_memory=False`` ("w/o Memory") retrieves as usual but shows no experiences (the
+confidence is still estimated from the retrieved cases); ``use_confidence=False`` ("w/o Confidence")
+shows no annotation (c_{j,i} is still computed and recorded, for analysis). The retrieval policies of
+Table 3 and the authors'-code variants are options of :class:`R2MadSettings`.
+
+:class:`IclCotHook` (Appendix "Comparison with a Retrieval-Augmented Single-Agent Baseline"): single-agent
+CoT whose task prompt carries K experiences from the same bank (agent 0's) retrieved by question
+similarity, as in-context examples.
+
+:func:`build_memory` (Appendix A "Memory Construction"): a 3-agent, 3-round MAD with debate summaries on the
+TRAIN split, all rounds forced (no early stop), run through :func:`r2mad_core.experiments.run_cell`
+(resumable, cached), then the banks built from its transcripts and saved.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from r2mad_core import prompts
+from r2mad_core.confidence import ConfidenceConfig, annotate_matrix, confidence_from_retrieval
+from r2mad_core.debate import AgentRoundContext, DebateState
+from r2mad_core.embeddings import CachedEmbedder, Embedder, get_embedder
+from r2mad_core.memory import (
+    AgentDebateState,
+    DebateRecord,
+    DebateRound,
+    MemoryBank,
+    MemoryBankSet,
+    MemoryCase,
+    build_bank_set,
+    encode_states,
+    poison_bank,
+)
+from r2mad_core.retrieval import RetrievalConfig, query_seed, retrieve
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class R2MadSettings:
+    """Everything the R2-MAD hook needs besides the bank and the embedder."""
+
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    confidence: ConfidenceConfig = field(default_factory=ConfidenceConfig)
+    use_memory: bool = True
+    use_confidence: bool = True
+    seed: int = 0
+    batch_size: int = 32
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def experience_view(case: MemoryCase) -> prompts.ExperienceView:
+    """A memory case as the agent sees it: its own response, answer and correctness, the debate outcome."""
+    return prompts.ExperienceView(
+        question=case.state.question,
+        response=case.response,
+        answer=case.answer,
+        correct=case.is_correct,
+        outcome_correct=bool(case.reward),
+        summary=case.state.previous_summary,
+        consensus_ratio=case.state.consensus_ratio,
+    )
+
+
+def _finite_or_none(values: Sequence[float]) -> list[float | None]:
+    return [None if (v is None or not math.isfinite(float(v))) else round(float(v), 6) for v in values]
+
+
+class R2MadHook:
+    """The R2-MAD :class:`~r2mad_core.debate.RoundHook` (module docstring)."""
+
+    def __init__(self, bank_set: MemoryBankSet, embedder: Embedder, settings: R2MadSettings = R2MadSettings()) -> None:
+        bank_set.check_compatible(embedder)
+        self.bank_set = bank_set
+        self.embedder = embedder if isinstance(embedder, CachedEmbedder) else CachedEmbedder(embedder)
+        self.settings = settings
+        self._bank_samples = {c.sample_id for b in bank_set.banks for c in b.cases}
+
+    def _check_states(self, states: Sequence[DebateState]) -> None:
+        for state in states:
+            if state.n_agents != self.bank_set.n_agents:
+                raise ValueError(
+                    f"R2-MAD: the debate has {state.n_agents} agents but the memory has {self.bank_set.n_agents} "
+                    "agent banks (one per agent)"
+                )
+            if state.benchmark != self.bank_set.benchmark:
+                raise ValueError(
+                    f"R2-MAD: memory built for {self.bank_set.benchmark!r}, the debate runs {state.benchmark!r}"
+                )
+            if state.sample.id in self._bank_samples:
+                raise ValueError(
+                    f"R2-MAD: sample {state.sample.id!r} of this run is in the memory bank (built from split "
+                    f"{self.bank_set.split!r}): evaluation questions must not be in memory"
+                )
+
+    def prepare_round(self, round_index: int, states: Sequence[DebateState]) -> list[list[AgentRoundContext] | None]:
+        if round_index == 0 or not states:
+            return [None] * len(states)
+        self._check_states(states)
+        s = self.settings
+        n = self.bank_set.n_agents
+        q = len(states)
+        # 1. every agent's previous response, embedded once: [Q, n, d]
+        texts = [text for state in states for text in state.previous_responses]
+        current = self.embedder.encode(texts, batch_size=s.batch_size).reshape(q, n, self.embedder.dim)
+        # 2. the debate states s_i^(t), ordered (agent, sample)
+        agent_states = [
+            AgentDebateState(
+                question=state.question,
+                previous_response=state.previous_responses[i],
+                previous_summary=state.previous_summary or "",
+                consensus_ratio=float(state.previous_consensus_ratio),
+            )
+            for i in range(n)
+            for state in states
+        ]
+        state_vectors = encode_states(
+            self.embedder, agent_states, self.bank_set.state_layout, self.bank_set.state_encoding, s.batch_size
+        ).reshape(n, q, self.embedder.dim)
+        consensus = np.array([state.previous_consensus_ratio for state in states], dtype=np.float64)
+        contexts: list[list[AgentRoundContext]] = [[] for _ in states]
+        for i in range(n):
+            bank = self.bank_set[i]
+            seeds = [query_seed(s.seed, state.sample.id, round_index, i) for state in states]
+            result = retrieve(state_vectors[i], bank.state_embeddings, bank.rewards, consensus, s.retrieval, seeds)
+            confidence = confidence_from_retrieval(
+                bank, result.indices, result.candidate_indices, current, s.confidence
+            )
+            labels = annotate_matrix(confidence, s.confidence.w_high, s.confidence.w_low)
+            for row, state in enumerate(states):
+                contexts[row].append(self._context(bank, i, result, row, confidence[row], labels[row]))
+        return contexts
+
+    def _context(self, bank: MemoryBank, agent: int, result: Any, row: int, confidence: np.ndarray,
+                 labels: Sequence[str | None]) -> AgentRoundContext:
+        s = self.settings
+        picked = [int(k) for k in result.indices[row] if k >= 0]
+        cases = [bank.cases[k] for k in picked]
+        peers = [j for j in range(len(confidence)) if j != agent]
+        record = {
+            "policy": s.retrieval.policy,
+            "top_k": s.retrieval.k,
+            "case_ids": [c.case_id for c in cases],
+            "case_indices": picked,
+            "scores": _finite_or_none(result.scores[row][: len(picked)]),
+            "similarities": _finite_or_none(result.similarities[row][: len(picked)]),
+            "rewards": [c.reward for c in cases],
+            "lambda": _finite_or_none([result.lambdas[row]])[0],
+            "candidate_ids": [bank.cases[int(k)].case_id for k in result.candidate_indices[row] if k >= 0],
+            "confidence": {str(j): _finite_or_none([confidence[j]])[0] for j in peers},
+            "annotation": {str(j): labels[j] for j in peers},
+            "memory_shown": s.use_memory,
+            "confidence_shown": s.use_confidence,
+        }
+        return AgentRoundContext(
+            experiences=tuple(experience_view(c) for c in cases) if s.use_memory else (),
+            peer_confidence={j: labels[j] for j in peers} if s.use_confidence else {},
+            record=record,
+        )
+
+
+class IclCotHook:
+    """ICL-CoT: at round 0, K experiences from agent ``bank_agent``'s bank retrieved by question similarity.
+
+    ``match="question"`` (default): cosine between the question and the cases' questions, one case per
+    distinct training question (its latest round: the agent's final response), top-K questions.
+    ``match="state"`` (authors' code): the question embedding against the stored state embeddings, top-K cases.
+    """
+
+    def __init__(self, bank_set: MemoryBankSet, embedder: Embedder, top_k: int = 3, match: str = "question",
+                 bank_agent: int = 0, batch_size: int = 32) -> None:
+        if match not in ("question", "state"):
+            raise ValueError(f"ICL-CoT match must be 'question' or 'state', found {match!r}")
+        if top_k < 1:
+            raise ValueError(f"ICL-CoT top_k must be >= 1, found {top_k}")
+        bank_set.check_compatible(embedder)
+        self.bank_set = bank_set
+        self.embedder = embedder if isinstance(embedder, CachedEmbedder) else CachedEmbedder(embedder)
+        self.top_k = top_k
+        self.match = match
+        self.bank = bank_set[bank_agent]
+        self.batch_size = batch_size
+        self._bank_samples = {c.sample_id for c in self.bank.cases}
+        if match == "question":
+            latest: dict[str, int] = {}
+            for k, case in enumerate(self.bank.cases):
+                if case.sample_id not in latest or case.round_index > self.bank.cases[latest[case.sample_id]].round_index:
+                    latest[case.sample_id] = k
+            self._rows = np.array(sorted(latest.values()), dtype=np.int64)
+            questions = [self.bank.cases[k].state.question for k in self._rows]
+            self._keys = self.embedder.encode(questions, batch_size=batch_size)
+        else:
+            self._rows = np.arange(len(self.bank), dtype=np.int64)
+            self._keys = self.bank.state_embeddings
+
+    def prepare_round(self, round_index: int, states: Sequence[DebateState]) -> list[list[AgentRoundContext] | None]:
+        if round_index != 0 or not states:
+            return [None] * len(states)
+        for state in states:
+            if state.sample.id in self._bank_samples:
+                raise ValueError(f"ICL-CoT: sample {state.sample.id!r} of this run is in the memory bank")
+        queries = self.embedder.encode([state.question for state in states], batch_size=self.batch_size)
+        config = RetrievalConfig(policy="similarity", k=self.top_k, candidate_factor=1)
+        result = retrieve(queries, self._keys, np.ones(len(self._keys)), np.zeros(len(states)), config)
+        out: list[list[AgentRoundContext] | None] = []
+        for row, state in enumerate(states):
+            picked = [int(self._rows[k]) for k in result.indices[row] if k >= 0]
+            cases = [self.bank.cases[k] for k in picked]
+            record = {
+                "policy": f"icl_{self.match}_similarity",
+                "case_ids": [c.case_id for c in cases],
+                "case_indices": picked,
+                "similarities": _finite_or_none(result.similarities[row][: len(picked)]),
+            }
+            views = tuple(experience_view(c) for c in cases)
+            out.append([AgentRoundContext(experiences=views, record=record)] * state.n_agents)
+        return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Loading banks for a run
+# ------------------------------------------------------------------------------------------------
+def load_memory(
+    memory: str | Path,
+    benchmark: str | None = None,
+    embedder: str | Embedder | None = None,
+    poison_fraction: float = 0.0,
+    poison_seed: int = 0,
+) -> tuple[MemoryBankSet, Embedder]:
+    """Load a verified bank set and the embedder it was built with (``embedder`` None: the manifest's)."""
+    bank_set = MemoryBankSet.load(memory, embedder=embedder, benchmark=benchmark)
+    if embedder is None or isinstance(embedder, str):
+        embedder = get_embedder(embedder or bank_set.embedder_name)
+    bank_set.check_compatible(embedder, where=str(memory))
+    if poison_fraction:
+        bank_set = poison_bank(bank_set, poison_fraction, poison_seed)  # type: ignore[assignment]
+    return bank_set, embedder
+
+
+# ------------------------------------------------------------------------------------------------
+# Memory construction
+# ------------------------------------------------------------------------------------------------
+def debate_record_from_transcript(row: Mapping[str, Any], question: str) -> DebateRecord:
+    """A transcript line of :mod:`r2mad_core.experiments` (scored) as the input of memory building."""
+    where = f"transcript of sample {row.get('sample_id')!r}"
+    rounds = []
+    for t, r in enumerate(row["rounds"]):
+        agents = r["agents"]
+        corrects = [a.get("correct") for a in agents]
+        if any(c is None for c in corrects):
+            raise ValueError(f"{where}, round {t}: per-agent correctness missing (transcript not scored)")
+        rounds.append(
+            DebateRound(
+                responses=tuple(a["response"] for a in agents),
+                answers=tuple(a["answer"] for a in agents),
+                correct=tuple(bool(c) for c in corrects),
+                summary=r.get("summary") or "",
+                consensus_ratio=float(r["consensus_ratio"]),
+            )
+        )
+    if row.get("correct") is None:
+        raise ValueError(f"{where}: no final-answer correctness ('correct')")
+    return DebateRecord(
+        sample_id=str(row["sample_id"]),
+        question=question,
+        gold=str(row["gold"]),
+        rounds=tuple(rounds),
+        final_answer=row.get("final_answer"),
+        final_correct=bool(row["correct"]),
+        num_options=row.get("num_options"),
+    )
+
+
+def build_memory(
+    benchmark: str,
+    engine: Any,
+    embedder: Embedder | str,
+    out_dir: str | Path,
+    limit: int | None = None,
+    *,
+    split: str = "train",
+    seed: int = 0,
+    n_agents: int = 3,
+    n_rounds: int = 3,
+    max_tokens: int = 512,
+    summary_max_tokens: int = 128,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    reward_definition: str = "final_vote",
+    state_layout: str = "full",
+    state_encoding: str = "text",
+    run_dir: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    samples: Sequence[Any] | None = None,
+    chunk_size: int = 32,
+    progress: bool = True,
+    overwrite: bool = False,
+) -> MemoryBankSet:
+    """Run the memory-construction debates on ``split`` and save the bank set to ``out_dir``.
+
+    The debates (MAD, ``n_agents`` personas, ``n_rounds`` rounds, summaries, no early stop) go to
+    ``run_dir`` (default ``out_dir/debates``), a resumable run directory of :mod:`r2mad_core.experiments`;
+    a rerun reuses finished debates. ``embedder`` is an embedder or a name for :func:`get_embedder`.
+    """
+    from r2mad_core import benchmarks as benchmark_data
+    from r2mad_core.experiments import run_cell
+    from r2mad_core.methods import get_method
+
+    if isinstance(embedder, str):
+        embedder = get_embedder(embedder)
+    out = Path(out_dir)
+    if (out / "manifest.json").exists() and not overwrite:
+        raise FileExistsError(f"{out / 'manifest.json'} exists: pass overwrite=True to rebuild the bank set")
+    if samples is None:
+        samples = benchmark_data.load(benchmark, split, data_dir=data_dir)
+    samples = list(samples)
+    if limit is not None:
+        samples = samples[:limit]
+    method = get_method(
+        "mad",
+        n_agents=n_agents,
+        n_rounds=n_rounds,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        stop_at_unanimity=False,
+        with_summaries=True,
+        summary_max_tokens=summary_max_tokens,
+    )
+    debates_dir = Path(run_dir) if run_dir is not None else out / "debates"
+    result = run_cell(
+        debates_dir, benchmark=benchmark, split=split, engine=engine, method=method, seed=seed,
+        limit=limit, samples=samples, data_dir=data_dir, chunk_size=chunk_size, progress=progress,
+    )
+    questions = {s.id: s.question for s in samples}
+    records = [debate_record_from_transcript(row, questions[row["sample_id"]]) for row in result.records]
+    bank_set = build_bank_set(
+        records,
+        embedder,
+        benchmark=benchmark,
+        split=split,
+        model=str(getattr(engine, "model", "") or getattr(engine, "identity", "")),
+        reward_definition=reward_definition,
+        state_layout=state_layout,
+        state_encoding=state_encoding,
+        show_progress=progress,
+        metadata={
+            "debates_run_dir": str(debates_dir),
+            "engine_identity": str(getattr(engine, "identity", "")),
+            "method": method.to_dict(),
+            "seed": seed,
+            "limit": limit,
+            "n_debates": len(records),
+            "debate_accuracy": result.metrics.get("accuracy"),
+        },
+    )
+    bank_set.save(out, overwrite=overwrite)
+    return bank_set
