@@ -342,15 +342,23 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             yield line_number, row
 
 
-def _read_parquet(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def _read_parquet(path: Path, category: str | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(1-based row number, row) of a parquet file; only rows of ``category`` when it is given."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     try:
         table = pq.read_table(path)
     except Exception as error:
         raise BenchmarkDataError(path, None, None, f"cannot be read as parquet ({error})") from error
-    for index, row in enumerate(table.to_pylist(), start=1):
-        yield index, row
+    if category is not None and "category" in table.column_names:
+        keep = pc.fill_null(pc.equal(table["category"], category), False)
+        row_numbers = [int(i) + 1 for i in pc.indices_nonzero(keep).to_pylist()]
+        table = table.take(pa.array([n - 1 for n in row_numbers], type=pa.int64()))
+    else:
+        row_numbers = list(range(1, table.num_rows + 1))
+    yield from zip(row_numbers, table.to_pylist(), strict=True)
 
 
 def _require(row: dict[str, Any], key: str, kind: type | tuple[type, ...], path: Path, row_number: int) -> Any:
@@ -404,7 +412,7 @@ def _math500_samples(path: Path) -> list[Sample]:
 
 def _mmlu_pro_samples(name: str, path: Path, file_format: str) -> list[Sample]:
     category = MMLU_PRO_CATEGORY[name]
-    rows = _read_parquet(path) if file_format == "mmlu_pro_parquet" else _read_jsonl(path)
+    rows = _read_parquet(path, category) if file_format == "mmlu_pro_parquet" else _read_jsonl(path)
     samples: list[Sample] = []
     seen: dict[int, int] = {}
     for row_number, row in rows:
