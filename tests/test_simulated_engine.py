@@ -418,3 +418,83 @@ def test_logprobs_track_belief() -> None:
     means = [np.mean(by_answer[profile.gold]), np.mean(by_answer[profile.misconception]), np.mean(distractors)]
     assert means[0] > means[1] > means[2], means
     assert engine.generate([task_request(s)])[0].logprobs is None
+
+
+# ----------------------------------------------------------------------------- through the debate loop
+
+
+class NoisyConfidenceHook:
+    """Stand-in for memory-derived confidence (Eq. 7) with known error rates: before round t > 0,
+    agent i marks peer j low confidence with probability ``p_low_if_wrong`` when j's previous answer
+    was wrong (else high with ``p_high_if_wrong``), and high with ``p_high_if_correct`` when it was
+    right (else low with ``p_low_if_correct``). Uses the gold answer, so it is a test device only."""
+
+    def __init__(self, seed: int, p_low_if_wrong=0.6, p_high_if_wrong=0.1, p_high_if_correct=0.5, p_low_if_correct=0.1):
+        self.rng = np.random.default_rng(seed)
+        self.rates = (p_low_if_wrong, p_high_if_wrong, p_high_if_correct, p_low_if_correct)
+
+    def prepare_round(self, round_index, states):
+        from r2mad_core.debate import AgentRoundContext
+
+        if round_index == 0:
+            return [None] * len(states)
+        low_wrong, high_wrong, high_correct, low_correct = self.rates
+        out = []
+        for state in states:
+            previous = state.previous_answers
+            contexts = []
+            for i in range(state.n_agents):
+                confidence = {}
+                for j in range(state.n_agents):
+                    if j == i:
+                        continue
+                    correct = previous[j] is not None and answers.is_correct(previous[j], state.sample.gold, state.benchmark)
+                    u = self.rng.random()
+                    if correct:
+                        confidence[j] = "high" if u < high_correct else ("low" if u < high_correct + low_correct else None)
+                    else:
+                        confidence[j] = "low" if u < low_wrong else ("high" if u < low_wrong + high_wrong else None)
+                contexts.append(AgentRoundContext(peer_confidence=confidence))
+            out.append(contexts)
+        return out
+
+
+def _transition_counts(states) -> np.ndarray:
+    """(correct-to-wrong transitions, correct agents before them, correct round-0 turns, correct
+    final-round turns, turns per round) summed over samples."""
+    c_to_w = n_correct = 0
+    for state in states:
+        for before, after in zip(state.rounds, state.rounds[1:]):
+            for a, b in zip(before.turns, after.turns):
+                if a.correct:
+                    n_correct += 1
+                    c_to_w += not b.correct
+    first = sum(t.correct for s in states for t in s.rounds[0].turns)
+    final = sum(t.correct for s in states for t in s.rounds[-1].turns)
+    return np.array([c_to_w, n_correct, first, final, sum(len(s.rounds[0].turns) for s in states)])
+
+
+def test_confidence_weighting_lowers_correct_to_wrong_in_the_debate_loop() -> None:
+    """MAD through ``debate.run_debate`` on simulated shared-misconception samples, without and with
+    confidence annotations from an informative (noisy) source; two run seeds pooled."""
+    from r2mad_core.debate import DebateConfig, run_debate, score_turns
+
+    samples = mc_samples(120)
+    params = SimulatedAgentParams(
+        shared_misconception_rate=1.0, format_failure_rate=0.0, peer_margin=1.5, low_confidence_weight=0.25
+    )
+    config = DebateConfig(n_agents=3, n_rounds=3, stop_at_unanimity=False)
+    totals = {"vanilla": np.zeros(5), "confidence": np.zeros(5)}
+    for seed in (0, 1):
+        for name in totals:
+            hook = NoisyConfidenceHook(seed=seed, p_low_if_wrong=0.9, p_high_if_wrong=0.05) if name == "confidence" else None
+            engine = SimulatedEngine(samples, seed=seed, params=params)
+            states = run_debate(samples, engine, config, hook=hook)
+            score_turns(states)
+            totals[name] += _transition_counts(states)
+    vanilla, confidence = totals["vanilla"], totals["confidence"]
+    assert confidence[2] == vanilla[2]  # round 0 is the same requests
+    assert vanilla[2] / vanilla[4] < 0.35  # shared misconception: most agents start wrong
+    cw_vanilla, cw_confidence = vanilla[0] / vanilla[1], confidence[0] / confidence[1]
+    assert cw_confidence < cw_vanilla - 0.08, (cw_vanilla, cw_confidence)
+    assert confidence[3] / confidence[4] > vanilla[3] / vanilla[4] + 0.05
