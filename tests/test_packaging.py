@@ -1,0 +1,110 @@
+"""Packaging: installs come only from the project's own files, with the pins that keep them CPU-sized.
+
+- environment.yml only provides Python and pip and delegates to ``pip install -e .``, with
+  ``torch==2.13.0`` listed before it (otherwise pip resolves torch to a multi-GB CUDA build);
+- pyproject's ``cpu`` extra pins xllamacpp exactly (its wheels are version-specific builds);
+- ``.ci/run`` runs ``make test``, the Makefile's test target runs pytest, and the README gives
+  ``make test`` as the test command.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+
+REPO = Path(__file__).resolve().parent.parent
+TORCH_PIN = "torch==2.13.0"
+
+
+def _pyproject() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def _editable_target(entry: str) -> str | None:
+    """``-e ".[cpu]"`` -> ``.[cpu]``; None if the entry is not an editable install."""
+    parts = shlex.split(entry)
+    if len(parts) == 2 and parts[0] in ("-e", "--editable"):
+        return parts[1]
+    if len(parts) == 1 and parts[0].startswith("--editable="):
+        return parts[0].split("=", 1)[1]
+    return None
+
+
+def test_environment_yml_only_delegates_to_pip_install_editable() -> None:
+    environment = yaml.safe_load((REPO / "environment.yml").read_text(encoding="utf-8"))
+    dependencies = environment["dependencies"]
+    conda_packages = [d for d in dependencies if isinstance(d, str)]
+    pip_sections = [d for d in dependencies if isinstance(d, dict)]
+    # conda provides only the interpreter and pip.
+    assert sorted(re.split(r"[=<>]", package)[0].strip() for package in conda_packages) == ["pip", "python"]
+    assert len(pip_sections) == 1 and list(pip_sections[0]) == ["pip"]
+    pip_entries = [str(entry).strip() for entry in pip_sections[0]["pip"]]
+    editable = [(i, _editable_target(e)) for i, e in enumerate(pip_entries) if _editable_target(e) is not None]
+    assert len(editable) == 1, f"expected one '-e .' entry, found {pip_entries}"
+    editable_index, target = editable[0]
+    assert target is not None and re.fullmatch(r"\.(\[[a-z0-9_,\-]+\])?", target), target
+    # torch is pinned and comes before the project; nothing else is installed outside the project.
+    assert pip_entries.index(TORCH_PIN) < editable_index
+    assert sorted(pip_entries) == sorted([TORCH_PIN, pip_entries[editable_index]])
+    # The extras it asks for exist.
+    extras = re.findall(r"[a-z0-9_\-]+", target[1:]) if "[" in target else []
+    assert set(extras) <= set(_pyproject()["project"]["optional-dependencies"])
+
+
+def test_cpu_extra_pins_xllamacpp_exactly() -> None:
+    cpu = [Requirement(r) for r in _pyproject()["project"]["optional-dependencies"]["cpu"]]
+    xllamacpp = [r for r in cpu if r.name == "xllamacpp"]
+    assert len(xllamacpp) == 1
+    specifiers = list(xllamacpp[0].specifier)
+    assert len(specifiers) == 1 and specifiers[0].operator == "==" and "*" not in specifiers[0].version
+    # If the extra names torch, it is the same pin that environment.yml and the Makefile install first.
+    for requirement in cpu:
+        if requirement.name == "torch":
+            assert str(requirement.specifier) == "==2.13.0"
+
+
+def test_makefile_installs_torch_before_the_project() -> None:
+    lines = (REPO / "Makefile").read_text(encoding="utf-8").splitlines()
+    torch_lines = [i for i, line in enumerate(lines) if "install" in line and TORCH_PIN in line]
+    project_lines = [i for i, line in enumerate(lines) if re.search(r"install\b.*\s(-e|--editable)\s", line)]
+    assert torch_lines and project_lines and torch_lines[0] < project_lines[0]
+
+
+def _make_target_recipe(makefile: str, target: str) -> list[str]:
+    lines = makefile.splitlines()
+    for index, line in enumerate(lines):
+        if re.match(rf"^{re.escape(target)}\s*:(?!=)", line):
+            recipe = []
+            for following in lines[index + 1 :]:
+                if following.startswith("\t"):
+                    recipe.append(following.strip())
+                elif following.strip() and not following.startswith("#"):
+                    break
+            return recipe
+    return []
+
+
+def test_ci_runs_make_test_which_runs_pytest() -> None:
+    ci = REPO / ".ci" / "run"
+    assert os.access(ci, os.X_OK), f"{ci} is not executable"
+    commands = [line.strip() for line in ci.read_text(encoding="utf-8").splitlines() if line.strip() and not line.strip().startswith("#")]
+    assert "make test" in commands
+    assert any(line.startswith("set -") and "e" in line.split()[1] for line in commands), "CI must stop on errors"
+    recipe = _make_target_recipe((REPO / "Makefile").read_text(encoding="utf-8"), "test")
+    assert any("pytest" in line for line in recipe), recipe
+
+
+def test_readme_test_command_is_make_test() -> None:
+    readme = REPO / "README.md"
+    if not readme.is_file():
+        pytest.skip("README.md does not exist yet; the README's test command cannot be checked")
+    text = readme.read_text(encoding="utf-8")
+    code_lines = [line.strip() for block in re.findall(r"```[^\n]*\n(.*?)```", text, flags=re.DOTALL) for line in block.splitlines()]
+    assert any(re.match(r"make test(\s|$)", line) for line in code_lines), "README must give 'make test' as the test command"
