@@ -67,7 +67,7 @@ for _name in ("math_verify.parser", "math_verify.grader"):
 
 #: Longest answer (characters, after cleaning) that is compared symbolically.
 MAX_ANSWER_CHARS = 200
-#: Longest response prefix scanned for an answer (very long outputs keep their last part).
+#: Longest text scanned for an answer: a longer response is cut to its last this-many characters.
 MAX_RESPONSE_CHARS = 200_000
 #: Time limit (seconds) of one symbolic parse and of one symbolic comparison, in any thread.
 SYMBOLIC_TIMEOUT_SECONDS = 5.0
@@ -81,8 +81,8 @@ CACHE_SIZE = 1 << 16
 OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _PLACEHOLDERS = {"", "answer", "[answer]", "{answer}", "...", "\\ldots", "\\dots", "final answer"}
 _TEXT_COMMANDS = ("text", "textbf", "textit", "textrm", "textnormal", "mbox", "mathrm", "mathbf", "operatorname")
-# Words that can follow a number as a unit. Inside \\text{...} any word(s) after a number are dropped;
-# bare words (no \\text) only from this list and only after a space, so "2m" or "5s" stay algebra.
+# Words that can follow a number as a unit. Inside \text{...} any word(s) after a number are dropped;
+# bare words (no \text) only from this list and only after a space, so "2m" or "5s" stay algebra.
 _PLAIN_UNIT_WORDS = (
     "square units|sq units|units|square inches|square feet|square meters|square centimeters|square cm|"
     "sq ft|sq in|inches|inch|feet|foot|ft|yards|yard|miles|mph|meters|centimeters|cm|millimeters|mm|"
@@ -131,13 +131,14 @@ def extract_answer(
     "The answer is ..." fallback.
     """
     multiple_choice = _check_benchmark(benchmark)
+    letters = _letters(num_options) if multiple_choice else ""
     if not isinstance(text, str) or not text.strip():
         return None
     if len(text) > MAX_RESPONSE_CHARS:
         text = text[-MAX_RESPONSE_CHARS:]
     for region in _search_regions(text):
         if multiple_choice:
-            answer = _extract_choice(region, _letters(num_options), strict_format)
+            answer = _extract_choice(region, letters, strict_format)
         else:
             answer = _extract_math(region, strict_format)
         if answer is not _NOT_FOUND:
