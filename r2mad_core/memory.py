@@ -470,20 +470,7 @@ class MemoryBankSet:
         """Read and verify a bank set; ``embedder``/``benchmark`` given -> they must match the manifest."""
         root = Path(directory)
         manifest_path = root / MANIFEST_FILE
-        if not manifest_path.is_file():
-            raise MemoryBankError(f"{manifest_path}: no manifest (not a memory bank folder, or its build did not finish)")
-        try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise MemoryBankError(f"{manifest_path}: not valid JSON ({exc})") from exc
-        for key in ("format", "format_version", "benchmark", "embedder", "n_agents", "agents", "files"):
-            if key not in manifest:
-                raise MemoryBankError(f"{manifest_path}: missing field {key!r}")
-        if manifest["format"] != FORMAT_NAME or manifest["format_version"] != FORMAT_VERSION:
-            raise MemoryBankError(
-                f"{manifest_path}: format {manifest['format']!r} version {manifest['format_version']}, "
-                f"expected {FORMAT_NAME!r} version {FORMAT_VERSION}"
-            )
+        manifest = read_manifest(root)
         embedder_name = manifest["embedder"]["name"]
         dim = int(manifest["embedder"]["dim"])
         shell = cls(banks=[], benchmark=manifest["benchmark"], split=manifest.get("split", ""),
@@ -537,6 +524,28 @@ class MemoryBankSet:
             state_encoding=manifest.get("state_encoding", "text"),
             metadata=manifest.get("metadata", {}),
         )
+
+
+def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """The parsed ``manifest.json`` of a bank folder (no array is read); MemoryBankError when unusable."""
+    manifest_path = Path(directory) / MANIFEST_FILE
+    if not manifest_path.is_file():
+        raise MemoryBankError(f"{manifest_path}: no manifest (not a memory bank folder, or its build did not finish)")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise MemoryBankError(f"{manifest_path}: not valid JSON ({exc})") from exc
+    if not isinstance(manifest, dict):
+        raise MemoryBankError(f"{manifest_path}: expected a JSON object")
+    for key in ("format", "format_version", "benchmark", "embedder", "n_agents", "agents", "files"):
+        if key not in manifest:
+            raise MemoryBankError(f"{manifest_path}: missing field {key!r}")
+    if manifest["format"] != FORMAT_NAME or manifest["format_version"] != FORMAT_VERSION:
+        raise MemoryBankError(
+            f"{manifest_path}: format {manifest['format']!r} version {manifest['format_version']}, "
+            f"expected {FORMAT_NAME!r} version {FORMAT_VERSION}"
+        )
+    return manifest
 
 
 def _sha256(path: Path) -> str:
@@ -716,7 +725,7 @@ class BankAudit:
     positive_reward_share: list[float]
     own_correct_share: list[float]
     duplicate_states: list[int]  # cases whose state text repeats an earlier case's (same bank)
-    near_duplicate_states: list[int]  # other cases within ``near_duplicate_threshold`` cosine of an earlier one
+    near_duplicate_states: list[int]  # other cases (text not repeated) within the cosine threshold of an earlier one
     embeddings_checked: int = 0  # cases whose embeddings were recomputed (0: no embedder given)
     stale_state_embeddings: int = 0
     stale_response_embeddings: int = 0
@@ -807,13 +816,13 @@ def audit_bank_set(
     for bank in bank_set.banks:
         texts = [format_state_text(c.state, bank_set.state_layout) for c in bank.cases]
         seen: set[str] = set()
-        duplicates = 0
-        for text in texts:
-            duplicates += text in seen
+        exact = np.zeros(len(texts), dtype=bool)
+        for k, text in enumerate(texts):
+            exact[k] = text in seen
             seen.add(text)
-        audit.duplicate_states.append(duplicates)
+        audit.duplicate_states.append(int(exact.sum()))
         near = _near_duplicates(bank.state_embeddings, near_duplicate_threshold)
-        audit.near_duplicate_states.append(max(0, near - duplicates))
+        audit.near_duplicate_states.append(int((near & ~exact).sum()))
 
         for case in bank.cases:
             labels_ok = True
@@ -856,8 +865,8 @@ def audit_bank_set(
     return audit
 
 
-def _near_duplicates(vectors: np.ndarray, threshold: float, block: int = 2048) -> int:
-    """Rows whose cosine to some earlier row is >= threshold (blocked, no N x N matrix in memory)."""
+def _near_duplicates(vectors: np.ndarray, threshold: float, block: int = 2048) -> np.ndarray:
+    """Mask of the rows whose cosine to some earlier row is >= threshold (blocked: no N x N matrix)."""
     n = len(vectors)
     flagged = np.zeros(n, dtype=bool)
     for start in range(0, n, block):
@@ -867,4 +876,4 @@ def _near_duplicates(vectors: np.ndarray, threshold: float, block: int = 2048) -
         rows = np.arange(start, stop)[:, None]
         sims = np.where(cols[None, :] < rows, sims, -np.inf)  # earlier rows only
         flagged[start:stop] = (sims >= threshold).any(axis=1)
-    return int(flagged.sum())
+    return flagged
