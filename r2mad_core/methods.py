@@ -360,8 +360,12 @@ PEER_RESPONSE_ROUNDS = ("case", "state")
 
 
 def _memory_option(method: str, memory: Any) -> str:
+    """A bank directory whose manifest reads (arrays are verified when the run starts)."""
     if not isinstance(memory, (str, Path)) or not str(memory):
         raise ValueError(f"method {method!r}: option memory must be a memory bank directory, found {memory!r}")
+    from r2mad_core.memory import read_manifest
+
+    read_manifest(memory)  # MemoryBankError (a ValueError) names the problem
     return str(memory)
 
 
