@@ -209,7 +209,7 @@ class CachedEmbedder:
     embedder; ``max_items`` bounds the cache (oldest entries are dropped first).
     """
 
-    def __init__(self, embedder: Embedder, max_items: int | None = 200_000) -> None:
+    def __init__(self, embedder: Embedder, max_items: int | None = 50_000) -> None:
         self.embedder = embedder
         self.name = embedder.name
         self.dim = embedder.dim

@@ -61,6 +61,8 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     add_method_option(parser, group, "--poison-fraction", dest="poison_fraction", type=_unit_float,
                       help="flip the labels of this share of memory cases (poisoned-memory experiment)")
     add_method_option(parser, group, "--poison-seed", dest="poison_seed", type=integer, help="seed of the poisoned cases")
+    add_method_option(parser, group, "--max-experience-chars", dest="max_experience_chars", type=positive_int,
+                      help="shorten each past response shown as an experience (default: in full)")
     add_method_option(parser, group, "--icl-match", dest="match", choices=("question", "state"),
                       help="ICL-CoT: match the question to the cases' questions (default) or to their states")
 

@@ -384,6 +384,7 @@ def r2mad(
     confidence_pool: str = "retrieved",
     peer_response_round: str = "case",
     embedder: str | None = None,
+    max_experience_chars: int | None = None,
     poison_fraction: float = 0.0,
     poison_seed: int = 0,
     n_agents: int = 3,
@@ -403,6 +404,7 @@ def r2mad(
     lambda_t has no effect); ``gamma`` (Eq. 6); ``fixed_lambda`` for the fixed_lambda policy; ``w_high``/``w_low``
     thresholds; ``confidence_label``/``confidence_pool``/``peer_response_round`` select the authors'-code
     confidence variants (see r2mad_core.confidence); ``embedder`` None = the bank's own;
+    ``max_experience_chars`` shortens each past response shown (None: in full; small-context models);
     ``poison_fraction`` flips the labels of that share of the cases (poisoned-memory experiment).
     """
     name = "r2mad"
@@ -420,6 +422,9 @@ def r2mad(
     label = _choice_option(name, "confidence_label", confidence_label, CONFIDENCE_LABELS)
     pool = _choice_option(name, "confidence_pool", confidence_pool, CONFIDENCE_POOLS)
     response_round = _choice_option(name, "peer_response_round", peer_response_round, PEER_RESPONSE_ROUNDS)
+    experience_chars = None if max_experience_chars is None else _int_option(
+        name, "max_experience_chars", max_experience_chars, 1
+    )
     poison = _float_option(name, "poison_fraction", poison_fraction, 0.0, 1.0)
     poison_seed = _int_option(name, "poison_seed", poison_seed, 0)
     debate = DebateConfig(
@@ -445,6 +450,7 @@ def r2mad(
             use_memory=bool(use_memory),
             use_confidence=bool(use_confidence),
             seed=context.seed,
+            max_experience_chars=experience_chars,
         )
         return R2MadHook(bank_set, bank_embedder, settings)
 
@@ -457,6 +463,7 @@ def icl_cot(
     top_k: int = 3,
     match: str = "question",
     embedder: str | None = None,
+    max_experience_chars: int | None = None,
     temperature: float = 1.0,
     top_p: float = 1.0,
     max_tokens: int = 512,
@@ -469,6 +476,9 @@ def icl_cot(
     memory = _memory_option(name, memory)
     k = _int_option(name, "top_k", top_k, 1)
     match = _choice_option(name, "match", match, ("question", "state"))
+    experience_chars = None if max_experience_chars is None else _int_option(
+        name, "max_experience_chars", max_experience_chars, 1
+    )
     sampling = _sampling(name, temperature, top_p, max_tokens)
     debate = DebateConfig(n_agents=1, n_rounds=1, personas=(0,), sample_indices=(0,), **sampling)
 
@@ -476,7 +486,7 @@ def icl_cot(
         from r2mad_core.r2mad import IclCotHook, load_memory
 
         bank_set, bank_embedder = load_memory(memory, context.benchmark, embedder)
-        return IclCotHook(bank_set, bank_embedder, top_k=k, match=match)
+        return IclCotHook(bank_set, bank_embedder, top_k=k, match=match, max_experience_chars=experience_chars)
 
     return Method(name=name, debate=debate, vote_rule=vote_rule, make_hook=make_hook)
 

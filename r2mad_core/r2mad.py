@@ -69,16 +69,23 @@ class R2MadSettings:
     use_confidence: bool = True
     seed: int = 0
     batch_size: int = 32
+    max_experience_chars: int | None = None  # truncate each shown past response (None: in full, as the paper)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def experience_view(case: MemoryCase) -> prompts.ExperienceView:
-    """A memory case as the agent sees it: its own response, answer and correctness, the debate outcome."""
+def experience_view(case: MemoryCase, max_response_chars: int | None = None) -> prompts.ExperienceView:
+    """A memory case as the agent sees it: its own response, answer and correctness, the debate outcome.
+
+    ``max_response_chars`` shortens the past response (small-context models), marking the cut with "[...]".
+    """
+    response = case.response
+    if max_response_chars is not None and len(response) > max_response_chars:
+        response = response[:max_response_chars].rstrip() + " [...]"
     return prompts.ExperienceView(
         question=case.state.question,
-        response=case.response,
+        response=response,
         answer=case.answer,
         correct=case.is_correct,
         outcome_correct=bool(case.reward),
@@ -178,7 +185,7 @@ class R2MadHook:
             "confidence_shown": s.use_confidence,
         }
         return AgentRoundContext(
-            experiences=tuple(experience_view(c) for c in cases) if s.use_memory else (),
+            experiences=tuple(experience_view(c, s.max_experience_chars) for c in cases) if s.use_memory else (),
             peer_confidence={j: labels[j] for j in peers} if s.use_confidence else {},
             record=record,
         )
@@ -193,7 +200,7 @@ class IclCotHook:
     """
 
     def __init__(self, bank_set: MemoryBankSet, embedder: Embedder, top_k: int = 3, match: str = "question",
-                 bank_agent: int = 0, batch_size: int = 32) -> None:
+                 bank_agent: int = 0, batch_size: int = 32, max_experience_chars: int | None = None) -> None:
         if match not in ("question", "state"):
             raise ValueError(f"ICL-CoT match must be 'question' or 'state', found {match!r}")
         if top_k < 1:
@@ -205,6 +212,7 @@ class IclCotHook:
         self.match = match
         self.bank = bank_set[bank_agent]
         self.batch_size = batch_size
+        self.max_experience_chars = max_experience_chars
         self._bank_samples = {c.sample_id for c in self.bank.cases}
         if match == "question":
             latest: dict[str, int] = {}
@@ -237,7 +245,7 @@ class IclCotHook:
                 "case_indices": picked,
                 "similarities": _finite_or_none(result.similarities[row][: len(picked)]),
             }
-            views = tuple(experience_view(c) for c in cases)
+            views = tuple(experience_view(c, self.max_experience_chars) for c in cases)
             out.append([AgentRoundContext(experiences=views, record=record)] * state.n_agents)
         return out
 

@@ -256,3 +256,13 @@ def test_cli_build_memory_audit_and_run(tmp_path, capsys):
     code = cli.main(["build-memory", "--benchmark", "truthfulqa", "--limit", "3", "--out", str(bank), "--embedder",
                      "hashing", "--engine", "simulated", "--no-cache"])
     assert code == 2 and "--overwrite" in capsys.readouterr().err
+
+
+def test_experiences_can_be_shortened(bank_dir, tmp_path):
+    engine = scripted()
+    run_cell(tmp_path / "short", benchmark="truthfulqa", split="test", engine=engine, method="r2mad",
+             method_options={"memory": str(bank_dir), "max_experience_chars": 9}, samples=TEST, progress=False)
+    parsed = prompts.parse_prompt(_round1_prompts(engine, 0)[0])
+    # the stored response "I reason briefly. The answer is ((A))." cut after 9 characters
+    assert [e.response for e in parsed.experiences] == ["I reason [...]"] * 3
+    assert all(e.answer == "A" for e in parsed.experiences)  # the recorded answer is kept
