@@ -289,3 +289,55 @@ def test_two_processes_read_while_this_one_writes(tmp_path: Path) -> None:
         assert json.loads(out) == [expected]
     with CachedEngine(CountingBackend(), tmp_path) as engine:
         assert len(engine.cache) == 200 + written, f"{written} rows written while the readers read"
+
+
+KILLED_WRITER = textwrap.dedent(
+    """
+    import sys, time
+    from r2mad_core.engines import CachedEngine, Completion, Ledger, Request, SamplingParams
+
+    class Slow:
+        identity, model = "counting", "fake-model"
+        ledger = Ledger()
+        def generate_iter(self, requests):
+            for i, r in enumerate(requests):
+                time.sleep(0.01)
+                yield i, Completion(text="slow " + r.messages[-1]["content"], completion_tokens=3)
+        def close(self):
+            pass
+
+    batch = [Request(messages=({"role": "system", "content": "You are terse."},
+                               {"role": "user", "content": f"q{i}"}), params=SamplingParams(max_tokens=64))
+             for i in range(int(sys.argv[2]))]
+    engine = CachedEngine(Slow(), sys.argv[1])
+    for index, completion in engine.generate_iter(batch):
+        print(index, flush=True)  # printed only after the cache committed it
+    time.sleep(60)  # the parent kills us long before this
+    """
+)
+
+
+def test_sigkill_mid_batch_keeps_every_committed_completion(tmp_path: Path) -> None:
+    writer = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER, str(tmp_path), "1000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+    )
+    seen = []
+    assert writer.stdout is not None
+    while len(seen) < 20:
+        line = writer.stdout.readline()
+        assert line, f"writer died: {writer.stderr.read() if writer.stderr else ''}"
+        seen.append(int(line))
+    writer.kill()
+    writer.wait(timeout=30)
+    assert seen == list(range(20))
+    conn = sqlite3.connect(tmp_path / "responses.sqlite")
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()
+    backend = CountingBackend()
+    with CachedEngine(backend, tmp_path) as engine:
+        stored = len(engine.cache)
+        assert 20 <= stored < 1000, stored
+        out = engine.generate([ask(f"q{i}") for i in range(1000)])
+    assert len(backend.seen) == 1000 - stored
+    assert [c.text for c in out[:20]] == [f"slow q{i}" for i in range(20)]
