@@ -41,12 +41,17 @@ from r2mad_core.benchmarks import BENCHMARKS
 logger = logging.getLogger(__name__)
 
 EXIT_USAGE = 2
+EXIT_FAILURE = 1
 METHOD_OPTION_DESTS = "_method_option_dests"
 DEFAULT_CACHE_DIR = "cache"
 
 
 class UsageError(Exception):
     """A bad input found after parsing (exit code 2, one line)."""
+
+
+class RunFailure(Exception):
+    """The run could not finish (engine failure; exit code 1, one line)."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -252,7 +257,7 @@ def build_method(args: argparse.Namespace) -> Any:
 
 def run_command(args: argparse.Namespace) -> int:
     from r2mad_core import benchmarks, experiments, scoring
-    from r2mad_core.engines import make_engine
+    from r2mad_core.engines import EngineError, make_engine
 
     method = build_method(args)
     try:
@@ -284,6 +289,8 @@ def run_command(args: argparse.Namespace) -> int:
         engine = make_engine(args.engine, model=args.model, cache_dir=cache_dir, **engine_options)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"engine {args.engine}: {exc}") from None
+    except EngineError as exc:
+        raise RunFailure(f"engine {args.engine} could not start: {exc}") from None
     try:
         result = experiments.run_cell(
             args.out,
@@ -299,6 +306,10 @@ def run_command(args: argparse.Namespace) -> int:
         )
     except (experiments.RunConfigMismatch, experiments.RunDirectoryBusy) as exc:
         raise UsageError(str(exc)) from None
+    except EngineError as exc:
+        raise RunFailure(
+            f"generation failed: {exc} (finished samples are saved in {args.out}; rerun the same command to resume)"
+        ) from None
     finally:
         engine.close()
     print(
@@ -397,6 +408,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
         print(f"r2mad {args.command}: error: {message}", file=sys.stderr)
         return EXIT_USAGE
+    except RunFailure as exc:
+        message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        print(f"r2mad {args.command}: error: {message}", file=sys.stderr)
+        return EXIT_FAILURE
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -109,10 +109,11 @@ def write_json_atomic(path: Path, data: Any) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, ensure_ascii=False, allow_nan=True)
+            json.dump(data, f, indent=2, ensure_ascii=False, allow_nan=True, default=str)
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -331,7 +332,7 @@ def check_config(run_dir: Path, config: Mapping[str, Any], *, ignore: frozenset[
     except json.JSONDecodeError as exc:
         raise RunConfigMismatch(f"{path}: not valid JSON ({exc})") from None
     # Round-trip the requested config through JSON so tuples/lists compare equal.
-    expected = json.loads(json.dumps(config))
+    expected = json.loads(json.dumps(config, default=str))
     differences = _differences(expected, found, ignore=ignore)
     if differences:
         raise RunConfigMismatch(

@@ -315,3 +315,44 @@ def test_duplicate_sample_ids_are_rejected():
     with pytest.raises(ValueError, match="appears twice"):
         run_debate([mc_sample("q"), mc_sample("q")], engine, DebateConfig())
     assert engine.calls == 0
+
+
+# ----------------------------------------------------------------------------------------------
+# With the simulated latent-concept engine
+# ----------------------------------------------------------------------------------------------
+class CountingEngine:
+    """Wraps an engine and counts generate calls and their tags."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.identity, self.model, self.ledger = inner.identity, inner.model, inner.ledger
+        self.tags: list[str] = []
+
+    def generate(self, requests):
+        self.tags.append(",".join(sorted({r.tag for r in requests})))
+        return self.inner.generate(requests)
+
+    def close(self):
+        self.inner.close()
+
+
+def test_simulated_engine_debate_is_round_synchronous_and_deterministic():
+    from r2mad_core.engines.simulated import SimulatedEngine
+
+    samples = [mc_sample(f"s{i}", gold="ABCD"[i % 4]) for i in range(12)] + [math_sample("m0", "7")]
+    by_benchmark = {"truthfulqa": samples[:12], "math500": samples[12:]}
+    for benchmark, group in by_benchmark.items():
+        runs = []
+        for _ in range(2):
+            engine = CountingEngine(SimulatedEngine(group))
+            states = run_debate(group, engine, DebateConfig(with_summaries=True), benchmark=benchmark)
+            rounds_run = max(len(s.rounds) for s in states)
+            assert engine.tags == ["debate", "summary"] * (rounds_run - 1) + ["debate"]
+            for s in states:
+                # A debate stops early exactly when its last round was unanimous.
+                assert s.stopped_early == (len(s.rounds) < 3)
+                assert s.stopped_early == (s.rounds[-1].unanimous and len(s.rounds) < 3)
+                assert all(not r.unanimous for r in s.rounds[:-1])
+                assert all(r.summary for r in s.rounds[:-1])
+            runs.append([[t.response for r in s.rounds for t in r.turns] for s in states])
+        assert runs[0] == runs[1]

@@ -195,3 +195,20 @@ def test_mean_logprob_of_an_empty_completion_is_minus_infinity():
     states = run_debate([mc_sample("a")], engine, method.debate, peer_selector=method.make_peer_selector(None))
     assert states[0].rounds[0].turns[0].mean_logprob == -math.inf
     assert states[0].rounds[1].masking["kept"] == [1, 2]
+
+
+def test_objective_masking_with_the_simulated_engine_logprobs():
+    from r2mad_core.engines.simulated import SimulatedEngine
+
+    group = [mc_sample(f"s{i}", gold="ABCD"[i % 4]) for i in range(10)]
+    method = get_method("mad_m2", stop_at_unanimity=False)
+    states = run_debate(group, SimulatedEngine(group), method.debate, peer_selector=method.make_peer_selector(None))
+    for s in states:
+        for r in s.rounds[1:]:
+            means = r.masking["mean_logprob"]
+            assert all(m is not None and m <= 0 for m in means)
+            assert r.masking["kept"] == kept_by_logprob(means)
+            assert len(r.masking["kept"]) == 2
+            assert [t.visible_peers for t in r.turns] == [
+                tuple(j for j in r.masking["kept"] if j != i) for i in range(3)
+            ]
