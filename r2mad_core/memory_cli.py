@@ -176,15 +176,17 @@ def audit_command(args: argparse.Namespace) -> int:
     from r2mad_core.memory import MemoryBankError, MemoryBankSet, audit_bank_set
 
     try:
-        bank_set = MemoryBankSet.load(args.bank, embedder=args.embedder)
+        bank_set = MemoryBankSet.load(args.bank)
     except MemoryBankError as exc:
         raise UsageError(str(exc)) from None
     embedder = None
     if not args.no_embeddings:
+        name = args.embedder or bank_set.embedder_name
         try:
-            embedder = get_embedder(args.embedder or bank_set.embedder_name)
+            embedder = get_embedder(name)
+            bank_set.check_compatible(embedder, where=str(args.bank))
         except (ImportError, RuntimeError, ValueError) as exc:
-            raise UsageError(f"embedder {args.embedder or bank_set.embedder_name!r}: {exc} (or pass --no-embeddings)") from None
+            raise UsageError(f"embedder {name!r}: {exc} (or pass --no-embeddings)") from None
     audit = audit_bank_set(bank_set, embedder, sample_size=args.sample_size, seed=args.seed)
     if args.json:
         print(json.dumps(audit.to_dict(), indent=2))

@@ -45,12 +45,11 @@ from r2mad_core.debate import AgentRoundContext, DebateState
 from r2mad_core.embeddings import CachedEmbedder, Embedder, get_embedder
 from r2mad_core.memory import (
     AgentDebateState,
-    DebateRecord,
-    DebateRound,
     MemoryBank,
     MemoryBankSet,
     MemoryCase,
     build_bank_set,
+    debate_record_from_transcript,
     encode_states,
     poison_bank,
 )
@@ -261,9 +260,11 @@ def load_memory(
     poison_seed: int = 0,
 ) -> tuple[MemoryBankSet, Embedder]:
     """Load a verified bank set and the embedder it was built with (``embedder`` None: the manifest's)."""
+    if isinstance(embedder, str):
+        embedder = get_embedder(embedder)  # resolves aliases ("minilm") to the name banks record
     bank_set = MemoryBankSet.load(memory, embedder=embedder, benchmark=benchmark)
-    if embedder is None or isinstance(embedder, str):
-        embedder = get_embedder(embedder or bank_set.embedder_name)
+    if embedder is None:
+        embedder = get_embedder(bank_set.embedder_name)
     bank_set.check_compatible(embedder, where=str(memory))
     if poison_fraction:
         bank_set = poison_bank(bank_set, poison_fraction, poison_seed)  # type: ignore[assignment]
@@ -273,34 +274,46 @@ def load_memory(
 # ------------------------------------------------------------------------------------------------
 # Memory construction
 # ------------------------------------------------------------------------------------------------
-def debate_record_from_transcript(row: Mapping[str, Any], question: str) -> DebateRecord:
-    """A transcript line of :mod:`r2mad_core.experiments` (scored) as the input of memory building."""
-    where = f"transcript of sample {row.get('sample_id')!r}"
-    rounds = []
-    for t, r in enumerate(row["rounds"]):
-        agents = r["agents"]
-        corrects = [a.get("correct") for a in agents]
-        if any(c is None for c in corrects):
-            raise ValueError(f"{where}, round {t}: per-agent correctness missing (transcript not scored)")
-        rounds.append(
-            DebateRound(
-                responses=tuple(a["response"] for a in agents),
-                answers=tuple(a["answer"] for a in agents),
-                correct=tuple(bool(c) for c in corrects),
-                summary=r.get("summary") or "",
-                consensus_ratio=float(r["consensus_ratio"]),
-            )
+def bank_set_from_run(
+    run_dir: str | Path,
+    embedder: Embedder | str,
+    *,
+    data_dir: str | Path | None = None,
+    reward_definition: str = "final_vote",
+    state_layout: str = "full",
+    state_encoding: str = "text",
+    progress: bool = False,
+) -> MemoryBankSet:
+    """Memory banks from an existing run directory of debates with summaries (not saved).
+
+    The question texts come from the benchmark files (transcripts store sample ids only).
+    """
+    from r2mad_core import benchmarks as benchmark_data
+    from r2mad_core.experiments import load_run
+
+    config, records = load_run(run_dir)
+    if isinstance(embedder, str):
+        embedder = get_embedder(embedder)
+    samples = benchmark_data.load(config["benchmark"], config["split"], data_dir=data_dir)
+    questions = {s.id: s.question for s in samples}
+    missing = [r["sample_id"] for r in records if r["sample_id"] not in questions]
+    if missing:
+        raise ValueError(f"{run_dir}: samples {missing[:3]} are not in {config['benchmark']} {config['split']}")
+    debate_records = [debate_record_from_transcript(r, questions[r["sample_id"]]) for r in records]
+    debate = config["method"]["debate"]
+    if debate.get("stop_at_unanimity") or not debate.get("with_summaries"):
+        logger.warning(
+            "%s: the debates were run with stop_at_unanimity=%s, with_summaries=%s; memory construction "
+            "(Appendix A) forces all rounds and needs summaries", run_dir, debate.get("stop_at_unanimity"),
+            debate.get("with_summaries"),
         )
-    if row.get("correct") is None:
-        raise ValueError(f"{where}: no final-answer correctness ('correct')")
-    return DebateRecord(
-        sample_id=str(row["sample_id"]),
-        question=question,
-        gold=str(row["gold"]),
-        rounds=tuple(rounds),
-        final_answer=row.get("final_answer"),
-        final_correct=bool(row["correct"]),
-        num_options=row.get("num_options"),
+    return build_bank_set(
+        debate_records, embedder, benchmark=config["benchmark"], split=config["split"],
+        model=str(config.get("engine", {}).get("model") or config.get("engine", {}).get("identity", "")),
+        reward_definition=reward_definition, state_layout=state_layout, state_encoding=state_encoding,
+        show_progress=progress,
+        metadata={"debates_run_dir": str(run_dir), "method": config["method"], "seed": config.get("seed"),
+                  "limit": config.get("limit"), "n_debates": len(debate_records)},
     )
 
 

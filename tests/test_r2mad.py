@@ -266,3 +266,21 @@ def test_experiences_can_be_shortened(bank_dir, tmp_path):
     # the stored response "I reason briefly. The answer is ((A))." cut after 9 characters
     assert [e.response for e in parsed.experiences] == ["I reason [...]"] * 3
     assert all(e.answer == "A" for e in parsed.experiences)  # the recorded answer is kept
+
+
+def test_bank_from_an_existing_run_matches_build_memory(tmp_path):
+    from r2mad_core.r2mad import bank_set_from_run, load_memory
+
+    train = load("mmlu_pro_economics", "train")[:3]
+    engine = make_engine("simulated", samples=train)
+    built = build_memory("mmlu_pro_economics", engine, "hashing", tmp_path / "bank", samples=train, progress=False)
+    again = bank_set_from_run(tmp_path / "bank" / "debates", "hashing")
+    assert again.benchmark == "mmlu_pro_economics" and again.split == "train"
+    for a, b in zip(built.banks, again.banks):
+        assert a.cases == b.cases
+        np.testing.assert_array_equal(a.state_embeddings, b.state_embeddings)
+    assert built.banks[0].cases[0].num_options == 10
+    bank_set, embedder = load_memory(tmp_path / "bank", embedder="hashing")  # alias of hashing-384
+    assert embedder.name == bank_set.embedder_name == "hashing-384"
+    with pytest.raises(MemoryBankError, match="hashing-384.*hashing-64"):
+        load_memory(tmp_path / "bank", embedder="hashing-64")
