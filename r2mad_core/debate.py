@@ -58,7 +58,7 @@ import hashlib
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from r2mad_core import answers, prompts
@@ -676,7 +676,3 @@ def score_turns(states: Sequence[DebateState]) -> None:
                     turn.answer, state.sample.gold, state.benchmark
                 )
 
-
-def replace_config(config: DebateConfig, **changes: Any) -> DebateConfig:
-    """``dataclasses.replace`` for :class:`DebateConfig` (re-validates)."""
-    return replace(config, **changes)
