@@ -1011,7 +1011,7 @@ RETRIEVAL_POLICY_LABELS = {
 
 
 def retrieval_policy_label(spec: str) -> str:
-    """``fixed_lambda=0.25`` -> ``Fixed-lambda (0.25)``; ``state_aware`` -> ``Debate-State-Aware``."""
+    """``fixed_lambda:0.25`` -> ``Fixed-lambda (0.25)``; ``state_aware`` -> ``Debate-State-Aware``."""
     from r2mad_core.reproduce import parse_retrieval_policy
 
     name, value = parse_retrieval_policy(spec)
@@ -1114,7 +1114,7 @@ class CellOutcome:
 class Experiment:
     """Runs the paper's cells for the notebooks: one engine per model (opened on first need, cached
     in ``cache_dir``), memory banks per (model, benchmark) built once, one run directory per cell
-    keyed by a hash of its configuration (``runs_dir/<model>/<benchmark>/<method>-<hash>``), so
+    keyed by a hash of its configuration (``runs_dir/<model>/<benchmark>/<registered method>-<hash>``), so
     a rerun, or a rerun after changing one parameter, only generates what changed.
 
     Method names are the paper's row names: ``CoT``, ``Self-Consistency`` (k = agents x rounds
@@ -1299,7 +1299,7 @@ class Experiment:
             elif rest.startswith("retrieval="):
                 label = rest[len("retrieval="):]
                 policy = _retrieval_spec(label)
-                name, value = policy.partition("=")[0], policy.partition("=")[2]
+                name, _, value = policy.partition(":")
                 if name != "state_aware":
                     options["retrieval_policy"] = name
                 if value:
@@ -1359,7 +1359,9 @@ class Experiment:
         name, options = self.method_options(method, memory)
         config = {"method": name, "options": options, "seed": self.seed, "split": split,
                   "limit": self.test_limit if split == "test" else self.train_limit, "model": spec.describe()}
-        return self.runs_dir / slug(spec.label) / benchmark / f"{slug(method)}-{config_hash(config)}", name, options
+        # keyed by the registered method and its options, not the paper's row name: "R2-MAD",
+        # "R2-MAD retrieval=Debate-State-Aware" and "R2-MAD poisoned=0" are one cell, one directory
+        return self.runs_dir / slug(spec.label) / benchmark / f"{name}-{config_hash(config)}", name, options
 
     def run(self, model: ModelSpec | str, benchmark: str, method: str) -> CellOutcome:
         """Run (or load) one cell on the test split."""
@@ -1409,7 +1411,7 @@ def _retrieval_spec(label: str) -> str:
             return spec
     fixed = re.fullmatch(r"Fixed-lambda \(([0-9.]+)\)", label)
     if fixed:
-        return f"fixed_lambda={float(fixed.group(1))}"
+        return f"fixed_lambda:{float(fixed.group(1))}"
     raise ValueError(f"unknown retrieval policy {label!r}: expected one of {list(RETRIEVAL_POLICY_LABELS.values())} "
                      "or Fixed-lambda (x)")
 
@@ -1539,3 +1541,181 @@ class GridResults:
                         "ci_high": float(table.ci_high.at[(paper_model, method), benchmark]), "n": n,
                     })
         return pd.DataFrame(rows)
+
+    def cross_table(self, methods: Sequence[str], *, row_names: Mapping[str, str] | None = None,
+                    caption: str = "", best: Best | None = "max") -> Table:
+        """Rows = methods (renamed by ``row_names``), columns = every (model, benchmark) pair
+        (``"<model> / <benchmark>"``) and ``Average`` over all of them: the layout of the
+        retrieval ablation (Table 3)."""
+        frame = self.accuracy()
+        frame = frame[frame["method"].isin(methods)]
+        questions = self.per_question()
+        pairs = list(dict.fromkeys(zip(frame["model"], frame["benchmark"])))
+        columns = [f"{m} / {b}" for m, b in pairs] + [AVERAGE_LABEL]
+        index = pd.Index([(row_names or {}).get(m, m) for m in methods], name="method")
+        values = pd.DataFrame(np.nan, index=index, columns=pd.Index(columns, name="cell"))
+        low, high = values.copy(), values.copy()
+        for method, row in zip(methods, index):
+            groups = []
+            for (model, benchmark), column in zip(pairs, columns):
+                hit = frame[(frame.model == model) & (frame.benchmark == benchmark) & (frame.method == method)]
+                if hit.empty:
+                    continue
+                values.at[row, column] = hit["accuracy"].iloc[0]
+                low.at[row, column] = hit["ci_low"].iloc[0]
+                high.at[row, column] = hit["ci_high"].iloc[0]
+                mine = questions[(questions.model == model) & (questions.benchmark == benchmark)
+                                 & (questions.method == method)]
+                groups.append(mine["correct"].to_numpy())
+            if len(groups) == len(pairs):
+                mean, lo, hi = mean_accuracy_with_ci(groups, n_bootstrap=self.bootstrap_resamples, seed=self.seed)
+                values.at[row, AVERAGE_LABEL], low.at[row, AVERAGE_LABEL], high.at[row, AVERAGE_LABEL] = mean, lo, hi
+        return Table(values=values, ci_low=low, ci_high=high, caption=caption, best=best)
+
+    def method_columns_table(self, methods: Sequence[str], *, caption: str = "") -> Table:
+        """Rows = (model, benchmark), columns = methods, plus an ``Average`` row over all rows: the
+        layout of the ICL-CoT comparison (Table 8)."""
+        frame = self.accuracy()
+        frame = frame[frame["method"].isin(methods)]
+        questions = self.per_question()
+        pairs = list(dict.fromkeys(zip(frame["model"], frame["benchmark"])))
+        index = pd.MultiIndex.from_tuples([*pairs, (AVERAGE_LABEL, "")], names=["model", "benchmark"])
+        values = pd.DataFrame(np.nan, index=index, columns=pd.Index(list(methods), name="method"))
+        low, high = values.copy(), values.copy()
+        for method in methods:
+            groups = []
+            for pair in pairs:
+                hit = frame[(frame.model == pair[0]) & (frame.benchmark == pair[1]) & (frame.method == method)]
+                if hit.empty:
+                    continue
+                values.at[pair, method] = hit["accuracy"].iloc[0]
+                low.at[pair, method] = hit["ci_low"].iloc[0]
+                high.at[pair, method] = hit["ci_high"].iloc[0]
+                mine = questions[(questions.model == pair[0]) & (questions.benchmark == pair[1])
+                                 & (questions.method == method)]
+                groups.append(mine["correct"].to_numpy())
+            if len(groups) == len(pairs):
+                mean, lo, hi = mean_accuracy_with_ci(groups, n_bootstrap=self.bootstrap_resamples, seed=self.seed)
+                key = (AVERAGE_LABEL, "")
+                values.at[key, method], low.at[key, method], high.at[key, method] = mean, lo, hi
+        return Table(values=values, ci_low=low, ci_high=high, caption=caption, best=None)
+
+    # -- the shared-misconception subset (RQ4) and stance transitions (Table 4) ------------------
+    def shared_misconception_subsets(self, reference: str = "MAD") -> dict[tuple[str, str], set[str]]:
+        """(model label, benchmark id) -> the sample ids where a strict majority of the ``reference``
+        method's agents is wrong at round 0 (:func:`r2mad_core.scoring.shared_misconception_subset`)."""
+        from r2mad_core.scoring import shared_misconception_subset
+
+        return {(o.model.label, o.benchmark): shared_misconception_subset(o.records)
+                for o in self.outcomes if o.method == reference}
+
+    def subset_accuracy(self, methods: Sequence[str], reference: str = "MAD") -> pd.DataFrame:
+        """Accuracy of ``methods`` on the shared-misconception subset of each (model, benchmark):
+        model, paper_model, benchmark, method, accuracy, ci_low, ci_high, n (subset size)."""
+        from r2mad_core.scoring import accuracy_with_ci
+
+        subsets = self.shared_misconception_subsets(reference)
+        rows = []
+        for o in self.outcomes:
+            if o.method not in methods or (o.model.label, o.benchmark) not in subsets:
+                continue
+            subset = subsets[(o.model.label, o.benchmark)]
+            correct = [bool(r["correct"]) for r in o.records if r["sample_id"] in subset]
+            acc = accuracy_with_ci(correct, n_bootstrap=self.bootstrap_resamples, seed=self.seed)
+            rows.append({"model": o.model.label, "paper_model": o.model.paper_model,
+                         "benchmark": benchmark_label(o.benchmark), "method": o.method, "accuracy": acc.accuracy,
+                         "ci_low": acc.low, "ci_high": acc.high, "n": acc.n})
+        return pd.DataFrame(rows, columns=["model", "paper_model", "benchmark", "method", "accuracy",
+                                           "ci_low", "ci_high", "n"])
+
+    def subset_per_question(self, methods: Sequence[str], reference: str = "MAD") -> pd.DataFrame:
+        """:meth:`per_question` restricted to the shared-misconception subset, with
+        ``metric = "accuracy (shared-misconception subset)"`` (for :func:`check_orderings`)."""
+        subsets = self.shared_misconception_subsets(reference)
+        frame = self.per_question()
+        frame = frame[frame["method"].isin(methods)].copy()
+        ids = {(m, benchmark_label(b)): s for (m, b), s in subsets.items()}
+        keep = [row.sample_id in ids.get((row.model, row.benchmark), set()) for row in frame.itertuples()]
+        frame = frame[keep].copy()
+        frame["metric"] = SUBSET_METRIC
+        return frame
+
+    def transition_rates(self, methods: Sequence[str], reference: str = "MAD") -> pd.DataFrame:
+        """C->W and W->C stance-transition rates (Table 4) of ``methods`` on the shared-misconception
+        subset: model, paper_model, benchmark, method, c_to_w, w_to_c and their counts."""
+        from r2mad_core.scoring import stance_transitions
+
+        subsets = self.shared_misconception_subsets(reference)
+        rows = []
+        for o in self.outcomes:
+            if o.method not in methods or (o.model.label, o.benchmark) not in subsets:
+                continue
+            rates = stance_transitions(o.records, subsets[(o.model.label, o.benchmark)])
+            rows.append({"model": o.model.label, "paper_model": o.model.paper_model,
+                         "benchmark": benchmark_label(o.benchmark), "method": o.method, **rates.to_dict()})
+        return pd.DataFrame(rows)
+
+    def agent_accuracy_by_round(self, methods: Sequence[str], subset_reference: str | None = "MAD") -> pd.DataFrame:
+        """Mean per-agent correctness at each round (on the shared-misconception subset when
+        ``subset_reference`` is given): model, benchmark, method, round, agent_accuracy, n_agents_answers."""
+        subsets = self.shared_misconception_subsets(subset_reference) if subset_reference else {}
+        rows = []
+        for o in self.outcomes:
+            if o.method not in methods:
+                continue
+            keep = subsets.get((o.model.label, o.benchmark)) if subset_reference else None
+            sums: dict[int, list[int]] = {}
+            for record in o.records:
+                if keep is not None and record["sample_id"] not in keep:
+                    continue
+                rounds = record["rounds"]  # only the rounds a debate ran (early stops end sooner)
+                for t in range(len(rounds)):
+                    agents = rounds[t]["agents"]
+                    total = sums.setdefault(t, [0, 0])
+                    total[0] += sum(1 for a in agents if a["correct"])
+                    total[1] += len(agents)
+            for t, (right, count) in sorted(sums.items()):
+                rows.append({"model": o.model.label, "paper_model": o.model.paper_model,
+                             "benchmark": benchmark_label(o.benchmark), "method": o.method, "round": t,
+                             "agent_accuracy": right / count if count else math.nan, "answers": count})
+        return pd.DataFrame(rows)
+
+    def cost(self, methods: Sequence[str]) -> pd.DataFrame:
+        """Per-query cost of each cell (Table 10): prompt/completion tokens per tag, requests,
+        wall seconds per query (measured when the generations were made)."""
+        rows = []
+        for o in self.outcomes:
+            if o.method not in methods:
+                continue
+            tokens = o.metrics.get("tokens_per_query", {})
+            row = {"model": o.model.label, "paper_model": o.model.paper_model,
+                   "benchmark": benchmark_label(o.benchmark), "method": o.method, "n": o.metrics["n"],
+                   "seconds_per_query": o.metrics.get("seconds_per_query", math.nan)}
+            for tag in ("debate", "summary", "judge"):
+                part = tokens.get(tag, {})
+                row[f"{tag}_requests"] = part.get("requests", 0.0)
+                row[f"{tag}_prompt_tokens"] = part.get("prompt_tokens", 0.0)
+                row[f"{tag}_completion_tokens"] = part.get("completion_tokens", 0.0)
+                row[f"{tag}_tokens"] = part.get("total_tokens", 0.0)
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+
+SUBSET_METRIC = "accuracy (shared-misconception subset)"
+C_TO_W_METRIC = "C->W rate (shared-misconception subset)"
+W_TO_C_METRIC = "W->C rate (shared-misconception subset)"
+
+#: The methods of each paper table (the paper's row names).
+MAIN_METHODS = ("CoT", "Self-Consistency", "MAD", "MAD-M2", "R2-MAD")
+ABLATION_METHODS = ("R2-MAD", "R2-MAD w/o Confidence", "R2-MAD w/o Memory")
+LARGE_MODEL_METHODS = ("CoT", "MAD", "R2-MAD")
+MAD_M2_METHODS = ("MAD-M2 (S)", "MAD-M2 (O)")
+ICL_METHODS = ("CoT", "ICL-CoT", "R2-MAD")
+SUBSET_METHODS = ("MAD", "MAD-M2", "R2-MAD")
+TRANSITION_METHODS = ("R2-MAD", "R2-MAD w/o Confidence")
+COST_METHODS = ("Self-Consistency", "MAD", "R2-MAD")
+
+
+def sc_methods(paths: Sequence[int]) -> list[str]:
+    """``[3, 6, 9]`` -> ``["Self-Consistency (3)", ...]`` (Table 5)."""
+    return [f"Self-Consistency ({k})" for k in paths]

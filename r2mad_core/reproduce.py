@@ -75,15 +75,18 @@ class Profile:
 
 
 def parse_retrieval_policy(spec: str) -> tuple[str, float | None]:
-    """``"fixed_lambda=0.25"`` -> ``("fixed_lambda", 0.25)``; ``"state_aware"`` -> ``("state_aware", None)``."""
-    name, _, value = str(spec).partition("=")
+    """``"fixed_lambda:0.25"`` -> ``("fixed_lambda", 0.25)``; ``"state_aware"`` -> ``("state_aware", None)``.
+
+    (A colon, not ``=``: papermill cannot read a parameters cell with ``=`` inside a string.)
+    """
+    name, _, value = str(spec).partition(":")
     if name not in RETRIEVAL_POLICY_NAMES:
         raise ValueError(f"retrieval policy {spec!r}: expected one of {RETRIEVAL_POLICY_NAMES}")
     if name == "fixed_lambda":
         try:
             fixed = float(value)
         except ValueError:
-            raise ValueError(f"retrieval policy {spec!r}: fixed_lambda needs a value, e.g. fixed_lambda=0.5") from None
+            raise ValueError(f"retrieval policy {spec!r}: fixed_lambda needs a value, e.g. fixed_lambda:0.5") from None
         if not 0.0 <= fixed <= 1.0:
             raise ValueError(f"retrieval policy {spec!r}: lambda must be in [0, 1]")
         return name, fixed

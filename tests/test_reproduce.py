@@ -28,7 +28,7 @@ from r2mad_core.reproduce import (
 PAPER_MODELS = ["Qwen2.5-7B-Instruct", "Qwen3-8B", "Gemma-3-4B-IT"]
 PAPER_POLICIES = {
     "random", "similarity", "positive_only", "diversity_only",
-    "fixed_lambda=0.25", "fixed_lambda=0.5", "fixed_lambda=0.75", "state_aware",
+    "fixed_lambda:0.25", "fixed_lambda:0.5", "fixed_lambda:0.75", "state_aware",
 }
 
 
@@ -175,12 +175,12 @@ def test_parse_override_and_policy() -> None:
     assert parse_override("test_limit=null") == ("test_limit", None)
     with pytest.raises(ProfileError, match="expected KEY=VALUE"):
         parse_override("top_k")
-    assert parse_retrieval_policy("fixed_lambda=0.25") == ("fixed_lambda", 0.25)
+    assert parse_retrieval_policy("fixed_lambda:0.25") == ("fixed_lambda", 0.25)
     assert parse_retrieval_policy("state_aware") == ("state_aware", None)
     with pytest.raises(ValueError, match="only fixed_lambda takes a value"):
-        parse_retrieval_policy("random=3")
+        parse_retrieval_policy("random:3")
     with pytest.raises(ValueError, match="lambda must be in"):
-        parse_retrieval_policy("fixed_lambda=2")
+        parse_retrieval_policy("fixed_lambda:2")
 
 
 def _notebook(path: Path, parameters: str, body: list[str]) -> None:
