@@ -86,8 +86,8 @@ class Table:
     (model, method)) and one column per table column. ``ci_low``/``ci_high`` have the same shape
     (NaN where a cell has no interval). ``best`` marks the best value of each column in bold:
     ``"max"``/``"min"`` for every column, or a mapping column -> ``"max"``/``"min"``; with a
-    MultiIndex the best is taken within each group of the first level (each model's block, as in
-    the paper). ``formats`` maps a column to a format spec (default ``.{digits}f`` for floats;
+    MultiIndex the best is taken among the rows that differ only in their last level (each model's
+    block of methods, as in the paper). ``formats`` maps a column to a format spec (default ``.{digits}f`` for floats;
     integers print as integers). ``show_index=False`` makes a flat table (a plain data frame: no
     row labels; its CSV is the frame itself rather than one row per cell).
     """
@@ -151,8 +151,10 @@ class Table:
             return mask
         groups: list[Any]
         if isinstance(self.values.index, pd.MultiIndex):
-            level0 = self.values.index.get_level_values(0)
-            groups = [level0 == key for key in pd.unique(level0)]
+            # rows that differ only in their last level compete: (model, method) -> per model,
+            # (model, benchmark, method) -> per model and benchmark
+            keys = [tuple(label[:-1]) for label in self.values.index]
+            groups = [np.array([k == key for k in keys]) for key in dict.fromkeys(keys)]
         else:
             groups = [np.ones(len(self.values), dtype=bool)]
         for column in self.values.columns:
@@ -187,6 +189,36 @@ def _row_names(index: pd.Index) -> list[str]:
 
 def _as_tuple(label: Any) -> tuple:
     return label if isinstance(label, tuple) else (label,)
+
+
+def tidy_to_table(
+    frame: pd.DataFrame,
+    rows: Sequence[str],
+    column: str,
+    *,
+    value: str = "accuracy",
+    ci: tuple[str, str] | None = ("ci_low", "ci_high"),
+    column_order: Sequence[Any] | None = None,
+    **table_options: Any,
+) -> Table:
+    """A :class:`Table` from a tidy frame: ``rows`` columns become the row labels, ``column`` the
+    table columns (in order of first appearance, or ``column_order``), ``value`` the cells and
+    ``ci`` their interval bounds."""
+    keys = list(dict.fromkeys(tuple(r) for r in frame[list(rows)].itertuples(index=False, name=None)))
+    columns = list(column_order) if column_order is not None else list(pd.unique(frame[column]))
+    index: pd.Index = (pd.MultiIndex.from_tuples(keys, names=list(rows)) if len(rows) > 1
+                       else pd.Index([k[0] for k in keys], name=rows[0]))
+
+    def pivot(field_name: str) -> pd.DataFrame:
+        out = pd.DataFrame(np.nan, index=index, columns=pd.Index(columns, name=column))
+        for record in frame.to_dict("records"):
+            key = tuple(record[r] for r in rows)
+            if record[column] in columns:
+                out.at[key if len(rows) > 1 else key[0], record[column]] = record[field_name]
+        return out
+
+    return Table(values=pivot(value), ci_low=pivot(ci[0]) if ci else None, ci_high=pivot(ci[1]) if ci else None,
+                 **table_options)
 
 
 def table_to_tidy(table: Table) -> pd.DataFrame:
@@ -698,8 +730,8 @@ def plot_grouped_bars(
         ax.set_ylim(ylim[0], ylim[1] * 1.02)
     if title:
         ax.set_title(title)
-    ax.legend(title=hue.replace("_", " "), fontsize=8, title_fontsize=9, ncols=min(len(hues), 5),
-              loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
+    ax.legend(title=hue.replace("_", " "), fontsize=8, title_fontsize=9, loc="center left",
+              bbox_to_anchor=(1.01, 0.5), frameon=False)
     return ax
 
 
@@ -1656,25 +1688,24 @@ class GridResults:
         return pd.DataFrame(rows)
 
     def agent_accuracy_by_round(self, methods: Sequence[str], subset_reference: str | None = "MAD") -> pd.DataFrame:
-        """Mean per-agent correctness at each round (on the shared-misconception subset when
-        ``subset_reference`` is given): model, benchmark, method, round, agent_accuracy, n_agents_answers."""
+        """Share of correct agent answers at each round t = 0 .. T-1 (on the shared-misconception
+        subset when ``subset_reference`` is given): model, benchmark, method, round, agent_accuracy,
+        answers. A debate that stopped early (unanimity) keeps its last answers for the rounds it
+        did not run, so every round averages the same debates."""
         subsets = self.shared_misconception_subsets(subset_reference) if subset_reference else {}
         rows = []
         for o in self.outcomes:
             if o.method not in methods:
                 continue
             keep = subsets.get((o.model.label, o.benchmark)) if subset_reference else None
-            sums: dict[int, list[int]] = {}
-            for record in o.records:
-                if keep is not None and record["sample_id"] not in keep:
-                    continue
-                rounds = record["rounds"]  # only the rounds a debate ran (early stops end sooner)
-                for t in range(len(rounds)):
-                    agents = rounds[t]["agents"]
-                    total = sums.setdefault(t, [0, 0])
-                    total[0] += sum(1 for a in agents if a["correct"])
-                    total[1] += len(agents)
-            for t, (right, count) in sorted(sums.items()):
+            records = [r for r in o.records if keep is None or r["sample_id"] in keep]
+            horizon = max((len(r["rounds"]) for r in o.records), default=0)
+            for t in range(horizon):
+                right = count = 0
+                for record in records:
+                    agents = record["rounds"][min(t, len(record["rounds"]) - 1)]["agents"]
+                    right += sum(1 for a in agents if a["correct"])
+                    count += len(agents)
                 rows.append({"model": o.model.label, "paper_model": o.model.paper_model,
                              "benchmark": benchmark_label(o.benchmark), "method": o.method, "round": t,
                              "agent_accuracy": right / count if count else math.nan, "answers": count})
