@@ -59,6 +59,7 @@ BENCHMARK_LABELS: dict[str, str] = {
 AVERAGE_LABEL = "Average"
 #: The paper's "(both)" rows average over Qwen2.5-7B-Instruct and Gemma-3-4B-IT.
 BOTH_MODELS_LABEL = "(both)"
+BOTH_MODELS = ("Qwen2.5-7B-Instruct", "Gemma-3-4B-IT")
 
 Best = Literal["max", "min"]
 
@@ -286,7 +287,8 @@ def render_markdown(table: Table) -> str:
         return str(text).replace("|", r"\|")
 
     lines = ["| " + " | ".join(esc(h) for h in header) + " |"]
-    lines.append("|" + "|".join([" --- "] * len(row_names) + [" ---: "] * len(table.values.columns)) + "|")
+    numeric = [pd.api.types.is_numeric_dtype(table.values[c]) for c in table.values.columns]
+    lines.append("|" + "|".join([" --- "] * len(row_names) + [" ---: " if n else " --- " for n in numeric]) + "|")
     for row in table.values.index:
         cells = [esc(v) for v in _as_tuple(row)] if table.show_index else []
         for column in table.values.columns:
@@ -906,7 +908,8 @@ def check_orderings(
     ``correct``; ``benchmark`` uses the paper's names; an optional ``metric`` column (default
     ``accuracy``) lets the shared-misconception subset be passed as
     ``accuracy (shared-misconception subset)`` rows. A claim is checked on the reproduced models
-    that are (or stand in for) its paper model (``(both)``: every reproduced model), pairing the
+    that are (or stand in for) its paper model (``(both)``: those standing for Qwen2.5-7B-Instruct
+    or Gemma-3-4B-IT), pairing the
     two methods on the questions both answered. The reproduced values are the mean of the
     per-benchmark accuracies for ``Average`` (as in the paper) and the accuracy otherwise; the
     exact McNemar test (:func:`r2mad_core.scoring.paired_test`) uses the paired questions pooled
@@ -936,7 +939,9 @@ def check_orderings(
         if not claim.metric.startswith("accuracy"):
             raise ValueError(f"check_orderings: claim metric must be an accuracy, found {claim.metric!r}")
         part = frame[frame["metric"] == claim.metric]
-        if claim.paper_model != BOTH_MODELS_LABEL:
+        if claim.paper_model == BOTH_MODELS_LABEL:
+            part = part[part["paper_model"].isin(BOTH_MODELS)]
+        else:
             part = part[part["paper_model"] == claim.paper_model]
         if claim.benchmark != AVERAGE_LABEL:
             part = part[part["benchmark"] == claim.benchmark]
@@ -944,11 +949,11 @@ def check_orderings(
         worse = part[part["method"] == claim.worse]
         if better.empty or worse.empty:
             continue
-        keys = ["model", "benchmark", "sample_id"]
+        keys = ["model", "paper_model", "benchmark", "sample_id"]
         paired = better[keys + ["correct"]].merge(worse[keys + ["correct"]], on=keys, suffixes=("_better", "_worse"))
         if paired.empty:
             continue
-        per_benchmark = paired.groupby(["model", "benchmark"], sort=False)[["correct_better", "correct_worse"]].mean()
+        per_benchmark = paired.groupby(["model", "paper_model", "benchmark"], sort=False)[["correct_better", "correct_worse"]].mean()
         reproduced_better = float(per_benchmark["correct_better"].mean())
         reproduced_worse = float(per_benchmark["correct_worse"].mean())
         test = paired_test(
@@ -1750,3 +1755,101 @@ COST_METHODS = ("Self-Consistency", "MAD", "R2-MAD")
 def sc_methods(paths: Sequence[int]) -> list[str]:
     """``[3, 6, 9]`` -> ``["Self-Consistency (3)", ...]`` (Table 5)."""
     return [f"Self-Consistency ({k})" for k in paths]
+
+
+def pooled_average_rows(results: GridResults, methods: Sequence[str], table_label: str) -> pd.DataFrame:
+    """The paper's ``(both)`` rows: for each method, the mean accuracy over every (model, benchmark)
+    cell of ``results`` with a bootstrap CI (Tables 3 and 8 average two models)."""
+    rows = []
+    questions = results.per_question()
+    for method in methods:
+        mine = questions[questions["method"] == method]
+        if mine.empty:
+            continue
+        groups = [part["correct"].to_numpy() for _, part in mine.groupby(["model", "benchmark"], sort=False)]
+        mean, low, high = mean_accuracy_with_ci(groups, n_bootstrap=results.bootstrap_resamples, seed=results.seed)
+        rows.append({"table": table_label, "model": ", ".join(pd.unique(mine["model"])), "paper_model": BOTH_MODELS_LABEL,
+                     "method": method, "benchmark": AVERAGE_LABEL, "metric": "accuracy", "value": mean,
+                     "ci_low": low, "ci_high": high, "n": len(mine)})
+    return pd.DataFrame(rows)
+
+
+@dataclass
+class Reproduction:
+    """Every reproduced number in the paper's terms (:func:`collect_reproduction`)."""
+
+    reproduced: pd.DataFrame  # table, model, paper_model, method, benchmark, metric, value, ci_low, ci_high, n
+    per_question: pd.DataFrame  # model, paper_model, benchmark, method, sample_id, correct, metric
+    grids: dict[str, GridResults]
+
+
+def collect_reproduction(
+    exp: Experiment,
+    *,
+    sc_paths: Sequence[int],
+    retrieval_policies: Sequence[str],
+    retrieval_models: Sequence[str],
+    retrieval_benchmarks: Sequence[str],
+    icl_models: Sequence[str],
+    icl_benchmarks: Sequence[str],
+    cost_benchmark: str,
+    large_models: Sequence[Mapping[str, Any]] = (),
+) -> Reproduction:
+    """Run (or, after notebooks 03-07, load) every cell behind the paper's tables and put each number
+    in the paper's terms: same table label, method and benchmark names, metric names as in
+    ``reported_results.csv``, the paper model each reproduced model stands in for."""
+    grids: dict[str, GridResults] = {}
+    frames: list[pd.DataFrame] = []
+    grids["tab:main_results"] = exp.grid(MAIN_METHODS)
+    frames.append(grids["tab:main_results"].reproduced("tab:main_results", MAIN_METHODS))
+    grids["tab:ablation"] = exp.grid(ABLATION_METHODS)
+    frames.append(grids["tab:ablation"].reproduced("tab:ablation", ABLATION_METHODS))
+    grids["tab:sc_ablation"] = exp.grid(sc_methods(sc_paths))
+    frames.append(grids["tab:sc_ablation"].reproduced("tab:sc_ablation", sc_methods(sc_paths)))
+    grids["tab:mad-m2"] = exp.grid(MAD_M2_METHODS)
+    frames.append(grids["tab:mad-m2"].reproduced("tab:mad-m2", MAD_M2_METHODS))
+    policies = [retrieval_method_label(p) for p in retrieval_policies]
+    grids["tab:retrieval_ablation"] = exp.grid(policies, models=retrieval_models, benchmarks=retrieval_benchmarks)
+    frames.append(grids["tab:retrieval_ablation"].reproduced("tab:retrieval_ablation", policies, with_average=False))
+    frames.append(pooled_average_rows(grids["tab:retrieval_ablation"], policies, "tab:retrieval_ablation"))
+    grids["tab:icl_cot"] = exp.grid(ICL_METHODS, models=icl_models, benchmarks=icl_benchmarks)
+    frames.append(grids["tab:icl_cot"].reproduced("tab:icl_cot", ICL_METHODS, with_average=False))
+    frames.append(pooled_average_rows(grids["tab:icl_cot"], ICL_METHODS, "tab:icl_cot"))
+    if large_models:
+        specs = [ModelSpec.from_entry(entry, exp.models) for entry in large_models]
+        large = GridResults([], exp.bootstrap_resamples, exp.seed)
+        for spec in specs:
+            large = large + exp.grid(LARGE_MODEL_METHODS, models=[spec])
+        grids["tab:large_models"] = large
+        frames.append(large.reproduced("tab:large_models", LARGE_MODEL_METHODS))
+
+    subset_runs = exp.grid(sorted(set(SUBSET_METHODS) | set(TRANSITION_METHODS)))
+    grids["shared_misconception"] = subset_runs
+    subset = subset_runs.subset_accuracy(SUBSET_METHODS)
+    frames.append(subset.assign(table="fig:combined_eval (text)", metric=SUBSET_METRIC)
+                  .rename(columns={"accuracy": "value"}))
+    rates = subset_runs.transition_rates(TRANSITION_METHODS)
+    for column, metric, count in (("c_to_w", C_TO_W_METRIC, "n_correct_before"), ("w_to_c", W_TO_C_METRIC, "n_wrong_before")):
+        part = rates.assign(metric=metric, value=rates[column], n=rates[count], ci_low=np.nan, ci_high=np.nan)
+        part["table"] = np.where(part["paper_model"] == "Qwen2.5-7B-Instruct", "tab:flip_recovery", "tab:flip_recovery_extra")
+        frames.append(part)
+
+    cost_runs = exp.grid(COST_METHODS, benchmarks=[cost_benchmark])
+    grids["tab:cost"] = cost_runs
+    cost = cost_runs.cost(COST_METHODS)
+    for column, metric in (("debate_tokens", "debate tokens per query"), ("summary_tokens", "summary tokens per query"),
+                           ("seconds_per_query", "wall seconds per query")):
+        part = cost.assign(metric=metric, value=cost[column], table="tab:cost", ci_low=np.nan, ci_high=np.nan)
+        if column == "summary_tokens":
+            part = part[part["method"] == "R2-MAD"]
+        frames.append(part)
+
+    columns = ["table", "model", "paper_model", "method", "benchmark", "metric", "value", "ci_low", "ci_high", "n"]
+    reproduced = pd.concat([f[columns] for f in frames if not f.empty], ignore_index=True)
+    everything = GridResults([o for g in grids.values() for o in g.outcomes], exp.bootstrap_resamples, exp.seed)
+    per_question = everything.per_question().drop_duplicates(["model", "paper_model", "benchmark", "method", "sample_id"])
+    per_question = pd.concat([
+        per_question.assign(metric="accuracy"),
+        subset_runs.subset_per_question(SUBSET_METHODS),
+    ], ignore_index=True)
+    return Reproduction(reproduced=reproduced, per_question=per_question, grids=grids)
