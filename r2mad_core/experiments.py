@@ -201,15 +201,32 @@ class TranscriptStore:
     def append(self, record: Mapping[str, Any]) -> bool:
         """Append one record (one write + fsync). Returns False (and writes nothing) when the
         sample is already stored."""
-        sample_id = record["sample_id"]
-        if sample_id in self.ids:
-            logger.warning("%s: sample %r is already stored; not writing it again", self.path, sample_id)
-            return False
-        line = (json.dumps(record, ensure_ascii=False, allow_nan=True, separators=(",", ":")) + "\n").encode("utf-8")
+        return self.append_many([record]) == 1
+
+    def append_many(self, records: Sequence[Mapping[str, Any]]) -> int:
+        """Append several records (a chunk of finished debates) with one write and one fsync.
+
+        Records whose sample is already stored, or that repeat an earlier record of ``records``, are
+        skipped with a warning. Returns the number of records written. A crash during the write leaves
+        the complete lines before the cut and at most one cut-off last line, which :meth:`load` drops,
+        exactly as with one write per record; one fsync per chunk instead of one per record keeps the
+        durability points where the chunk ends (the records of a chunk finish together).
+        """
+        lines = []
+        fresh: list[str] = []
+        for record in records:
+            sample_id = record["sample_id"]
+            if sample_id in self.ids or sample_id in fresh:
+                logger.warning("%s: sample %r is already stored; not writing it again", self.path, sample_id)
+                continue
+            fresh.append(sample_id)
+            lines.append(json.dumps(record, ensure_ascii=False, allow_nan=True, separators=(",", ":")) + "\n")
+        if not lines:
+            return 0
         created = not self.path.exists()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            view = memoryview(line)
+            view = memoryview("".join(lines).encode("utf-8"))
             while view:  # a regular file takes the whole buffer in one write; loop only on a short write
                 written = os.write(fd, view)
                 view = view[written:]
@@ -218,8 +235,8 @@ class TranscriptStore:
             os.close(fd)
         if created:
             _fsync_dir(self.path.parent)
-        self.ids.add(sample_id)
-        return True
+        self.ids.update(fresh)
+        return len(fresh)
 
 
 @contextmanager
@@ -482,9 +499,9 @@ def run_cell(
                     chunk, engine, method.debate, benchmark=benchmark, hook=hook, peer_selector=selector, on_round=on_round
                 )
                 score_turns(states)
-                for state in states:
-                    record = transcript_record(state, method, split=split, seed=seed)
-                    store.append(record)
+                chunk_records = [transcript_record(state, method, split=split, seed=seed) for state in states]
+                store.append_many(chunk_records)
+                for record in chunk_records:
                     existing[record["sample_id"]] = record
                 if bar is not None:
                     bar.update(len(chunk))

@@ -206,6 +206,29 @@ def test_append_never_writes_a_sample_twice(tmp_path):
     assert TranscriptStore(tmp_path / TRANSCRIPTS_FILE).load() == [{"sample_id": "a", "x": 1}]
 
 
+def test_append_many_writes_a_chunk_with_one_fsync_and_skips_repeats(tmp_path, monkeypatch):
+    import os as os_module
+
+    store = TranscriptStore(tmp_path / TRANSCRIPTS_FILE)
+    assert store.append({"sample_id": "a", "x": 0})
+    synced = []
+    real_fsync = os_module.fsync
+    monkeypatch.setattr(os_module, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    chunk = [{"sample_id": "b", "x": 1}, {"sample_id": "a", "x": 2}, {"sample_id": "c", "x": 3},
+             {"sample_id": "b", "x": 4}]
+    assert store.append_many(chunk) == 2  # "a" is stored already, the second "b" repeats the first
+    assert len(synced) == 1  # one fsync for the chunk (the file existed: no directory fsync)
+    assert store.append_many([]) == 0 and len(synced) == 1
+    assert TranscriptStore(tmp_path / TRANSCRIPTS_FILE).load() == [
+        {"sample_id": "a", "x": 0}, {"sample_id": "b", "x": 1}, {"sample_id": "c", "x": 3}
+    ]
+    # A crash in the middle of a chunk's write leaves whole lines and one cut-off line: load keeps the whole ones.
+    path = tmp_path / TRANSCRIPTS_FILE
+    data = path.read_bytes()
+    path.write_bytes(data[: data.index(b'{"sample_id":"c"') + 10])
+    assert [r["sample_id"] for r in TranscriptStore(path).load()] == ["a", "b"]
+
+
 def test_score_run_recomputes_metrics_from_transcripts(tmp_path):
     run = tmp_path / "run"
     result = run_cell(run, benchmark="truthfulqa", split="test", engine=ScriptedEngine(hashed_respond), method="mad",
