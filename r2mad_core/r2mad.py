@@ -53,7 +53,7 @@ from r2mad_core.memory import (
     encode_states,
     poison_bank,
 )
-from r2mad_core.retrieval import RetrievalConfig, query_seed, retrieve
+from r2mad_core.retrieval import SEEDED_POLICIES, RetrievalConfig, query_seed, retrieve
 
 logger = logging.getLogger(__name__)
 
@@ -152,7 +152,9 @@ class R2MadHook:
         contexts: list[list[AgentRoundContext]] = [[] for _ in states]
         for i in range(n):
             bank = self.bank_set[i]
-            seeds = [query_seed(s.seed, state.sample.id, round_index, i) for state in states]
+            seeds = None  # query_seed costs ~0.3 ms each: only the seeded policies get them
+            if s.retrieval.policy in SEEDED_POLICIES:
+                seeds = [query_seed(s.seed, state.sample.id, round_index, i) for state in states]
             result = retrieve(state_vectors[i], bank.state_embeddings, bank.rewards, consensus, s.retrieval, seeds)
             confidence = confidence_from_retrieval(
                 bank, result.indices, result.candidate_indices, current, s.confidence

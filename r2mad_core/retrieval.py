@@ -50,6 +50,7 @@ import numpy as np
 
 POLICIES = ("state_aware", "fixed_lambda", "similarity", "positive_only", "diversity_only", "random")
 MMR_POLICIES = frozenset({"state_aware", "fixed_lambda", "diversity_only"})
+SEEDED_POLICIES = frozenset({"random", "diversity_only"})  # the policies that draw from the per-query seeds
 DEFAULT_K = 3
 DEFAULT_GAMMA = 0.9
 CANDIDATE_FACTOR = 3
@@ -223,11 +224,12 @@ def retrieve(
     cons = np.asarray(consensus_ratios, dtype=np.float64).reshape(-1)
     if cons.shape[0] != q:
         raise ValueError(f"consensus_ratios has {cons.shape[0]} entries, expected one per query ({q})")
-    if seeds is None:
+    if seeds is None and config.policy in SEEDED_POLICIES:  # only these draw; the others need no seeds
         seeds = [query_seed(config.seed, position) for position in range(q)]
-    seeds = np.asarray(seeds, dtype=np.uint64).reshape(-1)
-    if seeds.shape[0] != q:
-        raise ValueError(f"seeds has {seeds.shape[0]} entries, expected one per query ({q})")
+    if seeds is not None:
+        seeds = np.asarray(seeds, dtype=np.uint64).reshape(-1)
+        if seeds.shape[0] != q:
+            raise ValueError(f"seeds has {seeds.shape[0]} entries, expected one per query ({q})")
 
     k, c = config.k, config.num_candidates
     policy = config.policy

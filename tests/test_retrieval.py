@@ -185,3 +185,23 @@ def test_bad_inputs():
         retrieve(QUERY, CASES, REWARDS[:3], [1.0])
     with pytest.raises(ValueError, match="consensus_ratios"):
         retrieve(QUERY, CASES, REWARDS, [1.0, 0.5])
+
+
+def test_only_the_seeded_policies_derive_seeds(monkeypatch):
+    import r2mad_core.retrieval as retrieval
+
+    calls = []
+    real = retrieval.query_seed
+    monkeypatch.setattr(retrieval, "query_seed", lambda *keys: calls.append(keys) or real(*keys))
+    queries = np.stack([QUERY[0], CASES[4]])
+    for policy in POLICIES:
+        calls.clear()
+        config = RetrievalConfig(policy=policy, k=2)
+        implicit = retrieve(queries, CASES, REWARDS, [0.5, 1.0], config)
+        explicit = retrieve(queries, CASES, REWARDS, [0.5, 1.0], config, seeds=[real(0, 0), real(0, 1)])
+        assert implicit.indices.tolist() == explicit.indices.tolist()
+        # default seeds = query_seed(config.seed, position), drawn only by the policies that use them
+        assert calls == ([(0, 0), (0, 1)] if policy in retrieval.SEEDED_POLICIES else [])
+        with pytest.raises(ValueError, match="seeds has 1 entries, expected one per query"):
+            retrieve(queries, CASES, REWARDS, [0.5, 1.0], config, seeds=[3])
+    assert retrieval.SEEDED_POLICIES == {"random", "diversity_only"}
