@@ -329,3 +329,183 @@ def test_artifact_names_follow_the_paper_labels() -> None:
     assert report.artifact_name("fig:combined_eval") == "fig_combined_eval"
     assert report.benchmark_label("mmlu_pro_engineering") == "Engineering"
     assert report.benchmark_label("Average") == "Average"
+
+
+# --------------------------------------------------------------------------------------------
+# The grid: method names, run directories, tables from hand-made cells
+# --------------------------------------------------------------------------------------------
+
+from r2mad_core.methods import get_method  # noqa: E402
+from r2mad_core.report import (  # noqa: E402
+    CellOutcome,
+    Experiment,
+    GridResults,
+    ModelSpec,
+    mean_accuracy_with_ci,
+    tidy_to_table,
+)
+
+SIMULATED = {"label": "Sim", "engine": "simulated", "model": None, "stands_in_for": "Qwen2.5-7B-Instruct", "options": {}}
+
+
+def _experiment(tmp_path: Path, **changes) -> Experiment:
+    options = dict(models=[SIMULATED], benchmarks=["truthfulqa"], runs_dir=tmp_path / "runs",
+                   cache_dir=tmp_path / "cache", test_limit=2, train_limit=3, max_tokens=64)
+    options.update(changes)
+    return Experiment(**options)
+
+
+ALL_LABELS = [*report.MAIN_METHODS, *report.ABLATION_METHODS, *report.sc_methods([3, 6, 9]), *report.MAD_M2_METHODS,
+              "ICL-CoT", *[report.retrieval_method_label(p) for p in (
+                  "random", "similarity", "positive_only", "diversity_only", "fixed_lambda:0.25", "state_aware")],
+              report.poisoned_method_label(0.5)]
+
+
+@pytest.fixture(scope="module")
+def bank_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real (tiny) memory bank folder: the R2-MAD builders read its manifest."""
+    from r2mad_core.embeddings import HashingEmbedder
+    from r2mad_core.memory import DebateRecord, DebateRound, build_bank_set
+
+    rounds = tuple(DebateRound(responses=(f"r{t}a ((A))", f"r{t}b ((B))", f"r{t}c ((A))"), answers=("A", "B", "A"),
+                               correct=(True, False, True), summary=f"summary {t}", consensus_ratio=2 / 3)
+                   for t in range(3))
+    record = DebateRecord("truthfulqa:1", "Q?\nA. yes\nB. no", "A", rounds, "A", True, num_options=2)
+    directory = tmp_path_factory.mktemp("bank")
+    build_bank_set([record], HashingEmbedder(dim=64), "truthfulqa").save(directory, overwrite=True)
+    return directory
+
+
+@pytest.mark.parametrize("label", ALL_LABELS)
+def test_every_paper_method_name_builds_a_registered_method(tmp_path: Path, bank_dir: Path, label: str) -> None:
+    exp = _experiment(tmp_path)
+    name, options = exp.method_options(label, memory=bank_dir)
+    method = get_method(name, **options)  # raises on an unknown option or a bad value
+    assert method.debate.max_tokens == 64
+
+
+def test_method_names_mean_what_the_paper_says(tmp_path: Path) -> None:
+    exp = _experiment(tmp_path, num_agents=3, num_rounds=3, top_k=5, gamma=0.5)
+    assert exp.method_options("Self-Consistency") == ("self_consistency", {"k_paths": 9, "temperature": 1.0,
+                                                                            "top_p": 1.0, "max_tokens": 64})
+    assert exp.method_options("Self-Consistency (3)")[1]["k_paths"] == 3
+    assert exp.method_options("MAD-M2")[1]["masking"] == "objective"
+    assert exp.method_options("MAD-M2 (S)")[1]["masking"] == "subjective"
+    name, r2 = exp.method_options("R2-MAD", memory=Path("/bank"))
+    assert name == "r2mad" and r2["memory"] == "/bank" and (r2["top_k"], r2["gamma"]) == (5, 0.5)
+    assert "use_memory" not in r2 and "retrieval_policy" not in r2
+    assert exp.method_options("R2-MAD w/o Memory", memory=Path("/bank"))[1]["use_memory"] is False
+    assert exp.method_options("R2-MAD w/o Confidence", memory=Path("/bank"))[1]["use_confidence"] is False
+    fixed = exp.method_options("R2-MAD retrieval=Fixed-lambda (0.25)", memory=Path("/bank"))[1]
+    assert (fixed["retrieval_policy"], fixed["fixed_lambda"]) == ("fixed_lambda", 0.25)
+    assert exp.method_options("R2-MAD poisoned=0.5", memory=Path("/bank"))[1]["poison_fraction"] == 0.5
+    with pytest.raises(ValueError, match="unknown method 'Debate'"):
+        exp.method_options("Debate")
+    with pytest.raises(ValueError, match="unknown retrieval policy 'Smart'"):
+        exp.method_options("R2-MAD retrieval=Smart", memory=Path("/bank"))
+
+
+def test_run_directories_share_identical_cells_and_split_on_any_change(tmp_path: Path) -> None:
+    exp = _experiment(tmp_path)
+    spec = exp.models[0]
+    r2 = exp.run_dir(spec, "truthfulqa", "R2-MAD")[0]
+    assert exp.run_dir(spec, "truthfulqa", "R2-MAD retrieval=Debate-State-Aware")[0] == r2
+    assert exp.run_dir(spec, "truthfulqa", "R2-MAD poisoned=0")[0] == r2
+    assert exp.run_dir(spec, "truthfulqa", "Self-Consistency (9)")[0] == exp.run_dir(spec, "truthfulqa", "Self-Consistency")[0]
+    assert r2.parent == tmp_path / "runs" / "sim" / "truthfulqa" and r2.name.startswith("r2mad-")
+    assert exp.run_dir(spec, "truthfulqa", "R2-MAD w/o Memory")[0] != r2
+    changed = _experiment(tmp_path, top_k=5)
+    assert changed.run_dir(changed.models[0], "truthfulqa", "R2-MAD")[0] != r2
+    # K does not enter MAD's cell; the memory it would read does not exist for MAD
+    assert changed.run_dir(changed.models[0], "truthfulqa", "MAD")[0] == exp.run_dir(spec, "truthfulqa", "MAD")[0]
+    # the memory bank depends on the train questions, not on K
+    assert changed.memory_dir(changed.models[0], "truthfulqa") == exp.memory_dir(spec, "truthfulqa")
+    assert _experiment(tmp_path, train_limit=4).memory_dir(spec, "truthfulqa") != exp.memory_dir(spec, "truthfulqa")
+
+
+def test_model_specs_stand_ins_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    base = ModelSpec.from_entry(SIMULATED)
+    stand_in = ModelSpec.from_entry({"label": "GPT-4o-mini", "stand_in": "Sim"}, [base])
+    assert (stand_in.label, stand_in.paper_model, stand_in.describe()) == ("Sim", "GPT-4o-mini", base.describe())
+    api = ModelSpec.from_entry({"label": "GPT-4o-mini", "engine": "openai", "model_env": "R2MAD_TEST_MODEL",
+                                "base_url_env": "R2MAD_TEST_URL", "api_key_env": "OPENAI_API_KEY"})
+    monkeypatch.delenv("R2MAD_TEST_MODEL", raising=False)
+    with pytest.raises(RuntimeError, match="environment variable R2MAD_TEST_MODEL .its model. is not set"):
+        api.resolved()
+    monkeypatch.setenv("R2MAD_TEST_MODEL", "gpt-4o-mini")
+    monkeypatch.setenv("R2MAD_TEST_URL", "https://api.example/v1")
+    assert api.resolved() == ("gpt-4o-mini", {"api_key_env": "OPENAI_API_KEY", "base_urls": "https://api.example/v1"})
+    assert "gpt-4o-mini" not in json.dumps(api.describe())  # run keys name the variables, not their values
+
+
+def test_mean_accuracy_ci_matches_the_single_benchmark_bootstrap() -> None:
+    from r2mad_core.scoring import accuracy_with_ci
+
+    outcomes = [True, False, True, True, False, True, True]
+    single = accuracy_with_ci(outcomes, n_bootstrap=2000, seed=3)
+    mean, low, high = mean_accuracy_with_ci([outcomes], n_bootstrap=2000, seed=3)
+    assert (mean, low, high) == pytest.approx((single.accuracy, single.low, single.high))
+    mean, low, high = mean_accuracy_with_ci([[True, True], [False, False, False, True]], n_bootstrap=500)
+    assert mean == pytest.approx((1.0 + 0.25) / 2) and 0.0 <= low <= mean <= high <= 1.0
+    assert all(np.isnan(v) for v in mean_accuracy_with_ci([[True], []]))
+
+
+def _record(sample_id: str, rounds: list[list[bool]], correct: bool) -> dict:
+    return {"sample_id": sample_id, "correct": correct,
+            "rounds": [{"round": t, "agents": [{"correct": c} for c in agents]} for t, agents in enumerate(rounds)]}
+
+
+def _outcome(method: str, benchmark: str, records: list[dict]) -> CellOutcome:
+    spec = ModelSpec.from_entry(SIMULATED)
+    n = len(records)
+    accuracy = sum(r["correct"] for r in records) / n
+    metrics = {"accuracy": accuracy, "ci_low": accuracy - 0.1, "ci_high": accuracy + 0.1, "n": n}
+    return CellOutcome(spec, benchmark, method, Path("/runs") / method, records, metrics)
+
+
+def test_grid_tables_subsets_and_transitions_by_hand() -> None:
+    mad = [
+        _record("q1", [[False, False, True], [False, True, True], [True, True, True]], True),   # majority wrong at t=0
+        _record("q2", [[True, True, False]], True),                                              # stopped early
+        _record("q3", [[False, False, False], [False, False, False], [False, False, False]], False),
+    ]
+    r2 = [
+        _record("q1", [[False, False, True], [True, True, True]], True),  # unanimous at round 1
+        _record("q2", [[True, True, False], [True, True, True]], True),
+        _record("q3", [[False, False, False], [True, False, False], [True, True, False]], True),
+    ]
+    other = [_record("q9", [[True, True, True]], True), _record("q8", [[False, False, True]], False)]
+    results = GridResults([_outcome("MAD", "truthfulqa", mad), _outcome("R2-MAD", "truthfulqa", r2),
+                           _outcome("MAD", "math500", other), _outcome("R2-MAD", "math500", other)],
+                          bootstrap_resamples=200)
+    table = results.table(["MAD", "R2-MAD"])
+    assert list(table.values.columns) == ["TruthfulQA", "MATH500", "Average"]
+    assert table.values.at["MAD", "TruthfulQA"] == pytest.approx(2 / 3)
+    assert table.values.at["R2-MAD", "Average"] == pytest.approx((1.0 + 0.5) / 2)
+    assert table.best_mask().at["R2-MAD", "Average"] and not table.best_mask().at["MAD", "Average"]
+    assert results.shared_misconception_subsets("MAD") == {("Sim", "truthfulqa"): {"q1", "q3"}, ("Sim", "math500"): {"q8"}}
+    subset = results.subset_accuracy(["MAD", "R2-MAD"]).set_index(["benchmark", "method"])
+    assert subset.at[("TruthfulQA", "MAD"), "accuracy"] == 0.5 and subset.at[("TruthfulQA", "R2-MAD"), "accuracy"] == 1.0
+    assert subset.at[("TruthfulQA", "R2-MAD"), "n"] == 2
+    rates = results.transition_rates(["R2-MAD"]).set_index("benchmark")
+    # R2-MAD on {q1, q3}: q1 0->1: F->T, F->T, T->T; q3 0->1: F->T, F->F, F->F; 1->2: T->T, F->T, F->F
+    assert rates.at["TruthfulQA", "n_correct_before"] == 2 and rates.at["TruthfulQA", "n_c_to_w"] == 0
+    assert rates.at["TruthfulQA", "n_wrong_before"] == 7 and rates.at["TruthfulQA", "n_w_to_c"] == 4
+    curve = results.agent_accuracy_by_round(["MAD"]).query("benchmark == 'TruthfulQA'")
+    # q1 and q3 ran 3 rounds: (1 + 0) / 6, (2 + 0) / 6, (3 + 0) / 6
+    assert curve["agent_accuracy"].tolist() == pytest.approx([1 / 6, 2 / 6, 3 / 6])
+    carried = results.agent_accuracy_by_round(["R2-MAD"]).query("benchmark == 'TruthfulQA'")
+    # q1 stopped after round 1: its round-1 answers (3 right) stand in for round 2
+    assert carried["agent_accuracy"].tolist() == pytest.approx([1 / 6, 4 / 6, 5 / 6])
+    rows = results.reproduced("tab:main_results", ["MAD", "R2-MAD"])
+    average = rows[(rows.method == "R2-MAD") & (rows.benchmark == "Average")].iloc[0]
+    assert (average.paper_model, average.value, average.n) == ("Qwen2.5-7B-Instruct", pytest.approx(0.75), 5)
+
+
+def test_tidy_to_table_keeps_the_order_of_appearance() -> None:
+    frame = pd.DataFrame({"model": ["m", "m", "m", "m"], "benchmark": ["Zeta", "Zeta", "Alpha", "Alpha"],
+                          "method": ["B", "A", "B", "A"], "accuracy": [0.1, 0.2, 0.3, 0.4],
+                          "ci_low": [0.0] * 4, "ci_high": [1.0] * 4})
+    table = tidy_to_table(frame, ["model", "benchmark"], "method")
+    assert list(table.values.index) == [("m", "Zeta"), ("m", "Alpha")]
+    assert list(table.values.columns) == ["B", "A"] and table.values.at[("m", "Alpha"), "A"] == 0.4
