@@ -4,7 +4,8 @@
 
 1. embeds every active sample's previous responses Z^(t-1) in one batch (each distinct text once, through
    a :class:`~r2mad_core.embeddings.CachedEmbedder`; the vectors serve confidence and, with the
-   ``components`` state encoding, the state),
+   ``components`` state encoding, the state). ``finish_round(t-1)`` already starts this on a background
+   thread while the engine writes the round's summaries, so it is off the critical path,
 2. embeds every (sample, agent) debate state s_i^(t) = <x, z_i^(t-1), h^(t-1), Cons(Z^(t-1))> (Eq. 2) in
    one batch,
 3. retrieves E_i^(t) from agent i's bank for all samples at once (Eq. 5-6, :mod:`r2mad_core.retrieval`),
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -106,6 +108,42 @@ class R2MadHook:
         self.embedder = embedder if isinstance(embedder, CachedEmbedder) else CachedEmbedder(embedder)
         self.settings = settings
         self._bank_samples = {c.sample_id for b in bank_set.banks for c in b.cases}
+        self._prefetch: threading.Thread | None = None
+        self._prefetch_error: BaseException | None = None
+
+    # Overlap (performance): R2-MAD's critical path is round t -> summary h^(t) -> state embedding and retrieval
+    # -> round t+1. The responses Z^(t) are known before the summary call and their embeddings (confidence,
+    # Eq. 7; the components of the ``components`` state encoding) do not depend on h^(t), so finish_round(t),
+    # which the loop calls between the answers of round t and its summary call, embeds them on a background
+    # thread while the engine writes the summaries; prepare_round(t+1) waits for it and finds them in the
+    # CachedEmbedder. Same texts, same order, same vectors as embedding them in prepare_round.
+    def finish_round(self, round_index: int, states: Sequence[DebateState]) -> None:
+        """Start embedding the round's responses of the debates that go on (see the comment above)."""
+        self._join_prefetch()
+        going_on = [state for state in states if not state.finished]
+        texts = [text for state in going_on for text in state.rounds[-1].responses]
+        if self.bank_set.state_encoding == "components":
+            texts += [state.question for state in going_on]
+        if not texts:
+            return
+        self._prefetch = threading.Thread(
+            target=self._embed_in_background, args=(texts,), name="r2mad-embed-responses", daemon=True
+        )
+        self._prefetch.start()
+
+    def _embed_in_background(self, texts: list[str]) -> None:
+        try:
+            self.embedder.encode(texts, batch_size=self.settings.batch_size)
+        except BaseException as error:  # re-raised by the main thread in prepare_round
+            self._prefetch_error = error
+
+    def _join_prefetch(self) -> None:
+        thread, self._prefetch = self._prefetch, None
+        if thread is not None:
+            thread.join()
+        error, self._prefetch_error = self._prefetch_error, None
+        if error is not None:
+            raise error
 
     def _check_states(self, states: Sequence[DebateState]) -> None:
         for state in states:
@@ -125,6 +163,7 @@ class R2MadHook:
                 )
 
     def prepare_round(self, round_index: int, states: Sequence[DebateState]) -> list[list[AgentRoundContext] | None]:
+        self._join_prefetch()
         if round_index == 0 or not states:
             return [None] * len(states)
         self._check_states(states)

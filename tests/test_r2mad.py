@@ -284,3 +284,67 @@ def test_bank_from_an_existing_run_matches_build_memory(tmp_path):
     assert embedder.name == bank_set.embedder_name == "hashing-384"
     with pytest.raises(MemoryBankError, match="hashing-384.*hashing-64"):
         load_memory(tmp_path / "bank", embedder="hashing-64")
+
+
+class RecordingEmbedder:
+    """Wraps an embedder; records (thread name, texts) of every encode call that reaches it."""
+
+    def __init__(self, inner, fail_in_background: bool = False):
+        self.inner, self.name, self.dim = inner, inner.name, inner.dim
+        self.fail_in_background = fail_in_background
+        self.calls: list[tuple[str, list[str]]] = []
+
+    def encode(self, texts, batch_size=32, show_progress=False):
+        import threading
+
+        thread = threading.current_thread().name
+        self.calls.append((thread, list(texts)))
+        if self.fail_in_background and thread != "MainThread":
+            raise RuntimeError("embedder went away")
+        return self.inner.encode(texts, batch_size=batch_size)
+
+
+def _distinct_responses(question, persona, t, request):
+    return mc_answer(LETTER[persona], reasoning=f"Agent {persona} argues in round {t} about: {question}")
+
+
+def test_r2mad_hook_embeds_the_responses_while_the_summaries_are_written(bank_dir):
+    from r2mad_core.debate import run_debate
+    from r2mad_core.r2mad import R2MadHook, load_memory
+
+    method = get_method("r2mad", memory=str(bank_dir))
+    runs = {}
+    for overlap in (True, False):
+        bank_set, embedder = load_memory(bank_dir)
+        recording = RecordingEmbedder(embedder)
+        hook = R2MadHook(bank_set, recording)
+        if not overlap:
+            hook.finish_round = None  # the loop only calls a callable finish_round
+        states = run_debate(TEST, ScriptedEngine(_distinct_responses), method.debate, benchmark="truthfulqa", hook=hook)
+        runs[overlap] = (states, recording.calls)
+    (states, calls), (plain_states, plain_calls) = runs[True], runs[False]
+    # the same experiences, scores and confidences either way
+    assert [[t.retrieved for r in s.rounds for t in r.turns] for s in states] == [
+        [t.retrieved for r in s.rounds for t in r.turns] for s in plain_states
+    ]
+    assert all(len(s.rounds) == 3 for s in states)  # agent 1 always dissents: rounds 0 and 1 go on
+    responses = [[text for s in states for text in s.rounds[t].responses] for t in range(3)]
+    background = [texts for thread, texts in calls if thread == "r2mad-embed-responses"]
+    assert background == [responses[0], responses[1]]  # after rounds 0 and 1, in state order; none after round 2
+    main = {text for thread, texts in calls if thread == "MainThread" for text in texts}
+    assert main and not main & set(responses[0] + responses[1])  # prepare_round found them embedded
+    assert all(thread == "MainThread" for thread, _ in plain_calls)
+    plain_main = {text for _, texts in plain_calls for text in texts}
+    assert set(responses[0] + responses[1]) <= plain_main
+
+
+def test_r2mad_hook_reraises_a_background_embedding_error(bank_dir):
+    from r2mad_core.debate import run_debate
+    from r2mad_core.r2mad import R2MadHook, load_memory
+
+    bank_set, embedder = load_memory(bank_dir)
+    hook = R2MadHook(bank_set, RecordingEmbedder(embedder, fail_in_background=True))
+    engine = ScriptedEngine(_distinct_responses)
+    with pytest.raises(RuntimeError, match="embedder went away"):
+        run_debate(TEST, engine, get_method("r2mad", memory=str(bank_dir)).debate, benchmark="truthfulqa", hook=hook)
+    assert [sorted({r.tag for r in batch}) for batch in engine.batches] == [["debate"], ["summary"]]  # stopped at round 1
