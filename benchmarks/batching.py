@@ -2,7 +2,7 @@
 engine, submitted as one batch versus one request at a time. Prints aggregate tokens/s.
 
 Usage:
-    .venv/bin/python benchmarks/batching.py [--threads N] [--max-tokens 96] [--slots 4 12]
+    .venv/bin/python benchmarks/batching.py [--threads 1 2] [--max-tokens 96] [--slots 4 12]
 
 Each mode runs the same 12 requests (same seeds). "sequential" sends them one at a time (one
 generate call per request); "batch, S slots" sends all 12 in one generate call to a server with S
@@ -68,47 +68,51 @@ def run_once(slots: int | None, requests: list[Request], threads: int) -> tuple[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=available_cores())
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, available_cores()],
+                        help="llama.cpp thread counts to measure (default: 1 and all cores)")
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--slots", type=int, nargs="+", default=[4, 12])
     parser.add_argument("--repetitions", type=int, default=2)
     args = parser.parse_args()
     requests = round_requests(args.max_tokens)
-    modes: list[int | None] = [None, *args.slots]
-    runs: dict[int | None, list[tuple[int, int, float]]] = {m: [] for m in modes}
+    threads_list = list(dict.fromkeys(args.threads))
+    modes = [(threads, slots) for threads in threads_list for slots in (None, *args.slots)]
+    runs: dict[tuple[int, int | None], list[tuple[int, int, float]]] = {m: [] for m in modes}
     loads = []
     for repetition in range(args.repetitions):  # interleaved, so load changes hit every mode
-        for slots in modes:
-            runs[slots].append(run_once(slots, requests, args.threads))
+        for mode in modes:
+            threads, slots = mode
+            runs[mode].append(run_once(slots, requests, threads))
             loads.append(os.getloadavg()[0])
-            prompt, completion, seconds = runs[slots][-1]
+            prompt, completion, seconds = runs[mode][-1]
             label = "sequential" if slots is None else f"batch, {slots} slots"
-            print(f"  rep {repetition}, {label}: {completion / seconds:.1f} completion tokens/s, "
+            print(f"  rep {repetition}, {threads} threads, {label}: {completion / seconds:.1f} completion tokens/s, "
                   f"{seconds:.1f} s (load {loads[-1]:.2f})", flush=True)
     rows = []
-    for slots in modes:
-        prompt = sum(r[0] for r in runs[slots])
-        completion = sum(r[1] for r in runs[slots])
-        seconds = sum(r[2] for r in runs[slots])
+    for mode in modes:
+        threads, slots = mode
+        prompt = sum(r[0] for r in runs[mode])
+        completion = sum(r[1] for r in runs[mode])
+        seconds = sum(r[2] for r in runs[mode])
         rows.append(
             {
                 "mode": "sequential" if slots is None else "batch",
                 "slots": slots or 1,
-                "threads": args.threads,
-                "requests": len(requests) * len(runs[slots]),
+                "threads": threads,
+                "requests": len(requests) * len(runs[mode]),
                 "prompt_tokens": prompt,
                 "completion_tokens": completion,
-                "seconds_per_round": round(seconds / len(runs[slots]), 2),
+                "seconds_per_round": round(seconds / len(runs[mode]), 2),
                 "completion_tokens_per_second": round(completion / seconds, 1),
                 "all_tokens_per_second": round((prompt + completion) / seconds, 1),
-                "min_rep_completion_tokens_per_second": round(min(r[1] / r[2] for r in runs[slots]), 1),
-                "max_rep_completion_tokens_per_second": round(max(r[1] / r[2] for r in runs[slots]), 1),
+                "min_rep_completion_tokens_per_second": round(min(r[1] / r[2] for r in runs[mode]), 1),
+                "max_rep_completion_tokens_per_second": round(max(r[1] / r[2] for r in runs[mode]), 1),
             }
         )
     columns = list(rows[0])
     widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in columns]
     print(f"one debate round: {len(QUESTIONS)} questions x 3 agents, {args.max_tokens} new tokens max, "
-          f"{args.threads} threads, {args.repetitions} repetitions, "
+          f"{args.repetitions} repetitions, "
           f"load average (1 min) {min(loads):.2f}..{max(loads):.2f} on {available_cores()} cores")
     print("  ".join(c.rjust(w) for c, w in zip(columns, widths)))
     for row in rows:

@@ -2,7 +2,7 @@
 and the response cache's lookup cost per request for 10^3 .. 10^4 stored entries.
 
 Usage:
-    .venv/bin/python benchmarks/engine_throughput.py [--threads N] [--max-tokens 96] [--repetitions 2]
+    .venv/bin/python benchmarks/engine_throughput.py [--threads 1 2] [--max-tokens 96] [--repetitions 2]
 
 Prints two tables and writes ``benchmarks/results/engine_throughput.csv`` and
 ``benchmarks/results/cache_lookup.csv``. The machine's load average is printed with the numbers:
@@ -170,7 +170,8 @@ def write_csv(rows: list[dict], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=available_cores())
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, available_cores()],
+                        help="llama.cpp thread counts to measure (default: 1 and all cores)")
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--repetitions", type=int, default=2)
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4, 8])
@@ -179,8 +180,10 @@ def main() -> None:
     args = parser.parse_args()
     print(f"machine: {platform.machine()}, {available_cores()} cores, load average {load()}")
     if not args.skip_local:
-        print(f"local backend (SmolLM2-135M-Instruct Q4_1, {args.threads} threads, {args.max_tokens} new tokens):")
-        rows = local_throughput(args.threads, args.max_tokens, args.repetitions, args.levels)
+        rows = []
+        for threads in dict.fromkeys(args.threads):
+            print(f"local backend (SmolLM2-135M-Instruct Q4_1, {threads} threads, {args.max_tokens} new tokens):")
+            rows += local_throughput(threads, args.max_tokens, args.repetitions, args.levels)
         print_table(rows)
         write_csv(rows, RESULTS / "engine_throughput.csv")
     print("response cache lookups (hits; key hashing + one SQLite query per batch):")
