@@ -1209,6 +1209,7 @@ class Experiment:
         self.bootstrap_resamples = bootstrap_resamples
         self.progress = progress
         self._engines: dict[str, Any] = {}
+        self._engine_kinds: dict[str, str] = {}
         self._samples: dict[tuple[str, str], list[Any]] = {}
 
     #: Notebook parameters :meth:`from_parameters` reads (the names of the profile fields).
@@ -1289,19 +1290,28 @@ class Experiment:
         return {b: len(self.samples(b)) for b in (benchmarks or self.benchmarks)}
 
     def engine(self, spec: ModelSpec) -> Any:
-        """The engine of a model, opened once (behind the response cache in ``cache_dir``)."""
+        """The engine of a model, opened once (behind the response cache in ``cache_dir``). Opening a
+        ``vllm`` engine closes the previous one: one GPU model in memory at a time."""
         from r2mad_core.engines import make_engine
 
         key = config_hash(spec.describe())
         if key not in self._engines:
+            if spec.engine == "vllm":
+                # one GPU model at a time: the models of a profile run one after another
+                for other in [k for k, kind in self._engine_kinds.items() if kind == "vllm" and k in self._engines]:
+                    logger.info("closing the previous vLLM engine before opening %s", spec.label)
+                    with contextlib.suppress(Exception):
+                        self._engines.pop(other).close()
             model, options = spec.resolved()
             if spec.engine == "simulated":
                 from r2mad_core.benchmarks import load
 
-                options.setdefault("samples", [s for b in self.benchmarks for s in load(b, "all", self.data_dir)])
+                if "samples" not in options:  # every question a debate may ask about, train and test
+                    options["samples"] = [s for b in self.benchmarks for s in load(b, "all", self.data_dir)]
                 options.setdefault("seed", self.seed)
             logger.info("opening engine %s for %s", spec.engine, spec.label)
             self._engines[key] = make_engine(spec.engine, model=model, cache_dir=self.cache_dir, **options)
+            self._engine_kinds[key] = spec.engine
         return self._engines[key]
 
     # -- methods ------------------------------------------------------------------------------

@@ -509,3 +509,34 @@ def test_tidy_to_table_keeps_the_order_of_appearance() -> None:
     table = tidy_to_table(frame, ["model", "benchmark"], "method")
     assert list(table.values.index) == [("m", "Zeta"), ("m", "Alpha")]
     assert list(table.values.columns) == ["B", "A"] and table.values.at[("m", "Alpha"), "A"] == 0.4
+
+
+def test_one_vllm_model_in_memory_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import r2mad_core.engines as engines
+
+    opened: list[str] = []
+    closed: list[str] = []
+
+    class FakeEngine:
+        def __init__(self, name: str, model: str) -> None:
+            self.name, self.model = name, model
+
+        def close(self) -> None:
+            closed.append(self.model)
+
+    def fake_make_engine(name: str, *, model: str | None = None, cache_dir: Path | None = None, **options: object):
+        opened.append(model)
+        return FakeEngine(name, model)
+
+    monkeypatch.setattr(engines, "make_engine", fake_make_engine)
+    models = [{"label": "A", "engine": "vllm", "model": "org/a", "options": {}},
+              {"label": "B", "engine": "vllm", "model": "org/b", "options": {}},
+              {"label": "S", "engine": "simulated", "model": None, "options": {"samples": []}}]
+    exp = _experiment(tmp_path, models=models)
+    first = exp.engine(exp.model("A"))
+    assert exp.engine(exp.model("A")) is first and opened == ["org/a"]  # opened once
+    exp.engine(exp.model("S"))
+    exp.engine(exp.model("B"))
+    assert closed == ["org/a"]  # the GPU model A made room for B; the simulated engine stays
+    exp.close()
+    assert sorted(map(str, closed)) == ["None", "org/a", "org/b"]
