@@ -264,20 +264,24 @@ def run_command(args: argparse.Namespace) -> int:
         samples = benchmarks.load(args.benchmark, args.split, data_dir=args.data_dir)
     except (ValueError, FileNotFoundError) as exc:
         raise UsageError(f"cannot load {args.benchmark} {args.split}: {exc}") from None
-    if args.limit is not None:
-        samples = samples[: args.limit]
+    # Full preflight before the engine exists: the samples (data files), the run directory's config, the
+    # method's hook (R2-MAD/ICL-CoT: the memory bank loaded and verified against the benchmark and embedder).
     try:
-        experiments.preflight(
+        prepared = experiments.prepare_cell(
             args.out,
             benchmark=args.benchmark,
             split=args.split,
-            method=method.with_seed(args.seed),
+            method=method,
             seed=args.seed,
             limit=args.limit,
-            sample_ids=[s.id for s in samples],
+            samples=samples,
+            data_dir=args.data_dir,
         )
-    except experiments.RunConfigMismatch as exc:
+    except (experiments.RunConfigMismatch, experiments.TranscriptError) as exc:
         raise UsageError(str(exc)) from None
+    except (ValueError, FileNotFoundError) as exc:
+        raise UsageError(f"cannot prepare {args.method} on {args.benchmark} {args.split}: {exc}") from None
+    samples = prepared.samples
 
     engine_options = dict(args.engine_options)
     if args.engine == "simulated":
@@ -297,14 +301,14 @@ def run_command(args: argparse.Namespace) -> int:
             benchmark=args.benchmark,
             split=args.split,
             engine=engine,
-            method=method,
+            method=prepared.method,
             seed=args.seed,
             limit=args.limit,
             samples=samples,
             chunk_size=args.chunk_size,
             progress=not args.no_progress,
         )
-    except (experiments.RunConfigMismatch, experiments.RunDirectoryBusy) as exc:
+    except (experiments.RunConfigMismatch, experiments.RunDirectoryBusy, experiments.TranscriptError) as exc:
         raise UsageError(str(exc)) from None
     except EngineError as exc:
         raise RunFailure(
@@ -330,6 +334,13 @@ def add_score_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="recompute the final answers with this rule (default: the stored ones)",
     )
+    parser.add_argument(
+        "--truncated-answers",
+        choices=("keep", "missing"),
+        default="keep",
+        help="answers of completions cut off at max_tokens: keep (default: as written, as the debate used them) "
+        "or missing (no answer); see r2mad_core.scoring",
+    )
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
 
 
@@ -337,7 +348,7 @@ def score_command(args: argparse.Namespace) -> int:
     from r2mad_core import experiments, scoring
 
     try:
-        metrics = experiments.score_run(args.run_dir, vote_rule=args.vote_rule)
+        metrics = experiments.score_run(args.run_dir, vote_rule=args.vote_rule, truncated_answers=args.truncated_answers)
     except (FileNotFoundError, experiments.TranscriptError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     if not metrics["n"]:
@@ -349,7 +360,8 @@ def score_command(args: argparse.Namespace) -> int:
     lines = [
         f"run: {args.run_dir} ({metrics['n']} samples{'' if metrics.get('complete') else ', incomplete'})",
         scoring.summary_line(metrics),
-        f"vote rule: {metrics['vote_rule']} (ties broken: {metrics['vote_ties']})",
+        f"vote rule: {metrics['vote_rule']} (ties broken: {metrics['vote_ties']}); "
+        f"truncated answers: {metrics['truncated_answers']}",
         "agent accuracy by round: " + ", ".join(f"t={t}: {a:.3f}" for t, a in enumerate(metrics["agent_accuracy_by_round"])),
         f"mean rounds executed: {metrics['mean_rounds_executed']:.2f} (stopped early: {metrics['stopped_early']})",
         "completions: " + ", ".join(f"{k} {v}" for k, v in health.items()),

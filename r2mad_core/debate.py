@@ -201,7 +201,15 @@ class AgentTurn:
 
     @property
     def empty(self) -> bool:
+        """No text (blank or whitespace only)."""
         return not self.response.strip()
+
+    @property
+    def truncated(self) -> bool:
+        """Cut off at ``max_tokens`` (finish reason ``length``). Its answer is still extracted (the
+        debate shows the text to the peers as it is); scoring may drop it, see
+        ``scoring.TRUNCATED_ANSWER_POLICIES``."""
+        return self.finish_reason == "length"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -211,6 +219,8 @@ class AgentTurn:
             "answer": self.answer,
             "correct": self.correct,
             "finish_reason": self.finish_reason,
+            "truncated": self.truncated,
+            "empty": self.empty,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "cached": self.cached,
@@ -358,7 +368,10 @@ class RoundHook(Protocol):
 
     ``prepare_round(round_index, states)`` returns one entry per state (same order), each a
     sequence of one :class:`AgentRoundContext` per agent, or None. Optionally a hook may define
-    ``finish_round(round_index, states) -> None``, called after the round's answers are in.
+    ``finish_round(round_index, states) -> None``, called after the round's answers are in, and
+    ``check_run(benchmark, samples, config) -> None``, which :mod:`r2mad_core.experiments` calls
+    before any generation and which raises ValueError when the hook cannot serve that run (e.g. a
+    memory bank with another number of agents, or holding the run's questions).
     """
 
     def prepare_round(

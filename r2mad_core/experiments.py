@@ -4,9 +4,13 @@
 A run directory holds
 
 - ``config.json``: the cell (benchmark, split, limit, seed, method name/options/debate config/vote
-  rule, engine identity and model, a hash of the sample ids). Written once; a later call with a
-  different cell on the same directory raises :class:`RunConfigMismatch` (use another directory:
-  the engine cache makes the shared generations free).
+  rule, engine identity and model, a hash of the sample ids, and under ``inputs`` the content digests
+  of the files the method reads, e.g. the memory bank's :func:`~r2mad_core.memory.bank_digest`).
+  Written once; a later call with a different cell on the same directory raises
+  :class:`RunConfigMismatch` (use another directory: the engine cache makes the shared generations
+  free). A memory bank rebuilt at the same path is a different cell: resuming against it would mix
+  debates that saw two banks. A directory written before ``inputs`` existed gets them added (with a
+  warning) on its next run.
 - ``transcripts.jsonl``: append-only, one JSON line per finished sample (schema below). Each line is
   written with one ``os.write`` on an ``O_APPEND`` descriptor, then ``fsync``.
 - ``metrics.json``: recomputed from the transcripts (:func:`r2mad_core.scoring.compute_metrics`),
@@ -22,6 +26,11 @@ appears twice (skipped at write time; a duplicate found on load is an error). On
 time: the directory is locked with ``fcntl.flock`` on ``.lock`` (released by the kernel when a
 process dies).
 
+Bad inputs cost no generation: :func:`prepare_cell` checks everything that needs no engine (method
+options, samples, the directory's config, the method's hook, e.g. loading and verifying the memory
+bank and ``hook.check_run``) so that a command line can build the engine only afterwards;
+:func:`run_cell` runs the same checks before its first generation.
+
 Transcript line (one sample)::
 
     {"sample_id", "benchmark", "split", "gold", "num_options", "method", "seed",
@@ -29,7 +38,7 @@ Transcript line (one sample)::
                  "extra_calls": [{"tag", "prompt_tokens", "completion_tokens", "finish_reason",
                                   "cached", "seconds"}],
                  "agents": [{"agent", "prompt_id", "response", "answer", "correct",
-                             "finish_reason", "prompt_tokens", "completion_tokens", "cached",
+                             "finish_reason", "truncated", "empty", "prompt_tokens", "completion_tokens", "cached",
                              "seconds", "mean_logprob", "visible_peers", "peer_confidence",
                              "n_experiences", "retrieved"}]}],
      "n_rounds_executed", "stopped_early",
@@ -40,7 +49,10 @@ Transcript line (one sample)::
 ``prompt_id`` is the first 16 hex digits of SHA-256 of the request's chat messages; ``seconds``
 (per round and per sample) is the sample's share of the wall time of each round it took part in
 (round wall time / samples in the round); per-turn ``seconds`` is the engine's own time (0 for a
-cached completion).
+cached completion). ``truncated`` is ``finish_reason == "length"`` (cut off at ``max_tokens``),
+``empty`` a blank response; both are counted in the metrics (``completion_health``,
+``truncated_share``), and ``score_run(truncated_answers="missing")`` scores truncated answers as
+missing (see :mod:`r2mad_core.scoring`). ``truncated_completions`` counts the sample's truncated turns.
 """
 
 from __future__ import annotations
@@ -54,7 +66,7 @@ import math
 import os
 import tempfile
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -318,6 +330,7 @@ def cell_config(
         "sample_ids_sha256": sample_ids_digest(sample_ids),
         "r2mad_version": __version__,
         "chunk_size": chunk_size,
+        **({"inputs": dict(method.inputs)} if method.inputs else {}),
     }
 
 
@@ -350,12 +363,42 @@ def check_config(run_dir: Path, config: Mapping[str, Any], *, ignore: frozenset[
         raise RunConfigMismatch(f"{path}: not valid JSON ({exc})") from None
     # Round-trip the requested config through JSON so tuples/lists compare equal.
     expected = json.loads(json.dumps(config, default=str))
-    differences = _differences(expected, found, ignore=ignore)
+    legacy = "inputs" in expected and "inputs" not in found  # written before config.json recorded inputs
+    differences = _differences(expected, found, ignore=ignore | ({"inputs"} if legacy else set()))
     if differences:
+        hint = ""
+        if any(d.startswith("inputs.") for d in differences):
+            hint = (
+                " An input file changed since this run started (e.g. the memory bank was rebuilt): its finished "
+                "samples were debated with the old one. Restore it, or run into another --out directory."
+            )
         raise RunConfigMismatch(
-            f"{path} belongs to a different run cell: " + "; ".join(differences)
-            + ". Use another --out directory (the engine cache replays the generations they share)."
+            f"{path} belongs to a different run cell: " + "; ".join(differences) + "." + hint
+            + " Use another --out directory (the engine cache replays the generations they share)."
         )
+    if legacy and write:
+        logger.warning(
+            "%s was written before run directories recorded their input digests; recording %s now. The samples "
+            "already finished cannot be checked against them.", path, expected["inputs"],
+        )
+        write_json_atomic(path, {**found, "inputs": expected["inputs"]})
+
+
+class _PreflightEngine:
+    """The engine of the :class:`RunContext` hooks and peer selectors are built with by
+    :func:`prepare_cell`: they are built before the real engine exists and must not generate then (they
+    get an engine in ``prepare_round``/``select_peers``)."""
+
+    identity = ""
+    model = ""
+
+    def generate(self, requests: Sequence[Any]) -> list[Any]:
+        raise RuntimeError(
+            "a round hook or peer selector tried to generate while it was built (before the run's engine exists)"
+        )
+
+    def close(self) -> None:
+        pass
 
 
 def preflight(
@@ -370,22 +413,113 @@ def preflight(
 ) -> None:
     """Raise :class:`RunConfigMismatch` early (before an engine is built) when ``out_dir`` holds
     another cell; the engine part of the config is checked later by :func:`run_cell`."""
-
-    class _NoEngine:
-        identity = ""
-        model = ""
-
     config = cell_config(
         benchmark=benchmark,
         split=split,
         method=method,
         seed=seed,
         limit=limit,
-        engine=_NoEngine(),  # type: ignore[arg-type]
+        engine=_PreflightEngine(),  # type: ignore[arg-type]
         sample_ids=sample_ids,
         chunk_size=0,
     )
     check_config(Path(out_dir), config, ignore=frozenset({"engine"}), write=False)
+
+
+def _resolve_method(method: Method | str, method_options: Mapping[str, Any] | None, seed: Any, limit: Any) -> Method:
+    if isinstance(method, str):
+        method = get_method(method, **dict(method_options or {}))
+    elif method_options:
+        raise ValueError("run_cell: method_options only apply when method is given by name")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"run_cell: seed must be an integer, found {seed!r}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"run_cell: limit must be a positive integer or None, found {limit!r}")
+    return method.with_seed(seed)
+
+
+def _select_samples(
+    benchmark: str, split: str, samples: Sequence[Any] | None, limit: int | None, data_dir: str | Path | None
+) -> list[Any]:
+    if samples is None:
+        from r2mad_core.benchmarks import load
+
+        samples = load(benchmark, split, data_dir=data_dir)
+    samples = list(samples)
+    if limit is not None:
+        samples = samples[:limit]
+    wrong = [s.id for s in samples if s.benchmark != benchmark]
+    if wrong:
+        raise ValueError(f"run_cell: samples {wrong[:3]} do not belong to benchmark {benchmark!r}")
+    ids = [s.id for s in samples]
+    if len(set(ids)) != len(ids):
+        raise ValueError("run_cell: the samples contain duplicate ids")
+    return samples
+
+
+def _check_hook(hook: Any, benchmark: str, samples: Sequence[Any], method: Method) -> None:
+    check_run = getattr(hook, "check_run", None)
+    if callable(check_run):
+        check_run(benchmark, samples, method.debate)
+
+
+@dataclass
+class PreparedCell:
+    """A run cell checked before any engine exists (:func:`prepare_cell`). Pass ``method`` and
+    ``samples`` to :func:`run_cell` with the same cell arguments: its hook and peer selector are the
+    ones built here (a memory bank is loaded and verified once)."""
+
+    method: Method
+    samples: list[Any]
+    hook: Any
+    peer_selector: Any
+
+
+def prepare_cell(
+    out_dir: str | Path,
+    *,
+    benchmark: str,
+    split: str,
+    method: Method | str,
+    method_options: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    limit: int | None = None,
+    samples: Sequence[Any] | None = None,
+    data_dir: str | Path | None = None,
+) -> PreparedCell:
+    """Every check of :func:`run_cell` that needs no engine, so that a bad input is one error before
+    an engine is built or a generation is spent: the method and its options, the samples (loading the
+    data files), the directory's ``config.json`` (:class:`RunConfigMismatch`), the method's hook and
+    peer selector built with a context whose engine refuses to generate (R2-MAD/ICL-CoT: the memory
+    bank loaded and verified, ``MemoryBankError``) and ``hook.check_run``. Raises ValueError (or
+    FileNotFoundError for missing data files) naming the problem; writes nothing."""
+    method = _resolve_method(method, method_options, seed, limit)
+    method.check_benchmark(benchmark)
+    samples = _select_samples(benchmark, split, samples, limit, data_dir)
+    ids = [s.id for s in samples]
+    preflight(out_dir, benchmark=benchmark, split=split, method=method, seed=seed, limit=limit, sample_ids=ids)
+    stored = TranscriptStore(Path(out_dir) / TRANSCRIPTS_FILE)
+    if stored.path.exists():  # a corrupt line (other than a cut-off last one) or samples of another cell
+        stray = sorted({r["sample_id"] for r in stored.load(repair=False)} - set(ids))
+        if stray:
+            raise TranscriptError(f"{stored.path}: holds samples not in this cell, e.g. {stray[:3]}")
+    context = RunContext(
+        benchmark=benchmark,
+        split=split,
+        engine=_PreflightEngine(),  # type: ignore[arg-type]
+        seed=seed,
+        data_dir=Path(data_dir) if data_dir is not None else None,
+        out_dir=Path(out_dir),
+    )
+    hook = method.make_hook(context) if method.make_hook is not None else None
+    selector = method.make_peer_selector(context) if method.make_peer_selector is not None else None
+    _check_hook(hook, benchmark, samples, method)
+    prepared = replace(
+        method,
+        make_hook=None if method.make_hook is None else (lambda _context, _hook=hook: _hook),
+        make_peer_selector=None if method.make_peer_selector is None else (lambda _context, _sel=selector: _sel),
+    )
+    return PreparedCell(prepared, samples, hook, selector)
 
 
 # --------------------------------------------------------------------------------------------
@@ -421,35 +555,30 @@ def run_cell(
     ``method`` is a :class:`~r2mad_core.methods.Method` or a registered name (built with
     ``method_options``). ``samples`` overrides loading ``benchmark``/``split`` from the data
     directory (tests, notebooks with hand-made samples); ``limit`` keeps the first ``limit``
-    samples of the split (the splits come shuffled, so this is a fair subset).
+    samples of the split (the splits come shuffled, so this is a fair subset). Every input is
+    checked before the first generation (see :func:`prepare_cell`).
     """
-    if isinstance(method, str):
-        method = get_method(method, **dict(method_options or {}))
-    elif method_options:
-        raise ValueError("run_cell: method_options only apply when method is given by name")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"run_cell: seed must be an integer, found {seed!r}")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"run_cell: limit must be a positive integer or None, found {limit!r}")
+    method = _resolve_method(method, method_options, seed, limit)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"run_cell: chunk_size must be a positive integer, found {chunk_size!r}")
-    method = method.with_seed(seed)
     method.check_benchmark(benchmark)
-    if samples is None:
-        from r2mad_core.benchmarks import load
-
-        samples = load(benchmark, split, data_dir=data_dir)
-    samples = list(samples)
-    if limit is not None:
-        samples = samples[:limit]
-    wrong = [s.id for s in samples if s.benchmark != benchmark]
-    if wrong:
-        raise ValueError(f"run_cell: samples {wrong[:3]} do not belong to benchmark {benchmark!r}")
+    samples = _select_samples(benchmark, split, samples, limit, data_dir)
     ids = [s.id for s in samples]
-    if len(set(ids)) != len(ids):
-        raise ValueError("run_cell: the samples contain duplicate ids")
-
     run_dir = Path(out_dir)
+    # The hook (R2-MAD: loading and verifying the memory bank) before anything is written, so that a bad
+    # bank leaves no config.json behind.
+    context = RunContext(
+        benchmark=benchmark,
+        split=split,
+        engine=engine,
+        seed=seed,
+        data_dir=Path(data_dir) if data_dir is not None else None,
+        out_dir=run_dir,
+    )
+    hook = method.make_hook(context) if method.make_hook is not None else None
+    selector = method.make_peer_selector(context) if method.make_peer_selector is not None else None
+    _check_hook(hook, benchmark, samples, method)
+
     run_dir.mkdir(parents=True, exist_ok=True)
     config = cell_config(
         benchmark=benchmark,
@@ -472,16 +601,6 @@ def run_cell(
         n_reused = len(samples) - len(pending)
         if n_reused:
             logger.info("%s: %d of %d samples already finished; %d to run", run_dir, n_reused, len(samples), len(pending))
-        context = RunContext(
-            benchmark=benchmark,
-            split=split,
-            engine=engine,
-            seed=seed,
-            data_dir=Path(data_dir) if data_dir is not None else None,
-            out_dir=run_dir,
-        )
-        hook = method.make_hook(context) if method.make_hook is not None else None
-        selector = method.make_peer_selector(context) if method.make_peer_selector is not None else None
         bar = None
         if progress and pending:
             from tqdm.auto import tqdm
@@ -538,13 +657,19 @@ def load_run(run_dir: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]
     return config, records
 
 
-def score_run(run_dir: str | Path, *, vote_rule: str | None = None, write: bool = True) -> dict[str, Any]:
-    """Recompute a run's metrics from its transcripts (``vote_rule`` None: the stored final answers)."""
+def score_run(
+    run_dir: str | Path, *, vote_rule: str | None = None, truncated_answers: str = "keep", write: bool = True
+) -> dict[str, Any]:
+    """Recompute a run's metrics from its transcripts (``vote_rule`` None: the stored final answers;
+    ``truncated_answers``: ``"keep"`` or ``"missing"``, see :mod:`r2mad_core.scoring`). ``metrics.json``
+    is rewritten only for the run's own scoring (no vote rule, ``"keep"``)."""
     run_dir = Path(run_dir)
     config, records = load_run(run_dir)
-    metrics = compute_metrics(records, vote_rule=vote_rule, run_seed=int(config.get("seed", 0)))
+    metrics = compute_metrics(
+        records, vote_rule=vote_rule, run_seed=int(config.get("seed", 0)), truncated_answers=truncated_answers
+    )
     metrics["run_dir"] = str(run_dir)
     metrics["complete"] = len(records) == config.get("n_samples")
-    if write and vote_rule is None:
+    if write and vote_rule is None and truncated_answers == "keep":
         write_json_atomic(run_dir / METRICS_FILE, _json_safe(metrics))
     return metrics

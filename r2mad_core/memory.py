@@ -40,7 +40,9 @@ On disk, a bank set is one folder: ``manifest.json`` (format version, benchmark,
 and dimension, n_agents, the options above, case counts per agent, sha256/shape/dtype of every file) and,
 per agent, ``agent_<i>/cases.jsonl`` plus ``state_embeddings.npy`` [N, d], ``response_embeddings.npy``
 [N, n, d] (embeddings of Z^(t)) and ``previous_response_embeddings.npy`` [N, n, d] (Z^(t-1)), float32, unit
-rows. :meth:`MemoryBankSet.load` verifies all of it.
+rows. :meth:`MemoryBankSet.load` verifies all of it. :func:`bank_digest` identifies a bank set by its
+content (the manifest without its creation time and free-form metadata: it lists the sha256 of every file), so
+a run's ``config.json`` can tell a rebuilt bank from the one the run started with.
 """
 
 from __future__ import annotations
@@ -582,6 +584,21 @@ def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
             f"expected {FORMAT_NAME!r} version {FORMAT_VERSION}"
         )
     return manifest
+
+
+# Manifest fields that do not describe the banks' content (a rebuild with identical files keeps the digest).
+DIGEST_EXCLUDED_FIELDS = frozenset({"created", "metadata"})
+
+
+def bank_digest(directory: str | os.PathLike[str]) -> str:
+    """The content digest of the bank set in ``directory``: SHA-256 of its manifest's canonical JSON without
+    :data:`DIGEST_EXCLUDED_FIELDS`. The manifest holds the sha256 of every case and embedding file, so equal
+    digests mean equal banks; a rebuild that changes any case, embedding or option changes the digest.
+    MemoryBankError when the manifest is unusable (no array is read)."""
+    manifest = read_manifest(directory)
+    content = {k: v for k, v in manifest.items() if k not in DIGEST_EXCLUDED_FIELDS}
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def _sha256(path: Path) -> str:

@@ -4,7 +4,7 @@ Registered by :mod:`r2mad_core.cli`:
 
 - ``r2mad run`` gets the R2-MAD / ICL-CoT options (``--memory``, ``--retrieval-policy``, ``-K``,
   ``--gamma``, ``--fixed-lambda``, ``--w-high``, ``--w-low``, ``--no-memory``, ``--no-confidence``, the
-  authors'-code confidence variants, ``--poison-fraction``, ``--icl-match``), forwarded to
+  authors'-code confidence variants, ``--poison-fraction``, ``--icl-match``, ``--embedder``), forwarded to
   ``methods.get_method`` like every method option.
 - ``r2mad build-memory``: the memory-construction debates on the train split, then the banks
   (:func:`r2mad_core.r2mad.build_memory`).
@@ -63,6 +63,8 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     add_method_option(parser, group, "--poison-seed", dest="poison_seed", type=integer, help="seed of the poisoned cases")
     add_method_option(parser, group, "--max-experience-chars", dest="max_experience_chars", type=positive_int,
                       help="shorten each past response shown as an experience (default: in full)")
+    add_method_option(parser, group, "--embedder", dest="embedder",
+                      help="embedder of the retrieval queries (default: the bank's; another one is an error)")
     add_method_option(parser, group, "--icl-match", dest="match", choices=("question", "state"),
                       help="ICL-CoT: match the question to the cases' questions (default) or to their states")
 

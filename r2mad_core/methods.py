@@ -45,7 +45,11 @@ with a default, values JSON-serialisable: they go to ``config.json``) that retur
 
 ``get_method(name, **options)`` checks the option names against the builder's signature, fills in
 the defaults and stores them in ``Method.options``; ``make_hook``/``make_peer_selector`` receive a
-:class:`RunContext` (benchmark, split, engine, seed, data directory, run directory).
+:class:`RunContext` (benchmark, split, engine, seed, data directory, run directory). A hook is built
+before any generation (``experiments.prepare_cell`` builds it even before the engine exists, so its
+constructor must not generate) and may define ``check_run`` to refuse a run it cannot serve. A method
+that reads files sets ``Method.inputs`` to their content digests (R2-MAD, ICL-CoT: the memory bank's),
+which the run directory records.
 """
 
 from __future__ import annotations
@@ -99,6 +103,10 @@ class Method:
     options: Mapping[str, Any] = field(default_factory=dict)
     make_hook: Callable[[RunContext], RoundHook | None] | None = None
     make_peer_selector: Callable[[RunContext], PeerSelector | None] | None = None
+    # Content digests of the files the method reads (R2-MAD, ICL-CoT: {"memory_bank_digest": ...}, see
+    # memory.bank_digest). A run's config.json records them, so resuming a run after its memory bank was
+    # rebuilt is a RunConfigMismatch instead of a transcript that mixes two banks.
+    inputs: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.vote_rule not in VOTE_RULES:
@@ -369,6 +377,13 @@ def _memory_option(method: str, memory: Any) -> str:
     return str(memory)
 
 
+def _memory_inputs(memory: str) -> dict[str, str]:
+    """``Method.inputs`` of a method that reads the memory bank in ``memory``."""
+    from r2mad_core.memory import bank_digest
+
+    return {"memory_bank_digest": bank_digest(memory)}
+
+
 def r2mad(
     *,
     memory: str,
@@ -454,7 +469,7 @@ def r2mad(
         )
         return R2MadHook(bank_set, bank_embedder, settings)
 
-    return Method(name=name, debate=debate, vote_rule=vote_rule, make_hook=make_hook)
+    return Method(name=name, debate=debate, vote_rule=vote_rule, make_hook=make_hook, inputs=_memory_inputs(memory))
 
 
 def icl_cot(
@@ -488,7 +503,7 @@ def icl_cot(
         bank_set, bank_embedder = load_memory(memory, context.benchmark, embedder)
         return IclCotHook(bank_set, bank_embedder, top_k=k, match=match, max_experience_chars=experience_chars)
 
-    return Method(name=name, debate=debate, vote_rule=vote_rule, make_hook=make_hook)
+    return Method(name=name, debate=debate, vote_rule=vote_rule, make_hook=make_hook, inputs=_memory_inputs(memory))
 
 
 # --------------------------------------------------------------------------------------------

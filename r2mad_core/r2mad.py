@@ -48,6 +48,7 @@ from r2mad_core.embeddings import CachedEmbedder, Embedder, get_embedder
 from r2mad_core.memory import (
     AgentDebateState,
     MemoryBank,
+    MemoryBankError,
     MemoryBankSet,
     MemoryCase,
     build_bank_set,
@@ -145,22 +146,26 @@ class R2MadHook:
         if error is not None:
             raise error
 
+    def check_run(self, benchmark: str, samples: Sequence[Any], config: Any) -> None:
+        """Before any generation: the debate's agents match the banks (one per agent), the benchmark is the
+        banks' and no question of the run is in memory (ValueError naming the problem)."""
+        if config.n_agents != self.bank_set.n_agents:
+            raise ValueError(
+                f"R2-MAD: the debate has {config.n_agents} agents but the memory has {self.bank_set.n_agents} "
+                "agent banks (one per agent): use as many agents as the bank was built with"
+            )
+        if benchmark != self.bank_set.benchmark:
+            raise ValueError(f"R2-MAD: memory built for {self.bank_set.benchmark!r}, the run is on {benchmark!r}")
+        leaked = [s.id for s in samples if s.id in self._bank_samples]
+        if leaked:
+            raise ValueError(
+                f"R2-MAD: {len(leaked)} question(s) of this run are in the memory bank (built from split "
+                f"{self.bank_set.split!r}), e.g. {leaked[:3]}: evaluation questions must not be in memory"
+            )
+
     def _check_states(self, states: Sequence[DebateState]) -> None:
-        for state in states:
-            if state.n_agents != self.bank_set.n_agents:
-                raise ValueError(
-                    f"R2-MAD: the debate has {state.n_agents} agents but the memory has {self.bank_set.n_agents} "
-                    "agent banks (one per agent)"
-                )
-            if state.benchmark != self.bank_set.benchmark:
-                raise ValueError(
-                    f"R2-MAD: memory built for {self.bank_set.benchmark!r}, the debate runs {state.benchmark!r}"
-                )
-            if state.sample.id in self._bank_samples:
-                raise ValueError(
-                    f"R2-MAD: sample {state.sample.id!r} of this run is in the memory bank (built from split "
-                    f"{self.bank_set.split!r}): evaluation questions must not be in memory"
-                )
+        for state in states:  # run_debate without run_cell: the same checks, per debate
+            self.check_run(state.benchmark, [state.sample], state.config)
 
     def prepare_round(self, round_index: int, states: Sequence[DebateState]) -> list[list[AgentRoundContext] | None]:
         self._join_prefetch()
@@ -266,6 +271,17 @@ class IclCotHook:
             self._rows = np.arange(len(self.bank), dtype=np.int64)
             self._keys = self.bank.state_embeddings
 
+    def check_run(self, benchmark: str, samples: Sequence[Any], config: Any) -> None:
+        """Before any generation: the benchmark is the bank's and no question of the run is in memory."""
+        if benchmark != self.bank_set.benchmark:
+            raise ValueError(f"ICL-CoT: memory built for {self.bank_set.benchmark!r}, the run is on {benchmark!r}")
+        leaked = [s.id for s in samples if s.id in self._bank_samples]
+        if leaked:
+            raise ValueError(
+                f"ICL-CoT: {len(leaked)} question(s) of this run are in the memory bank (built from split "
+                f"{self.bank_set.split!r}), e.g. {leaked[:3]}: evaluation questions must not be in memory"
+            )
+
     def prepare_round(self, round_index: int, states: Sequence[DebateState]) -> list[list[AgentRoundContext] | None]:
         if round_index != 0 or not states:
             return [None] * len(states)
@@ -293,6 +309,13 @@ class IclCotHook:
 # ------------------------------------------------------------------------------------------------
 # Loading banks for a run
 # ------------------------------------------------------------------------------------------------
+def _load_embedder(name: str, memory: str | Path, whose: str) -> Embedder:
+    try:
+        return get_embedder(name)
+    except (ImportError, RuntimeError, OSError, ValueError) as exc:
+        raise MemoryBankError(f"{memory}: cannot load {whose} embedder {name!r}: {exc}") from exc
+
+
 def load_memory(
     memory: str | Path,
     benchmark: str | None = None,
@@ -300,12 +323,15 @@ def load_memory(
     poison_fraction: float = 0.0,
     poison_seed: int = 0,
 ) -> tuple[MemoryBankSet, Embedder]:
-    """Load a verified bank set and the embedder it was built with (``embedder`` None: the manifest's)."""
+    """Load a verified bank set and the embedder it was built with (``embedder`` None: the manifest's).
+
+    Every problem is a :class:`MemoryBankError` naming the bank: an unusable or corrupted bank, another
+    benchmark or embedder, or an embedder that cannot be loaded."""
     if isinstance(embedder, str):
-        embedder = get_embedder(embedder)  # resolves aliases ("minilm") to the name banks record
+        embedder = _load_embedder(embedder, memory, "requested")  # resolves aliases ("minilm") to the name banks record
     bank_set = MemoryBankSet.load(memory, embedder=embedder, benchmark=benchmark)
     if embedder is None:
-        embedder = get_embedder(bank_set.embedder_name)
+        embedder = _load_embedder(bank_set.embedder_name, memory, "the bank's")
     bank_set.check_compatible(embedder, where=str(memory))
     if poison_fraction:
         bank_set = poison_bank(bank_set, poison_fraction, poison_seed)  # type: ignore[assignment]

@@ -31,6 +31,24 @@ a rate with an empty denominator is NaN.
 Shared-misconception subset (RQ4): the samples where a strict majority of the MAD agents is wrong
 at round 0 (``#wrong > n_agents / 2``), computed from a MAD run's transcripts.
 
+Truncated completions (finish reason ``length``, cut off at ``max_tokens``)
+-------------------------------------------------------------------------
+Every turn records its ``finish_reason`` and a ``truncated`` flag; :func:`completion_health` counts
+them (all rounds, the voted last round, extra calls) and ``metrics["truncated_share"]`` is their
+share of the debate completions. How their answers are scored is the named option
+``truncated_answers`` (:data:`TRUNCATED_ANSWER_POLICIES`):
+
+- ``"keep"`` (default): the answer written before the cut counts, as a reader of the text would take
+  it. It is the answer the debate itself used: the peers read that text, and the consensus ratio and
+  early stopping counted that answer, so scoring the same answer keeps the score consistent with the
+  debate that ran; a model that stated a boxed answer and kept writing still answered. The paper
+  does not mention truncation (its max_tokens, 6144, makes it rare); the CPU profile's small
+  max_tokens makes it common, hence the counts in every summary and the ``"missing"`` option.
+- ``"missing"``: a truncated turn's answer is treated as no answer (None, wrong): per-agent
+  correctness, the final vote (re-voted under the record's rule, or ``vote_rule``), stance transitions
+  and per-round accuracy follow. Consensus ratios stay as run (they steered the debate). Recomputed
+  from transcripts (:func:`rescore_record`), no generation: ``r2mad score --truncated-answers missing``.
+
 Accuracy CI: percentile bootstrap over samples. Resampling n Bernoulli outcomes with replacement
 and averaging is exactly a Binomial(n, p_hat) / n draw, so the B bootstrap replicates are drawn
 as one vectorised ``rng.binomial`` call (seeded).
@@ -50,7 +68,9 @@ from r2mad_core import answers
 from r2mad_core.debate import group_answers
 
 VOTE_RULES = ("plurality", "authors_majority_correct")
+TRUNCATED_ANSWER_POLICIES = ("keep", "missing")
 TAGS = ("debate", "summary", "judge")
+TRUNCATED_FINISH_REASON = "length"
 
 
 # --------------------------------------------------------------------------------------------
@@ -163,6 +183,45 @@ def reextract(record: Mapping[str, Any]) -> dict[str, Any]:
             agents.append(a2)
         rounds.append({**r, "agents": agents})
     out["rounds"] = rounds
+    return out
+
+
+def is_truncated(turn: Mapping[str, Any]) -> bool:
+    """A transcript turn (or extra call) cut off at ``max_tokens`` (finish reason ``length``)."""
+    return turn.get("finish_reason") == TRUNCATED_FINISH_REASON
+
+
+def check_truncated_answers(policy: str) -> str:
+    if policy not in TRUNCATED_ANSWER_POLICIES:
+        raise ValueError(f"unknown truncated_answers {policy!r}: expected one of {TRUNCATED_ANSWER_POLICIES}")
+    return policy
+
+
+def rescore_record(
+    record: Mapping[str, Any],
+    *,
+    vote_rule: str | None = None,
+    truncated_answers: str = "keep",
+    run_seed: int = 0,
+) -> dict[str, Any]:
+    """A copy of a transcript record scored under ``truncated_answers`` (module docstring) with its final
+    answer re-voted under ``vote_rule`` (None: the record's own rule). No generation."""
+    check_truncated_answers(truncated_answers)
+    out = dict(record)
+    if truncated_answers == "missing":
+        rounds = []
+        for r in record["rounds"]:
+            agents = [
+                {**a, "answer": None, "correct": False} if is_truncated(a) else a
+                for a in r["agents"]
+            ]
+            rounds.append({**r, "agents": agents})
+        out["rounds"] = rounds
+    rule = vote_rule or record.get("vote", {}).get("rule") or "plurality"
+    result = revote(out, rule=rule, run_seed=run_seed)
+    out["final_answer"] = result.answer
+    out["correct"] = result.correct
+    out["vote"] = result.to_dict()
     return out
 
 
@@ -414,7 +473,7 @@ def completion_health(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
             last = k == len(rounds) - 1
             for a in r["agents"]:
                 counts["completions"] += 1
-                truncated = a["finish_reason"] == "length"
+                truncated = is_truncated(a)
                 counts["truncated"] += int(truncated)
                 counts["error"] += int(a["finish_reason"] == "error")
                 counts["empty"] += int(not a["response"].strip())
@@ -423,7 +482,7 @@ def completion_health(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
                     counts["final_round_truncated"] += int(truncated)
                     counts["final_round_no_answer"] += int(a["answer"] is None)
             for call in r.get("extra_calls", ()):
-                counts["extra_calls_truncated"] += int(call["finish_reason"] == "length")
+                counts["extra_calls_truncated"] += int(is_truncated(call))
         counts["final_answer_none"] += int(record.get("final_answer") is None)
     return counts
 
@@ -450,19 +509,22 @@ def compute_metrics(
     level: float = 0.95,
     n_bootstrap: int = 10_000,
     bootstrap_seed: int = 0,
+    truncated_answers: str = "keep",
 ) -> dict[str, Any]:
     """The metrics of a run from its transcript records. ``vote_rule`` None uses each record's
-    stored final answer; a rule name recomputes it (no generation)."""
-    if vote_rule is None:
-        finals = [bool(r["correct"]) for r in records]
-        ties = sum(1 for r in records if r.get("vote", {}).get("tied"))
-        rule = records[0].get("vote", {}).get("rule") if records else None
-    else:
-        votes = [revote(r, rule=vote_rule, run_seed=run_seed) for r in records]
-        finals = [v.correct for v in votes]
-        ties = sum(v.tied for v in votes)
-        rule = vote_rule
+    stored final answer; a rule name recomputes it (no generation). ``truncated_answers`` is how the
+    answers of truncated completions count (module docstring; ``"missing"`` re-votes every record)."""
+    check_truncated_answers(truncated_answers)
+    rule = vote_rule if vote_rule is not None else (records[0].get("vote", {}).get("rule") if records else None)
+    if vote_rule is not None or truncated_answers != "keep":
+        records = [
+            rescore_record(r, vote_rule=vote_rule, truncated_answers=truncated_answers, run_seed=run_seed)
+            for r in records
+        ]
+    finals = [bool(r["correct"]) for r in records]
+    ties = sum(1 for r in records if r.get("vote", {}).get("tied"))
     acc = accuracy_with_ci(finals, level=level, n_bootstrap=n_bootstrap, seed=bootstrap_seed)
+    health = completion_health(records)
     return {
         "n": len(records),
         "accuracy": acc.accuracy,
@@ -476,7 +538,9 @@ def compute_metrics(
         "mean_rounds_executed": (sum(len(r["rounds"]) for r in records) / len(records)) if records else math.nan,
         "stopped_early": sum(1 for r in records if r.get("stopped_early")),
         **cost_per_query(records),
-        "completion_health": completion_health(records),
+        "completion_health": health,
+        "truncated_share": health["truncated"] / health["completions"] if health["completions"] else math.nan,
+        "truncated_answers": truncated_answers,
     }
 
 
@@ -488,9 +552,16 @@ def summary_line(metrics: Mapping[str, Any]) -> str:
         f"{tag} {tokens[tag]['total_tokens']:.0f}" for tag in sorted(tokens)
     ) or "no generations"
     health = metrics.get("completion_health", {})
+    truncated, completions = health.get("truncated", 0), health.get("completions", 0)
+    truncation = f"truncated {truncated}/{completions}"
+    if truncated:
+        policy = metrics.get("truncated_answers", "keep")
+        truncation += (
+            f" ({truncated / completions:.1%} cut off at max_tokens; their answers "
+            + ("count as written" if policy == "keep" else "count as missing") + ")"
+        )
     return (
         f"accuracy {metrics['accuracy']:.3f} [{level}% CI {metrics['ci_low']:.3f}, {metrics['ci_high']:.3f}] "
         f"(n={metrics['n']}) | tokens/query: {cost} | {metrics['seconds_per_query']:.2f} s/query | "
-        f"truncated {health.get('truncated', 0)}/{health.get('completions', 0)}, "
-        f"no answer {health.get('no_answer', 0)}"
+        f"{truncation}, no answer {health.get('no_answer', 0)}"
     )
