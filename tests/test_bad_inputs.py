@@ -320,6 +320,15 @@ def test_resuming_against_a_rebuilt_bank_is_refused(tmp_path, train_samples, cap
     assert f"inputs.memory_bank_digest: requested '{second_digest}', directory has '{first_digest}'" in err
     assert "memory bank was rebuilt" in err and built == []
     assert (run / TRANSCRIPTS_FILE).read_text().count("\n") == 1  # the finished sample is untouched
+    # The library path refuses it the same way, before generating.
+    from debate_fakes import ScriptedEngine, mc_answer
+    from r2mad_core.experiments import RunConfigMismatch, run_cell
+
+    engine = ScriptedEngine(lambda q, persona, t, request: mc_answer("A"))
+    with pytest.raises(RunConfigMismatch, match="inputs.memory_bank_digest"):
+        run_cell(run, benchmark="truthfulqa", split="test", engine=engine, method="r2mad",
+                 method_options={"memory": str(bank)}, limit=1, progress=False)
+    assert engine.calls == 0
 
 
 def test_a_run_directory_from_before_input_digests_adopts_the_bank(tmp_path, train_samples, capsys, caplog):

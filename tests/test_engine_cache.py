@@ -317,7 +317,7 @@ KILLED_WRITER = textwrap.dedent(
 )
 
 
-def test_sigkill_mid_batch_keeps_every_committed_completion(tmp_path: Path) -> None:
+def test_sigkill_mid_batch_keeps_every_committed_completion(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     writer = subprocess.Popen(
         [sys.executable, "-c", KILLED_WRITER, str(tmp_path), "1000"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
@@ -341,3 +341,9 @@ def test_sigkill_mid_batch_keeps_every_committed_completion(tmp_path: Path) -> N
         out = engine.generate([ask(f"q{i}") for i in range(1000)])
     assert len(backend.seen) == 1000 - stored
     assert [c.text for c in out[:20]] == [f"slow q{i}" for i in range(20)]
+    lost = len(seen) - sum(c.cached for c in out[: len(seen)])
+    with capsys.disabled():  # shown with or without -s
+        print(f"\n[cache] SIGKILLs survived: 1, completions committed before the kill: {stored}, "
+              f"reported committed and lost: {lost}")
+    assert lost == 0, f"{lost} of the {len(seen)} completions reported committed were lost"
+    assert all(c.cached for c in out[:stored]), "a committed completion was generated again after the kill"
