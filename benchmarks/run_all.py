@@ -1,0 +1,197 @@
+"""Run every performance benchmark with modest sizes and print a summary against the performance targets.
+
+Usage (``make bench`` runs the first form):
+    .venv/bin/python benchmarks/run_all.py [--quick] [--skip-local] [--strict]
+
+Steps, each a subprocess (its own output is streamed). Their CSVs go to ``benchmarks/results/run_all/``: the
+files of the same name directly under ``benchmarks/results/`` hold each script's own full-size run (run the
+script by itself to refresh those) and are left as they were.
+
+1. ``end_to_end.py``: MAD vs R2-MAD on 32 questions, simulated engine at 10 ms per token, hashing embedder,
+   best of 2 interleaved runs each (``--quick``: 16 questions, one run); its last two lines give the
+   R2-MAD/MAD wall ratio and the non-generation share.
+2. ``retrieval_scaling.py``: retrieval + confidence per agent-round at 10^3 and 10^4 cases (d = 384 and 1024),
+   numpy only (no embedder timing).
+3. ``engine_throughput.py``: the local CPU engine's tokens/s at 1 and 4 concurrent requests (1 thread), and the
+   response cache's lookup cost (``--skip-local``: the cache part only).
+4. ``batching.py``: one debate round on the local engine (1 thread), batched vs one request at a time (skipped
+   with ``--skip-local``).
+
+The summary checks the targets of the performance issue: R2-MAD/MAD wall ratio <= 1.25; non-generation share
+<= 5%; retrieval + confidence < 1 ms per agent-round and question at 10^4 cases (in the loop all active
+questions of an agent-round go in one call; the single-question figure is printed too). A missed target is
+reported (``MISSED``); the exit status is non-zero only when a step fails, or with ``--strict`` also when a
+target is missed (timings on a shared machine are noisy: the load average is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+RUN_ALL_RESULTS = RESULTS / "run_all"
+
+RATIO_TARGET = 1.25
+SHARE_TARGET = 5.0  # percent
+RETRIEVAL_TARGET_MS = 1.0
+RETRIEVAL_CASES = 10_000
+
+
+@dataclass
+class Step:
+    name: str
+    args: list[str]
+    outputs: tuple[str, ...] = ()  # CSVs the script writes under results/ (moved to results/run_all/)
+    seconds: float = 0.0
+    returncode: int | None = None
+    output: list[str] = field(default_factory=list)
+
+
+def load_average() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+def run_step(step: Step) -> None:
+    """Run one script, streaming its output. The CSVs it writes under results/ are moved to results/run_all/
+    and the files they replaced are put back: those hold the owners' full-size runs, not these modest ones."""
+    print(f"\n=== {step.name}: {' '.join(step.args)}", flush=True)
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    saved = {name: (RESULTS / name).read_bytes() for name in step.outputs if (RESULTS / name).exists()}
+    start = time.perf_counter()
+    try:
+        with subprocess.Popen([sys.executable, *step.args], cwd=HERE.parent, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env=env) as process:
+            assert process.stdout is not None
+            for line in process.stdout:
+                print(line, end="", flush=True)
+                step.output.append(line.rstrip("\n"))
+        step.returncode = process.returncode
+    finally:
+        step.seconds = time.perf_counter() - start
+        RUN_ALL_RESULTS.mkdir(parents=True, exist_ok=True)
+        for name in step.outputs:
+            written = RESULTS / name
+            if written.exists() and saved.get(name) != written.read_bytes():
+                written.replace(RUN_ALL_RESULTS / name)
+            if name in saved:
+                written.write_bytes(saved[name])
+    print(f"=== {step.name}: exit {step.returncode}, {step.seconds:.1f} s", flush=True)
+
+
+def last_value(lines: list[str], label: str) -> float | None:
+    pattern = re.compile(rf"^{re.escape(label)}:\s*([0-9.]+)%?\s*$")
+    for line in reversed(lines):
+        match = pattern.match(line.strip())
+        if match:
+            return float(match.group(1))
+    return None
+
+
+def retrieval_figures(path: Path, cases: int = RETRIEVAL_CASES) -> list[dict[str, float]]:
+    """Rows of retrieval_scaling.csv at ``cases`` cases: dim, queries, ms per agent-round and per question."""
+    if not path.exists():
+        return []
+    out = []
+    with path.open() as handle:
+        for row in csv.DictReader(handle):
+            if int(row["n_cases"]) != cases:
+                continue
+            queries = int(row["queries"])
+            call_ms = float(row["retrieve_confidence_best_ms"])
+            out.append({"dim": int(row["dim"]), "queries": queries, "call_ms": call_ms,
+                        "per_question_ms": call_ms / queries})
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller end-to-end run, fewer repeats")
+    parser.add_argument("--skip-local", action="store_true", help="skip the local CPU engine (llama.cpp) steps")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a performance target is missed")
+    args = parser.parse_args()
+    print(f"{os.cpu_count()} cores, load average {load_average()}")
+
+    end_to_end = ["benchmarks/end_to_end.py", "--limit", "32", "--token-latency-ms", "10", "--repeats", "2",
+                  "--csv", str(RUN_ALL_RESULTS / "end_to_end.csv")]
+    if args.quick:
+        end_to_end.append("--quick")
+    steps = [
+        Step("end_to_end", end_to_end),
+        Step("retrieval_scaling", ["benchmarks/retrieval_scaling.py", "--sizes", "1000", str(RETRIEVAL_CASES),
+                                   "--dims", "384", "1024", "--queries", "1", "32", "--repeats",
+                                   "10" if args.quick else "30", "--skip-embedder"],
+             outputs=("retrieval_scaling.csv",)),
+    ]
+    throughput = ["benchmarks/engine_throughput.py", "--threads", "1", "--levels", "1", "4", "--repetitions", "1",
+                  "--max-tokens", "48", "--cache-sizes", "1000", "10000"]
+    if args.skip_local:
+        throughput.append("--skip-local")
+    steps.append(Step("engine_throughput", throughput, outputs=("engine_throughput.csv", "cache_lookup.csv")))
+    if not args.skip_local:
+        steps.append(Step("batching", ["benchmarks/batching.py", "--threads", "1", "--slots", "4", "--repetitions", "1",
+                                       "--max-tokens", "48"], outputs=("batching.csv",)))
+
+    started = time.perf_counter()
+    for step in steps:
+        run_step(step)
+
+    by_name = {s.name: s for s in steps}
+    ratio = last_value(by_name["end_to_end"].output, "r2mad/mad wall ratio")
+    share = last_value(by_name["end_to_end"].output, "non-generation share")
+    retrieval = retrieval_figures(RUN_ALL_RESULTS / "retrieval_scaling.csv")
+
+    def verdict(ok: bool | None) -> str:
+        return "n/a" if ok is None else ("met" if ok else "MISSED")
+
+    checks = [
+        ("R2-MAD / MAD wall ratio (simulated engine, 10 ms/token)", f"{ratio:.2f}" if ratio is not None else "n/a",
+         f"<= {RATIO_TARGET}", None if ratio is None else ratio <= RATIO_TARGET),
+        ("non-generation share of wall time (same runs)", f"{share:.1f}%" if share is not None else "n/a",
+         f"<= {SHARE_TARGET:g}%", None if share is None else share <= SHARE_TARGET),
+    ]
+    for r in sorted((r for r in retrieval if r["queries"] > 1), key=lambda r: r["dim"]):
+        checks.append((
+            f"retrieval + confidence per agent-round and question, {RETRIEVAL_CASES:,} cases, d={r['dim']} "
+            f"({r['queries']} per call)",
+            f"{r['per_question_ms']:.3f} ms", f"< {RETRIEVAL_TARGET_MS:g} ms", r["per_question_ms"] < RETRIEVAL_TARGET_MS,
+        ))
+    if not any(r["queries"] > 1 for r in retrieval):
+        checks.append((f"retrieval + confidence per agent-round, {RETRIEVAL_CASES:,} cases", "n/a",
+                       f"< {RETRIEVAL_TARGET_MS:g} ms", None))
+    print("\n" + "=" * 100)
+    print(f"SUMMARY  (load average now {load_average()}; {time.perf_counter() - started:.0f} s in all)")
+    print("-" * 100)
+    for step in steps:
+        print(f"  {step.name:20s} exit {step.returncode}  {step.seconds:7.1f} s")
+    print("-" * 100)
+    for label, value, target, ok in checks:
+        print(f"  {label:82s} {value:>9s}  target {target:8s} {verdict(ok)}")
+    for r in sorted(retrieval, key=lambda r: (r["dim"], r["queries"])):
+        print(f"    {RETRIEVAL_CASES:,} cases, d={r['dim']:>4}, {r['queries']:>2} question(s) per call: "
+              f"{r['call_ms']:.3f} ms per call, {r['per_question_ms']:.3f} ms per question")
+    if any(r["queries"] == 1 for r in retrieval):
+        print("    (one question per call scans the whole bank alone; the debate loop retrieves for every active question"
+              " of an agent-round in one call)")
+    failed = [s.name for s in steps if s.returncode != 0]
+    missed = [label for label, _, _, ok in checks if ok is False]
+    if failed:
+        print(f"FAILED steps: {', '.join(failed)}")
+        return 1
+    if missed and args.strict:
+        print(f"missed targets (--strict): {', '.join(missed)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
