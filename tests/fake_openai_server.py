@@ -30,7 +30,7 @@ from collections import Counter, defaultdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-FAULTS = frozenset({"slow", "drop", "429", "500", "503", "400", "malformed", "no_choices"})
+FAULTS = frozenset({"slow", "drop", "429", "500", "503", "400", "malformed", "no_choices", "context_overflow"})
 REPLIES = frozenset({"empty", "length", "unclosed_think", "closed_think"})
 
 
@@ -189,6 +189,12 @@ class FakeOpenAIServer:
                         return
                     elif kind in {"429", "500", "503", "400"}:
                         self._send(int(kind), b'{"error": "injected"}', {"Retry-After": "0"} if kind == "429" else None)
+                        return
+                    elif kind == "context_overflow":  # llama.cpp's answer to a prompt longer than n_ctx
+                        self._send(400, json.dumps({"error": {
+                            "code": 400, "type": "exceed_context_size_error", "n_prompt_tokens": 4338, "n_ctx": 4096,
+                            "message": "request (4338 tokens) exceeds the available context size (4096 tokens), "
+                                       "try increasing it"}}).encode())
                         return
                     elif kind == "malformed":
                         self._send(200, b'{"choices": [ this is not json')

@@ -88,3 +88,14 @@ def test_bad_model_file_is_reported(tmp_path: Path) -> None:
         LocalEngine(bogus, threads=1, parallel_slots=1, context_per_slot=256)
     with pytest.raises(EngineError, match="is not a file"):
         LocalEngine(tmp_path / "missing.gguf")
+
+
+@pytest.mark.slow
+def test_a_prompt_longer_than_the_slot_context_is_recorded_not_fatal(engine: LocalEngine) -> None:
+    # The module's server has 512 tokens per slot; this prompt needs ~1,500. llama.cpp answers HTTP 400,
+    # which the backend records as an empty truncated completion so a long run goes on.
+    long_prompt = "Repeat after me: " + "the quick brown fox jumps over the lazy dog. " * 150
+    short, too_long = engine.generate([ask("Name a planet."), ask(long_prompt)])
+    assert short.finish_reason in ("stop", "length") and short.completion_tokens >= 1
+    assert (too_long.text, too_long.finish_reason, too_long.completion_tokens) == ("", "length", 0)
+    assert too_long.prompt_tokens > 512

