@@ -1179,6 +1179,7 @@ class Experiment:
         top_p: float = 1.0,
         max_tokens: int = 512,
         summary_max_tokens: int = 128,
+        max_experience_chars: int | None = None,
         top_k: int = 3,
         gamma: float = 0.9,
         w_high: float = 0.55,
@@ -1202,6 +1203,7 @@ class Experiment:
         self.num_rounds = num_rounds
         self.sampling = {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens}
         self.summary_max_tokens = summary_max_tokens
+        self.max_experience_chars = max_experience_chars
         self.top_k = top_k
         self.gamma = gamma
         self.w_high = w_high
@@ -1215,7 +1217,8 @@ class Experiment:
     #: Notebook parameters :meth:`from_parameters` reads (the names of the profile fields).
     PARAMETERS = (
         "models", "benchmarks", "runs_dir", "cache_dir", "data_dir", "embedder", "test_limit", "train_limit",
-        "seed", "num_agents", "num_rounds", "temperature", "top_p", "max_tokens", "summary_max_tokens", "top_k",
+        "seed", "num_agents", "num_rounds", "temperature", "top_p", "max_tokens", "summary_max_tokens",
+        "max_experience_chars", "top_k",
         "gamma", "w_high", "w_low", "bootstrap_resamples",
     )
 
@@ -1250,6 +1253,8 @@ class Experiment:
             "temperature / top_p / max_tokens": f"{self.sampling['temperature']} / {self.sampling['top_p']} / "
                                                 f"{self.sampling['max_tokens']}",
             "K / gamma / w_l / w_h": f"{self.top_k} / {self.gamma} / {self.w_low} / {self.w_high}",
+            "experience responses shown": (f"first {self.max_experience_chars} characters"
+                                           if self.max_experience_chars else "in full"),
             "embedder": self.embedder,
             "seed": self.seed,
             "runs": str(self.runs_dir),
@@ -1331,12 +1336,15 @@ class Experiment:
         if method in ("MAD-M2", "MAD-M2 (O)", "MAD-M2 (S)"):
             masking = "subjective" if method.endswith("(S)") else "objective"
             return "mad_m2", {"masking": masking, **self._debate_options()}
+        # shortened experiences only when the profile asks (small-context models); the paper shows them in full
+        shown = {"max_experience_chars": self.max_experience_chars} if self.max_experience_chars else {}
         if method == "ICL-CoT":
-            return "icl_cot", {"memory": str(memory), "top_k": self.top_k, **self.sampling}
+            return "icl_cot", {"memory": str(memory), "top_k": self.top_k, **shown, **self.sampling}
         if method.startswith("R2-MAD"):
             options: dict[str, Any] = {
                 "memory": str(memory), "top_k": self.top_k, "gamma": self.gamma, "w_high": self.w_high,
-                "w_low": self.w_low, "summary_max_tokens": self.summary_max_tokens, **self._debate_options(),
+                "w_low": self.w_low, "summary_max_tokens": self.summary_max_tokens, **shown,
+                **self._debate_options(),
             }
             rest = method[len("R2-MAD"):].strip()
             if rest == "w/o Confidence":

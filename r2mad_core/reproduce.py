@@ -148,7 +148,7 @@ class _Checker:
 TOP_LEVEL_FIELDS = (
     "description", "expected_runtime", "expected_runtime_minutes", "models", "large_models", "embedder",
     "benchmarks", "test_limit", "train_limit", "seed", "num_agents", "num_rounds", "temperature", "top_p",
-    "max_tokens", "summary_max_tokens", "top_k", "gamma", "w_high", "w_low", "sc_paths",
+    "max_tokens", "summary_max_tokens", "max_experience_chars", "top_k", "gamma", "w_high", "w_low", "sc_paths",
     "retrieval_policies", "retrieval_models", "retrieval_benchmarks", "icl_models", "icl_benchmarks",
     "cost_benchmark", "poison_fractions", "poison_benchmarks", "bootstrap_resamples", "extra_parameters",
 )
@@ -240,6 +240,7 @@ def validate_profile(data: Any, source: str) -> list[str]:
     check.number(data, "top_p", 0.0, 1.0, open_low=True)
     check.int_(data, "max_tokens", minimum=1)
     check.int_(data, "summary_max_tokens", minimum=1)
+    check.int_(data, "max_experience_chars", minimum=1, optional=True)
     check.int_(data, "top_k", minimum=1)
     check.number(data, "gamma", 0.0, 1.0)
     check.number(data, "w_high", 0.0, 1.0)

@@ -46,6 +46,7 @@ def test_paper_profile_has_the_papers_hyperparameters() -> None:
     assert (p["num_agents"], p["num_rounds"]) == (3, 3)
     assert p["temperature"] == 1.0 and p["top_p"] == 1.0
     assert p["max_tokens"] == 6144 and p["summary_max_tokens"] == 6144
+    assert p["max_experience_chars"] is None  # experiences in full
     assert p["gamma"] == 0.9 and p["top_k"] == 3
     assert (p["w_low"], p["w_high"]) == (0.45, 0.55)
     assert p["embedder"] == "bge-m3"
