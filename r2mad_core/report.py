@@ -1066,6 +1066,15 @@ def poisoned_method_label(fraction: float) -> str:
     return f"R2-MAD poisoned={fraction:g}"
 
 
+#: Engine options that change how fast generations come, never what they are: they stay out of run
+#: directory keys, so tuning threads or slots keeps every finished run.
+SPEED_OPTIONS = frozenset({
+    "threads", "parallel_slots", "context_per_slot", "max_concurrency", "startup_timeout_seconds",
+    "request_timeout_seconds", "max_retries", "server_log_verbosity", "timeout_seconds", "connect_timeout_seconds",
+    "initial_backoff_seconds", "max_backoff_seconds", "tensor_parallel_size", "gpu_memory_utilization", "chunk_size",
+})
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """One model of a profile: its label (as in the tables), engine, model name and engine options.
@@ -1126,9 +1135,11 @@ class ModelSpec:
         return model, options
 
     def describe(self) -> dict[str, Any]:
-        """What identifies the model in run configurations (environment variables by name only)."""
+        """What identifies the model in run configurations: engine, model, the options that can change
+        its outputs (not the speed knobs of :data:`SPEED_OPTIONS`), environment variables by name."""
+        options = {k: v for k, v in self.options.items() if k not in SPEED_OPTIONS}
         return {"label": self.label, "engine": self.engine, "model": self.model,
-                "options": dict(self.options), "environment": dict(self.environment)}
+                "options": options, "environment": dict(self.environment)}
 
 
 @dataclass
@@ -1299,7 +1310,7 @@ class Experiment:
         ``vllm`` engine closes the previous one: one GPU model in memory at a time."""
         from r2mad_core.engines import make_engine
 
-        key = config_hash(spec.describe())
+        key = config_hash({**spec.describe(), "all_options": dict(spec.options)})
         if key not in self._engines:
             if spec.engine == "vllm":
                 # one GPU model at a time: the models of a profile run one after another

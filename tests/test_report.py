@@ -540,3 +540,13 @@ def test_one_vllm_model_in_memory_at_a_time(tmp_path: Path, monkeypatch: pytest.
     assert closed == ["org/a"]  # the GPU model A made room for B; the simulated engine stays
     exp.close()
     assert sorted(map(str, closed)) == ["None", "org/a", "org/b"]
+
+
+def test_speed_knobs_keep_the_run_directories(tmp_path: Path) -> None:
+    local = {"label": "Smol", "engine": "local", "model": None, "options": {"threads": 2, "parallel_slots": 8}}
+    exp = _experiment(tmp_path, models=[local])
+    tuned = _experiment(tmp_path, models=[dict(local, options={"threads": 1, "context_per_slot": 8192})])
+    assert tuned.run_dir(tuned.models[0], "truthfulqa", "MAD")[0] == exp.run_dir(exp.models[0], "truthfulqa", "MAD")[0]
+    assert tuned.memory_dir(tuned.models[0], "truthfulqa") == exp.memory_dir(exp.models[0], "truthfulqa")
+    other = _experiment(tmp_path, models=[dict(local, options={"chat_template": "{{ x }}"})])
+    assert other.run_dir(other.models[0], "truthfulqa", "MAD")[0] != exp.run_dir(exp.models[0], "truthfulqa", "MAD")[0]
