@@ -420,13 +420,14 @@ def git_commit(repo_dir: str | Path | None = None) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _locked(out_dir: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on the output folder itself (no lock file left among the artifacts)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / f".{MANIFEST_NAME}.lock", "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    descriptor = os.open(out_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # closing releases the lock
 
 
 def read_manifest(out_dir: str | Path) -> dict[str, Any]:
