@@ -475,6 +475,31 @@ class PreparedCell:
     peer_selector: Any
 
 
+def _build_hook_and_selector(
+    method: Method,
+    benchmark: str,
+    split: str,
+    engine: Engine,
+    seed: int,
+    data_dir: str | Path | None,
+    out_dir: Path,
+    samples: Sequence[Any],
+) -> tuple[Any, Any]:
+    """The method's round hook and peer selector for this cell, the hook's ``check_run`` passed."""
+    context = RunContext(
+        benchmark=benchmark,
+        split=split,
+        engine=engine,
+        seed=seed,
+        data_dir=Path(data_dir) if data_dir is not None else None,
+        out_dir=out_dir,
+    )
+    hook = method.make_hook(context) if method.make_hook is not None else None
+    selector = method.make_peer_selector(context) if method.make_peer_selector is not None else None
+    _check_hook(hook, benchmark, samples, method)
+    return hook, selector
+
+
 def prepare_cell(
     out_dir: str | Path,
     *,
@@ -503,17 +528,9 @@ def prepare_cell(
         stray = sorted({r["sample_id"] for r in stored.load(repair=False)} - set(ids))
         if stray:
             raise TranscriptError(f"{stored.path}: holds samples not in this cell, e.g. {stray[:3]}")
-    context = RunContext(
-        benchmark=benchmark,
-        split=split,
-        engine=_PreflightEngine(),  # type: ignore[arg-type]
-        seed=seed,
-        data_dir=Path(data_dir) if data_dir is not None else None,
-        out_dir=Path(out_dir),
+    hook, selector = _build_hook_and_selector(
+        method, benchmark, split, _PreflightEngine(), seed, data_dir, Path(out_dir), samples  # type: ignore[arg-type]
     )
-    hook = method.make_hook(context) if method.make_hook is not None else None
-    selector = method.make_peer_selector(context) if method.make_peer_selector is not None else None
-    _check_hook(hook, benchmark, samples, method)
     prepared = replace(
         method,
         make_hook=None if method.make_hook is None else (lambda _context, _hook=hook: _hook),
@@ -567,17 +584,7 @@ def run_cell(
     run_dir = Path(out_dir)
     # The hook (R2-MAD: loading and verifying the memory bank) before anything is written, so that a bad
     # bank leaves no config.json behind.
-    context = RunContext(
-        benchmark=benchmark,
-        split=split,
-        engine=engine,
-        seed=seed,
-        data_dir=Path(data_dir) if data_dir is not None else None,
-        out_dir=run_dir,
-    )
-    hook = method.make_hook(context) if method.make_hook is not None else None
-    selector = method.make_peer_selector(context) if method.make_peer_selector is not None else None
-    _check_hook(hook, benchmark, samples, method)
+    hook, selector = _build_hook_and_selector(method, benchmark, split, engine, seed, data_dir, run_dir, samples)
 
     run_dir.mkdir(parents=True, exist_ok=True)
     config = cell_config(

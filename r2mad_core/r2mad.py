@@ -61,6 +61,20 @@ from r2mad_core.retrieval import SEEDED_POLICIES, RetrievalConfig, query_seed, r
 logger = logging.getLogger(__name__)
 
 
+def _check_memory_fits_run(
+    method_label: str, bank_set: Any, bank_samples: Any, benchmark: str, samples: Sequence[Any]
+) -> None:
+    """The bank is the run's benchmark and holds none of the run's questions (ValueError naming the problem)."""
+    if benchmark != bank_set.benchmark:
+        raise ValueError(f"{method_label}: memory built for {bank_set.benchmark!r}, the run is on {benchmark!r}")
+    leaked = [s.id for s in samples if s.id in bank_samples]
+    if leaked:
+        raise ValueError(
+            f"{method_label}: {len(leaked)} question(s) of this run are in the memory bank (built from split "
+            f"{bank_set.split!r}), e.g. {leaked[:3]}: evaluation questions must not be in memory"
+        )
+
+
 @dataclass(frozen=True)
 class R2MadSettings:
     """Everything the R2-MAD hook needs besides the bank and the embedder."""
@@ -154,14 +168,7 @@ class R2MadHook:
                 f"R2-MAD: the debate has {config.n_agents} agents but the memory has {self.bank_set.n_agents} "
                 "agent banks (one per agent): use as many agents as the bank was built with"
             )
-        if benchmark != self.bank_set.benchmark:
-            raise ValueError(f"R2-MAD: memory built for {self.bank_set.benchmark!r}, the run is on {benchmark!r}")
-        leaked = [s.id for s in samples if s.id in self._bank_samples]
-        if leaked:
-            raise ValueError(
-                f"R2-MAD: {len(leaked)} question(s) of this run are in the memory bank (built from split "
-                f"{self.bank_set.split!r}), e.g. {leaked[:3]}: evaluation questions must not be in memory"
-            )
+        _check_memory_fits_run("R2-MAD", self.bank_set, self._bank_samples, benchmark, samples)
 
     def _check_states(self, states: Sequence[DebateState]) -> None:
         for state in states:  # run_debate without run_cell: the same checks, per debate
@@ -273,14 +280,7 @@ class IclCotHook:
 
     def check_run(self, benchmark: str, samples: Sequence[Any], config: Any) -> None:
         """Before any generation: the benchmark is the bank's and no question of the run is in memory."""
-        if benchmark != self.bank_set.benchmark:
-            raise ValueError(f"ICL-CoT: memory built for {self.bank_set.benchmark!r}, the run is on {benchmark!r}")
-        leaked = [s.id for s in samples if s.id in self._bank_samples]
-        if leaked:
-            raise ValueError(
-                f"ICL-CoT: {len(leaked)} question(s) of this run are in the memory bank (built from split "
-                f"{self.bank_set.split!r}), e.g. {leaked[:3]}: evaluation questions must not be in memory"
-            )
+        _check_memory_fits_run("ICL-CoT", self.bank_set, self._bank_samples, benchmark, samples)
 
     def prepare_round(self, round_index: int, states: Sequence[DebateState]) -> list[list[AgentRoundContext] | None]:
         if round_index != 0 or not states:
