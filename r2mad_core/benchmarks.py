@@ -26,18 +26,24 @@ TruthfulQA's ``mc1_targets`` always list the correct answer first, so each quest
 shuffled with a per-question generator seeded from :data:`OPTION_SEED` and the question's index.
 MMLU-Pro questions keep their options (3 to 10 of them) in the published order.
 
-Data files are looked up in the directory given as argument, else in ``$R2MAD_DATA_DIR``, else in
-``data/`` at the repository root (layout: see ``DATA_FILES`` and the data README). If none is
-present, the files are fetched from the Hugging Face Hub with the ``datasets`` package when it is
-installed and the Hub is reachable.
+Data source: by default the files shipped inside the package (``r2mad_core/data/benchmarks/``,
+gzip-compressed, with their licenses and provenance in the README there); every load checks the
+decompressed bytes against the sha256 in that folder's ``MANIFEST.json``. Overrides: a directory
+given as argument (``--data-dir``), else ``$R2MAD_DATA_DIR``, is searched instead (layout: see
+``DATA_FILES``); a file missing from it is fetched from the Hugging Face Hub with the ``datasets``
+package (the ``hub`` extra) when the Hub is reachable, and written into that directory.
 """
 
 from __future__ import annotations
 
+import functools
+import gzip
 import hashlib
+import io
 import json
 import logging
 import os
+import random
 import string
 import zlib
 from collections import Counter
@@ -114,6 +120,15 @@ HUB_SOURCES: dict[str, tuple[str, str | None, str]] = {
 
 OPTION_LETTERS = string.ascii_uppercase
 REPO_ROOT = Path(__file__).resolve().parent.parent
+#: The benchmark files shipped with the package (the default data source).
+PACKAGED_DATA_DIR = Path(__file__).resolve().parent / "data" / "benchmarks"
+#: The packaged file of each benchmark, relative to :data:`PACKAGED_DATA_DIR` (checksums: MANIFEST.json there).
+PACKAGED_FILES: dict[str, tuple[str, str]] = {
+    "math500": ("math500_jsonl", "math500/test.jsonl.gz"),
+    "mmlu_pro_economics": ("mmlu_pro_jsonl", "mmlu_pro/test_economics.jsonl.gz"),
+    "mmlu_pro_engineering": ("mmlu_pro_jsonl", "mmlu_pro/test_engineering.jsonl.gz"),
+    "truthfulqa": ("truthfulqa_json", "truthfulqa/mc_task.json.gz"),
+}
 
 
 class BenchmarkDataError(ValueError):
@@ -209,13 +224,68 @@ def format_question(question: str, choices: Sequence[str] = ()) -> str:
 
 
 def resolve_data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:
-    """The data directory: the argument, else ``$R2MAD_DATA_DIR``, else ``data/`` in the repository."""
+    """The data directory: the argument, else ``$R2MAD_DATA_DIR``, else the packaged files
+    (:data:`PACKAGED_DATA_DIR`)."""
     if data_dir is not None:
         return Path(data_dir).expanduser()
     from_env = os.environ.get("R2MAD_DATA_DIR")
     if from_env:
         return Path(from_env).expanduser()
-    return REPO_ROOT / "data"
+    return PACKAGED_DATA_DIR
+
+
+def describe_data_source(data_dir: str | os.PathLike[str] | None = None) -> str:
+    """One line saying where the benchmark files come from (no machine path for the packaged files)."""
+    directory = resolve_data_dir(data_dir)
+    if directory == PACKAGED_DATA_DIR:
+        return "the files shipped with r2mad (r2mad_core/data/benchmarks, sha256-checked at load)"
+    return f"the data directory {directory} (set by --data-dir / data_dir, else $R2MAD_DATA_DIR)"
+
+
+@functools.lru_cache(maxsize=1)
+def packaged_manifest() -> dict[str, dict[str, Any]]:
+    """``MANIFEST.json`` of the packaged files: relative path -> rows, bytes, sha256, git_blob, upstream, license."""
+    path = PACKAGED_DATA_DIR / "MANIFEST.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError) as error:
+        raise BenchmarkFilesNotFound(
+            f"{path}: the manifest of the packaged benchmark files is missing or unreadable ({error}); "
+            f"reinstall r2mad or set R2MAD_DATA_DIR to a data folder"
+        ) from None
+
+
+@functools.lru_cache(maxsize=8)
+def _packaged_bytes(path: Path) -> bytes:
+    """The decompressed bytes of a packaged file, after checking their size and sha256 against the manifest."""
+    relative = path.relative_to(PACKAGED_DATA_DIR).as_posix()
+    entry = packaged_manifest().get(relative)
+    if entry is None:
+        raise BenchmarkDataError(path, None, None, "not listed in MANIFEST.json of the packaged data")
+    try:
+        data = gzip.decompress(path.read_bytes())
+    except FileNotFoundError:
+        raise BenchmarkFilesNotFound(
+            f"{path}: packaged benchmark file missing (reinstall r2mad, or set R2MAD_DATA_DIR to a data folder)"
+        ) from None
+    except (OSError, EOFError) as error:
+        raise BenchmarkDataError(path, None, None, f"not a valid gzip file ({error})") from None
+    digest = hashlib.sha256(data).hexdigest()
+    if len(data) != entry["bytes"] or digest != entry["sha256"]:
+        raise BenchmarkDataError(
+            path, None, None,
+            f"sha256 {digest} ({len(data)} bytes) differs from MANIFEST.json's {entry['sha256']} "
+            f"({entry['bytes']} bytes): the packaged file is damaged; reinstall r2mad",
+        )
+    return data
+
+
+def _open_text(path: Path) -> io.TextIOBase:
+    """A text handle on a data file: packaged ``.gz`` files are decompressed and checksum-verified."""
+    if path.suffix == ".gz":
+        data = _packaged_bytes(path) if path.is_relative_to(PACKAGED_DATA_DIR) else gzip.decompress(path.read_bytes())
+        return io.StringIO(data.decode("utf-8-sig"))
+    return path.open(encoding="utf-8-sig")
 
 
 def _candidates(key: str, data_dir: Path, **fmt: str) -> list[Path]:
@@ -241,16 +311,20 @@ def _not_found(name: str, data_dir: Path, tried: Sequence[Path], reason: str) ->
     tried_text = "\n".join(f"  - {p}" for p in tried)
     return BenchmarkFilesNotFound(
         f"No data file for benchmark {name!r} in data directory {data_dir} "
-        f"(set by the data_dir argument, else $R2MAD_DATA_DIR, else <repo>/data).\n"
+        f"(set by the data_dir argument or --data-dir, else $R2MAD_DATA_DIR; unset both to use the "
+        f"files shipped with r2mad).\n"
         f"Paths tried:\n{tried_text}\n"
         f"Expected files: MATH500 prm800k test.jsonl (500 rows), MMLU-Pro test parquet or "
         f"test_<category>.jsonl, TruthfulQA mc_task.json (817 questions, commit 013686a); see "
-        f"shared/data/README.md.\nDownload from the Hugging Face Hub was not possible: {reason}"
+        f"r2mad_core/data/benchmarks/README.md.\nDownload from the Hugging Face Hub was not possible: {reason}"
     )
 
 
 def _locate(name: str, data_dir: Path) -> tuple[str, Path]:
     """(format, path) of the file holding benchmark ``name``; downloads it from the Hub as a last resort."""
+    if data_dir == PACKAGED_DATA_DIR and name in PACKAGED_FILES:
+        file_format, relative = PACKAGED_FILES[name]
+        return file_format, PACKAGED_DATA_DIR / relative
     tried: list[Path] = []
     if name == "math500":
         tried = _candidates("math500", data_dir)
@@ -327,7 +401,7 @@ def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
 
 def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(1-based line number, object) for each non-blank line."""
-    with path.open(encoding="utf-8-sig") as handle:
+    with _open_text(path) as handle:
         for line_number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
@@ -494,7 +568,9 @@ def shuffle_options(index: int, n_options: int, seed: int = OPTION_SEED) -> list
 
 def _truthfulqa_samples(path: Path) -> list[Sample]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"), object_pairs_hook=_reject_duplicate_keys)
+        with _open_text(path) as handle:
+            text = handle.read()
+        data = json.loads(text, object_pairs_hook=_reject_duplicate_keys)
     except json.JSONDecodeError as error:
         raise BenchmarkDataError(
             path, None, None, f"not valid JSON ({error.msg} at line {error.lineno} column {error.colno})"
@@ -580,10 +656,49 @@ def _split(name: str, permuted: list[Sample], split: str) -> list[Sample]:
     return [sample for sample, test in zip(permuted, is_test, strict=True) if test == want_test]
 
 
-def load(name: str, split: str, data_dir: str | os.PathLike[str] | None = None) -> list[Sample]:
+# The authors' split procedure (their prepare_data.py): Python's random.seed(42); TruthfulQA first shuffles each
+# question's options with that stream, then the question list; MMLU-Pro shuffles the category's questions; the first
+# int(0.75 n) are train. MATH500 is split by level as in the paper.
+SPLIT_RULES: tuple[str, ...] = ("paper", "authors")
+AUTHORS_SPLIT_SEED = 42
+AUTHORS_TRAIN_FRACTION = 0.75
+AUTHORS_SPLIT_SIZES: dict[str, dict[str, int]] = {
+    "math500": {"train": 366, "test": 134, "all": 500},
+    "mmlu_pro_economics": {"train": 633, "test": 211, "all": 844},
+    "mmlu_pro_engineering": {"train": 726, "test": 243, "all": 969},
+    "truthfulqa": {"train": 498, "test": 166, "all": 664},
+}
+
+
+def _authors_split(name: str, samples: list[Sample], split: str) -> list[Sample]:
+    """``split_rule="authors"``: the authors' ``random.seed(42)`` procedure on the questions in file order.
+
+    Only which question lands in which split (and the order) follows the authors; the option order shown for
+    TruthfulQA stays ours (:func:`shuffle_options`), though their per-question option shuffles are replayed on the
+    random stream because they move it before the question shuffle.
+    """
+    ordered = sorted(samples, key=_stable_key)
+    if name == "math500":
+        return _split(name, ordered, split)
+    rng = random.Random(AUTHORS_SPLIT_SEED)
+    if name == "truthfulqa":
+        for sample in ordered:
+            rng.shuffle(list(range(len(sample.choices))))
+    rng.shuffle(ordered)
+    if split == "all":
+        return ordered
+    n_train = int(len(ordered) * AUTHORS_TRAIN_FRACTION)
+    return ordered[:n_train] if split == "train" else ordered[n_train:]
+
+
+def load(
+    name: str, split: str, data_dir: str | os.PathLike[str] | None = None, split_rule: str = "paper"
+) -> list[Sample]:
     """The samples of benchmark ``name`` (one of :data:`BENCHMARKS`) in ``split`` (train, test or all).
 
-    The order is the split's seeded permutation (see the module docstring). Raises
+    ``split_rule="paper"`` (default): the paper's counts with our seeded permutation (see the module docstring;
+    the paper does not give its items). ``split_rule="authors"``: the authors' code's procedure
+    (:func:`_authors_split`; Engineering then has 726/243 questions, the paper says 727/242). Raises
     :class:`BenchmarkFilesNotFound` when no data file can be found or downloaded and
     :class:`BenchmarkDataError` (naming file, row and field) when a file is malformed.
     """
@@ -591,6 +706,8 @@ def load(name: str, split: str, data_dir: str | os.PathLike[str] | None = None) 
         raise ValueError(f"unknown benchmark {name!r}; expected one of {BENCHMARKS}")
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r} for {name}; expected one of {SPLITS}")
+    if split_rule not in SPLIT_RULES:
+        raise ValueError(f"unknown split_rule {split_rule!r}; expected one of {SPLIT_RULES}")
     directory = resolve_data_dir(data_dir)
     file_format, path = _locate(name, directory)
     if file_format == "math500_jsonl":
@@ -601,8 +718,12 @@ def load(name: str, split: str, data_dir: str | os.PathLike[str] | None = None) 
         samples = _mmlu_pro_samples(name, path, file_format)
     if not samples:
         raise BenchmarkDataError(path, None, None, f"no {name} questions found")
-    selected = _split(name, _permuted(name, samples), split)
-    expected = PAPER_SPLIT_SIZES[name][split]
+    if split_rule == "authors":
+        selected = _authors_split(name, samples, split)
+        expected = AUTHORS_SPLIT_SIZES[name][split]
+    else:
+        selected = _split(name, _permuted(name, samples), split)
+        expected = PAPER_SPLIT_SIZES[name][split]
     if len(selected) != expected:
         logger.warning(
             "%s %s split has %d questions, the paper's has %d (file %s)", name, split, len(selected), expected, path
@@ -635,6 +756,7 @@ def describe_splits(data_dir: str | os.PathLike[str] | None = None) -> Any:
                     "split": split,
                     "n": len(samples),
                     "paper_n": PAPER_SPLIT_SIZES[name][split],
+                    "authors_rule_n": len(load(name, split, data_dir, split_rule="authors")),
                     "composition": composition,
                 }
             )
@@ -642,9 +764,23 @@ def describe_splits(data_dir: str | os.PathLike[str] | None = None) -> Any:
 
 
 def verify_checksums(data_dir: str | os.PathLike[str] | None = None) -> dict[str, bool | None]:
-    """sha256 check of the shared data files: path -> True (matches), False (differs), None (absent)."""
+    """sha256 check of the data files: path -> True (matches), False (differs), None (absent).
+
+    The packaged files (the default) are checked against ``MANIFEST.json`` (decompressed bytes); a
+    data directory against :data:`CHECKSUMS` (the shared data folder's layout)."""
     directory = resolve_data_dir(data_dir)
     results: dict[str, bool | None] = {}
+    if directory == PACKAGED_DATA_DIR:
+        for relative in packaged_manifest():
+            try:
+                _packaged_bytes(PACKAGED_DATA_DIR / relative)
+            except BenchmarkFilesNotFound:
+                results[relative] = None
+            except BenchmarkDataError:
+                results[relative] = False
+            else:
+                results[relative] = True
+        return results
     for relative, expected in CHECKSUMS.items():
         path = directory / relative
         if not path.is_file():

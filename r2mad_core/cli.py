@@ -140,6 +140,14 @@ def add_cell_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("run cell")
     group.add_argument("--benchmark", required=True, choices=BENCHMARKS, help="benchmark to run")
     group.add_argument("--split", default="test", choices=("test", "train", "all"), help="split (default: test)")
+    group.add_argument(
+        "--split-rule",
+        default="paper",
+        choices=("paper", "authors"),
+        help="which questions form the split: paper (default; the paper's counts, our seeded permutation: the paper "
+        "does not list its items) or authors (the authors' code: random.seed(42), shuffle, first 75%% train; "
+        "Engineering 726/243 instead of the paper's 727/242)",
+    )
     group.add_argument("--method", required=True, choices=sorted(METHODS), help="method (see r2mad_core.methods)")
     group.add_argument("--limit", type=positive_int, default=None, help="first N questions of the split (default: all)")
     group.add_argument("--seed", type=integer, default=0, help="run seed: sampling seed and vote tie-breaks (default: 0)")
@@ -163,8 +171,37 @@ def add_method_arguments(parser: argparse.ArgumentParser) -> None:
         group,
         "--objective-keep",
         dest="objective_keep",
-        choices=("better_half", "lowest_perplexity"),
-        help="MAD-M2 objective masking: keep the better half (default) or the single lowest-perplexity response",
+        choices=("lowest_perplexity", "better_half"),
+        help="MAD-M2 objective masking: keep the single lowest-perplexity response (default; the paper's appendix "
+        "and Tian et al.'s code) or the better half by mean log-probability (ours, an option)",
+    )
+    add_method_option(
+        parser,
+        group,
+        "--round0",
+        dest="round0",
+        choices=("shared", "independent"),
+        help="round 0: shared (default; ours, the paper is silent) = every method replays MAD's round-0 "
+        "generations (paired comparison); independent = this run draws its own round 0 (the paper's separate runs)",
+    )
+    add_method_option(
+        parser,
+        group,
+        "--task-prompt",
+        dest="task_prompt",
+        choices=("paper", "authors"),
+        help="task/debate prompt wording: paper (default; the appendix's one prompt, 'math question' for every "
+        "benchmark) or authors (the authors' code's benchmark-specific wording)",
+    )
+    add_method_option(
+        parser,
+        group,
+        "--experience-reference",
+        dest="experience_reference",
+        choices=("answer", "solution", "none"),
+        help="R2-MAD/ICL-CoT: what of the reference y (Eq. 4) each experience shows: answer (default; ours: the "
+        "letter and option text, or MATH500's final answer), solution (the authors' code: MATH500's full reference "
+        "solution; multiple choice falls back to the answer) or none (y hidden; an ablation)",
     )
     add_method_option(parser, group, "--judge-max-tokens", dest="judge_max_tokens", type=positive_int, help="MAD-M2 subjective judge max tokens (default: --max-tokens)")
     add_method_option(
@@ -261,7 +298,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     method = build_method(args)
     try:
-        samples = benchmarks.load(args.benchmark, args.split, data_dir=args.data_dir)
+        samples = benchmarks.load(args.benchmark, args.split, data_dir=args.data_dir, split_rule=getattr(args, "split_rule", "paper"))
     except (ValueError, FileNotFoundError) as exc:
         raise UsageError(f"cannot load {args.benchmark} {args.split}: {exc}") from None
     # Full preflight before the engine exists: the samples (data files), the run directory's config, the

@@ -71,6 +71,7 @@ logger = logging.getLogger(__name__)
 
 DEBATE_TAG = "debate"
 SUMMARY_TAG = "summary"
+ROUND0_MODES = ("shared", "independent")
 
 
 # --------------------------------------------------------------------------------------------
@@ -88,6 +89,16 @@ class DebateConfig:
     Paper defaults (Appendix A): 3 agents, 3 rounds, temperature 1.0, top_p 1.0; max_tokens is
     6144 in the paper and comes from the profile here. ``seed`` is the run seed
     (``SamplingParams.seed``).
+
+    ``round0`` (the paper is silent; ours): ``shared`` (default) makes every method's round 0 the same
+    requests as MAD's (paired comparison, common random numbers): round-0 debate requests always ask
+    for logprobs, so MAD-M2 objective, which needs them, replays MAD's round 0 too. ``independent``
+    gives the run its own sampling stream (``stream``, set by :func:`r2mad_core.methods.get_method` from
+    the method's name and options): every request's seed differs from every other method's, as in the
+    paper's separate runs.
+
+    ``task_prompt``: ``paper`` (default; the appendix's one task prompt for every benchmark) or ``authors``
+    (the authors' code's benchmark-specific wording, :data:`r2mad_core.prompts.AUTHORS_TASK_TEMPLATES`).
     """
 
     n_agents: int = 3
@@ -102,8 +113,17 @@ class DebateConfig:
     summary_max_tokens: int = 128
     personas: tuple[int, ...] | None = None
     sample_indices: tuple[int, ...] | None = None
+    round0: str = "shared"
+    stream: str = ""
+    task_prompt: str = "paper"
 
     def __post_init__(self) -> None:
+        if self.task_prompt not in prompts.TASK_PROMPT_WORDINGS:
+            raise ValueError(
+                f"DebateConfig.task_prompt: expected one of {prompts.TASK_PROMPT_WORDINGS}, found {self.task_prompt!r}"
+            )
+        if self.round0 not in ROUND0_MODES:
+            raise ValueError(f"DebateConfig.round0: expected one of {ROUND0_MODES}, found {self.round0!r}")
         _check_int("n_agents", self.n_agents, minimum=1)
         _check_int("n_rounds", self.n_rounds, minimum=1)
         _check_int("max_tokens", self.max_tokens, minimum=1)
@@ -143,13 +163,24 @@ class DebateConfig:
                     f"(0..{available - 1}); use at most {available} agents"
                 )
 
-    def sampling_params(self) -> SamplingParams:
+    @property
+    def sampling_seed(self) -> int:
+        """The seed every request carries: the run seed, or with ``round0="independent"`` the run seed mixed
+        with the run's ``stream`` (so no request of this run equals one of another method's run)."""
+        if self.round0 != "independent":
+            return self.seed
+        digest = hashlib.sha256(f"{self.seed}:{self.stream}".encode()).digest()
+        return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+    def sampling_params(self, round_index: int | None = None) -> SamplingParams:
+        """Debate-turn sampling; round 0 asks for logprobs under ``round0="shared"`` (class docstring)."""
+        shared_round0 = round_index == 0 and self.round0 == "shared"
         return SamplingParams(
             temperature=float(self.temperature),
             top_p=float(self.top_p),
             max_tokens=self.max_tokens,
-            seed=self.seed,
-            logprobs=self.logprobs,
+            seed=self.sampling_seed,
+            logprobs=self.logprobs or shared_round0,
         )
 
     def summary_params(self) -> SamplingParams:
@@ -157,7 +188,7 @@ class DebateConfig:
             temperature=float(self.temperature),
             top_p=float(self.top_p),
             max_tokens=self.summary_max_tokens,
-            seed=self.seed,
+            seed=self.sampling_seed,
             logprobs=False,
         )
 
@@ -521,8 +552,8 @@ def run_debate(
     if benchmark is None:
         benchmark = samples[0].benchmark
     states = new_states(samples, benchmark, config)
-    params = config.sampling_params()
     for round_index in range(config.n_rounds):
+        params = config.sampling_params(round_index)
         active = [s for s in states if not s.finished]
         if not active:
             break
@@ -565,7 +596,9 @@ def run_debate(
                 context = (state_contexts[agent] if state_contexts is not None else None) or EMPTY_CONTEXT
                 visible: tuple[int, ...] | None = None
                 if round_index == 0:
-                    user = prompts.task_prompt(state.benchmark, state.question, context.experiences)
+                    user = prompts.task_prompt(
+                        state.benchmark, state.question, context.experiences, wording=config.task_prompt
+                    )
                 else:
                     visible = tuple(visible_all[agent])
                     bad = [j for j in visible if j == agent or not 0 <= j < config.n_agents]
@@ -579,9 +612,13 @@ def run_debate(
                             )
                             for j in visible
                         ]
-                        user = prompts.debate_prompt(state.benchmark, state.question, peers, context.experiences)
+                        user = prompts.debate_prompt(
+                            state.benchmark, state.question, peers, context.experiences, wording=config.task_prompt
+                        )
                     else:
-                        user = prompts.task_prompt(state.benchmark, state.question, context.experiences)
+                        user = prompts.task_prompt(
+                        state.benchmark, state.question, context.experiences, wording=config.task_prompt
+                    )
                 messages = [*state.conversations[agent], {"role": "user", "content": user}]
                 requests.append(
                     Request(

@@ -42,7 +42,7 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     add_method_option(parser, group, "--retrieval-policy", dest="retrieval_policy", choices=RETRIEVAL_POLICIES,
                       help="retrieval policy (default: state_aware, Eq. 5-6; the others are Table 3's ablations)")
     add_method_option(parser, group, "-K", "--top-k", dest="top_k", type=positive_int,
-                      help="experiences retrieved per agent and round (default: 3; the authors' script used 1)")
+                      help="K, experiences retrieved per agent and round (default: 3, ours; not stated in the paper; the authors' script: 1, where lambda_t has no effect)")
     add_method_option(parser, group, "--gamma", dest="gamma", type=_unit_float, help="gamma of Eq. 6 (default: 0.9)")
     add_method_option(parser, group, "--fixed-lambda", dest="fixed_lambda", type=_unit_float,
                       help="lambda of the fixed_lambda policy (default: 0.5)")
@@ -88,7 +88,9 @@ def add_build_memory_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-tokens", type=positive_int, default=512, help="max new tokens per response (paper: 6144)")
     group.add_argument("--summary-max-tokens", type=positive_int, default=128, help="max tokens of a debate summary")
     group.add_argument("--reward-definition", choices=REWARD_DEFINITIONS, default="final_vote",
-                       help="outcome reward r_i (default: final_vote; see r2mad_core.memory)")
+                       help="outcome reward r_i: final_vote (default; ours, our reading of the paper's 'whether a concluded "
+                       "debate reached a good answer'), agent_final (ours) or round_correctness (the authors' code: "
+                       "zeta_i^(t)); see r2mad_core.memory")
     group.add_argument("--state-layout", choices=STATE_LAYOUTS, default="full", help="state text layout (default: full)")
     group.add_argument("--state-encoding", choices=STATE_ENCODINGS, default="text", help="state embedding (default: text)")
     group.add_argument("--debates-dir", type=Path, default=None, metavar="DIR",
@@ -126,7 +128,7 @@ def build_memory_command(args: argparse.Namespace) -> int:
     if (args.out / "manifest.json").exists() and not args.overwrite:
         raise UsageError(f"{args.out} already holds a memory bank (manifest.json); pass --overwrite to rebuild it")
     try:
-        samples = benchmarks.load(args.benchmark, args.split, data_dir=args.data_dir)
+        samples = benchmarks.load(args.benchmark, args.split, data_dir=args.data_dir, split_rule=getattr(args, "split_rule", "paper"))
     except (ValueError, FileNotFoundError) as exc:
         raise UsageError(f"cannot load {args.benchmark} {args.split}: {exc}") from None
     if args.limit is not None:

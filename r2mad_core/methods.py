@@ -19,10 +19,10 @@ from the profile (the paper uses 6144; the default here, 512, suits the CPU prof
 - ``mad_m2``: MAD with memory masking (Tian et al.), before each round t > 0:
   ``masking="objective"`` ranks the previous-round responses by mean token log-probability (higher
   = lower perplexity; the engine returns logprobs because the debate requests set
-  ``SamplingParams(logprobs=True)``). ``objective_keep="better_half"`` (default, Tian et al.) keeps
-  the top ``ceil(n/2)`` responses (2 of 3: for an odd count the middle response is kept);
-  ``objective_keep="lowest_perplexity"`` keeps only the best one (the wording of the paper's
-  Appendix "Comparison of MAD-M2 Masking Strategies"). Ties in mean log-probability go to the lower
+  ``SamplingParams(logprobs=True)``). ``objective_keep="lowest_perplexity"`` (default; the paper's
+  Appendix "Comparison of MAD-M2 Masking Strategies": "retains only the response with the lowest
+  perplexity", as Tian et al.'s code does) keeps only the best one; ``objective_keep="better_half"``
+  (ours, an option) keeps the top ``ceil(n/2)`` responses (2 of 3). Ties in mean log-probability go to the lower
   agent index; a response without logprobs (an engine that cannot return them) or an empty one
   ranks last. ``masking="subjective"``: the same model judges each previous response with
   ``prompts.judge_prompt`` (one batched call per round, tag ``judge``); a ``NO`` verdict masks it,
@@ -30,7 +30,13 @@ from the profile (the paper uses 6144; the default here, 512, suits the CPU prof
   agent; agent i sees the kept responses of the other agents; an agent that sees none re-solves
   with the task prompt (see :mod:`r2mad_core.debate`).
 
-All methods take ``vote_rule`` (``"plurality"`` or ``"authors_majority_correct"``).
+All methods take ``vote_rule`` (``"plurality"`` or ``"authors_majority_correct"``). Every method but
+ICL-CoT takes ``round0`` (``shared``, default, ours: every method starts from MAD's round-0 generations, a
+paired comparison; ``independent``: the run draws its own samples, as the paper's separate runs do; see
+:class:`~r2mad_core.debate.DebateConfig`). R2-MAD and ICL-CoT take ``experience_reference`` (what of y,
+Eq. 4, an experience shows: ``answer``, default, ours; ``solution``, the authors' code; ``none``, ablation).
+Every method takes ``task_prompt``: ``paper`` (default, the appendix's single task prompt) or ``authors``
+(the authors' code's benchmark-specific wording, :data:`r2mad_core.prompts.AUTHORS_TASK_TEMPLATES`).
 
 Registering a method (R2-MAD, ICL-CoT, variants): write a builder with keyword-only options (each
 with a default, values JSON-serialisable: they go to ``config.json``) that returns a
@@ -55,6 +61,7 @@ which the run directory records.
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import math
 from dataclasses import dataclass, field, replace
@@ -78,7 +85,9 @@ logger = logging.getLogger(__name__)
 
 JUDGE_TAG = "judge"
 MASKING_STRATEGIES = ("objective", "subjective")
-OBJECTIVE_KEEP = ("better_half", "lowest_perplexity")
+OBJECTIVE_KEEP = ("lowest_perplexity", "better_half")
+ROUND0_MODES = ("shared", "independent")
+EXPERIENCE_REFERENCES = ("answer", "solution", "none")
 
 
 @dataclass(frozen=True)
@@ -170,6 +179,14 @@ def _sampling(method: str, temperature: Any, top_p: Any, max_tokens: Any) -> dic
     }
 
 
+def _round0(method: str, value: Any) -> str:
+    return _choice_option(method, "round0", value, ROUND0_MODES)
+
+
+def _task_prompt(method: str, value: Any) -> str:
+    return _choice_option(method, "task_prompt", value, prompts.TASK_PROMPT_WORDINGS)
+
+
 def _agents_rounds(method: str, n_agents: Any, n_rounds: Any) -> tuple[int, int]:
     limit = max_agents()
     n_agents = _int_option(method, "n_agents", n_agents, 1)
@@ -186,11 +203,19 @@ def _agents_rounds(method: str, n_agents: Any, n_rounds: Any) -> tuple[int, int]
 # Builders
 # --------------------------------------------------------------------------------------------
 def cot(
-    *, temperature: float = 1.0, top_p: float = 1.0, max_tokens: int = 512, vote_rule: str = "plurality"
+    *,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_tokens: int = 512,
+    vote_rule: str = "plurality",
+    round0: str = "shared",
+    task_prompt: str = "paper",
 ) -> Method:
     """Chain of Thought: one agent (persona 0), one round."""
     sampling = _sampling("cot", temperature, top_p, max_tokens)
-    debate = DebateConfig(n_agents=1, n_rounds=1, personas=(0,), sample_indices=(0,), **sampling)
+    debate = DebateConfig(
+        n_agents=1, n_rounds=1, personas=(0,), sample_indices=(0,), round0=_round0("cot", round0), task_prompt=_task_prompt("cot", task_prompt), **sampling
+    )
     return Method(name="cot", debate=debate, vote_rule=vote_rule)
 
 
@@ -201,12 +226,15 @@ def self_consistency(
     top_p: float = 1.0,
     max_tokens: int = 512,
     vote_rule: str = "plurality",
+    round0: str = "shared",
+    task_prompt: str = "paper",
 ) -> Method:
     """Self-Consistency: k samples of persona 0's task prompt (sample_index 0..k-1), one vote."""
     k = _int_option("self_consistency", "k_paths", k_paths, 1)
     sampling = _sampling("self_consistency", temperature, top_p, max_tokens)
     debate = DebateConfig(
-        n_agents=k, n_rounds=1, personas=(0,) * k, sample_indices=tuple(range(k)), **sampling
+        n_agents=k, n_rounds=1, personas=(0,) * k, sample_indices=tuple(range(k)),
+        round0=_round0("self_consistency", round0), task_prompt=_task_prompt("self_consistency", task_prompt), **sampling,
     )
     return Method(name="self_consistency", debate=debate, vote_rule=vote_rule)
 
@@ -222,6 +250,8 @@ def mad(
     with_summaries: bool = False,
     summary_max_tokens: int = 128,
     vote_rule: str = "plurality",
+    round0: str = "shared",
+    task_prompt: str = "paper",
 ) -> Method:
     """Multi-Agent Debate (Du et al.)."""
     n_agents, n_rounds = _agents_rounds("mad", n_agents, n_rounds)
@@ -232,6 +262,7 @@ def mad(
         stop_at_unanimity=bool(stop_at_unanimity),
         with_summaries=bool(with_summaries),
         summary_max_tokens=_int_option("mad", "summary_max_tokens", summary_max_tokens, 1),
+        round0=_round0("mad", round0), task_prompt=_task_prompt("mad", task_prompt),
         **sampling,
     )
     return Method(name="mad", debate=debate, vote_rule=vote_rule)
@@ -240,7 +271,7 @@ def mad(
 def mad_m2(
     *,
     masking: str = "objective",
-    objective_keep: str = "better_half",
+    objective_keep: str = "lowest_perplexity",
     judge_max_tokens: int | None = None,
     n_agents: int = 3,
     n_rounds: int = 3,
@@ -249,6 +280,8 @@ def mad_m2(
     max_tokens: int = 512,
     stop_at_unanimity: bool = True,
     vote_rule: str = "plurality",
+    round0: str = "shared",
+    task_prompt: str = "paper",
 ) -> Method:
     """MAD with memory masking (Tian et al.); ``masking`` is ``objective`` or ``subjective``."""
     masking = _choice_option("mad_m2", "masking", masking, MASKING_STRATEGIES)
@@ -263,6 +296,7 @@ def mad_m2(
         n_rounds=n_rounds,
         stop_at_unanimity=bool(stop_at_unanimity),
         logprobs=masking == "objective",
+        round0=_round0("mad_m2", round0), task_prompt=_task_prompt("mad_m2", task_prompt),
         **sampling,
     )
     selector: PeerSelector
@@ -276,7 +310,7 @@ def mad_m2(
 # --------------------------------------------------------------------------------------------
 # MAD-M2 masking
 # --------------------------------------------------------------------------------------------
-def kept_by_logprob(mean_logprobs: Sequence[float | None], keep: str = "better_half") -> list[int]:
+def kept_by_logprob(mean_logprobs: Sequence[float | None], keep: str = "lowest_perplexity") -> list[int]:
     """Indices of the responses kept by objective masking (module docstring), in agent order."""
     n = len(mean_logprobs)
     if n == 0:
@@ -296,7 +330,7 @@ def _visible(kept: Sequence[int], n_agents: int) -> tuple[tuple[int, ...], ...]:
 class ObjectiveMasking:
     """Keep the previous-round responses with the best mean token log-probability."""
 
-    keep: str = "better_half"
+    keep: str = "lowest_perplexity"
 
     def select_peers(
         self, round_index: int, states: Sequence[DebateState], engine: Engine, config: Any
@@ -329,7 +363,7 @@ class SubjectiveMasking:
         self, round_index: int, states: Sequence[DebateState], engine: Engine, config: DebateConfig
     ) -> list[PeerSelection]:
         params = SamplingParams(
-            temperature=float(config.temperature), top_p=float(config.top_p), max_tokens=self.max_tokens, seed=config.seed
+            temperature=float(config.temperature), top_p=float(config.top_p), max_tokens=self.max_tokens, seed=config.sampling_seed
         )
         requests = []
         for state in states:
@@ -400,6 +434,7 @@ def r2mad(
     peer_response_round: str = "case",
     embedder: str | None = None,
     max_experience_chars: int | None = None,
+    experience_reference: str = "answer",
     poison_fraction: float = 0.0,
     poison_seed: int = 0,
     n_agents: int = 3,
@@ -410,17 +445,21 @@ def r2mad(
     stop_at_unanimity: bool = True,
     summary_max_tokens: int = 128,
     vote_rule: str = "plurality",
+    round0: str = "shared",
+    task_prompt: str = "paper",
 ) -> Method:
     """R2-MAD (Section 4): MAD with debate summaries + the memory/confidence round hook.
 
     ``memory``: a bank directory (``r2mad build-memory``). ``use_memory=False`` is "w/o Memory" (no
     experiences shown, confidence still estimated), ``use_confidence=False`` "w/o Confidence".
-    ``retrieval_policy`` one of the Table 3 policies; ``top_k`` = K (the authors' script: 1; with K = 1
-    lambda_t has no effect); ``gamma`` (Eq. 6); ``fixed_lambda`` for the fixed_lambda policy; ``w_high``/``w_low``
+    ``retrieval_policy`` one of the Table 3 policies; ``top_k`` = K (not stated in the paper; the authors'
+    run script uses 1, where lambda_t has no effect; default 3 is ours); ``gamma`` (Eq. 6); ``fixed_lambda`` for the fixed_lambda policy; ``w_high``/``w_low``
     thresholds; ``confidence_label``/``confidence_pool``/``peer_response_round`` select the authors'-code
     confidence variants (see r2mad_core.confidence); ``embedder`` None = the bank's own;
     ``max_experience_chars`` shortens each past response shown (None: in full; small-context models);
-    ``poison_fraction`` flips the labels of that share of the cases (poisoned-memory experiment).
+    ``experience_reference`` what of y (Eq. 4) each experience shows (``answer``: ours, default; ``solution``:
+    the authors' code, MATH500's full reference solution; ``none``: y hidden, an ablation);
+    ``round0`` see the module docstring; ``poison_fraction`` flips the labels of that share of the cases (poisoned-memory experiment).
     """
     name = "r2mad"
     memory = _memory_option(name, memory)
@@ -440,6 +479,7 @@ def r2mad(
     experience_chars = None if max_experience_chars is None else _int_option(
         name, "max_experience_chars", max_experience_chars, 1
     )
+    reference = _choice_option(name, "experience_reference", experience_reference, EXPERIENCE_REFERENCES)
     poison = _float_option(name, "poison_fraction", poison_fraction, 0.0, 1.0)
     poison_seed = _int_option(name, "poison_seed", poison_seed, 0)
     debate = DebateConfig(
@@ -448,12 +488,13 @@ def r2mad(
         stop_at_unanimity=bool(stop_at_unanimity),
         with_summaries=True,
         summary_max_tokens=_int_option(name, "summary_max_tokens", summary_max_tokens, 1),
+        round0=_round0(name, round0), task_prompt=_task_prompt(name, task_prompt),
         **sampling,
     )
 
     def make_hook(context: RunContext) -> RoundHook:
         from r2mad_core.confidence import ConfidenceConfig
-        from r2mad_core.r2mad import R2MadHook, R2MadSettings, load_memory
+        from r2mad_core.r2mad import R2MadHook, R2MadSettings, load_memory, reference_solutions
         from r2mad_core.retrieval import RetrievalConfig
 
         bank_set, bank_embedder = load_memory(memory, context.benchmark, embedder, poison, poison_seed)
@@ -466,8 +507,10 @@ def r2mad(
             use_confidence=bool(use_confidence),
             seed=context.seed,
             max_experience_chars=experience_chars,
+            experience_reference=reference,
         )
-        return R2MadHook(bank_set, bank_embedder, settings)
+        solutions = reference_solutions(context.benchmark, context.data_dir) if reference == "solution" else None
+        return R2MadHook(bank_set, bank_embedder, settings, solutions=solutions)
 
     return Method(name=name, debate=debate, vote_rule=vote_rule, make_hook=make_hook, inputs=_memory_inputs(memory))
 
@@ -479,29 +522,37 @@ def icl_cot(
     match: str = "question",
     embedder: str | None = None,
     max_experience_chars: int | None = None,
+    experience_reference: str = "answer",
     temperature: float = 1.0,
     top_p: float = 1.0,
     max_tokens: int = 512,
     vote_rule: str = "plurality",
+    task_prompt: str = "paper",
 ) -> Method:
     """ICL-CoT (Appendix, Table 7): CoT (persona 0, one round) with ``top_k`` experiences of agent 0's bank
     retrieved by question similarity as in-context examples (``match="state"``: the authors' variant,
-    question vs stored state embeddings)."""
+    question vs stored state embeddings). ``experience_reference`` as for R2-MAD."""
     name = "icl_cot"
     memory = _memory_option(name, memory)
+    reference = _choice_option(name, "experience_reference", experience_reference, EXPERIENCE_REFERENCES)
     k = _int_option(name, "top_k", top_k, 1)
     match = _choice_option(name, "match", match, ("question", "state"))
     experience_chars = None if max_experience_chars is None else _int_option(
         name, "max_experience_chars", max_experience_chars, 1
     )
     sampling = _sampling(name, temperature, top_p, max_tokens)
-    debate = DebateConfig(n_agents=1, n_rounds=1, personas=(0,), sample_indices=(0,), **sampling)
+    debate = DebateConfig(
+        n_agents=1, n_rounds=1, personas=(0,), sample_indices=(0,), task_prompt=_task_prompt(name, task_prompt),
+        **sampling,
+    )
 
     def make_hook(context: RunContext) -> RoundHook:
-        from r2mad_core.r2mad import IclCotHook, load_memory
+        from r2mad_core.r2mad import IclCotHook, load_memory, reference_solutions
 
         bank_set, bank_embedder = load_memory(memory, context.benchmark, embedder)
-        return IclCotHook(bank_set, bank_embedder, top_k=k, match=match, max_experience_chars=experience_chars)
+        solutions = reference_solutions(context.benchmark, context.data_dir) if reference == "solution" else None
+        return IclCotHook(bank_set, bank_embedder, top_k=k, match=match, max_experience_chars=experience_chars,
+                          experience_reference=reference, solutions=solutions)
 
     return Method(name=name, debate=debate, vote_rule=vote_rule, make_hook=make_hook, inputs=_memory_inputs(memory))
 
@@ -548,4 +599,10 @@ def get_method(name: str, **options: Any) -> Method:
         raise ValueError(f"method {name!r}: {exc}") from None
     bound.apply_defaults()
     method = builder(**bound.arguments)
+    if method.debate.round0 == "independent":
+        # The run's own sampling stream: the method and every option that is not round0 (so R2-MAD and each
+        # ablation draw different samples, as separate runs do).
+        identity = {k: v for k, v in bound.arguments.items() if k != "round0"}
+        stream = name + ":" + json.dumps(identity, sort_keys=True, default=str)
+        method = replace(method, debate=replace(method.debate, stream=stream))
     return replace(method, options=dict(bound.arguments))

@@ -168,6 +168,59 @@ DEBATE_TEMPLATE = (
     "<question>\n{QUESTION}\n</question>\n\n"
     "{FORMAT}"
 )
+# ``task_prompt="authors"``: the benchmark-specific wording of the authors' public code (KylJin/R2-MAD,
+# src/prompts.py, TASK_PROMPT and DEBATE_PROMPT), verbatim. The paper's appendix gives one task prompt ("math
+# question" for every benchmark, only the answer format differs): that is the default, ``task_prompt="paper"``.
+TASK_PROMPT_WORDINGS = ("paper", "authors")
+_AUTHORS_MC_FORMAT = "Provide the final answer in double parentheses at the end of your response: The answer is ((answer))."
+_AUTHORS_MATH_FORMAT = (
+    "Provide the final answer in the following format at the end of your response: The answer is \\boxed{{answer}}."
+)
+AUTHORS_TASK_TEMPLATES: dict[str, str] = {
+    "math500": (
+        "Can you solve the following math question as accurately as possible?\n\n"
+        "<question>\n{QUESTION}\n</question>\n\n"
+        "Present your analysis concisely using only essential reasoning steps. " + _AUTHORS_MATH_FORMAT
+    ),
+    "mmlu_pro_engineering": (
+        "Please analyze the following engineering question:\n\n"
+        "<question>\n{QUESTION}\n</question>\n\n"
+        "Present your analysis concisely using only essential reasoning steps and select the correct answer. "
+        + _AUTHORS_MC_FORMAT
+    ),
+    "mmlu_pro_economics": (
+        "Please analyze the following economics question:\n\n"
+        "<question>\n{QUESTION}\n</question>\n\n"
+        "Present your analysis concisely using only essential reasoning steps and select the correct answer. "
+        + _AUTHORS_MC_FORMAT
+    ),
+    "truthfulqa": (
+        "Please carefully evaluate the following question and select the most truthful answer:\n\n"
+        "<question>\n{QUESTION}\n</question>\n\n"
+        "Be wary of options that sound plausible but reflect common misconceptions. Present your analysis concisely "
+        "and focus only on what is factually accurate. " + _AUTHORS_MC_FORMAT
+    ),
+}
+_AUTHORS_DEBATE_OPENING = (
+    "Use the solutions from other agents as additional information, can you give an updated answer? "
+    "The original question is: \n\n<question>\n{QUESTION}\n</question>\n\n"
+)
+AUTHORS_DEBATE_TEMPLATES: dict[str, str] = {
+    "math500": _AUTHORS_DEBATE_OPENING + _AUTHORS_MATH_FORMAT,
+    "mmlu_pro_engineering": _AUTHORS_DEBATE_OPENING
+    + "Provide the final answer in the following format at the end of your response: The answer is ((answer)).",
+    "mmlu_pro_economics": _AUTHORS_DEBATE_OPENING
+    + "Provide the final answer in the following format at the end of your response: The answer is ((answer)).",
+    "truthfulqa": _AUTHORS_DEBATE_OPENING + _AUTHORS_MC_FORMAT,
+}
+
+
+def _wording(wording: str) -> str:
+    if wording not in TASK_PROMPT_WORDINGS:
+        raise ValueError(f"task_prompt must be one of {TASK_PROMPT_WORDINGS}, found {wording!r}")
+    return wording
+
+
 SUMMARY_TEMPLATE = """You are an expert analyst observing a multi-agent debate. Your task is to generate a concise debate summary that captures the key dynamics of the current round.
 
 Given Information:
@@ -270,7 +323,10 @@ class ExperienceView:
 
     ``response``/``answer``/``correct`` are the agent's own z_i and zeta_i in that past debate;
     ``outcome_correct`` is the debate's outcome reward r_i; ``summary`` and ``consensus_ratio`` are h and Cons
-    of the past debate state (Eq. 2).
+    of the past debate state (Eq. 2); ``reference`` is y, the question's reference answer (multiple choice:
+    the letter and the option text; MATH500: the final answer) or, with ``reference_is_solution``, the full
+    reference solution (the authors' code shows it). Empty: y is not shown (the ``experience_reference="none"``
+    ablation). The paper gives no rendering of an experience; the tags below are ours.
     """
 
     question: str
@@ -280,6 +336,8 @@ class ExperienceView:
     outcome_correct: bool
     summary: str = ""
     consensus_ratio: float | None = None
+    reference: str = ""
+    reference_is_solution: bool = False
 
 
 @dataclass
@@ -349,6 +407,9 @@ def format_experiences(experiences: Sequence[ExperienceView], max_response_chars
         lines.append(f"<your_response>\n{response}\n</your_response>")
         lines.append(f"<your_answer>{e.answer if e.answer is not None else 'none'}</your_answer>")
         lines.append(f"<your_answer_was>{'correct' if e.correct else 'incorrect'}</your_answer_was>")
+        if e.reference:
+            tag = "reference_solution" if e.reference_is_solution else "reference_answer"
+            lines.append(f"<{tag}>\n{e.reference}\n</{tag}>")
         lines.append(
             f"<debate_outcome>{'correct' if e.outcome_correct else 'incorrect'}</debate_outcome>"
         )
@@ -362,9 +423,16 @@ def task_prompt(
     question: str,
     experiences: Sequence[ExperienceView] = (),
     max_response_chars: int | None = None,
+    wording: str = "paper",
 ) -> str:
-    """Round-0 / CoT user turn (Appendix "Task Prompt"); ICL-CoT passes ``experiences`` as in-context examples."""
-    text = TASK_TEMPLATE.format(QUESTION=question, FORMAT=answer_format(benchmark))
+    """Round-0 / CoT user turn (Appendix "Task Prompt"); ICL-CoT passes ``experiences`` as in-context examples.
+
+    ``wording="authors"``: the authors' code's benchmark-specific task prompt (:data:`AUTHORS_TASK_TEMPLATES`)."""
+    if _wording(wording) == "authors":
+        _check_benchmark(benchmark)
+        text = AUTHORS_TASK_TEMPLATES[benchmark].format(QUESTION=question)
+    else:
+        text = TASK_TEMPLATE.format(QUESTION=question, FORMAT=answer_format(benchmark))
     if experiences:
         text = format_experiences(experiences, max_response_chars) + text
     return text
@@ -391,9 +459,15 @@ def debate_prompt(
     peers: Sequence[PeerResponse],
     experiences: Sequence[ExperienceView] = (),
     max_response_chars: int | None = None,
+    wording: str = "paper",
 ) -> str:
-    """Round-t user turn (t > 0): [experiences] + peers' responses Z^(t-1) (+ annotations) + the appendix text."""
-    text = DEBATE_TEMPLATE.format(QUESTION=question, FORMAT=answer_format(benchmark))
+    """Round-t user turn (t > 0): [experiences] + peers' responses Z^(t-1) (+ annotations) + the appendix text
+    (``wording="authors"``: :data:`AUTHORS_DEBATE_TEMPLATES`)."""
+    if _wording(wording) == "authors":
+        _check_benchmark(benchmark)
+        text = AUTHORS_DEBATE_TEMPLATES[benchmark].format(QUESTION=question)
+    else:
+        text = DEBATE_TEMPLATE.format(QUESTION=question, FORMAT=answer_format(benchmark))
     text = format_peers(peers) + text
     if experiences:
         text = format_experiences(experiences, max_response_chars) + text
@@ -460,6 +534,7 @@ def _parse_experiences(text: str) -> tuple[list[ExperienceView], str]:
     for body in _EXPERIENCE.findall(m.group(1)):
         cons = _tag(body, "consensus_ratio")
         answer = _tag(body, "your_answer")
+        solution = _tag(body, "reference_solution")
         views.append(
             ExperienceView(
                 question=_tag(body, "question") or "",
@@ -469,6 +544,8 @@ def _parse_experiences(text: str) -> tuple[list[ExperienceView], str]:
                 outcome_correct=_tag(body, "debate_outcome") == "correct",
                 summary=_tag(body, "debate_summary") or "",
                 consensus_ratio=float(cons) if cons else None,
+                reference=(solution if solution is not None else _tag(body, "reference_answer")) or "",
+                reference_is_solution=solution is not None,
             )
         )
     return views, text[m.end():]

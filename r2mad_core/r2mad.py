@@ -86,19 +86,52 @@ class R2MadSettings:
     seed: int = 0
     batch_size: int = 32
     max_experience_chars: int | None = None  # truncate each shown past response (None: in full, as the paper)
+    experience_reference: str = "answer"  # y in each shown experience: answer | solution | none (reference_text)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def experience_view(case: MemoryCase, max_response_chars: int | None = None) -> prompts.ExperienceView:
-    """A memory case as the agent sees it: its own response, answer and correctness, the debate outcome.
+EXPERIENCE_REFERENCES = ("answer", "solution", "none")
+
+
+def reference_text(case: MemoryCase, mode: str = "answer", solutions: Mapping[str, str] | None = None) -> str:
+    """y of Eq. 4 as shown in an experience (``experience_reference`` option).
+
+    ``answer`` (our default; the paper's e carries y but gives no rendering): multiple choice shows the letter and
+    the option text (``B. <text>``, read from the question's option lines), MATH500 the reference final answer.
+    ``solution`` (the authors' code): the full reference solution from ``solutions`` (sample id -> text; MATH500
+    has one; multiple choice falls back to the answer). ``none``: nothing (y hidden; an ablation).
+    """
+    if mode not in EXPERIENCE_REFERENCES:
+        raise ValueError(f"experience_reference must be one of {EXPERIENCE_REFERENCES}, found {mode!r}")
+    if mode == "none":
+        return ""
+    if mode == "solution" and solutions and solutions.get(case.sample_id, "").strip():
+        return solutions[case.sample_id].strip()
+    if case.num_options:  # multiple choice: the option line "B. text" of the question
+        prefix = f"{case.gold}. "
+        for line in case.state.question.splitlines():
+            if line.startswith(prefix):
+                return line.strip()
+    return case.gold
+
+
+def experience_view(
+    case: MemoryCase,
+    max_response_chars: int | None = None,
+    reference: str = "answer",
+    solutions: Mapping[str, str] | None = None,
+) -> prompts.ExperienceView:
+    """A memory case e = <s, Z, y, zeta, r> (Eq. 4) as the agent sees it: its own response, answer and
+    correctness, the reference y (:func:`reference_text`), the debate outcome.
 
     ``max_response_chars`` shortens the past response (small-context models), marking the cut with "[...]".
     """
     response = case.response
     if max_response_chars is not None and len(response) > max_response_chars:
         response = response[:max_response_chars].rstrip() + " [...]"
+    shown = reference_text(case, reference, solutions)
     return prompts.ExperienceView(
         question=case.state.question,
         response=response,
@@ -107,7 +140,20 @@ def experience_view(case: MemoryCase, max_response_chars: int | None = None) -> 
         outcome_correct=bool(case.reward),
         summary=case.state.previous_summary,
         consensus_ratio=case.state.consensus_ratio,
+        reference=shown,
+        reference_is_solution=reference == "solution" and bool(solutions and solutions.get(case.sample_id, "").strip()),
     )
+
+
+def reference_solutions(benchmark: str, data_dir: Any = None) -> dict[str, str]:
+    """Sample id -> reference solution for ``experience_reference="solution"`` (MATH500; others: empty)."""
+    from r2mad_core import benchmarks
+
+    return {
+        s.id: str(s.metadata.get("solution") or "")
+        for s in benchmarks.load(benchmark, "all", data_dir)
+        if s.metadata.get("solution")
+    }
 
 
 def _finite_or_none(values: Sequence[float]) -> list[float | None]:
@@ -117,8 +163,10 @@ def _finite_or_none(values: Sequence[float]) -> list[float | None]:
 class R2MadHook:
     """The R2-MAD :class:`~r2mad_core.debate.RoundHook` (module docstring)."""
 
-    def __init__(self, bank_set: MemoryBankSet, embedder: Embedder, settings: R2MadSettings = R2MadSettings()) -> None:
+    def __init__(self, bank_set: MemoryBankSet, embedder: Embedder, settings: R2MadSettings = R2MadSettings(),
+                 solutions: Mapping[str, str] | None = None) -> None:
         bank_set.check_compatible(embedder)
+        self.solutions = dict(solutions or {})  # experience_reference="solution": sample id -> reference solution
         self.bank_set = bank_set
         self.embedder = embedder if isinstance(embedder, CachedEmbedder) else CachedEmbedder(embedder)
         self.settings = settings
@@ -237,7 +285,9 @@ class R2MadHook:
             "confidence_shown": s.use_confidence,
         }
         return AgentRoundContext(
-            experiences=tuple(experience_view(c, s.max_experience_chars) for c in cases) if s.use_memory else (),
+            experiences=tuple(
+                experience_view(c, s.max_experience_chars, s.experience_reference, self.solutions) for c in cases
+            ) if s.use_memory else (),
             peer_confidence={j: labels[j] for j in peers} if s.use_confidence else {},
             record=record,
         )
@@ -252,7 +302,8 @@ class IclCotHook:
     """
 
     def __init__(self, bank_set: MemoryBankSet, embedder: Embedder, top_k: int = 3, match: str = "question",
-                 bank_agent: int = 0, batch_size: int = 32, max_experience_chars: int | None = None) -> None:
+                 bank_agent: int = 0, batch_size: int = 32, max_experience_chars: int | None = None,
+                 experience_reference: str = "answer", solutions: Mapping[str, str] | None = None) -> None:
         if match not in ("question", "state"):
             raise ValueError(f"ICL-CoT match must be 'question' or 'state', found {match!r}")
         if top_k < 1:
@@ -265,6 +316,8 @@ class IclCotHook:
         self.bank = bank_set[bank_agent]
         self.batch_size = batch_size
         self.max_experience_chars = max_experience_chars
+        self.experience_reference = experience_reference
+        self.solutions = dict(solutions or {})
         self._bank_samples = {c.sample_id for c in self.bank.cases}
         if match == "question":
             latest: dict[str, int] = {}
@@ -301,7 +354,9 @@ class IclCotHook:
                 "case_indices": picked,
                 "similarities": _finite_or_none(result.similarities[row][: len(picked)]),
             }
-            views = tuple(experience_view(c, self.max_experience_chars) for c in cases)
+            views = tuple(
+                experience_view(c, self.max_experience_chars, self.experience_reference, self.solutions) for c in cases
+            )
             out.append([AgentRoundContext(experiences=views, record=record)] * state.n_agents)
         return out
 

@@ -194,12 +194,41 @@ def test_truthfulqa_option_shuffle_is_per_question_and_fixed() -> None:
 def test_describe_splits(data_dir: Path) -> None:
     table = describe_splits(data_dir)
     assert len(table) == 12
-    assert list(table.columns) == ["benchmark", "split", "n", "paper_n", "composition"]
+    assert list(table.columns) == ["benchmark", "split", "n", "paper_n", "authors_rule_n", "composition"]
     assert (table["n"] == table["paper_n"]).all()
+    authors = {(r.benchmark, r.split): r.authors_rule_n for r in table.itertuples()}
+    assert authors[("mmlu_pro_engineering", "train")] == 726 and authors[("mmlu_pro_engineering", "test")] == 243
     row = table[(table.benchmark == "math500") & (table.split == "test")].iloc[0]
     assert row["composition"] == "level 5:134"
     row = table[(table.benchmark == "truthfulqa") & (table.split == "all")].iloc[0]
     assert row["composition"] == "options 4:219 5:192 6:135 7:65 8:36 9:17"
+
+
+def test_authors_split_rule_reproduces_random_seed_42(data_dir: Path) -> None:
+    """split_rule="authors": Python's random.seed(42), shuffle (TruthfulQA: after one option shuffle per question),
+    first int(0.75 n) train -- the authors' prepare_data.py, replayed here on the questions in file order."""
+    import random
+
+    for name, (n_train, n_test) in {"mmlu_pro_economics": (633, 211), "mmlu_pro_engineering": (726, 243),
+                                    "truthfulqa": (498, 166), "math500": (366, 134)}.items():
+        train = load(name, "train", data_dir, split_rule="authors")
+        test = load(name, "test", data_dir, split_rule="authors")
+        assert (len(train), len(test)) == (n_train, n_test), name
+        assert not {s.id for s in train} & {s.id for s in test}
+    in_file_order = sorted(load("mmlu_pro_engineering", "all", data_dir), key=lambda s: s.metadata["question_id"])
+    rng = random.Random(42)
+    rng.shuffle(in_file_order)
+    assert [s.id for s in load("mmlu_pro_engineering", "train", data_dir, split_rule="authors")] == [
+        s.id for s in in_file_order[:726]
+    ]
+    tqa = sorted(load("truthfulqa", "all", data_dir), key=lambda s: s.metadata["index"])
+    rng = random.Random(42)
+    for sample in tqa:
+        rng.shuffle(list(sample.choices))
+    rng.shuffle(tqa)
+    assert [s.id for s in load("truthfulqa", "test", data_dir, split_rule="authors")] == [s.id for s in tqa[498:]]
+    with pytest.raises(ValueError, match="split_rule"):
+        load("truthfulqa", "test", data_dir, split_rule="ours")
 
 
 def test_checksums_of_shared_files(data_dir: Path) -> None:

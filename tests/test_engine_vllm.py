@@ -90,8 +90,8 @@ def test_one_chat_call_per_batch_with_per_request_sampling_params() -> None:
     assert call["kwargs"] == {"use_tqdm": False}
     kwargs = [s.kwargs for s in call["sampling"]]
     assert kwargs[0] == {"n": 1, "temperature": 1.0, "top_p": 1.0, "max_tokens": 6144,
-                         "seed": backend_seed(batch[0]), "logprobs": None}
-    assert kwargs[1]["logprobs"] == 1 and kwargs[1]["seed"] == backend_seed(batch[1]) != kwargs[0]["seed"]
+                         "seed": backend_seed(batch[0], engine.identity, engine.model), "logprobs": None}
+    assert kwargs[1]["logprobs"] == 1 and kwargs[1]["seed"] == backend_seed(batch[1], engine.identity, engine.model) != kwargs[0]["seed"]
     assert [c.text for c in out] == ["The answer is ((B)).", "The answer is ((B)).", "The answer is"]
     assert [c.finish_reason for c in out] == ["stop", "stop", "length"]
     assert [(c.prompt_tokens, c.completion_tokens) for c in out] == [(8, 3), (8, 3), (6, 2)]

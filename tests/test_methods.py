@@ -61,7 +61,8 @@ def test_bad_options_are_rejected_with_the_reason(name, options, message):
 
 def test_options_are_stored_with_defaults_for_the_config_file():
     method = get_method("self_consistency", k_paths=6)
-    assert method.options == {"k_paths": 6, "temperature": 1.0, "top_p": 1.0, "max_tokens": 512, "vote_rule": "plurality"}
+    assert method.options == {"k_paths": 6, "temperature": 1.0, "top_p": 1.0, "max_tokens": 512, "vote_rule": "plurality",
+                              "round0": "shared", "task_prompt": "paper"}
     assert method.to_dict()["debate"]["personas"] == [0] * 6
     assert method.to_dict()["debate"]["sample_indices"] == [0, 1, 2, 3, 4, 5]
     assert "masking" in method_options("mad_m2")
@@ -107,14 +108,17 @@ def test_self_consistency_is_one_call_of_k_requests():
 # MAD-M2 objective masking
 # ----------------------------------------------------------------------------------------------
 def test_kept_by_logprob_better_half_and_ties():
-    assert kept_by_logprob([-0.2, -1.5, -0.7]) == [0, 2]  # ceil(3/2) = 2 best kept
+    half = "better_half"
+    assert kept_by_logprob([-0.2, -1.5, -0.7], keep=half) == [0, 2]  # ceil(3/2) = 2 best kept
     assert kept_by_logprob([-0.2, -1.5, -0.7], keep="lowest_perplexity") == [0]
-    assert kept_by_logprob([-1.0, -1.0, -1.0]) == [0, 1]  # ties -> lower agent index
-    assert kept_by_logprob([-3.0, -1.0, -1.0, -0.5]) == [1, 3]  # 2 of 4; tie at -1.0 -> agent 1
+    assert kept_by_logprob([-0.2, -1.5, -0.7]) == [0]  # the paper's rule is the default
+    assert kept_by_logprob([-1.0, -1.0, -1.0], keep=half) == [0, 1]  # ties -> lower agent index
+    assert kept_by_logprob([-1.0, -1.0, -1.0]) == [0]
+    assert kept_by_logprob([-3.0, -1.0, -1.0, -0.5], keep=half) == [1, 3]  # 2 of 4; tie at -1.0 -> agent 1
     # A response without logprobs (None) or NaN ranks last; between two of them the lower index wins.
-    assert kept_by_logprob([None, -5.0, float("nan")]) == [0, 1]
-    assert kept_by_logprob([None, -5.0, -6.0]) == [1, 2]
-    assert kept_by_logprob([float("-inf"), -5.0, -6.0]) == [1, 2]
+    assert kept_by_logprob([None, -5.0, float("nan")], keep=half) == [0, 1]
+    assert kept_by_logprob([None, -5.0, -6.0], keep=half) == [1, 2]
+    assert kept_by_logprob([float("-inf"), -5.0, -6.0], keep=half) == [1, 2]
     assert kept_by_logprob([]) == []
 
 
@@ -127,7 +131,7 @@ def test_objective_masking_hides_the_worst_response_from_everyone():
         return Completion(text=text, prompt_tokens=5, completion_tokens=2, logprobs=logprob[persona])
 
     engine = ScriptedEngine(respond)
-    method = get_method("mad_m2", masking="objective", n_rounds=2)
+    method = get_method("mad_m2", masking="objective", objective_keep="better_half", n_rounds=2)
     states = run_debate([mc_sample("q")], engine, method.debate, peer_selector=method.make_peer_selector(None))
     assert engine.calls == 2  # no extra call for objective masking
     round1 = engine.batches[1]
@@ -196,7 +200,7 @@ def test_mean_logprob_of_an_empty_completion_is_minus_infinity():
     method = get_method("mad_m2", n_rounds=2)
     states = run_debate([mc_sample("a")], engine, method.debate, peer_selector=method.make_peer_selector(None))
     assert states[0].rounds[0].turns[0].mean_logprob == -math.inf
-    assert states[0].rounds[1].masking["kept"] == [1, 2]
+    assert states[0].rounds[1].masking["kept"] == [1]  # agents 1 and 2 tie at -1.0: the lower index
 
 
 def test_objective_masking_with_the_simulated_engine_logprobs():
@@ -210,7 +214,22 @@ def test_objective_masking_with_the_simulated_engine_logprobs():
             means = r.masking["mean_logprob"]
             assert all(m is not None and m <= 0 for m in means)
             assert r.masking["kept"] == kept_by_logprob(means)
-            assert len(r.masking["kept"]) == 2
+            assert len(r.masking["kept"]) == 1
             assert [t.visible_peers for t in r.turns] == [
                 tuple(j for j in r.masking["kept"] if j != i) for i in range(3)
             ]
+
+
+def test_mad_m2_objective_default_keeps_only_the_lowest_perplexity_response():
+    """The paper's appendix (and Tian et al.'s code): objective masking retains only the lowest-perplexity response."""
+    assert get_method("mad_m2").options["objective_keep"] == "lowest_perplexity"
+    logprob = {0: [-0.1, -0.3], 1: [-2.0, -3.0], 2: [-0.5, -0.7]}  # means -0.2, -2.5, -0.6
+
+    def respond(question, persona, t, request):
+        return Completion(text=mc_answer("ABC"[persona]), logprobs=logprob[persona])
+
+    engine = ScriptedEngine(respond)
+    method = get_method("mad_m2", n_rounds=2)
+    states = run_debate([mc_sample("q")], engine, method.debate, peer_selector=method.make_peer_selector(None))
+    assert states[0].rounds[1].masking["kept"] == [0]
+    assert [t.visible_peers for t in states[0].rounds[1].turns] == [(), (0,), (0,)]

