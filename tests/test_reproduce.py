@@ -32,12 +32,63 @@ PAPER_POLICIES = {
 }
 
 
-def test_the_four_profiles_ship_and_validate() -> None:
-    assert profile_names() == ["cpu", "paper", "sim", "tiny"]
+def test_the_five_profiles_ship_and_validate(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("R2MAD_API_MODEL", "some-model")
+    assert profile_names() == ["api", "cpu", "paper", "sim", "tiny"]
     for name in profile_names():
         profile = load_profile(name)
         assert profile.name == name
-        assert set(profile.fields) == set(reproduce.TOP_LEVEL_FIELDS)
+        assert set(profile.fields) - set(reproduce.OPTIONAL_FIELDS) == set(reproduce.TOP_LEVEL_FIELDS)
+
+
+def test_api_profile_is_the_papers_protocol_on_a_subset_with_the_model_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("R2MAD_API_MODEL", raising=False)
+    with pytest.raises(ProfileError, match=r"field 'models\[0\]\.label' uses \$\{R2MAD_API_MODEL\}, but the environment "
+                       r"variable R2MAD_API_MODEL is not set"):
+        load_profile("api")
+    monkeypatch.setenv("R2MAD_API_MODEL", "gpt-4o-mini")
+    p = load_profile("api")
+    paper = load_profile("paper")
+    for key in ("num_agents", "num_rounds", "temperature", "top_p", "max_tokens", "summary_max_tokens",
+                "max_experience_chars", "top_k", "gamma", "w_high", "w_low", "sc_paths", "retrieval_policies",
+                "benchmarks", "poison_fractions", "cost_benchmark"):
+        assert p[key] == paper[key], key
+    assert (p["test_limit"], p["train_limit"]) == (20, 40)
+    assert p["api_budget"] is True
+    [model] = p["models"]
+    # the real model's name is the label in every table and part of every run key
+    assert (model["label"], model["model"], model["engine"]) == ("gpt-4o-mini", "gpt-4o-mini", "openai")
+    assert (model["base_url_env"], model["api_key_env"]) == ("R2MAD_API_BASE_URL", "R2MAD_API_KEY")
+    assert [e["stand_in"] for e in p["large_models"]] == ["gpt-4o-mini", "gpt-4o-mini"]
+    assert p["retrieval_models"] == p["icl_models"] == ["gpt-4o-mini"]
+
+
+def test_api_endpoints_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("R2MAD_API_MODEL", "m")
+    monkeypatch.delenv("R2MAD_API_BASE_URL", raising=False)
+    profile = load_profile("api")
+    with pytest.raises(ProfileError, match="R2MAD_API_BASE_URL is not set"):
+        reproduce.guarded_endpoints(profile)
+    monkeypatch.setenv("R2MAD_API_BASE_URL", "http://a:1/v1, http://b:2/v1")
+    assert reproduce.guarded_endpoints(profile) == {"R2MAD_API_BASE_URL": ["http://a:1/v1", "http://b:2/v1"]}
+    assert reproduce.guarded_endpoints(load_profile("sim")) == {}
+
+
+def test_default_profile_is_the_simulated_one_and_says_so() -> None:
+    assert reproduce.build_parser().parse_args([]).profile == "sim"
+    lines = reproduce.banner(load_profile("sim"))
+    assert lines[0] == ("reproduce: profile sim: the agents are SIMULATED (r2mad_core.engines.simulated: "
+                        "latent-concept agents with shared misconceptions, no language model).")
+    assert "not any LLM's accuracy" in lines[1]
+    assert "PROFILE=cpu" in lines[2] and "PROFILE=api" in lines[2] and "PROFILE=paper" in lines[2]
+    assert reproduce.banner(load_profile("cpu")) == [
+        "reproduce: profile cpu: agents = SmolLM2-135M-Instruct (local engine, model the packaged default model, "
+        "stands in for Qwen2.5-7B-Instruct)"
+    ]
+    makefile = (Path(reproduce.__file__).resolve().parent.parent / "Makefile").read_text()
+    assert "\nPROFILE ?= sim\n" in makefile
 
 
 def test_paper_profile_has_the_papers_hyperparameters() -> None:
@@ -163,7 +214,7 @@ def test_load_profile_from_a_path_with_overrides(tmp_path: Path) -> None:
     assert params["figures_dir"] == str(tmp_path / "f") and "extra_parameters" not in params
     with pytest.raises(ProfileError, match="field 'top_k': expected an integer >= 1, found 0"):
         load_profile(path, {"top_k": 0})
-    with pytest.raises(ProfileError, match=r"unknown profile 'gpu': expected one of \['cpu', 'paper', 'sim', 'tiny'\]"):
+    with pytest.raises(ProfileError, match=r"unknown profile 'gpu': expected one of \['api', 'cpu', 'paper', 'sim', 'tiny'\]"):
         load_profile("gpu")
     (tmp_path / "broken.yaml").write_text("a: [1,\n")
     with pytest.raises(ProfileError, match="broken.yaml: not valid YAML"):
