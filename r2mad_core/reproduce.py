@@ -161,6 +161,14 @@ class _Checker:
             self.fail(key, "no duplicates", value)
 
 
+# Protocol choices the paper leaves open (or where the authors' code differs): optional, default first.
+PROTOCOL_FIELDS: dict[str, tuple[str, ...]] = {
+    "round0": ("shared", "independent"),
+    "experience_reference": ("answer", "solution", "none"),
+    "task_prompt": ("paper", "authors"),
+    "split_rule": ("paper", "authors"),
+    "objective_keep": ("lowest_perplexity", "better_half"),
+}
 TOP_LEVEL_FIELDS = (
     "description", "expected_runtime", "expected_runtime_minutes", "models", "large_models", "embedder",
     "benchmarks", "test_limit", "train_limit", "seed", "num_agents", "num_rounds", "temperature", "top_p",
@@ -170,7 +178,7 @@ TOP_LEVEL_FIELDS = (
 )
 #: Fields a profile may leave out: ``api_budget`` (bool, default false): estimate the API cost before
 #: sending anything and enforce the budget cap (:mod:`r2mad_core.budget`).
-OPTIONAL_FIELDS = ("api_budget",)
+OPTIONAL_FIELDS = ("api_budget", "memory_model", *PROTOCOL_FIELDS)
 MODEL_FIELDS = ("label", "engine", "model", "options", "stands_in_for", "base_url_env", "api_key_env")
 LARGE_MODEL_FIELDS = ("label", "stand_in", "engine", "model", "model_env", "base_url_env", "api_key_env", "options")
 
@@ -185,6 +193,11 @@ def validate_profile(data: Any, source: str) -> list[str]:
             check.fail(key, f"a known field (one of {', '.join(TOP_LEVEL_FIELDS + OPTIONAL_FIELDS)})", "unknown field")
     if "api_budget" in data and not isinstance(data["api_budget"], bool):
         check.fail("api_budget", "true or false", data["api_budget"])
+    for key, choices in PROTOCOL_FIELDS.items():
+        if key in data and data[key] not in choices:
+            check.fail(key, f"one of {choices} (default {choices[0]})", data[key])
+    if data.get("memory_model") is not None and not isinstance(data.get("memory_model"), str):
+        check.fail("memory_model", "null (one bank per evaluated model) or a model label", data["memory_model"])
     for key in TOP_LEVEL_FIELDS:
         if key not in data:
             check.errors.append(f"{source}: field {key!r} is missing")
@@ -339,7 +352,7 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
     if overrides and isinstance(data, dict):
         data = dict(data)
         for key, value in overrides.items():
-            if key in TOP_LEVEL_FIELDS:
+            if key in TOP_LEVEL_FIELDS or key in OPTIONAL_FIELDS:
                 data[key] = value
             else:
                 extra = dict(data.get("extra_parameters") or {})
