@@ -282,7 +282,7 @@ def ensure_bank(directory: Path, benchmark: str, embedder: str, questions: int, 
     """The bank directory (built now if missing) and the seconds spent building it (0 when reused)."""
     if (directory / "manifest.json").exists():
         return directory, 0.0
-    from r2mad_core.r2mad import build_memory
+    from r2mad_core.memory_construction import build_memory
 
     train = benchmark_data.load(benchmark, "train", data_dir=data_dir)[:questions]
     engine = SimulatedEngine(train, seed=seed, params=replace(params, token_latency_ms=0.0))

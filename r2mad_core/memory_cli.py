@@ -7,7 +7,7 @@ Registered by :mod:`r2mad_core.cli`:
   authors'-code confidence variants, ``--poison-fraction``, ``--icl-match``, ``--embedder``), forwarded to
   ``methods.get_method`` like every method option.
 - ``r2mad build-memory``: the memory-construction debates on the train split, then the banks
-  (:func:`r2mad_core.r2mad.build_memory`).
+  (:func:`r2mad_core.memory_construction.build_memory`).
 - ``r2mad audit BANK``: :func:`r2mad_core.memory.audit_bank_set`.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,9 @@ def add_build_memory_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--out", required=True, type=Path, metavar="DIR", help="bank directory to write")
     group.add_argument("--limit", type=positive_int, default=None, help="first N questions of the split (default: all)")
     group.add_argument("--seed", type=integer, default=0, help="run seed of the debates (default: 0)")
-    group.add_argument("--embedder", default="minilm", help="minilm (default), bge-m3, hashing[-dim], or a model name/folder")
+    group.add_argument("--embedder", default=None,
+                       help="minilm, bge-m3, hashing[-dim], or a model name/folder (default: follows the engine: "
+                       "hashing for the simulated engine, as the sim/tiny profiles do; minilm for a real model)")
     group.add_argument("--n-rounds", type=positive_int, default=3, help="rounds t = 0..n-1 (paper: 3)")
     group.add_argument("--n-agents", type=positive_int, default=3, help="agents (paper: 3)")
     group.add_argument("--max-tokens", type=positive_int, default=512, help="max new tokens per response (paper: 6144)")
@@ -100,6 +103,43 @@ def add_build_memory_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--chunk-size", type=positive_int, default=32, help="questions per batch of debates (default: 32)")
     group.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_engine_arguments(parser)
+
+
+def default_embedder(engine: str) -> str:
+    """The embedder ``build-memory`` uses without ``--embedder``: ``hashing`` for the simulated engine
+    (its responses are not language; the sim and tiny profiles use it too), ``minilm`` otherwise."""
+    return "hashing" if engine == "simulated" else "minilm"
+
+
+def check_top_k_fits_bank(hook: Any, method: str, memory: Any) -> None:
+    """-K must not exceed what the bank can give: R2-MAD retrieves K cases from each agent's bank,
+    ICL-CoT K distinct training questions (``match="question"``) or K cases (``match="state"``).
+    A larger K would silently retrieve everything (and blow up the prompt); UsageError instead."""
+    from r2mad_core.cli import UsageError
+
+    bank_set = getattr(hook, "bank_set", None)
+    if bank_set is None:
+        return
+    settings = getattr(hook, "settings", None)
+    if settings is not None and hasattr(settings, "retrieval"):
+        k = int(settings.retrieval.k)
+        available = min(len(bank) for bank in bank_set.banks)
+        what = "cases per agent"
+    elif hasattr(hook, "top_k") and hasattr(hook, "bank"):
+        k = int(hook.top_k)
+        if getattr(hook, "match", "question") == "question":
+            available = len({case.sample_id for case in hook.bank.cases})
+            what = "distinct training questions"
+        else:
+            available = len(hook.bank)
+            what = "cases"
+    else:
+        return
+    if k > available:
+        raise UsageError(
+            f"K = {k} (-K) is larger than the memory bank's {available} {what} ({memory}); {method} would retrieve "
+            f"everything in every prompt: use -K {available} or less, or build the bank from more questions"
+        )
 
 
 def _make_engine(args: argparse.Namespace, samples: Any) -> Any:
@@ -120,19 +160,24 @@ def _make_engine(args: argparse.Namespace, samples: Any) -> Any:
 
 def build_memory_command(args: argparse.Namespace) -> int:
     from r2mad_core import benchmarks
-    from r2mad_core.cli import UsageError
+    from r2mad_core.cli import Interrupted, UsageError, check_out_dir, kept_questions
     from r2mad_core.embeddings import get_embedder
     from r2mad_core.experiments import RunConfigMismatch, RunDirectoryBusy
-    from r2mad_core.r2mad import build_memory
+    from r2mad_core.memory_construction import build_memory
 
     if (args.out / "manifest.json").exists() and not args.overwrite:
         raise UsageError(f"{args.out} already holds a memory bank (manifest.json); pass --overwrite to rebuild it")
+    check_out_dir(args.out)
     try:
         samples = benchmarks.load(args.benchmark, args.split, data_dir=args.data_dir, split_rule=getattr(args, "split_rule", "paper"))
     except (ValueError, FileNotFoundError) as exc:
         raise UsageError(f"cannot load {args.benchmark} {args.split}: {exc}") from None
     if args.limit is not None:
         samples = samples[: args.limit]
+    if args.embedder is None:
+        args.embedder = default_embedder(args.engine)
+        print(f"r2mad build-memory: embedder {args.embedder} (the default for the {args.engine} engine; "
+              f"--embedder to choose another)", file=sys.stderr)
     try:
         embedder = get_embedder(args.embedder)
     except (ImportError, RuntimeError, ValueError) as exc:
@@ -149,6 +194,12 @@ def build_memory_command(args: argparse.Namespace) -> int:
         )
     except (RunConfigMismatch, RunDirectoryBusy, FileExistsError, ValueError) as exc:
         raise UsageError(str(exc)) from None
+    except KeyboardInterrupt:
+        debates = args.debates_dir or args.out / "debates"
+        raise Interrupted(
+            f"interrupted: {kept_questions(debates)} of {len(samples)} debates are kept in {debates} (finished "
+            "generations are cached); rerun the same command to resume, the bank is built when all are done"
+        ) from None
     finally:
         engine.close()
     accuracy = bank_set.metadata.get("debate_accuracy")

@@ -19,7 +19,8 @@ from r2mad_core.engines.simulated import SimulatedEngine
 from r2mad_core.experiments import run_cell
 from r2mad_core.memory import MemoryBankSet
 from r2mad_core.methods import get_method
-from r2mad_core.r2mad import build_memory, experience_view, reference_text
+from r2mad_core.memory_construction import build_memory
+from r2mad_core.r2mad import experience_view, reference_text
 
 QUESTIONS = [mc_sample(f"q{k}", question=f"Which statement about topic {k} is true?") for k in range(3)]
 

@@ -18,7 +18,7 @@ from r2mad_core.engines import make_engine
 from r2mad_core.experiments import TRANSCRIPTS_FILE, run_cell
 from r2mad_core.memory import MemoryBankError, MemoryBankSet, audit_bank_set, poison_bank
 from r2mad_core.methods import get_method
-from r2mad_core.r2mad import build_memory
+from r2mad_core.memory_construction import build_memory
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -269,7 +269,8 @@ def test_experiences_can_be_shortened(bank_dir, tmp_path):
 
 
 def test_bank_from_an_existing_run_matches_build_memory(tmp_path):
-    from r2mad_core.r2mad import bank_set_from_run, load_memory
+    from r2mad_core.memory_construction import bank_set_from_run
+    from r2mad_core.r2mad import load_memory
 
     train = load("mmlu_pro_economics", "train")[:3]
     engine = make_engine("simulated", samples=train)
