@@ -54,6 +54,40 @@ class RunFailure(Exception):
     """The run could not finish (engine failure; exit code 1, one line)."""
 
 
+class Interrupted(Exception):
+    """Ctrl-C: the message says what is kept and how to resume (exit code 130, one line)."""
+
+
+EXIT_INTERRUPTED = 130
+
+
+def check_out_dir(path: Path, option: str = "--out") -> None:
+    """The output directory exists and is writable, or can be created: else UsageError naming it.
+    Creates nothing (bad inputs found later must leave no trace)."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{option} {path}: is a file, expected a directory")
+    existing = path
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if existing != path and not existing.is_dir():
+        raise UsageError(f"{option} {path}: cannot be created, {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = "the directory is not writable" if existing == path else f"cannot be created, {existing} is not writable"
+        raise UsageError(f"{option} {path}: {what}")
+
+
+def kept_questions(run_dir: Path) -> int:
+    """Finished questions in a run directory's transcripts (0 when there are none or it is unreadable)."""
+    from r2mad_core.experiments import TRANSCRIPTS_FILE, TranscriptStore
+
+    try:
+        return len(TranscriptStore(Path(run_dir) / TRANSCRIPTS_FILE).load(repair=False))
+    except Exception:  # an interrupt must still end with one line
+        return 0
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with a one-line error message (``prog: error: message``) and exit code 2."""
 
@@ -297,6 +331,7 @@ def run_command(args: argparse.Namespace) -> int:
     from r2mad_core.engines import EngineError, make_engine
 
     method = build_method(args)
+    check_out_dir(args.out)
     try:
         samples = benchmarks.load(args.benchmark, args.split, data_dir=args.data_dir, split_rule=getattr(args, "split_rule", "paper"))
     except (ValueError, FileNotFoundError) as exc:
@@ -319,6 +354,7 @@ def run_command(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as exc:
         raise UsageError(f"cannot prepare {args.method} on {args.benchmark} {args.split}: {exc}") from None
     samples = prepared.samples
+    memory_cli.check_top_k_fits_bank(prepared.hook, args.method, getattr(args, "memory", None))
 
     engine_options = dict(args.engine_options)
     if args.engine == "simulated":
@@ -350,6 +386,11 @@ def run_command(args: argparse.Namespace) -> int:
     except EngineError as exc:
         raise RunFailure(
             f"generation failed: {exc} (finished samples are saved in {args.out}; rerun the same command to resume)"
+        ) from None
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"interrupted: {kept_questions(args.out)} of {len(samples)} questions are kept in {args.out} "
+            "(finished generations are cached); rerun the same command to resume"
         ) from None
     finally:
         engine.close()
@@ -461,6 +502,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
         print(f"r2mad {args.command}: error: {message}", file=sys.stderr)
         return EXIT_FAILURE
+    except Interrupted as exc:
+        print(f"r2mad {args.command}: {exc}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        print(f"r2mad {args.command}: interrupted (nothing finished is lost: rerun the same command to resume)",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except OSError as exc:  # a file that cannot be read or written: name it, no traceback
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        print(f"r2mad {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, (PermissionError, FileExistsError, NotADirectoryError, IsADirectoryError,
+                                              FileNotFoundError)) else EXIT_FAILURE
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -15,15 +15,8 @@ from r2mad_core import cli
 from r2mad_core.benchmarks import BENCHMARKS
 from r2mad_core.experiments import TRANSCRIPTS_FILE
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
-@pytest.fixture(autouse=True)
-def data_dir(monkeypatch):
-    import os
-
-    if "R2MAD_DATA_DIR" not in os.environ:
-        monkeypatch.setenv("R2MAD_DATA_DIR", str(DATA_DIR))
+REPO = Path(__file__).resolve().parent.parent
+# The benchmark files are the ones shipped with the package (or $R2MAD_DATA_DIR when set).
 
 
 def run_main(argv, capsys):
@@ -198,3 +191,145 @@ def test_key_value_parsing():
     assert cli.key_value("name=") == ("name", "")
     with pytest.raises(argparse.ArgumentTypeError, match="not a valid identifier"):
         cli.key_value("1x=2")
+
+
+# ----------------------------------------------------------------------------------------------
+# Rough edges (issue 15): --out, Ctrl-C, -K, the default embedder, the README's command
+# ----------------------------------------------------------------------------------------------
+def test_out_that_is_a_file_is_one_line_exit_2(tmp_path, capsys, no_engine):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a directory")
+    code, _, err = run_main([*BASE, "--method", "mad", "--out", a_file], capsys)
+    assert (code, err) == (2, f"r2mad run: error: --out {a_file}: is a file, expected a directory\n")
+    code, _, err = run_main([*BASE, "--method", "mad", "--out", a_file / "run"], capsys)
+    assert (code, err) == (2, f"r2mad run: error: --out {a_file / 'run'}: cannot be created, {a_file} is a file\n")
+    assert a_file.read_text() == "not a directory"
+
+
+def test_unwritable_out_is_one_line_exit_2(tmp_path, capsys, no_engine, monkeypatch):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_access = cli.os.access
+    # root ignores file modes, so the unwritable directory is simulated at os.access
+    monkeypatch.setattr(cli.os, "access", lambda path, mode: False if Path(path) == locked else real_access(path, mode))
+    code, _, err = run_main([*BASE, "--method", "mad", "--out", locked], capsys)
+    assert (code, err) == (2, f"r2mad run: error: --out {locked}: the directory is not writable\n")
+    code, _, err = run_main([*BASE, "--method", "mad", "--out", locked / "new" / "run"], capsys)
+    assert (code, err) == (2, f"r2mad run: error: --out {locked / 'new' / 'run'}: cannot be created, {locked} is not writable\n")
+    assert list(locked.iterdir()) == []
+
+
+def test_an_os_error_later_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch):
+    from r2mad_core import experiments
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(tmp_path / "run" / "config.json"))
+
+    monkeypatch.setattr(experiments, "run_cell", denied)
+    code, _, err = run_main([*BASE, "--method", "cot", "--out", tmp_path / "run", "--no-cache"], capsys)
+    assert (code, err) == (2, f"r2mad run: error: {tmp_path / 'run' / 'config.json'}: Permission denied\n")
+
+
+def test_ctrl_c_keeps_finished_questions_and_says_how_to_resume(tmp_path, capsys, monkeypatch):
+    """A KeyboardInterrupt injected in the engine during the second chunk: the first chunk's question is
+    kept, one line says so, exit 130; the rerun resumes from it."""
+    real_make_engine = r2mad_core.engines.make_engine
+    calls = {"generate": 0}
+
+    def make_engine(*args, **kwargs):
+        engine = real_make_engine(*args, **kwargs)
+        real_generate = engine.generate
+
+        def generate(requests):
+            calls["generate"] += 1
+            if calls["generate"] == 4:  # chunk 1 (question 1) is written after its rounds; Ctrl-C in chunk 2
+                raise KeyboardInterrupt
+            return real_generate(requests)
+
+        engine.generate = generate
+        return engine
+
+    monkeypatch.setattr(r2mad_core.engines, "make_engine", make_engine)
+    run = tmp_path / "run"
+    argv = ["run", "--benchmark", "truthfulqa", "--engine", "simulated", "--method", "mad", "--limit", "3",
+            "--chunk-size", "1", "--no-early-stop", "--out", run, "--cache-dir", tmp_path / "cache", "--no-progress"]
+    code, out, err = run_main(argv, capsys)
+    assert code == 130
+    assert err == (f"r2mad run: interrupted: 1 of 3 questions are kept in {run} (finished generations are cached); "
+                   "rerun the same command to resume\n")
+    assert len((run / TRANSCRIPTS_FILE).read_text().splitlines()) == 1
+    monkeypatch.setattr(r2mad_core.engines, "make_engine", real_make_engine)
+    code, out, err = run_main(argv, capsys)
+    assert code == 0 and "(2 new, 1 reused)" in out
+
+
+def test_ctrl_c_before_the_run_is_one_line_exit_130(tmp_path, capsys, monkeypatch):
+    from r2mad_core import benchmarks
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(benchmarks, "load", interrupted)
+    code, _, err = run_main([*BASE, "--method", "mad", "--out", tmp_path / "run"], capsys)
+    assert code == 130
+    assert err == "r2mad run: interrupted (nothing finished is lost: rerun the same command to resume)\n"
+
+
+@pytest.fixture(scope="module")
+def small_bank(tmp_path_factory):
+    """A truthfulqa bank from 2 training debates of the simulated engine: 4 cases per agent, 2 questions."""
+    out = tmp_path_factory.mktemp("bank") / "bank"
+    code = cli.main(["build-memory", "--benchmark", "truthfulqa", "--engine", "simulated", "--limit", "2",
+                     "--out", str(out), "--no-progress", "--no-cache"])
+    assert code == 0
+    return out
+
+
+def test_build_memory_default_embedder_follows_the_engine(small_bank, capsys):
+    from r2mad_core.memory import MemoryBankSet
+    from r2mad_core.memory_cli import default_embedder
+
+    bank = MemoryBankSet.load(small_bank)
+    assert bank.embedder_name.startswith("hashing")
+    assert [len(b) for b in bank.banks] == [4, 4, 4]
+    assert default_embedder("simulated") == "hashing"
+    assert default_embedder("local") == default_embedder("openai") == default_embedder("vllm") == "minilm"
+    parser = cli.build_parser()
+    assert parser.parse_args(["build-memory", "--benchmark", "truthfulqa", "--out", "x"]).embedder is None
+
+
+def test_build_memory_says_which_embedder_it_chose(tmp_path, capsys):
+    code, out, err = run_main(["build-memory", "--benchmark", "truthfulqa", "--engine", "simulated", "--limit", "1",
+                               "--out", tmp_path / "bank", "--no-progress", "--no-cache"], capsys)
+    assert code == 0
+    assert err == ("r2mad build-memory: embedder hashing (the default for the simulated engine; "
+                   "--embedder to choose another)\n")
+
+
+@pytest.mark.parametrize(
+    ("method", "k", "message"),
+    [
+        ("r2mad", "5", "K = 5 (-K) is larger than the memory bank's 4 cases per agent"),
+        ("icl_cot", "3", "K = 3 (-K) is larger than the memory bank's 2 distinct training questions"),
+    ],
+)
+def test_top_k_larger_than_the_bank_is_exit_2_before_generation(small_bank, method, k, message, tmp_path, capsys,
+                                                                 no_engine):
+    code, _, err = run_main(["run", "--benchmark", "truthfulqa", "--method", method, "--memory", small_bank, "-K", k,
+                             "--engine", "simulated", "--limit", "2", "--out", tmp_path / "run"], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"r2mad run: error: {message} ({small_bank}); {method} would retrieve everything")
+
+
+def test_top_k_that_fits_the_bank_runs(small_bank, tmp_path, capsys):
+    code, out, err = run_main(["run", "--benchmark", "truthfulqa", "--method", "r2mad", "--memory", small_bank,
+                               "-K", "4", "--engine", "simulated", "--limit", "2", "--out", tmp_path / "run",
+                               "--no-cache", "--no-progress"], capsys)
+    assert code == 0, err
+    assert "(2 new, 0 reused)" in out
+
+
+def test_readme_calls_the_command_from_the_venv():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert ".venv/bin/r2mad run" in readme and "source .venv/bin/activate" in readme
+    assert (REPO / ".venv" / "bin" / "r2mad").exists() or not (REPO / ".venv").exists()
