@@ -565,3 +565,26 @@ def summary_line(metrics: Mapping[str, Any]) -> str:
         f"(n={metrics['n']}) | tokens/query: {cost} | {metrics['seconds_per_query']:.2f} s/query | "
         f"{truncation}, no answer {health.get('no_answer', 0)}"
     )
+
+
+def mean_accuracy_with_ci(
+    groups: Sequence[Sequence[bool]], *, level: float = 0.95, n_bootstrap: int = 10_000, seed: int = 0
+) -> tuple[float, float, float]:
+    """The paper's "Average" column: the mean of per-benchmark accuracies, with a percentile
+    bootstrap CI that resamples the questions of each benchmark independently.
+
+    Resampling n Bernoulli outcomes and averaging is a Binomial(n, p_hat)/n draw, so each
+    replicate is the mean over benchmarks of one such draw per benchmark. Returns
+    ``(mean, low, high)``; NaNs when a group is empty.
+    """
+    arrays = [np.asarray(g, dtype=bool) for g in groups]
+    if not arrays or any(a.size == 0 for a in arrays):
+        return (math.nan, math.nan, math.nan)
+    rng = np.random.default_rng(seed)
+    replicates = np.zeros(n_bootstrap)
+    for outcomes in arrays:
+        replicates += rng.binomial(outcomes.size, outcomes.mean(), size=n_bootstrap) / outcomes.size
+    replicates /= len(arrays)
+    alpha = (1.0 - level) / 2.0
+    low, high = np.quantile(replicates, [alpha, 1.0 - alpha])
+    return (float(np.mean([a.mean() for a in arrays])), float(low), float(high))

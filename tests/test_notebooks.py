@@ -16,7 +16,8 @@ import papermill
 import pytest
 
 from r2mad_core import reproduce
-from r2mad_core.report import read_manifest, read_table
+from r2mad_core.artifacts import read_manifest
+from r2mad_core.tables import read_table
 from r2mad_core.reproduce import PATH_PARAMETERS, TOP_LEVEL_FIELDS, load_profile
 
 REPO = Path(__file__).resolve().parent.parent

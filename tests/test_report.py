@@ -14,24 +14,28 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from r2mad_core import report  # noqa: E402
-from r2mad_core.report import (  # noqa: E402
-    OrderingClaim,
+from r2mad_core import artifacts, grid, report, scoring, tables  # noqa: E402
+from r2mad_core.artifacts import (  # noqa: E402
     ReportContext,
-    Table,
-    check_orderings,
-    compare_with_paper,
-    load_reported_results,
     missing_artifacts,
-    parse_latex_table,
-    parse_markdown_table,
     read_manifest,
-    read_table,
-    render_latex,
-    render_markdown,
     save_figure,
     save_table,
     update_manifest,
+)
+from r2mad_core.report import (  # noqa: E402
+    OrderingClaim,
+    check_orderings,
+    compare_with_paper,
+    load_reported_results,
+)
+from r2mad_core.tables import (  # noqa: E402
+    Table,
+    parse_latex_table,
+    parse_markdown_table,
+    read_table,
+    render_latex,
+    render_markdown,
 )
 
 
@@ -138,7 +142,7 @@ def test_table_validation_names_the_problem() -> None:
     with pytest.raises(ValueError, match="expected 'max' or 'min', found 'biggest'"):
         Table(values=values, best={"a": "biggest"}).best_mask()
     with pytest.raises(ValueError, match="expected columns"):
-        report.table_from_tidy(pd.DataFrame({"x": [1], "value": [1]}))
+        tables.table_from_tidy(pd.DataFrame({"x": [1], "value": [1]}))
 
 
 # --------------------------------------------------------------------------------------------
@@ -325,10 +329,10 @@ def test_paper_claims_refer_to_numbers_the_paper_has() -> None:
 
 
 def test_artifact_names_follow_the_paper_labels() -> None:
-    assert report.artifact_name("tab:mad-m2") == "tab_mad_m2"
-    assert report.artifact_name("fig:combined_eval") == "fig_combined_eval"
-    assert report.benchmark_label("mmlu_pro_engineering") == "Engineering"
-    assert report.benchmark_label("Average") == "Average"
+    assert artifacts.artifact_name("tab:mad-m2") == "tab_mad_m2"
+    assert artifacts.artifact_name("fig:combined_eval") == "fig_combined_eval"
+    assert tables.benchmark_label("mmlu_pro_engineering") == "Engineering"
+    assert tables.benchmark_label("Average") == "Average"
 
 
 # --------------------------------------------------------------------------------------------
@@ -336,14 +340,14 @@ def test_artifact_names_follow_the_paper_labels() -> None:
 # --------------------------------------------------------------------------------------------
 
 from r2mad_core.methods import get_method  # noqa: E402
-from r2mad_core.report import (  # noqa: E402
+from r2mad_core.grid import (  # noqa: E402
     CellOutcome,
     Experiment,
     GridResults,
     ModelSpec,
-    mean_accuracy_with_ci,
-    tidy_to_table,
 )
+from r2mad_core.scoring import mean_accuracy_with_ci  # noqa: E402
+from r2mad_core.tables import tidy_to_table  # noqa: E402
 
 SIMULATED = {"label": "Sim", "engine": "simulated", "model": None, "stands_in_for": "Qwen2.5-7B-Instruct", "options": {}}
 
@@ -355,10 +359,10 @@ def _experiment(tmp_path: Path, **changes) -> Experiment:
     return Experiment(**options)
 
 
-ALL_LABELS = [*report.MAIN_METHODS, *report.ABLATION_METHODS, *report.sc_methods([3, 6, 9]), *report.MAD_M2_METHODS,
-              "ICL-CoT", *[report.retrieval_method_label(p) for p in (
+ALL_LABELS = [*grid.MAIN_METHODS, *grid.ABLATION_METHODS, *grid.sc_methods([3, 6, 9]), *grid.MAD_M2_METHODS,
+              "ICL-CoT", *[grid.retrieval_method_label(p) for p in (
                   "random", "similarity", "positive_only", "diversity_only", "fixed_lambda:0.25", "state_aware")],
-              report.poisoned_method_label(0.5)]
+              grid.poisoned_method_label(0.5)]
 
 
 @pytest.fixture(scope="module")

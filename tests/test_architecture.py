@@ -1,0 +1,170 @@
+"""The import graph of r2mad_core: no import circles, and the report layer imports only downwards.
+
+Every ``import`` statement of every module counts, including those inside functions (a function-level
+import that closes a circle is still a circle: it only hides it from the interpreter at load time).
+Circles that remain outside the report layer are listed in :data:`KNOWN_CYCLES`; that list only
+shrinks (issue 13: zero circles).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "r2mad_core"
+PACKAGE_DIR = Path(__file__).resolve().parent.parent / PACKAGE
+
+#: Circles that still exist outside the report layer (strongly connected groups of modules). Remove an
+#: entry when its circle is broken; a new circle fails the test.
+KNOWN_CYCLES: list[frozenset[str]] = [
+    frozenset({"cli", "memory_cli"}),
+    frozenset({"experiments", "methods", "r2mad"}),
+]
+
+#: The report layer from the bottom up: a module may import only modules listed before it here (or
+#: below the layer altogether: scoring, experiments, methods, ...), never one after it, nor the
+#: entry points above the layer.
+REPORT_LAYER = ("tables", "artifacts", "grid", "report", "notebook_setup")
+ENTRY_POINTS = ("reproduce", "cli", "memory_cli", "__main__")
+#: Upward imports from the report layer that remain until the named function moves down (the lead
+#: owns reproduce.py: ``parse_retrieval_policy`` belongs in ``retrieval``).
+KNOWN_UPWARD = {("grid", "reproduce")}
+
+
+def module_name(path: Path) -> str:
+    relative = path.relative_to(PACKAGE_DIR).with_suffix("")
+    parts = list(relative.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts) if parts else ""
+
+
+def imported_modules(path: Path, modules: set[str], source: str | None = None) -> set[str]:
+    """The r2mad_core modules ``path`` (or ``source`` read as that file) imports anywhere in its body."""
+    here = module_name(path)
+    package_parts = here.split(".") if path.name == "__init__.py" else here.split(".")[:-1]
+    found: set[str] = set()
+
+    def add(dotted: str) -> None:
+        # the longest prefix that is a module (``engines.make_engine`` -> ``engines``)
+        parts = dotted.split(".")
+        for end in range(len(parts), 0, -1):
+            candidate = ".".join(parts[:end])
+            if candidate in modules:
+                found.add(candidate)
+                return
+
+    text = path.read_text(encoding="utf-8") if source is None else source
+    for node in ast.walk(ast.parse(text, str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == PACKAGE or alias.name.startswith(PACKAGE + "."):
+                    add(alias.name[len(PACKAGE) + 1:])
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package_parts[: len(package_parts) - (node.level - 1)]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            elif node.module and (node.module == PACKAGE or node.module.startswith(PACKAGE + ".")):
+                prefix = node.module[len(PACKAGE) + 1:]
+            else:
+                continue
+            for alias in node.names:  # ``from r2mad_core import report`` names a module
+                add(f"{prefix}.{alias.name}" if prefix else alias.name)
+    found.discard(here)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    paths = [p for p in PACKAGE_DIR.rglob("*.py") if "__pycache__" not in p.parts]
+    modules = {module_name(p) for p in paths} - {""}
+    return {module_name(p): imported_modules(p, modules) for p in paths if module_name(p)}
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """Tarjan's algorithm: the groups of modules that import each other (size > 1 = a circle)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[frozenset[str]] = []
+    counter = [0]
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.add(member)
+                if member == node:
+                    break
+            groups.append(frozenset(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return [g for g in groups if len(g) > 1]
+
+
+def test_the_walker_sees_function_level_and_relative_imports() -> None:
+    source = (
+        "from __future__ import annotations\n"
+        "import r2mad_core.tables\n"
+        "def f():\n"
+        "    from r2mad_core.grid import Experiment\n"
+        "    from r2mad_core import report\n"
+        "    from .engines import make_engine\n"
+        "    import numpy\n"
+    )
+    modules = {"tables", "grid", "report", "engines", "scoring"}
+    assert imported_modules(PACKAGE_DIR / "scoring.py", modules, source) == {"tables", "grid", "report", "engines"}
+    assert imported_modules(PACKAGE_DIR / "engines" / "base.py", {"engines", "engines.cache"},
+                            "from .cache import X\nfrom . import cache\n") == {"engines.cache"}
+    assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [frozenset({"a", "b", "c"})]
+
+
+def test_no_import_circles_beyond_the_known_ones() -> None:
+    cycles = strongly_connected(import_graph())
+    new = [sorted(c) for c in cycles if c not in KNOWN_CYCLES]
+    assert not new, f"import circles among r2mad_core modules (function-level imports count): {new}"
+
+
+def test_the_report_layer_is_in_no_circle() -> None:
+    cycles = strongly_connected(import_graph())
+    layer = set(REPORT_LAYER) | {"scoring"}
+    touching = [sorted(c) for c in cycles if c & layer]
+    assert not touching, f"the report layer is in an import circle: {touching}"
+
+
+def test_the_report_layer_imports_only_downwards() -> None:
+    graph = import_graph()
+    upward = []
+    for position, module in enumerate(REPORT_LAYER):
+        if module not in graph:
+            continue
+        above = set(REPORT_LAYER[position + 1:]) | set(ENTRY_POINTS)
+        upward += [(module, target) for target in sorted(graph[module] & above) if (module, target) not in KNOWN_UPWARD]
+    # scoring sits below the whole layer: it reads transcripts, never tables, grids or reports
+    upward += [("scoring", t) for t in sorted(graph.get("scoring", set()) & (set(REPORT_LAYER) | set(ENTRY_POINTS)))]
+    assert not upward, f"imports that run back up the report layer (module -> imported): {upward}"
+
+
+@pytest.mark.parametrize("module", REPORT_LAYER)
+def test_report_layer_modules_stay_one_screen_of_concepts(module: str) -> None:
+    path = PACKAGE_DIR / f"{module}.py"
+    if not path.exists():
+        pytest.skip(f"{module}.py not there")
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= 850, f"{module}.py has {lines} lines: split it along its concepts (issue 13: ~700)"
