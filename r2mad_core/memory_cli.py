@@ -36,11 +36,12 @@ def _unit_float(text: str) -> float:
 def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     """R2-MAD / ICL-CoT options of ``r2mad run``."""
     from r2mad_core.cli import add_method_option, integer, positive_int
-    from r2mad_core.methods import CONFIDENCE_LABELS, CONFIDENCE_POOLS, PEER_RESPONSE_ROUNDS, RETRIEVAL_POLICIES
+    from r2mad_core.methods import CONFIDENCE_LABELS, CONFIDENCE_POOLS, PEER_RESPONSE_ROUNDS
+    from r2mad_core.retrieval import POLICIES as RETRIEVAL_POLICIES
 
     group = parser.add_argument_group("memory (methods r2mad and icl_cot)")
     add_method_option(parser, group, "--memory", dest="memory", metavar="DIR", help="memory bank directory (r2mad build-memory)")
-    add_method_option(parser, group, "--retrieval-policy", dest="retrieval_policy", choices=RETRIEVAL_POLICIES,
+    add_method_option(parser, group, "--retrieval-policy", dest="retrieval_policy", choices=tuple(RETRIEVAL_POLICIES),
                       help="retrieval policy (default: state_aware, Eq. 5-6; the others are Table 3's ablations)")
     add_method_option(parser, group, "-K", "--top-k", dest="top_k", type=positive_int,
                       help="K, experiences retrieved per agent and round (default: 3, ours; not stated in the paper; the authors' script: 1, where lambda_t has no effect)")

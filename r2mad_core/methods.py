@@ -68,7 +68,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from r2mad_core import prompts
+from r2mad_core import prompts, retrieval
 from r2mad_core.debate import (
     DebateConfig,
     DebateState,
@@ -395,7 +395,6 @@ class SubjectiveMasking:
 # --------------------------------------------------------------------------------------------
 # R2-MAD and ICL-CoT (memory helper; the hooks live in r2mad_core.r2mad, imported lazily)
 # --------------------------------------------------------------------------------------------
-RETRIEVAL_POLICIES = ("state_aware", "fixed_lambda", "similarity", "positive_only", "diversity_only", "random")
 CONFIDENCE_LABELS = ("peer_correctness", "retrieving_agent_correctness", "outcome_reward")
 CONFIDENCE_POOLS = ("retrieved", "candidates")
 PEER_RESPONSE_ROUNDS = ("case", "state")
@@ -465,7 +464,7 @@ def r2mad(
     memory = _memory_option(name, memory)
     n_agents, n_rounds = _agents_rounds(name, n_agents, n_rounds)
     sampling = _sampling(name, temperature, top_p, max_tokens)
-    policy = _choice_option(name, "retrieval_policy", retrieval_policy, RETRIEVAL_POLICIES)
+    policy = _choice_option(name, "retrieval_policy", retrieval_policy, tuple(retrieval.POLICIES))
     k = _int_option(name, "top_k", top_k, 1)
     gamma = _float_option(name, "gamma", gamma, 0.0, 1.0)
     fixed = _float_option(name, "fixed_lambda", fixed_lambda, 0.0, 1.0)

@@ -53,7 +53,7 @@ from r2mad_core.memory import (
     encode_states,
     poison_bank,
 )
-from r2mad_core.retrieval import SEEDED_POLICIES, RetrievalConfig, query_seed, retrieve
+from r2mad_core.retrieval import POLICIES, RetrievalConfig, query_seed, retrieve
 
 logger = logging.getLogger(__name__)
 
@@ -249,7 +249,7 @@ class R2MadHook:
         for i in range(n):
             bank = self.bank_set[i]
             seeds = None  # query_seed costs ~0.3 ms each: only the seeded policies get them
-            if s.retrieval.policy in SEEDED_POLICIES:
+            if POLICIES[s.retrieval.policy].seeded:
                 seeds = [query_seed(s.seed, state.sample.id, round_index, i) for state in states]
             result = retrieve(state_vectors[i], bank.state_embeddings, bank.rewards, consensus, s.retrieval, seeds)
             confidence = confidence_from_retrieval(

@@ -53,7 +53,7 @@ import yaml
 
 from r2mad_core.benchmarks import BENCHMARKS as BENCHMARK_IDS
 from r2mad_core.engines import ENGINE_NAMES
-from r2mad_core.retrieval import POLICIES as RETRIEVAL_POLICY_NAMES
+from r2mad_core.retrieval import parse_retrieval_policy
 
 PROFILE_PACKAGE_DIR = "profiles"
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
@@ -88,27 +88,6 @@ class Profile:
         params["profile"] = self.name
         params.update({k: (str(v) if isinstance(v, Path) else v) for k, v in paths.items()})
         return params
-
-
-def parse_retrieval_policy(spec: str) -> tuple[str, float | None]:
-    """``"fixed_lambda:0.25"`` -> ``("fixed_lambda", 0.25)``; ``"state_aware"`` -> ``("state_aware", None)``.
-
-    (A colon, not ``=``: papermill cannot read a parameters cell with ``=`` inside a string.)
-    """
-    name, _, value = str(spec).partition(":")
-    if name not in RETRIEVAL_POLICY_NAMES:
-        raise ValueError(f"retrieval policy {spec!r}: expected one of {RETRIEVAL_POLICY_NAMES}")
-    if name == "fixed_lambda":
-        try:
-            fixed = float(value)
-        except ValueError:
-            raise ValueError(f"retrieval policy {spec!r}: fixed_lambda needs a value, e.g. fixed_lambda:0.5") from None
-        if not 0.0 <= fixed <= 1.0:
-            raise ValueError(f"retrieval policy {spec!r}: lambda must be in [0, 1]")
-        return name, fixed
-    if value:
-        raise ValueError(f"retrieval policy {spec!r}: only fixed_lambda takes a value")
-    return name, None
 
 
 def _is_int(value: Any) -> bool:

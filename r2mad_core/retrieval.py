@@ -44,13 +44,10 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
-POLICIES = ("state_aware", "fixed_lambda", "similarity", "positive_only", "diversity_only", "random")
-MMR_POLICIES = frozenset({"state_aware", "fixed_lambda", "diversity_only"})
-SEEDED_POLICIES = frozenset({"random", "diversity_only"})  # the policies that draw from the per-query seeds
 DEFAULT_K = 3
 DEFAULT_GAMMA = 0.9
 CANDIDATE_FACTOR = 3
@@ -69,7 +66,7 @@ class RetrievalConfig:
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
-            raise ValueError(f"unknown retrieval policy {self.policy!r}: expected one of {POLICIES}")
+            raise ValueError(f"unknown retrieval policy {self.policy!r}: expected one of {tuple(POLICIES)}")
         if self.k < 1:
             raise ValueError(f"K (cases retrieved per query) must be >= 1, found {self.k}")
         if self.candidate_factor < 1:
@@ -206,7 +203,7 @@ def retrieve(
     state_embeddings: np.ndarray,
     rewards: np.ndarray,
     consensus_ratios: np.ndarray | Sequence[float],
-    config: RetrievalConfig = RetrievalConfig(),
+    config: RetrievalConfig | None = None,
     seeds: Sequence[int] | np.ndarray | None = None,
 ) -> RetrievalResult:
     """Retrieve K cases per query from one agent's bank (all queries of an agent-round at once).
@@ -215,6 +212,7 @@ def retrieve(
     rewards [N] r_i(e) in {0, 1}; consensus_ratios [Q] Cons(Z^(t-1)); seeds [Q] for the random policies
     (default: derived from ``config.seed`` and the query position).
     """
+    config = RetrievalConfig() if config is None else config
     queries = _as_unit_matrix("query_embeddings", query_embeddings)
     bank = _as_unit_matrix("state_embeddings", state_embeddings, queries.shape[1])
     rewards = np.asarray(rewards, dtype=np.float32).reshape(-1)
@@ -224,69 +222,183 @@ def retrieve(
     cons = np.asarray(consensus_ratios, dtype=np.float64).reshape(-1)
     if cons.shape[0] != q:
         raise ValueError(f"consensus_ratios has {cons.shape[0]} entries, expected one per query ({q})")
-    if seeds is None and config.policy in SEEDED_POLICIES:  # only these draw; the others need no seeds
+    if seeds is None and POLICIES[config.policy].seeded:  # only these draw; the others need no seeds
         seeds = [query_seed(config.seed, position) for position in range(q)]
     if seeds is not None:
         seeds = np.asarray(seeds, dtype=np.uint64).reshape(-1)
         if seeds.shape[0] != q:
             raise ValueError(f"seeds has {seeds.shape[0]} entries, expected one per query ({q})")
 
-    k, c = config.k, config.num_candidates
-    policy = config.policy
-    lambdas = np.full(q, np.nan, dtype=np.float32)
-    if policy == "state_aware":
-        lambdas = mmr_tradeoff(cons, config.gamma)
-    elif policy == "fixed_lambda":
-        lambdas = np.full(q, config.fixed_lambda, dtype=np.float32)
-    elif policy == "diversity_only":
-        lambdas = np.zeros(q, dtype=np.float32)
-
+    spec = POLICIES[config.policy]
     if n == 0:
+        c, k = config.num_candidates, config.k
+        lambdas = spec.tradeoff(cons, config) if spec.tradeoff else np.full(q, np.nan, dtype=np.float32)
         none_idx = np.full((q, c), -1, dtype=np.int64)
         none_val = np.full((q, c), np.nan, dtype=np.float32)
         return RetrievalResult(none_idx[:, :k].copy(), none_val[:, :k].copy(), none_val[:, :k].copy(),
-                               lambdas, none_idx, none_val, policy)
-    if policy == "random":
-        take = min(c, n)
-        cand = np.full((q, c), -1, dtype=np.int64)
-        for row, seed in enumerate(seeds):
-            cand[row, :take] = np.random.default_rng(int(seed)).choice(n, size=take, replace=False)
-        cand_sim = _gathered_similarities(queries, bank, cand)
-        indices = cand[:, :k].copy()
-        sims = cand_sim[:, :k].copy()
-        scores = np.full((q, k), np.nan, dtype=np.float32)
-        return RetrievalResult(indices, scores, sims, lambdas, cand, cand_sim, policy)
+                               lambdas, none_idx, none_val, config.policy)
+    return spec.select(Query(queries, bank, rewards, cons, config, seeds))
 
-    similarity = queries @ bank.T  # [Q, N] cosine
-    if policy == "positive_only":
-        similarity = np.where(rewards[None, :] > 0, similarity, -np.inf)
-    cand, cand_sim = top_candidates(similarity, c)
+
+# --------------------------------------------------------------------------------------------
+# The policies (Table 3), one registry
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Query:
+    """Everything a policy sees for one agent-round: Q unit query rows, the bank's N unit rows, rewards [N],
+    Cons [Q], the config and the per-query seeds (None unless the policy is ``seeded``)."""
+
+    queries: np.ndarray
+    bank: np.ndarray
+    rewards: np.ndarray
+    consensus: np.ndarray
+    config: RetrievalConfig
+    seeds: np.ndarray | None
+
+    @property
+    def size(self) -> int:
+        return int(self.queries.shape[0])
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """One retrieval policy: ``select(query) -> RetrievalResult``; ``label`` is its Table 3 row name;
+    ``parameter`` names the config field a spec string sets (``fixed_lambda:0.25``); ``seeded`` policies get
+    per-query seeds; ``tradeoff(consensus, config)`` gives lambda_t per query for the MMR policies."""
+
+    name: str
+    label: str
+    select: Callable[[Query], "RetrievalResult"]
+    parameter: str | None = None
+    seeded: bool = False
+    tradeoff: Callable[[np.ndarray, RetrievalConfig], np.ndarray] | None = None
+
+
+POLICIES: dict[str, PolicySpec] = {}
+
+
+def register_policy(spec: PolicySpec) -> PolicySpec:
+    """Add a retrieval policy; it then shows up in the CLI (``--retrieval-policy``), the profiles' ``retrieval_policies``
+    and the retrieval-ablation table (under ``spec.label``)."""
+    if spec.name in POLICIES:
+        raise ValueError(f"retrieval policy {spec.name!r} is already registered")
+    if ":" in spec.name:
+        raise ValueError(f"retrieval policy name {spec.name!r} must not contain ':'")
+    POLICIES[spec.name] = spec
+    return spec
+
+
+def policy_label(spec: str) -> str:
+    """The table label of a policy spec string: ``fixed_lambda:0.25`` -> ``Fixed-lambda (0.25)``."""
+    name, value = parse_retrieval_policy(spec)
+    label = POLICIES[name].label
+    return f"{label} ({value:.2f})" if value is not None else label
+
+
+def policy_spec_of_label(label: str) -> str:
+    """The inverse of :func:`policy_label`: ``Fixed-lambda (0.25)`` -> ``fixed_lambda:0.25``."""
+    for spec in POLICIES.values():
+        if spec.parameter is None and spec.label == label:
+            return spec.name
+        if spec.parameter is not None and label.startswith(spec.label + " (") and label.endswith(")"):
+            return f"{spec.name}:{float(label[len(spec.label) + 2:-1])}"
+    raise ValueError(f"unknown retrieval policy label {label!r}: expected one of {[p.label for p in POLICIES.values()]}")
+
+
+def parse_retrieval_policy(spec: str) -> tuple[str, float | None]:
+    """``"fixed_lambda:0.25"`` -> ``("fixed_lambda", 0.25)``; ``"state_aware"`` -> ``("state_aware", None)``.
+
+    (A colon, not ``=``: papermill cannot read a parameters cell with ``=`` inside a string.)
+    """
+    name, _, value = str(spec).partition(":")
+    if name not in POLICIES:
+        raise ValueError(f"retrieval policy {spec!r}: expected one of {tuple(POLICIES)}")
+    parameter = POLICIES[name].parameter
+    if parameter is not None:
+        try:
+            number = float(value)
+        except ValueError:
+            raise ValueError(f"retrieval policy {spec!r}: {name} needs a value, e.g. {name}:0.5") from None
+        if not 0.0 <= number <= 1.0:
+            raise ValueError(f"retrieval policy {spec!r}: lambda must be in [0, 1]")
+        return name, number
+    if value:
+        takes = [p.name for p in POLICIES.values() if p.parameter]
+        verb = "takes" if len(takes) == 1 else "take"
+        raise ValueError(f"retrieval policy {spec!r}: only {', '.join(takes)} {verb} a value")
+    return name, None
+
+
+def _random_draw(query: Query) -> RetrievalResult:
+    """``random``: 3K cases uniformly without replacement from the whole bank (seeded per query); the first K kept."""
+    q, n, c, k = query.size, query.bank.shape[0], query.config.num_candidates, query.config.k
+    take = min(c, n)
+    cand = np.full((q, c), -1, dtype=np.int64)
+    for row, seed in enumerate(query.seeds):
+        cand[row, :take] = np.random.default_rng(int(seed)).choice(n, size=take, replace=False)
+    cand_sim = _gathered_similarities(query.queries, query.bank, cand)
+    lambdas = np.full(q, np.nan, dtype=np.float32)
+    scores = np.full((q, k), np.nan, dtype=np.float32)
+    return RetrievalResult(cand[:, :k].copy(), scores, cand_sim[:, :k].copy(), lambdas, cand, cand_sim,
+                           query.config.policy)
+
+
+def _candidates(query: Query, positive_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The top-3K candidates by cosine (Appendix A), optionally among r(e) = 1 cases only."""
+    similarity = query.queries @ query.bank.T  # [Q, N] cosine
+    if positive_only:
+        similarity = np.where(query.rewards[None, :] > 0, similarity, -np.inf)
+    return top_candidates(similarity, query.config.num_candidates)
+
+
+def _top_by_similarity(query: Query, positive_only: bool = False) -> RetrievalResult:
+    """``similarity`` / ``positive_only``: the top-K candidates by cosine."""
+    cand, cand_sim = _candidates(query, positive_only)
+    indices = cand[:, : query.config.k].copy()
+    sims = np.where(indices >= 0, cand_sim[:, : query.config.k], np.nan).astype(np.float32)
+    lambdas = np.full(query.size, np.nan, dtype=np.float32)
+    return RetrievalResult(indices, sims.copy(), sims, lambdas, cand, _nan_invalid(cand_sim, cand >= 0),
+                           query.config.policy)
+
+
+def _mmr(query: Query) -> RetrievalResult:
+    """The MMR policies (Eq. 5) over the 3K candidates, lambda_t from the policy's ``tradeoff``."""
+    spec = POLICIES[query.config.policy]
+    lambdas = spec.tradeoff(query.consensus, query.config)
+    cand, cand_sim = _candidates(query)
     valid = cand >= 0
-
-    if policy in ("similarity", "positive_only"):
-        indices = cand[:, :k].copy()
-        sims = np.where(indices >= 0, cand_sim[:, :k], np.nan).astype(np.float32)
-        return RetrievalResult(indices, sims.copy(), sims, lambdas, cand, _nan_invalid(cand_sim, valid), policy)
-
-    # MMR policies
     safe = np.where(valid, cand, 0)
-    cand_vectors = bank[safe] * valid[..., None]  # [Q, C, d], zero rows for padding
+    cand_vectors = query.bank[safe] * valid[..., None]  # [Q, C, d], zero rows for padding
     pairwise = np.matmul(cand_vectors, cand_vectors.transpose(0, 2, 1))  # [Q, C, C]
-    cand_rewards = np.where(valid, rewards[safe], 0.0).astype(np.float32)
+    cand_rewards = np.where(valid, query.rewards[safe], 0.0).astype(np.float32)
     relevance = np.where(valid, cand_sim, 0.0).astype(np.float32) * cand_rewards
     first_pick = None
-    if policy == "diversity_only":
+    if spec.seeded:  # diversity_only: a seeded random anchor among the candidates (every first pick ties at 0)
         counts = valid.sum(axis=1)
         first_pick = np.array(
-            [int(np.random.default_rng(int(s)).integers(m)) if m else -1 for s, m in zip(seeds, counts)],
+            [int(np.random.default_rng(int(s)).integers(m)) if m else -1 for s, m in zip(query.seeds, counts)],
             dtype=np.int64,
         )
-    positions, scores = mmr_select(relevance, pairwise, lambdas, valid, k, first_pick)
+    positions, scores = mmr_select(relevance, pairwise, lambdas, valid, query.config.k, first_pick)
     picked = positions >= 0
     safe_pos = np.where(picked, positions, 0)
     indices = np.where(picked, np.take_along_axis(cand, safe_pos, axis=1), -1)
     sims = np.where(picked, np.take_along_axis(cand_sim, safe_pos, axis=1), np.nan).astype(np.float32)
-    return RetrievalResult(indices, scores, sims, lambdas, cand, _nan_invalid(cand_sim, valid), policy)
+    return RetrievalResult(indices, scores, sims, lambdas, cand, _nan_invalid(cand_sim, valid), query.config.policy)
+
+
+for _spec in (
+    PolicySpec("state_aware", "Debate-State-Aware", _mmr,
+               tradeoff=lambda cons, config: mmr_tradeoff(cons, config.gamma)),
+    PolicySpec("fixed_lambda", "Fixed-lambda", _mmr, parameter="fixed_lambda",
+               tradeoff=lambda cons, config: np.full(cons.shape[0], config.fixed_lambda, dtype=np.float32)),
+    PolicySpec("similarity", "Similarity-based", _top_by_similarity),
+    PolicySpec("positive_only", "Positive-only", lambda query: _top_by_similarity(query, positive_only=True)),
+    PolicySpec("diversity_only", "Diversity-only", _mmr, seeded=True,
+               tradeoff=lambda cons, config: np.zeros(cons.shape[0], dtype=np.float32)),
+    PolicySpec("random", "Random", _random_draw, seeded=True),
+):
+    register_policy(_spec)
 
 
 def _nan_invalid(values: np.ndarray, valid: np.ndarray) -> np.ndarray:

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from r2mad_core import retrieval
 from r2mad_core.retrieval import (
     POLICIES,
     RetrievalConfig,
@@ -201,7 +202,38 @@ def test_only_the_seeded_policies_derive_seeds(monkeypatch):
         explicit = retrieve(queries, CASES, REWARDS, [0.5, 1.0], config, seeds=[real(0, 0), real(0, 1)])
         assert implicit.indices.tolist() == explicit.indices.tolist()
         # default seeds = query_seed(config.seed, position), drawn only by the policies that use them
-        assert calls == ([(0, 0), (0, 1)] if policy in retrieval.SEEDED_POLICIES else [])
+        assert calls == ([(0, 0), (0, 1)] if retrieval.POLICIES[policy].seeded else [])
         with pytest.raises(ValueError, match="seeds has 1 entries, expected one per query"):
             retrieve(queries, CASES, REWARDS, [0.5, 1.0], config, seeds=[3])
-    assert retrieval.SEEDED_POLICIES == {"random", "diversity_only"}
+    assert {name for name, spec in retrieval.POLICIES.items() if spec.seeded} == {"random", "diversity_only"}
+
+
+def test_a_policy_is_one_registry_entry() -> None:
+    """A new policy registered from outside the package is accepted by the config, the spec parser, the method and
+    the labels (Table 3), and retrieve() dispatches to it."""
+    from r2mad_core.methods import get_method  # noqa: F401  (the method reads the registry at build time)
+
+    def least_similar(query: retrieval.Query) -> retrieval.RetrievalResult:
+        similarity = query.queries @ query.bank.T
+        cand, cand_sim = retrieval.top_candidates(-similarity, query.config.num_candidates)
+        k = query.config.k
+        lambdas = np.full(query.size, np.nan, dtype=np.float32)
+        return retrieval.RetrievalResult(cand[:, :k].copy(), -cand_sim[:, :k], -cand_sim[:, :k], lambdas, cand,
+                                         -cand_sim, query.config.policy)
+
+    spec = retrieval.register_policy(retrieval.PolicySpec("toy_least_similar", "Least similar", least_similar))
+    try:
+        assert retrieval.parse_retrieval_policy("toy_least_similar") == ("toy_least_similar", None)
+        assert retrieval.policy_label("toy_least_similar") == "Least similar"
+        assert retrieval.policy_spec_of_label("Least similar") == "toy_least_similar"
+        bank = np.eye(4, dtype=np.float32)
+        query = np.array([[1.0, 0.0, 0.0, 0.0]], dtype=np.float32)
+        result = retrieval.retrieve(query, bank, np.ones(4), [0.5], retrieval.RetrievalConfig(policy=spec.name, k=1))
+        assert result.indices[0, 0] != 0  # never the identical case
+        with pytest.raises(ValueError, match="already registered"):
+            retrieval.register_policy(spec)
+    finally:
+        del retrieval.POLICIES[spec.name]
+    assert retrieval.policy_label("fixed_lambda:0.25") == "Fixed-lambda (0.25)"
+    assert retrieval.policy_spec_of_label("Fixed-lambda (0.25)") == "fixed_lambda:0.25"
+    assert retrieval.policy_label("state_aware") == "Debate-State-Aware"
