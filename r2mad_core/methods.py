@@ -38,16 +38,17 @@ Eq. 4, an experience shows: ``answer``, default, ours; ``solution``, the authors
 Every method takes ``task_prompt``: ``paper`` (default, the appendix's single task prompt) or ``authors``
 (the authors' code's benchmark-specific wording, :data:`r2mad_core.prompts.AUTHORS_TASK_TEMPLATES`).
 
-Registering a method (R2-MAD, ICL-CoT, variants): write a builder with keyword-only options (each
-with a default, values JSON-serialisable: they go to ``config.json``) that returns a
-:class:`Method`, and add it to :data:`METHODS`::
+Registering a method (from this module or from outside the package): write a builder with keyword-only
+options (each with a default, values JSON-serialisable: they go to ``config.json``) that returns a
+:class:`Method`, and register it once::
 
-    def r2mad(*, memory: str, top_k: int = 3, n_rounds: int = 3, max_tokens: int = 512, ...) -> Method:
-        debate = DebateConfig(n_agents=3, n_rounds=n_rounds, max_tokens=max_tokens, with_summaries=True)
-        return Method(name="r2mad", debate=debate,
-                      make_hook=lambda context: R2MadHook(memory, top_k, context))
+    def my_method(*, n_rounds: int = 3, max_tokens: int = 512) -> Method:
+        return Method(name="my_method", debate=DebateConfig(n_agents=3, n_rounds=n_rounds, max_tokens=max_tokens))
 
-    METHODS["r2mad"] = r2mad      # in the METHODS literal at the bottom of this module
+    register_method(MethodSpec("my_method", my_method, label="My method"))
+
+From outside the package, put the registration in a module and name it in ``R2MAD_PLUGINS`` (see
+:mod:`r2mad_core.plugins`): the CLI and the notebooks import it before they read the registry.
 
 ``get_method(name, **options)`` checks the option names against the builder's signature, fills in
 the defaults and stores them in ``Method.options``; ``make_hook``/``make_peer_selector`` receive a
@@ -561,14 +562,55 @@ def icl_cot(
 # --------------------------------------------------------------------------------------------
 MethodBuilder = Callable[..., Method]
 
-METHODS: dict[str, MethodBuilder] = {
-    "cot": cot,
-    "self_consistency": self_consistency,
-    "mad": mad,
-    "mad_m2": mad_m2,
-    "r2mad": r2mad,
-    "icl_cot": icl_cot,
-}
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One registered method: its builder (keyword-only options, each with a default), the name the paper's tables
+    use (``label``) and one line on what it is. The builder's signature is the method's declared options: the CLI
+    (``--method-option key=value``), the profiles and the notebooks validate against it."""
+
+    name: str
+    builder: MethodBuilder
+    label: str
+    summary: str = ""
+
+
+#: name -> spec; :data:`METHODS` is the same registry as name -> builder.
+METHOD_SPECS: dict[str, MethodSpec] = {}
+METHODS: dict[str, MethodBuilder] = {}
+
+
+def register_method(spec: MethodSpec) -> MethodSpec:
+    """Add a method: it then shows up in ``r2mad run --method``, :func:`get_method`, and the notebooks' grid under
+    ``spec.label`` (see :mod:`r2mad_core.grid`)."""
+    if spec.name in METHOD_SPECS:
+        raise ValueError(f"method {spec.name!r} is already registered")
+    labels = {s.label: s.name for s in METHOD_SPECS.values()}
+    if spec.label in labels:
+        raise ValueError(f"method label {spec.label!r} is already used by {labels[spec.label]!r}")
+    for parameter in inspect.signature(spec.builder).parameters.values():
+        if parameter.kind is not inspect.Parameter.KEYWORD_ONLY:
+            raise ValueError(f"method {spec.name!r}: option {parameter.name!r} must be keyword-only")
+    METHOD_SPECS[spec.name] = spec
+    METHODS[spec.name] = spec.builder
+    return spec
+
+
+def unregister_method(name: str) -> None:
+    """Remove a registered method (tests and notebooks that add a method for one experiment)."""
+    METHOD_SPECS.pop(name, None)
+    METHODS.pop(name, None)
+
+
+for _spec in (
+    MethodSpec("cot", cot, "CoT", "Chain of Thought: one agent, one round"),
+    MethodSpec("self_consistency", self_consistency, "Self-Consistency", "k samples of one agent, plurality vote"),
+    MethodSpec("mad", mad, "MAD", "multi-agent debate (Du et al.)"),
+    MethodSpec("mad_m2", mad_m2, "MAD-M2", "MAD with memory masking (Tian et al.)"),
+    MethodSpec("r2mad", r2mad, "R2-MAD", "MAD + experience memory + confidence (Section 4)"),
+    MethodSpec("icl_cot", icl_cot, "ICL-CoT", "CoT with retrieved experiences as in-context examples"),
+):
+    register_method(_spec)
 
 
 def method_options(name: str) -> dict[str, Any]:

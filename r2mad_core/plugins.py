@@ -1,0 +1,78 @@
+"""Extensions from outside the package: modules that register benchmarks, retrieval policies or methods.
+
+Each extension point has one registry (:data:`r2mad_core.benchmarks.BENCHMARK_SPECS`,
+:data:`r2mad_core.retrieval.POLICIES`, :data:`r2mad_core.methods.METHOD_SPECS`); an extension is a module whose
+import registers its entries. The command line, ``python -m r2mad_core.reproduce`` and every notebook (through
+their shared setup) call :func:`load_plugins` before they read a registry, so a registered entry shows up in the
+CLI's choices, the profiles and the tables.
+
+Where the modules come from:
+
+- ``R2MAD_PLUGINS``: comma-separated module names (``mylab.r2mad_extras``) or paths to ``.py`` files;
+- the ``r2mad.plugins`` entry-point group of installed packages (``[project.entry-points."r2mad.plugins"]``).
+
+A module that fails to import is an error naming it (one line), never silently skipped.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import os
+import sys
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+
+logger = logging.getLogger(__name__)
+
+ENVIRONMENT_VARIABLE = "R2MAD_PLUGINS"
+ENTRY_POINT_GROUP = "r2mad.plugins"
+
+_loaded: dict[str, ModuleType] = {}
+
+
+class PluginError(ImportError):
+    """A plugin module named in R2MAD_PLUGINS or an entry point could not be imported."""
+
+
+def _import(name: str) -> ModuleType:
+    if name in _loaded:
+        return _loaded[name]
+    try:
+        if name.endswith(".py"):
+            path = Path(name).expanduser()
+            if not path.is_file():
+                raise PluginError(f"{ENVIRONMENT_VARIABLE}: plugin file {path} does not exist")
+            module_name = f"r2mad_plugin_{path.stem}"
+            spec = importlib.util.spec_from_file_location(module_name, path)
+            if spec is None or spec.loader is None:
+                raise PluginError(f"{ENVIRONMENT_VARIABLE}: cannot import {path}")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(name)
+    except PluginError:
+        raise
+    except Exception as exc:  # a plugin's own error, named with the plugin
+        raise PluginError(f"plugin {name!r} failed to import: {type(exc).__name__}: {exc}") from exc
+    _loaded[name] = module
+    logger.info("loaded plugin %s", name)
+    return module
+
+
+def plugin_names(environ: dict[str, str] | None = None) -> list[str]:
+    """The plugin modules to load: ``R2MAD_PLUGINS`` entries, then the ``r2mad.plugins`` entry points."""
+    env = os.environ if environ is None else environ
+    names = [part.strip() for part in env.get(ENVIRONMENT_VARIABLE, "").split(",") if part.strip()]
+    for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if entry.value not in names:
+            names.append(entry.value)
+    return names
+
+
+def load_plugins(environ: dict[str, str] | None = None) -> list[ModuleType]:
+    """Import every plugin module once (idempotent); returns them in order."""
+    return [_import(name) for name in plugin_names(environ)]
