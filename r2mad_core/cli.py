@@ -33,137 +33,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import yaml
-
 from r2mad_core import memory_cli
+from r2mad_core.cli_common import (  # noqa: F401  (re-exported: the command-line vocabulary)
+    EXIT_USAGE,
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    METHOD_OPTION_DESTS,
+    DEFAULT_CACHE_DIR,
+    UsageError,
+    RunFailure,
+    Interrupted,
+    check_out_dir,
+    kept_questions,
+    Parser,
+    positive_int,
+    integer,
+    non_negative_float,
+    probability,
+    key_value,
+    add_method_option,
+    add_engine_arguments,
+)
 from r2mad_core.benchmarks import BENCHMARKS
 
 logger = logging.getLogger(__name__)
-
-EXIT_USAGE = 2
-EXIT_FAILURE = 1
-METHOD_OPTION_DESTS = "_method_option_dests"
-DEFAULT_CACHE_DIR = "cache"
-
-
-class UsageError(Exception):
-    """A bad input found after parsing (exit code 2, one line)."""
-
-
-class RunFailure(Exception):
-    """The run could not finish (engine failure; exit code 1, one line)."""
-
-
-class Interrupted(Exception):
-    """Ctrl-C: the message says what is kept and how to resume (exit code 130, one line)."""
-
-
-EXIT_INTERRUPTED = 130
-
-
-def check_out_dir(path: Path, option: str = "--out") -> None:
-    """The output directory exists and is writable, or can be created: else UsageError naming it.
-    Creates nothing (bad inputs found later must leave no trace)."""
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"{option} {path}: is a file, expected a directory")
-    existing = path
-    while not existing.exists():
-        if existing.parent == existing:
-            break
-        existing = existing.parent
-    if existing != path and not existing.is_dir():
-        raise UsageError(f"{option} {path}: cannot be created, {existing} is a file")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        what = "the directory is not writable" if existing == path else f"cannot be created, {existing} is not writable"
-        raise UsageError(f"{option} {path}: {what}")
-
-
-def kept_questions(run_dir: Path) -> int:
-    """Finished questions in a run directory's transcripts (0 when there are none or it is unreadable)."""
-    from r2mad_core.experiments import TRANSCRIPTS_FILE, TranscriptStore
-
-    try:
-        return len(TranscriptStore(Path(run_dir) / TRANSCRIPTS_FILE).load(repair=False))
-    except Exception:  # an interrupt must still end with one line
-        return 0
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse with a one-line error message (``prog: error: message``) and exit code 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
-
-
-# --------------------------------------------------------------------------------------------
-# Argument types
-# --------------------------------------------------------------------------------------------
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, found {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, found {value}")
-    return value
-
-
-def integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}") from None
-
-
-def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, found {text!r}") from None
-    if not value >= 0.0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, found {text}")
-    return value
-
-
-def probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], found {text!r}") from None
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], found {text}")
-    return value
-
-
-def key_value(text: str) -> tuple[str, Any]:
-    """``key=value``; the value is read as YAML (numbers, booleans, lists), else kept as text."""
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"expected key=value, found {text!r}")
-    key, raw = text.split("=", 1)
-    key = key.strip().replace("-", "_")
-    if not key.isidentifier():
-        raise argparse.ArgumentTypeError(f"engine option name {key!r} is not a valid identifier")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    return key, value
-
-
-def add_method_option(
-    parser: argparse.ArgumentParser, group: Any, *flags: str, **kwargs: Any
-) -> argparse.Action:
-    """Add an argument to ``group`` of ``parser`` that is forwarded to ``get_method`` under its
-    dest name when the user gives it (its default is None: the method's own default applies)."""
-    kwargs.setdefault("default", None)
-    if kwargs["default"] is not None:
-        raise ValueError(f"method option {flags}: the default must be None (the method's default applies)")
-    action = group.add_argument(*flags, **kwargs)
-    registered = list(parser.get_default(METHOD_OPTION_DESTS) or [])
-    registered.append((action.dest, action.option_strings[0]))
-    parser.set_defaults(**{METHOD_OPTION_DESTS: registered})
-    return action
-
 
 # --------------------------------------------------------------------------------------------
 # run
@@ -193,6 +86,16 @@ def add_cell_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_method_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("method options (default: the method's paper default)")
+    group.add_argument(
+        "--method-option",
+        dest="method_option_pairs",
+        action="append",
+        type=key_value,
+        default=[],
+        metavar="KEY=VALUE",
+        help="any option the method declares (repeatable; the value is read as YAML), e.g. "
+        "experience_reference=none or use_confidence=false; the flags below are shortcuts for the common ones",
+    )
     add_method_option(parser, group, "--n-agents", dest="n_agents", type=positive_int, help="agents (MAD methods; paper: 3)")
     add_method_option(parser, group, "--n-rounds", dest="n_rounds", type=positive_int, help="rounds t = 0..n-1 (MAD methods; paper: 3)")
     add_method_option(parser, group, "--max-tokens", dest="max_tokens", type=positive_int, help="max new tokens per response (default: 512; paper: 6144)")
@@ -258,31 +161,6 @@ def add_method_arguments(parser: argparse.ArgumentParser) -> None:
     add_method_option(parser, group, "--summary-max-tokens", dest="summary_max_tokens", type=positive_int, help="summary max tokens (default: 128)")
 
 
-def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    from r2mad_core.engines import ENGINE_NAMES
-
-    group = parser.add_argument_group("engine")
-    group.add_argument("--engine", default="local", choices=ENGINE_NAMES, help="generation backend (default: local)")
-    group.add_argument("--model", default=None, help="model: a .gguf path (local), the served name (openai), an HF id (vllm)")
-    group.add_argument(
-        "--engine-option",
-        dest="engine_options",
-        action="append",
-        type=key_value,
-        default=[],
-        metavar="KEY=VALUE",
-        help="backend constructor option (repeatable), e.g. threads=1 or base_urls=[http://h:8000/v1]",
-    )
-    group.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help=f"response cache directory (default: $R2MAD_CACHE_DIR, else ./{DEFAULT_CACHE_DIR})",
-    )
-    group.add_argument("--no-cache", action="store_true", help="do not use the response cache")
-
-
 RUN_ARGUMENT_GROUPS: list[Callable[[argparse.ArgumentParser], None]] = [
     add_cell_arguments,
     add_method_arguments,
@@ -298,12 +176,19 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def method_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The method options the user gave on the command line (dest name -> value)."""
-    return {
+    """The method options the user gave on the command line (dest name -> value): the flags, then every
+    ``--method-option key=value`` (a key given both ways is an error)."""
+    options = {
         dest: getattr(args, dest)
         for dest, _ in getattr(args, METHOD_OPTION_DESTS, [])
         if getattr(args, dest, None) is not None
     }
+    for key, value in getattr(args, "method_option_pairs", None) or []:
+        key = key.replace("-", "_")
+        if key in options:
+            raise UsageError(f"--method-option {key}: given twice (or also as a flag)")
+        options[key] = value
+    return options
 
 
 def build_method(args: argparse.Namespace) -> Any:
@@ -312,11 +197,15 @@ def build_method(args: argparse.Namespace) -> Any:
     options = method_options_from_args(args)
     flags = dict(getattr(args, METHOD_OPTION_DESTS, []))
     accepted = method_options(args.method)
-    unknown = [flags.get(dest, dest) for dest in options if dest not in accepted]
+    as_pairs = {key.replace("-", "_") for key, _ in getattr(args, "method_option_pairs", None) or []}
+    unknown = [f"--method-option {dest}" if dest in as_pairs else flags.get(dest, dest)
+               for dest in options if dest not in accepted]
     if unknown:
         valid = sorted(flag for dest, flag in flags.items() if dest in accepted)
+        declared = ", ".join(sorted(accepted))
         raise UsageError(
-            f"option(s) {', '.join(unknown)} do not apply to method {args.method}; its options: {', '.join(valid) or 'none'}"
+            f"option(s) {', '.join(unknown)} do not apply to method {args.method}; its flags: {', '.join(valid) or 'none'}; "
+            f"its declared options (--method-option KEY=VALUE): {declared}"
         )
     try:
         method = get_method(args.method, **options)

@@ -35,7 +35,7 @@ def _unit_float(text: str) -> float:
 
 def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     """R2-MAD / ICL-CoT options of ``r2mad run``."""
-    from r2mad_core.cli import add_method_option, integer, positive_int
+    from r2mad_core.cli_common import add_method_option, integer, positive_int
     from r2mad_core.methods import CONFIDENCE_LABELS, CONFIDENCE_POOLS, PEER_RESPONSE_ROUNDS
     from r2mad_core.retrieval import POLICIES as RETRIEVAL_POLICIES
 
@@ -75,7 +75,7 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
 # build-memory
 # --------------------------------------------------------------------------------------------
 def add_build_memory_arguments(parser: argparse.ArgumentParser) -> None:
-    from r2mad_core.cli import add_engine_arguments, integer, positive_int
+    from r2mad_core.cli_common import add_engine_arguments, integer, positive_int
     from r2mad_core.memory import REWARD_DEFINITIONS, STATE_ENCODINGS, STATE_LAYOUTS
 
     group = parser.add_argument_group("memory construction")
@@ -116,7 +116,7 @@ def check_top_k_fits_bank(hook: Any, method: str, memory: Any) -> None:
     """-K must not exceed what the bank can give: R2-MAD retrieves K cases from each agent's bank,
     ICL-CoT K distinct training questions (``match="question"``) or K cases (``match="state"``).
     A larger K would silently retrieve everything (and blow up the prompt); UsageError instead."""
-    from r2mad_core.cli import UsageError
+    from r2mad_core.cli_common import UsageError
 
     bank_set = getattr(hook, "bank_set", None)
     if bank_set is None:
@@ -144,7 +144,7 @@ def check_top_k_fits_bank(hook: Any, method: str, memory: Any) -> None:
 
 
 def _make_engine(args: argparse.Namespace, samples: Any) -> Any:
-    from r2mad_core.cli import DEFAULT_CACHE_DIR, UsageError
+    from r2mad_core.cli_common import DEFAULT_CACHE_DIR, UsageError
     from r2mad_core.engines import make_engine
 
     engine_options = dict(args.engine_options)
@@ -161,7 +161,7 @@ def _make_engine(args: argparse.Namespace, samples: Any) -> Any:
 
 def build_memory_command(args: argparse.Namespace) -> int:
     from r2mad_core import benchmarks
-    from r2mad_core.cli import Interrupted, UsageError, check_out_dir, kept_questions
+    from r2mad_core.cli_common import Interrupted, UsageError, check_out_dir, kept_questions
     from r2mad_core.embeddings import get_embedder
     from r2mad_core.experiments import RunConfigMismatch, RunDirectoryBusy
     from r2mad_core.memory_construction import build_memory
@@ -216,7 +216,7 @@ def build_memory_command(args: argparse.Namespace) -> int:
 # audit
 # --------------------------------------------------------------------------------------------
 def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
-    from r2mad_core.cli import integer, positive_int
+    from r2mad_core.cli_common import integer, positive_int
 
     parser.add_argument("bank", type=Path, metavar="BANK", help="memory bank directory")
     parser.add_argument("--embedder", default=None, help="embedder to recompute embeddings with (default: the bank's)")
@@ -227,7 +227,7 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def audit_command(args: argparse.Namespace) -> int:
-    from r2mad_core.cli import UsageError
+    from r2mad_core.cli_common import UsageError
     from r2mad_core.embeddings import get_embedder
     from r2mad_core.memory import MemoryBankError, MemoryBankSet, audit_bank_set
 
