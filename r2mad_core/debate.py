@@ -30,6 +30,12 @@ Rounds are ``t = 0 .. n_rounds - 1`` (the paper's "3 agents over 3 rounds" is t 
 - Gold answers never steer the loop: stopping, consensus, hooks and masking see extracted answers
   only. Per-agent correctness is filled in by :func:`score_turns` after the debate, for scoring.
 
+Schedules: the loop above is ``schedule="rounds"`` (every phase of a round waits for the slowest sequence of
+the whole batch). ``schedule="questions"`` (:mod:`r2mad_core.scheduling`) runs the same phases -- the functions
+:func:`select_peers`, :func:`round_contexts`, :func:`round_requests`, :func:`record_round`, :func:`finish_round`
+and :func:`summarize` -- for one sample at a time, each sample advancing as soon as its own requests are back; the
+requests, hence (with per-request seeds) the transcripts, are the same.
+
 Extension points
 ----------------
 :class:`RoundHook` (R2-MAD memory and confidence, ICL-CoT). Before the prompts of round t are
@@ -497,7 +503,7 @@ def _mean_logprob(completion: Completion) -> float | None:
     return float(sum(completion.logprobs) / len(completion.logprobs))
 
 
-def _generate(engine: Engine, requests: list[Request]) -> list[Completion]:
+def generate_checked(engine: Engine, requests: list[Request]) -> list[Completion]:
     if not requests:
         return []
     completions = engine.generate(requests)
@@ -541,7 +547,9 @@ def run_debate(
     peer_selector: PeerSelector | None = None,
     on_round: Callable[[int, int], None] | None = None,
 ) -> list[DebateState]:
-    """Debate every sample round-synchronously; return their finished states (input order).
+    """Debate every sample round-synchronously (``schedule="rounds"``); return their finished states
+    (input order). :func:`r2mad_core.scheduling.run_scheduled` chooses between this loop and the per-question
+    schedule.
 
     ``benchmark`` defaults to the samples' benchmark (they must all share it). ``on_round(t, n)``
     is called after each round with the number of samples that took part (progress reporting).
@@ -553,135 +561,18 @@ def run_debate(
         benchmark = samples[0].benchmark
     states = new_states(samples, benchmark, config)
     for round_index in range(config.n_rounds):
-        params = config.sampling_params(round_index)
         active = [s for s in states if not s.finished]
         if not active:
             break
         started = time.perf_counter()
-
-        selections: Sequence[PeerSelection | None]
-        if round_index > 0 and peer_selector is not None:
-            selections = list(peer_selector.select_peers(round_index, active, engine, config))
-            if len(selections) != len(active):
-                raise RuntimeError(
-                    f"peer selector returned {len(selections)} selections for {len(active)} samples"
-                )
-        else:
-            selections = [None] * len(active)
-
-        contexts: Sequence[Sequence[AgentRoundContext | None] | None]
-        if hook is not None:
-            contexts = list(hook.prepare_round(round_index, active))
-            if len(contexts) != len(active):
-                raise RuntimeError(f"round hook returned {len(contexts)} entries for {len(active)} samples")
-        else:
-            contexts = [None] * len(active)
-
-        requests: list[Request] = []
-        pending: list[tuple[DebateState, int, list[Message], tuple[int, ...] | None, AgentRoundContext]] = []
-        for state, selection, state_contexts in zip(active, selections, contexts):
-            if state_contexts is not None and len(state_contexts) != config.n_agents:
-                raise RuntimeError(
-                    f"round hook returned {len(state_contexts)} agent contexts for sample {state.sample.id!r}, "
-                    f"expected {config.n_agents}"
-                )
-            if round_index > 0:
-                visible_all = selection.visible if selection is not None else all_other_peers(config.n_agents)
-                if len(visible_all) != config.n_agents:
-                    raise RuntimeError(
-                        f"peer selector gave {len(visible_all)} peer lists for sample {state.sample.id!r}, "
-                        f"expected {config.n_agents}"
-                    )
-            for agent in range(config.n_agents):
-                context = (state_contexts[agent] if state_contexts is not None else None) or EMPTY_CONTEXT
-                visible: tuple[int, ...] | None = None
-                if round_index == 0:
-                    user = prompts.task_prompt(
-                        state.benchmark, state.question, context.experiences, wording=config.task_prompt
-                    )
-                else:
-                    visible = tuple(visible_all[agent])
-                    bad = [j for j in visible if j == agent or not 0 <= j < config.n_agents]
-                    if bad:
-                        raise RuntimeError(f"agent {agent} cannot see peers {bad} (sample {state.sample.id!r})")
-                    previous = state.rounds[-1].turns
-                    if visible:
-                        peers = [
-                            prompts.PeerResponse(
-                                text=previous[j].response, confidence=context.peer_confidence.get(j)
-                            )
-                            for j in visible
-                        ]
-                        user = prompts.debate_prompt(
-                            state.benchmark, state.question, peers, context.experiences, wording=config.task_prompt
-                        )
-                    else:
-                        user = prompts.task_prompt(
-                        state.benchmark, state.question, context.experiences, wording=config.task_prompt
-                    )
-                messages = [*state.conversations[agent], {"role": "user", "content": user}]
-                requests.append(
-                    Request(
-                        messages=tuple(messages),
-                        params=params,
-                        sample_index=(config.sample_indices or ())[agent],
-                        tag=DEBATE_TAG,
-                    )
-                )
-                pending.append((state, agent, messages, visible, context))
-        completions = _generate(engine, requests)
-
-        turns: dict[int, list[AgentTurn]] = {id(s): [] for s in active}
-        for (state, agent, messages, visible, context), completion in zip(pending, completions):
-            text = completion.text or ""
-            answer = answers.extract_answer(text, state.benchmark, num_options=state.num_options)
-            state.conversations[agent] = [*messages, {"role": "assistant", "content": text}]
-            turns[id(state)].append(
-                AgentTurn(
-                    agent=agent,
-                    round_index=round_index,
-                    prompt_id=prompt_id(messages),
-                    response=text,
-                    answer=answer,
-                    finish_reason=completion.finish_reason,
-                    prompt_tokens=completion.prompt_tokens,
-                    completion_tokens=completion.completion_tokens,
-                    cached=completion.cached,
-                    seconds=completion.seconds,
-                    mean_logprob=_mean_logprob(completion),
-                    visible_peers=visible,
-                    peer_confidence={int(j): c for j, c in context.peer_confidence.items()},
-                    n_experiences=len(context.experiences),
-                    retrieved=dict(context.record),
-                )
-            )
-        for state, selection in zip(active, selections):
-            values = [t.answer for t in turns[id(state)]]
-            unanimous = is_unanimous(values, state.benchmark)
-            state.rounds.append(
-                RoundRecord(
-                    index=round_index,
-                    turns=turns[id(state)],
-                    consensus_ratio=consensus_ratio(values, state.benchmark),
-                    unanimous=unanimous,
-                    masking=dict(selection.record) if selection is not None else None,
-                    extra_calls=state.pending_extra_calls,
-                )
-            )
-            state.pending_extra_calls = []
-            last_round = round_index == config.n_rounds - 1
-            if last_round:
-                state.finished = True
-            elif unanimous and config.stop_at_unanimity:
-                state.finished = True
-                state.stopped_early = True
-
-        finish_round = getattr(hook, "finish_round", None)
-        if callable(finish_round):
-            finish_round(round_index, active)
-
+        selections = select_peers(round_index, active, engine, config, peer_selector)
+        contexts = round_contexts(round_index, active, config, hook)
+        requests, pending = round_requests(round_index, active, selections, contexts, config)
+        completions = generate_checked(engine, requests)
+        record_round(round_index, active, selections, pending, completions, config)
+        finish_round(round_index, active, hook)
         if config.with_summaries and round_index < config.n_rounds - 1:
-            _summarize(engine, config, [s for s in active if not s.finished], round_index)
+            summarize(engine, config, [s for s in active if not s.finished], round_index)
 
         elapsed = time.perf_counter() - started
         for state in active:
@@ -692,7 +583,165 @@ def run_debate(
     return states
 
 
-def _summarize(engine: Engine, config: DebateConfig, states: Sequence[DebateState], round_index: int) -> None:
+# The phases of one round, shared by both schedules (rounds: all active samples at once; questions: one
+# sample at a time). Each phase sees only the states it is given, so calling them per sample gives the same
+# requests, in the same order within a sample, as calling them for the whole batch.
+PendingTurn = tuple[DebateState, int, list[Message], "tuple[int, ...] | None", AgentRoundContext]
+
+
+def select_peers(
+    round_index: int,
+    states: Sequence[DebateState],
+    engine: Engine,
+    config: DebateConfig,
+    peer_selector: PeerSelector | None,
+) -> list[PeerSelection | None]:
+    """The peer selector's choice for each state at round t > 0 (None: every other agent)."""
+    if round_index == 0 or peer_selector is None:
+        return [None] * len(states)
+    selections = list(peer_selector.select_peers(round_index, states, engine, config))
+    if len(selections) != len(states):
+        raise RuntimeError(f"peer selector returned {len(selections)} selections for {len(states)} samples")
+    return selections
+
+
+def round_contexts(
+    round_index: int, states: Sequence[DebateState], config: DebateConfig, hook: RoundHook | None
+) -> list[Sequence[AgentRoundContext | None] | None]:
+    """``hook.prepare_round`` for these states, checked (None per state without a hook)."""
+    if hook is None:
+        return [None] * len(states)
+    contexts = list(hook.prepare_round(round_index, states))
+    if len(contexts) != len(states):
+        raise RuntimeError(f"round hook returned {len(contexts)} entries for {len(states)} samples")
+    for state, state_contexts in zip(states, contexts):
+        if state_contexts is not None and len(state_contexts) != config.n_agents:
+            raise RuntimeError(
+                f"round hook returned {len(state_contexts)} agent contexts for sample {state.sample.id!r}, "
+                f"expected {config.n_agents}"
+            )
+    return contexts
+
+
+def round_requests(
+    round_index: int,
+    states: Sequence[DebateState],
+    selections: Sequence[PeerSelection | None],
+    contexts: Sequence[Sequence[AgentRoundContext | None] | None],
+    config: DebateConfig,
+) -> tuple[list[Request], list[PendingTurn]]:
+    """Every (state x agent) request of round t (Eq. 1), in state then agent order."""
+    params = config.sampling_params(round_index)
+    requests: list[Request] = []
+    pending: list[PendingTurn] = []
+    for state, selection, state_contexts in zip(states, selections, contexts):
+        if round_index > 0:
+            visible_all = selection.visible if selection is not None else all_other_peers(config.n_agents)
+            if len(visible_all) != config.n_agents:
+                raise RuntimeError(
+                    f"peer selector gave {len(visible_all)} peer lists for sample {state.sample.id!r}, "
+                    f"expected {config.n_agents}"
+                )
+        for agent in range(config.n_agents):
+            context = (state_contexts[agent] if state_contexts is not None else None) or EMPTY_CONTEXT
+            visible: tuple[int, ...] | None = None
+            if round_index == 0:
+                user = prompts.task_prompt(
+                    state.benchmark, state.question, context.experiences, wording=config.task_prompt
+                )
+            else:
+                visible = tuple(visible_all[agent])
+                bad = [j for j in visible if j == agent or not 0 <= j < config.n_agents]
+                if bad:
+                    raise RuntimeError(f"agent {agent} cannot see peers {bad} (sample {state.sample.id!r})")
+                previous = state.rounds[-1].turns
+                if visible:
+                    peers = [
+                        prompts.PeerResponse(text=previous[j].response, confidence=context.peer_confidence.get(j))
+                        for j in visible
+                    ]
+                    user = prompts.debate_prompt(
+                        state.benchmark, state.question, peers, context.experiences, wording=config.task_prompt
+                    )
+                else:
+                    user = prompts.task_prompt(
+                        state.benchmark, state.question, context.experiences, wording=config.task_prompt
+                    )
+            messages = [*state.conversations[agent], {"role": "user", "content": user}]
+            requests.append(
+                Request(
+                    messages=tuple(messages),
+                    params=params,
+                    sample_index=(config.sample_indices or ())[agent],
+                    tag=DEBATE_TAG,
+                )
+            )
+            pending.append((state, agent, messages, visible, context))
+    return requests, pending
+
+
+def record_round(
+    round_index: int,
+    states: Sequence[DebateState],
+    selections: Sequence[PeerSelection | None],
+    pending: Sequence[PendingTurn],
+    completions: Sequence[Completion],
+    config: DebateConfig,
+) -> None:
+    """Append round t's record (Z^(t), answers, Cons(Z^(t)), Eq. 3) to each state; mark finished states."""
+    turns: dict[int, list[AgentTurn]] = {id(s): [] for s in states}
+    for (state, agent, messages, visible, context), completion in zip(pending, completions):
+        text = completion.text or ""
+        answer = answers.extract_answer(text, state.benchmark, num_options=state.num_options)
+        state.conversations[agent] = [*messages, {"role": "assistant", "content": text}]
+        turns[id(state)].append(
+            AgentTurn(
+                agent=agent,
+                round_index=round_index,
+                prompt_id=prompt_id(messages),
+                response=text,
+                answer=answer,
+                finish_reason=completion.finish_reason,
+                prompt_tokens=completion.prompt_tokens,
+                completion_tokens=completion.completion_tokens,
+                cached=completion.cached,
+                seconds=completion.seconds,
+                mean_logprob=_mean_logprob(completion),
+                visible_peers=visible,
+                peer_confidence={int(j): c for j, c in context.peer_confidence.items()},
+                n_experiences=len(context.experiences),
+                retrieved=dict(context.record),
+            )
+        )
+    for state, selection in zip(states, selections):
+        values = [t.answer for t in turns[id(state)]]
+        unanimous = is_unanimous(values, state.benchmark)
+        state.rounds.append(
+            RoundRecord(
+                index=round_index,
+                turns=turns[id(state)],
+                consensus_ratio=consensus_ratio(values, state.benchmark),
+                unanimous=unanimous,
+                masking=dict(selection.record) if selection is not None else None,
+                extra_calls=state.pending_extra_calls,
+            )
+        )
+        state.pending_extra_calls = []
+        if round_index == config.n_rounds - 1:
+            state.finished = True
+        elif unanimous and config.stop_at_unanimity:
+            state.finished = True
+            state.stopped_early = True
+
+
+def finish_round(round_index: int, states: Sequence[DebateState], hook: RoundHook | None) -> None:
+    """``hook.finish_round(t, states)`` when the hook defines it."""
+    finish = getattr(hook, "finish_round", None)
+    if callable(finish):
+        finish(round_index, states)
+
+
+def summarize(engine: Engine, config: DebateConfig, states: Sequence[DebateState], round_index: int) -> None:
     """h^(t) for every state in one batched call (Eq. 2; the appendix summary prompt)."""
     if not states:
         return
@@ -703,7 +752,7 @@ def _summarize(engine: Engine, config: DebateConfig, states: Sequence[DebateStat
         previous_summary = state.rounds[-2].summary if len(state.rounds) > 1 else None
         text = prompts.summary_prompt(state.question, previous_summary, current.responses, current.consensus_ratio)
         requests.append(Request(messages=({"role": "user", "content": text},), params=params, tag=SUMMARY_TAG))
-    for state, completion in zip(states, _generate(engine, requests)):
+    for state, completion in zip(states, generate_checked(engine, requests)):
         state.rounds[-1].summary = (completion.text or "").strip()
         state.rounds[-1].extra_calls.append(ExtraCall.from_completion(SUMMARY_TAG, completion))
 

@@ -71,9 +71,10 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from r2mad_core import __version__
-from r2mad_core.debate import DebateState, run_debate, score_turns
+from r2mad_core.debate import DebateState, score_turns
 from r2mad_core.engines.base import Engine
 from r2mad_core.methods import Method, RunContext, get_method
+from r2mad_core.scheduling import check_schedule, run_scheduled
 from r2mad_core.scoring import compute_metrics, sample_cost, vote
 
 logger = logging.getLogger(__name__)
@@ -566,8 +567,18 @@ def run_cell(
     data_dir: str | Path | None = None,
     chunk_size: int = 32,
     progress: bool = True,
+    schedule: str = "rounds",
+    window: int | None = None,
 ) -> CellResult:
     """Run (or resume) one cell into ``out_dir`` and return its records and metrics.
+
+    ``schedule``: ``"rounds"`` (default; chunks of ``chunk_size`` questions, each debated round-synchronously)
+    or ``"questions"`` (every question advances on its own over a continuous-batching engine, at most
+    ``window`` in flight, default :data:`r2mad_core.scheduling.DEFAULT_WINDOW`; each transcript line is
+    written as soon as its question and every earlier one are done). Both give the same transcript file
+    apart from the wall-time ``seconds`` fields (:mod:`r2mad_core.scheduling`), so neither ``schedule`` nor
+    ``window`` is part of the cell's config (a run may be resumed under the other). A SIGKILL loses at most a
+    chunk (``rounds``) or ``window`` questions (``questions``); their generations stay in the response cache.
 
     ``method`` is a :class:`~r2mad_core.methods.Method` or a registered name (built with
     ``method_options``). ``samples`` overrides loading ``benchmark``/``split`` from the data
@@ -578,6 +589,10 @@ def run_cell(
     method = _resolve_method(method, method_options, seed, limit)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"run_cell: chunk_size must be a positive integer, found {chunk_size!r}")
+    try:
+        check_schedule(schedule, window)
+    except ValueError as exc:
+        raise ValueError(f"run_cell: {exc}") from None
     method.check_benchmark(benchmark)
     samples = _select_samples(benchmark, split, samples, limit, data_dir)
     ids = [s.id for s in samples]
@@ -613,24 +628,28 @@ def run_cell(
             from tqdm.auto import tqdm
 
             bar = tqdm(total=len(samples), initial=n_reused, desc=f"{method.name} {benchmark}", unit="q")
+        def on_round(t: int, n: int, _bar: Any = bar) -> None:
+            if _bar is not None:
+                _bar.set_postfix_str(f"round {t} ({n} active)")
+
+        def write(states: list[DebateState]) -> None:
+            """Score and append finished debates (input order), one write + fsync per call."""
+            score_turns(states)
+            records = [transcript_record(state, method, split=split, seed=seed) for state in states]
+            store.append_many(records)
+            for record in records:
+                existing[record["sample_id"]] = record
+            if bar is not None:
+                bar.update(len(states))
+
         try:
-            for start in range(0, len(pending), chunk_size):
-                chunk = pending[start : start + chunk_size]
-
-                def on_round(t: int, n: int, _bar: Any = bar) -> None:
-                    if _bar is not None:
-                        _bar.set_postfix_str(f"round {t} ({n} active)")
-
-                states = run_debate(
-                    chunk, engine, method.debate, benchmark=benchmark, hook=hook, peer_selector=selector, on_round=on_round
+            # rounds: chunk by chunk; questions: one stream, written as the questions finish (in input order)
+            step = chunk_size if schedule == "rounds" else max(1, len(pending))
+            for start in range(0, len(pending), step):
+                run_scheduled(
+                    pending[start : start + step], engine, method.debate, schedule=schedule, window=window,
+                    benchmark=benchmark, hook=hook, peer_selector=selector, on_round=on_round, on_finished=write,
                 )
-                score_turns(states)
-                chunk_records = [transcript_record(state, method, split=split, seed=seed) for state in states]
-                store.append_many(chunk_records)
-                for record in chunk_records:
-                    existing[record["sample_id"]] = record
-                if bar is not None:
-                    bar.update(len(chunk))
         finally:
             if bar is not None:
                 bar.close()

@@ -337,7 +337,13 @@ class SimulatedEngine:
 
     ``samples``: every sample whose questions the engine may be asked (the question text is the key).
     ``seed``: the run seed (part of the identity; changes every draw, not the samples' difficulty).
+
+    ``generate`` may be called from several threads at once (``concurrent_generate``, see
+    :mod:`r2mad_core.scheduling`): every draw depends on the request alone, the sample profiles are built
+    under a lock and the ledger is locked; each call sleeps its own modelled latency.
     """
+
+    concurrent_generate = True
 
     def __init__(
         self,
