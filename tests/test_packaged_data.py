@@ -1,0 +1,154 @@
+"""The benchmark files shipped in the package (r2mad_core/data/benchmarks): the default data source,
+checked against MANIFEST.json at every load, with licenses and provenance; R2MAD_DATA_DIR and the Hub
+(through a fake ``datasets`` module) stay as overrides."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import shutil
+import sys
+import tomllib
+import types
+from pathlib import Path
+
+import pytest
+
+from r2mad_core import benchmarks
+from r2mad_core.benchmarks import (
+    PACKAGED_DATA_DIR,
+    PAPER_SPLIT_SIZES,
+    BenchmarkDataError,
+    BenchmarkFilesNotFound,
+    describe_data_source,
+    load,
+    packaged_manifest,
+    verify_checksums,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared" / "data"
+#: Upstream git blob ids (data README of the shared folder / the source repositories).
+UPSTREAM_BLOBS = {
+    "math500/test.jsonl.gz": "2376b9a194b46c0790e197c91b7249e5f88ac09b",  # BudgetThinker test_ori.jsonl = prm800k LFS
+    "truthfulqa/mc_task.json.gz": "2e2bcc91f0dc2bc8a516433fbd4b79f55caefa2f",  # sylinrl/TruthfulQA@013686a data/mc_task.json
+}
+
+
+@pytest.fixture(autouse=True)
+def no_data_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("R2MAD_DATA_DIR", raising=False)
+
+
+def test_every_packaged_file_matches_its_manifest_entry_and_upstream_blob() -> None:
+    manifest = packaged_manifest()
+    assert sorted(manifest) == sorted(relative for _, relative in benchmarks.PACKAGED_FILES.values())
+    for relative, entry in manifest.items():
+        data = gzip.decompress((PACKAGED_DATA_DIR / relative).read_bytes())
+        assert len(data) == entry["bytes"] and hashlib.sha256(data).hexdigest() == entry["sha256"], relative
+        assert hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() == entry["git_blob"], relative
+        assert entry["license"] and entry["upstream"]
+    for relative, blob in UPSTREAM_BLOBS.items():
+        assert manifest[relative]["git_blob"] == blob
+    # the shared data folder's sha256 (its README) for the same bytes
+    assert {k: v for k, v in benchmarks.CHECKSUMS.items() if "parquet" not in k} == {
+        "math500/raw/test.jsonl": manifest["math500/test.jsonl.gz"]["sha256"],
+        "mmlu_pro/derived/test_economics.jsonl": manifest["mmlu_pro/test_economics.jsonl.gz"]["sha256"],
+        "mmlu_pro/derived/test_engineering.jsonl": manifest["mmlu_pro/test_engineering.jsonl.gz"]["sha256"],
+        "truthfulqa/raw/mc_task.json": manifest["truthfulqa/mc_task.json.gz"]["sha256"],
+    }
+    assert verify_checksums() == {relative: True for relative in manifest}
+
+
+def test_licenses_and_provenance_ship_beside_the_files() -> None:
+    assert "MIT License" in (PACKAGED_DATA_DIR / "math500" / "LICENSE").read_text()
+    assert "Copyright (c) 2023 OpenAI" in (PACKAGED_DATA_DIR / "math500" / "LICENSE").read_text()
+    assert "MIT License" in (PACKAGED_DATA_DIR / "mmlu_pro" / "LICENSE").read_text()
+    assert "Apache License" in (PACKAGED_DATA_DIR / "truthfulqa" / "LICENSE").read_text()
+    readme = (PACKAGED_DATA_DIR / "README.md").read_text()
+    for entry in packaged_manifest().values():
+        assert entry["sha256"] in readme and entry["git_blob"] in readme
+    assert "013686a06be7a7bde5bf8223943e106c7250123c" in readme
+    package_data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["r2mad_core"]
+    for pattern in ("data/benchmarks/*.json", "data/benchmarks/*.md", "data/benchmarks/*/*.gz", "data/benchmarks/*/LICENSE"):
+        assert pattern in package_data
+
+
+def test_default_source_is_the_package_with_the_papers_counts() -> None:
+    assert benchmarks.resolve_data_dir() == PACKAGED_DATA_DIR
+    assert describe_data_source() == "the files shipped with r2mad (r2mad_core/data/benchmarks, sha256-checked at load)"
+    for name in benchmarks.BENCHMARKS:
+        for split in ("train", "test"):
+            assert len(load(name, split)) == PAPER_SPLIT_SIZES[name][split], (name, split)
+
+
+@pytest.mark.skipif(not (SHARED / "truthfulqa" / "raw" / "mc_task.json").is_file(), reason="no ../shared/data beside the repo")
+def test_packaged_samples_equal_the_shared_folders() -> None:
+    for name in benchmarks.BENCHMARKS:
+        packaged = load(name, "all")
+        shared = load(name, "all", SHARED)
+        assert [(s.id, s.question, s.gold, s.choices) for s in packaged] == [
+            (s.id, s.question, s.gold, s.choices) for s in shared
+        ], name
+
+
+def _copy_packaged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    copy = tmp_path / "benchmarks"
+    shutil.copytree(PACKAGED_DATA_DIR, copy)
+    monkeypatch.setattr(benchmarks, "PACKAGED_DATA_DIR", copy)
+    benchmarks.packaged_manifest.cache_clear()
+    benchmarks._packaged_bytes.cache_clear()
+    return copy
+
+
+def test_a_damaged_packaged_file_is_an_error_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    copy = _copy_packaged(tmp_path, monkeypatch)
+    try:
+        path = copy / "truthfulqa" / "mc_task.json.gz"
+        rows = json.loads(gzip.decompress(path.read_bytes()))
+        rows[0]["question"] += " (edited)"
+        path.write_bytes(gzip.compress(json.dumps(rows).encode()))
+        with pytest.raises(BenchmarkDataError) as raised:
+            load("truthfulqa", "test")
+        message = str(raised.value)
+        assert message.startswith(f"{path}: sha256 ") and "differs from MANIFEST.json's 6eb4125d" in message
+        assert "reinstall r2mad" in message
+        assert verify_checksums()["truthfulqa/mc_task.json.gz"] is False
+        path.write_bytes(b"not gzip")
+        benchmarks._packaged_bytes.cache_clear()
+        with pytest.raises(BenchmarkDataError, match="not a valid gzip file"):
+            load("truthfulqa", "test")
+        path.unlink()
+        with pytest.raises(BenchmarkFilesNotFound, match="packaged benchmark file missing"):
+            load("truthfulqa", "test")
+        assert verify_checksums()["truthfulqa/mc_task.json.gz"] is None
+        assert len(load("math500", "test")) == 134  # the others still load
+    finally:
+        benchmarks.packaged_manifest.cache_clear()
+        benchmarks._packaged_bytes.cache_clear()
+
+
+def test_data_dir_overrides_the_package_and_an_empty_one_is_filled_from_the_hub(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R2MAD_DATA_DIR pointing at an empty folder: the file comes from the (fake) Hub, not the package."""
+    calls = []
+
+    def load_dataset(repo: str, config: str | None, split: str) -> list:
+        calls.append((repo, config, split))
+        return [{"question": f"Q{i}?", "mc1_targets": {"choices": [f"right {i}", "b", "c", "d"], "labels": [1, 0, 0, 0]},
+                 "mc2_targets": {"choices": ["x"], "labels": [1]}} for i in range(8)]
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+    monkeypatch.setenv("R2MAD_DATA_DIR", str(tmp_path))
+    assert describe_data_source().startswith(f"the data directory {tmp_path}")
+    samples = load("truthfulqa", "all")
+    assert calls == [("truthful_qa", "multiple_choice", "validation")]
+    assert len(samples) == 8 and (tmp_path / "truthfulqa" / "mc_task.json").is_file()
+    assert load("truthfulqa", "all") == samples and len(calls) == 1  # the downloaded file is reused
+
+
+def test_hub_extra_installs_datasets() -> None:
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert [r.split(">")[0] for r in extras["hub"]] == ["datasets"]
