@@ -163,6 +163,8 @@ def memory_log_likelihood(
     contrastive: np.ndarray | float = 0.0,
     ratio_supporting: float = 1.5,
     ratio_contrastive: float = 1.3,
+    misleading_supporting: np.ndarray | float = 0.0,
+    misleading_contrastive: np.ndarray | float = 0.0,
 ) -> np.ndarray:
     """log P(E | theta) (up to a constant) of retrieved experiences E.
 
@@ -176,6 +178,12 @@ def memory_log_likelihood(
 
     Ratios < 1 model misleading memories. ``supporting``/``contrastive`` are counts with any batch
     shape; the result has shape batch + (K,).
+
+    Mislabelled experiences (a poisoned memory, Section 5.5) teach the opposite lesson: one *labelled*
+    correct whose answer was in fact wrong (``misleading_supporting``) multiplies the likelihood of the
+    misconception theta' by ``ratio_supporting``; one labelled incorrect whose answer was in fact right
+    (``misleading_contrastive``) divides the likelihood of theta* by ``ratio_contrastive``. Each lowers
+    Lambda_mem by the log-ratio a truthful experience would have added.
     """
     if ratio_supporting <= 0 or ratio_contrastive <= 0:
         raise ValueError(
@@ -184,10 +192,14 @@ def memory_log_likelihood(
         )
     supporting = np.asarray(supporting, dtype=float)
     contrastive = np.asarray(contrastive, dtype=float)
-    shape = np.broadcast_shapes(supporting.shape, contrastive.shape)
+    misleading_supporting = np.asarray(misleading_supporting, dtype=float)
+    misleading_contrastive = np.asarray(misleading_contrastive, dtype=float)
+    shape = np.broadcast_shapes(
+        supporting.shape, contrastive.shape, misleading_supporting.shape, misleading_contrastive.shape
+    )
     out = np.zeros(shape + (num_concepts,))
-    out[..., TRUE_CONCEPT] = supporting * np.log(ratio_supporting)
-    out[..., MISCONCEPTION] = -contrastive * np.log(ratio_contrastive)
+    out[..., TRUE_CONCEPT] = supporting * np.log(ratio_supporting) - misleading_contrastive * np.log(ratio_contrastive)
+    out[..., MISCONCEPTION] = misleading_supporting * np.log(ratio_supporting) - contrastive * np.log(ratio_contrastive)
     return out
 
 

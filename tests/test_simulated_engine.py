@@ -100,7 +100,7 @@ def test_engine_protocol_identity_and_ledger() -> None:
     engine = SimulatedEngine(samples, seed=3)
     assert isinstance(engine, Engine)
     assert engine.model == "simulated-latent-concept"
-    assert engine.identity.startswith("simulated:v1:seed=3:params=")
+    assert engine.identity.startswith("simulated:v2:seed=3:params=")
     assert '"peer_margin":1.0' in engine.identity
     # different behaviour -> different identity (cache separation); latency does not change outputs
     other = SimulatedEngine(samples, seed=3, params=SimulatedAgentParams(peer_margin=2.0))
@@ -303,10 +303,12 @@ def test_low_confidence_on_misconceived_peers_raises_accuracy() -> None:
     gold, mis = s.gold, engine.profile(s).misconception
     plain = extracted(engine, s, [debate_request(s, [(mis, None), (mis, None)], index=i) for i in range(400)])
     annotated = extracted(engine, s, [debate_request(s, [(mis, "low"), (mis, "low")], index=i) for i in range(400)])
-    boosted = extracted(engine, s, [debate_request(s, [(gold, "high"), (mis, None)], index=i) for i in range(400)])
-    unboosted = extracted(engine, s, [debate_request(s, [(gold, None), (mis, None)], index=i) for i in range(400)])
+    # exact model: P(gold) 0.47 -> 0.58 with the high annotation, +46 of 400 expected (sd of the difference ~14):
+    # 1,200 draws each keep the check > 5 sd from failing by chance
+    boosted = extracted(engine, s, [debate_request(s, [(gold, "high"), (mis, None)], index=i) for i in range(1200)])
+    unboosted = extracted(engine, s, [debate_request(s, [(gold, None), (mis, None)], index=i) for i in range(1200)])
     assert annotated[gold] - plain[gold] > 40
-    assert boosted[gold] - unboosted[gold] > 20
+    assert boosted[gold] - unboosted[gold] > 60
     # the exact model says the same
     p_plain = engine.answer_probabilities(s, persona=0, peer_answers=[mis, mis])[gold]
     p_low = engine.answer_probabilities(s, persona=0, peer_answers=[mis, mis], peer_confidences=["low", "low"])[gold]
@@ -498,3 +500,29 @@ def test_confidence_weighting_lowers_correct_to_wrong_in_the_debate_loop() -> No
     cw_vanilla, cw_confidence = vanilla[0] / vanilla[1], confidence[0] / confidence[1]
     assert cw_confidence < cw_vanilla - 0.08, (cw_vanilla, cw_confidence)
     assert confidence[3] / confidence[4] > vanilla[3] / vanilla[4] + 0.05
+
+
+def test_a_mislabelled_experience_misleads_instead_of_helping() -> None:
+    """Poisoned memory (Section 5.5): a false correctness label teaches the wrong lesson. v1 let every experience
+    help, so flipping 100% of the labels did not hurt in the sim profile (Economics 0.654 -> 0.692)."""
+    samples = mc_samples(4)
+    engine = SimulatedEngine(samples, params=SimulatedAgentParams(format_failure_rate=0.0))
+    s = samples[1]
+    gold, mis = s.gold, engine.profile(s).misconception
+
+    def p_gold(labels: list[bool], false: list[bool]) -> float:
+        return engine.answer_probabilities(s, persona=0, peer_answers=[mis, mis], experiences_correct=labels,
+                                           experiences_mislabelled=false)[gold]
+
+    none = engine.answer_probabilities(s, persona=0, peer_answers=[mis, mis])[gold]
+    truthful = p_gold([True, False, True], [False, False, False])
+    poisoned = p_gold([False, True, False], [True, True, True])  # the same three cases, labels flipped
+    assert truthful > none > poisoned
+    # the engine reads the label's truth off the past question's gold
+    past = samples[2]
+    wrong = next(letter for letter in "ABCD" if letter != past.gold)
+    from r2mad_core.prompts import ExperienceView
+
+    assert engine._mislabelled(ExperienceView(past.question, "r", wrong, correct=True, outcome_correct=True))
+    assert not engine._mislabelled(ExperienceView(past.question, "r", past.gold, correct=True, outcome_correct=True))
+    assert not engine._mislabelled(ExperienceView("an unknown question", "r", wrong, correct=True, outcome_correct=True))

@@ -22,7 +22,11 @@ Per request:
   own previous answer (its last assistant turn) enters with ``self_weight``;
 - retrieved experiences correct the prior (Proposition 4.1, :func:`theory.memory_log_likelihood`):
   one whose recorded answer was correct multiplies the theta* likelihood by ``memory_ratio_correct``,
-  one whose answer was incorrect divides the misconception's by ``memory_ratio_incorrect``;
+  one whose answer was incorrect divides the misconception's by ``memory_ratio_incorrect``. The lesson
+  an experience teaches is its *label*; when the label is false (a poisoned memory: the engine checks the
+  recorded answer against the past question's gold when it knows that question), the lesson points the
+  wrong way: a wrong answer labelled correct boosts the misconception, a right answer labelled incorrect
+  penalises theta* (v1 let any experience help, so 100% poisoned memory did not hurt);
 - summary prompts get a two-sentence "Dynamic: ... Insight: ..." text from the consensus ratio;
 - MAD-M2 judge prompts get a verdict [[YES]] / [[NO]] / [[NOT SURE]] drawn from the judge's prior
   belief in the judged answer (noisy but informative);
@@ -52,7 +56,7 @@ from r2mad_core.engines.base import Completion, Ledger, Request
 
 logger = logging.getLogger(__name__)
 
-MODEL_VERSION = "v1"
+MODEL_VERSION = "v2"
 """Bumped whenever the simulated behaviour changes, so cached generations of older versions miss."""
 
 TOKENS_PER_WORD = 1.3
@@ -427,11 +431,15 @@ class SimulatedEngine:
         peer_confidences: Sequence[str | None] | None = None,
         own_previous_answer: str | None = None,
         experiences_correct: Sequence[bool] = (),
+        experiences_mislabelled: Sequence[bool] = (),
     ) -> dict[str, float]:
-        """P(answer) of an agent in this state (Eq. joint_gen): concept answer string -> probability."""
+        """P(answer) of an agent in this state (Eq. joint_gen): concept answer string -> probability.
+
+        ``experiences_correct`` are the labels shown; ``experiences_mislabelled[k]`` marks a label that is false."""
         profile = self.profile(sample)
         probabilities = self._answer_distribution(
-            profile, persona, peer_answers, peer_confidences, own_previous_answer, experiences_correct
+            profile, persona, peer_answers, peer_confidences, own_previous_answer, experiences_correct,
+            experiences_mislabelled,
         )
         return {concept: float(p) for concept, p in zip(profile.concepts, probabilities)}
 
@@ -490,6 +498,7 @@ class SimulatedEngine:
         peer_confidences: Sequence[str | None] | None,
         own_previous_answer: str | None,
         experiences_correct: Sequence[bool],
+        experiences_mislabelled: Sequence[bool] = (),
     ) -> np.ndarray:
         p = self.params
         model = self.concept_model(profile)
@@ -504,12 +513,20 @@ class SimulatedEngine:
         if own_previous_answer is not None and p.self_weight > 0:
             codes.append(self._concept_index(profile, own_previous_answer))
             weights.append(p.self_weight)
-        supporting = sum(1 for c in experiences_correct if c)
-        contrastive = len(experiences_correct) - supporting
+        mislabelled = list(experiences_mislabelled) or [False] * len(experiences_correct)
+        if len(mislabelled) != len(experiences_correct):
+            raise ValueError(
+                f"experiences_mislabelled: expected {len(experiences_correct)} entries, found {len(mislabelled)}"
+            )
+        counts = {(label, false): 0 for label in (True, False) for false in (True, False)}
+        for label, false in zip(experiences_correct, mislabelled):
+            counts[(bool(label), bool(false))] += 1
         log_memory = None
         if experiences_correct:
             log_memory = theory.memory_log_likelihood(
-                model.num_concepts, supporting, contrastive, p.memory_ratio_correct, p.memory_ratio_incorrect
+                model.num_concepts, counts[(True, False)], counts[(False, False)], p.memory_ratio_correct,
+                p.memory_ratio_incorrect, misleading_supporting=counts[(True, True)],
+                misleading_contrastive=counts[(False, True)],
             )
         log_post = theory.debate_log_posterior(
             model,
@@ -519,6 +536,15 @@ class SimulatedEngine:
             log_memory,
         )
         return theory.answer_distribution(model, log_post)
+
+    def _mislabelled(self, experience: prompts.ExperienceView) -> bool:
+        """Whether an experience's correctness label is false: its recorded answer checked against its question's
+        gold (False when the engine does not know that question: the label is then taken at its word)."""
+        past = self._by_question.get(experience.question.strip())
+        if past is None:
+            return False
+        truly_correct = answers.is_correct(experience.answer, past.gold, past.benchmark)
+        return truly_correct != bool(experience.correct)
 
     def _persona(self, messages: Sequence[dict], benchmark: str) -> int | None:
         for message in messages:
@@ -594,6 +620,7 @@ class SimulatedEngine:
             peer_confidences,
             own_previous,
             [e.correct for e in parsed.experiences],
+            [self._mislabelled(e) for e in parsed.experiences],
         )
         temperature = request.params.temperature
         if temperature <= 0:
