@@ -27,7 +27,7 @@ EMBEDDER_DIM = 64
 
 @pytest.fixture(autouse=True)
 def data_dir(monkeypatch):
-    if "R2MAD_DATA_DIR" not in os.environ:
+    if "R2MAD_DATA_DIR" not in os.environ and DATA_DIR.is_dir():  # else: the data shipped in the package
         monkeypatch.setenv("R2MAD_DATA_DIR", str(DATA_DIR))
 
 
@@ -53,7 +53,7 @@ def make_bank(directory: Path, samples, *, benchmark: str = "truthfulqa", wordin
 
 @pytest.fixture(scope="module")
 def train_samples():
-    return load("truthfulqa", "train", data_dir=os.environ.get("R2MAD_DATA_DIR", DATA_DIR))[:3]
+    return load("truthfulqa", "train", data_dir=os.environ.get("R2MAD_DATA_DIR"))[:3]
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ run_all = load_script("run_all")
 
 @pytest.fixture(autouse=True)
 def data_dir(monkeypatch):
-    if "R2MAD_DATA_DIR" not in os.environ:
+    if "R2MAD_DATA_DIR" not in os.environ and DATA_DIR.is_dir():  # else: the data shipped in the package
         monkeypatch.setenv("R2MAD_DATA_DIR", str(DATA_DIR))
 
 

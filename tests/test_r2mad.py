@@ -25,7 +25,7 @@ DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 @pytest.fixture(autouse=True)
 def data_dir(monkeypatch):
-    if "R2MAD_DATA_DIR" not in os.environ:
+    if "R2MAD_DATA_DIR" not in os.environ and DATA_DIR.is_dir():  # else: the data shipped in the package
         monkeypatch.setenv("R2MAD_DATA_DIR", str(DATA_DIR))
 
 
