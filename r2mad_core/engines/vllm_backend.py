@@ -47,6 +47,7 @@ import gc
 import hashlib
 import json
 import logging
+import sys
 import time
 import uuid
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -177,6 +178,9 @@ class VLLMEngine:
             if sampling_params_class is None:
                 sampling_params_class = vllm.SamplingParams
             if llm is None:
+                if getattr(sys.modules.get("__main__"), "__name__", "") == "__mp_main__":
+                    # A spawned vLLM worker re-imported a script that builds the engine at its top level.
+                    raise EngineError(f"vllm backend ({model}): {SPAWN_FIX} (this is a worker process re-running the script)")
                 options: dict[str, Any] = {
                     "model": model,
                     "tensor_parallel_size": tensor_parallel_size,
@@ -216,10 +220,12 @@ class VLLMEngine:
             fix = "lower max_model_len to what the model and memory allow"
         elif isinstance(exc, OSError) or "not found" in lowered or "does not appear to have" in lowered:
             fix = "check the model id or folder (a Hugging Face folder with config.json; no GGUF)"
-        else:
+        else:  # "Engine core initialization failed. See root cause above.": the cause is in the child's log
             fix = (
-                "the root cause is in the vLLM log above (EngineCore/Worker lines); check model, dtype, "
-                "gpu_memory_utilization, max_model_len and llm_options"
+                "the root cause is in the vLLM log above (EngineCore/Worker lines); the usual ones: not enough "
+                f"free memory (lower gpu_memory_utilization, now {options.get('gpu_memory_utilization')}, or "
+                "close() the previous model's engine first), max_model_len too large for the memory, or a "
+                "script that builds the engine outside `if __name__ == \"__main__\":`"
             )
         return f"vllm backend ({self.model}): the engine did not start ({_one_line(text)}); fix: {fix}"
 
