@@ -247,7 +247,11 @@ def run_command(args: argparse.Namespace) -> int:
 
     engine_options = dict(args.engine_options)
     if args.engine == "simulated":
-        engine_options.setdefault("samples", samples)
+        # every question of the benchmark: the run's, and the training questions its memory experiences come from
+        # (the simulated agents check an experience's label against that question's gold: poisoned memory)
+        known = {s.id: s for s in benchmarks.load(args.benchmark, "all", data_dir=args.data_dir)}
+        known.update({s.id: s for s in samples})
+        engine_options.setdefault("samples", list(known.values()))
     cache_dir = None
     if not args.no_cache:
         cache_dir = args.cache_dir or Path(os.environ.get("R2MAD_CACHE_DIR", DEFAULT_CACHE_DIR))

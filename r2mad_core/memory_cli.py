@@ -81,6 +81,9 @@ def add_build_memory_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("memory construction")
     group.add_argument("--benchmark", required=True, choices=BENCHMARKS, help="benchmark whose train split is debated")
     group.add_argument("--split", default="train", choices=("train", "test", "all"), help="split (default: train)")
+    group.add_argument("--split-rule", default="paper", choices=("paper", "authors"),
+                       help="which questions form the split: paper (default; the paper's counts, our seeded "
+                       "permutation) or authors (the authors' code: random.seed(42), first 75%% train)")
     group.add_argument("--out", required=True, type=Path, metavar="DIR", help="bank directory to write")
     group.add_argument("--limit", type=positive_int, default=None, help="first N questions of the split (default: all)")
     group.add_argument("--seed", type=integer, default=0, help="run seed of the debates (default: 0)")
