@@ -222,11 +222,16 @@ def test_r2mad_variants_run(options, tmp_path):
     result = run_cell(tmp_path / "run", benchmark="truthfulqa", split="test", engine=engine, method="r2mad",
                       method_options={"memory": str(tmp_path / "bank"), **options}, samples=test, progress=False)
     rounds = [rd for r in result.records for rd in r["rounds"][1:]]
+    banks = MemoryBankSet.load(tmp_path / "bank", embedder="hashing-384", benchmark="truthfulqa")
     for rd in rounds:
-        for agent in rd["agents"]:
+        for index, agent in enumerate(rd["agents"]):
             retrieved = agent["retrieved"]
             assert retrieved["policy"] == options.get("retrieval_policy", "state_aware")
-            assert len(retrieved["case_ids"]) == options.get("top_k", 3)
+            expected = options.get("top_k", 3)
+            if options.get("retrieval_policy") == "positive_only":  # only r = 1 cases are eligible
+                expected = min(expected, int(banks[index].rewards.sum()))
+                assert retrieved["rewards"] == [1] * expected
+            assert len(retrieved["case_ids"]) == expected
             if options.get("retrieval_policy") == "fixed_lambda":
                 assert retrieved["lambda"] == 0.25
 
