@@ -41,7 +41,8 @@ Extension points
 :class:`RoundHook` (R2-MAD memory and confidence, ICL-CoT). Before the prompts of round t are
 built, the loop calls ``hook.prepare_round(t, states)`` with the :class:`DebateState` of every
 active sample, for every round t >= 0 (a hook that only acts on debate rounds returns ``None`` at
-t = 0). Each state exposes everything the debate state s_i^(t) of Eq. 2 needs: the sample (x),
+t = 0). The loop passes one state per call (a list of one), under both schedules, so that a hook's
+floating-point results never depend on which samples share a call (:func:`round_contexts`). Each state exposes everything the debate state s_i^(t) of Eq. 2 needs: the sample (x),
 each agent's previous response z_i^(t-1) and answer, the previous summary h^(t-1), the previous
 consensus ratio Cons(Z^(t-1)), and all earlier rounds (``state.rounds``). The hook returns, per
 state, per agent, an :class:`AgentRoundContext`: the experiences E_i^(t) to show
@@ -608,12 +609,22 @@ def select_peers(
 def round_contexts(
     round_index: int, states: Sequence[DebateState], config: DebateConfig, hook: RoundHook | None
 ) -> list[Sequence[AgentRoundContext | None] | None]:
-    """``hook.prepare_round`` for these states, checked (None per state without a hook)."""
+    """``hook.prepare_round`` for these states, checked (None per state without a hook).
+
+    The hook is called once per state (a list of one), in order, under both schedules. Its results then do
+    not depend on which other samples share a call: numpy's matrix products (retrieval, confidence) and a
+    neural embedder's batches are not batch-invariant in the last bits, so one batched call over a round's
+    samples and one call per sample would record different similarities (and could, on a near tie, retrieve
+    differently).
+    """
     if hook is None:
         return [None] * len(states)
-    contexts = list(hook.prepare_round(round_index, states))
-    if len(contexts) != len(states):
-        raise RuntimeError(f"round hook returned {len(contexts)} entries for {len(states)} samples")
+    contexts = []
+    for state in states:
+        entries = list(hook.prepare_round(round_index, [state]))
+        if len(entries) != 1:
+            raise RuntimeError(f"round hook returned {len(entries)} entries for 1 sample")
+        contexts.append(entries[0])
     for state, state_contexts in zip(states, contexts):
         if state_contexts is not None and len(state_contexts) != config.n_agents:
             raise RuntimeError(
@@ -735,7 +746,9 @@ def record_round(
 
 
 def finish_round(round_index: int, states: Sequence[DebateState], hook: RoundHook | None) -> None:
-    """``hook.finish_round(t, states)`` when the hook defines it."""
+    """``hook.finish_round(t, states)`` when the hook defines it: one call for the round's samples (R2-MAD
+    embeds their responses on a background thread while the summaries are written; per text, so the
+    vectors do not depend on the call with a deterministic embedder)."""
     finish = getattr(hook, "finish_round", None)
     if callable(finish):
         finish(round_index, states)

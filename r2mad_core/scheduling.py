@@ -30,10 +30,14 @@ Mechanics of ``questions``:
   most ``window`` questions, whose generations the response cache keeps. A very slow question holds the
   window's head; a window of a few times the engine's batch (in questions) keeps the engine busy regardless.
 - the round hook is called under one lock (one call at a time, as in the round loop; R2-MAD's hook keeps
-  state between ``finish_round`` and the next ``prepare_round`` and is not safe to call concurrently). Its
-  results do not depend on which other questions share a call: every retrieval and confidence is computed per
-  question, and the embedding cache is per text. (A neural embedder can differ in the last bits with the
-  batch a text is embedded in; the hashing embedder cannot.)
+  state between ``finish_round`` and the next ``prepare_round`` and is not safe to call concurrently).
+  ``prepare_round`` gets one question per call under both schedules (:func:`~r2mad_core.debate.round_contexts`:
+  numpy's matrix products are not batch-invariant in the last bits, so retrieval and confidence must see the
+  same calls). ``finish_round`` (R2-MAD: embed the responses in the background) gets the round's questions
+  under ``rounds`` and one question here; the embedding cache is per text, so with a deterministic embedder
+  (hashing) the vectors are the same. A neural embedder can differ in the last bits with the batch a text is
+  embedded in; with one, transcripts agree up to such differences (a near tie in retrieval could then go
+  the other way).
 - peer selectors (MAD-M2 masking, possibly an engine call for the judge) are called without a lock: both
   shipped ones are stateless.
 - the engine must take concurrent ``generate`` calls (:func:`accepts_concurrent_calls`). One that does not

@@ -255,8 +255,9 @@ CHILD = textwrap.dedent(
     from test_experiments import ScriptedEngine, hashed_respond, samples
     from r2mad_core.experiments import run_cell
     engine = ScriptedEngine(hashed_respond, latency={latency})
+    engine.concurrent_generate = {schedule!r} == "questions"  # the scripted engine takes concurrent calls
     run_cell({out!r}, benchmark="truthfulqa", split="test", engine=engine, method="mad",
-             samples=samples({n}), chunk_size={chunk}, progress=False)
+             samples=samples({n}), chunk_size={chunk}, progress=False, schedule={schedule!r}, window={chunk})
     """
 )
 
@@ -268,11 +269,13 @@ def _count_lines(path: Path) -> int:
         return 0
 
 
-def test_sigkill_at_random_points_then_resume_finishes_every_sample_once(tmp_path, capsys):
+@pytest.mark.parametrize("schedule", ["rounds", "questions"])
+def test_sigkill_at_random_points_then_resume_finishes_every_sample_once(tmp_path, capsys, schedule):
+    """Under both schedules (``questions``: window = chunk = 2 questions in flight)."""
     n, chunk = 30, 2
     out = tmp_path / "run"
     script = tmp_path / "child.py"
-    script.write_text(CHILD.format(tests=str(TESTS_DIR), latency=0.02, out=str(out), n=n, chunk=chunk))
+    script.write_text(CHILD.format(tests=str(TESTS_DIR), latency=0.02, out=str(out), n=n, chunk=chunk, schedule=schedule))
     transcripts = out / TRANSCRIPTS_FILE
     env = {**os.environ, "PYTHONPATH": str(TESTS_DIR.parent)}
     rng = random.Random(1234)
@@ -304,7 +307,7 @@ def test_sigkill_at_random_points_then_resume_finishes_every_sample_once(tmp_pat
         f"after {len(kills)} kills (lines on disk at each: {kills}): {len(ids)} lines, {len(set(ids))} distinct ids, "
         f"expected {n} each"
     )
-    assert sorted(ids) == [f"q{i:03d}" for i in range(n)]
+    assert ids == [f"q{i:03d}" for i in range(n)]  # in input order, whatever the schedule
     # The resumed run equals an uninterrupted one.
     reference = run_cell(tmp_path / "ref", benchmark="truthfulqa", split="test", engine=ScriptedEngine(hashed_respond),
                          method="mad", samples=samples(n), chunk_size=chunk, progress=False)
@@ -315,6 +318,6 @@ def test_sigkill_at_random_points_then_resume_finishes_every_sample_once(tmp_pat
     assert metrics["n"] == n and metrics["accuracy"] == reference.metrics["accuracy"]
     lost = n - len(set(ids))
     with capsys.disabled():  # shown with or without -s
-        print(f"\n[run cell] SIGKILLs survived: {len(kills)} (lines on disk at each: {kills}), torn writes repaired: 1, "
+        print(f"\n[run cell, {schedule}] SIGKILLs survived: {len(kills)} (lines on disk at each: {kills}), torn writes repaired: 1, "
               f"samples lost: {lost}, duplicated: {len(ids) - len(set(ids))}, resumed run == uninterrupted run")
     assert lost == 0, f"{lost} samples lost after {len(kills)} kills"
