@@ -81,6 +81,18 @@ def add_cell_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--out", required=True, type=Path, metavar="DIR", help="run directory (created; resumed if it exists)")
     group.add_argument("--data-dir", type=Path, default=None, metavar="DIR", help="benchmark data (default: $R2MAD_DATA_DIR, else data/)")
     group.add_argument("--chunk-size", type=positive_int, default=32, help="questions per batch of debates (default: 32)")
+    group.add_argument(
+        "--schedule",
+        choices=("rounds", "questions"),
+        default="rounds",
+        help="rounds (default; each round is one batch over a chunk of questions, as the authors' code) or "
+        "questions (ours: each question advances on its own over a continuous-batching engine, no round barriers; "
+        "same transcripts; an engine that cannot take concurrent calls, e.g. offline vllm, runs rounds)",
+    )
+    group.add_argument(
+        "--window", type=positive_int, default=None, metavar="N",
+        help="--schedule questions: questions in flight, the most a crash loses (default: 64)",
+    )
     group.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -273,6 +285,8 @@ def run_command(args: argparse.Namespace) -> int:
             samples=samples,
             chunk_size=args.chunk_size,
             progress=not args.no_progress,
+            schedule=args.schedule,
+            window=args.window,
         )
     except (experiments.RunConfigMismatch, experiments.RunDirectoryBusy, experiments.TranscriptError) as exc:
         raise UsageError(str(exc)) from None
