@@ -50,17 +50,17 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 logger = logging.getLogger(__name__)
 
-BENCHMARKS: tuple[str, ...] = ("math500", "mmlu_pro_economics", "mmlu_pro_engineering", "truthfulqa")
+#: The registered benchmarks (live: :func:`register_benchmark` appends; the paper's four come first).
+BENCHMARKS: list[str] = []
 SPLITS: tuple[str, ...] = ("train", "test", "all")
-MULTIPLE_CHOICE_BENCHMARKS: frozenset[str] = frozenset(
-    {"mmlu_pro_economics", "mmlu_pro_engineering", "truthfulqa"}
-)
+#: The registered multiple-choice benchmarks (live, like :data:`BENCHMARKS`).
+MULTIPLE_CHOICE_BENCHMARKS: set[str] = set()
 
 #: Seed of the random train/test permutation (combined with a CRC32 of the benchmark name).
 SPLIT_SEED = 20250501
@@ -169,7 +169,7 @@ class Sample:
 
     def __post_init__(self) -> None:
         if self.benchmark not in BENCHMARKS:
-            raise ValueError(f"Sample {self.id!r}: benchmark must be one of {BENCHMARKS}, found {self.benchmark!r}")
+            raise ValueError(f"Sample {self.id!r}: benchmark must be one of {tuple(BENCHMARKS)}, found {self.benchmark!r}")
         if not self.id or not isinstance(self.id, str):
             raise ValueError(f"Sample of {self.benchmark}: id must be a non-empty string, found {self.id!r}")
         if not isinstance(self.question, str) or not self.question.strip():
@@ -347,7 +347,7 @@ def _locate(name: str, data_dir: Path) -> tuple[str, Path]:
         if found:
             return "truthfulqa_json", found
     else:
-        raise ValueError(f"unknown benchmark {name!r}; expected one of {BENCHMARKS}")
+        raise ValueError(f"unknown benchmark {name!r}; expected one of {tuple(BENCHMARKS)}")
     return _download_from_hub(name, data_dir, tried)
 
 
@@ -630,25 +630,19 @@ def split_seed(name: str) -> int:
     return SPLIT_SEED ^ zlib.crc32(name.encode("utf-8"))
 
 
-def _stable_key(sample: Sample) -> tuple[Any, ...]:
-    if sample.benchmark == "math500":
-        return (sample.metadata["unique_id"],)
-    if sample.benchmark == "truthfulqa":
-        return (sample.metadata["index"],)
-    return (sample.metadata["question_id"],)
-
-
 def _permuted(name: str, samples: list[Sample]) -> list[Sample]:
-    ordered = sorted(samples, key=_stable_key)
+    ordered = sorted(samples, key=BENCHMARK_SPECS[name].stable_key)
     permutation = np.random.default_rng(split_seed(name)).permutation(len(ordered))
     return [ordered[int(i)] for i in permutation]
 
 
 def _split(name: str, permuted: list[Sample], split: str) -> list[Sample]:
+    """The paper's rule: the benchmark's own test rule (MATH500: Level 5), else the first floor(n/4) of the permutation."""
     if split == "all":
         return permuted
-    if name == "math500":
-        is_test = [s.metadata["level"] == MATH500_TEST_LEVEL for s in permuted]
+    rule = BENCHMARK_SPECS[name].is_test
+    if rule is not None:
+        is_test = [rule(s) for s in permuted]
     else:
         n_test = len(permuted) // TEST_FRACTION_DENOMINATOR
         is_test = [position < n_test for position in range(len(permuted))]
@@ -677,11 +671,12 @@ def _authors_split(name: str, samples: list[Sample], split: str) -> list[Sample]
     TruthfulQA stays ours (:func:`shuffle_options`), though their per-question option shuffles are replayed on the
     random stream because they move it before the question shuffle.
     """
-    ordered = sorted(samples, key=_stable_key)
-    if name == "math500":
+    spec = BENCHMARK_SPECS[name]
+    ordered = sorted(samples, key=spec.stable_key)
+    if spec.is_test is not None:
         return _split(name, ordered, split)
     rng = random.Random(AUTHORS_SPLIT_SEED)
-    if name == "truthfulqa":
+    if spec.authors_shuffle_options:
         for sample in ordered:
             rng.shuffle(list(range(len(sample.choices))))
     rng.shuffle(ordered)
@@ -702,34 +697,131 @@ def load(
     :class:`BenchmarkFilesNotFound` when no data file can be found or downloaded and
     :class:`BenchmarkDataError` (naming file, row and field) when a file is malformed.
     """
-    if name not in BENCHMARKS:
-        raise ValueError(f"unknown benchmark {name!r}; expected one of {BENCHMARKS}")
+    if name not in BENCHMARK_SPECS:
+        raise ValueError(f"unknown benchmark {name!r}; expected one of {tuple(BENCHMARKS)}")
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r} for {name}; expected one of {SPLITS}")
     if split_rule not in SPLIT_RULES:
         raise ValueError(f"unknown split_rule {split_rule!r}; expected one of {SPLIT_RULES}")
+    spec = BENCHMARK_SPECS[name]
     directory = resolve_data_dir(data_dir)
-    file_format, path = _locate(name, directory)
-    if file_format == "math500_jsonl":
-        samples = _math500_samples(path)
-    elif file_format == "truthfulqa_json":
-        samples = _truthfulqa_samples(path)
-    else:
-        samples = _mmlu_pro_samples(name, path, file_format)
+    samples = spec.load_questions(directory)
     if not samples:
-        raise BenchmarkDataError(path, None, None, f"no {name} questions found")
+        raise BenchmarkDataError(directory, None, None, f"no {name} questions found")
     if split_rule == "authors":
         selected = _authors_split(name, samples, split)
-        expected = AUTHORS_SPLIT_SIZES[name][split]
+        expected = AUTHORS_SPLIT_SIZES.get(name, {}).get(split)
+        whose = "the authors' procedure"
     else:
         selected = _split(name, _permuted(name, samples), split)
-        expected = PAPER_SPLIT_SIZES[name][split]
-    if len(selected) != expected:
-        logger.warning(
-            "%s %s split has %d questions, the paper's has %d (file %s)", name, split, len(selected), expected, path
-        )
-    logger.debug("loaded %d %s %s questions from %s", len(selected), name, split, path)
+        expected = (spec.paper_split_sizes or {}).get(split)
+        whose = "the paper's"
+    if expected is not None and len(selected) != expected:
+        logger.warning("%s %s split has %d questions, %s has %d (data %s)", name, split, len(selected), whose, expected,
+                       describe_data_source(data_dir))
+    logger.debug("loaded %d %s %s questions", len(selected), name, split)
     return selected
+
+
+def _read_packaged_or_local(name: str, directory: Path) -> list[Sample]:
+    """The paper's four benchmarks: find the file (packaged, local layouts, else the Hub) and parse it."""
+    file_format, path = _locate(name, directory)
+    if file_format == "math500_jsonl":
+        return _math500_samples(path)
+    if file_format == "truthfulqa_json":
+        return _truthfulqa_samples(path)
+    return _mmlu_pro_samples(name, path, file_format)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The registry: one entry per benchmark
+# ----------------------------------------------------------------------------------------------------
+ANSWER_FORMATS = ("math", "multiple_choice")
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    """Everything a benchmark needs, in one entry (register it with :func:`register_benchmark`).
+
+    ``load_questions(data_dir)`` returns every question as :class:`Sample` s (ids stable across runs);
+    ``answer_format`` is ``math`` (``\\boxed{}`` answers, math equivalence) or ``multiple_choice`` (``((X))``);
+    ``display_name`` heads table columns; ``stable_key`` orders the questions before the seeded permutation
+    (so a split never depends on the file's row order); ``is_test`` is a fixed test rule (MATH500: Level 5),
+    else the test split is the first floor(n/4) of the permutation; ``paper_split_sizes`` (train/test/all)
+    are checked with a warning; ``personas`` are the agents' (name, system prompt) pairs (None: the paper's
+    appendix personas, :data:`r2mad_core.prompts.PERSONAS`); ``authors_shuffle_options`` replays the
+    authors' per-question option shuffles before their question shuffle (TruthfulQA).
+    """
+
+    name: str
+    display_name: str
+    answer_format: str
+    load_questions: Callable[[Path], list[Sample]]
+    stable_key: Callable[[Sample], tuple[Any, ...]] = lambda sample: (sample.id,)
+    is_test: Callable[[Sample], bool] | None = None
+    paper_split_sizes: Mapping[str, int] | None = None
+    personas: tuple[tuple[str, str], ...] | None = None
+    authors_shuffle_options: bool = False
+
+    def __post_init__(self) -> None:
+        if self.answer_format not in ANSWER_FORMATS:
+            raise ValueError(f"benchmark {self.name!r}: answer_format must be one of {ANSWER_FORMATS}, "
+                             f"found {self.answer_format!r}")
+
+    @property
+    def multiple_choice(self) -> bool:
+        return self.answer_format == "multiple_choice"
+
+
+#: name -> spec, in registration order. :data:`BENCHMARKS` and :data:`MULTIPLE_CHOICE_BENCHMARKS` are live views.
+BENCHMARK_SPECS: dict[str, BenchmarkSpec] = {}
+
+
+def register_benchmark(spec: BenchmarkSpec) -> BenchmarkSpec:
+    """Add a benchmark: it then shows up in the CLI's ``--benchmark``, the profiles, the prompts, answer
+    extraction and the tables (under ``spec.display_name``)."""
+    if spec.name in BENCHMARK_SPECS:
+        raise ValueError(f"benchmark {spec.name!r} is already registered")
+    BENCHMARK_SPECS[spec.name] = spec
+    BENCHMARKS.append(spec.name)
+    if spec.multiple_choice:
+        MULTIPLE_CHOICE_BENCHMARKS.add(spec.name)
+    return spec
+
+
+def unregister_benchmark(name: str) -> None:
+    """Remove a registered benchmark (tests and one-off experiments)."""
+    BENCHMARK_SPECS.pop(name, None)
+    if name in BENCHMARKS:
+        BENCHMARKS.remove(name)
+    MULTIPLE_CHOICE_BENCHMARKS.discard(name)
+
+
+def display_name(name: str) -> str:
+    """The column name of a benchmark in the tables (``mmlu_pro_economics`` -> ``Economics``)."""
+    spec = BENCHMARK_SPECS.get(name)
+    return spec.display_name if spec else name
+
+
+for _spec in (
+    BenchmarkSpec("math500", "MATH500", "math", functools.partial(_read_packaged_or_local, "math500"),
+                  stable_key=lambda s: (s.metadata["unique_id"],),
+                  is_test=lambda s: s.metadata["level"] == MATH500_TEST_LEVEL,
+                  paper_split_sizes=PAPER_SPLIT_SIZES["math500"]),
+    BenchmarkSpec("mmlu_pro_economics", "Economics", "multiple_choice",
+                  functools.partial(_read_packaged_or_local, "mmlu_pro_economics"),
+                  stable_key=lambda s: (s.metadata["question_id"],),
+                  paper_split_sizes=PAPER_SPLIT_SIZES["mmlu_pro_economics"]),
+    BenchmarkSpec("mmlu_pro_engineering", "Engineering", "multiple_choice",
+                  functools.partial(_read_packaged_or_local, "mmlu_pro_engineering"),
+                  stable_key=lambda s: (s.metadata["question_id"],),
+                  paper_split_sizes=PAPER_SPLIT_SIZES["mmlu_pro_engineering"]),
+    BenchmarkSpec("truthfulqa", "TruthfulQA", "multiple_choice",
+                  functools.partial(_read_packaged_or_local, "truthfulqa"),
+                  stable_key=lambda s: (s.metadata["index"],),
+                  paper_split_sizes=PAPER_SPLIT_SIZES["truthfulqa"], authors_shuffle_options=True),
+):
+    register_benchmark(_spec)
 
 
 def describe_splits(data_dir: str | os.PathLike[str] | None = None) -> Any:

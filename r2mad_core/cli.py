@@ -395,6 +395,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from r2mad_core.plugins import PluginError, load_plugins
+
+    try:
+        load_plugins()  # benchmarks, policies and methods registered from outside the package (R2MAD_PLUGINS)
+    except PluginError as exc:
+        print(f"r2mad: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     parser = build_parser()
     args = parser.parse_args(argv)
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG

@@ -144,7 +144,7 @@ class Method:
 # --------------------------------------------------------------------------------------------
 def max_agents() -> int:
     """The number of personas every benchmark has (the most agents a debate can have)."""
-    return min(prompts.num_personas(b) for b in sorted(prompts.KNOWN_BENCHMARKS))
+    return min(len(personas) for personas in prompts.PERSONAS.values())
 
 
 def _int_option(method: str, name: str, value: Any, minimum: int, maximum: int | None = None) -> int:

@@ -23,9 +23,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
-MATH_BENCHMARKS = frozenset({"math500"})
-MULTIPLE_CHOICE_BENCHMARKS = frozenset({"mmlu_pro_economics", "mmlu_pro_engineering", "truthfulqa"})
-KNOWN_BENCHMARKS = MATH_BENCHMARKS | MULTIPLE_CHOICE_BENCHMARKS
+from r2mad_core import benchmarks
+
 
 # --------------------------------------------------------------------------------------------
 # Answer formats (the sentences the appendix uses)
@@ -215,6 +214,13 @@ AUTHORS_DEBATE_TEMPLATES: dict[str, str] = {
 }
 
 
+def _authors_template(templates: dict[str, str], benchmark: str) -> str:
+    if benchmark not in templates:
+        raise ValueError(f"task_prompt='authors': the authors' code has no wording for {benchmark!r} "
+                         f"(only {sorted(templates)}); use task_prompt='paper'")
+    return templates[benchmark]
+
+
 def _wording(wording: str) -> str:
     if wording not in TASK_PROMPT_WORDINGS:
         raise ValueError(f"task_prompt must be one of {TASK_PROMPT_WORDINGS}, found {wording!r}")
@@ -351,32 +357,36 @@ class ParsedPrompt:
     consensus_ratio: float | None = None  # summary
 
 
-def _check_benchmark(benchmark: str) -> None:
-    if benchmark not in KNOWN_BENCHMARKS:
-        raise ValueError(
-            f"unknown benchmark {benchmark!r}: expected one of {sorted(KNOWN_BENCHMARKS)}"
-        )
+def _check_benchmark(benchmark: str) -> benchmarks.BenchmarkSpec:
+    spec = benchmarks.BENCHMARK_SPECS.get(benchmark)
+    if spec is None:
+        raise ValueError(f"unknown benchmark {benchmark!r}: expected one of {sorted(benchmarks.BENCHMARK_SPECS)}")
+    return spec
 
 
 def answer_format(benchmark: str) -> str:
     """The answer-format sentence of the task and debate prompts."""
-    _check_benchmark(benchmark)
-    return MATH_FORMAT if benchmark in MATH_BENCHMARKS else MC_FORMAT
+    return MATH_FORMAT if _check_benchmark(benchmark).answer_format == "math" else MC_FORMAT
+
+
+def personas(benchmark: str) -> tuple[tuple[str, str], ...]:
+    """The (name, system prompt) pairs of a benchmark's agents: the paper's appendix personas, or a registered
+    benchmark's own (:class:`r2mad_core.benchmarks.BenchmarkSpec`)."""
+    spec = _check_benchmark(benchmark)
+    return tuple(spec.personas) if spec.personas is not None else PERSONAS[benchmark]
 
 
 def num_personas(benchmark: str) -> int:
-    _check_benchmark(benchmark)
-    return len(PERSONAS[benchmark])
+    return len(personas(benchmark))
 
 
 def persona_name(benchmark: str, agent_index: int) -> str:
     index = _persona_index(benchmark, agent_index)
-    return PERSONAS[benchmark][index][0]
+    return personas(benchmark)[index][0]
 
 
 def _persona_index(benchmark: str, agent_index: int) -> int:
-    _check_benchmark(benchmark)
-    n = len(PERSONAS[benchmark])
+    n = len(personas(benchmark))
     if not 0 <= agent_index < n:
         raise ValueError(
             f"agent index {agent_index} has no persona for {benchmark}: the paper gives {n} personas "
@@ -388,7 +398,7 @@ def _persona_index(benchmark: str, agent_index: int) -> int:
 def system_prompt(benchmark: str, agent_index: int) -> str:
     """Agent i's persona phi_i (Appendix "System Prompts")."""
     index = _persona_index(benchmark, agent_index)
-    return PERSONAS[benchmark][index][1]
+    return personas(benchmark)[index][1]
 
 
 def format_experiences(experiences: Sequence[ExperienceView], max_response_chars: int | None = None) -> str:
@@ -430,7 +440,7 @@ def task_prompt(
     ``wording="authors"``: the authors' code's benchmark-specific task prompt (:data:`AUTHORS_TASK_TEMPLATES`)."""
     if _wording(wording) == "authors":
         _check_benchmark(benchmark)
-        text = AUTHORS_TASK_TEMPLATES[benchmark].format(QUESTION=question)
+        text = _authors_template(AUTHORS_TASK_TEMPLATES, benchmark).format(QUESTION=question)
     else:
         text = TASK_TEMPLATE.format(QUESTION=question, FORMAT=answer_format(benchmark))
     if experiences:
@@ -465,7 +475,7 @@ def debate_prompt(
     (``wording="authors"``: :data:`AUTHORS_DEBATE_TEMPLATES`)."""
     if _wording(wording) == "authors":
         _check_benchmark(benchmark)
-        text = AUTHORS_DEBATE_TEMPLATES[benchmark].format(QUESTION=question)
+        text = _authors_template(AUTHORS_DEBATE_TEMPLATES, benchmark).format(QUESTION=question)
     else:
         text = DEBATE_TEMPLATE.format(QUESTION=question, FORMAT=answer_format(benchmark))
     text = format_peers(peers) + text

@@ -53,3 +53,57 @@ def test_a_broken_plugin_is_one_error_naming_it(tmp_path: Path) -> None:
         plugins.load_plugins({plugins.ENVIRONMENT_VARIABLE: str(tmp_path / "missing.py")})
     with pytest.raises(plugins.PluginError, match="'no_such_module_r2mad' failed to import"):
         plugins.load_plugins({plugins.ENVIRONMENT_VARIABLE: "no_such_module_r2mad"})
+
+
+TOY_PLUGIN = '''
+import json
+from pathlib import Path
+
+from r2mad_core.benchmarks import BenchmarkSpec, Sample, format_question, register_benchmark
+from r2mad_core.debate import DebateConfig
+from r2mad_core.methods import Method, MethodSpec, register_method
+from r2mad_core.retrieval import POLICIES, PolicySpec, register_policy
+
+LETTERS = "ABCD"
+
+
+def load_quiz(data_dir: Path) -> list[Sample]:
+    rows = [json.loads(line) for line in (Path(__file__).parent / "quiz.jsonl").read_text().splitlines()]
+    return [Sample(id=f"toy_quiz:{i}", benchmark="toy_quiz", question=format_question(r["q"], r["options"]),
+                   gold=LETTERS[r["answer"]], choices=tuple(r["options"])) for i, r in enumerate(rows)]
+
+
+PERSONAS = tuple((f"Quizzer {k}", f"You are quizzer {k}. Provide your final answer in double parentheses: "
+                  "((answer)), where answer is the letter of the correct option.") for k in range(3))
+register_benchmark(BenchmarkSpec("toy_quiz", "Toy quiz", "multiple_choice", load_quiz, personas=PERSONAS))
+
+
+def two_agent_debate(*, n_rounds: int = 2, max_tokens: int = 64) -> Method:
+    return Method(name="toy_two_agents", debate=DebateConfig(n_agents=2, n_rounds=n_rounds, max_tokens=max_tokens))
+
+
+register_method(MethodSpec("toy_two_agents", two_agent_debate, label="Two-agent debate"))
+register_policy(PolicySpec("toy_similarity", "Toy similarity", POLICIES["similarity"].select))
+'''
+
+
+def test_a_toy_benchmark_method_and_policy_run_through_the_cli(tmp_path: Path, monkeypatch) -> None:
+    import json
+    import subprocess
+
+    quiz = [{"q": f"Which number is {k}?", "options": [str(k), str(k + 1), str(k + 2), str(k + 3)], "answer": 0}
+            for k in range(8)]
+    (tmp_path / "quiz.jsonl").write_text("\n".join(json.dumps(row) for row in quiz))
+    (tmp_path / "toy_plugin.py").write_text(TOY_PLUGIN)
+    env = {**__import__("os").environ, plugins.ENVIRONMENT_VARIABLE: str(tmp_path / "toy_plugin.py")}
+    command = [sys.executable, "-m", "r2mad_core", "run", "--benchmark", "toy_quiz", "--split", "test",
+               "--method", "toy_two_agents", "--engine", "simulated", "--no-progress", "--out", str(tmp_path / "run"),
+               "--cache-dir", str(tmp_path / "cache")]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in (tmp_path / "run" / "transcripts.jsonl").read_text().splitlines()]
+    assert len(records) == 2  # test = floor(8 / 4)
+    assert all(len(r["rounds"][0]["agents"]) == 2 for r in records)
+    help_text = subprocess.run([sys.executable, "-m", "r2mad_core", "run", "--help"], env=env, capture_output=True,
+                               text=True, timeout=120).stdout
+    assert "toy_quiz" in help_text and "toy_two_agents" in help_text and "toy_similarity" in help_text

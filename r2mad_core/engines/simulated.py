@@ -51,7 +51,7 @@ from typing import Sequence
 import numpy as np
 
 from r2mad_core import answers, prompts, theory
-from r2mad_core.benchmarks import Sample
+from r2mad_core.benchmarks import MULTIPLE_CHOICE_BENCHMARKS, Sample
 from r2mad_core.engines.base import Completion, Ledger, Request
 
 logger = logging.getLogger(__name__)
@@ -255,7 +255,7 @@ def _wrong_math_answers(sample: Sample, count: int, seed: int) -> list[str]:
     rng = _rng("math-wrong", sample.id, seed)
     gold_number = None
     try:
-        gold_number = int(answers.canonical_answer(sample.gold, "math500"))
+        gold_number = int(answers.canonical_answer(sample.gold, sample.benchmark))
     except ValueError:
         pass
     out: list[str] = []
@@ -272,7 +272,7 @@ def _wrong_math_answers(sample: Sample, count: int, seed: int) -> list[str]:
         if text in out:
             continue
         # distinct integers never agree; anything else goes through the checker (math-verify)
-        if (candidate == gold_number) if gold_number is not None else answers.is_correct(text, sample.gold, "math500"):
+        if (candidate == gold_number) if gold_number is not None else answers.is_correct(text, sample.gold, sample.benchmark):
             continue
         out.append(text)
     return out
@@ -484,7 +484,7 @@ class SimulatedEngine:
         for k, concept in enumerate(profile.concepts):
             if answers.canonical_answer(concept, profile.benchmark) == canonical:
                 return k
-        if profile.benchmark == "math500":
+        if profile.benchmark not in MULTIPLE_CHOICE_BENCHMARKS:
             for k, concept in enumerate(profile.concepts):
                 if answers.answers_equivalent(concept, answer, profile.benchmark):
                     return k
@@ -550,7 +550,7 @@ class SimulatedEngine:
         for message in messages:
             if message.get("role") == "system":
                 text = message.get("content", "")
-                for index, (_, persona_text) in enumerate(prompts.PERSONAS.get(benchmark, ())):
+                for index, (_, persona_text) in enumerate(prompts.personas(benchmark)):
                     if text.strip() == persona_text.strip():
                         return index
                 return None
@@ -637,7 +637,7 @@ class SimulatedEngine:
         if rng.random() < p.format_failure_rate:
             return f"{body} {_FORMAT_FAILURES[int(rng.integers(len(_FORMAT_FAILURES)))]}", belief
         answer = profile.concepts[choice]
-        if benchmark == "math500":
+        if benchmark not in MULTIPLE_CHOICE_BENCHMARKS:
             return f"{body} The answer is \\boxed{{{answer}}}.", belief
         return f"{body} The answer is (({answer})).", belief
 
