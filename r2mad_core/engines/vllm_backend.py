@@ -48,6 +48,7 @@ import hashlib
 import json
 import logging
 import sys
+import threading
 import time
 import uuid
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -92,6 +93,36 @@ def _exception_chain(exc: BaseException) -> list[BaseException]:
 def _is(exc: BaseException, name: str) -> bool:
     """Whether ``exc`` is a ``name`` (vLLM's classes are matched by name: tests use same-named fakes)."""
     return any(cls.__name__ == name for cls in type(exc).__mro__)
+
+
+class _DeathWatch:
+    """Unblock ``llm_engine.step()`` when the engine core process dies without a word.
+
+    vLLM 0.32's multiprocess client notices a killed EngineCore (e.g. the OOM killer) and marks itself
+    dead, but a ``step()`` already waiting for outputs then waits forever. While a batch runs, this
+    thread checks the client's ``resources.engine_dead`` flag every ``interval`` seconds and, once it
+    is set, puts an exception into the client's output queue: ``step()`` then raises vLLM's own
+    ``EngineDeadError``. Engines without these attributes (in-process cores, fakes) are not watched.
+    """
+
+    def __init__(self, llm_engine: Any, interval: float = 0.5) -> None:
+        core = getattr(llm_engine, "engine_core", None)
+        self._resources = getattr(core, "resources", None)
+        self._queue = getattr(core, "outputs_queue", None)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if self._resources is not None and hasattr(self._resources, "engine_dead") and hasattr(self._queue, "put_nowait"):
+            self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True, name="r2mad-vllm-deathwatch")
+            self._thread.start()
+
+    def _run(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            if getattr(self._resources, "engine_dead", False):
+                self._queue.put_nowait(RuntimeError("the EngineCore process died"))
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 class VLLMEngine:
@@ -338,6 +369,7 @@ class VLLMEngine:
         batch = uuid.uuid4().hex[:8]
         pending: dict[str, int] = {}
         kept = 0
+        watchdog = _DeathWatch(engine)
         try:
             try:
                 for index in to_run:
@@ -365,6 +397,7 @@ class VLLMEngine:
                     f"unfinished; {kept} completions were kept (cached); rerun to resume"
                 )
         finally:
+            watchdog.stop()
             if pending:  # an error, or the caller stopped early: leave nothing running in the engine
                 try:
                     engine.abort_request(list(pending))
