@@ -39,7 +39,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 BGE_M3_NAME = "BAAI/bge-m3"
@@ -124,7 +124,7 @@ def load_sentence_transformer(name_or_path: str, device: str = "cpu", local_file
             "sentence-transformers is not installed: install the 'cpu' extra "
             "(pip install torch==2.13.0 && pip install -e '.[cpu]') or use the 'hashing' embedder"
         ) from exc
-    log.info("loading sentence-transformers model %s on %s", name_or_path, device)
+    logger.info("loading sentence-transformers model %s on %s", name_or_path, device)
     try:
         return SentenceTransformer(name_or_path, device=device, local_files_only=local_files_only)
     except Exception as exc:

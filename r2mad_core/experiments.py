@@ -57,20 +57,18 @@ missing (see :mod:`r2mad_core.scoring`). ``truncated_completions`` counts the sa
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import hashlib
 import json
 import logging
 import math
 import os
-import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from r2mad_core import __version__
+from r2mad_core import __version__, files
+from r2mad_core.files import write_json_atomic
 from r2mad_core.debate import DebateState, score_turns
 from r2mad_core.engines.base import Engine
 from r2mad_core.methods import Method, RunContext, get_method
@@ -114,27 +112,6 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to ``path`` via a temporary file, fsync and ``os.replace``."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, ensure_ascii=False, allow_nan=True, default=str)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    _fsync_dir(path.parent)
 
 
 class TranscriptStore:
@@ -254,18 +231,12 @@ class TranscriptStore:
 
 @contextmanager
 def locked(run_dir: Path) -> Iterator[None]:
-    """Hold the run directory's lock (``fcntl.flock``; released if the process dies)."""
-    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    """Hold the run directory's lock (``.lock``, ``fcntl.flock``; released if the process dies)."""
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                raise RunDirectoryBusy(f"{run_dir}: another process is running this cell (lock {LOCK_FILE})") from None
-            raise
-        yield
-    finally:
-        os.close(fd)
+        with files.locked(Path(run_dir) / LOCK_FILE, blocking=False):
+            yield
+    except BlockingIOError:
+        raise RunDirectoryBusy(f"{run_dir}: another process is running this cell (lock {LOCK_FILE})") from None
 
 
 # --------------------------------------------------------------------------------------------

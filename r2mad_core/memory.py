@@ -60,8 +60,9 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from .embeddings import Embedder
+from .files import atomic_write, file_sha256
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 FORMAT_NAME = "r2mad-memory-bank"
 FORMAT_VERSION = 1
@@ -462,7 +463,7 @@ class MemoryBankSet:
             with cases_path.open("w", encoding="utf-8") as fh:
                 for case in bank.cases:
                     fh.write(json.dumps(case.to_json(), ensure_ascii=False) + "\n")
-            files[f"{sub}/{CASES_FILE}"] = {"sha256": _sha256(cases_path), "bytes": cases_path.stat().st_size,
+            files[f"{sub}/{CASES_FILE}"] = {"sha256": file_sha256(cases_path), "bytes": cases_path.stat().st_size,
                                              "rows": len(bank.cases)}
             arrays = {
                 "state_embeddings.npy": bank.state_embeddings,
@@ -472,7 +473,7 @@ class MemoryBankSet:
             for name, array in arrays.items():
                 path = root / sub / name
                 np.save(path, np.ascontiguousarray(array, dtype=np.float32), allow_pickle=False)
-                files[f"{sub}/{name}"] = {"sha256": _sha256(path), "bytes": path.stat().st_size,
+                files[f"{sub}/{name}"] = {"sha256": file_sha256(path), "bytes": path.stat().st_size,
                                           "shape": list(array.shape), "dtype": "float32"}
             agents.append({"agent_index": bank.agent_index, "directory": sub, "cases": len(bank),
                            "positive_rewards": int(bank.rewards.sum())})
@@ -492,10 +493,8 @@ class MemoryBankSet:
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "metadata": self.metadata,
         }
-        tmp = root / (MANIFEST_FILE + ".tmp")
-        tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        tmp.replace(manifest_path)
-        log.info("saved memory bank set (%s, %s cases) to %s", self.benchmark, [len(b) for b in self.banks], root)
+        atomic_write(manifest_path, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+        logger.info("saved memory bank set (%s, %s cases) to %s", self.benchmark, [len(b) for b in self.banks], root)
         return root
 
     @classmethod
@@ -601,14 +600,6 @@ def bank_digest(directory: str | os.PathLike[str]) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _verify_file(path: Path, entry: Mapping[str, Any]) -> None:
     if not path.is_file():
         raise MemoryBankError(f"{path}: file missing (listed in the manifest)")
@@ -617,7 +608,7 @@ def _verify_file(path: Path, entry: Mapping[str, Any]) -> None:
         raise MemoryBankError(
             f"{path}: {size} bytes, the manifest expects {entry['bytes']} (truncated or modified file)"
         )
-    found = _sha256(path)
+    found = file_sha256(path)
     if found != entry["sha256"]:
         raise MemoryBankError(f"{path}: sha256 {found}, the manifest expects {entry['sha256']} (corrupted or modified)")
 
@@ -694,7 +685,7 @@ def build_bank_set(
     texts = list(dict.fromkeys(
         t for agent_cases in per_agent for c in agent_cases for t in (*c.responses, *c.previous_responses)
     ))
-    log.info("embedding %d distinct responses with %s", len(texts), embedder.name)
+    logger.info("embedding %d distinct responses with %s", len(texts), embedder.name)
     vectors = embedder.encode(texts, batch_size=batch_size, show_progress=show_progress)
     row = {t: k for k, t in enumerate(texts)}
     banks = []

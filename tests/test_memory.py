@@ -170,15 +170,15 @@ def test_load_rejects_shape_and_unreadable_array(tmp_path, bank_set):
     np.save(path, np.zeros((5, 128), dtype=np.float32))
     manifest_path = root / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
-    from r2mad_core.memory import _sha256
+    from r2mad_core.files import file_sha256
 
     entry = manifest["files"]["agent_2/state_embeddings.npy"]
-    entry.update(sha256=_sha256(path), bytes=path.stat().st_size)
+    entry.update(sha256=file_sha256(path), bytes=path.stat().st_size)
     manifest_path.write_text(json.dumps(manifest))
     with pytest.raises(MemoryBankError, match=r"agent_2/state_embeddings\.npy: shape \[5, 128\], the manifest expects \[6, 128\]"):
         MemoryBankSet.load(root)
     path.write_bytes(b"not an array")
-    entry.update(sha256=_sha256(path), bytes=path.stat().st_size)
+    entry.update(sha256=file_sha256(path), bytes=path.stat().st_size)
     manifest_path.write_text(json.dumps(manifest))
     with pytest.raises(MemoryBankError, match=r"agent_2/state_embeddings\.npy: cannot be read"):
         MemoryBankSet.load(root)
