@@ -91,7 +91,8 @@ def add_cell_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--window", type=positive_int, default=None, metavar="N",
-        help="--schedule questions: questions in flight, the most a crash loses (default: 64)",
+        help="--schedule questions: questions debated at once (default: 64); a crash loses at most 4 x N "
+        "questions, whose generations the response cache keeps",
     )
     group.add_argument("--no-progress", action="store_true", help="no progress bar")
 

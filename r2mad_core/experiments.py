@@ -549,7 +549,8 @@ def run_cell(
     written as soon as its question and every earlier one are done). Both give the same transcript file
     apart from the wall-time ``seconds`` fields (:mod:`r2mad_core.scheduling`), so neither ``schedule`` nor
     ``window`` is part of the cell's config (a run may be resumed under the other). A SIGKILL loses at most a
-    chunk (``rounds``) or ``window`` questions (``questions``); their generations stay in the response cache.
+    chunk (``rounds``) or ``HOLD_FACTOR`` x ``window`` questions (``questions``: the ones being debated and the
+    finished ones waiting for an earlier one); their generations stay in the response cache.
 
     ``method`` is a :class:`~r2mad_core.methods.Method` or a registered name (built with
     ``method_options``). ``samples`` overrides loading ``benchmark``/``split`` from the data

@@ -23,12 +23,16 @@ except the wall-time fields (``seconds``).
 
 Mechanics of ``questions``:
 
-- one thread per question in flight (it spends its life waiting on the engine); at most ``window``
-  questions are *in flight* -- started and not yet handed to ``on_finished``. A finished question waits for
-  every earlier one (``on_finished`` receives questions in input order, so a run's transcript file is the
-  same, line for line, under both schedules), and keeps its place in the window meanwhile: a SIGKILL loses at
-  most ``window`` questions, whose generations the response cache keeps. A very slow question holds the
-  window's head; a window of a few times the engine's batch (in questions) keeps the engine busy regardless.
+- one thread per question being debated (it spends its life waiting on the engine); at most ``window``
+  questions are debated at once. ``on_finished`` receives questions in input order, so a run's transcript file
+  is the same, line for line, under both schedules: a question that finishes before an earlier one waits, in
+  memory, until that one is done. At most :data:`HOLD_FACTOR` x ``window`` questions are *in flight* -- started
+  and not yet handed to ``on_finished`` -- which is what a SIGKILL can lose; every generation of a finished
+  question is in the response cache (when the engine has one, as the command line's does), so a resume
+  replays those without generating. Why hold more than the window: with long-tailed completions one slow
+  question would otherwise stop new questions from starting while it runs (measured with
+  ``benchmarks/throughput.py`` at the paper's settings, window 64: 1.29x over ``rounds`` when only ``window``
+  questions may be unwritten, 1.50x with 4 x ``window``).
 - the round hook is called under one lock (one call at a time, as in the round loop; R2-MAD's hook keeps
   state between ``finish_round`` and the next ``prepare_round`` and is not safe to call concurrently).
   ``prepare_round`` gets one question per call under both schedules (:func:`~r2mad_core.debate.round_contexts`:
@@ -81,6 +85,9 @@ logger = logging.getLogger(__name__)
 
 SCHEDULES = ("rounds", "questions")
 DEFAULT_WINDOW = 64
+#: A finished question waits for every earlier one to be written; at most HOLD_FACTOR x window questions are
+#: started and not yet written (module docstring).
+HOLD_FACTOR = 4
 CAPABILITY = "concurrent_generate"
 #: Engines known to take concurrent ``generate`` calls that do not (yet) carry the ``concurrent_generate``
 #: attribute themselves: the HTTP client (a shared, bounded thread pool; the ledger and the URL picker are
@@ -216,6 +223,7 @@ def run_questions(
     errors: list[BaseException] = []
     done = [False] * n
     progress = {"started": 0, "written": 0, "running": 0}
+    hold = HOLD_FACTOR * window
 
     def debate_one(state: DebateState) -> None:
         one = [state]
@@ -246,7 +254,8 @@ def run_questions(
                     state.rounds[-1].seconds = seconds
 
     def admit() -> None:  # with cond held
-        while not stop.is_set() and progress["started"] < n and progress["started"] - progress["written"] < window:
+        while (not stop.is_set() and progress["started"] < n and progress["running"] < window
+               and progress["started"] - progress["written"] < hold):
             index = progress["started"]
             progress["started"] += 1
             progress["running"] += 1
@@ -266,6 +275,7 @@ def run_questions(
             with cond:
                 fail(exc)
         with cond:
+            progress["running"] -= 1
             try:
                 done[index] = finished
                 ready = []
@@ -278,7 +288,6 @@ def run_questions(
             except BaseException as exc:
                 fail(exc)
             finally:
-                progress["running"] -= 1
                 cond.notify_all()
 
     with cond:

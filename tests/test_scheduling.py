@@ -165,6 +165,7 @@ class StaggeredEngine(ConcurrentScripted):
         self.lock = threading.Lock()
         self.events = {f"q{i:03d}": threading.Event() for i in range(n)}
         self.max_unwritten = 0
+        self.max_debating = 0
         self.written = 0
 
     def generate(self, requests):
@@ -172,6 +173,7 @@ class StaggeredEngine(ConcurrentScripted):
         with self.lock:
             self.started.add(qid)
             self.max_unwritten = max(self.max_unwritten, len(self.started) - self.written)
+            self.max_debating = max(self.max_debating, len(self.started) - len(self.finished))
         index = int(qid[1:])
         successor = f"q{index + 1:03d}"
         # the last question of each window finishes first; the others wait for their successor
@@ -186,7 +188,9 @@ class StaggeredEngine(ConcurrentScripted):
         return out
 
 
-def test_the_window_bounds_questions_in_flight_and_writes_follow_input_order(tmp_path):
+@pytest.mark.parametrize("hold_factor", [1, 4])
+def test_the_window_bounds_questions_in_flight_and_writes_follow_input_order(tmp_path, monkeypatch, hold_factor):
+    monkeypatch.setattr(scheduling, "HOLD_FACTOR", hold_factor)
     n, window = 7, 3
     engine = StaggeredEngine(n, window)
     samples = [mc_sample(f"q{i:03d}") for i in range(n)]
@@ -204,7 +208,13 @@ def test_the_window_bounds_questions_in_flight_and_writes_follow_input_order(tmp
     assert engine.finished[:3] == ["q002", "q001", "q000"]  # finished last to first ...
     assert [i for batch in handed for i in batch] == [s.id for s in samples]  # ... handed over first to last
     assert handed[0][0] == "q000"  # nothing is handed over before q000, which finished last of its window
-    assert engine.max_unwritten == window  # never more than the window started and not yet written
+    assert engine.max_debating == window  # never more than the window debated at once
+    # started and not yet written: the window's own questions only (hold 1), or more while q000 holds the head
+    # (q003 starts when q002 finishes), never more than HOLD_FACTOR x window
+    if hold_factor == 1:
+        assert engine.max_unwritten == window
+    else:
+        assert window < engine.max_unwritten <= hold_factor * window
 
 
 def test_an_engine_failure_stops_the_run_keeps_the_finished_questions_before_it_and_resumes(tmp_path):
