@@ -16,8 +16,12 @@ script by itself to refresh those) and are left as they were.
    response cache's lookup cost (``--skip-local``: the cache part only).
 4. ``batching.py``: one debate round on the local engine (1 thread), batched vs one request at a time (skipped
    with ``--skip-local``).
+5. ``throughput.py``: the two debate schedules (issue 17), MAD and R2-MAD over a virtual-time continuous-batching
+   engine at the paper's settings (211 Economics questions, window 64; ``--quick``: 96 questions, window 32),
+   and (unless ``--skip-local``) on the local llama.cpp engine (2 questions, 8 slots, max_tokens 128).
 
-The summary checks the targets of the performance issue: R2-MAD/MAD wall ratio <= 1.25; non-generation share
+The summary checks the targets of the performance issue (and issue 17's: ``questions`` >= 1.5x the throughput of
+``rounds`` for MAD and R2-MAD in the simulation; on llama.cpp a gain, no regression): R2-MAD/MAD wall ratio <= 1.25; non-generation share
 <= 5%; retrieval + confidence < 1 ms per agent-round and question at 10^4 cases (in the loop all active
 questions of an agent-round go in one call; the single-question figure is printed too). A missed target is
 reported (``MISSED``); the exit status is non-zero only when a step fails, or with ``--strict`` also when a
@@ -44,6 +48,7 @@ RATIO_TARGET = 1.25
 SHARE_TARGET = 5.0  # percent
 RETRIEVAL_TARGET_MS = 1.0
 RETRIEVAL_CASES = 10_000
+SCHEDULE_GAIN_TARGET = 1.5  # issue 17: questions / rounds throughput, simulated paper settings
 
 
 @dataclass
@@ -141,6 +146,13 @@ def main() -> int:
         steps.append(Step("batching", ["benchmarks/batching.py", "--threads", "1", "--slots", "4", "--repetitions", "1",
                                        "--max-tokens", "48"], outputs=("batching.csv",)))
 
+    throughput_args = ["benchmarks/throughput.py", "--windows", "64", "--csv", str(RUN_ALL_RESULTS / "throughput.csv")]
+    if args.quick:
+        throughput_args.append("--quick")
+    if not args.skip_local:
+        throughput_args += ["--local", "--local-questions", "2", "--local-repeats", "1"]
+    steps.append(Step("throughput", throughput_args))
+
     started = time.perf_counter()
     for step in steps:
         run_step(step)
@@ -165,6 +177,15 @@ def main() -> int:
             f"({r['queries']} per call)",
             f"{r['per_question_ms']:.3f} ms", f"< {RETRIEVAL_TARGET_MS:g} ms", r["per_question_ms"] < RETRIEVAL_TARGET_MS,
         ))
+    for method in ("mad", "r2mad"):
+        gain = last_value(by_name["throughput"].output, f"questions/rounds throughput {method}")
+        checks.append((f"{method}: questions / rounds throughput (virtual continuous batching, paper settings)",
+                       f"{gain:.2f}x" if gain is not None else "n/a", f">= {SCHEDULE_GAIN_TARGET:g}x",
+                       None if gain is None else gain >= SCHEDULE_GAIN_TARGET))
+        local = last_value(by_name["throughput"].output, f"local gain {method}")
+        if local is not None:
+            checks.append((f"{method}: questions / rounds wall, local llama.cpp (2 questions, 8 slots)",
+                           f"{local:.2f}x", ">= 1x", local >= 1.0))
     if not any(r["queries"] > 1 for r in retrieval):
         checks.append((f"retrieval + confidence per agent-round, {RETRIEVAL_CASES:,} cases", "n/a",
                        f"< {RETRIEVAL_TARGET_MS:g} ms", None))

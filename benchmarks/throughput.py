@@ -415,6 +415,10 @@ def local_runs(args: argparse.Namespace, bank_dir: Path, test: list, work: Path)
                 for s in ("rounds", "questions")}
         print(f"local {method}: rounds {best['rounds']:.1f} s, questions {best['questions']:.1f} s, "
               f"gain {best['rounds'] / best['questions']:.2f}x")
+    for method in ("mad", "r2mad"):
+        best = {s: min(r["wall_s"] for r in rows if r["method"] == method and r["schedule"] == s)
+                for s in ("rounds", "questions")}
+        print(f"local gain {method}: {best['rounds'] / best['questions']:.2f}")
     return rows
 
 
@@ -448,6 +452,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     parser.add_argument("--local-questions", type=int, default=4)
     parser.add_argument("--local-repeats", type=int, default=2)
     parser.add_argument("--csv", type=Path, default=RESULTS / "throughput.csv")
+    parser.add_argument("--bank-questions", type=int, default=120, help="train questions of the memory bank")
+    parser.add_argument("--bank-cache", type=Path, default=BANK_CACHE, help="where the bank is built and reused")
     args = parser.parse_args(argv)
     if args.quick:
         args.questions, args.windows, args.target_window = min(args.questions, 96), [32], 32
@@ -459,8 +465,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
           + " ".join(f"{v:.2f}" for v in os.getloadavg()))
     data_dir = os.environ.get("R2MAD_DATA_DIR")
     params = SimulatedAgentParams(response_words=230, response_words_jitter=46)
-    bank_dir = bank_directory(args.benchmark, "hashing", 120, params, 0, 512, 128, BANK_CACHE)
-    bank_dir, _ = ensure_bank(bank_dir, args.benchmark, "hashing", 120, params, 0, 512, 128, data_dir)
+    bank_dir = bank_directory(args.benchmark, "hashing", args.bank_questions, params, 0, 512, 128, args.bank_cache)
+    bank_dir, _ = ensure_bank(bank_dir, args.benchmark, "hashing", args.bank_questions, params, 0, 512, 128, data_dir)
     test = benchmark_data.load(args.benchmark, "test", data_dir=data_dir)
     train = benchmark_data.load(args.benchmark, "train", data_dir=data_dir)
     gains: dict[str, float] = {}
