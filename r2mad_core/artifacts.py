@@ -5,32 +5,29 @@ figures as ``<name>.png`` and ``<name>.pdf``; names follow the paper's labels wi
 turned into ``_`` (``tab:mad-m2`` -> ``tab_mad_m2``, :func:`artifact_name`).
 
 Each artifact is recorded in ``figures/<profile>/MANIFEST.json`` with the profile, models,
-benchmarks, sample counts, seeds and the git commit that produced it. Every file of the report layer
-is written by the one helper :func:`atomic_write` (a temporary file beside the target, fsync,
-``os.replace``), and the manifest is updated under the one lock :func:`locked` (an exclusive
-``flock`` on the output folder itself), so notebooks that run one after another or side by side
-never leave a file half written.
+benchmarks, sample counts, seeds and the git commit that produced it. Every file is written by the
+package's one helper :func:`r2mad_core.files.atomic_write` (a temporary file beside the target, fsync,
+``os.replace``), and the manifest is updated under its one lock :func:`r2mad_core.files.locked` (an
+exclusive ``flock`` on the output folder itself), so notebooks that run one after another or side by
+side never leave a file half written.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
-import fcntl
 import json
 import logging
 import math
-import os
 import re
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from r2mad_core.files import atomic_write, locked
 from r2mad_core.tables import Table, render_latex, render_markdown, table_to_tidy
 
 logger = logging.getLogger(__name__)
@@ -44,51 +41,8 @@ def artifact_name(paper_label: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# Writing files
+# Writing files (the package's one atomic write and one lock: r2mad_core.files)
 # --------------------------------------------------------------------------------------------
-
-
-def atomic_write(path: str | Path, data: str | bytes | Callable[[Path], None]) -> Path:
-    """Write ``path`` atomically: into a temporary file in the same folder, flushed to disk, then
-    ``os.replace``d over the target (a reader sees the old file or the new one, never half of one).
-
-    ``data`` is the text, the bytes, or a function that writes the temporary path it is given
-    (``lambda tmp: fig.savefig(tmp)``); the temporary file keeps the target's suffix so such writers
-    pick the right format. The temporary file is removed if writing fails.
-    """
-    path = Path(path)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}")
-    try:
-        if callable(data):
-            os.close(descriptor)
-            data(Path(temporary))
-            with open(temporary, "rb+") as handle:
-                os.fsync(handle.fileno())
-        else:
-            payload = data.encode("utf-8") if isinstance(data, str) else data
-            with os.fdopen(descriptor, "wb") as handle:
-                handle.write(payload)
-                handle.flush()
-                os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        raise
-    return path
-
-
-@contextlib.contextmanager
-def locked(folder: str | Path) -> Iterator[None]:
-    """An exclusive ``flock`` on ``folder`` itself (no lock file left among the artifacts)."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(descriptor)  # closing releases the lock
 
 
 def jsonable(value: Any) -> Any:
@@ -104,6 +58,18 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, float) and math.isnan(value):
         return None
     return value
+
+
+def display_path(path: str | Path) -> str:
+    """A path as artifacts and notebook outputs show it: relative to the repository when inside it
+    (``runs/sim``), else ``.../<last two parts>``: no machine paths in committed outputs."""
+    path = Path(path)
+    resolved = path.resolve()
+    root = Path(__file__).resolve().parent.parent
+    try:
+        return resolved.relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix() if not path.is_absolute() else ".../" + "/".join(resolved.parts[-2:])
 
 
 # --------------------------------------------------------------------------------------------
@@ -275,12 +241,15 @@ def save_figure(
     **extra: Any,
 ) -> list[Path]:
     """Write a matplotlib figure as ``<name>.png`` and ``<name>.pdf``, record it in the manifest,
-    return the two paths."""
+    return the two paths. The manifest entry keeps every text the figure shows (``labels``: titles,
+    axis labels, tick labels, legend entries, annotations), so what a figure names can be checked
+    without looking at it."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
     for target in paths:
         atomic_write(target, lambda temporary: fig.savefig(temporary, dpi=dpi, bbox_inches="tight"))
+    extra = {"labels": figure_texts(fig), **extra}
     record = _record(
         name=name, kind="figure", files=[p.name for p in paths], caption=caption,
         profile=profile or out_dir.name, models=models, benchmarks=benchmarks,
@@ -291,6 +260,44 @@ def save_figure(
     logger.info("saved figure %s", ", ".join(str(p) for p in paths))
     return paths
 
+
+
+def figure_texts(fig: Any) -> dict[str, list[str]]:
+    """Every visible text of a matplotlib figure, by kind: ``titles`` (figure and axes titles),
+    ``axes`` (axis labels), ``ticks``, ``legends`` (entries and titles), ``annotations``."""
+    texts: dict[str, list[str]] = {"titles": [], "axes": [], "ticks": [], "legends": [], "annotations": []}
+
+    def add(kind: str, artist: Any) -> None:
+        text = artist.get_text() if hasattr(artist, "get_text") else str(artist)
+        if text and (not hasattr(artist, "get_visible") or artist.get_visible()):
+            texts[kind].append(text)
+
+    if getattr(fig, "_suptitle", None) is not None:
+        add("titles", fig._suptitle)
+    for legend in getattr(fig, "legends", []):
+        add("legends", legend.get_title())
+        for entry in legend.get_texts():
+            add("legends", entry)
+    for artist in fig.texts:
+        if artist is not getattr(fig, "_suptitle", None):
+            add("annotations", artist)
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        for title in (ax.title, ax._left_title, ax._right_title):
+            add("titles", title)
+        add("axes", ax.xaxis.label)
+        add("axes", ax.yaxis.label)
+        for tick in [*ax.get_xticklabels(), *ax.get_yticklabels()]:
+            add("ticks", tick)
+        legend = ax.get_legend()
+        if legend is not None:
+            add("legends", legend.get_title())
+            for entry in legend.get_texts():
+                add("legends", entry)
+        for artist in ax.texts:
+            add("annotations", artist)
+    return texts
 
 
 @dataclass

@@ -23,6 +23,7 @@ import logging
 import math
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -30,8 +31,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from r2mad_core.artifacts import ReportContext, atomic_write, jsonable
-from r2mad_core.scoring import mean_accuracy_with_ci
+from r2mad_core.artifacts import ReportContext, display_path, jsonable
+from r2mad_core.files import atomic_write
+from r2mad_core.retrieval import POLICIES, parse_retrieval_policy, policy_label, policy_spec_of_label
+from r2mad_core.scoring import mean_accuracy_with_ci, replayed_share
 from r2mad_core.tables import AVERAGE_LABEL, Best, Table, _is_missing, benchmark_label
 
 logger = logging.getLogger(__name__)
@@ -60,24 +63,10 @@ def config_hash(payload: Any, length: int = 12) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:length]
 
 
-#: Retrieval policies of Table 3: profile spelling -> the paper's row name.
-RETRIEVAL_POLICY_LABELS = {
-    "random": "Random",
-    "similarity": "Similarity-based",
-    "positive_only": "Positive-only",
-    "diversity_only": "Diversity-only",
-    "state_aware": "Debate-State-Aware",
-}
-
-
 def retrieval_policy_label(spec: str) -> str:
-    """``fixed_lambda:0.25`` -> ``Fixed-lambda (0.25)``; ``state_aware`` -> ``Debate-State-Aware``."""
-    from r2mad_core.reproduce import parse_retrieval_policy
-
-    name, value = parse_retrieval_policy(spec)
-    if name == "fixed_lambda":
-        return f"Fixed-lambda ({value:.2f})"
-    return RETRIEVAL_POLICY_LABELS[name]
+    """``fixed_lambda:0.25`` -> ``Fixed-lambda (0.25)``; ``state_aware`` -> ``Debate-State-Aware`` (the
+    registry of :mod:`r2mad_core.retrieval`, so a registered policy gets its own row name)."""
+    return policy_label(spec)
 
 
 def retrieval_method_label(spec: str) -> str:
@@ -96,6 +85,11 @@ SPEED_OPTIONS = frozenset({
     "request_timeout_seconds", "max_retries", "server_log_verbosity", "timeout_seconds", "connect_timeout_seconds",
     "initial_backoff_seconds", "max_backoff_seconds", "tensor_parallel_size", "gpu_memory_utilization", "chunk_size",
 })
+
+
+#: How a figure names the engine a model ran on (``ModelSpec.title``).
+ENGINE_TITLES = {"simulated": "simulated agents", "local": "local engine, llama.cpp", "vllm": "vLLM",
+                 "openai": "OpenAI-compatible API"}
 
 
 @dataclass(frozen=True)
@@ -141,6 +135,18 @@ class ModelSpec:
     def paper_model(self) -> str:
         return self.stands_in_for or self.label
 
+    @property
+    def title(self) -> str:
+        """What ran, for axis titles and legends: ``Simulated (simulated agents)``,
+        ``SmolLM2-135M-Instruct (local engine)``. The paper model it stands in for goes in captions
+        (:attr:`stand_in_note`), never here."""
+        return f"{self.label} ({ENGINE_TITLES.get(self.engine, self.engine + ' engine')})"
+
+    @property
+    def stand_in_note(self) -> str:
+        """``"Simulated (simulated agents) stands in for Qwen2.5-7B-Instruct"`` or ``""``."""
+        return f"{self.title} stands in for {self.stands_in_for}" if self.stands_in_for else ""
+
     def resolved(self) -> tuple[str | None, dict[str, Any]]:
         """``(model, options)`` with the environment variables filled in (error naming a missing one)."""
         model, options = self.model, dict(self.options)
@@ -163,6 +169,20 @@ class ModelSpec:
         options = {k: v for k, v in self.options.items() if k not in SPEED_OPTIONS}
         return {"label": self.label, "engine": self.engine, "model": self.model,
                 "options": options, "environment": dict(self.environment)}
+
+
+def large_model_plan(entries: Sequence[Mapping[str, Any]], models: Sequence[ModelSpec]) -> list[tuple[str, ModelSpec | None]]:
+    """The paper's larger models (Table 9) of a profile: ``(paper model, spec)`` for each ``large_models``
+    entry, ``spec = None`` for an entry that only names a ``stand_in`` (the profile has no such model:
+    its rows say :data:`NOT_RUN` rather than repeat another model's runs under this name)."""
+    plan: list[tuple[str, ModelSpec | None]] = []
+    for entry in entries:
+        if "stand_in" in entry:
+            ModelSpec.from_entry(entry, models)  # still validates the name it points at
+            plan.append((str(entry["label"]), None))
+        else:
+            plan.append((str(entry["label"]), ModelSpec.from_entry(entry, models)))
+    return plan
 
 
 @dataclass
@@ -291,8 +311,8 @@ class Experiment:
                                            if self.max_experience_chars else "in full"),
             "embedder": self.embedder,
             "seed": self.seed,
-            "runs": str(self.runs_dir),
-            "response cache": str(self.cache_dir),
+            "runs": display_path(self.runs_dir),
+            "response cache": display_path(self.cache_dir),
         }
         return pd.DataFrame({"setting": list(rows), "value": [str(v) for v in rows.values()]}).set_index("setting")
 
@@ -387,12 +407,11 @@ class Experiment:
                 options["use_memory"] = False
             elif rest.startswith("retrieval="):
                 label = rest[len("retrieval="):]
-                policy = _retrieval_spec(label)
-                name, _, value = policy.partition(":")
+                name, value = parse_retrieval_policy(policy_spec_of_label(label))
                 if name != "state_aware":
                     options["retrieval_policy"] = name
-                if value:
-                    options["fixed_lambda"] = float(value)
+                if value is not None:
+                    options[POLICIES[name].parameter or "fixed_lambda"] = value
             elif rest.startswith("poisoned="):
                 fraction = float(rest[len("poisoned="):])
                 if fraction:
@@ -437,7 +456,7 @@ class Experiment:
             benchmark, self.engine(spec), self.embedder, directory, limit=self.train_limit, split="train",
             seed=self.seed, n_agents=self.num_agents, n_rounds=self.num_rounds,
             summary_max_tokens=self.summary_max_tokens, data_dir=self.data_dir,
-            samples=self.samples(benchmark, "train"), progress=self.progress, overwrite=True, **self.sampling,
+            samples=self.samples(benchmark, "train"), progress=False, overwrite=True, **self.sampling,
         )
         return directory
 
@@ -468,7 +487,7 @@ class Experiment:
         result = run_cell(
             run_dir, benchmark=benchmark, split="test", engine=self.engine(spec), method=name,
             method_options=options, seed=self.seed, limit=self.test_limit, samples=samples,
-            data_dir=self.data_dir, progress=self.progress,
+            data_dir=self.data_dir, progress=False,
         )
         metrics = compute_metrics(result.records, n_bootstrap=self.bootstrap_resamples)
         return CellOutcome(spec, benchmark, method, run_dir, result.records, metrics, n_new=result.n_new)
@@ -482,26 +501,29 @@ class Experiment:
     ) -> "GridResults":
         """Every (model, benchmark, method) cell, model by model, benchmark by benchmark."""
         specs = [self.model(m) if isinstance(m, str) else m for m in (models or self.models)]
+        cells = [(spec, benchmark, method) for spec in specs for benchmark in (benchmarks or self.benchmarks)
+                 for method in methods]
         outcomes = []
-        for spec in specs:
-            for benchmark in benchmarks or self.benchmarks:
-                for method in methods:
-                    outcome = self.run(spec, benchmark, method)
-                    logger.info("%s / %s / %s: accuracy %.3f (n=%d, %d new)", spec.label, benchmark, method,
-                                outcome.metrics["accuracy"], len(outcome.records), outcome.n_new)
-                    outcomes.append(outcome)
+        bar = None
+        if self.progress:  # one bar for the whole step (a cell loaded from disk just ticks it)
+            from tqdm.std import tqdm
+
+            bar = tqdm(total=len(cells), desc=f"{len(cells)} cells", unit="cell", mininterval=2.0, file=sys.stderr)
+        try:
+            for spec, benchmark, method in cells:
+                if bar is not None:
+                    bar.set_postfix_str(f"{spec.label} / {benchmark} / {method}", refresh=False)
+                outcome = self.run(spec, benchmark, method)
+                logger.info("%s / %s / %s: accuracy %.3f (n=%d, %d new)", spec.label, benchmark, method,
+                            outcome.metrics["accuracy"], len(outcome.records), outcome.n_new)
+                outcomes.append(outcome)
+                if bar is not None:
+                    bar.update(1)
+        finally:
+            if bar is not None:
+                bar.set_postfix_str("", refresh=False)
+                bar.close()
         return GridResults(outcomes, bootstrap_resamples=self.bootstrap_resamples, seed=self.seed)
-
-
-def _retrieval_spec(label: str) -> str:
-    for spec, text in RETRIEVAL_POLICY_LABELS.items():
-        if text == label:
-            return spec
-    fixed = re.fullmatch(r"Fixed-lambda \(([0-9.]+)\)", label)
-    if fixed:
-        return f"fixed_lambda:{float(fixed.group(1))}"
-    raise ValueError(f"unknown retrieval policy {label!r}: expected one of {list(RETRIEVAL_POLICY_LABELS.values())} "
-                     "or Fixed-lambda (x)")
 
 
 def _finished_records(run_dir: Path, expected: int) -> list[dict[str, Any]] | None:
@@ -768,16 +790,26 @@ class GridResults:
         return pd.DataFrame(rows)
 
     def cost(self, methods: Sequence[str]) -> pd.DataFrame:
-        """Per-query cost of each cell (Table 10): prompt/completion tokens per tag, requests,
-        wall seconds per query (measured when the generations were made)."""
+        """Per-query cost of each cell (Table 10): prompt/completion tokens per tag, requests, and the
+        wall seconds per query that the run which wrote the transcripts measured.
+
+        ``replayed_share`` is the share of the cell's generations (debate turns and extra calls) that
+        came from the response cache when the transcripts were written: those cost no time then, so
+        the measured time leaves them out. ``time_measured`` is False for simulated agents (their
+        wall time is the simulator's bookkeeping) and for a cell whose every generation was replayed;
+        :func:`r2mad_core.tables.time_cell` turns both into the text a table shows.
+        """
         rows = []
         for o in self.outcomes:
             if o.method not in methods:
                 continue
             tokens = o.metrics.get("tokens_per_query", {})
-            row = {"model": o.model.label, "paper_model": o.model.paper_model,
+            replayed = replayed_share(o.records)
+            row = {"model": o.model.label, "paper_model": o.model.paper_model, "engine": o.model.engine,
                    "benchmark": benchmark_label(o.benchmark), "method": o.method, "n": o.metrics["n"],
-                   "seconds_per_query": o.metrics.get("seconds_per_query", math.nan)}
+                   "seconds_per_query": o.metrics.get("seconds_per_query", math.nan),
+                   "replayed_share": replayed,
+                   "time_measured": o.model.engine != "simulated" and replayed < 1.0}
             for tag in ("debate", "summary", "judge"):
                 part = tokens.get(tag, {})
                 row[f"{tag}_requests"] = part.get("requests", 0.0)

@@ -37,7 +37,7 @@ from r2mad_core.grid import (
     W_TO_C_METRIC,
     Experiment,
     GridResults,
-    ModelSpec,
+    large_model_plan,
     retrieval_method_label,
     sc_methods,
 )
@@ -122,6 +122,10 @@ def compare_with_paper(
         "reproduced", "ci_low", "ci_high", "n", "paper", "difference", "paper_within_ci",
     ]
     return merged[columns + [c for c in merged.columns if c not in columns]]
+
+
+#: Reproduced values closer than this are a tie (an ordering that is not strict does not hold).
+TIE_TOLERANCE = 1e-12
 
 
 @dataclass(frozen=True)
@@ -223,8 +227,12 @@ def check_orderings(
 
     Returns one row per claim that could be checked: claim fields, ``paper_better``,
     ``paper_worse``, ``holds_in_paper``, ``reproduced_better``, ``reproduced_worse``,
-    ``holds_here``, ``n_pairs``, ``better_only``, ``worse_only``, ``p_value``, ``significant``
-    (holds here and p < alpha).
+    ``outcome`` (``holds``: the reproduced ordering is strict; ``tie``: equal values; ``reversed``),
+    ``holds_here`` (outcome is ``holds``), ``n_pairs``, ``better_only``, ``worse_only``,
+    ``p_value``, ``significant`` (holds here and p < alpha), ``runs`` (the reproduced (model,
+    benchmark) cells the comparison read) and ``duplicate_of`` (the index of an earlier row that
+    compared the very same runs: two paper claims checked on one comparison, e.g. two paper models
+    with one stand-in; :func:`claims_summary` counts it once).
     """
     required = ["model", "method", "benchmark", "sample_id", "correct"]
     missing = [c for c in required if c not in per_question.columns]
@@ -238,7 +246,8 @@ def check_orderings(
     mapped = pd.Series([stand_ins.get(m, m) for m in frame["model"]], index=frame.index)
     frame["paper_model"] = frame["paper_model"].fillna(mapped) if "paper_model" in frame else mapped
     frame["correct"] = frame["correct"].astype(bool)
-    rows = []
+    rows: list[dict[str, Any]] = []
+    seen: dict[tuple, int] = {}
     for claim in claims:
         if not claim.metric.startswith("accuracy"):
             raise ValueError(f"check_orderings: claim metric must be an accuracy, found {claim.metric!r}")
@@ -271,18 +280,84 @@ def check_orderings(
             bool(sign * (paper_better - paper_worse) > 0)
             if not (math.isnan(paper_better) or math.isnan(paper_worse)) else pd.NA
         )
-        holds_here = bool(sign * (reproduced_better - reproduced_worse) > 0)
+        difference = sign * (reproduced_better - reproduced_worse)
+        outcome = "holds" if difference > TIE_TOLERANCE else ("reversed" if difference < -TIE_TOLERANCE else "tie")
+        holds_here = outcome == "holds"
+        runs = tuple(sorted({(m, b) for m, b in zip(paired["model"], paired["benchmark"])}))
+        key = (claim.metric, claim.better, claim.worse, claim.benchmark == AVERAGE_LABEL, runs)
+        duplicate_of = seen.setdefault(key, len(rows))
         rows.append({
             "table": claim.table, "paper_model": claim.paper_model, "benchmark": claim.benchmark,
             "metric": claim.metric, "better": claim.better, "worse": claim.worse,
             "paper_better": paper_better, "paper_worse": paper_worse, "holds_in_paper": holds_in_paper,
             "reproduced_better": reproduced_better, "reproduced_worse": reproduced_worse,
-            "holds_here": holds_here, "n_pairs": len(paired), "better_only": better_only,
+            "outcome": outcome, "holds_here": holds_here, "n_pairs": len(paired), "better_only": better_only,
             "worse_only": worse_only, "p_value": p_value, "significant": bool(holds_here and p_value < alpha),
-            "claim": claim.text,
+            "claim": claim.text, "runs": "; ".join(f"{m} / {b}" for m, b in runs),
+            "duplicate_of": None if duplicate_of == len(rows) else duplicate_of,
         })
     return pd.DataFrame(rows)
 
+
+
+@dataclass(frozen=True)
+class ClaimsSummary:
+    """The claim counts of :func:`check_orderings`, each distinct comparison once."""
+
+    checked: int  # distinct comparisons (a claim repeating an earlier comparison's runs is not counted)
+    holds: int  # strict reproduced ordering in the claimed direction
+    significant: int  # of those, exact McNemar p < alpha
+    ties: int
+    reversed: int
+    repeated: int  # claim rows that repeat an earlier comparison
+    holds_in_paper: int  # of the distinct comparisons, how many the paper's own numbers order as claimed
+    alpha: float = 0.05
+
+    def sentence(self) -> str:
+        """One sentence built from the counts (notebook 10 and the README use it)."""
+        if not self.checked:
+            return "No claimed ordering could be checked with the methods this profile ran."
+        parts = [f"Of the {self.checked} distinct comparisons the paper claims and this profile could check, "
+                 f"{self.holds} hold here (strictly better)",
+                 f"{self.significant} of them significantly (exact McNemar test, p < {self.alpha:g})"]
+        text = ", ".join(parts)
+        others = []
+        if self.ties:
+            others.append(f"{self.ties} {'is a tie' if self.ties == 1 else 'are ties'}")
+        if self.reversed:
+            others.append(f"{self.reversed} {'is' if self.reversed == 1 else 'are'} reversed")
+        if others:
+            text += "; " + " and ".join(others)
+        text += "."
+        if self.repeated:
+            text += (f" {self.repeated} further claim{'s' if self.repeated != 1 else ''} of the paper "
+                     f"{'reads' if self.repeated == 1 else 'read'} the same runs as one above and "
+                     f"{'is' if self.repeated == 1 else 'are'} not counted again.")
+        return text
+
+
+def claims_summary(claims: pd.DataFrame, alpha: float = 0.05) -> ClaimsSummary:
+    """Count the rows of :func:`check_orderings`: each distinct comparison once (rows with a
+    ``duplicate_of`` are left out), "holds" only for a strict ordering, significance separately."""
+    if claims.empty:
+        return ClaimsSummary(0, 0, 0, 0, 0, 0, 0, alpha)
+    distinct = claims[claims["duplicate_of"].isna()]
+    return ClaimsSummary(
+        checked=len(distinct),
+        holds=int((distinct["outcome"] == "holds").sum()),
+        significant=int(distinct["significant"].sum()),
+        ties=int((distinct["outcome"] == "tie").sum()),
+        reversed=int((distinct["outcome"] == "reversed").sum()),
+        repeated=len(claims) - len(distinct),
+        holds_in_paper=int(distinct["holds_in_paper"].fillna(False).astype(bool).sum()),
+        alpha=alpha,
+    )
+
+
+def one_point_per_run(comparison: pd.DataFrame) -> pd.DataFrame:
+    """The rows of :func:`compare_with_paper` with each reproduced run once: a run that fills
+    several paper tables (R2-MAD of Table 1 is also Table 2's full model) keeps its first row."""
+    return comparison.drop_duplicates(["model", "method", "benchmark", "metric"], keep="first")
 
 
 def pooled_average_rows(results: GridResults, methods: Sequence[str], table_label: str) -> pd.DataFrame:
@@ -343,8 +418,9 @@ def collect_reproduction(
     grids["tab:icl_cot"] = exp.grid(ICL_METHODS, models=icl_models, benchmarks=icl_benchmarks)
     frames.append(grids["tab:icl_cot"].reproduced("tab:icl_cot", ICL_METHODS, with_average=False))
     frames.append(pooled_average_rows(grids["tab:icl_cot"], ICL_METHODS, "tab:icl_cot"))
-    if large_models:
-        specs = [ModelSpec.from_entry(entry, exp.models) for entry in large_models]
+    # a large model the profile only names a stand-in for is not run: no number in its name
+    specs = [spec for _, spec in large_model_plan(large_models, exp.models) if spec is not None]
+    if specs:
         large = GridResults([], exp.bootstrap_resamples, exp.seed)
         for spec in specs:
             large = large + exp.grid(LARGE_MODEL_METHODS, models=[spec])
@@ -370,6 +446,9 @@ def collect_reproduction(
         part = cost.assign(metric=metric, value=cost[column], table="tab:cost", ci_low=np.nan, ci_high=np.nan)
         if column == "summary_tokens":
             part = part[part["method"] == "R2-MAD"]
+        if column == "seconds_per_query":
+            # only times measured when every generation was made (not simulated, nothing replayed)
+            part = part[part["time_measured"] & (part["replayed_share"] == 0.0)]
         frames.append(part)
 
     columns = ["table", "model", "paper_model", "method", "benchmark", "metric", "value", "ci_low", "ci_high", "n"]

@@ -8,8 +8,8 @@ values with optional 95% bootstrap CI bounds per cell. It renders as
 - a Markdown pipe table (:func:`render_markdown`) and
 - a LaTeX ``booktabs`` table (:func:`render_latex`);
 
-accuracy cells read "0.522 [0.440, 0.604]" and the best value of each column is bold, as in the
-paper. Writing the files and recording them in the manifest is :mod:`r2mad_core.artifacts`.
+accuracy cells read "0.522 [0.440, 0.604]" and the strictly best value of each column is bold, as
+in the paper (a tie at the shown precision is bold nowhere). Writing the files and recording them in the manifest is :mod:`r2mad_core.artifacts`.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ BENCHMARK_LABELS: dict[str, str] = {
 AVERAGE_LABEL = "Average"
 
 Best = Literal["max", "min"]
+#: The text of a table cell, row or panel for a model the profile did not run.
+NOT_RUN = "not run in this profile"
 
 
 def benchmark_label(benchmark: str) -> str:
@@ -108,7 +110,11 @@ class Table:
         )
 
     def best_mask(self) -> pd.DataFrame:
-        """True where a cell holds its column's best value (within first-level row groups)."""
+        """True where a cell holds its column's strictly best value (within first-level row groups).
+
+        Values are compared as shown (rounded to ``digits``): when two or more cells share the best
+        shown value, none is bold (a tie is no win), and a block with a single value has no best.
+        """
         mask = pd.DataFrame(False, index=self.values.index, columns=self.values.columns)
         if self.best is None:
             return mask
@@ -129,11 +135,12 @@ class Table:
             numeric = pd.to_numeric(self.values[column], errors="coerce").round(self.digits)
             for selector in groups:
                 block = numeric[selector]
-                if block.notna().sum() == 0:
-                    continue
+                if block.notna().sum() < 2:
+                    continue  # a lone value is best of nothing
                 target = block.max() if direction == "max" else block.min()
                 hits = selector & (numeric == target).to_numpy()
-                mask.loc[hits, column] = True
+                if hits.sum() == 1:  # strictly best at the shown precision; a tie is bold nowhere
+                    mask.loc[hits, column] = True
         return mask
 
 
@@ -173,7 +180,8 @@ def tidy_to_table(
                        else pd.Index([k[0] for k in keys], name=rows[0]))
 
     def pivot(field_name: str) -> pd.DataFrame:
-        out = pd.DataFrame(np.nan, index=index, columns=pd.Index(columns, name=column))
+        text = frame[field_name].map(lambda v: isinstance(v, str)).any()  # e.g. "not run in this profile"
+        out = pd.DataFrame(np.nan, index=index, columns=pd.Index(columns, name=column), dtype=object if text else float)
         for record in frame.to_dict("records"):
             key = tuple(record[r] for r in rows)
             if record[column] in columns:
@@ -358,3 +366,42 @@ def read_table(path: str | Path, **table_options: Any) -> Table:
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from exc
 
+
+def with_not_run_rows(table: Table | None, models: Sequence[str], methods: Sequence[str],
+                      columns: Sequence[str], *, caption: str = "") -> Table:
+    """``table`` (rows (model, method)) with one row per (model, method) for each model of ``models``
+    that the profile did not run, every cell :data:`NOT_RUN`; a new table when ``table`` is None.
+    The rows name the paper's model, and nothing else stands under that name."""
+    rows = [(model, method) for model in models for method in methods]
+    if table is None:
+        index = pd.MultiIndex.from_tuples(rows, names=["model", "method"])
+        values = pd.DataFrame(NOT_RUN, index=index, columns=pd.Index(list(columns), name="benchmark"), dtype=object)
+        return Table(values=values, caption=caption, best=None)
+    if not rows:
+        return table
+    extra = pd.DataFrame(NOT_RUN, index=pd.MultiIndex.from_tuples(rows, names=table.values.index.names),
+                         columns=table.values.columns, dtype=object)
+    values = pd.concat([table.values.astype(object), extra])
+    empty = pd.DataFrame(np.nan, index=extra.index, columns=table.values.columns)
+    low = None if table.ci_low is None else pd.concat([table.ci_low, empty])
+    high = None if table.ci_high is None else pd.concat([table.ci_high, empty])
+    return Table(values=values, ci_low=low, ci_high=high, caption=caption or table.caption, digits=table.digits,
+                 best=table.best, formats=table.formats)
+
+
+def time_cell(row: Mapping[str, Any], digits: int = 2) -> Any:
+    """What a cost table shows for a cell's time per query: the seconds measured when its generations
+    were made; ``"replayed"`` when every generation came from the cache (nothing was timed);
+    ``"<s> (<p>% replayed)"`` when part did (the replayed part cost no time, so the number is a lower
+    bound); ``"not timed (simulated)"`` for simulated agents, whose wall time is bookkeeping."""
+    if row.get("engine") == "simulated":
+        return "not timed (simulated)"
+    share = row.get("replayed_share", 0.0)
+    seconds = row.get("seconds_per_query", math.nan)
+    if share is None or (isinstance(share, float) and math.isnan(share)):
+        share = 0.0
+    if share >= 1.0:
+        return "replayed"
+    if share > 0.0:
+        return f"{seconds:.{digits}f} ({share:.0%} replayed)"
+    return float(seconds)

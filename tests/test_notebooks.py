@@ -17,6 +17,7 @@ import pytest
 
 from r2mad_core import reproduce
 from r2mad_core.artifacts import read_manifest
+from r2mad_core.tables import NOT_RUN
 from r2mad_core.tables import read_table
 from r2mad_core.reproduce import PATH_PARAMETERS, TOP_LEVEL_FIELDS, load_profile
 
@@ -78,21 +79,30 @@ def test_papermill_reads_every_parameter(path: Path) -> None:
     assert declared == assigned, f"{path.name}: papermill does not see {sorted(assigned - declared)}"
 
 
-@pytest.mark.parametrize("path", [p for p in _notebooks() if p.stem not in OWN_PARAMETERS_ONLY_EXEMPT],
-                         ids=lambda p: p.stem)
-def test_parameters_come_from_the_profile_and_default_to_tiny(path: Path) -> None:
-    """Every parameter is a profile field or a path (so a profile fully determines a run), and the
-    defaults are the tiny profile's (so running a notebook by hand is the quick CI run)."""
-    tiny = load_profile("tiny")
+@pytest.mark.parametrize("path", _notebooks(), ids=lambda p: p.stem)
+def test_parameters_default_from_one_place_the_profile(path: Path) -> None:
+    """Every parameter is a profile field or a path (so a profile fully determines a run) and its default
+    is ``...``: notebook_setup.setup fills it from the profile named by ``profile`` (tiny by default), so
+    the defaults live in the profile files only. The theory notebook's own grid sizes are exempt."""
     cell = _parameters_cell(path)
+    names = set()
     for node in ast.parse(cell.source).body:
         if not isinstance(node, ast.Assign):
             continue
         name = node.targets[0].id  # type: ignore[attr-defined]
+        names.add(name)
+        if name == "profile":
+            assert ast.literal_eval(node.value) == "tiny", f"{path.name}: profile defaults to tiny"
+            continue
+        if path.stem in OWN_PARAMETERS_ONLY_EXEMPT and name not in TOP_LEVEL_FIELDS and name not in PATH_PARAMETERS:
+            continue
         assert name in TOP_LEVEL_FIELDS or name in PATH_PARAMETERS, f"{path.name}: {name} is not a profile field"
-        if name in TOP_LEVEL_FIELDS:
-            assert ast.literal_eval(node.value) == tiny[name], f"{path.name}: default of {name} differs from tiny.yaml"
-    assert "profile" in {n.targets[0].id for n in ast.parse(cell.source).body if isinstance(n, ast.Assign)}
+        assert isinstance(node.value, ast.Constant) and node.value.value is Ellipsis, (
+            f"{path.name}: {name} must default to ... (filled from the profile), found {ast.unparse(node.value)}")
+    assert "profile" in names
+    source = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+    assert "setup(globals()" in source, f"{path.name}: does not use notebook_setup.setup"
+    assert "logging.basicConfig" not in source, f"{path.name}: configures logging itself"
 
 
 @pytest.fixture(scope="module")
@@ -147,16 +157,17 @@ def test_paper_tables_have_the_papers_shape(tiny_run: Path) -> None:
     assert len(retrieval.values) == len(profile["retrieval_policies"]) and "Debate-State-Aware" in retrieval.values.index
     large = read_table(figures / "tab_large_models.csv")
     assert sorted(set(large.values.index.get_level_values("model"))) == ["GPT-4o-mini", "Llama-3.3-70B-Instruct"]
-    # a stand-in run says so
+    # the profile names only stand-ins for them: not run, and said so (never the stand-in's numbers)
+    assert (large.values == NOT_RUN).all().all()
     manifest = read_manifest(figures)["artifacts"]
-    assert "stands in for Llama-3.3-70B-Instruct" in manifest["tab_large_models"]["caption"]
+    assert NOT_RUN in manifest["tab_large_models"]["caption"]
     cost = pd.read_csv(figures / "tab_cost.csv")
     assert set(cost["method"]) == {"Self-Consistency", "MAD", "R2-MAD"}
     comparison = pd.read_csv(figures / "tab_paper_comparison.csv")
     main_rows = comparison[comparison["table"] == "tab:main_results"]
     assert len(main_rows) == 25 and (main_rows["paper"] != "--").all()  # 5 methods x (4 benchmarks + Average)
     claims = pd.read_csv(figures / "tab_paper_claims.csv")
-    assert "R2-MAD > MAD" in set(claims["claim"]) and claims["holds_in_paper"].all()
+    assert "R2-MAD > MAD" in set(claims["ordering"]) and claims["holds_in_paper"].all()
 
 
 def test_a_second_run_generates_nothing_new(tiny_run: Path) -> None:
@@ -175,3 +186,147 @@ def test_a_second_run_generates_nothing_new(tiny_run: Path) -> None:
                            "--only", "03,06"])
     assert code == 0
     assert state() == before
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 14: every artifact of the tiny profile says exactly what ran
+# --------------------------------------------------------------------------------------------
+
+#: Tables that put reproduced and paper models side by side on purpose (their paper_model column).
+COMPARISON_TABLES = {"tab_paper_comparison", "tab_paper_claims"}
+RESULTS_NOTEBOOKS = ("03_main_results", "04_ablations", "05_baselines", "06_shared_misconception", "07_cost",
+                     "08_theory", "09_poisoned_memory", "10_report")
+
+
+def _first_number(text: str) -> float | None:
+    import re
+
+    match = re.match(r"\s*(-?[0-9][0-9,]*\.?[0-9]*)", str(text))
+    return float(match.group(1).replace(",", "")) if match else None
+
+
+def test_artifacts_name_only_models_that_ran_or_say_not_run(tiny_run: Path) -> None:
+    """A row, column or panel for a model the profile did not run says 'not run in this profile'; no
+    table or figure names a paper model the profile only stands in for (that goes in captions)."""
+    figures = tiny_run / "figures" / "tiny"
+    profile = load_profile("tiny")
+    ran = {m["label"] for m in profile["models"]}
+    stood_in_for = {m["stands_in_for"] for m in profile["models"] if m.get("stands_in_for")}
+    manifest = read_manifest(figures)["artifacts"]
+    checked = 0
+    for name, record in sorted(manifest.items(), key=lambda item: item[1]["kind"] != "table"):  # tables first
+        if record["kind"] == "table" and name not in COMPARISON_TABLES:
+            frame = pd.read_csv(figures / f"{name}.csv")
+            if "model" in frame.columns:
+                for model, part in frame.groupby("model"):
+                    if model in ran or model == "Average":
+                        continue
+                    values = part["value"] if "value" in part.columns else part.drop(columns=["model"]).stack()
+                    assert (values.astype(str) == NOT_RUN).all(), (
+                        f"{name}: rows for {model!r}, which the profile did not run, show numbers")
+                    checked += 1
+            text = (figures / f"{name}.md").read_text().split("\n\n")[0]  # the table, not its caption
+            for paper_model in stood_in_for:
+                assert paper_model not in text, f"{name}: names {paper_model} (a stand-in ran) outside its caption"
+        if record["kind"] == "figure":
+            labels = record["labels"]
+            shown = [t for kind in ("titles", "axes", "ticks", "legends") for t in labels[kind]]
+            for paper_model in stood_in_for:
+                assert not any(paper_model in t for t in shown), (
+                    f"{name}: a title, axis or legend names {paper_model}, which only a stand-in ran")
+    assert checked >= 3  # the two large models, the two extra flip-recovery models
+    # the larger models and the models of the extra figure/table are not run, and say so
+    assert NOT_RUN in manifest["tab_large_models"]["caption"]
+    assert any(NOT_RUN in t for t in manifest["fig_qwen3_eval"]["labels"]["annotations"])
+    assert not any(t.startswith("Simulated") for t in manifest["fig_qwen3_eval"]["labels"]["titles"])
+    extra = read_table(figures / "tab_flip_recovery_extra.csv")
+    assert set(extra.values.index.get_level_values("model")) == {"Qwen3-8B", "Gemma-3-4B-IT"}
+    assert (extra.values == NOT_RUN).all().all()
+
+
+def test_figures_name_the_engine_and_what_they_cover(tiny_run: Path) -> None:
+    manifest = read_manifest(tiny_run / "figures" / "tiny")["artifacts"]
+    title = " ".join(manifest["fig_paper_vs_reproduced"]["labels"]["titles"])
+    assert "simulated agents" in title
+    assert all("simulated agents" in t for t in manifest["fig_paper_vs_reproduced"]["labels"]["legends"]
+               if t.startswith("tab:"))
+    assert "Simulated" in " ".join(manifest["fig_retrieval_ablation"]["labels"]["ticks"])
+    caption = manifest["fig_confidence_distribution"]["caption"]
+    assert all(b in caption for b in ("MATH500", "Economics", "Engineering", "TruthfulQA"))
+    bound = manifest["fig_theory_bound"]["labels"]
+    assert not any("Eq. joint_bound" in t or "joint_bound" in t for t in bound["axes"])
+
+
+def test_claims_hold_only_when_strict_and_count_each_comparison_once(tiny_run: Path) -> None:
+    figures = tiny_run / "figures" / "tiny"
+    claims = pd.read_csv(figures / "tab_paper_claims.csv")
+    for row in claims.itertuples():
+        better, worse = (float(x) for x in row.reproduced.split(" vs "))
+        expected = "holds" if better > worse else ("tie" if better == worse else "reversed")
+        # shown to 3 decimals: a displayed tie may still be a strict difference, never the other way round
+        if expected != "tie":
+            assert row.outcome == expected, f"{row.ordering} on {row.benchmark}: {row.reproduced} -> {row.outcome}"
+        assert not (row.significant and row.outcome != "holds")
+        assert (not row.significant) or float(row.p) < 0.05
+    distinct = claims[claims["repeats"].isna()]
+    caption = read_manifest(figures)["artifacts"]["tab_paper_claims"]["caption"]
+    holds = int((distinct["outcome"] == "holds").sum())
+    significant = int(distinct["significant"].sum())
+    assert f"Of the {len(distinct)} distinct comparisons" in caption
+    assert f"{holds} hold here (strictly better), {significant} of them significantly" in caption
+    # no claim is about a model the profile did not run
+    assert not set(claims["paper_model"]) & {"Llama-3.3-70B-Instruct", "GPT-4o-mini"}
+
+
+def test_bold_marks_only_a_strictly_best_value(tiny_run: Path) -> None:
+    figures = tiny_run / "figures" / "tiny"
+    bold_seen = 0
+    for path in sorted(figures.glob("tab_*.md")):
+        lines = [line for line in path.read_text().splitlines() if line.startswith("|")]
+        header = [c.strip() for c in lines[0].strip("|").split("|")]
+        rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+        tidy = pd.read_csv(figures / f"{path.stem}.csv")
+        flat = list(tidy.columns[-3:]) != ["value", "ci_low", "ci_high"]  # a plain frame: no row labels
+        levels = 0 if flat else read_table(figures / f"{path.stem}.csv").values.index.nlevels
+        for column in range(levels, len(header)):
+            for position, row in enumerate(rows):
+                cell = row[column]
+                if not cell.startswith("**"):
+                    continue
+                bold_seen += 1
+                value = _first_number(cell.strip("*"))
+                group = tuple(row[: levels - 1]) if levels > 1 else ()
+                same = [r for i, r in enumerate(rows) if i != position and tuple(r[: levels - 1]) == group
+                        and _first_number(r[column].strip("*")) == value]
+                assert not same, f"{path.name}: bold {cell} in column {header[column]!r} ties with another row"
+    assert bold_seen > 0
+
+
+def test_cost_time_is_measured_at_generation_or_absent(tiny_run: Path) -> None:
+    """The tiny profile runs simulated agents: tokens only, and the caption says why."""
+    figures = tiny_run / "figures" / "tiny"
+    cost = pd.read_csv(figures / "tab_cost.csv")
+    assert not any("time" in str(q) for q in cost["quantity"].unique())
+    caption = read_manifest(figures)["artifacts"]["tab_cost"]["caption"]
+    assert "simulated" in caption and "bookkeeping" in caption
+    labels = read_manifest(figures)["artifacts"]["fig_cost"]["labels"]
+    assert not any("seconds" in t for t in labels["axes"])
+
+
+def test_executed_notebooks_are_quiet_and_end_with_what_this_shows(tiny_run: Path) -> None:
+    executed = tiny_run / "notebooks" / "executed" / "tiny"
+    for path in _notebooks():
+        nb = nbformat.read(executed / path.name, as_version=4)
+        # log records (and warnings) go to stderr; the only stderr a notebook may show is its progress bars
+        stderr = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                         for o in c.get("outputs", []) if o.output_type == "stream" and o.get("name") == "stderr")
+        lines = [line for line in stderr.replace("\r", "\n").splitlines() if line.strip()]
+        noise = [line for line in lines if "%|" not in line]
+        assert not noise, f"{path.name}: lines on stderr that are not a progress bar: {noise[:5]}"
+        if path.stem in RESULTS_NOTEBOOKS:
+            last = nb.cells[-1]
+            outputs = [o for o in last.get("outputs", []) if o.output_type == "display_data"]
+            assert outputs, f"{path.name}: the last cell shows nothing"
+            text = outputs[-1]["data"].get("text/markdown", "")
+            assert text.startswith("## What this shows"), f"{path.name}: does not end with 'What this shows'"
+            assert "These numbers come from" in text or path.stem == "08_theory"

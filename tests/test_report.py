@@ -80,15 +80,19 @@ def test_cell_text_formats_ci_and_missing_values() -> None:
     assert custom.cell_text(0, "tokens") == "5,750"
 
 
-def test_best_is_marked_within_each_model_block_with_ties() -> None:
+def test_bold_marks_only_a_strictly_best_value_within_each_model_block() -> None:
     mask = grouped_table().best_mask()
     assert mask.loc[("Qwen", "R2-MAD"), "MATH500"] and not mask.loc[("Qwen", "CoT"), "MATH500"]
-    # tie at 0.6 in the Qwen block: both bold
-    assert mask.loc[("Qwen", "CoT"), "Econ_%&"] and mask.loc[("Qwen", "R2-MAD"), "Econ_%&"]
-    # Gemma block: NaN never best, 0.2 is the only value
-    assert not mask.loc[("Gemma", "CoT"), "Econ_%&"] and mask.loc[("Gemma", "R2-MAD"), "Econ_%&"]
+    # tie at 0.6 in the Qwen block: a tie is no win, neither is bold (issue 14, item 6)
+    assert not mask.loc[("Qwen", "CoT"), "Econ_%&"] and not mask.loc[("Qwen", "R2-MAD"), "Econ_%&"]
+    # Gemma block: NaN never best, and 0.2 is the only value: best of nothing, not bold
+    assert not mask.loc[("Gemma", "CoT"), "Econ_%&"] and not mask.loc[("Gemma", "R2-MAD"), "Econ_%&"]
     lower = Table(values=pd.DataFrame({"C->W": [0.222, 0.294]}, index=pd.Index(["full", "w/o"], name="m")), best="min")
     assert lower.best_mask()["C->W"].tolist() == [True, False]
+    # equal as shown (3 decimals) is a tie even when the floats differ
+    shown = Table(values=pd.DataFrame({"acc": [0.0001, 0.0002, 0.0]}, index=pd.Index(["a", "b", "c"], name="m")), best="max")
+    assert not shown.best_mask()["acc"].any()
+    assert "**" not in render_markdown(shown)
 
 
 def test_markdown_round_trip_and_bold() -> None:
@@ -405,7 +409,7 @@ def test_method_names_mean_what_the_paper_says(tmp_path: Path) -> None:
     assert exp.method_options("R2-MAD poisoned=0.5", memory=Path("/bank"))[1]["poison_fraction"] == 0.5
     with pytest.raises(ValueError, match="unknown method 'Debate'"):
         exp.method_options("Debate")
-    with pytest.raises(ValueError, match="unknown retrieval policy 'Smart'"):
+    with pytest.raises(ValueError, match="unknown retrieval policy label 'Smart'"):
         exp.method_options("R2-MAD retrieval=Smart", memory=Path("/bank"))
 
 
@@ -554,3 +558,118 @@ def test_speed_knobs_keep_the_run_directories(tmp_path: Path) -> None:
     assert tuned.memory_dir(tuned.models[0], "truthfulqa") == exp.memory_dir(exp.models[0], "truthfulqa")
     other = _experiment(tmp_path, models=[dict(local, options={"chat_template": "{{ x }}"})])
     assert other.run_dir(other.models[0], "truthfulqa", "MAD")[0] != exp.run_dir(exp.models[0], "truthfulqa", "MAD")[0]
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 14: what ran, counted once, strict holds, not-run rows, measured time
+# --------------------------------------------------------------------------------------------
+
+from r2mad_core.report import claims_summary, one_point_per_run  # noqa: E402
+from r2mad_core.tables import NOT_RUN, time_cell, with_not_run_rows  # noqa: E402
+
+
+def test_a_comparison_read_twice_is_counted_once_and_a_tie_does_not_hold() -> None:
+    # the same stand-in runs labelled as two paper models (what the large-models rows used to do)
+    rows = [("Smol", "R2-MAD", "MATH500", [1, 1, 0, 0]), ("Smol", "MAD", "MATH500", [1, 0, 0, 0])]
+    frame = pd.concat([_per_question(rows).assign(paper_model=name) for name in ("Llama-3.3-70B-Instruct", "GPT-4o-mini")])
+    claims = [OrderingClaim("tab:large_models", name, "Average", "R2-MAD", "MAD")
+              for name in ("Llama-3.3-70B-Instruct", "GPT-4o-mini")]
+    out = check_orderings(frame, claims)
+    assert list(out["outcome"]) == ["holds", "holds"]
+    assert pd.isna(out["duplicate_of"].iloc[0]) and out["duplicate_of"].iloc[1] == 0
+    summary = claims_summary(out)
+    assert (summary.checked, summary.holds, summary.significant, summary.repeated) == (1, 1, 0, 1)
+    sentence = summary.sentence()
+    assert sentence.startswith("Of the 1 distinct comparisons") and "1 hold here (strictly better)" in sentence
+    assert "0 of them significantly" in sentence and "1 further claim" in sentence
+    # a tie (0.5 vs 0.5) is not "holds", and a significant row always holds
+    tie = _per_question([("Smol", "R2-MAD", "MATH500", [1, 0]), ("Smol", "MAD", "MATH500", [0, 1])])
+    row = check_orderings(tie, [OrderingClaim("tab:main_results", "Smol", "Average", "R2-MAD", "MAD")]).iloc[0]
+    assert row.outcome == "tie" and not row.holds_here and not row.significant
+    reversed_ = check_orderings(tie, [OrderingClaim("tab:main_results", "Smol", "MATH500", "R2-MAD", "MAD")])
+    assert claims_summary(reversed_).ties == 1
+
+
+def test_the_paper_vs_reproduced_points_show_each_run_once() -> None:
+    comparison = pd.DataFrame({
+        "table": ["tab:main_results", "tab:ablation", "tab:main_results"],
+        "model": ["Sim", "Sim", "Sim"], "method": ["R2-MAD", "R2-MAD", "MAD"],
+        "benchmark": ["MATH500"] * 3, "metric": ["accuracy"] * 3, "reproduced": [0.7, 0.7, 0.5],
+    })
+    assert list(one_point_per_run(comparison)["table"]) == ["tab:main_results", "tab:main_results"]
+
+
+def test_not_run_rows_never_carry_numbers() -> None:
+    table = with_not_run_rows(None, ["Llama-3.3-70B-Instruct"], ["CoT", "MAD"], ["MATH500", "Average"], caption="c")
+    assert list(table.values.index) == [("Llama-3.3-70B-Instruct", "CoT"), ("Llama-3.3-70B-Instruct", "MAD")]
+    assert (table.values == NOT_RUN).all().all() and not table.best_mask().any().any()
+    ran = grouped_table()
+    merged = with_not_run_rows(ran, ["GPT-4o-mini"], ["CoT"], list(ran.values.columns))
+    assert merged.values.loc[("GPT-4o-mini", "CoT")].tolist() == [NOT_RUN, NOT_RUN]
+    assert merged.cell_text(("Qwen", "R2-MAD"), "MATH500") == ran.cell_text(("Qwen", "R2-MAD"), "MATH500")
+    assert f"| GPT-4o-mini | CoT | {NOT_RUN} | {NOT_RUN} |" in render_markdown(merged)
+
+
+def test_large_models_named_only_by_a_stand_in_are_not_run() -> None:
+    models = [ModelSpec.from_entry(SIMULATED)]
+    plan = grid.large_model_plan([{"label": "Llama-3.3-70B-Instruct", "stand_in": "Sim"},
+                                  {"label": "GPT-4o-mini", "engine": "openai", "model": "gpt-4o-mini",
+                                   "base_url_env": "URL"}], models)
+    assert plan[0] == ("Llama-3.3-70B-Instruct", None)
+    assert plan[1][0] == "GPT-4o-mini" and plan[1][1].engine == "openai"
+    with pytest.raises(ValueError, match="stand_in 'Nope'"):
+        grid.large_model_plan([{"label": "X", "stand_in": "Nope"}], models)
+
+
+def test_cost_time_is_what_generation_measured_or_says_why_not() -> None:
+    def record(cached: list[bool]) -> dict:
+        return {"sample_id": "q", "correct": True, "rounds": [{"agents": [{"cached": c} for c in cached],
+                                              "extra_calls": [{"cached": False}]}]}
+
+    assert scoring.replayed_share([record([True, True, True])]) == pytest.approx(3 / 4)
+    assert scoring.replayed_share([record([False, False])]) == 0.0
+    local = {"engine": "local", "seconds_per_query": 72.04, "replayed_share": 0.0}
+    assert time_cell(local) == pytest.approx(72.04)
+    assert time_cell({**local, "replayed_share": 1.0}) == "replayed"  # was 0.00 s in the cpu table
+    assert time_cell({**local, "replayed_share": 0.25}) == "72.04 (25% replayed)"
+    assert time_cell({**local, "engine": "simulated"}) == "not timed (simulated)"
+    # a CoT cell whose every generation was replayed: the cost() view marks it not measured
+    outcome = _outcome("MAD", "math500", [record([True, True])])
+    outcome.metrics["seconds_per_query"] = 0.0
+    outcome.model = ModelSpec("Smol", "local", None)
+    cost = GridResults([outcome]).cost(["MAD"]).iloc[0]
+    assert cost["replayed_share"] == pytest.approx(2 / 3) and bool(cost["time_measured"])
+    outcome.records = [record([True])]
+    outcome.records[0]["rounds"][0]["extra_calls"] = []
+    assert not bool(GridResults([outcome]).cost(["MAD"]).iloc[0]["time_measured"])
+
+
+def test_model_titles_name_what_ran_and_captions_the_paper_model() -> None:
+    spec = ModelSpec.from_entry(SIMULATED)
+    assert spec.title == "Sim (simulated agents)" and "Qwen" not in spec.title
+    assert spec.stand_in_note == "Sim (simulated agents) stands in for Qwen2.5-7B-Instruct"
+    assert ModelSpec("SmolLM2-135M-Instruct", "local").title == "SmolLM2-135M-Instruct (local engine, llama.cpp)"
+    assert ModelSpec("Qwen2.5-7B-Instruct", "vllm").stand_in_note == ""
+
+
+def test_saved_figures_record_every_text_they_show(tmp_path: Path) -> None:
+    fig, ax = plt.subplots()
+    ax.bar(["a", "b"], [1, 2], label="bars")
+    ax.set_title("Sim (simulated agents)")
+    ax.set_xlabel("benchmark")
+    ax.text(0.5, 0.5, NOT_RUN)
+    ax.legend(title="method")
+    fig.suptitle("Suptitle")
+    save_figure(fig, "fig_x", tmp_path, caption="c")
+    plt.close(fig)
+    labels = read_manifest(tmp_path)["artifacts"]["fig_x"]["labels"]
+    assert labels["titles"] == ["Suptitle", "Sim (simulated agents)"]
+    assert "benchmark" in labels["axes"] and {"a", "b"} <= set(labels["ticks"])
+    assert labels["legends"] == ["method", "bars"] and labels["annotations"] == [NOT_RUN]
+
+
+def test_display_paths_are_never_machine_paths(tmp_path: Path) -> None:
+    root = Path(artifacts.__file__).resolve().parent.parent
+    assert artifacts.display_path(root / "runs" / "sim") == "runs/sim"
+    assert artifacts.display_path(tmp_path / "a" / "b") == ".../a/b"
+    assert artifacts.display_path("../runs/tiny") == "../runs/tiny"

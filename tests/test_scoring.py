@@ -270,3 +270,42 @@ def test_paired_test_by_sample_id():
     assert (t.only_a_correct, t.only_b_correct) == (1, 0)
     with pytest.raises(ValueError, match="different samples: 1 only in A"):
         paired_test({"x": True, "w": True}, {"x": True})
+
+
+# ----------------------------------------------------------------------------------------------
+# The transcript walks of notebooks 04, 05 and 09 (retrieval, confidence, masking)
+# ----------------------------------------------------------------------------------------------
+def _r2mad_record() -> dict:
+    """Two rounds: at t = 1 agent 0 reads peers 1 (correct at t=0) and 2 (wrong at t=0)."""
+    agents0 = [{"agent": 0, "answer": "A", "correct": True}, {"agent": 1, "answer": "A", "correct": True},
+               {"agent": 2, "answer": "B", "correct": False}]
+    turn = {"agent": 0, "answer": "A", "correct": True, "peer_confidence": {"1": "low", "2": "high"},
+            "retrieved": {"lambda": 0.4, "case_ids": ["c1", "c2"], "similarities": [0.9, 0.8], "rewards": [1, 0],
+                          "confidence": {"1": 0.3, "2": 0.7}, "annotation": {"1": "low", "2": "high"}}}
+    plain = {"agent": 1, "answer": "A", "correct": True, "peer_confidence": {"0": None, "2": "low"},
+             "retrieved": {"lambda": 0.4, "confidence": {"0": 0.5, "2": 0.2}}}
+    return {"sample_id": "q1", "rounds": [
+        {"round": 0, "agents": agents0, "consensus_ratio": 2 / 3},
+        {"round": 1, "agents": [turn, plain], "consensus_ratio": 1.0,
+         "masking": {"kept": [0, 1], "verdicts": ["YES", "NO"]}},
+    ]}
+
+
+def test_retrieval_trace_lambda_and_confidences_read_every_round() -> None:
+    record = _r2mad_record()
+    trace = scoring.retrieval_trace(record)
+    assert [(r["round"], r["agent"], r["lambda_t"]) for r in trace] == [(1, 0, 0.4), (1, 1, 0.4)]
+    assert trace[0]["retrieved"] == ["c1", "c2"] and trace[0]["annotation"] == {"1": "low", "2": "high"}
+    assert scoring.lambda_by_consensus([record]) == {(0.667, 0.4): 2}
+    assert sorted(scoring.peer_confidences([record])) == [0.2, 0.3, 0.5, 0.7]
+    assert scoring.masking_decisions([record]) == [{"round": 1, "responses kept": 2, "verdicts": "YES,NO"}]
+
+
+def test_annotation_counts_split_by_the_annotated_peers_correctness() -> None:
+    counts = scoring.annotation_counts([_r2mad_record()])
+    # agent 0: peer 1 (correct) low, peer 2 (wrong) high; agent 1: peer 0 (correct) none, peer 2 (wrong) low
+    assert (counts.low_correct, counts.high_wrong, counts.none_correct, counts.low_wrong) == (1, 1, 1, 1)
+    assert counts.total == 4 and counts.share("low") == 0.5
+    assert counts.rate("high", True) == 0.0 and counts.rate("high", False) == 0.5
+    assert counts.informativeness == -0.5  # here the annotations point the wrong way
+    assert math.isnan(scoring.AnnotationCounts().informativeness)

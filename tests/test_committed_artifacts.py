@@ -1,0 +1,58 @@
+"""The committed artifacts (figures/<profile>/MANIFEST.json) were built by the code at HEAD.
+
+Every artifact records the git commit that produced it (r2mad_core.artifacts.git_commit). This test fails
+when a committed manifest names a commit whose ``r2mad_core`` tree differs from HEAD's, or a commit built
+from uncommitted changes (``dirty``): the figures would then show what older code did. Regenerate them
+(``make reproduce PROFILE=sim``, ``PROFILE=cpu``) at a commit and commit the figures after it.
+
+Only the committed manifests under figures/ are checked (not the output of a test run).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+
+
+def _committed_manifests() -> list[str]:
+    try:
+        listed = _git("ls-files", "figures/*/MANIFEST.json")
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line for line in listed.splitlines() if line]
+
+
+def _tree(commit: str) -> str | None:
+    try:
+        return _git("rev-parse", f"{commit}:r2mad_core")
+    except subprocess.CalledProcessError:
+        return None
+
+
+@pytest.mark.parametrize("manifest", _committed_manifests() or ["(none)"])
+def test_committed_artifacts_were_built_by_the_code_at_head(manifest: str) -> None:
+    if manifest == "(none)":
+        pytest.skip("not a git checkout, or no committed figures")
+    head = _tree("HEAD")
+    committed = json.loads(_git("show", f"HEAD:{manifest}"))
+    stale, dirty = {}, []
+    for name, record in committed["artifacts"].items():
+        git = record.get("git") or {}
+        commit = git.get("commit", "unknown")
+        if commit == "unknown" or _tree(commit) != head:
+            stale[name] = commit[:10]
+        if git.get("dirty"):
+            dirty.append(name)
+    assert not stale, (
+        f"{manifest}: {len(stale)} artifacts were built by code whose r2mad_core differs from HEAD's "
+        f"(artifact: commit), e.g. {dict(list(stale.items())[:5])}; regenerate them at HEAD")
+    assert not dirty, f"{manifest}: built from uncommitted changes: {dirty[:5]}"
