@@ -180,7 +180,7 @@ def main() -> int:
     for method in ("mad", "r2mad"):
         gain = last_value(by_name["throughput"].output, f"questions/rounds throughput {method}")
         checks.append((f"{method}: questions / rounds throughput (virtual continuous batching, paper settings)",
-                       f"{gain:.2f}x" if gain is not None else "n/a", f">= {SCHEDULE_GAIN_TARGET:g}x",
+                       f"{gain:.3f}x" if gain is not None else "n/a", f">= {SCHEDULE_GAIN_TARGET:g}x",
                        None if gain is None else gain >= SCHEDULE_GAIN_TARGET))
         local = last_value(by_name["throughput"].output, f"local gain {method}")
         if local is not None:

@@ -355,7 +355,7 @@ def print_virtual(results: list[Result], cost: CostModel, target_window: int) ->
             if window == target_window:
                 gains[method] = gain
             same = "identical" if rounds.records_digest == questions.records_digest else "DIFFERENT"
-            print(f"window {window:3d} {method:5s}: questions / rounds throughput {gain:.2f}x (wall "
+            print(f"window {window:3d} {method:5s}: questions / rounds throughput {gain:.3f}x (wall "
                   f"{rounds.virtual_s / 60:.1f} -> {questions.virtual_s / 60:.1f} min); transcripts {same}")
     by = {(r.method, r.schedule): r for r in results if r.window == target_window}
     print(f"at window {target_window} (the target's):")
@@ -502,7 +502,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
             rows = local_runs(args, bank_dir, test, work)
             write_csv(rows, args.csv.with_name("throughput_local.csv"))
     for method, gain in gains.items():
-        print(f"questions/rounds throughput {method}: {gain:.2f}")
+        print(f"questions/rounds throughput {method}: {gain:.3f}")
     return gains
 
 
