@@ -207,7 +207,8 @@ def run_questions(
     window: int | None = None,
     on_finished: Callable[[list[DebateState]], None] | None = None,
 ) -> None:
-    """Advance every state question by question (module docstring), at most ``window`` in flight.
+    """Advance every state question by question (module docstring): at most ``window`` debated at once, at
+    most :data:`HOLD_FACTOR` x ``window`` started and not yet handed to ``on_finished``.
 
     ``states`` are fresh (:func:`r2mad_core.debate.new_states`); they are finished in place.
     ``on_finished`` is called from the question threads, one call at a time, in input order.
