@@ -235,11 +235,12 @@ def retrieval(table: pd.DataFrame, models: Sequence[ModelSpec], paper_policy: st
             params = _simulated_params()
             sentences.append(
                 "Why, in the simulator: a retrieved experience moves a simulated agent only through its "
-                f"correctness label (a 'correct' one multiplies the true concept's likelihood by "
-                f"{params.memory_ratio_correct:g}, an 'incorrect' one divides the misconception's by "
-                f"{params.memory_ratio_incorrect:g}, whatever the case's question), so which cases a policy picks "
-                "matters only through how many labels of each kind it brings; relevance and diversity, what the "
-                "debate-state-aware policy trades off, have no effect of their own on the simulated agents.")
+                f"correctness label and whether that label is true (a truthful 'correct' one multiplies the true "
+                f"concept's likelihood by {params.memory_ratio_correct:g}, a truthful 'incorrect' one divides the "
+                f"misconception's by {params.memory_ratio_incorrect:g}; SimulatedAgentParams), not through the "
+                "question or debate state it records, so which cases a policy picks matters only through how many "
+                "labels of each kind it brings; relevance and diversity, what the debate-state-aware policy trades "
+                "off, have no effect of their own on the simulated agents.")
     return sentences
 
 
@@ -368,30 +369,31 @@ def poisoned_memory(frame: pd.DataFrame, poisoned: GridResults, models: Sequence
             text += f"; MAD without memory: {mad['accuracy'].iloc[0]:.3f}"
         sentences.append(text + ".")
         hurts = c is not None and c.outcome == "holds" and c.significant
-        if not hurts:
-            sentences.append(f"Poisoning does not measurably hurt on {benchmark}: the Limitations' risk does not show "
-                             "in this profile.")
-            spec = next((m for m in models if m.label == model), None)
-            if spec is not None and spec.engine == "simulated":
-                params = _simulated_params()
-                outcomes = {o.method: o for o in poisoned.outcomes
-                            if o.model.label == model and benchmark_label(o.benchmark) == benchmark}
-                clean_counts = annotation_counts(outcomes[clean["method"]].records) if clean["method"] in outcomes else None
-                worst_counts = annotation_counts(outcomes[worst["method"]].records) if worst["method"] in outcomes else None
-                detail = ""
-                if clean_counts and worst_counts and clean_counts.total and worst_counts.total:
-                    detail = (f" The annotations do not invert either: P(high | correct peer) is "
-                              f"{clean_counts.rate('high', True):.0%} with clean memory and "
-                              f"{worst_counts.rate('high', True):.0%} with f = {worst['poisoned fraction']:g}, because "
-                              "retrieval ranks by the (flipped) reward, so it now brings formerly failed debates whose "
-                              "flipped correctness labels are again mostly 'correct'.")
-                sentences.append(
-                    "Why, in the simulator: an experience moves a simulated agent toward the true concept whatever "
-                    f"its label says (a 'correct' label multiplies theta*'s likelihood by {params.memory_ratio_correct:g}, "
-                    f"an 'incorrect' one divides the misconception's by {params.memory_ratio_incorrect:g}); the agent "
-                    "never checks a label against the case's reference answer, so a flipped label still helps. This "
-                    "is a limitation of the simulation, not evidence that R2-MAD is robust to poisoned memory."
-                    + detail)
+        spec = next((m for m in models if m.label == model), None)
+        simulated = spec is not None and spec.engine == "simulated"
+        if hurts:
+            sentences.append(f"Poisoning hurts on {benchmark}: the Limitations' risk shows in this profile"
+                             + (" (in the simulator a mislabelled experience teaches the opposite lesson: one "
+                                "labelled correct whose answer was wrong boosts the misconception, one labelled "
+                                "wrong whose answer was right penalises the true concept)." if simulated else "."))
+        else:
+            sentences.append(f"Poisoning does not measurably hurt on {benchmark}: the difference is "
+                             + (f"{'reversed' if c.outcome == 'reversed' else 'not significant'}" if c else "untested")
+                             + "; the Limitations' risk does not show in this profile.")
+        if simulated:
+            outcomes = {o.method: o for o in poisoned.outcomes
+                        if o.model.label == model and benchmark_label(o.benchmark) == benchmark}
+            if clean["method"] in outcomes and worst["method"] in outcomes:
+                before = annotation_counts(outcomes[clean["method"]].records)
+                after = annotation_counts(outcomes[worst["method"]].records)
+                if before.total and after.total:
+                    sentences.append(
+                        f"The confidence annotations barely move: P(high | correct peer) is {before.rate('high', True):.0%} "
+                        f"with clean memory and {after.rate('high', True):.0%} with f = {worst['poisoned fraction']:g} "
+                        f"(P(high | wrong peer): {before.rate('high', False):.0%} and {after.rate('high', False):.0%}). "
+                        "Retrieval ranks by the (flipped) reward, so it brings formerly failed debates whose flipped "
+                        "correctness labels are again mostly 'correct': flipping every label does not invert what "
+                        "the agents are told about their peers.")
     return sentences
 
 
@@ -424,3 +426,28 @@ def as_markdown(sentences: Sequence[str], title: str = "What this shows") -> str
     body = "\n".join(f"- {s}" for s in sentences if s)
     return f"## {title}\n\n{body}\n"
 
+
+
+def round0_comparison(paired: GridResults, independent: GridResults, models: Sequence[ModelSpec],
+                      suffix: str) -> list[str]:
+    """R2-MAD vs MAD on the shared-misconception subset when both start from the same round 0 (paired)
+    and when each draws its own (independent, the subset taken from the independent MAD run)."""
+    sentences = []
+    shared = paired.subset_per_question(["MAD", "R2-MAD"])
+    own = independent.subset_per_question([f"MAD{suffix}", f"R2-MAD{suffix}"], reference=f"MAD{suffix}")
+    for spec in models:
+        for benchmark in pd.unique(shared[shared["model"] == spec.label]["benchmark"]):
+            a = compare(shared, "R2-MAD", "MAD", model=spec.label, benchmarks=[benchmark])
+            b = compare(own, f"R2-MAD{suffix}", f"MAD{suffix}", model=spec.label, benchmarks=[benchmark])
+            if a is None or b is None:
+                continue
+            sentences.append(
+                f"{benchmark} ({spec.label}): R2-MAD minus MAD on the subset is {a.difference:+.3f} with a shared round 0 "
+                f"({fmt_p(a.p_value)}, {a.n_pairs} questions) and {b.difference:+.3f} with independent round-0 draws "
+                f"({fmt_p(b.p_value)}, {b.n_pairs} questions).")
+    if sentences:
+        sentences.append("With a shared round 0 both methods start from the same wrong majority, so the difference is "
+                         "what the later rounds did; with independent draws R2-MAD's own round 0 is often not "
+                         "majority-wrong on MAD's subset, which adds round-0 luck to the difference (the paper's "
+                         "separate runs measure this second quantity).")
+    return sentences

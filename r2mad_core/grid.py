@@ -34,7 +34,7 @@ import pandas as pd
 from r2mad_core.artifacts import ReportContext, display_path, jsonable
 from r2mad_core.files import atomic_write
 from r2mad_core.retrieval import POLICIES, parse_retrieval_policy, policy_label, policy_spec_of_label
-from r2mad_core.scoring import mean_accuracy_with_ci, replayed_share
+from r2mad_core.scoring import agents_correct_by_round, mean_accuracy_with_ci, replayed_share
 from r2mad_core.tables import AVERAGE_LABEL, Best, Table, _is_missing, benchmark_label
 
 logger = logging.getLogger(__name__)
@@ -87,6 +87,8 @@ SPEED_OPTIONS = frozenset({
 })
 
 
+#: Suffix of a method name whose run draws its own round 0 (``round0="independent"``).
+INDEPENDENT_ROUND0 = " (independent round 0)"
 #: How a figure names the engine a model ran on (``ModelSpec.title``).
 ENGINE_TITLES = {"simulated": "simulated agents", "local": "local engine, llama.cpp", "vllm": "vLLM",
                  "openai": "OpenAI-compatible API"}
@@ -167,8 +169,15 @@ class ModelSpec:
         """What identifies the model in run configurations: engine, model, the options that can change
         its outputs (not the speed knobs of :data:`SPEED_OPTIONS`), environment variables by name."""
         options = {k: v for k, v in self.options.items() if k not in SPEED_OPTIONS}
-        return {"label": self.label, "engine": self.engine, "model": self.model,
-                "options": options, "environment": dict(self.environment)}
+        described = {"label": self.label, "engine": self.engine, "model": self.model,
+                     "options": options, "environment": dict(self.environment)}
+        if self.engine == "simulated":
+            # the simulated agents' behaviour version: a changed simulator gets new run directories
+            # (its transcripts are not the old ones); real engines are identified by model and options
+            from r2mad_core.engines.simulated import MODEL_VERSION
+
+            described["simulator"] = MODEL_VERSION
+        return described
 
 
 def large_model_plan(entries: Sequence[Mapping[str, Any]], models: Sequence[ModelSpec]) -> list[tuple[str, ModelSpec | None]]:
@@ -378,7 +387,14 @@ class Experiment:
         return {"n_agents": self.num_agents, "n_rounds": self.num_rounds, **self.sampling}
 
     def method_options(self, method: str, memory: Path | None = None) -> tuple[str, dict[str, Any]]:
-        """``(registered method name, options)`` of a paper method name."""
+        """``(registered method name, options)`` of a paper method name. A trailing
+        :data:`INDEPENDENT_ROUND0` (``"MAD (independent round 0)"``) sets ``round0="independent"``:
+        the run draws its own round 0 instead of sharing MAD's (the paper's separate runs)."""
+        if method.endswith(INDEPENDENT_ROUND0):
+            name, options = self.method_options(method[: -len(INDEPENDENT_ROUND0)], memory)
+            if name == "icl_cot":
+                raise ValueError(f"{method!r}: ICL-CoT has no round 0 to draw independently")
+            return name, {**options, "round0": "independent"}
         sc = re.fullmatch(r"Self-Consistency(?: \((\d+)\))?", method)
         if method == "CoT":
             return "cot", dict(self.sampling)
@@ -778,12 +794,7 @@ class GridResults:
             keep = subsets.get((o.model.label, o.benchmark)) if subset_reference else None
             records = [r for r in o.records if keep is None or r["sample_id"] in keep]
             horizon = max((len(r["rounds"]) for r in o.records), default=0)
-            for t in range(horizon):
-                right = count = 0
-                for record in records:
-                    agents = record["rounds"][min(t, len(record["rounds"]) - 1)]["agents"]
-                    right += sum(1 for a in agents if a["correct"])
-                    count += len(agents)
+            for t, (right, count) in enumerate(agents_correct_by_round(records, horizon)):
                 rows.append({"model": o.model.label, "paper_model": o.model.paper_model,
                              "benchmark": benchmark_label(o.benchmark), "method": o.method, "round": t,
                              "agent_accuracy": right / count if count else math.nan, "answers": count})

@@ -501,6 +501,21 @@ def agent_accuracy_by_round(records: Sequence[Mapping[str, Any]]) -> list[float]
     return [sums[t][0] / sums[t][1] for t in sorted(sums)]
 
 
+def agents_correct_by_round(records: Sequence[Mapping[str, Any]], horizon: int) -> list[tuple[int, int]]:
+    """``(correct agent answers, answers)`` at each round t = 0 .. horizon-1 over every record; a debate
+    that stopped early (unanimity) keeps its last answers for the rounds it did not run, so every round
+    counts the same debates."""
+    totals = []
+    for t in range(horizon):
+        right = count = 0
+        for record in records:
+            agents = record["rounds"][min(t, len(record["rounds"]) - 1)]["agents"]
+            right += sum(1 for a in agents if a["correct"])
+            count += len(agents)
+        totals.append((right, count))
+    return totals
+
+
 def compute_metrics(
     records: Sequence[Mapping[str, Any]],
     *,

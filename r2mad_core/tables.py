@@ -23,13 +23,11 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-#: Benchmark ids of :mod:`r2mad_core.benchmarks` -> the column names of the paper's tables.
-BENCHMARK_LABELS: dict[str, str] = {
-    "math500": "MATH500",
-    "mmlu_pro_economics": "Economics",
-    "mmlu_pro_engineering": "Engineering",
-    "truthfulqa": "TruthfulQA",
-}
+from r2mad_core.benchmarks import display_name
+
+#: The paper's four benchmarks -> the column names of its tables (the benchmark registry's display names).
+PAPER_BENCHMARKS = ("math500", "mmlu_pro_economics", "mmlu_pro_engineering", "truthfulqa")
+BENCHMARK_LABELS: dict[str, str] = {name: display_name(name) for name in PAPER_BENCHMARKS}
 AVERAGE_LABEL = "Average"
 
 Best = Literal["max", "min"]
@@ -38,8 +36,9 @@ NOT_RUN = "not run in this profile"
 
 
 def benchmark_label(benchmark: str) -> str:
-    """The paper's name of a benchmark id (``mmlu_pro_economics`` -> ``Economics``); others unchanged."""
-    return BENCHMARK_LABELS.get(benchmark, benchmark)
+    """The table name of a benchmark id from the benchmark registry (``mmlu_pro_economics`` ->
+    ``Economics``; a registered toy benchmark -> its ``display_name``); anything else unchanged."""
+    return display_name(benchmark)
 
 
 

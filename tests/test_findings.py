@@ -64,7 +64,12 @@ def test_poisoning_that_does_not_hurt_is_explained_as_a_simulation_limit() -> No
     frame["poisoned fraction"] = frame["method"].map(fractions)
     text = " ".join(findings.poisoned_memory(frame, poisoned, [SIM]))
     assert "accuracy 0.500 with clean memory and 0.750 with f = 1" in text and "MAD without memory: 0.250" in text
-    assert "limitation of the simulation" in text
+    assert "Poisoning does not measurably hurt on TruthfulQA: the difference is reversed" in text
+    hurt = GridResults([_outcome("R2-MAD poisoned=0", "truthfulqa", [1] * 12), _outcome("R2-MAD poisoned=1", "truthfulqa", [0] * 12)])
+    frame = hurt.accuracy()
+    frame["poisoned fraction"] = frame["method"].map(fractions)
+    text = " ".join(findings.poisoned_memory(frame, hurt, [SIM]))
+    assert "Poisoning hurts on TruthfulQA" in text and "teaches the opposite lesson" in text
 
 
 def test_claims_sentences_list_what_fails() -> None:

@@ -673,3 +673,18 @@ def test_display_paths_are_never_machine_paths(tmp_path: Path) -> None:
     assert artifacts.display_path(root / "runs" / "sim") == "runs/sim"
     assert artifacts.display_path(tmp_path / "a" / "b") == ".../a/b"
     assert artifacts.display_path("../runs/tiny") == "../runs/tiny"
+
+
+def test_a_changed_simulator_gets_new_run_directories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Transcripts of an older simulator version are never shown as the current one's (the run key holds
+    the simulator's version; the response cache keys on the engine identity, which holds it too)."""
+    from r2mad_core.engines import simulated
+
+    exp = _experiment(tmp_path)
+    spec = exp.models[0]
+    before = exp.run_dir(spec, "truthfulqa", "MAD")[0], exp.memory_dir(spec, "truthfulqa")
+    monkeypatch.setattr(simulated, "MODEL_VERSION", "v-next")
+    after = exp.run_dir(spec, "truthfulqa", "MAD")[0], exp.memory_dir(spec, "truthfulqa")
+    assert before[0] != after[0] and before[1] != after[1]
+    assert ModelSpec("Real", "local").describe() == {"label": "Real", "engine": "local", "model": None,
+                                                     "options": {}, "environment": {}}
