@@ -79,7 +79,7 @@ def test_every_method_runs(shared_engine: None, workdir: Path, model_dir: str, m
 
 def test_r2mad_with_a_bank_built_on_the_same_engine(shared_engine: None, workdir: Path, model_dir: str) -> None:
     bank = workdir / "bank"
-    argv = ["build-memory", "--benchmark", "truthfulqa", "--limit", "3", "--out", str(bank), "--embedder", "hashing",
+    argv = ["build-memory", "--benchmark", "truthfulqa", "--limit", "2", "--out", str(bank), "--embedder", "hashing",
             "--max-tokens", str(MAX_TOKENS), "--summary-max-tokens", str(MAX_TOKENS), "--no-progress",
             "--engine", "vllm", "--model", model_dir, "--cache-dir", str(workdir / "cache")]
     assert cli.main(argv) == 0

@@ -72,7 +72,7 @@ def test_every_method_runs(vllm_server: VLLMServer, workdir: Path, method: str, 
 
 def test_r2mad_with_a_bank_built_on_the_same_engine(vllm_server: VLLMServer, workdir: Path) -> None:
     bank = workdir / "bank"
-    result = run_cli(["build-memory", "--benchmark", "truthfulqa", "--limit", "3", "--out", str(bank),
+    result = run_cli(["build-memory", "--benchmark", "truthfulqa", "--limit", "2", "--out", str(bank),
                       "--embedder", "hashing", "--max-tokens", str(MAX_TOKENS), "--summary-max-tokens", str(MAX_TOKENS),
                       "--no-progress", "--cache-dir", str(workdir / "cache"), *engine_args(vllm_server)])
     assert result.returncode == 0, result.stderr[-2000:]

