@@ -3,7 +3,7 @@ process), a start-up failure is one line, and the spawn rule for scripts and not
 
 from __future__ import annotations
 
-import json
+import subprocess
 import sys
 import textwrap
 import time
@@ -62,7 +62,7 @@ def test_start_up_failure_is_one_line_exit_1(model_dir: str, tmp_path: Path) -> 
     assert "the engine did not start" in last and "gpu_memory_utilization" in last
 
 
-def run_script(tmp_path: Path, model_dir: str, guarded: bool) -> "subprocess.CompletedProcess":
+def run_script(tmp_path: Path, model_dir: str, guarded: bool) -> subprocess.CompletedProcess:
     body = f"""
         from r2mad_core.engines import Request, SamplingParams, make_engine
         engine = make_engine("vllm", model={model_dir!r}, **{OFFLINE_OPTIONS!r})
@@ -75,8 +75,6 @@ def run_script(tmp_path: Path, model_dir: str, guarded: bool) -> "subprocess.Com
         code = "def main():\n" + textwrap.indent(code, "    ") + "\nif __name__ == '__main__':\n    main()\n"
     script = tmp_path / ("guarded.py" if guarded else "unguarded.py")
     script.write_text(code)
-    import subprocess
-
     return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
 
 

