@@ -214,14 +214,26 @@ def ablation(results: GridResults, models: Sequence[ModelSpec]) -> list[str]:
     return sentences
 
 
-def retrieval(table: pd.DataFrame, models: Sequence[ModelSpec], paper_policy: str = "Debate-State-Aware") -> list[str]:
+def k_note(top_k: int) -> str:
+    """The caption note of the retrieval ablation when K = 1 (the authors' run script): empty otherwise."""
+    if top_k != 1:
+        return ""
+    return (" With K = 1 the MMR redundancy term is empty and lambda_t only rescales the first pick, so the "
+            "Fixed-lambda rows and Debate-State-Aware retrieve the same cases: their differences are sampling noise.")
+
+
+def retrieval(table: pd.DataFrame, models: Sequence[ModelSpec], paper_policy: str = "Debate-State-Aware",
+              top_k: int | None = None) -> list[str]:
     """RQ3: is the debate-state-aware policy the best? ``table``: values indexed by policy row name
-    with an ``Average`` column (the cross table of notebook 04), plus ``ci_low``/``ci_high`` frames."""
+    with an ``Average`` column (the cross table of notebook 04), plus ``ci_low``/``ci_high`` frames.
+    ``top_k`` = K of the run (K = 1: the lambda policies cannot differ but by noise, said first)."""
     values = pd.to_numeric(table[AVERAGE_LABEL], errors="coerce")
     best = values.max()
     leaders = list(values[values == best].index)
     ours = float(values.get(paper_policy, math.nan))
     sentences = [ranking_sentence(table)]
+    if top_k == 1:
+        sentences.append(k_note(1).strip())
     if leaders == [paper_policy]:
         sentences.append(f"The paper's RQ3 claim holds here: {paper_policy} has the strictly highest average ({ours:.3f}).")
     else:

@@ -41,15 +41,17 @@ logger = logging.getLogger(__name__)
 
 
 def profile_samples(
-    benchmarks: Sequence[str], split: str, limit: int | None, data_dir: str | Path | None = None
+    benchmarks: Sequence[str], split: str, limit: int | None, data_dir: str | Path | None = None,
+    split_rule: str = "paper",
 ) -> dict[str, list[Any]]:
     """The first ``limit`` questions (None: all) of ``split`` for each benchmark, in the split's
-    seeded order (:func:`r2mad_core.benchmarks.load`), so every notebook uses the same subset."""
+    seeded order (:func:`r2mad_core.benchmarks.load`, ``split_rule`` paper or authors), so every notebook uses
+    the same subset."""
     from r2mad_core.benchmarks import load
 
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(f"limit: expected a positive integer or None, found {limit!r}")
-    return {name: load(name, split, data_dir)[:limit] for name in benchmarks}
+    return {name: load(name, split, data_dir, split_rule=split_rule)[:limit] for name in benchmarks}
 
 
 def slug(text: str) -> str:
@@ -249,6 +251,12 @@ class Experiment:
         w_low: float = 0.45,
         bootstrap_resamples: int = 10_000,
         progress: bool = False,
+        round0: str = "shared",
+        experience_reference: str = "answer",
+        task_prompt: str = "paper",
+        split_rule: str = "paper",
+        objective_keep: str = "lowest_perplexity",
+        memory_model: str | None = None,
     ) -> None:
         specs: list[ModelSpec] = []
         for entry in models:
@@ -273,6 +281,15 @@ class Experiment:
         self.w_low = w_low
         self.bootstrap_resamples = bootstrap_resamples
         self.progress = progress
+        # Protocol choices (README "Where the paper and the authors' code differ"); a method gets an option only
+        # when the profile departs from the method's default, so a default protocol keeps its run keys.
+        self.protocol = {"round0": round0, "experience_reference": experience_reference, "task_prompt": task_prompt,
+                         "objective_keep": objective_keep}
+        self.split_rule = split_rule
+        self.memory_model = memory_model
+        if memory_model is not None and memory_model not in [m.label for m in self.models]:
+            raise ValueError(f"memory_model {memory_model!r}: expected null or one of the profile's model labels "
+                             f"{[m.label for m in self.models]}")
         self._engines: dict[str, Any] = {}
         self._engine_kinds: dict[str, str] = {}
         self._samples: dict[tuple[str, str], list[Any]] = {}
@@ -283,6 +300,7 @@ class Experiment:
         "seed", "num_agents", "num_rounds", "temperature", "top_p", "max_tokens", "summary_max_tokens",
         "max_experience_chars", "top_k",
         "gamma", "w_high", "w_low", "bootstrap_resamples",
+        "round0", "experience_reference", "task_prompt", "split_rule", "objective_keep", "memory_model",
     )
 
     @classmethod
@@ -351,7 +369,7 @@ class Experiment:
         key = (benchmark, split)
         if key not in self._samples:
             limit = self.test_limit if split == "test" else self.train_limit
-            self._samples[key] = profile_samples([benchmark], split, limit, self.data_dir)[benchmark]
+            self._samples[key] = profile_samples([benchmark], split, limit, self.data_dir, self.split_rule)[benchmark]
         return self._samples[key]
 
     def sample_counts(self, benchmarks: Sequence[str] | None = None) -> dict[str, int]:
@@ -387,11 +405,23 @@ class Experiment:
         return {"n_agents": self.num_agents, "n_rounds": self.num_rounds, **self.sampling}
 
     def method_options(self, method: str, memory: Path | None = None) -> tuple[str, dict[str, Any]]:
+        """``(registered method name, options)`` of a paper method name, with the profile's protocol choices
+        (those that depart from the method's defaults and that the method declares)."""
+        from r2mad_core.methods import method_options as declared
+
+        name, options = self._method_options(method, memory)
+        accepted = declared(name)
+        for key, value in self.protocol.items():
+            if key in accepted and key not in options and accepted[key] != value:
+                options[key] = value
+        return name, options
+
+    def _method_options(self, method: str, memory: Path | None = None) -> tuple[str, dict[str, Any]]:
         """``(registered method name, options)`` of a paper method name. A trailing
         :data:`INDEPENDENT_ROUND0` (``"MAD (independent round 0)"``) sets ``round0="independent"``:
         the run draws its own round 0 instead of sharing MAD's (the paper's separate runs)."""
         if method.endswith(INDEPENDENT_ROUND0):
-            name, options = self.method_options(method[: -len(INDEPENDENT_ROUND0)], memory)
+            name, options = self._method_options(method[: -len(INDEPENDENT_ROUND0)], memory)
             if name == "icl_cot":
                 raise ValueError(f"{method!r}: ICL-CoT has no round 0 to draw independently")
             return name, {**options, "round0": "independent"}
@@ -446,7 +476,14 @@ class Experiment:
         return method.startswith("R2-MAD") or method == "ICL-CoT"
 
     # -- memory -------------------------------------------------------------------------------
+    def memory_spec(self, spec: ModelSpec) -> ModelSpec:
+        """The model whose debates fill the memory banks used by ``spec``: itself (``memory_model: null``, one bank
+        per evaluated model; ours, the paper does not say) or the profile's ``memory_model`` (the authors built one
+        bank with Qwen3-4B-Instruct-2507 for every evaluated model)."""
+        return spec if self.memory_model is None else self.model(self.memory_model)
+
     def memory_config(self, spec: ModelSpec, benchmark: str) -> dict[str, Any]:
+        spec = self.memory_spec(spec)
         return {
             "benchmark": benchmark, "split": "train", "limit": self.train_limit, "seed": self.seed,
             "n_agents": self.num_agents, "n_rounds": self.num_rounds, "summary_max_tokens": self.summary_max_tokens,
@@ -455,7 +492,8 @@ class Experiment:
 
     def memory_dir(self, spec: ModelSpec, benchmark: str) -> Path:
         config = self.memory_config(spec, benchmark)
-        return self.runs_dir / slug(spec.label) / benchmark / f"memory-{config_hash(config)}"
+        builder = self.memory_spec(spec)
+        return self.runs_dir / slug(builder.label) / benchmark / f"memory-{config_hash(config)}"
 
     def memory(self, spec: ModelSpec | str, benchmark: str) -> Path:
         """The memory bank directory of (model, benchmark), built from the train split if missing
@@ -469,7 +507,8 @@ class Experiment:
         directory.mkdir(parents=True, exist_ok=True)
         atomic_write(directory / "build_config.json", json.dumps(jsonable(self.memory_config(spec, benchmark)), indent=2))
         build_memory(
-            benchmark, self.engine(spec), self.embedder, directory, limit=self.train_limit, split="train",
+            benchmark, self.engine(self.memory_spec(spec)), self.embedder, directory, limit=self.train_limit,
+            split="train",
             seed=self.seed, n_agents=self.num_agents, n_rounds=self.num_rounds,
             summary_max_tokens=self.summary_max_tokens, data_dir=self.data_dir,
             samples=self.samples(benchmark, "train"), progress=False, overwrite=True, **self.sampling,

@@ -1,0 +1,66 @@
+"""The profile's protocol choices reach every cell of the notebooks' grid (issue 12 item 5)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from r2mad_core import findings
+from r2mad_core.grid import Experiment
+from r2mad_core.reproduce import load_profile
+
+SIM_A = {"label": "Sim A", "engine": "simulated", "model": None, "options": {}}
+SIM_B = {"label": "Sim B", "engine": "simulated", "model": None, "options": {"seed": 7}}
+
+
+def experiment(tmp_path: Path, **changes) -> Experiment:
+    options = dict(models=[SIM_A, SIM_B], benchmarks=["mmlu_pro_engineering"], runs_dir=tmp_path / "runs",
+                   cache_dir=tmp_path / "cache", test_limit=None, train_limit=2, max_tokens=64)
+    options.update(changes)
+    return Experiment(**options)
+
+
+def test_the_default_protocol_adds_no_option_so_run_keys_stay(tmp_path: Path) -> None:
+    exp = experiment(tmp_path)
+    for method in ("MAD", "MAD-M2", "CoT", "R2-MAD", "ICL-CoT"):
+        _, options = exp.method_options(method, memory=tmp_path / "bank")
+        assert not {"round0", "experience_reference", "task_prompt", "objective_keep"} & set(options), method
+
+
+def test_protocol_choices_reach_the_methods_that_declare_them(tmp_path: Path) -> None:
+    exp = experiment(tmp_path, round0="independent", experience_reference="solution", task_prompt="authors",
+                     objective_keep="better_half")
+    name, options = exp.method_options("MAD-M2", memory=None)
+    assert name == "mad_m2"
+    assert (options["round0"], options["task_prompt"], options["objective_keep"]) == ("independent", "authors",
+                                                                                       "better_half")
+    assert "experience_reference" not in options
+    _, options = exp.method_options("R2-MAD w/o Memory", memory=tmp_path / "bank")
+    assert options["experience_reference"] == "solution" and options["use_memory"] is False
+    _, options = exp.method_options("ICL-CoT", memory=tmp_path / "bank")
+    assert "round0" not in options and options["task_prompt"] == "authors"
+
+
+def test_split_rule_authors_changes_the_questions(tmp_path: Path) -> None:
+    assert len(experiment(tmp_path).samples("mmlu_pro_engineering", "test")) == 242
+    assert len(experiment(tmp_path, split_rule="authors").samples("mmlu_pro_engineering", "test")) == 243
+
+
+def test_memory_model_builds_one_bank_for_every_evaluated_model(tmp_path: Path) -> None:
+    own = experiment(tmp_path)
+    assert own.memory_dir(own.model("Sim B"), "mmlu_pro_engineering") != own.memory_dir(own.model("Sim A"),
+                                                                                           "mmlu_pro_engineering")
+    shared = experiment(tmp_path, memory_model="Sim A")
+    a = shared.memory_dir(shared.model("Sim A"), "mmlu_pro_engineering")
+    assert shared.memory_dir(shared.model("Sim B"), "mmlu_pro_engineering") == a
+    assert a == own.memory_dir(own.model("Sim A"), "mmlu_pro_engineering")
+    assert shared.memory_config(shared.model("Sim B"), "mmlu_pro_engineering")["model"]["label"] == "Sim A"
+    with pytest.raises(ValueError, match="memory_model 'GPT'"):
+        experiment(tmp_path, memory_model="GPT")
+
+
+def test_profile_fields_and_the_k1_note() -> None:
+    profile = load_profile("paper")
+    assert profile.fields["memory_model"] is None and profile.fields["round0"] == "shared"
+    assert "noise" in findings.k_note(1) and findings.k_note(3) == ""
