@@ -16,12 +16,9 @@ import pytest
 PACKAGE = "r2mad_core"
 PACKAGE_DIR = Path(__file__).resolve().parent.parent / PACKAGE
 
-#: Circles that still exist outside the report layer (strongly connected groups of modules). Remove an
-#: entry when its circle is broken; a new circle fails the test.
-KNOWN_CYCLES: list[frozenset[str]] = [
-    frozenset({"cli", "memory_cli"}),
-    frozenset({"experiments", "methods", "r2mad"}),
-]
+#: Circles that still exist (strongly connected groups of modules): none since cli_common and
+#: memory_construction (issue 13). Keep it empty: a new circle fails the test.
+KNOWN_CYCLES: list[frozenset[str]] = []
 
 #: The report layer from the bottom up: a module may import only modules listed before it here (or
 #: below the layer altogether: scoring, experiments, methods, ...), never one after it, nor the
@@ -139,6 +136,8 @@ def test_no_import_circles_beyond_the_known_ones() -> None:
     cycles = strongly_connected(import_graph())
     new = [sorted(c) for c in cycles if c not in KNOWN_CYCLES]
     assert not new, f"import circles among r2mad_core modules (function-level imports count): {new}"
+    gone = [sorted(c) for c in KNOWN_CYCLES if c not in cycles]
+    assert not gone, f"known circles that no longer exist (remove them from KNOWN_CYCLES): {gone}"
 
 
 def test_the_report_layer_is_in_no_circle() -> None:
@@ -170,3 +169,33 @@ def test_report_layer_modules_stay_one_screen_of_concepts(module: str) -> None:
     # issue 13: ~700 lines unless the module is one concept; grid (model specs, run cells, grid results) is
     # one concept at ~850 lines, so the bound is 900: past it, split the paper's method-name vocabulary out
     assert lines <= 900, f"{module}.py has {lines} lines: split it along its concepts (issue 13: ~700)"
+
+
+#: The package's layers, bottom up (DESIGN.md "Data flows one way"): a module imports only modules of lower
+#: layers. A new module goes into the lowest layer above everything it imports; an arrow back up fails.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("files", "plugins", "benchmarks", "engines.base", "embeddings", "retrieval", "theory", "budget"),
+    ("answers", "prompts", "engines.cache", "engines.thinking", "tables"),
+    ("memory", "debate", "engines.openai_compat", "engines.simulated", "artifacts"),
+    ("confidence",),
+    ("engines.local", "engines.vllm_backend", "scoring", "scheduling"),
+    ("engines", "r2mad"),
+    ("methods",),
+    ("experiments",),
+    ("memory_construction",),
+    ("grid",),
+    ("report", "findings"),
+    ("cli_common", "reproduce"),
+    ("memory_cli", "notebook_setup"),
+    ("cli",),
+    ("__main__",),
+)
+
+
+def test_every_import_points_down_the_layers() -> None:
+    graph = import_graph()
+    layer_of = {module: index for index, layer in enumerate(LAYERS) for module in layer}
+    unplaced = sorted(set(graph) - set(layer_of))
+    assert not unplaced, f"modules not placed in LAYERS (add each to the lowest layer above its imports): {unplaced}"
+    upward = sorted((a, b) for a, targets in graph.items() for b in targets if layer_of[b] >= layer_of[a])
+    assert not upward, f"imports that do not point down the layers (importer, imported): {upward}"
