@@ -195,8 +195,9 @@ def ablation(results: GridResults, models: Sequence[ModelSpec]) -> list[str]:
             c = compare(results, "R2-MAD w/o Confidence", "R2-MAD", model=spec.label, benchmarks=[benchmark])
             if c is not None and c.outcome == "holds":
                 per_benchmark.append(benchmark)
-        if full_conf.outcome != "holds":
-            sentences.append(f"Removing confidence helps on {len(per_benchmark)} benchmark(s)"
+        if full_conf.outcome != "holds" or not full_conf.significant:
+            sentences.append(f"Confidence adds {'nothing significant' if full_conf.outcome == 'holds' else 'nothing'} "
+                             f"here: removing it helps on {len(per_benchmark)} of the benchmarks"
                              + (f" ({', '.join(per_benchmark)})" if per_benchmark else "") + ".")
             if spec.engine == "simulated":
                 full = [o for o in results.outcomes if o.model.label == spec.label and o.method == "R2-MAD"]
@@ -458,8 +459,14 @@ def round0_comparison(paired: GridResults, independent: GridResults, models: Seq
                 f"({fmt_p(a.p_value)}, {a.n_pairs} questions) and {b.difference:+.3f} with independent round-0 draws "
                 f"({fmt_p(b.p_value)}, {b.n_pairs} questions).")
     if sentences:
+        subsets = independent.shared_misconception_subsets(f"MAD{suffix}")
+        own_wrong = independent.shared_misconception_subsets(f"R2-MAD{suffix}")
+        in_subset = sum(len(ids) for ids in subsets.values())
+        also_wrong = sum(len(ids & own_wrong.get(key, set())) for key, ids in subsets.items())
+        share = also_wrong / in_subset if in_subset else float("nan")
         sentences.append("With a shared round 0 both methods start from the same wrong majority, so the difference is "
-                         "what the later rounds did; with independent draws R2-MAD's own round 0 is often not "
-                         "majority-wrong on MAD's subset, which adds round-0 luck to the difference (the paper's "
-                         "separate runs measure this second quantity).")
+                         f"what the later rounds did. With independent draws, R2-MAD's own round 0 was majority-wrong "
+                         f"on {also_wrong} of the {in_subset} questions of MAD's subset ({share:.0%}); the rest start "
+                         "R2-MAD from a better round 0, which adds round-0 luck to the difference (the paper's separate "
+                         "runs measure this second quantity).")
     return sentences

@@ -85,3 +85,24 @@ def test_claims_sentences_list_what_fails() -> None:
     assert text[1].startswith("Of the 1 distinct comparisons") and "0 hold here" in text[1] and "1 is reversed" in text[1]
     assert "Does not hold (reversed): R2-MAD > R2-MAD w/o Confidence on Average" in text[2]
     assert "reproduced 0.710 vs 0.734; the paper 0.607 vs 0.585" in text[2]
+
+
+def test_round0_sentences_count_how_often_the_independent_round_0_was_also_wrong() -> None:
+    def record(sample: str, round0: list[bool], correct: bool) -> dict:
+        return {"sample_id": sample, "correct": correct, "rounds": [{"round": 0, "agents": [{"correct": c} for c in round0]}]}
+
+    def cell(method: str, records: list[dict]) -> CellOutcome:
+        accuracy = sum(r["correct"] for r in records) / len(records)
+        return CellOutcome(SIM, "truthfulqa", method, Path("/runs"), records,
+                           {"accuracy": accuracy, "ci_low": accuracy, "ci_high": accuracy, "n": len(records)})
+
+    wrong, right = [False, False, True], [True, True, False]
+    paired = GridResults([cell("MAD", [record("a", wrong, False), record("b", wrong, False)]),
+                          cell("R2-MAD", [record("a", wrong, True), record("b", wrong, False)])])
+    suffix = " (independent round 0)"
+    independent = GridResults([cell("MAD" + suffix, [record("a", wrong, False), record("b", wrong, False)]),
+                               cell("R2-MAD" + suffix, [record("a", right, True), record("b", wrong, True)])])
+    text = findings.round0_comparison(paired, independent, [SIM], suffix)
+    assert text[0] == ("TruthfulQA (Sim): R2-MAD minus MAD on the subset is +0.500 with a shared round 0 (p = 1, 2 questions) "
+                       "and +1.000 with independent round-0 draws (p = 0.5, 2 questions).")
+    assert "majority-wrong on 1 of the 2 questions of MAD's subset (50%)" in text[-1]
