@@ -108,3 +108,26 @@ def test_readme_test_command_is_make_test() -> None:
     text = readme.read_text(encoding="utf-8")
     code_lines = [line.strip() for block in re.findall(r"```[^\n]*\n(.*?)```", text, flags=re.DOTALL) for line in block.splitlines()]
     assert any(re.match(r"make test(\s|$)", line) for line in code_lines), "README must give 'make test' as the test command"
+
+
+def test_ci_checks_a_clone_without_shared_data_or_environment() -> None:
+    """Issue 15: CI runs make test and make reproduce PROFILE=tiny again in a clone with no ../shared
+    beside it and no R2MAD_* variables, on this clone's venv without reinstalling from the copy."""
+    text = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    commands = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    clone = commands.index('git clone --quiet "$here" "$scratch/r2mad"')
+    assert commands.index('scratch="$(mktemp -d)"') < clone < commands.index('test ! -e "$scratch/shared"')
+    assert "for variable in $(compgen -e | grep '^R2MAD_' || true); do unset \"$variable\"; done" in commands
+    assert 'make test VENV="$here/.venv" -o "$here/.venv/.installed"' in commands
+    assert 'make reproduce PROFILE=tiny VENV="$here/.venv" -o "$here/.venv/.installed"' in commands
+    assert commands.index("make test") < clone
+
+
+def test_makefile_default_profile_and_no_shared_data_default() -> None:
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    assert re.search(r"^PROFILE \?= sim$", makefile, re.M)
+    assert "../shared" not in makefile  # the data ships with the package
+    recipe = _make_target_recipe(makefile, "reproduce")
+    assert any("r2mad_core.reproduce --profile $(PROFILE) $(ARGS)" in line for line in recipe), recipe
+    ignored = (REPO / ".gitignore").read_text(encoding="utf-8").split()
+    assert "runs/" in ignored and "banks/" in ignored
