@@ -386,6 +386,38 @@ class Reproduction:
     grids: dict[str, GridResults]
 
 
+class _OneBar:
+    """An :class:`~r2mad_core.grid.Experiment` whose ``grid`` calls share one progress bar (each grid's
+    own bar off): :func:`collect_reproduction` is one step of notebook 10."""
+
+    def __init__(self, exp: Experiment, total: int) -> None:
+        self._exp = exp
+        self._bar = None
+        if exp.progress:
+            import sys
+
+            from tqdm.std import tqdm
+
+            self._bar = tqdm(total=total, desc="collecting the paper's tables", unit="grid", mininterval=2.0,
+                             file=sys.stderr)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._exp, name)
+
+    def grid(self, *args: Any, **kwargs: Any) -> GridResults:
+        shown, self._exp.progress = self._exp.progress, False
+        try:
+            return self._exp.grid(*args, **kwargs)
+        finally:
+            self._exp.progress = shown
+            if self._bar is not None:
+                self._bar.update(1)
+
+    def close_bar(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
 def collect_reproduction(
     exp: Experiment,
     *,
@@ -403,6 +435,7 @@ def collect_reproduction(
     ``reported_results.csv``, the paper model each reproduced model stands in for."""
     grids: dict[str, GridResults] = {}
     frames: list[pd.DataFrame] = []
+    exp = _OneBar(exp, total=8 + sum("stand_in" not in e for e in large_models))  # one bar for the whole step
     grids["tab:main_results"] = exp.grid(MAIN_METHODS)
     frames.append(grids["tab:main_results"].reproduced("tab:main_results", MAIN_METHODS))
     grids["tab:ablation"] = exp.grid(ABLATION_METHODS)
@@ -459,4 +492,5 @@ def collect_reproduction(
         per_question.assign(metric="accuracy"),
         subset_runs.subset_per_question(SUBSET_METHODS),
     ], ignore_index=True)
+    exp.close_bar()
     return Reproduction(reproduced=reproduced, per_question=per_question, grids=grids)
