@@ -502,6 +502,9 @@ def run_notebooks(
             papermill.execute_notebook(
                 str(notebook), str(output), parameters=passed, kernel_name=KERNEL_NAME,
                 cwd=str(notebook.parent), progress_bar=False, log_output=False,
+                # the kernel's own start-up/shutdown chatter ("running over TCP without encryption", the SIGINT
+                # jupyter_client sends at shutdown) is not the notebook's output: errors still reach the notebook
+                extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
             )
         except PapermillExecutionError as exc:
             error = _describe_failure(exc)

@@ -288,3 +288,17 @@ def test_main_reports_a_bad_profile_without_running(capsys: pytest.CaptureFixtur
     assert code == 2
     assert "field 'top_p': expected a number in (0.0, 1.0], found 7" in capsys.readouterr().err
     assert not (tmp_path / "figures").exists()
+
+
+def test_the_kernel_says_nothing_of_its_own(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """The kernel's start-up warning ("running over TCP without encryption") never reaches the console."""
+    notebooks = tmp_path / "nb"
+    notebooks.mkdir()
+    _notebook(notebooks / "01_quiet.ipynb", "seed = 0", ["print('the notebook speaks')"])
+    profile = load_profile("tiny")
+    paths = ReproductionPaths(tmp_path / "out", profile.name)
+    results = run_notebooks(profile, paths, notebooks_dir=notebooks, echo=lambda line: None)
+    assert results[0].error is None
+    captured = capfd.readouterr()
+    assert "without encryption" not in captured.err + captured.out
+    assert "the notebook speaks" in nbformat.read(paths.executed_dir / "01_quiet.ipynb", 4).cells[-1].outputs[0].text
