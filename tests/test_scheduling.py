@@ -156,8 +156,10 @@ class StaggeredEngine(ConcurrentScripted):
     """Question k's calls wait until question k+1 has finished (in reverse order of input), so the questions
     finish last to first; records which questions have started."""
 
-    def __init__(self, n: int, window: int) -> None:
+    def __init__(self, n: int, window: int, head_waits_for: str | None = None) -> None:
         super().__init__(split_answers)
+        self.head_waits_for = head_waits_for  # q000 also waits until this question has started
+        self.started_events = {f"q{i:03d}": threading.Event() for i in range(n)}
         self.n = n
         self.window = window
         self.started: set[str] = set()
@@ -174,6 +176,9 @@ class StaggeredEngine(ConcurrentScripted):
             self.started.add(qid)
             self.max_unwritten = max(self.max_unwritten, len(self.started) - self.written)
             self.max_debating = max(self.max_debating, len(self.started) - len(self.finished))
+        self.started_events[qid].set()
+        if qid == "q000" and self.head_waits_for:
+            self.started_events[self.head_waits_for].wait(timeout=20)
         index = int(qid[1:])
         successor = f"q{index + 1:03d}"
         # the last question of each window finishes first; the others wait for their successor
@@ -192,7 +197,9 @@ class StaggeredEngine(ConcurrentScripted):
 def test_the_window_bounds_questions_in_flight_and_writes_follow_input_order(tmp_path, monkeypatch, hold_factor):
     monkeypatch.setattr(scheduling, "HOLD_FACTOR", hold_factor)
     n, window = 7, 3
-    engine = StaggeredEngine(n, window)
+    # with room to hold finished questions, q003 starts while q000 (the head) is still debated: make sure it does
+    # before q000 finishes, so that the count below does not depend on thread timing
+    engine = StaggeredEngine(n, window, head_waits_for="q003" if hold_factor > 1 else None)
     samples = [mc_sample(f"q{i:03d}") for i in range(n)]
     handed: list[list[str]] = []
 
