@@ -85,7 +85,9 @@ def git_commit(repo_dir: str | Path | None = None) -> dict[str, Any]:
             ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
         ).stdout.strip()
         status = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", "r2mad_core", "notebooks"],
+            # the code and the notebooks' sources; the executed notebooks are outputs (written during the run)
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", "r2mad_core", "notebooks",
+             ":(exclude)notebooks/executed"],
             cwd=cwd, capture_output=True, text=True, timeout=10, check=True,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):

@@ -56,3 +56,26 @@ def test_committed_artifacts_were_built_by_the_code_at_head(manifest: str) -> No
         f"{manifest}: {len(stale)} artifacts were built by code whose r2mad_core differs from HEAD's "
         f"(artifact: commit), e.g. {dict(list(stale.items())[:5])}; regenerate them at HEAD")
     assert not dirty, f"{manifest}: built from uncommitted changes: {dirty[:5]}"
+
+
+def test_executed_notebooks_being_written_do_not_make_the_code_dirty(tmp_path: Path) -> None:
+    """A reproduction writes notebooks/executed/ while it runs: that must not mark its artifacts as built from
+    uncommitted code; a change to r2mad_core or a notebook's source must."""
+    import subprocess
+
+    from r2mad_core.artifacts import git_commit
+
+    repo = tmp_path / "repo"
+    for folder in ("r2mad_core", "notebooks/executed/sim"):
+        (repo / folder).mkdir(parents=True)
+    (repo / "r2mad_core" / "m.py").write_text("x = 1\n")
+    (repo / "notebooks" / "01.ipynb").write_text("{}\n")
+    (repo / "notebooks" / "executed" / "sim" / "01.ipynb").write_text("{}\n")
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run(git + ["init", "-q"], cwd=repo, check=True)
+    subprocess.run(git + ["add", "."], cwd=repo, check=True)
+    subprocess.run(git + ["commit", "-qm", "x"], cwd=repo, check=True)
+    (repo / "notebooks" / "executed" / "sim" / "01.ipynb").write_text('{"cells": []}\n')
+    assert git_commit(repo)["dirty"] is False
+    (repo / "notebooks" / "01.ipynb").write_text('{"cells": []}\n')
+    assert git_commit(repo)["dirty"] is True
