@@ -53,6 +53,7 @@ import yaml
 
 from r2mad_core.benchmarks import BENCHMARKS as BENCHMARK_IDS
 from r2mad_core.engines import ENGINE_NAMES
+from r2mad_core.files import atomic_write
 from r2mad_core.retrieval import parse_retrieval_policy
 
 PROFILE_PACKAGE_DIR = "profiles"
@@ -442,6 +443,41 @@ class ReproductionPaths:
         }
 
 
+#: Notebook parameters that are paths: passed relative to the notebook's folder (its working directory) when they
+#: lie inside the repository, so committed executed notebooks hold no machine paths.
+PATH_PARAMETERS = frozenset({"data_dir", "figures_dir", "runs_dir", "cache_dir"})
+REPOSITORY = Path(__file__).resolve().parent.parent
+
+
+def _portable(value: Any, notebook_dir: Path) -> Any:
+    """``value`` relative to ``notebook_dir`` when it is a path inside the repository, else unchanged."""
+    if not value:
+        return value
+    path = Path(value).resolve()
+    if not path.is_relative_to(REPOSITORY) or not notebook_dir.resolve().is_relative_to(REPOSITORY):
+        return value
+    return os.path.relpath(path, notebook_dir.resolve())
+
+
+def _strip_machine_paths(executed: Path) -> None:
+    """papermill records the input and output paths in the executed notebook's metadata: keep them relative to
+    the repository (no machine paths in committed outputs)."""
+    import nbformat
+
+    if not executed.is_file():
+        return
+    notebook = nbformat.read(executed, as_version=4)
+    metadata = notebook.metadata.get("papermill", {})
+    changed = False
+    for key in ("input_path", "output_path"):
+        value = metadata.get(key)
+        if value and Path(value).is_absolute() and Path(value).resolve().is_relative_to(REPOSITORY):
+            metadata[key] = Path(value).resolve().relative_to(REPOSITORY).as_posix()
+            changed = True
+    if changed:
+        atomic_write(executed, nbformat.writes(notebook) + "\n")
+
+
 def declared_parameters(notebook: Path) -> set[str]:
     """Names assigned in the notebook's ``parameters`` cell (papermill's inspection)."""
     import papermill
@@ -493,7 +529,8 @@ def run_notebooks(
     echo(f"  figures -> {paths.figures_dir}\n  executed notebooks -> {paths.executed_dir}")
     for position, notebook in enumerate(notebooks, start=1):
         wanted = declared_parameters(notebook)
-        passed = {k: v for k, v in parameters.items() if k in wanted}
+        passed = {k: _portable(v, notebook.parent) if k in PATH_PARAMETERS else v
+                  for k, v in parameters.items() if k in wanted}
         output = paths.executed_dir / notebook.name
         echo(f"[{position}/{len(notebooks)}] {notebook.stem} ...")
         start = time.perf_counter()
@@ -510,6 +547,7 @@ def run_notebooks(
             error = _describe_failure(exc)
         except Exception as exc:  # kernel died, notebook unreadable, ...
             error = f"{type(exc).__name__}: {exc}"
+        _strip_machine_paths(output)
         seconds = time.perf_counter() - start
         results.append(NotebookResult(notebook.stem, seconds, output, error))
         _record_timing(paths.executed_dir, notebook.stem, seconds, error is None)
@@ -564,9 +602,7 @@ def _record_timing(executed_dir: Path, notebook: str, seconds: float, succeeded:
         timings = {}
     timings[notebook] = {"seconds": round(seconds, 2), "succeeded": succeeded,
                          "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    temporary = path.with_name(".timings.json.tmp")
-    temporary.write_text(json.dumps(dict(sorted(timings.items())), indent=2) + "\n", encoding="utf-8")
-    os.replace(temporary, path)
+    atomic_write(path, json.dumps(dict(sorted(timings.items())), indent=2) + "\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

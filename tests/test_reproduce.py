@@ -4,6 +4,8 @@ messages, notebook discovery, and the papermill runner on small hand-made notebo
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -302,3 +304,29 @@ def test_the_kernel_says_nothing_of_its_own(tmp_path: Path, capfd: pytest.Captur
     captured = capfd.readouterr()
     assert "without encryption" not in captured.err + captured.out
     assert "the notebook speaks" in nbformat.read(paths.executed_dir / "01_quiet.ipynb", 4).cells[-1].outputs[0].text
+
+
+def test_executed_notebooks_inside_the_repository_hold_no_machine_paths(tmp_path: Path) -> None:
+    """Paths passed to notebooks inside the repository are relative to the notebook's folder, and papermill's
+    input/output paths are relative to the repository: committed executed notebooks hold no machine paths."""
+    repository = reproduce.REPOSITORY
+    notebooks = repository / "notebooks"
+    scratch = Path(tempfile.mkdtemp(prefix=".test-paths-", dir=repository))
+    try:
+        source = notebooks / "99_paths_test.ipynb"
+        _notebook(source, 'figures_dir = ""\nruns_dir = ""', ["from pathlib import Path\nprint(Path(figures_dir).is_dir())"])
+        try:
+            profile = load_profile("tiny")
+            paths = ReproductionPaths(scratch, profile.name)
+            results = run_notebooks(profile, paths, notebooks_dir=notebooks, only=["99"], echo=lambda line: None)
+        finally:
+            source.unlink()
+        assert results[0].error is None
+        text = (paths.executed_dir / "99_paths_test.ipynb").read_text()
+        assert str(repository) not in text
+        executed = nbformat.read(paths.executed_dir / "99_paths_test.ipynb", 4)
+        assert executed.metadata.papermill.input_path == "notebooks/99_paths_test.ipynb"
+        assert executed.metadata.papermill.parameters["figures_dir"] == f"../{scratch.name}/figures/tiny"
+        assert executed.cells[-1].outputs[0].text.strip() == "True"  # the relative path still finds the folder
+    finally:
+        shutil.rmtree(scratch)
