@@ -16,6 +16,7 @@ progress bar each (:meth:`r2mad_core.grid.Experiment.grid`).
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, MutableMapping, Sequence
@@ -30,7 +31,9 @@ PATH_DEFAULTS = {"figures_dir": "../figures/{profile}", "runs_dir": "../runs/{pr
 
 
 def quiet_logging() -> None:
-    """``r2mad_core`` logs errors only; chatty libraries warnings only; no root handler is added."""
+    """``r2mad_core`` logs errors only; chatty libraries warnings only; no root handler is added. tqdm's
+    "IProgress not found" warning (no ipywidgets: the progress bars fall back to text) is not shown."""
+    warnings.filterwarnings("ignore", message="IProgress not found")
     logging.getLogger("r2mad_core").setLevel(logging.ERROR)
     for name in CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
