@@ -54,7 +54,13 @@ from r2mad_core.cli_common import (  # noqa: F401  (re-exported: the command-lin
     add_method_option,
     add_engine_arguments,
 )
-from r2mad_core.benchmarks import BENCHMARKS
+from r2mad_core.benchmarks import BENCHMARKS, SPLIT_RULES
+from r2mad_core.debate import ROUND0_MODES
+from r2mad_core.methods import MASKING_STRATEGIES, OBJECTIVE_KEEP
+from r2mad_core.prompts import TASK_PROMPT_WORDINGS
+from r2mad_core.scheduling import SCHEDULES
+from r2mad_core.scoring import TRUNCATED_ANSWER_POLICIES, VOTE_RULES
+from r2mad_core.r2mad import EXPERIENCE_REFERENCES
 
 logger = logging.getLogger(__name__)
 
@@ -69,8 +75,8 @@ def add_cell_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--split", default="test", choices=("test", "train", "all"), help="split (default: test)")
     group.add_argument(
         "--split-rule",
-        default="paper",
-        choices=("paper", "authors"),
+        default=SPLIT_RULES[0],
+        choices=SPLIT_RULES,
         help="which questions form the split: paper (default; the paper's counts, our seeded permutation: the paper "
         "does not list its items) or authors (the authors' code: random.seed(42), shuffle, first 75%% train; "
         "Engineering 726/243 instead of the paper's 727/242)",
@@ -83,8 +89,8 @@ def add_cell_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--chunk-size", type=positive_int, default=32, help="questions per batch of debates (default: 32)")
     group.add_argument(
         "--schedule",
-        choices=("rounds", "questions"),
-        default="rounds",
+        choices=SCHEDULES,
+        default=SCHEDULES[0],
         help="rounds (default; each round is one batch over a chunk of questions, as the authors' code) or "
         "questions (ours: each question advances on its own over a continuous-batching engine, no round barriers; "
         "same transcripts; an engine that cannot take concurrent calls, e.g. offline vllm, runs rounds)",
@@ -115,13 +121,13 @@ def add_method_arguments(parser: argparse.ArgumentParser) -> None:
     add_method_option(parser, group, "--temperature", dest="temperature", type=non_negative_float, help="sampling temperature (paper: 1.0)")
     add_method_option(parser, group, "--top-p", dest="top_p", type=probability, help="nucleus sampling top_p (paper: 1.0)")
     add_method_option(parser, group, "--k-paths", dest="k_paths", type=positive_int, help="Self-Consistency paths (paper: 9)")
-    add_method_option(parser, group, "--masking", dest="masking", choices=("objective", "subjective"), help="MAD-M2 masking (default: objective)")
+    add_method_option(parser, group, "--masking", dest="masking", choices=MASKING_STRATEGIES, help="MAD-M2 masking (default: objective)")
     add_method_option(
         parser,
         group,
         "--objective-keep",
         dest="objective_keep",
-        choices=("lowest_perplexity", "better_half"),
+        choices=OBJECTIVE_KEEP,
         help="MAD-M2 objective masking: keep the single lowest-perplexity response (default; the paper's appendix "
         "and Tian et al.'s code) or the better half by mean log-probability (ours, an option)",
     )
@@ -130,7 +136,7 @@ def add_method_arguments(parser: argparse.ArgumentParser) -> None:
         group,
         "--round0",
         dest="round0",
-        choices=("shared", "independent"),
+        choices=ROUND0_MODES,
         help="round 0: shared (default; ours, the paper is silent) = every method replays MAD's round-0 "
         "generations (paired comparison); independent = this run draws its own round 0 (the paper's separate runs)",
     )
@@ -139,7 +145,7 @@ def add_method_arguments(parser: argparse.ArgumentParser) -> None:
         group,
         "--task-prompt",
         dest="task_prompt",
-        choices=("paper", "authors"),
+        choices=TASK_PROMPT_WORDINGS,
         help="task/debate prompt wording: paper (default; the appendix's one prompt, 'math question' for every "
         "benchmark) or authors (the authors' code's benchmark-specific wording)",
     )
@@ -148,7 +154,7 @@ def add_method_arguments(parser: argparse.ArgumentParser) -> None:
         group,
         "--experience-reference",
         dest="experience_reference",
-        choices=("answer", "solution", "none"),
+        choices=EXPERIENCE_REFERENCES,
         help="R2-MAD/ICL-CoT: what of the reference y (Eq. 4) each experience shows: answer (default; ours: the "
         "letter and option text, or MATH500's final answer), solution (the authors' code: MATH500's full reference "
         "solution; multiple choice falls back to the answer) or none (y hidden; an ablation)",
@@ -159,7 +165,7 @@ def add_method_arguments(parser: argparse.ArgumentParser) -> None:
         group,
         "--vote-rule",
         dest="vote_rule",
-        choices=("plurality", "authors_majority_correct"),
+        choices=VOTE_RULES,
         help="final answer rule (default: plurality over equivalent answers)",
     )
     add_method_option(
@@ -316,13 +322,13 @@ def add_score_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, metavar="DIR", help="a run directory written by r2mad run")
     parser.add_argument(
         "--vote-rule",
-        choices=("plurality", "authors_majority_correct"),
+        choices=VOTE_RULES,
         default=None,
         help="recompute the final answers with this rule (default: the stored ones)",
     )
     parser.add_argument(
         "--truncated-answers",
-        choices=("keep", "missing"),
+        choices=TRUNCATED_ANSWER_POLICIES,
         default="keep",
         help="answers of completions cut off at max_tokens: keep (default: as written, as the debate used them) "
         "or missing (no answer); see r2mad_core.scoring",

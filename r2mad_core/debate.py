@@ -78,6 +78,8 @@ logger = logging.getLogger(__name__)
 
 DEBATE_TAG = "debate"
 SUMMARY_TAG = "summary"
+#: Round 0 (option ``round0``): shared (default; ours, the paper is silent) replays one round 0 across methods
+#: (a paired comparison); independent draws a per-method round 0 (the paper's separate runs).
 ROUND0_MODES = ("shared", "independent")
 
 

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from r2mad_core.benchmarks import BENCHMARKS
+from r2mad_core.benchmarks import BENCHMARKS, SPLIT_RULES
 
 
 def _unit_float(text: str) -> float:
@@ -81,7 +81,7 @@ def add_build_memory_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("memory construction")
     group.add_argument("--benchmark", required=True, choices=BENCHMARKS, help="benchmark whose train split is debated")
     group.add_argument("--split", default="train", choices=("train", "test", "all"), help="split (default: train)")
-    group.add_argument("--split-rule", default="paper", choices=("paper", "authors"),
+    group.add_argument("--split-rule", default=SPLIT_RULES[0], choices=SPLIT_RULES,
                        help="which questions form the split: paper (default; the paper's counts, our seeded "
                        "permutation) or authors (the authors' code: random.seed(42), first 75%% train)")
     group.add_argument("--out", required=True, type=Path, metavar="DIR", help="bank directory to write")

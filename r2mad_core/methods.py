@@ -71,6 +71,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from r2mad_core import prompts, retrieval
 from r2mad_core.debate import (
+    ROUND0_MODES,
     DebateConfig,
     DebateState,
     ExtraCall,
@@ -80,15 +81,18 @@ from r2mad_core.debate import (
     record_extra_call,
 )
 from r2mad_core.engines.base import Engine, Request, SamplingParams
+from r2mad_core.r2mad import EXPERIENCE_REFERENCES
 from r2mad_core.scoring import VOTE_RULES
 
 logger = logging.getLogger(__name__)
 
 JUDGE_TAG = "judge"
 MASKING_STRATEGIES = ("objective", "subjective")
+#: MAD-M2 objective masking: keep the lowest-perplexity response (default: the paper's appendix and Tian et
+#: al.'s code) or the better half by mean log-probability (ours). Every other protocol vocabulary lives with its
+#: concept: :data:`r2mad_core.debate.ROUND0_MODES`, :data:`r2mad_core.r2mad.EXPERIENCE_REFERENCES`,
+#: :data:`r2mad_core.prompts.TASK_PROMPT_WORDINGS`, :data:`r2mad_core.benchmarks.SPLIT_RULES`.
 OBJECTIVE_KEEP = ("lowest_perplexity", "better_half")
-ROUND0_MODES = ("shared", "independent")
-EXPERIENCE_REFERENCES = ("answer", "solution", "none")
 
 
 @dataclass(frozen=True)

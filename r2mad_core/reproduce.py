@@ -40,343 +40,30 @@ import contextlib
 import json
 import math
 import os
-import re
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-import yaml
 
-from r2mad_core.benchmarks import BENCHMARKS as BENCHMARK_IDS
-from r2mad_core.engines import ENGINE_NAMES
 from r2mad_core.files import atomic_write
-from r2mad_core.retrieval import parse_retrieval_policy
+from r2mad_core.profile_schema import (  # noqa: F401  (re-exported: reproduce is where users meet profiles)
+    OPTIONAL_FIELDS,
+    PATH_PARAMETERS,
+    PROTOCOL_FIELDS,
+    TOP_LEVEL_FIELDS,
+    Profile,
+    ProfileError,
+    load_profile,
+    parse_override,
+    profile_names,
+    validate_profile,
+)
 
-PROFILE_PACKAGE_DIR = "profiles"
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 KERNEL_NAME = "python3"
-PATH_PARAMETERS = ("profile", "data_dir", "figures_dir", "runs_dir", "cache_dir")
-
-
-class ProfileError(ValueError):
-    """A profile file is missing, unreadable or has fields of the wrong type or value."""
-
-
-# --------------------------------------------------------------------------------------------
-# Profiles
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Profile:
-    """A validated profile: ``name``, the file it came from, and its fields (the notebook parameters)."""
-
-    name: str
-    source: str
-    fields: Mapping[str, Any]
-
-    def __getitem__(self, key: str) -> Any:
-        return self.fields[key]
-
-    def parameters(self, paths: Mapping[str, Any]) -> dict[str, Any]:
-        """Every notebook parameter: the fields (``extra_parameters`` spread out), the name, the paths."""
-        params = {k: v for k, v in self.fields.items() if k != "extra_parameters"}
-        params.update(self.fields.get("extra_parameters") or {})
-        params["profile"] = self.name
-        params.update({k: (str(v) if isinstance(v, Path) else v) for k, v in paths.items()})
-        return params
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)) and math.isfinite(value)
-
-
-class _Checker:
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.errors: list[str] = []
-
-    def fail(self, where: str, expected: str, found: Any) -> None:
-        self.errors.append(f"{self.source}: field {where!r}: expected {expected}, found {found!r}")
-
-    def int_(self, data: Mapping[str, Any], key: str, minimum: int | None = None, optional: bool = False) -> None:
-        value = data.get(key)
-        if value is None and optional:
-            return
-        if not _is_int(value) or (minimum is not None and value < minimum):
-            expected = "an integer" + (f" >= {minimum}" if minimum is not None else "")
-            self.fail(key, expected + (" or null" if optional else ""), value)
-
-    def number(self, data: Mapping[str, Any], key: str, low: float, high: float, *, open_low: bool = False) -> None:
-        value = data.get(key)
-        ok = _is_number(value) and (value > low if open_low else value >= low) and value <= high
-        if not ok:
-            bracket = "(" if open_low else "["
-            self.fail(key, f"a number in {bracket}{low}, {high}]", value)
-
-    def string(self, data: Mapping[str, Any], key: str, where: str | None = None, optional: bool = False) -> None:
-        value = data.get(key)
-        if value is None and optional:
-            return
-        if not isinstance(value, str) or not value.strip():
-            self.fail(where or key, "a non-empty string" + (" or null" if optional else ""), value)
-
-    def subset(self, data: Mapping[str, Any], key: str, allowed: Sequence[str], what: str, non_empty: bool = True) -> None:
-        value = data.get(key)
-        if not isinstance(value, list) or (non_empty and not value):
-            self.fail(key, f"a {'non-empty ' if non_empty else ''}list of {what}", value)
-            return
-        for item in value:
-            if item not in allowed:
-                self.fail(key, f"{what} from {list(allowed)}", item)
-        if len(set(map(str, value))) != len(value):
-            self.fail(key, "no duplicates", value)
-
-
-# Protocol choices the paper leaves open (or where the authors' code differs): optional, default first.
-PROTOCOL_FIELDS: dict[str, tuple[str, ...]] = {
-    "round0": ("shared", "independent"),
-    "experience_reference": ("answer", "solution", "none"),
-    "task_prompt": ("paper", "authors"),
-    "split_rule": ("paper", "authors"),
-    "objective_keep": ("lowest_perplexity", "better_half"),
-}
-TOP_LEVEL_FIELDS = (
-    "description", "expected_runtime", "expected_runtime_minutes", "models", "large_models", "embedder",
-    "benchmarks", "test_limit", "train_limit", "seed", "num_agents", "num_rounds", "temperature", "top_p",
-    "max_tokens", "summary_max_tokens", "max_experience_chars", "top_k", "gamma", "w_high", "w_low", "sc_paths",
-    "retrieval_policies", "retrieval_models", "retrieval_benchmarks", "icl_models", "icl_benchmarks",
-    "cost_benchmark", "poison_fractions", "poison_benchmarks", "bootstrap_resamples", "extra_parameters",
-)
-#: Fields a profile may leave out: ``api_budget`` (bool, default false): estimate the API cost before
-#: sending anything and enforce the budget cap (:mod:`r2mad_core.budget`).
-OPTIONAL_FIELDS = ("api_budget", "memory_model", *PROTOCOL_FIELDS)
-MODEL_FIELDS = ("label", "engine", "model", "options", "stands_in_for", "base_url_env", "api_key_env")
-LARGE_MODEL_FIELDS = ("label", "stand_in", "engine", "model", "model_env", "base_url_env", "api_key_env", "options")
-
-
-def validate_profile(data: Any, source: str) -> list[str]:
-    """Every problem of a profile's fields, each naming the file, the field, what was expected and found."""
-    check = _Checker(source)
-    if not isinstance(data, dict):
-        return [f"{source}: expected a mapping of fields at the top level, found {type(data).__name__}"]
-    for key in data:
-        if key not in TOP_LEVEL_FIELDS and key not in OPTIONAL_FIELDS:
-            check.fail(key, f"a known field (one of {', '.join(TOP_LEVEL_FIELDS + OPTIONAL_FIELDS)})", "unknown field")
-    if "api_budget" in data and not isinstance(data["api_budget"], bool):
-        check.fail("api_budget", "true or false", data["api_budget"])
-    for key, choices in PROTOCOL_FIELDS.items():
-        if key in data and data[key] not in choices:
-            check.fail(key, f"one of {choices} (default {choices[0]})", data[key])
-    if data.get("memory_model") is not None and not isinstance(data.get("memory_model"), str):
-        check.fail("memory_model", "null (one bank per evaluated model) or a model label", data["memory_model"])
-    for key in TOP_LEVEL_FIELDS:
-        if key not in data:
-            check.errors.append(f"{source}: field {key!r} is missing")
-    if check.errors:
-        return check.errors
-
-    check.string(data, "description")
-    check.string(data, "expected_runtime")
-    if not _is_number(data["expected_runtime_minutes"]) or data["expected_runtime_minutes"] <= 0:
-        check.fail("expected_runtime_minutes", "a positive number", data["expected_runtime_minutes"])
-
-    labels: list[str] = []
-    models = data["models"]
-    if not isinstance(models, list) or not models:
-        check.fail("models", "a non-empty list of model entries", models)
-        models = []
-    for position, entry in enumerate(models):
-        where = f"models[{position}]"
-        if not isinstance(entry, dict):
-            check.fail(where, "a mapping with label, engine, model, options", entry)
-            continue
-        for key in entry:
-            if key not in MODEL_FIELDS:
-                check.fail(f"{where}.{key}", f"one of {MODEL_FIELDS}", "unknown field")
-        check.string(entry, "label", f"{where}.label")
-        if entry.get("engine") not in ENGINE_NAMES:
-            check.fail(f"{where}.engine", f"one of {ENGINE_NAMES}", entry.get("engine"))
-        if entry.get("engine") in ("openai", "vllm"):
-            check.string(entry, "model", f"{where}.model")
-        elif entry.get("model") is not None and not isinstance(entry.get("model"), str):
-            check.fail(f"{where}.model", "a string or null", entry.get("model"))
-        if not isinstance(entry.get("options", {}), dict):
-            check.fail(f"{where}.options", "a mapping of engine options", entry.get("options"))
-        check.string(entry, "stands_in_for", f"{where}.stands_in_for", optional=True)
-        check.string(entry, "base_url_env", f"{where}.base_url_env", optional=True)
-        check.string(entry, "api_key_env", f"{where}.api_key_env", optional=True)
-        labels.append(str(entry.get("label")))
-    if len(set(labels)) != len(labels):
-        check.fail("models", "distinct labels", labels)
-
-    large = data["large_models"]
-    if not isinstance(large, list):
-        check.fail("large_models", "a list of model entries", large)
-        large = []
-    for position, entry in enumerate(large):
-        where = f"large_models[{position}]"
-        if not isinstance(entry, dict):
-            check.fail(where, "a mapping", entry)
-            continue
-        for key in entry:
-            if key not in LARGE_MODEL_FIELDS:
-                check.fail(f"{where}.{key}", f"one of {LARGE_MODEL_FIELDS}", "unknown field")
-        check.string(entry, "label", f"{where}.label")
-        if "stand_in" in entry:
-            if entry["stand_in"] not in labels:
-                check.fail(f"{where}.stand_in", f"the label of a models entry ({labels})", entry["stand_in"])
-            if "engine" in entry:
-                check.fail(f"{where}.engine", "no engine next to stand_in", entry["engine"])
-        else:
-            if entry.get("engine") not in ENGINE_NAMES:
-                check.fail(f"{where}.engine", f"one of {ENGINE_NAMES} (or a stand_in)", entry.get("engine"))
-            if not (isinstance(entry.get("model"), str) or isinstance(entry.get("model_env"), str)):
-                check.fail(f"{where}.model", "a model name or model_env (an environment variable)", entry.get("model"))
-            if entry.get("engine") == "openai" and not isinstance(entry.get("base_url_env"), str):
-                check.fail(f"{where}.base_url_env", "the environment variable holding the base URL", entry.get("base_url_env"))
-
-    check.string(data, "embedder")
-    check.subset(data, "benchmarks", BENCHMARK_IDS, "benchmark ids")
-    benchmarks = data["benchmarks"] if isinstance(data["benchmarks"], list) else []
-    check.int_(data, "test_limit", minimum=1, optional=True)
-    check.int_(data, "train_limit", minimum=1, optional=True)
-    check.int_(data, "seed")
-    check.int_(data, "num_agents", minimum=1)
-    check.int_(data, "num_rounds", minimum=1)
-    check.number(data, "temperature", 0.0, 2.0)
-    check.number(data, "top_p", 0.0, 1.0, open_low=True)
-    check.int_(data, "max_tokens", minimum=1)
-    check.int_(data, "summary_max_tokens", minimum=1)
-    check.int_(data, "max_experience_chars", minimum=1, optional=True)
-    check.int_(data, "top_k", minimum=1)
-    check.number(data, "gamma", 0.0, 1.0)
-    check.number(data, "w_high", 0.0, 1.0)
-    check.number(data, "w_low", 0.0, 1.0)
-    if _is_number(data["w_high"]) and _is_number(data["w_low"]) and data["w_low"] > data["w_high"]:
-        check.fail("w_low", f"a value <= w_high ({data['w_high']})", data["w_low"])
-
-    paths = data["sc_paths"]
-    if not (isinstance(paths, list) and paths and all(_is_int(p) and p >= 1 for p in paths)
-            and list(paths) == sorted(set(paths))):
-        check.fail("sc_paths", "a non-empty increasing list of positive integers", paths)
-
-    policies = data["retrieval_policies"]
-    if not isinstance(policies, list) or not policies:
-        check.fail("retrieval_policies", "a non-empty list of policies", policies)
-    else:
-        for policy in policies:
-            try:
-                parse_retrieval_policy(policy)
-            except ValueError as exc:
-                check.fail("retrieval_policies", str(exc), policy)
-        if "state_aware" not in policies:
-            check.fail("retrieval_policies", "a list containing state_aware (the paper's policy)", policies)
-    check.subset(data, "retrieval_models", labels, "model labels")
-    check.subset(data, "icl_models", labels, "model labels")
-    check.subset(data, "retrieval_benchmarks", benchmarks, "benchmarks of this profile")
-    check.subset(data, "icl_benchmarks", benchmarks, "benchmarks of this profile")
-    check.subset(data, "poison_benchmarks", benchmarks, "benchmarks of this profile")
-    if data["cost_benchmark"] not in benchmarks:
-        check.fail("cost_benchmark", f"one of the profile's benchmarks {benchmarks}", data["cost_benchmark"])
-    fractions = data["poison_fractions"]
-    if not (isinstance(fractions, list) and fractions and all(_is_number(f) and 0.0 <= f <= 1.0 for f in fractions)):
-        check.fail("poison_fractions", "a non-empty list of numbers in [0, 1]", fractions)
-    check.int_(data, "bootstrap_resamples", minimum=100)
-    extra = data["extra_parameters"]
-    if not isinstance(extra, dict):
-        check.fail("extra_parameters", "a mapping (parameter -> value)", extra)
-    else:
-        for key in extra:
-            if key in TOP_LEVEL_FIELDS or key in PATH_PARAMETERS:
-                check.fail(f"extra_parameters.{key}", "a name that is not a profile field or path", key)
-    return check.errors
-
-
-def profile_names() -> list[str]:
-    """The profiles shipped with the package (``cpu``, ``paper``, ``sim``, ``tiny``)."""
-    folder = resources.files("r2mad_core").joinpath(PROFILE_PACKAGE_DIR)
-    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
-
-
-def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None) -> Profile:
-    """Load and validate a profile by name (a packaged profile) or by path to a YAML file.
-
-    ``overrides`` replace top-level fields (or ``extra_parameters`` entries) before validation.
-    Raises :class:`ProfileError` listing every problem.
-    """
-    candidate = Path(name_or_path)
-    if candidate.suffix in (".yaml", ".yml") or candidate.exists():
-        if not candidate.is_file():
-            raise ProfileError(f"profile file {candidate} does not exist")
-        text, source, name = candidate.read_text(encoding="utf-8"), str(candidate), candidate.stem
-    else:
-        name = str(name_or_path)
-        resource = resources.files("r2mad_core").joinpath(PROFILE_PACKAGE_DIR, f"{name}.yaml")
-        if not resource.is_file():
-            raise ProfileError(f"unknown profile {name!r}: expected one of {profile_names()} or a path to a .yaml file")
-        text, source = resource.read_text(encoding="utf-8"), f"r2mad_core/profiles/{name}.yaml"
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"{source}: not valid YAML: {exc}") from exc
-    data = expand_environment(data, source)
-    if overrides and isinstance(data, dict):
-        data = dict(data)
-        for key, value in overrides.items():
-            if key in TOP_LEVEL_FIELDS or key in OPTIONAL_FIELDS:
-                data[key] = value
-            else:
-                extra = dict(data.get("extra_parameters") or {})
-                extra[key] = value
-                data["extra_parameters"] = extra
-    errors = validate_profile(data, source)
-    if errors:
-        raise ProfileError("invalid profile:\n  " + "\n  ".join(errors))
-    return Profile(name=name, source=source, fields=data)
-
-
-_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-def expand_environment(data: Any, source: str, where: str = "") -> Any:
-    """Replace ``${NAME}`` in the profile's strings by the environment variable ``NAME``; a variable
-    that is not set is a :class:`ProfileError` naming the file, the field and the variable."""
-    if isinstance(data, dict):
-        return {key: expand_environment(value, source, f"{where}.{key}" if where else str(key)) for key, value in data.items()}
-    if isinstance(data, list):
-        return [expand_environment(value, source, f"{where}[{i}]") for i, value in enumerate(data)]
-    if isinstance(data, str) and "${" in data:
-        def value_of(match: re.Match[str]) -> str:
-            value = os.environ.get(match.group(1), "").strip()
-            if not value:
-                raise ProfileError(
-                    f"{source}: field {where!r} uses ${{{match.group(1)}}}, but the environment variable "
-                    f"{match.group(1)} is not set (export it, see the comments in the profile file)"
-                )
-            return value
-
-        return _VARIABLE.sub(value_of, data)
-    return data
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """``"top_k=5"`` -> ``("top_k", 5)``; the value is read as YAML (lists, null, numbers, strings)."""
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise ProfileError(f"--set {text!r}: expected KEY=VALUE, e.g. --set top_k=5")
-    try:
-        return key.strip(), yaml.safe_load(value)
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"--set {text!r}: the value is not valid YAML: {exc}") from exc
 
 
 # --------------------------------------------------------------------------------------------
@@ -445,7 +132,8 @@ class ReproductionPaths:
 
 #: Notebook parameters that are paths: passed relative to the notebook's folder (its working directory) when they
 #: lie inside the repository, so committed executed notebooks hold no machine paths.
-PATH_PARAMETERS = frozenset({"data_dir", "figures_dir", "runs_dir", "cache_dir"})
+#: Path parameters passed relative to the notebooks' folder when they lie inside the repository.
+PORTABLE_PATH_PARAMETERS = frozenset({"data_dir", "figures_dir", "runs_dir", "cache_dir"})
 REPOSITORY = Path(__file__).resolve().parent.parent
 
 
@@ -529,7 +217,7 @@ def run_notebooks(
     echo(f"  figures -> {paths.figures_dir}\n  executed notebooks -> {paths.executed_dir}")
     for position, notebook in enumerate(notebooks, start=1):
         wanted = declared_parameters(notebook)
-        passed = {k: _portable(v, notebook.parent) if k in PATH_PARAMETERS else v
+        passed = {k: _portable(v, notebook.parent) if k in PORTABLE_PATH_PARAMETERS else v
                   for k, v in parameters.items() if k in wanted}
         output = paths.executed_dir / notebook.name
         echo(f"[{position}/{len(notebooks)}] {notebook.stem} ...")

@@ -181,7 +181,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engines.local", "engines.vllm_backend", "scoring", "scheduling"),
     ("engines", "r2mad"),
     ("methods",),
-    ("experiments",),
+    ("experiments", "profile_schema"),
     ("memory_construction",),
     ("grid",),
     ("report", "findings"),

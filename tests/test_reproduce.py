@@ -12,20 +12,20 @@ import nbformat
 import pytest
 import yaml
 
-from r2mad_core import reproduce
+from r2mad_core import profile_schema, reproduce
 from r2mad_core.benchmarks import BENCHMARKS
 from r2mad_core.report import load_reported_results
-from r2mad_core.reproduce import (
+from r2mad_core.profile_schema import (
+    PROTOCOL_FIELDS,
     ProfileError,
-    ReproductionPaths,
-    discover_notebooks,
+    ProfileSpec,
     load_profile,
     parse_override,
-    parse_retrieval_policy,
     profile_names,
-    run_notebooks,
     validate_profile,
 )
+from r2mad_core.reproduce import ReproductionPaths, discover_notebooks, run_notebooks
+from r2mad_core.retrieval import parse_retrieval_policy
 
 PAPER_MODELS = ["Qwen2.5-7B-Instruct", "Qwen3-8B", "Gemma-3-4B-IT"]
 PAPER_POLICIES = {
@@ -40,7 +40,7 @@ def test_the_five_profiles_ship_and_validate(monkeypatch: pytest.MonkeyPatch) ->
     for name in profile_names():
         profile = load_profile(name)
         assert profile.name == name
-        assert set(profile.fields) - set(reproduce.OPTIONAL_FIELDS) == set(reproduce.TOP_LEVEL_FIELDS)
+        assert set(profile.fields) - set(profile_schema.OPTIONAL_FIELDS) == set(profile_schema.TOP_LEVEL_FIELDS)
 
 
 def test_api_profile_is_the_papers_protocol_on_a_subset_with_the_model_from_the_environment(
@@ -161,22 +161,44 @@ def _paper_fields() -> dict:
     return yaml.safe_load((Path(reproduce.__file__).parent / "profiles" / "paper.yaml").read_text())
 
 
+def test_profile_schema_types_the_fields_and_derives_the_protocol_vocabularies() -> None:
+    from r2mad_core import benchmarks, debate, methods, prompts, r2mad
+
+    # each protocol vocabulary is the one its concept's module defines (no second copy to drift)
+    assert PROTOCOL_FIELDS["round0"] is debate.ROUND0_MODES
+    assert PROTOCOL_FIELDS["experience_reference"] is r2mad.EXPERIENCE_REFERENCES
+    assert PROTOCOL_FIELDS["task_prompt"] is prompts.TASK_PROMPT_WORDINGS
+    assert PROTOCOL_FIELDS["split_rule"] is benchmarks.SPLIT_RULES
+    assert PROTOCOL_FIELDS["objective_keep"] is methods.OBJECTIVE_KEEP
+    spec = load_profile("paper").spec
+    assert isinstance(spec, ProfileSpec)
+    assert (spec.num_agents, spec.num_rounds, spec.max_tokens, spec.models[1].label) == (3, 3, 6144, "Qwen3-8B")
+    # a field the profile leaves out takes its default, the first of its vocabulary
+    assert "round0" not in load_profile("sim").fields and load_profile("sim").spec.round0 == "shared"
+    assert {name: getattr(spec, name) for name in PROTOCOL_FIELDS} == {
+        name: choices[0] for name, choices in PROTOCOL_FIELDS.items()
+    }
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"top_p": 0}, "field 'top_p': expected a number in (0.0, 1.0], found 0"),
-        ({"num_agents": "3"}, "field 'num_agents': expected an integer >= 1, found '3'"),
-        ({"num_rounds": True}, "field 'num_rounds': expected an integer >= 1, found True"),
+        ({"top_p": 0}, "field 'top_p': expected a number > 0.0, found 0"),
+        ({"num_agents": "3"}, "field 'num_agents': expected an integer, found '3'"),
+        ({"num_rounds": True}, "field 'num_rounds': expected an integer, found True"),
         ({"w_low": 0.6}, "field 'w_low': expected a value <= w_high (0.55), found 0.6"),
-        ({"gamma": 1.5}, "field 'gamma': expected a number in [0.0, 1.0], found 1.5"),
-        ({"sc_paths": [9, 3]}, "field 'sc_paths': expected a non-empty increasing list"),
+        ({"gamma": 1.5}, "field 'gamma': expected a number <= 1.0, found 1.5"),
+        ({"sc_paths": [9, 3]}, "field 'sc_paths': expected an increasing list of distinct path counts, found [9, 3]"),
         ({"benchmarks": ["math500", "gsm8k"]}, "field 'benchmarks': expected benchmark ids"),
         ({"retrieval_policies": ["state_aware", "fixed_lambda"]}, "fixed_lambda needs a value"),
         ({"retrieval_policies": ["random"]}, "a list containing state_aware"),
         ({"retrieval_models": ["Llama"]}, "field 'retrieval_models': expected model labels"),
         ({"cost_benchmark": "truthfulqa", "benchmarks": ["math500"]}, "field 'cost_benchmark'"),
-        ({"test_limit": 0}, "field 'test_limit': expected an integer >= 1 or null, found 0"),
+        ({"test_limit": 0}, "field 'test_limit': expected a number >= 1, found 0"),
         ({"tempreature": 1.0}, "field 'tempreature': expected a known field"),
+        ({"round0": "paired"}, "field 'round0': expected 'shared' or 'independent', found 'paired'"),
+        ({"description": "  "}, "field 'description': expected a non-empty string, found '  '"),
+        ({"temperature": float("inf")}, "field 'temperature'"),
         ({"extra_parameters": {"gamma": 1}}, "field 'extra_parameters.gamma'"),
     ],
 )
@@ -195,10 +217,16 @@ def test_validation_of_model_entries() -> None:
     data["large_models"][0] = {"label": "Llama", "stand_in": "nobody"}
     data["large_models"][1]["extra"] = 1
     errors = "\n".join(validate_profile(data, "p.yaml"))
-    assert "field 'models[0].engine': expected one of ('local', 'openai', 'vllm', 'simulated'), found 'tensorrt'" in errors
-    assert "field 'models[1].model': expected a non-empty string, found None" in errors
-    assert "field 'large_models[0].stand_in': expected the label of a models entry" in errors
-    assert "field 'large_models[1].extra'" in errors
+    assert "field 'models[0].engine': expected 'local', 'openai', 'vllm' or 'simulated', found 'tensorrt'" in errors
+    assert "field 'models[1].model': expected a model name (engine vllm needs one), found None" in errors
+    assert "field 'large_models[1].extra': expected a known field" in errors
+    # once the entries themselves are valid, the stand-in must name a models entry
+    data = _paper_fields()
+    data["large_models"][0] = {"label": "Llama", "stand_in": "nobody"}
+    assert validate_profile(data, "p.yaml") == [
+        "p.yaml: field 'large_models': expected large_models[0].stand_in to be the label of a models entry "
+        "(['Qwen2.5-7B-Instruct', 'Qwen3-8B', 'Gemma-3-4B-IT']), not 'nobody', found " + repr(data["large_models"])
+    ]
     missing = _paper_fields()
     del missing["seed"]
     assert validate_profile(missing, "p.yaml") == ["p.yaml: field 'seed' is missing"]
@@ -214,7 +242,7 @@ def test_load_profile_from_a_path_with_overrides(tmp_path: Path) -> None:
     params = profile.parameters({"figures_dir": tmp_path / "f", "data_dir": None})
     assert params["profile"] == "mine" and params["num_trials"] == 10 and params["top_k"] == 5
     assert params["figures_dir"] == str(tmp_path / "f") and "extra_parameters" not in params
-    with pytest.raises(ProfileError, match="field 'top_k': expected an integer >= 1, found 0"):
+    with pytest.raises(ProfileError, match="field 'top_k': expected a number >= 1, found 0"):
         load_profile(path, {"top_k": 0})
     with pytest.raises(ProfileError, match=r"unknown profile 'gpu': expected one of \['api', 'cpu', 'paper', 'sim', 'tiny'\]"):
         load_profile("gpu")
@@ -288,7 +316,7 @@ def test_runner_passes_declared_parameters_and_stops_at_the_first_failure(tmp_pa
 def test_main_reports_a_bad_profile_without_running(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code = reproduce.main(["--profile", "tiny", "--set", "top_p=7", "--output-dir", str(tmp_path)])
     assert code == 2
-    assert "field 'top_p': expected a number in (0.0, 1.0], found 7" in capsys.readouterr().err
+    assert "tiny.yaml: field 'top_p': expected a number <= 1.0, found 7" in capsys.readouterr().err
     assert not (tmp_path / "figures").exists()
 
 
