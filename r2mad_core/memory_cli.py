@@ -8,7 +8,7 @@ Registered by :mod:`r2mad_core.cli`:
   ``methods.get_method`` like every method option.
 - ``r2mad build-memory``: the memory-construction debates on the train split, then the banks
   (:func:`r2mad_core.memory_construction.build_memory`).
-- ``r2mad audit BANK``: :func:`r2mad_core.memory.audit_bank_set`.
+- ``r2mad audit BANK``: :func:`r2mad_core.memory_audit.audit_bank_set`.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
 # --------------------------------------------------------------------------------------------
 def add_build_memory_arguments(parser: argparse.ArgumentParser) -> None:
     from r2mad_core.cli_common import add_engine_arguments, integer, positive_int
-    from r2mad_core.memory import REWARD_DEFINITIONS, STATE_ENCODINGS, STATE_LAYOUTS
+    from r2mad_core.memory_cases import REWARD_DEFINITIONS, STATE_ENCODINGS, STATE_LAYOUTS
 
     group = parser.add_argument_group("memory construction")
     group.add_argument("--benchmark", required=True, choices=BENCHMARKS, help="benchmark whose train split is debated")
@@ -232,7 +232,8 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
 def audit_command(args: argparse.Namespace) -> int:
     from r2mad_core.cli_common import UsageError
     from r2mad_core.embeddings import get_embedder
-    from r2mad_core.memory import MemoryBankError, MemoryBankSet, audit_bank_set
+    from r2mad_core.memory import MemoryBankError, MemoryBankSet
+    from r2mad_core.memory_audit import audit_bank_set
 
     try:
         bank_set = MemoryBankSet.load(args.bank)

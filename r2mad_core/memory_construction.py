@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from r2mad_core.embeddings import Embedder, get_embedder
-from r2mad_core.memory import MemoryBankSet, build_bank_set, debate_record_from_transcript
+from r2mad_core.memory import MemoryBankSet, build_bank_set
+from r2mad_core.memory_cases import debate_record_from_transcript
 
 logger = logging.getLogger(__name__)
 

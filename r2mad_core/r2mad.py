@@ -44,15 +44,8 @@ from r2mad_core import prompts
 from r2mad_core.confidence import ConfidenceConfig, annotate_matrix, confidence_from_retrieval
 from r2mad_core.debate import AgentRoundContext, DebateState
 from r2mad_core.embeddings import CachedEmbedder, Embedder, get_embedder
-from r2mad_core.memory import (
-    AgentDebateState,
-    MemoryBank,
-    MemoryBankError,
-    MemoryBankSet,
-    MemoryCase,
-    encode_states,
-    poison_bank,
-)
+from r2mad_core.memory import MemoryBank, MemoryBankError, MemoryBankSet, poison_bank
+from r2mad_core.memory_cases import AgentDebateState, MemoryCase, encode_states
 from r2mad_core.retrieval import POLICIES, RetrievalConfig, query_seed, retrieve
 
 logger = logging.getLogger(__name__)

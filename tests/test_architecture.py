@@ -175,9 +175,10 @@ def test_report_layer_modules_stay_one_screen_of_concepts(module: str) -> None:
 #: layers. A new module goes into the lowest layer above everything it imports; an arrow back up fails.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("files", "plugins", "benchmarks", "engines.base", "embeddings", "retrieval", "theory", "budget"),
-    ("answers", "prompts", "engines.cache", "engines.thinking", "tables"),
+    ("answers", "prompts", "engines.cache", "engines.thinking", "tables", "memory_cases", "theory_checks",
+     "theory_simulation"),
     ("memory", "debate", "engines.openai_compat", "engines.simulated", "artifacts"),
-    ("confidence",),
+    ("confidence", "memory_audit"),
     ("engines.local", "engines.vllm_backend", "scoring", "scheduling"),
     ("engines", "r2mad"),
     ("methods",),

@@ -19,7 +19,8 @@ from r2mad_core import cli
 from r2mad_core.benchmarks import load
 from r2mad_core.embeddings import HashingEmbedder
 from r2mad_core.experiments import CONFIG_FILE, TRANSCRIPTS_FILE
-from r2mad_core.memory import DebateRecord, DebateRound, bank_digest, build_bank_set
+from r2mad_core.memory import bank_digest, build_bank_set
+from r2mad_core.memory_cases import DebateRecord, DebateRound
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 EMBEDDER_DIM = 64

@@ -10,7 +10,8 @@ from r2mad_core.confidence import (
     confidence_from_retrieval,
     peer_confidence,
 )
-from r2mad_core.memory import AgentDebateState, MemoryBank, MemoryCase
+from r2mad_core.memory import MemoryBank
+from r2mad_core.memory_cases import AgentDebateState, MemoryCase
 
 # Three agents, 2-d embeddings. Retrieving agent i = 0; current responses z_0 = z_1 = (1, 0), z_2 = (0, 1).
 CURRENT = np.array([[[1, 0], [1, 0], [0, 1]]], dtype=np.float32)  # [Q=1, n=3, d=2]

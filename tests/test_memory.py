@@ -1,4 +1,4 @@
-"""Memory cases (Eq. 2, 4), banks built from debates, their on-disk format and its checks."""
+"""Memory banks of r2mad_core.memory: built from debates, their on-disk format and its checks, poisoning."""
 
 import json
 
@@ -6,83 +6,9 @@ import numpy as np
 import pytest
 
 from r2mad_core.embeddings import HashingEmbedder
-from r2mad_core.memory import (
-    DebateRecord,
-    AgentDebateState,
-    MemoryBankError,
-    MemoryBankSet,
-    DebateRound,
-    build_bank_set,
-    cases_from_debate,
-    encode_states,
-    format_state_text,
-    poison_bank,
-)
-
-
-def _debate(sample_id: str, question: str, final_correct: bool = True) -> DebateRecord:
-    # 3 agents, 3 rounds; gold "B". Agent 2 is wrong in round 0 and 1, right in round 2; agent 1 is
-    # wrong in the last round.
-    rounds = (
-        DebateRound((f"{question} r0 a0 says B", f"{question} r0 a1 says B", f"{question} r0 a2 says C"),
-                    ("B", "B", "C"), (True, True, False), f"summary 0 of {sample_id}", 2 / 3),
-        DebateRound((f"{question} r1 a0 says B", f"{question} r1 a1 says B", f"{question} r1 a2 says C"),
-                    ("B", "B", "C"), (True, True, False), f"summary 1 of {sample_id}", 2 / 3),
-        DebateRound((f"{question} r2 a0 says B", f"{question} r2 a1 says A", f"{question} r2 a2 says B"),
-                    ("B", "A", "B"), (True, False, True), f"summary 2 of {sample_id}", 2 / 3),
-    )
-    return DebateRecord(sample_id, question, "B", rounds, "B" if final_correct else "A", final_correct)
-
-
-DEBATES = [
-    _debate("q1", "Which planet is largest"),
-    _debate("q2", "What is the boiling point of water", final_correct=False),
-    _debate("q3", "Who wrote Hamlet"),
-]
-
-
-def test_cases_from_debate_states_and_rewards():
-    per_agent = cases_from_debate(DEBATES[0])
-    assert [len(c) for c in per_agent] == [2, 2, 2]  # rounds 1 and 2; round 0 excluded
-    case = per_agent[2][0]  # agent 2, round 1
-    assert case.round_index == 1 and case.case_id == "q1#t1#a2"
-    # s_2^(1) = <x, z_2^(0), h^(0), Cons(Z^(0))>
-    assert case.state == AgentDebateState("Which planet is largest", "Which planet is largest r0 a2 says C",
-                                     "summary 0 of q1", 2 / 3)
-    assert case.responses == DEBATES[0].rounds[1].responses  # Z^(1)
-    assert case.correct == (True, True, False) and case.is_correct is False
-    assert case.previous_responses == DEBATES[0].rounds[0].responses
-    assert case.reward == 1  # final vote correct
-    # reward definitions, agent 2 round 1: final_vote 1; agent_final (round 2 correct) 1; round_correctness 0
-    assert cases_from_debate(DEBATES[0], "agent_final")[2][0].reward == 1
-    assert cases_from_debate(DEBATES[0], "round_correctness")[2][0].reward == 0
-    # agent 1: last round wrong
-    assert [c.reward for c in cases_from_debate(DEBATES[0], "agent_final")[1]] == [0, 0]
-    assert [c.reward for c in cases_from_debate(DEBATES[0], "round_correctness")[1]] == [1, 0]
-    assert [c.reward for c in cases_from_debate(DEBATES[1])[0]] == [0, 0]
-    with pytest.raises(ValueError, match="reward definition"):
-        cases_from_debate(DEBATES[0], "gold")
-
-
-def test_state_text_layouts():
-    state = AgentDebateState("Q?", "my answer", "they agree", 2 / 3)
-    assert format_state_text(state) == (
-        "Question:\nQ?\n\nConsensus ratio of the previous round: 0.67\n\n"
-        "Previous round summary:\nthey agree\n\nPrevious response:\nmy answer"
-    )
-    assert format_state_text(state, "authors") == "Q?\nmy answer\nthey agree"
-    assert format_state_text(AgentDebateState("Q?", "r", "", 1.0), "authors") == "Q?\nr"
-    with pytest.raises(ValueError, match="layout"):
-        format_state_text(state, "json")
-
-
-def test_component_state_encoding():
-    embedder = HashingEmbedder(64)
-    state = AgentDebateState("alpha beta", "gamma delta", "", 1.0)
-    vec = encode_states(embedder, [state], encoding="components")[0]
-    parts = embedder.encode(["alpha beta", "gamma delta"])
-    expected = parts.sum(0) / np.linalg.norm(parts.sum(0))
-    np.testing.assert_allclose(vec, expected, atol=1e-6)
+from r2mad_core.memory import MemoryBankError, MemoryBankSet, build_bank_set, poison_bank
+from r2mad_core.memory_cases import DebateRecord, DebateRound, format_state_text
+from test_memory_cases import DEBATES
 
 
 @pytest.fixture(scope="module")
@@ -202,10 +128,26 @@ def test_poison_bank_flips_exact_fraction(bank_set):
         poison_bank(bank_set, 1.5)
 
 
-def test_inconsistent_debates_are_rejected():
-    bad = DebateRecord("q9", "x", "A", (DebateRound(("a", "b"), ("A",), (True, False), "", 1.0),), "A", True)
-    with pytest.raises(ValueError, match="q9.*round 0"):
-        cases_from_debate(bad)
+def test_build_rejects_debates_with_different_agent_counts():
     two_agents = DebateRecord("q8", "x", "A", (DebateRound(("a", "b"), ("A", "A"), (True, True), "", 1.0),) * 2, "A", True)
     with pytest.raises(ValueError, match="2 agents"):
         build_bank_set([DEBATES[0], two_agents], HashingEmbedder(16), "truthfulqa")
+
+
+def test_load_rejects_a_bad_case_row_naming_file_and_line(tmp_path, bank_set):
+    # A self-consistent manifest (checksum rewritten) whose cases.jsonl has a row without its gold answer.
+    root = bank_set.save(tmp_path / "bank")
+    path = root / "agent_1" / "cases.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    row = json.loads(lines[1])
+    del row["gold"]
+    lines[1] = json.dumps(row)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    manifest_path = root / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    from r2mad_core.files import file_sha256
+
+    manifest["files"]["agent_1/cases.jsonl"].update(sha256=file_sha256(path), bytes=path.stat().st_size)
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(MemoryBankError, match=r"agent_1/cases\.jsonl:2: not a memory case \(.*'gold'\)"):
+        MemoryBankSet.load(root)

@@ -16,7 +16,8 @@ from r2mad_core.benchmarks import BENCHMARKS, load
 from r2mad_core.embeddings import HashingEmbedder
 from r2mad_core.engines import make_engine
 from r2mad_core.experiments import TRANSCRIPTS_FILE, run_cell
-from r2mad_core.memory import MemoryBankError, MemoryBankSet, audit_bank_set, poison_bank
+from r2mad_core.memory import MemoryBankError, MemoryBankSet, poison_bank
+from r2mad_core.memory_audit import audit_bank_set
 from r2mad_core.methods import get_method
 from r2mad_core.memory_construction import build_memory
 

@@ -373,7 +373,8 @@ ALL_LABELS = [*grid.MAIN_METHODS, *grid.ABLATION_METHODS, *grid.sc_methods([3, 6
 def bank_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real (tiny) memory bank folder: the R2-MAD builders read its manifest."""
     from r2mad_core.embeddings import HashingEmbedder
-    from r2mad_core.memory import DebateRecord, DebateRound, build_bank_set
+    from r2mad_core.memory import build_bank_set
+    from r2mad_core.memory_cases import DebateRecord, DebateRound
 
     rounds = tuple(DebateRound(responses=(f"r{t}a ((A))", f"r{t}b ((B))", f"r{t}c ((A))"), answers=("A", "B", "A"),
                                correct=(True, False, True), summary=f"summary {t}", consensus_ratio=2 / 3)
