@@ -18,7 +18,10 @@ script by itself to refresh those) and are left as they were.
    with ``--skip-local``).
 5. ``throughput.py``: the two debate schedules (issue 17), MAD and R2-MAD over a virtual-time continuous-batching
    engine at the paper's settings (211 Economics questions, window 64; ``--quick``: 96 questions, window 32),
-   and (unless ``--skip-local``) on the local llama.cpp engine (2 questions, 8 slots, max_tokens 128).
+   and (unless ``--skip-local``) on the local llama.cpp engine (2 questions, 2 rounds, one run per method and
+   schedule, 8 slots, the cpu profile's generation settings). Besides the checked gains, the summary reports
+   R2-MAD / MAD wall under each schedule with the summaries' share of R2-MAD's extra, the engine's idle slots,
+   the paper profile's GPU-hours, and llama.cpp's busy share and load average.
 
 The summary checks the targets of the performance issue (and issue 17's: ``questions`` >= 1.5x the throughput of
 ``rounds`` for MAD and R2-MAD in the simulation; on llama.cpp a gain, no regression): R2-MAD/MAD wall ratio <= 1.25; non-generation share
@@ -103,6 +106,15 @@ def last_value(lines: list[str], label: str) -> float | None:
     return None
 
 
+def last_text(lines: list[str], label: str) -> str | None:
+    """The value of the last ``label: value`` line (as printed), or None."""
+    prefix = f"{label}: "
+    for line in reversed(lines):
+        if line.strip().startswith(prefix):
+            return line.strip()[len(prefix):]
+    return None
+
+
 def retrieval_figures(path: Path, cases: int = RETRIEVAL_CASES) -> list[dict[str, float]]:
     """Rows of retrieval_scaling.csv at ``cases`` cases: dim, queries, ms per agent-round and per question."""
     if not path.exists():
@@ -151,7 +163,7 @@ def main() -> int:
     if args.quick:
         throughput_args.append("--quick")
     if not args.skip_local:
-        throughput_args += ["--local", "--local-questions", "2", "--local-repeats", "1"]
+        throughput_args += ["--local", "--local-questions", "2", "--local-rounds", "2", "--local-repeats", "1"]
     steps.append(Step("throughput", throughput_args))
 
     started = time.perf_counter()
@@ -187,6 +199,31 @@ def main() -> int:
         if local is not None:
             checks.append((f"{method}: questions / rounds wall, local llama.cpp (2 questions, 8 slots)",
                            f"{local:.2f}x", ">= 1x", local >= 1.0))
+    reported = []  # issue 17's figures without a numeric target: printed beside the checks
+    for label, text in (
+        ("r2mad/mad wall questions", "R2-MAD / MAD wall, questions schedule (virtual, paper settings)"),
+        ("r2mad/mad wall rounds", "R2-MAD / MAD wall, rounds schedule (virtual, paper settings)"),
+        ("r2mad extra wall from summaries questions", "  of R2-MAD's extra wall (questions): its summaries"),
+        ("engine idle slots mad rounds", "engine idle slots, MAD rounds -> questions (virtual)"),
+        ("engine idle slots mad questions", None),
+        ("engine idle slots r2mad rounds", "engine idle slots, R2-MAD rounds -> questions (virtual)"),
+        ("engine idle slots r2mad questions", None),
+        ("paper profile gpu-hours rounds", "paper profile, Qwen3-8B GPU-hours rounds -> questions"),
+        ("paper profile gpu-hours questions", None),
+        ("local engine busy mad rounds", "local llama.cpp engine busy, MAD rounds -> questions"),
+        ("local engine busy mad questions", None),
+        ("local engine busy r2mad rounds", "local llama.cpp engine busy, R2-MAD rounds -> questions"),
+        ("local engine busy r2mad questions", None),
+        ("local r2mad/mad wall questions", "local llama.cpp R2-MAD / MAD wall, questions schedule"),
+        ("local load average", "local llama.cpp runs: mean load average"),
+    ):
+        value = last_text(by_name["throughput"].output, label)
+        if value is None:
+            continue
+        if text is None and reported:  # the second value of the line before
+            reported[-1] = (reported[-1][0], f"{reported[-1][1]} -> {value}")
+        elif text is not None:
+            reported.append((text, value))
     if not any(r["queries"] > 1 for r in retrieval):
         checks.append((f"retrieval + confidence per agent-round, {RETRIEVAL_CASES:,} cases", "n/a",
                        f"< {RETRIEVAL_TARGET_MS:g} ms", None))
@@ -198,6 +235,8 @@ def main() -> int:
     print("-" * 100)
     for label, value, target, ok in checks:
         print(f"  {label:82s} {value:>9s}  target {target:8s} {verdict(ok)}")
+    for label, value in reported:
+        print(f"  {label:82s} {value:>17s}  (reported)")
     for r in sorted(retrieval, key=lambda r: (r["dim"], r["queries"])):
         print(f"    {RETRIEVAL_CASES:,} cases, d={r['dim']:>4}, {r['queries']:>2} question(s) per call: "
               f"{r['call_ms']:.3f} ms per call, {r['per_question_ms']:.3f} ms per question")

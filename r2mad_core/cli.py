@@ -97,8 +97,8 @@ def add_cell_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--window", type=positive_int, default=None, metavar="N",
-        help="--schedule questions: questions debated at once (default: 64); a crash loses at most 4 x N "
-        "questions, whose generations the response cache keeps",
+        help="--schedule questions: engine requests in flight, N questions' worth (N x agents, as a rounds chunk "
+        "of N; default: 64); a crash loses at most 4 x N questions, whose generations the response cache keeps",
     )
     group.add_argument("--no-progress", action="store_true", help="no progress bar")
 

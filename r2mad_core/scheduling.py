@@ -23,16 +23,29 @@ except the wall-time fields (``seconds``).
 
 Mechanics of ``questions``:
 
-- one thread per question being debated (it spends its life waiting on the engine); at most ``window``
-  questions are debated at once. ``on_finished`` receives questions in input order, so a run's transcript file
-  is the same, line for line, under both schedules: a question that finishes before an earlier one waits, in
-  memory, until that one is done. At most :data:`HOLD_FACTOR` x ``window`` questions are *in flight* -- started
-  and not yet handed to ``on_finished`` -- which is what a SIGKILL can lose; every generation of a finished
-  question is in the response cache (when the engine has one, as the command line's does), so a resume
-  replays those without generating. Why hold more than the window: with long-tailed completions one slow
-  question would otherwise stop new questions from starting while it runs (measured with
-  ``benchmarks/throughput.py`` at the paper's settings, window 64: 1.29x over ``rounds`` when only ``window``
-  questions may be unwritten, 1.50x with 4 x ``window``).
+- one thread per question being debated (it spends its life waiting on the engine).
+- the window counts engine requests, ``window`` questions' worth (``window`` x ``n_agents``: the most a
+  ``rounds`` chunk of ``window`` questions has out at once). A new question starts while the questions in flight
+  claim fewer than that, each claiming its requests still out -- one fewer per completion as it comes back
+  (``generate_iter``, :class:`~r2mad_core.engines.base.StreamingEngine`), its last one until its next phase's
+  requests replace it (``n_agents`` for a round, 1 for a summary, none once it is finished). Why not count
+  questions: a debate round ends with its slowest agent, so a question in a round keeps on average only part of
+  its agents' engine slots busy (1.78 of 3 with the long-tailed lengths of ``benchmarks/throughput.py`` at the
+  paper's settings) and counting questions left the rest of the window's slots empty (at window 64: mean
+  batch 112 of 192, 1.50x over ``rounds``; counting requests: mean batch ~143, ~1.66x; README's throughput
+  section). Questions in flight never wait for room, so the requests out may pass ``window`` x ``n_agents``
+  briefly (a question going from its last request to its next round's ``n_agents``; measured: at most 212 for
+  192). An engine with ``generate`` only hands a phase's completions back together: its questions claim
+  ``n_agents`` from start to finish, i.e. at most ``window`` questions are debated at once.
+- ``on_finished`` receives questions in input order, so a run's transcript file is the same, line for line,
+  under both schedules: a question that finishes before an earlier one waits, in memory, until that one is done.
+  At most :data:`HOLD_FACTOR` x ``window`` questions are *in flight* -- started and not yet handed to
+  ``on_finished`` -- which is what a SIGKILL can lose; every generation of a finished question is in the
+  response cache (when the engine has one, as the command line's does), so a resume replays those without
+  generating. Why hold more than the window: with long-tailed completions one slow question would otherwise stop
+  new questions from starting while it runs (measured with ``benchmarks/throughput.py`` at the paper's settings,
+  window 64, counting questions: 1.29x over ``rounds`` when only ``window`` questions may be unwritten, 1.50x
+  with 4 x ``window``).
 - the round hook is called under one lock (one call at a time, as in the round loop; R2-MAD's hook keeps
   state between ``finish_round`` and the next ``prepare_round`` and is not safe to call concurrently).
   ``prepare_round`` gets one question per call under both schedules (:func:`~r2mad_core.debate.round_contexts`:
@@ -76,7 +89,7 @@ from r2mad_core.debate import (
     select_peers,
     summarize,
 )
-from r2mad_core.engines.base import Engine
+from r2mad_core.engines.base import Completion, Engine, Request
 
 if TYPE_CHECKING:  # pragma: no cover
     from r2mad_core.benchmarks import Sample
@@ -142,8 +155,9 @@ def run_scheduled(
 
     ``on_finished(states)`` receives the finished states in input order, each once: under ``questions`` as soon
     as a question and every one before it are done; under ``rounds`` all at once at the end. ``on_round`` is
-    the round loop's progress callback (``rounds`` only). ``window`` (``questions``): questions in flight,
-    default :data:`DEFAULT_WINDOW`. An engine that does not accept concurrent calls runs ``rounds``.
+    the round loop's progress callback (``rounds`` only). ``window`` (``questions``): engine requests in flight,
+    ``window`` questions' worth (module docstring), default :data:`DEFAULT_WINDOW`. An engine that does not
+    accept concurrent calls runs ``rounds``.
     """
     check_schedule(schedule, window)
     if not samples:
@@ -197,6 +211,26 @@ class WallShares:
             return self._open.pop(key)
 
 
+def generate_streamed(engine: Engine, requests: list[Request], on_each: Callable[[], None]) -> list[Completion]:
+    """``engine``'s completions of ``requests`` in request order; ``on_each()`` after each one as it arrives
+    (``generate_iter``, :class:`~r2mad_core.engines.base.StreamingEngine`); never for an engine with
+    ``generate`` only (its completions come back together, when the phase is over)."""
+    stream = getattr(engine, "generate_iter", None)
+    if stream is None or not requests:
+        return generate_checked(engine, requests)
+    out: list[Completion | None] = [None] * len(requests)
+    for index, completion in stream(requests):
+        out[index] = completion
+        on_each()
+    missing = [i for i, c in enumerate(out) if c is None]
+    if missing:
+        raise RuntimeError(
+            f"engine {getattr(engine, 'identity', engine)!r} returned no completion for request(s) {missing[:10]} "
+            f"of {len(requests)}"
+        )
+    return out  # type: ignore[return-value]
+
+
 def run_questions(
     states: Sequence[DebateState],
     engine: Engine,
@@ -207,8 +241,9 @@ def run_questions(
     window: int | None = None,
     on_finished: Callable[[list[DebateState]], None] | None = None,
 ) -> None:
-    """Advance every state question by question (module docstring): at most ``window`` debated at once, at
-    most :data:`HOLD_FACTOR` x ``window`` started and not yet handed to ``on_finished``.
+    """Advance every state question by question (module docstring): a new question starts while the questions
+    in flight claim fewer than ``window`` x ``n_agents`` engine requests, and while fewer than
+    :data:`HOLD_FACTOR` x ``window`` are started and not yet handed to ``on_finished``.
 
     ``states`` are fresh (:func:`r2mad_core.debate.new_states`); they are finished in place.
     ``on_finished`` is called from the question threads, one call at a time, in input order.
@@ -223,10 +258,32 @@ def run_questions(
     interrupted = threading.Event()
     errors: list[BaseException] = []
     done = [False] * n
-    progress = {"started": 0, "written": 0, "running": 0}
+    progress = {"started": 0, "written": 0, "running": 0, "claimed": 0}
+    claims: dict[int, int] = {}
     hold = HOLD_FACTOR * window
+    per_question = config.n_agents
+    budget = window * per_question
 
-    def debate_one(state: DebateState) -> None:
+    def claim(index: int, requests: int) -> None:
+        """Question ``index`` now claims ``requests`` engine slots (module docstring: its requests out, or
+        between two phases its next phase's); freed slots start new questions."""
+        with cond:
+            progress["claimed"] += requests - claims.get(index, 0)
+            claims[index] = requests
+            admit()
+
+    def release_one(index: int) -> Callable[[], None]:
+        """A completion is back: one slot fewer, down to 1 (the last one becomes the next phase's claim)."""
+        def release() -> None:
+            with cond:
+                if claims.get(index, 0) > 1:
+                    claims[index] -= 1
+                    progress["claimed"] -= 1
+                    admit()
+        return release
+
+    def debate_one(index: int) -> None:
+        state = states[index]
         one = [state]
         for round_index in range(config.n_rounds):
             if state.finished:
@@ -240,26 +297,33 @@ def run_questions(
                 with hook_lock:
                     contexts = round_contexts(round_index, one, config, hook)
                 requests, pending = round_requests(round_index, one, selections, contexts, config)
-                completions = generate_checked(engine, requests)
+                claim(index, len(requests))
+                completions = generate_streamed(engine, requests, release_one(index))
                 record_round(round_index, one, selections, pending, completions, config)
                 appended = True
+                summary = config.with_summaries and round_index < config.n_rounds - 1 and not state.finished
+                more = round_index < config.n_rounds - 1 and not state.finished
+                claim(index, 1 if summary else per_question if more else 0)  # the next phase's requests
                 with hook_lock:
                     finish_round(round_index, one, hook)
-                if config.with_summaries and round_index < config.n_rounds - 1 and not state.finished:
+                if summary:
                     if stop.is_set():
                         raise _Stopped
                     summarize(engine, config, one, round_index)
+                    claim(index, per_question)
             finally:
                 seconds = shares.stop(id(state))
                 if appended:
                     state.rounds[-1].seconds = seconds
 
     def admit() -> None:  # with cond held
-        while (not stop.is_set() and progress["started"] < n and progress["running"] < window
+        while (not stop.is_set() and progress["started"] < n and progress["claimed"] + per_question <= budget
                and progress["started"] - progress["written"] < hold):
             index = progress["started"]
             progress["started"] += 1
             progress["running"] += 1
+            claims[index] = per_question
+            progress["claimed"] += per_question
             threading.Thread(target=worker, args=(index,), name=f"r2mad-question-{index}", daemon=True).start()
 
     def fail(exc: BaseException) -> None:  # with cond held
@@ -270,13 +334,14 @@ def run_questions(
     def worker(index: int) -> None:
         finished = False
         try:
-            debate_one(states[index])
+            debate_one(index)
             finished = True
         except BaseException as exc:  # handed to the main thread
             with cond:
                 fail(exc)
         with cond:
             progress["running"] -= 1
+            progress["claimed"] -= claims.pop(index, 0)
             try:
                 done[index] = finished
                 ready = []

@@ -14,7 +14,7 @@ import pytest
 from debate_fakes import ScriptedEngine, mc_answer, mc_sample, round_of
 from r2mad_core import benchmarks, scheduling
 from r2mad_core.debate import DebateConfig
-from r2mad_core.engines.base import EngineError
+from r2mad_core.engines.base import EngineError, collect_in_order
 from r2mad_core.engines.cache import CachedEngine
 from r2mad_core.engines.simulated import SimulatedEngine
 from r2mad_core.experiments import TRANSCRIPTS_FILE, load_run, run_cell
@@ -323,3 +323,80 @@ def test_wall_time_is_shared_among_the_questions_in_a_round(monkeypatch):
     assert shares.stop(1) == pytest.approx(2.0 + 1.0)  # t = 5: [3, 5) shared by two
     assert shares.stop(2) == pytest.approx(1.0)  # half of [3, 5)
     # the shares sum to the wall time spent in rounds, [1, 5)
+
+
+# ----------------------------------------------------------------------------------------------
+# The window counts engine requests: a question waiting for its slowest agent frees the others' slots
+# ----------------------------------------------------------------------------------------------
+def question_of(request) -> str:
+    return "q" + request.messages[-1]["content"].split("Question q", 1)[1][:3]
+
+
+class SlowThirdAgentEngine(ConcurrentScripted):
+    """A streaming engine (``generate_iter``): each call hands back its completions one by one as they finish.
+    In round 0 the third agent of q000 and of q001 finishes only once q002 has sent its first request (or
+    after a 10 s fallback): a new question can start only if the finished agents' slots count as free."""
+
+    def __init__(self) -> None:
+        super().__init__(split_answers)
+        self.q002_started = threading.Event()
+        self.lock = threading.Lock()
+        self.started: list[str] = []
+        self.started_while_q000_waited: list[str] | None = None
+
+    def generate_iter(self, requests):
+        qid = question_of(requests[0])
+        with self.lock:
+            if qid not in self.started:
+                self.started.append(qid)
+        if qid == "q002":
+            self.q002_started.set()
+        completions = super().generate(requests)
+        slow = qid in ("q000", "q001") and round_of(requests[0]) == 0
+        for index, completion in enumerate(completions):
+            if slow and index == len(completions) - 1:
+                self.q002_started.wait(timeout=10)
+                if qid == "q000":
+                    with self.lock:
+                        self.started_while_q000_waited = list(self.started)
+            yield index, completion
+
+    def generate(self, requests):  # a streaming engine's generate: its stream collected in order
+        return collect_in_order(self.generate_iter(requests), len(requests))
+
+
+def test_a_question_waiting_for_its_slowest_agent_lets_a_new_question_use_the_free_slots(tmp_path):
+    # window 2 = 6 engine requests. q000 and q001 each wait for their third agent (1 request out each): 2 of 6
+    # claimed, room for q002's 3. Counting questions instead (2 in flight = the window), q002 would wait.
+    engine = SlowThirdAgentEngine()
+    samples = [mc_sample(f"q{i:03d}") for i in range(4)]
+    result = run_cell(tmp_path / "run", benchmark="truthfulqa", split="test", engine=engine, method="mad",
+                      samples=samples, schedule="questions", window=2, progress=False)
+    assert engine.started_while_q000_waited == ["q000", "q001", "q002"]  # q003 not: 1 + 1 + 3 + 3 > 6
+    assert [r["sample_id"] for r in result.records] == ["q000", "q001", "q002", "q003"]
+    assert [len(r["rounds"]) for r in result.records] == [3, 3, 3, 3]
+
+
+class OutOfOrderStreaming(SimulatedEngine):
+    """The simulated engine streaming its completions last to first (a server hands them back as they finish)."""
+
+    concurrent_generate = True
+
+    def generate_iter(self, requests):
+        completions = self.generate(requests)
+        for index in reversed(range(len(completions))):
+            yield index, completions[index]
+
+
+@pytest.mark.parametrize("label", ["mad", "r2mad"])
+def test_completions_streamed_out_of_order_give_the_same_transcripts(label, bank, tmp_path):
+    name, options = method_of(label, bank)
+    runs = {}
+    for schedule in ("rounds", "questions"):
+        runs[schedule] = run_cell(tmp_path / schedule, benchmark=BENCHMARK, split="test",
+                                  engine=OutOfOrderStreaming([*TEST, *TRAIN], seed=1), method=name,
+                                  method_options=options, samples=TEST, seed=1, chunk_size=4, window=2,
+                                  schedule=schedule, progress=False)
+    assert file_lines(tmp_path / "questions") == file_lines(tmp_path / "rounds")
+    assert runs["questions"].n_new == len(TEST)
+

@@ -33,12 +33,19 @@ def test_tiny_virtual_run_gives_identical_transcripts_and_prints_the_gains(tmp_p
     assert out.rstrip().splitlines()[-1].startswith("questions/rounds throughput r2mad: ")
     rows = list(csv.DictReader((tmp_path / "t.csv").open()))
     assert [(r["method"], r["schedule"]) for r in rows] == [
-        ("mad", "rounds"), ("mad", "questions"), ("r2mad", "rounds"), ("r2mad", "questions")]
+        ("mad", "rounds"), ("mad", "questions"), ("r2mad", "rounds"), ("r2mad", "questions"),
+        ("r2mad (summary free)", "rounds"), ("r2mad (summary free)", "questions")]
     # the same debates cost the same tokens under both schedules; only the time they take differs
-    for method in ("mad", "r2mad"):
+    for method in ("mad", "r2mad", "r2mad (summary free)"):
         a, b = [r for r in rows if r["method"] == method]
         assert a["generated_tokens"] == b["generated_tokens"] and a["transcripts_sha256"] == b["transcripts_sha256"]
         assert a["debate_prefill_tokens"] == b["debate_prefill_tokens"]
+    # the breakdown's counterfactual runs the same debates, its summaries at no engine cost
+    full, free = [r for r in rows if r["method"].startswith("r2mad") and r["schedule"] == "questions"]
+    assert free["transcripts_sha256"] == full["transcripts_sha256"]
+    assert int(free["summary_prefill_tokens"]) == 0 < int(full["summary_prefill_tokens"])
+    assert float(free["virtual_wall_s"]) < float(full["virtual_wall_s"])
+    assert "breakdown of R2-MAD's extra" in out
 
 
 def test_decode_lengths_are_long_tailed_deterministic_and_capped():
