@@ -31,20 +31,9 @@ options, samples, the directory's config, the method's hook, e.g. loading and ve
 bank and ``hook.check_run``) so that a command line can build the engine only afterwards;
 :func:`run_cell` runs the same checks before its first generation.
 
-Transcript line (one sample)::
-
-    {"sample_id", "benchmark", "split", "gold", "num_options", "method", "seed",
-     "rounds": [{"round": t, "consensus_ratio", "unanimous", "summary", "masking", "seconds",
-                 "extra_calls": [{"tag", "prompt_tokens", "completion_tokens", "finish_reason",
-                                  "cached", "seconds"}],
-                 "agents": [{"agent", "prompt_id", "response", "answer", "correct",
-                             "finish_reason", "truncated", "empty", "prompt_tokens", "completion_tokens", "cached",
-                             "seconds", "mean_logprob", "visible_peers", "peer_confidence",
-                             "n_experiences", "retrieved"}]}],
-     "n_rounds_executed", "stopped_early",
-     "final_answer", "correct", "vote": {"answer", "correct", "rule", "group_sizes", "tied"},
-     "tokens": {tag: {"requests", "cached", "prompt_tokens", "completion_tokens", "seconds"}},
-     "seconds", "truncated_completions"}
+Transcript line (one sample): the schema is :class:`r2mad_core.records.TranscriptRecord` (rounds, agents' turns,
+vote, tokens, seconds); every line read is checked against it, and a complete line that does not fit is an error
+naming the file, the line and the field. ``config.json``: :class:`r2mad_core.records.RunConfig`.
 
 ``prompt_id`` is the first 16 hex digits of SHA-256 of the request's chat messages; ``seconds``
 (per round and per sample) is the sample's share of the wall time of each round it took part in
@@ -72,6 +61,7 @@ from r2mad_core.files import write_json_atomic
 from r2mad_core.debate import DebateState, score_turns
 from r2mad_core.engines.base import Engine
 from r2mad_core.methods import Method, RunContext, get_method
+from r2mad_core.records import RunConfig, TranscriptRecord, problems
 from r2mad_core.scheduling import check_schedule, run_scheduled
 from r2mad_core.scoring import compute_metrics, sample_cost, vote
 
@@ -115,10 +105,12 @@ def _fsync_dir(path: Path) -> None:
 
 
 class TranscriptStore:
-    """The append-only ``transcripts.jsonl`` of a run directory (see the module docstring)."""
+    """The append-only ``transcripts.jsonl`` of a run directory (see the module docstring). With ``schema`` (a
+    pydantic model, e.g. :class:`r2mad_core.records.TranscriptRecord`) every complete line read is checked against it."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, schema: type[TranscriptRecord] | None = None) -> None:
         self.path = Path(path)
+        self.schema = schema
         self._ids: set[str] | None = None
 
     def load(self, repair: bool = True) -> list[dict[str, Any]]:
@@ -148,6 +140,12 @@ class TranscriptStore:
                     record = json.loads(raw.decode("utf-8"))
                     if not isinstance(record, dict) or "sample_id" not in record:
                         problem = "not a transcript record (no sample_id)"
+                    elif self.schema is not None and (mismatch := problems(self.schema, record)):
+                        raise TranscriptError(
+                            f"{self.path}, line {line_number}: does not fit the transcript schema "
+                            f"(r2mad_core.records.TranscriptRecord): {mismatch[0]}"
+                            + (f"; and {len(mismatch) - 1} more" if len(mismatch) > 1 else "")
+                        )
                 except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                     problem = f"invalid JSON ({exc})"
             if problem is not None:
@@ -495,7 +493,7 @@ def prepare_cell(
     samples = _select_samples(benchmark, split, samples, limit, data_dir)
     ids = [s.id for s in samples]
     preflight(out_dir, benchmark=benchmark, split=split, method=method, seed=seed, limit=limit, sample_ids=ids)
-    stored = TranscriptStore(Path(out_dir) / TRANSCRIPTS_FILE)
+    stored = TranscriptStore(Path(out_dir) / TRANSCRIPTS_FILE, schema=TranscriptRecord)
     if stored.path.exists():  # a corrupt line (other than a cut-off last one) or samples of another cell
         stray = sorted({r["sample_id"] for r in stored.load(repair=False)} - set(ids))
         if stray:
@@ -586,7 +584,7 @@ def run_cell(
     )
     with locked(run_dir):
         check_config(run_dir, config)
-        store = TranscriptStore(run_dir / TRANSCRIPTS_FILE)
+        store = TranscriptStore(run_dir / TRANSCRIPTS_FILE, schema=TranscriptRecord)
         existing = {r["sample_id"]: r for r in store.load()}
         stray = sorted(set(existing) - set(ids))
         if stray:
@@ -651,7 +649,11 @@ def load_run(run_dir: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]
     if not config_path.exists():
         raise FileNotFoundError(f"{run_dir}: not a run directory (no {CONFIG_FILE})")
     config = json.loads(config_path.read_text(encoding="utf-8"))
-    records = TranscriptStore(run_dir / TRANSCRIPTS_FILE).load(repair=False)
+    mismatch = problems(RunConfig, config)
+    if mismatch:
+        raise TranscriptError(f"{config_path}: does not fit the run configuration schema (r2mad_core.records.RunConfig): "
+                              f"{mismatch[0]}")
+    records = TranscriptStore(run_dir / TRANSCRIPTS_FILE, schema=TranscriptRecord).load(repair=False)
     return config, records
 
 

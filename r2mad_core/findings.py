@@ -18,7 +18,8 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from r2mad_core.grid import GridResults, ModelSpec
+from r2mad_core.grid_results import GridResults
+from r2mad_core.model_specs import ModelSpec
 from r2mad_core.scoring import AnnotationCounts, annotation_counts, paired_test
 from r2mad_core.tables import AVERAGE_LABEL, NOT_RUN, benchmark_label
 

@@ -1,17 +1,15 @@
-"""The experiment grid: the models of a profile, the paper's (model, benchmark, method) run cells, their results.
+"""The experiment grid: the paper's (model, benchmark, method) run cells of a profile, run or loaded.
 
-:class:`ModelSpec` is one model of a profile (label, engine, model, options, the paper model it
-stands in for). :class:`Experiment` runs (or loads) the cells behind the paper's tables: one engine
-per model behind the response cache, the memory banks built once per (model, benchmark) from the
-train split (Appendix A), one run directory per cell keyed by a hash of its configuration.
-:class:`GridResults` holds the finished cells (:class:`CellOutcome`) with tidy views for the tables:
-accuracy with 95% bootstrap CIs, the paper's ``Average`` column (mean of the per-benchmark
-accuracies, :func:`r2mad_core.scoring.mean_accuracy_with_ci`), the shared-misconception subset
-(RQ4), stance transitions (Table 4), agent accuracy by round and per-query cost (Table 10).
+:class:`Experiment` runs (or loads) the cells behind the paper's tables: one engine per model
+(:class:`~r2mad_core.model_specs.ModelSpec`) behind the response cache, the memory banks built once per
+(model, benchmark) from the train split (Appendix A), one run directory per cell keyed by a hash of its
+configuration. Its results are a :class:`~r2mad_core.grid_results.GridResults`.
 
 Method names are the paper's row names (``CoT``, ``Self-Consistency (9)``, ``MAD``, ``MAD-M2 (O)``,
-``R2-MAD w/o Confidence``, ``R2-MAD retrieval=Random``, ...); :meth:`Experiment.method_options` maps
-each to a registered method of :mod:`r2mad_core.methods` and its options.
+``R2-MAD w/o Confidence``, ``R2-MAD retrieval=Random``, ...) or a registered method's label;
+:mod:`r2mad_core.method_labels` maps each to a registered method of :mod:`r2mad_core.methods` and its options.
+The names the notebooks use from the modules this one builds on (the table rows, label builders, ModelSpec,
+GridResults) are importable from here too.
 """
 
 from __future__ import annotations
@@ -20,22 +18,41 @@ import contextlib
 import hashlib
 import json
 import logging
-import math
-import os
 import re
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import numpy as np
 import pandas as pd
 
+from r2mad_core import method_labels
 from r2mad_core.artifacts import ReportContext, display_path, jsonable
 from r2mad_core.files import atomic_write
-from r2mad_core.retrieval import POLICIES, parse_retrieval_policy, policy_label, policy_spec_of_label
-from r2mad_core.scoring import agents_correct_by_round, mean_accuracy_with_ci, replayed_share
-from r2mad_core.tables import AVERAGE_LABEL, Best, Table, _is_missing, benchmark_label
+from r2mad_core.tables import benchmark_label
+from r2mad_core.grid_results import (  # noqa: F401  (re-exported for the notebooks)
+    C_TO_W_METRIC,
+    SUBSET_METRIC,
+    W_TO_C_METRIC,
+    CellOutcome,
+    GridResults,
+)
+from r2mad_core.method_labels import (  # noqa: F401  (re-exported for the notebooks)
+    ABLATION_METHODS,
+    COST_METHODS,
+    ICL_METHODS,
+    INDEPENDENT_ROUND0,
+    LARGE_MODEL_METHODS,
+    MAD_M2_METHODS,
+    MAIN_METHODS,
+    SUBSET_METHODS,
+    TRANSITION_METHODS,
+    MethodSettings,
+    poisoned_method_label,
+    retrieval_method_label,
+    retrieval_policy_label,
+    sc_methods,
+)
+from r2mad_core.model_specs import ENGINE_TITLES, SPEED_OPTIONS, ModelSpec, large_model_plan  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
@@ -64,153 +81,6 @@ def config_hash(payload: Any, length: int = 12) -> str:
     blob = json.dumps(jsonable(payload), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:length]
 
-
-def retrieval_policy_label(spec: str) -> str:
-    """``fixed_lambda:0.25`` -> ``Fixed-lambda (0.25)``; ``state_aware`` -> ``Debate-State-Aware`` (the
-    registry of :mod:`r2mad_core.retrieval`, so a registered policy gets its own row name)."""
-    return policy_label(spec)
-
-
-def retrieval_method_label(spec: str) -> str:
-    """The method name the paper's retrieval ablation uses: ``R2-MAD retrieval=Random``."""
-    return f"R2-MAD retrieval={retrieval_policy_label(spec)}"
-
-
-def poisoned_method_label(fraction: float) -> str:
-    return f"R2-MAD poisoned={fraction:g}"
-
-
-#: Engine options that change how fast generations come, never what they are: they stay out of run
-#: directory keys, so tuning threads or slots keeps every finished run.
-SPEED_OPTIONS = frozenset({
-    "threads", "parallel_slots", "context_per_slot", "max_concurrency", "startup_timeout_seconds",
-    "request_timeout_seconds", "max_retries", "server_log_verbosity", "timeout_seconds", "connect_timeout_seconds",
-    "initial_backoff_seconds", "max_backoff_seconds", "tensor_parallel_size", "gpu_memory_utilization", "chunk_size",
-})
-
-
-#: Suffix of a method name whose run draws its own round 0 (``round0="independent"``).
-INDEPENDENT_ROUND0 = " (independent round 0)"
-#: How a figure names the engine a model ran on (``ModelSpec.title``).
-ENGINE_TITLES = {"simulated": "simulated agents", "local": "local engine, llama.cpp", "vllm": "vLLM",
-                 "openai": "OpenAI-compatible API"}
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """One model of a profile: its label (as in the tables), engine, model name and engine options.
-
-    ``stands_in_for``: the paper model whose numbers this model's are compared with.
-    ``environment``: option name -> environment variable, resolved when the engine is opened
-    (API models: ``model``, ``base_urls``).
-    """
-
-    label: str
-    engine: str
-    model: str | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)
-    stands_in_for: str | None = None
-    environment: Mapping[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def from_entry(cls, entry: Mapping[str, Any], models: Sequence["ModelSpec"] = ()) -> "ModelSpec":
-        """A profile ``models`` or ``large_models`` entry; a ``stand_in`` entry becomes the named model
-        standing in for the entry's label."""
-        if "stand_in" in entry:
-            by_label = {m.label: m for m in models}
-            if entry["stand_in"] not in by_label:
-                raise ValueError(f"model entry {entry['label']!r}: stand_in {entry['stand_in']!r} is not one of {list(by_label)}")
-            base = by_label[entry["stand_in"]]
-            return cls(base.label, base.engine, base.model, dict(base.options), entry["label"], dict(base.environment))
-        environment = {}
-        if entry.get("model_env"):
-            environment["model"] = entry["model_env"]
-        if entry.get("base_url_env"):
-            environment["base_urls"] = entry["base_url_env"]
-        options = dict(entry.get("options") or {})
-        if entry.get("api_key_env"):
-            options["api_key_env"] = entry["api_key_env"]
-        return cls(
-            label=str(entry["label"]), engine=str(entry["engine"]), model=entry.get("model"),
-            options=options, stands_in_for=entry.get("stands_in_for"), environment=environment,
-        )
-
-    @property
-    def paper_model(self) -> str:
-        return self.stands_in_for or self.label
-
-    @property
-    def title(self) -> str:
-        """What ran, for axis titles and legends: ``Simulated (simulated agents)``,
-        ``SmolLM2-135M-Instruct (local engine)``. The paper model it stands in for goes in captions
-        (:attr:`stand_in_note`), never here."""
-        return f"{self.label} ({ENGINE_TITLES.get(self.engine, self.engine + ' engine')})"
-
-    @property
-    def stand_in_note(self) -> str:
-        """``"Simulated (simulated agents) stands in for Qwen2.5-7B-Instruct"`` or ``""``."""
-        return f"{self.title} stands in for {self.stands_in_for}" if self.stands_in_for else ""
-
-    def resolved(self) -> tuple[str | None, dict[str, Any]]:
-        """``(model, options)`` with the environment variables filled in (error naming a missing one)."""
-        model, options = self.model, dict(self.options)
-        for option, variable in self.environment.items():
-            value = os.environ.get(variable)
-            if not value:
-                raise RuntimeError(
-                    f"model {self.label!r}: environment variable {variable} (its {option}) is not set; "
-                    f"export it before running (see the profile file)"
-                )
-            if option == "model":
-                model = value
-            else:
-                options[option] = value
-        return model, options
-
-    def describe(self) -> dict[str, Any]:
-        """What identifies the model in run configurations: engine, model, the options that can change
-        its outputs (not the speed knobs of :data:`SPEED_OPTIONS`), environment variables by name."""
-        options = {k: v for k, v in self.options.items() if k not in SPEED_OPTIONS}
-        described = {"label": self.label, "engine": self.engine, "model": self.model,
-                     "options": options, "environment": dict(self.environment)}
-        if self.engine == "simulated":
-            # the simulated agents' behaviour version: a changed simulator gets new run directories
-            # (its transcripts are not the old ones); real engines are identified by model and options
-            from r2mad_core.engines.simulated import MODEL_VERSION
-
-            described["simulator"] = MODEL_VERSION
-        return described
-
-
-def large_model_plan(entries: Sequence[Mapping[str, Any]], models: Sequence[ModelSpec]) -> list[tuple[str, ModelSpec | None]]:
-    """The paper's larger models (Table 9) of a profile: ``(paper model, spec)`` for each ``large_models``
-    entry, ``spec = None`` for an entry that only names a ``stand_in`` (the profile has no such model:
-    its rows say :data:`NOT_RUN` rather than repeat another model's runs under this name)."""
-    plan: list[tuple[str, ModelSpec | None]] = []
-    for entry in entries:
-        if "stand_in" in entry:
-            ModelSpec.from_entry(entry, models)  # still validates the name it points at
-            plan.append((str(entry["label"]), None))
-        else:
-            plan.append((str(entry["label"]), ModelSpec.from_entry(entry, models)))
-    return plan
-
-
-@dataclass
-class CellOutcome:
-    """One finished (model, benchmark, method) cell."""
-
-    model: ModelSpec
-    benchmark: str
-    method: str  # the paper's method name (row label)
-    run_dir: Path
-    records: list[dict[str, Any]]
-    metrics: dict[str, Any]
-    n_new: int = 0
-
-    @property
-    def correct(self) -> list[bool]:
-        return [bool(r["correct"]) for r in self.records]
 
 
 class Experiment:
@@ -375,6 +245,20 @@ class Experiment:
     def sample_counts(self, benchmarks: Sequence[str] | None = None) -> dict[str, int]:
         return {b: len(self.samples(b)) for b in (benchmarks or self.benchmarks)}
 
+    def questions_note(self, benchmarks: Sequence[str] | None = None) -> str:
+        """How many test questions each cell has, for captions: ``"4 test questions per benchmark"``,
+        ``"211-500 test questions per benchmark (the full test splits)"``, ``"2 test questions"`` (one benchmark)."""
+        counts = self.sample_counts(benchmarks)
+        low, high = min(counts.values()), max(counts.values())
+        number = str(low) if low == high else f"{low}-{high}"
+        note = f"{number} test questions" + (" per benchmark" if len(counts) > 1 else "")
+        return note + (" (the full test splits)" if self.test_limit is None else "")
+
+    def benchmarks_note(self, benchmarks: Sequence[str] | None = None) -> str:
+        """The benchmarks by their table names, for captions: ``"MATH500, Economics, Engineering and TruthfulQA"``."""
+        names = [benchmark_label(b) for b in (benchmarks or self.benchmarks)]
+        return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
     def engine(self, spec: ModelSpec) -> Any:
         """The engine of a model, opened once (behind the response cache in ``cache_dir``). Opening a
         ``vllm`` engine closes the previous one: one GPU model in memory at a time."""
@@ -401,79 +285,29 @@ class Experiment:
         return self._engines[key]
 
     # -- methods ------------------------------------------------------------------------------
-    def _debate_options(self) -> dict[str, Any]:
-        return {"n_agents": self.num_agents, "n_rounds": self.num_rounds, **self.sampling}
+    def method_settings(self) -> MethodSettings:
+        """The profile's settings every method label is filled from (:mod:`r2mad_core.method_labels`)."""
+        return MethodSettings(
+            num_agents=self.num_agents, num_rounds=self.num_rounds, sampling=dict(self.sampling), top_k=self.top_k,
+            gamma=self.gamma, w_high=self.w_high, w_low=self.w_low, summary_max_tokens=self.summary_max_tokens,
+            max_experience_chars=self.max_experience_chars, seed=self.seed,
+        )
 
-    def method_options(self, method: str, memory: Path | None = None) -> tuple[str, dict[str, Any]]:
-        """``(registered method name, options)`` of a paper method name, with the profile's protocol choices
-        (those that depart from the method's defaults and that the method declares)."""
+    def method_options(self, method: str, memory: Path | str | None = None) -> tuple[str, dict[str, Any]]:
+        """``(registered method name, options)`` of a method label (:func:`r2mad_core.method_labels.resolve`), with
+        the profile's protocol choices (those that depart from the method's defaults and that the method declares)."""
         from r2mad_core.methods import method_options as declared
 
-        name, options = self._method_options(method, memory)
+        name, options = method_labels.resolve(method, self.method_settings(), memory)
         accepted = declared(name)
         for key, value in self.protocol.items():
             if key in accepted and key not in options and accepted[key] != value:
                 options[key] = value
         return name, options
 
-    def _method_options(self, method: str, memory: Path | None = None) -> tuple[str, dict[str, Any]]:
-        """``(registered method name, options)`` of a paper method name. A trailing
-        :data:`INDEPENDENT_ROUND0` (``"MAD (independent round 0)"``) sets ``round0="independent"``:
-        the run draws its own round 0 instead of sharing MAD's (the paper's separate runs)."""
-        if method.endswith(INDEPENDENT_ROUND0):
-            name, options = self._method_options(method[: -len(INDEPENDENT_ROUND0)], memory)
-            if name == "icl_cot":
-                raise ValueError(f"{method!r}: ICL-CoT has no round 0 to draw independently")
-            return name, {**options, "round0": "independent"}
-        sc = re.fullmatch(r"Self-Consistency(?: \((\d+)\))?", method)
-        if method == "CoT":
-            return "cot", dict(self.sampling)
-        if sc:
-            paths = int(sc.group(1)) if sc.group(1) else self.num_agents * self.num_rounds
-            return "self_consistency", {"k_paths": paths, **self.sampling}
-        if method == "MAD":
-            return "mad", self._debate_options()
-        if method in ("MAD-M2", "MAD-M2 (O)", "MAD-M2 (S)"):
-            masking = "subjective" if method.endswith("(S)") else "objective"
-            return "mad_m2", {"masking": masking, **self._debate_options()}
-        # shortened experiences only when the profile asks (small-context models); the paper shows them in full
-        shown = {"max_experience_chars": self.max_experience_chars} if self.max_experience_chars else {}
-        if method == "ICL-CoT":
-            return "icl_cot", {"memory": str(memory), "top_k": self.top_k, **shown, **self.sampling}
-        if method.startswith("R2-MAD"):
-            options: dict[str, Any] = {
-                "memory": str(memory), "top_k": self.top_k, "gamma": self.gamma, "w_high": self.w_high,
-                "w_low": self.w_low, "summary_max_tokens": self.summary_max_tokens, **shown,
-                **self._debate_options(),
-            }
-            rest = method[len("R2-MAD"):].strip()
-            if rest == "w/o Confidence":
-                options["use_confidence"] = False
-            elif rest == "w/o Memory":
-                options["use_memory"] = False
-            elif rest.startswith("retrieval="):
-                label = rest[len("retrieval="):]
-                name, value = parse_retrieval_policy(policy_spec_of_label(label))
-                if name != "state_aware":
-                    options["retrieval_policy"] = name
-                if value is not None:
-                    options[POLICIES[name].parameter or "fixed_lambda"] = value
-            elif rest.startswith("poisoned="):
-                fraction = float(rest[len("poisoned="):])
-                if fraction:
-                    options["poison_fraction"] = fraction
-                    options["poison_seed"] = self.seed
-            elif rest:
-                raise ValueError(f"unknown R2-MAD variant {method!r}")
-            return "r2mad", options
-        raise ValueError(
-            f"unknown method {method!r}: expected CoT, Self-Consistency[ (k)], MAD, MAD-M2[ (O)| (S)], ICL-CoT, "
-            "R2-MAD[ w/o Confidence| w/o Memory| retrieval=<policy>| poisoned=<fraction>]"
-        )
-
     @staticmethod
     def needs_memory(method: str) -> bool:
-        return method.startswith("R2-MAD") or method == "ICL-CoT"
+        return method_labels.needs_memory(method)
 
     # -- memory -------------------------------------------------------------------------------
     def memory_spec(self, spec: ModelSpec) -> ModelSpec:
@@ -589,303 +423,3 @@ def _finished_records(run_dir: Path, expected: int) -> list[dict[str, Any]] | No
         return None
     _, records = load_run(run_dir)
     return records if len(records) == expected else None
-
-
-@dataclass
-class GridResults:
-    """The outcomes of :meth:`Experiment.grid` with tidy views for tables and tests."""
-
-    outcomes: list[CellOutcome]
-    bootstrap_resamples: int = 10_000
-    seed: int = 0
-
-    def __add__(self, other: "GridResults") -> "GridResults":
-        return GridResults(self.outcomes + other.outcomes, self.bootstrap_resamples, self.seed)
-
-    def get(self, model: str, benchmark: str, method: str) -> CellOutcome:
-        for outcome in self.outcomes:
-            if (outcome.model.label, outcome.benchmark, outcome.method) == (model, benchmark, method):
-                return outcome
-        raise KeyError(f"no cell ({model}, {benchmark}, {method}) in these results")
-
-    def accuracy(self) -> pd.DataFrame:
-        """One row per cell: model, paper_model, benchmark (paper name), method, accuracy, CI, n, tokens."""
-        rows = []
-        for o in self.outcomes:
-            m = o.metrics
-            tokens = m.get("tokens_per_query", {})
-            rows.append({
-                "model": o.model.label, "paper_model": o.model.paper_model, "benchmark": benchmark_label(o.benchmark),
-                "method": o.method, "accuracy": m["accuracy"], "ci_low": m["ci_low"], "ci_high": m["ci_high"],
-                "n": m["n"], "debate_tokens": tokens.get("debate", {}).get("total_tokens", 0.0),
-                "summary_tokens": tokens.get("summary", {}).get("total_tokens", 0.0),
-                "judge_tokens": tokens.get("judge", {}).get("total_tokens", 0.0),
-                "seconds_per_query": m.get("seconds_per_query", math.nan), "run_dir": str(o.run_dir),
-            })
-        return pd.DataFrame(rows)
-
-    def per_question(self) -> pd.DataFrame:
-        """One row per (cell, question): model, benchmark (paper name), method, sample_id, correct."""
-        rows = [
-            {"model": o.model.label, "paper_model": o.model.paper_model, "benchmark": benchmark_label(o.benchmark),
-             "method": o.method, "sample_id": r["sample_id"], "correct": bool(r["correct"])}
-            for o in self.outcomes for r in o.records
-        ]
-        return pd.DataFrame(rows, columns=["model", "paper_model", "benchmark", "method", "sample_id", "correct"])
-
-    def table(
-        self,
-        methods: Sequence[str] | None = None,
-        *,
-        with_average: bool = True,
-        caption: str = "",
-        group_by_model: bool | None = None,
-        model_column: str = "model",
-    ) -> Table:
-        """The paper's accuracy table: rows (model, method) or method, columns the benchmarks (+ Average),
-        cells with 95% bootstrap CIs, the best of each model's block in bold.
-
-        ``model_column``: ``"model"`` (the reproduced model's label) or ``"paper_model"`` (the paper
-        model it stands in for, e.g. for the large-models table run with a stand-in).
-        """
-        frame = self.accuracy()
-        questions = self.per_question()
-        if methods is not None:
-            frame = frame[frame["method"].isin(methods)]
-        method_order = list(methods) if methods is not None else list(pd.unique(frame["method"]))
-        models = list(pd.unique(frame[model_column]))
-        benchmarks = list(pd.unique(frame["benchmark"]))
-        grouped = len(models) > 1 if group_by_model is None else group_by_model
-        rows = [(m, k) for m in models for k in method_order
-                if ((frame[model_column] == m) & (frame.method == k)).any()]
-        columns = benchmarks + ([AVERAGE_LABEL] if with_average and len(benchmarks) > 1 else [])
-        index = pd.MultiIndex.from_tuples(rows, names=["model", "method"])
-        values = pd.DataFrame(np.nan, index=index, columns=pd.Index(columns, name="benchmark"))
-        low, high = values.copy(), values.copy()
-        for model, method in rows:
-            part = frame[(frame[model_column] == model) & (frame.method == method)].set_index("benchmark")
-            for benchmark in benchmarks:
-                if benchmark in part.index:
-                    values.loc[(model, method), benchmark] = part.at[benchmark, "accuracy"]
-                    low.loc[(model, method), benchmark] = part.at[benchmark, "ci_low"]
-                    high.loc[(model, method), benchmark] = part.at[benchmark, "ci_high"]
-            if AVERAGE_LABEL in columns and set(benchmarks) <= set(part.index):
-                mine = questions[(questions[model_column] == model) & (questions.method == method)]
-                groups = [mine[mine.benchmark == b]["correct"].to_numpy() for b in benchmarks]
-                mean, lo, hi = mean_accuracy_with_ci(groups, n_bootstrap=self.bootstrap_resamples, seed=self.seed)
-                values.loc[(model, method), AVERAGE_LABEL] = mean
-                low.loc[(model, method), AVERAGE_LABEL] = lo
-                high.loc[(model, method), AVERAGE_LABEL] = hi
-        if not grouped:
-            for frame_ in (values, low, high):
-                frame_.index = frame_.index.droplevel("model")
-        return Table(values=values, ci_low=low, ci_high=high, caption=caption, best="max")
-
-    def reproduced(self, table_label: str, methods: Sequence[str] | None = None, *,
-                   with_average: bool = True) -> pd.DataFrame:
-        """Tidy rows for :func:`compare_with_paper`: table, model, paper_model, method, benchmark,
-        metric, value, ci_low, ci_high, n (``Average`` rows: the mean of the benchmarks)."""
-        rows = []
-        frame = self.accuracy()
-        for paper_model in pd.unique(frame["paper_model"]):
-            subset = GridResults([o for o in self.outcomes if o.model.paper_model == paper_model],
-                                 self.bootstrap_resamples, self.seed)
-            table = subset.table(methods, with_average=with_average, group_by_model=True, model_column="paper_model")
-            sizes = subset.accuracy().groupby(["method", "benchmark"])["n"].first()
-            labels = {o.model.paper_model: o.model.label for o in subset.outcomes}
-            for _, method in table.values.index:
-                for benchmark in table.values.columns:
-                    value = table.values.at[(paper_model, method), benchmark]
-                    if _is_missing(value):
-                        continue
-                    n = int(sizes.loc[method].sum()) if benchmark == AVERAGE_LABEL else int(sizes.loc[(method, benchmark)])
-                    rows.append({
-                        "table": table_label, "model": labels[paper_model], "paper_model": paper_model,
-                        "method": method, "benchmark": benchmark, "metric": "accuracy", "value": float(value),
-                        "ci_low": float(table.ci_low.at[(paper_model, method), benchmark]),
-                        "ci_high": float(table.ci_high.at[(paper_model, method), benchmark]), "n": n,
-                    })
-        return pd.DataFrame(rows)
-
-    def cross_table(self, methods: Sequence[str], *, row_names: Mapping[str, str] | None = None,
-                    caption: str = "", best: Best | None = "max") -> Table:
-        """Rows = methods (renamed by ``row_names``), columns = every (model, benchmark) pair
-        (``"<model> / <benchmark>"``) and ``Average`` over all of them: the layout of the
-        retrieval ablation (Table 3)."""
-        frame = self.accuracy()
-        frame = frame[frame["method"].isin(methods)]
-        questions = self.per_question()
-        pairs = list(dict.fromkeys(zip(frame["model"], frame["benchmark"])))
-        columns = [f"{m} / {b}" for m, b in pairs] + [AVERAGE_LABEL]
-        index = pd.Index([(row_names or {}).get(m, m) for m in methods], name="method")
-        values = pd.DataFrame(np.nan, index=index, columns=pd.Index(columns, name="cell"))
-        low, high = values.copy(), values.copy()
-        for method, row in zip(methods, index):
-            groups = []
-            for (model, benchmark), column in zip(pairs, columns):
-                hit = frame[(frame.model == model) & (frame.benchmark == benchmark) & (frame.method == method)]
-                if hit.empty:
-                    continue
-                values.at[row, column] = hit["accuracy"].iloc[0]
-                low.at[row, column] = hit["ci_low"].iloc[0]
-                high.at[row, column] = hit["ci_high"].iloc[0]
-                mine = questions[(questions.model == model) & (questions.benchmark == benchmark)
-                                 & (questions.method == method)]
-                groups.append(mine["correct"].to_numpy())
-            if len(groups) == len(pairs):
-                mean, lo, hi = mean_accuracy_with_ci(groups, n_bootstrap=self.bootstrap_resamples, seed=self.seed)
-                values.at[row, AVERAGE_LABEL], low.at[row, AVERAGE_LABEL], high.at[row, AVERAGE_LABEL] = mean, lo, hi
-        return Table(values=values, ci_low=low, ci_high=high, caption=caption, best=best)
-
-    def method_columns_table(self, methods: Sequence[str], *, caption: str = "") -> Table:
-        """Rows = (model, benchmark), columns = methods, plus an ``Average`` row over all rows: the
-        layout of the ICL-CoT comparison (Table 8)."""
-        frame = self.accuracy()
-        frame = frame[frame["method"].isin(methods)]
-        questions = self.per_question()
-        pairs = list(dict.fromkeys(zip(frame["model"], frame["benchmark"])))
-        index = pd.MultiIndex.from_tuples([*pairs, (AVERAGE_LABEL, "")], names=["model", "benchmark"])
-        values = pd.DataFrame(np.nan, index=index, columns=pd.Index(list(methods), name="method"))
-        low, high = values.copy(), values.copy()
-        for method in methods:
-            groups = []
-            for pair in pairs:
-                hit = frame[(frame.model == pair[0]) & (frame.benchmark == pair[1]) & (frame.method == method)]
-                if hit.empty:
-                    continue
-                values.at[pair, method] = hit["accuracy"].iloc[0]
-                low.at[pair, method] = hit["ci_low"].iloc[0]
-                high.at[pair, method] = hit["ci_high"].iloc[0]
-                mine = questions[(questions.model == pair[0]) & (questions.benchmark == pair[1])
-                                 & (questions.method == method)]
-                groups.append(mine["correct"].to_numpy())
-            if len(groups) == len(pairs):
-                mean, lo, hi = mean_accuracy_with_ci(groups, n_bootstrap=self.bootstrap_resamples, seed=self.seed)
-                key = (AVERAGE_LABEL, "")
-                values.at[key, method], low.at[key, method], high.at[key, method] = mean, lo, hi
-        return Table(values=values, ci_low=low, ci_high=high, caption=caption, best=None)
-
-    # -- the shared-misconception subset (RQ4) and stance transitions (Table 4) ------------------
-    def shared_misconception_subsets(self, reference: str = "MAD") -> dict[tuple[str, str], set[str]]:
-        """(model label, benchmark id) -> the sample ids where a strict majority of the ``reference``
-        method's agents is wrong at round 0 (:func:`r2mad_core.scoring.shared_misconception_subset`)."""
-        from r2mad_core.scoring import shared_misconception_subset
-
-        return {(o.model.label, o.benchmark): shared_misconception_subset(o.records)
-                for o in self.outcomes if o.method == reference}
-
-    def subset_accuracy(self, methods: Sequence[str], reference: str = "MAD") -> pd.DataFrame:
-        """Accuracy of ``methods`` on the shared-misconception subset of each (model, benchmark):
-        model, paper_model, benchmark, method, accuracy, ci_low, ci_high, n (subset size)."""
-        from r2mad_core.scoring import accuracy_with_ci
-
-        subsets = self.shared_misconception_subsets(reference)
-        rows = []
-        for o in self.outcomes:
-            if o.method not in methods or (o.model.label, o.benchmark) not in subsets:
-                continue
-            subset = subsets[(o.model.label, o.benchmark)]
-            correct = [bool(r["correct"]) for r in o.records if r["sample_id"] in subset]
-            acc = accuracy_with_ci(correct, n_bootstrap=self.bootstrap_resamples, seed=self.seed)
-            rows.append({"model": o.model.label, "paper_model": o.model.paper_model,
-                         "benchmark": benchmark_label(o.benchmark), "method": o.method, "accuracy": acc.accuracy,
-                         "ci_low": acc.low, "ci_high": acc.high, "n": acc.n})
-        return pd.DataFrame(rows, columns=["model", "paper_model", "benchmark", "method", "accuracy",
-                                           "ci_low", "ci_high", "n"])
-
-    def subset_per_question(self, methods: Sequence[str], reference: str = "MAD") -> pd.DataFrame:
-        """:meth:`per_question` restricted to the shared-misconception subset, with
-        ``metric = "accuracy (shared-misconception subset)"`` (for :func:`check_orderings`)."""
-        subsets = self.shared_misconception_subsets(reference)
-        frame = self.per_question()
-        frame = frame[frame["method"].isin(methods)].copy()
-        ids = {(m, benchmark_label(b)): s for (m, b), s in subsets.items()}
-        keep = [row.sample_id in ids.get((row.model, row.benchmark), set()) for row in frame.itertuples()]
-        frame = frame[keep].copy()
-        frame["metric"] = SUBSET_METRIC
-        return frame
-
-    def transition_rates(self, methods: Sequence[str], reference: str = "MAD") -> pd.DataFrame:
-        """C->W and W->C stance-transition rates (Table 4) of ``methods`` on the shared-misconception
-        subset: model, paper_model, benchmark, method, c_to_w, w_to_c and their counts."""
-        from r2mad_core.scoring import stance_transitions
-
-        subsets = self.shared_misconception_subsets(reference)
-        rows = []
-        for o in self.outcomes:
-            if o.method not in methods or (o.model.label, o.benchmark) not in subsets:
-                continue
-            rates = stance_transitions(o.records, subsets[(o.model.label, o.benchmark)])
-            rows.append({"model": o.model.label, "paper_model": o.model.paper_model,
-                         "benchmark": benchmark_label(o.benchmark), "method": o.method, **rates.to_dict()})
-        return pd.DataFrame(rows)
-
-    def agent_accuracy_by_round(self, methods: Sequence[str], subset_reference: str | None = "MAD") -> pd.DataFrame:
-        """Share of correct agent answers at each round t = 0 .. T-1 (on the shared-misconception
-        subset when ``subset_reference`` is given): model, benchmark, method, round, agent_accuracy,
-        answers. A debate that stopped early (unanimity) keeps its last answers for the rounds it
-        did not run, so every round averages the same debates."""
-        subsets = self.shared_misconception_subsets(subset_reference) if subset_reference else {}
-        rows = []
-        for o in self.outcomes:
-            if o.method not in methods:
-                continue
-            keep = subsets.get((o.model.label, o.benchmark)) if subset_reference else None
-            records = [r for r in o.records if keep is None or r["sample_id"] in keep]
-            horizon = max((len(r["rounds"]) for r in o.records), default=0)
-            for t, (right, count) in enumerate(agents_correct_by_round(records, horizon)):
-                rows.append({"model": o.model.label, "paper_model": o.model.paper_model,
-                             "benchmark": benchmark_label(o.benchmark), "method": o.method, "round": t,
-                             "agent_accuracy": right / count if count else math.nan, "answers": count})
-        return pd.DataFrame(rows)
-
-    def cost(self, methods: Sequence[str]) -> pd.DataFrame:
-        """Per-query cost of each cell (Table 10): prompt/completion tokens per tag, requests, and the
-        wall seconds per query that the run which wrote the transcripts measured.
-
-        ``replayed_share`` is the share of the cell's generations (debate turns and extra calls) that
-        came from the response cache when the transcripts were written: those cost no time then, so
-        the measured time leaves them out. ``time_measured`` is False for simulated agents (their
-        wall time is the simulator's bookkeeping) and for a cell whose every generation was replayed;
-        :func:`r2mad_core.tables.time_cell` turns both into the text a table shows.
-        """
-        rows = []
-        for o in self.outcomes:
-            if o.method not in methods:
-                continue
-            tokens = o.metrics.get("tokens_per_query", {})
-            replayed = replayed_share(o.records)
-            row = {"model": o.model.label, "paper_model": o.model.paper_model, "engine": o.model.engine,
-                   "benchmark": benchmark_label(o.benchmark), "method": o.method, "n": o.metrics["n"],
-                   "seconds_per_query": o.metrics.get("seconds_per_query", math.nan),
-                   "replayed_share": replayed,
-                   "time_measured": o.model.engine != "simulated" and replayed < 1.0}
-            for tag in ("debate", "summary", "judge"):
-                part = tokens.get(tag, {})
-                row[f"{tag}_requests"] = part.get("requests", 0.0)
-                row[f"{tag}_prompt_tokens"] = part.get("prompt_tokens", 0.0)
-                row[f"{tag}_completion_tokens"] = part.get("completion_tokens", 0.0)
-                row[f"{tag}_tokens"] = part.get("total_tokens", 0.0)
-            rows.append(row)
-        return pd.DataFrame(rows)
-
-
-SUBSET_METRIC = "accuracy (shared-misconception subset)"
-C_TO_W_METRIC = "C->W rate (shared-misconception subset)"
-W_TO_C_METRIC = "W->C rate (shared-misconception subset)"
-
-#: The methods of each paper table (the paper's row names).
-MAIN_METHODS = ("CoT", "Self-Consistency", "MAD", "MAD-M2", "R2-MAD")
-ABLATION_METHODS = ("R2-MAD", "R2-MAD w/o Confidence", "R2-MAD w/o Memory")
-LARGE_MODEL_METHODS = ("CoT", "MAD", "R2-MAD")
-MAD_M2_METHODS = ("MAD-M2 (S)", "MAD-M2 (O)")
-ICL_METHODS = ("CoT", "ICL-CoT", "R2-MAD")
-SUBSET_METHODS = ("MAD", "MAD-M2", "R2-MAD")
-TRANSITION_METHODS = ("R2-MAD", "R2-MAD w/o Confidence")
-COST_METHODS = ("Self-Consistency", "MAD", "R2-MAD")
-
-
-def sc_methods(paths: Sequence[int]) -> list[str]:
-    """``[3, 6, 9]`` -> ``["Self-Consistency (3)", ...]`` (Table 5)."""
-    return [f"Self-Consistency ({k})" for k in paths]
-

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any, Iterable, MutableMapping, Sequence
 
 from r2mad_core.artifacts import ReportContext, apply_style
-from r2mad_core.grid import Experiment, ModelSpec
+from r2mad_core.grid import Experiment
+from r2mad_core.plugins import load_plugins
+from r2mad_core.model_specs import ModelSpec
 
 #: Libraries whose INFO lines would fill a notebook.
 CHATTY_LOGGERS = ("httpx", "httpcore", "urllib3", "filelock", "huggingface_hub", "sentence_transformers",
@@ -94,6 +96,7 @@ def setup(namespace: MutableMapping[str, Any], notebook: str, *, experiment: boo
     build the :class:`~r2mad_core.grid.Experiment` (``experiment=True``) and the artifact context."""
     import pandas as pd
 
+    load_plugins()  # a plugin's benchmarks, policies and methods (R2MAD_PLUGINS), as in the runner and the CLI
     filled = fill_parameters(namespace)
     quiet_logging()
     apply_style()

@@ -41,11 +41,12 @@ from pydantic import (
     field_validator,
 )
 
-from r2mad_core import benchmarks
+from r2mad_core import benchmarks, method_labels
 from r2mad_core.benchmarks import SPLIT_RULES
 from r2mad_core.debate import ROUND0_MODES
 from r2mad_core.engines import ENGINE_NAMES
 from r2mad_core.methods import OBJECTIVE_KEEP
+from r2mad_core.plugins import PluginError, load_plugins
 from r2mad_core.prompts import TASK_PROMPT_WORDINGS
 from r2mad_core.r2mad import EXPERIENCE_REFERENCES
 from r2mad_core.retrieval import parse_retrieval_policy
@@ -216,6 +217,19 @@ class ProfileSpec(_Record):
     task_prompt: Literal[TASK_PROMPT_WORDINGS] = TASK_PROMPT_WORDINGS[0]  # type: ignore[valid-type]
     split_rule: Literal[SPLIT_RULES] = SPLIT_RULES[0]  # type: ignore[valid-type]
     objective_keep: Literal[OBJECTIVE_KEEP] = OBJECTIVE_KEEP[0]  # type: ignore[valid-type]
+    # Optional: methods added to Table 1's rows after the paper's, by label (a registered method's, e.g. a plugin's)
+    extra_methods: list[Text] = []
+
+    @field_validator("extra_methods")
+    @classmethod
+    def _resolvable(cls, value: list[str]) -> list[str]:
+        for label in value:
+            if label in method_labels.MAIN_METHODS:
+                raise ValueError(f"{label!r} is already one of Table 1's rows {list(method_labels.MAIN_METHODS)}")
+            method_labels.resolve(label, method_labels.MethodSettings(), memory="<memory bank>")  # names the problem
+        if len(set(value)) != len(value):
+            raise ValueError("no duplicates")
+        return value
 
     @field_validator("models")
     @classmethod
@@ -360,8 +374,10 @@ class Profile:
         return self.fields[key]
 
     def parameters(self, paths: Mapping[str, Any]) -> dict[str, Any]:
-        """Every notebook parameter: the fields (``extra_parameters`` spread out), the name, the paths."""
-        params = {k: v for k, v in self.fields.items() if k != "extra_parameters"}
+        """Every notebook parameter: the fields (``extra_parameters`` spread out; an optional field the profile
+        leaves out takes the schema's default), the name, the paths."""
+        params = {name: getattr(self.spec, name) for name in OPTIONAL_FIELDS}
+        params.update({k: v for k, v in self.fields.items() if k != "extra_parameters"})
         params.update(self.fields.get("extra_parameters") or {})
         params["profile"] = self.name
         params.update({k: (str(v) if isinstance(v, Path) else v) for k, v in paths.items()})
@@ -378,8 +394,15 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
     """Load and validate a profile by name (a packaged profile) or by path to a YAML file.
 
     ``overrides`` replace top-level fields (or ``extra_parameters`` entries) before validation.
+    The registries the fields are checked against include plugins (:func:`r2mad_core.plugins.load_plugins`:
+    ``R2MAD_PLUGINS`` and the ``r2mad.plugins`` entry points), loaded here first, so a plugin's benchmark, policy
+    or method label is a valid profile value in the runner and in every notebook's kernel.
     Raises :class:`ProfileError` listing every problem.
     """
+    try:
+        load_plugins()
+    except PluginError as exc:
+        raise ProfileError(str(exc)) from exc
     candidate = Path(name_or_path)
     if candidate.suffix in (".yaml", ".yml") or candidate.exists():
         if not candidate.is_file():

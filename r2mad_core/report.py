@@ -23,24 +23,21 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from r2mad_core.grid import (
+from r2mad_core.grid import Experiment
+from r2mad_core.grid_results import C_TO_W_METRIC, SUBSET_METRIC, W_TO_C_METRIC, GridResults
+from r2mad_core.method_labels import (
     ABLATION_METHODS,
-    C_TO_W_METRIC,
     COST_METHODS,
     ICL_METHODS,
     LARGE_MODEL_METHODS,
     MAD_M2_METHODS,
     MAIN_METHODS,
     SUBSET_METHODS,
-    SUBSET_METRIC,
     TRANSITION_METHODS,
-    W_TO_C_METRIC,
-    Experiment,
-    GridResults,
-    large_model_plan,
     retrieval_method_label,
     sc_methods,
 )
+from r2mad_core.model_specs import large_model_plan
 from r2mad_core.scoring import mean_accuracy_with_ci, paired_test
 from r2mad_core.tables import AVERAGE_LABEL
 

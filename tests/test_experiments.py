@@ -321,3 +321,30 @@ def test_sigkill_at_random_points_then_resume_finishes_every_sample_once(tmp_pat
         print(f"\n[run cell, {schedule}] SIGKILLs survived: {len(kills)} (lines on disk at each: {kills}), torn writes repaired: 1, "
               f"samples lost: {lost}, duplicated: {len(ids) - len(set(ids))}, resumed run == uninterrupted run")
     assert lost == 0, f"{lost} samples lost after {len(kills)} kills"
+
+
+def test_a_record_or_config_that_does_not_fit_the_schema_names_file_line_and_field(tmp_path):
+    """The transcript and config schema (r2mad_core.records): a complete line whose field is wrong is an error
+    naming the line and the field (not a KeyError later in scoring); the writer's own records fit."""
+    from r2mad_core.records import RunConfig, TranscriptRecord, problems
+
+    run_dir = tmp_path / "run"
+    result = run_cell(run_dir, benchmark="truthfulqa", split="test", engine=ScriptedEngine(hashed_respond),
+                      method="mad", seed=0, samples=samples(2), progress=False)
+    assert all(problems(TranscriptRecord, r) == [] for r in result.records)
+    assert problems(RunConfig, json.loads((run_dir / "config.json").read_text())) == []
+    path = run_dir / TRANSCRIPTS_FILE
+    lines = path.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["rounds"][0]["agents"][1]["completion_tokens"] = "many"
+    del first["vote"]
+    path.write_text(json.dumps(first) + "\n" + lines[1] + "\n")
+    with pytest.raises(TranscriptError, match=r"transcripts.jsonl, line 1: does not fit the transcript schema "
+                                              r"\(r2mad_core.records.TranscriptRecord\): rounds.0.agents.1.completion_tokens: "
+                                              r"Input should be a valid integer.*\(found 'many'\); and 1 more"):
+        load_run(run_dir)
+    config = json.loads((run_dir / "config.json").read_text())
+    config["n_samples"] = "two"
+    (run_dir / "config.json").write_text(json.dumps(config))
+    with pytest.raises(TranscriptError, match=r"config.json: does not fit the run configuration schema.*n_samples"):
+        load_run(run_dir)

@@ -8,7 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 from r2mad_core import findings
-from r2mad_core.grid import CellOutcome, GridResults, ModelSpec
+from r2mad_core.grid_results import CellOutcome, GridResults
+from r2mad_core.model_specs import ModelSpec
 
 SIM = ModelSpec("Sim", "simulated", None, stands_in_for="Qwen2.5-7B-Instruct")
 

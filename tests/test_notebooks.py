@@ -19,7 +19,7 @@ from r2mad_core import reproduce
 from r2mad_core.artifacts import read_manifest
 from r2mad_core.tables import NOT_RUN
 from r2mad_core.tables import read_table
-from r2mad_core.reproduce import PATH_PARAMETERS, TOP_LEVEL_FIELDS, load_profile
+from r2mad_core.profile_schema import OPTIONAL_FIELDS, PATH_PARAMETERS, TOP_LEVEL_FIELDS, load_profile
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"
@@ -94,9 +94,10 @@ def test_parameters_default_from_one_place_the_profile(path: Path) -> None:
         if name == "profile":
             assert ast.literal_eval(node.value) == "tiny", f"{path.name}: profile defaults to tiny"
             continue
-        if path.stem in OWN_PARAMETERS_ONLY_EXEMPT and name not in TOP_LEVEL_FIELDS and name not in PATH_PARAMETERS:
+        fields = (*TOP_LEVEL_FIELDS, *OPTIONAL_FIELDS, *PATH_PARAMETERS)
+        if path.stem in OWN_PARAMETERS_ONLY_EXEMPT and name not in fields:
             continue
-        assert name in TOP_LEVEL_FIELDS or name in PATH_PARAMETERS, f"{path.name}: {name} is not a profile field"
+        assert name in fields, f"{path.name}: {name} is not a profile field"
         assert isinstance(node.value, ast.Constant) and node.value.value is Ellipsis, (
             f"{path.name}: {name} must default to ... (filled from the profile), found {ast.unparse(node.value)}")
     assert "profile" in names

@@ -107,3 +107,54 @@ def test_a_toy_benchmark_method_and_policy_run_through_the_cli(tmp_path: Path, m
     help_text = subprocess.run([sys.executable, "-m", "r2mad_core", "run", "--help"], env=env, capture_output=True,
                                text=True, timeout=120).stdout
     assert "toy_quiz" in help_text and "toy_two_agents" in help_text and "toy_similarity" in help_text
+
+
+def test_a_toy_benchmark_method_and_policy_run_through_the_notebooks_of_the_tiny_profile(tmp_path: Path) -> None:
+    """The same toy plugin, used the way a researcher would: `make reproduce` with profile overrides. The toy
+    benchmark is the profile's only benchmark, the toy method a row of Table 1 (notebook 03), the toy policy a
+    row of the retrieval ablation (notebook 04); each table shows them under their registered labels."""
+    import csv
+    import json
+    import os
+    import subprocess
+
+    quiz = [{"q": f"Which number is {k}?", "options": [str(k), str(k + 1), str(k + 2), str(k + 3)], "answer": 0}
+            for k in range(8)]
+    (tmp_path / "quiz.jsonl").write_text("\n".join(json.dumps(row) for row in quiz))
+    (tmp_path / "toy_plugin.py").write_text(TOY_PLUGIN)
+    env = {**os.environ, plugins.ENVIRONMENT_VARIABLE: str(tmp_path / "toy_plugin.py")}
+    overrides = {
+        "benchmarks": "[toy_quiz]", "retrieval_benchmarks": "[toy_quiz]", "icl_benchmarks": "[toy_quiz]",
+        "poison_benchmarks": "[toy_quiz]", "cost_benchmark": "toy_quiz",
+        "retrieval_policies": "[similarity, toy_similarity, state_aware]",
+        "extra_methods": "['Two-agent debate']",
+    }
+    command = [sys.executable, "-m", "r2mad_core.reproduce", "--profile", "tiny", "--only", "03,04",
+               "--output-dir", str(tmp_path / "out")]
+    for key, value in overrides.items():
+        command += ["--set", f"{key}={value}"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = tmp_path / "out" / "figures" / "tiny"
+
+    def rows(name: str) -> list[dict[str, str]]:
+        with open(figures / f"{name}.csv", newline="") as f:
+            return list(csv.DictReader(f))
+
+    main = rows("tab_main_results")
+    assert {r["benchmark"] for r in main} == {"Toy quiz"}  # one benchmark: no Average column
+    assert list(dict.fromkeys(r["method"] for r in main)) == ["CoT", "Self-Consistency", "MAD", "MAD-M2", "R2-MAD",
+                                                              "Two-agent debate"]
+    ablation = rows("tab_retrieval_ablation")
+    assert list(dict.fromkeys(r["method"] for r in ablation)) == ["Similarity-based", "Toy similarity", "Debate-State-Aware"]
+    # the toy method's run is a 2-agent debate of the toy benchmark's 2 test questions
+    runs = sorted((tmp_path / "out" / "runs" / "tiny").glob("*/toy_quiz/toy_two_agents-*/transcripts.jsonl"))
+    assert len(runs) == 1
+    records = [json.loads(line) for line in runs[0].read_text().splitlines()]
+    assert len(records) == 2 and all(len(r["rounds"][0]["agents"]) == 2 for r in records)
+    # without the plugin the same overrides are one line naming the field
+    plain = {k: v for k, v in env.items() if k != plugins.ENVIRONMENT_VARIABLE}
+    failed = subprocess.run(command, env=plain, capture_output=True, text=True, timeout=300)
+    assert failed.returncode == 2 and "field 'benchmarks': expected benchmark ids" in failed.stderr
+    caption = (figures / "tab_main_results.md").read_text()
+    assert "on Toy quiz (95% bootstrap CIs; 2 test questions)" in caption

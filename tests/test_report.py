@@ -344,12 +344,9 @@ def test_artifact_names_follow_the_paper_labels() -> None:
 # --------------------------------------------------------------------------------------------
 
 from r2mad_core.methods import get_method  # noqa: E402
-from r2mad_core.grid import (  # noqa: E402
-    CellOutcome,
-    Experiment,
-    GridResults,
-    ModelSpec,
-)
+from r2mad_core.grid import Experiment  # noqa: E402
+from r2mad_core.grid_results import CellOutcome, GridResults  # noqa: E402
+from r2mad_core.model_specs import ModelSpec  # noqa: E402
 from r2mad_core.scoring import mean_accuracy_with_ci  # noqa: E402
 from r2mad_core.tables import tidy_to_table  # noqa: E402
 
