@@ -174,16 +174,16 @@ def test_report_layer_modules_stay_one_screen_of_concepts(module: str) -> None:
 #: The package's layers, bottom up (DESIGN.md "Data flows one way"): a module imports only modules of lower
 #: layers. A new module goes into the lowest layer above everything it imports; an arrow back up fails.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("files", "plugins", "benchmarks", "engines.base", "embeddings", "retrieval", "theory", "budget"),
+    ("files", "records", "plugins", "benchmarks", "engines.base", "embeddings", "retrieval", "theory", "budget"),
     ("answers", "prompts", "engines.cache", "engines.thinking", "tables", "memory_cases", "theory_checks",
      "theory_simulation"),
     ("memory", "debate", "engines.openai_compat", "engines.simulated", "artifacts"),
-    ("confidence", "memory_audit"),
+    ("confidence", "memory_audit", "model_specs"),
     ("engines.local", "engines.vllm_backend", "scoring", "scheduling"),
     ("engines", "r2mad"),
     ("methods",),
-    ("experiments", "profile_schema"),
-    ("memory_construction",),
+    ("experiments", "method_labels"),
+    ("memory_construction", "grid_results", "profile_schema"),
     ("grid",),
     ("report", "findings"),
     ("cli_common", "reproduce"),
