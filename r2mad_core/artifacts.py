@@ -317,9 +317,20 @@ class ReportContext:
     benchmarks: Sequence[str] = ()
     seeds: Sequence[int] = ()
     sample_counts: Mapping[str, Any] = field(default_factory=dict)
+    #: What ran, by engine and model (``ModelSpec.title``: "Simulated (simulated agents)"); every caption that does
+    #: not already name each of them gets "Produced by: ..." appended, so no artifact hides what made it.
+    engine_titles: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
+
+    def with_engine_note(self, caption: str | None) -> str | None:
+        """``caption`` plus "Produced by: <engine titles>." unless it names each of them already."""
+        missing = [t for t in self.engine_titles if t not in (caption or "")]
+        if not missing:
+            return caption
+        note = f"Produced by: {', '.join(self.engine_titles)}."
+        return f"{caption.rstrip()} {note}" if caption and caption.strip() else note
 
     def _fields(self, overrides: dict[str, Any]) -> dict[str, Any]:
         base = {
@@ -334,9 +345,12 @@ class ReportContext:
         return base
 
     def save_table(self, table: Table | pd.DataFrame, name: str, **overrides: Any) -> list[Path]:
+        own = table.caption if isinstance(table, Table) else None
+        overrides["caption"] = self.with_engine_note(overrides.get("caption", own))
         return save_table(table, name, self.out_dir, **self._fields(overrides))
 
     def save_figure(self, fig: Any, name: str, **overrides: Any) -> list[Path]:
+        overrides["caption"] = self.with_engine_note(overrides.get("caption", ""))
         return save_figure(fig, name, self.out_dir, **self._fields(overrides))
 
 

@@ -190,6 +190,7 @@ class Experiment:
             profile=profile, out_dir=Path(figures_dir), notebook=notebook,
             models=[m.label + (f" (stands in for {m.stands_in_for})" if m.stands_in_for else "") for m in self.models],
             benchmarks=self.benchmarks, seeds=[self.seed], sample_counts=self.sample_counts(),
+            engine_titles=[m.title for m in self.models],
         )
 
     def describe(self) -> pd.DataFrame:

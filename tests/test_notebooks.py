@@ -258,6 +258,17 @@ def test_figures_name_the_engine_and_what_they_cover(tiny_run: Path) -> None:
     assert not any("Eq. joint_bound" in t or "joint_bound" in t for t in bound["axes"])
 
 
+def test_every_caption_of_a_run_says_what_produced_it(tiny_run: Path) -> None:
+    """Tables and figures built from runs (every notebook but the data and theory ones) name the engine and model
+    in their caption, e.g. the memory audit and the paper comparison, which once did not say "simulated"."""
+    manifest = read_manifest(tiny_run / "figures" / "tiny")["artifacts"]
+    from_runs = {name: r for name, r in manifest.items() if r["notebook"] not in ("01_data", "08_theory")}
+    assert {"tab_memory_audit", "tab_paper_claims", "tab_paper_comparison"} <= set(from_runs)
+    unnamed = [name for name, r in from_runs.items() if "Simulated (simulated agents)" not in r["caption"]]
+    assert not unnamed, f"captions that do not say what produced them: {unnamed}"
+    assert not any("simulated" in r["caption"].lower() for r in manifest.values() if r["notebook"] == "01_data")
+
+
 def test_claims_hold_only_when_strict_and_count_each_comparison_once(tiny_run: Path) -> None:
     figures = tiny_run / "figures" / "tiny"
     claims = pd.read_csv(figures / "tab_paper_claims.csv")

@@ -686,3 +686,16 @@ def test_a_changed_simulator_gets_new_run_directories(tmp_path: Path, monkeypatc
     assert before[0] != after[0] and before[1] != after[1]
     assert ModelSpec("Real", "local").describe() == {"label": "Real", "engine": "local", "model": None,
                                                      "options": {}, "environment": {}}
+
+
+def test_the_report_context_appends_what_ran_to_a_caption_that_does_not_say_it(tmp_path: Path) -> None:
+    ctx = artifacts.ReportContext(profile="tiny", out_dir=tmp_path, engine_titles=["Simulated (simulated agents)"])
+    assert ctx.with_engine_note("Memory audit.") == "Memory audit. Produced by: Simulated (simulated agents)."
+    assert ctx.with_engine_note("Accuracy. Simulated (simulated agents) stands in for Qwen.") == (
+        "Accuracy. Simulated (simulated agents) stands in for Qwen.")
+    assert ctx.with_engine_note(None) == "Produced by: Simulated (simulated agents)."
+    ctx.save_table(pd.DataFrame({"a": [1]}), "tab_x", caption="A table.")
+    assert artifacts.read_manifest(tmp_path)["artifacts"]["tab_x"]["caption"] == (
+        "A table. Produced by: Simulated (simulated agents).")
+    assert (tmp_path / "tab_x.md").read_text().endswith("A table. Produced by: Simulated (simulated agents).\n")
+    assert artifacts.ReportContext(profile="tiny", out_dir=tmp_path).with_engine_note("Data.") == "Data."
