@@ -1,6 +1,6 @@
 """The experiment grid: the paper's (model, benchmark, method) run cells of a profile, run or loaded.
 
-:class:`Experiment` runs (or loads) the cells behind the paper's tables: one engine per model
+:class:`ExperimentGrid` runs (or loads) the cells behind the paper's tables: one engine per model
 (:class:`~r2mad_core.model_specs.ModelSpec`) behind the response cache, the memory banks built once per
 (model, benchmark) from the train split (Appendix A), one run directory per cell keyed by a hash of its
 configuration. Its results are a :class:`~r2mad_core.grid_results.GridResults`.
@@ -83,7 +83,7 @@ def config_hash(payload: Any, length: int = 12) -> str:
 
 
 
-class Experiment:
+class ExperimentGrid:
     """Runs the paper's cells for the notebooks: one engine per model (opened on first need, cached
     in ``cache_dir``), memory banks per (model, benchmark) built once, one run directory per cell
     keyed by a hash of its configuration (``runs_dir/<model>/<benchmark>/<registered method>-<hash>``), so
@@ -174,14 +174,14 @@ class Experiment:
     )
 
     @classmethod
-    def from_parameters(cls, namespace: Mapping[str, Any], **overrides: Any) -> "Experiment":
-        """Build from a notebook's parameters (``Experiment.from_parameters(globals())``): the
+    def from_parameters(cls, namespace: Mapping[str, Any], **overrides: Any) -> "ExperimentGrid":
+        """Build from a notebook's parameters (``ExperimentGrid.from_parameters(globals())``): the
         profile fields named in :data:`PARAMETERS` that the namespace defines, then ``overrides``."""
         options = {k: namespace[k] for k in cls.PARAMETERS if k in namespace}
         options.update(overrides)
         missing = [k for k in ("models", "benchmarks", "runs_dir", "cache_dir") if k not in options]
         if missing:
-            raise ValueError(f"Experiment.from_parameters: the notebook defines no {missing}")
+            raise ValueError(f"ExperimentGrid.from_parameters: the notebook defines no {missing}")
         return cls(**options)
 
     def report_context(self, profile: str, figures_dir: str | Path, notebook: str) -> ReportContext:
@@ -215,7 +215,7 @@ class Experiment:
         return pd.DataFrame({"setting": list(rows), "value": [str(v) for v in rows.values()]}).set_index("setting")
 
     # -- context manager -----------------------------------------------------------------------
-    def __enter__(self) -> "Experiment":
+    def __enter__(self) -> "ExperimentGrid":
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -1,6 +1,6 @@
 """Grid results: the finished (model, benchmark, method) cells of the notebooks and their tidy views.
 
-:class:`GridResults` holds the cells :meth:`r2mad_core.grid.Experiment.grid` ran or loaded
+:class:`GridResults` holds the cells :meth:`r2mad_core.grid.ExperimentGrid.grid` ran or loaded
 (:class:`CellOutcome`) with the views the tables need: accuracy with 95% bootstrap CIs, the paper's
 ``Average`` column (mean of the per-benchmark accuracies, :func:`r2mad_core.scoring.mean_accuracy_with_ci`),
 the shared-misconception subset (RQ4: questions where MAD's agents agree on a wrong answer), stance transitions
@@ -45,7 +45,7 @@ class CellOutcome:
 
 @dataclass
 class GridResults:
-    """The outcomes of :meth:`Experiment.grid` with tidy views for tables and tests."""
+    """The outcomes of :meth:`ExperimentGrid.grid` with tidy views for tables and tests."""
 
     outcomes: list[CellOutcome]
     bootstrap_resamples: int = 10_000

@@ -10,7 +10,7 @@ Paths default to ``../figures/<profile>``, ``../runs/<profile>`` and ``../cache/
 
 Logging inside a notebook is quiet: ``r2mad_core`` logs only errors (what a notebook needs to say
 it prints or tabulates from the numbers), chatty libraries only warnings; long steps show one
-progress bar each (:meth:`r2mad_core.grid.Experiment.grid`).
+progress bar each (:meth:`r2mad_core.grid.ExperimentGrid.grid`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable, MutableMapping, Sequence
 
 from r2mad_core.artifacts import ReportContext, apply_style
-from r2mad_core.grid import Experiment
+from r2mad_core.grid import ExperimentGrid
 from r2mad_core.plugins import load_plugins
 from r2mad_core.model_specs import ModelSpec
 
@@ -70,7 +70,7 @@ class Session:
     profile: str
     notebook: str
     ctx: ReportContext
-    exp: Experiment | None = None
+    exp: ExperimentGrid | None = None
     filled: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -93,7 +93,7 @@ class Session:
 def setup(namespace: MutableMapping[str, Any], notebook: str, *, experiment: bool = True,
           progress: bool = True) -> Session:
     """Fill the ``...`` parameters from the profile, quiet the logs, set the figure and display style,
-    build the :class:`~r2mad_core.grid.Experiment` (``experiment=True``) and the artifact context."""
+    build the :class:`~r2mad_core.grid.ExperimentGrid` (``experiment=True``) and the artifact context."""
     import pandas as pd
 
     load_plugins()  # a plugin's benchmarks, policies and methods (R2MAD_PLUGINS), as in the runner and the CLI
@@ -106,7 +106,7 @@ def setup(namespace: MutableMapping[str, Any], notebook: str, *, experiment: boo
     profile = str(namespace.get("profile") or "tiny")
     figures_dir = Path(namespace.get("figures_dir") or PATH_DEFAULTS["figures_dir"].format(profile=profile))
     if experiment:
-        exp = Experiment.from_parameters(namespace, progress=progress)
+        exp = ExperimentGrid.from_parameters(namespace, progress=progress)
         ctx = exp.report_context(profile, figures_dir, notebook=notebook)
     else:
         exp = None

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from r2mad_core.grid import Experiment
+from r2mad_core.grid import ExperimentGrid
 from r2mad_core.grid_results import C_TO_W_METRIC, SUBSET_METRIC, W_TO_C_METRIC, GridResults
 from r2mad_core.method_labels import (
     ABLATION_METHODS,
@@ -384,10 +384,10 @@ class Reproduction:
 
 
 class _OneBar:
-    """An :class:`~r2mad_core.grid.Experiment` whose ``grid`` calls share one progress bar (each grid's
+    """An :class:`~r2mad_core.grid.ExperimentGrid` whose ``grid`` calls share one progress bar (each grid's
     own bar off): :func:`collect_reproduction` is one step of notebook 10."""
 
-    def __init__(self, exp: Experiment, total: int) -> None:
+    def __init__(self, exp: ExperimentGrid, total: int) -> None:
         self._exp = exp
         self._bar = None
         if exp.progress:
@@ -416,7 +416,7 @@ class _OneBar:
 
 
 def collect_reproduction(
-    exp: Experiment,
+    exp: ExperimentGrid,
     *,
     sc_paths: Sequence[int],
     retrieval_policies: Sequence[str],

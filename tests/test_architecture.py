@@ -120,7 +120,7 @@ def test_the_walker_sees_function_level_and_relative_imports() -> None:
         "from __future__ import annotations\n"
         "import r2mad_core.tables\n"
         "def f():\n"
-        "    from r2mad_core.grid import Experiment\n"
+        "    from r2mad_core.grid import ExperimentGrid\n"
         "    from r2mad_core import report\n"
         "    from .engines import make_engine\n"
         "    import numpy\n"

@@ -7,18 +7,18 @@ from pathlib import Path
 import pytest
 
 from r2mad_core import findings
-from r2mad_core.grid import Experiment
+from r2mad_core.grid import ExperimentGrid
 from r2mad_core.reproduce import load_profile
 
 SIM_A = {"label": "Sim A", "engine": "simulated", "model": None, "options": {}}
 SIM_B = {"label": "Sim B", "engine": "simulated", "model": None, "options": {"seed": 7}}
 
 
-def experiment(tmp_path: Path, **changes) -> Experiment:
+def experiment(tmp_path: Path, **changes) -> ExperimentGrid:
     options = dict(models=[SIM_A, SIM_B], benchmarks=["mmlu_pro_engineering"], runs_dir=tmp_path / "runs",
                    cache_dir=tmp_path / "cache", test_limit=None, train_limit=2, max_tokens=64)
     options.update(changes)
-    return Experiment(**options)
+    return ExperimentGrid(**options)
 
 
 def test_the_default_protocol_adds_no_option_so_run_keys_stay(tmp_path: Path) -> None:

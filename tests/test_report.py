@@ -344,7 +344,7 @@ def test_artifact_names_follow_the_paper_labels() -> None:
 # --------------------------------------------------------------------------------------------
 
 from r2mad_core.methods import get_method  # noqa: E402
-from r2mad_core.grid import Experiment  # noqa: E402
+from r2mad_core.grid import ExperimentGrid  # noqa: E402
 from r2mad_core.grid_results import CellOutcome, GridResults  # noqa: E402
 from r2mad_core.model_specs import ModelSpec  # noqa: E402
 from r2mad_core.scoring import mean_accuracy_with_ci  # noqa: E402
@@ -353,11 +353,11 @@ from r2mad_core.tables import tidy_to_table  # noqa: E402
 SIMULATED = {"label": "Sim", "engine": "simulated", "model": None, "stands_in_for": "Qwen2.5-7B-Instruct", "options": {}}
 
 
-def _experiment(tmp_path: Path, **changes) -> Experiment:
+def _experiment(tmp_path: Path, **changes) -> ExperimentGrid:
     options = dict(models=[SIMULATED], benchmarks=["truthfulqa"], runs_dir=tmp_path / "runs",
                    cache_dir=tmp_path / "cache", test_limit=2, train_limit=3, max_tokens=64)
     options.update(changes)
-    return Experiment(**options)
+    return ExperimentGrid(**options)
 
 
 ALL_LABELS = [*grid.MAIN_METHODS, *grid.ABLATION_METHODS, *grid.sc_methods([3, 6, 9]), *grid.MAD_M2_METHODS,
