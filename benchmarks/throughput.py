@@ -541,6 +541,44 @@ class BusyTracker:
         return self.busy_s / wall, self.slot_s / (wall * self.slots)
 
 
+class ServerTimings:
+    """Sums llama.cpp's per-response ``timings`` (prompt tokens it actually processed -- the rest came from its
+    prompt cache -- and the milliseconds it reports for prompt processing and for decoding) over a run, by
+    wrapping the OpenAI client's response parser."""
+
+    KEYS = ("prompt_n", "cache_n", "prompt_ms", "predicted_n", "predicted_ms")
+
+    def __init__(self) -> None:
+        from r2mad_core.engines import openai_compat
+
+        self._module = openai_compat
+        self._original = openai_compat.parse_chat_completion
+        self._lock = threading.Lock()
+        self.totals = dict.fromkeys(self.KEYS, 0.0)
+        self.responses = 0
+
+        def parse(data: Any, **kwargs: Any) -> Completion:
+            timings = data.get("timings") if isinstance(data, dict) else None
+            if isinstance(timings, dict):
+                with self._lock:
+                    self.responses += 1
+                    for key in self.KEYS:
+                        value = timings.get(key)
+                        if isinstance(value, (int, float)):
+                            self.totals[key] += value
+            return self._original(data, **kwargs)
+
+        openai_compat.parse_chat_completion = parse
+
+    def take(self) -> dict[str, float]:
+        with self._lock:
+            out, self.totals, self.responses = dict(self.totals), dict.fromkeys(self.KEYS, 0.0), 0
+        return out
+
+    def close(self) -> None:
+        self._module.parse_chat_completion = self._original
+
+
 def local_runs(args: argparse.Namespace, bank_dir: Path, test: list, work: Path, csv_path: Path,
                figures: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Part (b): the cpu profile's settings on llama.cpp; runs interleaved: for each repeat and method,
@@ -562,35 +600,59 @@ def local_runs(args: argparse.Namespace, bank_dir: Path, test: list, work: Path,
     with make_engine("local", threads=args.local_threads, parallel_slots=slots, context_per_slot=8192) as engine:
         engine.generate([Request(messages=({"role": "user", "content": "Say hi."},))])  # warm-up
         tracked = BusyTracker(engine, slots)
-        for repeat in range(args.local_repeats):
-            for method in methods:
-                for schedule in ("rounds", "questions"):  # interleaved
-                    run_dir = work / f"local-{method.name}-{schedule}-{repeat}"
-                    load_before = os.getloadavg()[0]
-                    tracked.reset()
-                    hook = HookTimer(method)
-                    start = time.perf_counter()
-                    result = run_cell(run_dir, benchmark=args.benchmark, split="test", engine=tracked,
-                                      method=hook.method, samples=samples, chunk_size=len(samples),
-                                      window=len(samples), schedule=schedule, progress=False)
-                    wall = time.perf_counter() - start
-                    busy, slot_share = tracked.shares(wall)
-                    tokens = local_tokens(result.records)
-                    completion = tokens["debate_completion"] + tokens["summary_completion"]
-                    row = {"method": method.name, "schedule": schedule, "repeat": repeat,
-                           "questions": len(samples), "rounds": rounds, "wall_s": round(wall, 2),
-                           "engine_busy_share": round(busy, 4), "slot_share": round(slot_share, 4),
-                           "hook_s": round(hook.seconds, 3), "completion_tokens": completion,
-                           "tokens_per_s": round(completion / wall, 2),
-                           "rounds_debated": sum(len(r["rounds"]) for r in result.records),
-                           "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2)}
-                    row.update(tokens)
-                    rows.append(row)
-                    write_csv(rows, csv_path, quiet=True)  # after every run: a stopped benchmark keeps its rows
-                    print(f"  local {method.name:5s} {schedule:9s} run {repeat + 1}: wall {wall:7.1f} s, engine busy "
-                          f"{100 * busy:5.1f}% (slots {100 * slot_share:5.1f}%), hook {1000 * hook.seconds:.0f} ms, "
-                          f"{completion} completion tokens, {row['rounds_debated']} question-rounds, load "
-                          f"{load_before:.2f} -> {row['load_after']:.2f}", flush=True)
+        server = ServerTimings()
+        try:
+            run_local_repeats(args, methods, samples, tracked, server, work, csv_path, rows)
+        finally:
+            server.close()
+    print_local(args, rows, slots, figures)
+    return rows
+
+
+def run_local_repeats(args: argparse.Namespace, methods: list, samples: list, tracked: "BusyTracker",
+                      server: ServerTimings, work: Path, csv_path: Path, rows: list[dict[str, Any]]) -> None:
+    rounds = args.local_rounds
+    for repeat in range(args.local_repeats):
+        for method in methods:
+            for schedule in ("rounds", "questions"):  # interleaved
+                run_dir = work / f"local-{method.name}-{schedule}-{repeat}"
+                load_before = os.getloadavg()[0]
+                tracked.reset()
+                server.take()
+                hook = HookTimer(method)
+                start = time.perf_counter()
+                result = run_cell(run_dir, benchmark=args.benchmark, split="test", engine=tracked,
+                                  method=hook.method, samples=samples, chunk_size=len(samples),
+                                  window=len(samples), schedule=schedule, progress=False)
+                wall = time.perf_counter() - start
+                busy, slot_share = tracked.shares(wall)
+                timings = server.take()
+                tokens = local_tokens(result.records)
+                completion = tokens["debate_completion"] + tokens["summary_completion"]
+                row = {"method": method.name, "schedule": schedule, "repeat": repeat,
+                       "questions": len(samples), "rounds": rounds, "wall_s": round(wall, 2),
+                       "engine_busy_share": round(busy, 4), "slot_share": round(slot_share, 4),
+                       "hook_s": round(hook.seconds, 3), "completion_tokens": completion,
+                       "tokens_per_s": round(completion / wall, 2),
+                       "rounds_debated": sum(len(r["rounds"]) for r in result.records),
+                       "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2)}
+                row.update(tokens)
+                row.update({"server_prompt_processed": int(timings["prompt_n"]),
+                            "server_prompt_cached": int(timings["cache_n"]),
+                            "server_prompt_s": round(timings["prompt_ms"] / 1000, 1),
+                            "server_decode_s": round(timings["predicted_ms"] / 1000, 1)})
+                rows.append(row)
+                write_csv(rows, csv_path, quiet=True)  # after every run: a stopped benchmark keeps its rows
+                print(f"  local {method.name:5s} {schedule:9s} run {repeat + 1}: wall {wall:7.1f} s, engine busy "
+                      f"{100 * busy:5.1f}% (slots {100 * slot_share:5.1f}%), hook {1000 * hook.seconds:.0f} ms, "
+                      f"{completion} completion tokens, prompt tokens {row['debate_prompt'] + row['summary_prompt']} "
+                      f"of which the server processed {row['server_prompt_processed']} (its prompt cache had "
+                      f"the rest), {row['rounds_debated']} question-rounds, load "
+                      f"{load_before:.2f} -> {row['load_after']:.2f}", flush=True)
+
+
+def print_local(args: argparse.Namespace, rows: list[dict[str, Any]], slots: int,
+                figures: dict[str, str] | None) -> None:
     print(f"\nlocal llama.cpp (SmolLM2-135M, {slots} slots, {args.local_threads} thread(s), max_tokens 128), "
           f"mean over {args.local_repeats} interleaved runs [min-max]:")
     gains = {}
@@ -617,7 +679,11 @@ def local_runs(args: argparse.Namespace, bank_dir: Path, test: list, work: Path,
         print(f"local R2-MAD / MAD wall, {schedule}: {ratio:.2f} (per run: prompt tokens "
               f"{per(mad, 'debate_prompt'):.0f} vs {per(r2, 'debate_prompt'):.0f} debate + {per(r2, 'summary_prompt'):.0f} "
               f"summary; completion tokens {per(mad, 'debate_completion'):.0f} vs {per(r2, 'debate_completion'):.0f} "
-              f"debate + {per(r2, 'summary_completion'):.0f} summary; hook {1000 * per(r2, 'hook_s'):.0f} ms)")
+              f"debate + {per(r2, 'summary_completion'):.0f} summary; hook {1000 * per(r2, 'hook_s'):.0f} ms; prompt "
+              f"tokens the server processed {per(mad, 'server_prompt_processed'):.0f} vs "
+              f"{per(r2, 'server_prompt_processed'):.0f}, its prompt / decode sequence-seconds "
+              f"{per(mad, 'server_prompt_s'):.0f} / {per(mad, 'server_decode_s'):.0f} vs "
+              f"{per(r2, 'server_prompt_s'):.0f} / {per(r2, 'server_decode_s'):.0f})")
     figures = {} if figures is None else figures
     for method in ("mad", "r2mad"):
         for schedule in ("rounds", "questions"):
@@ -630,7 +696,6 @@ def local_runs(args: argparse.Namespace, bank_dir: Path, test: list, work: Path,
     figures["local load average"] = f"{sum(r['load_before'] for r in rows) / len(rows):.2f}"
     for method, gain in gains.items():
         figures[f"local gain {method}"] = f"{gain:.2f}"
-    return rows
 
 
 def local_tokens(records: list[dict[str, Any]]) -> dict[str, int]:

@@ -31,9 +31,9 @@ Mechanics of ``questions``:
   requests replace it (``n_agents`` for a round, 1 for a summary, none once it is finished). Why not count
   questions: a debate round ends with its slowest agent, so a question in a round keeps on average only part of
   its agents' engine slots busy (1.78 of 3 with the long-tailed lengths of ``benchmarks/throughput.py`` at the
-  paper's settings) and counting questions left the rest of the window's slots empty (at window 64: mean
-  batch 112 of 192, 1.50x over ``rounds``; counting requests: mean batch ~143, ~1.66x; README's throughput
-  section). Questions in flight never wait for room, so the requests out may pass ``window`` x ``n_agents``
+  paper's settings) and counting questions left the rest of the window's slots empty (window 64, 211
+  questions: mean batch 93 of the window's 192 requests and 1.50x the throughput of ``rounds``; counting
+  requests: mean batch 143, 1.66x; benchmarks/README.md). Questions in flight never wait for room, so the requests out may pass ``window`` x ``n_agents``
   briefly (a question going from its last request to its next round's ``n_agents``; measured: at most 212 for
   192). An engine with ``generate`` only hands a phase's completions back together: its questions claim
   ``n_agents`` from start to finish, i.e. at most ``window`` questions are debated at once.
