@@ -15,17 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from r2mad_core import benchmarks
+from r2mad_core import benchmark_files, benchmarks
+from r2mad_core.benchmark_files import BenchmarkFilesNotFound, resolve_data_dir, verify_checksums
 from r2mad_core.benchmarks import (
     BENCHMARKS,
     BenchmarkDataError,
-    BenchmarkFilesNotFound,
     Sample,
     describe_splits,
     format_question,
     load,
-    resolve_data_dir,
-    verify_checksums,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -127,12 +125,12 @@ def test_mmlu_pro_first_economics_question(data_dir: Path) -> None:
 
 @pytest.mark.parametrize("name", ["mmlu_pro_economics", "mmlu_pro_engineering"])
 def test_parquet_and_derived_jsonl_give_identical_samples(name: str, data_dir: Path, tmp_path: Path) -> None:
-    category = benchmarks.MMLU_PRO_CATEGORY[name]
+    category = benchmark_files.MMLU_PRO_CATEGORY[name]
     parquet_dir = tmp_path / "parquet" / "mmlu_pro" / "raw" / "data"
     jsonl_dir = tmp_path / "jsonl" / "mmlu_pro" / "derived"
     parquet_dir.mkdir(parents=True)
     jsonl_dir.mkdir(parents=True)
-    (parquet_dir / benchmarks.MMLU_PRO_PARQUET).symlink_to(data_dir / "mmlu_pro/raw/data" / benchmarks.MMLU_PRO_PARQUET)
+    (parquet_dir / benchmark_files.MMLU_PRO_PARQUET).symlink_to(data_dir / "mmlu_pro/raw/data" / benchmark_files.MMLU_PRO_PARQUET)
     (jsonl_dir / f"test_{category}.jsonl").symlink_to(data_dir / f"mmlu_pro/derived/test_{category}.jsonl")
     from_parquet = load(name, "all", tmp_path / "parquet")
     from_jsonl = load(name, "all", tmp_path / "jsonl")
@@ -232,7 +230,7 @@ def test_authors_split_rule_reproduces_random_seed_42(data_dir: Path) -> None:
 
 
 def test_checksums_of_shared_files(data_dir: Path) -> None:
-    assert verify_checksums(data_dir) == {path: True for path in benchmarks.CHECKSUMS}
+    assert verify_checksums(data_dir) == {path: True for path in benchmark_files.CHECKSUMS}
 
 
 def test_command_line_count(data_dir: Path) -> None:
@@ -361,7 +359,7 @@ def test_data_dir_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert resolve_data_dir() == tmp_path / "from_env"
     assert resolve_data_dir(tmp_path / "given") == tmp_path / "given"
     monkeypatch.delenv("R2MAD_DATA_DIR")
-    assert resolve_data_dir() == benchmarks.PACKAGED_DATA_DIR  # the files shipped with the package
+    assert resolve_data_dir() == benchmark_files.PACKAGED_DATA_DIR  # the files shipped with the package
     _write_jsonl(tmp_path / "from_env/math500/raw/test.jsonl", [_math_row(1), _math_row(2, level=5)])
     monkeypatch.setenv("R2MAD_DATA_DIR", str(tmp_path / "from_env"))
     assert [s.id for s in load("math500", "test")] == ["math500:test/algebra/2.json"]
@@ -469,7 +467,7 @@ def test_malformed_parquet_row_is_named(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
     rows = [_mmlu_row(1, category="law", answer="Z"), _mmlu_row(2), _mmlu_row(3, answer="D", answer_index=0)]
-    path = tmp_path / "mmlu_pro/raw/data" / benchmarks.MMLU_PRO_PARQUET
+    path = tmp_path / "mmlu_pro/raw/data" / benchmark_files.MMLU_PRO_PARQUET
     path.parent.mkdir(parents=True)
     pq.write_table(pa.Table.from_pylist(rows), path)
     with pytest.raises(BenchmarkDataError) as raised:

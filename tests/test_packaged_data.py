@@ -15,17 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from r2mad_core import benchmarks
-from r2mad_core.benchmarks import (
+from r2mad_core import benchmark_files, benchmarks
+from r2mad_core.benchmark_files import (
     PACKAGED_DATA_DIR,
-    PAPER_SPLIT_SIZES,
     BenchmarkDataError,
     BenchmarkFilesNotFound,
     describe_data_source,
-    load,
     packaged_manifest,
     verify_checksums,
 )
+from r2mad_core.benchmarks import PAPER_SPLIT_SIZES, load
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared" / "data"
@@ -43,7 +42,7 @@ def no_data_dir(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_every_packaged_file_matches_its_manifest_entry_and_upstream_blob() -> None:
     manifest = packaged_manifest()
-    assert sorted(manifest) == sorted(relative for _, relative in benchmarks.PACKAGED_FILES.values())
+    assert sorted(manifest) == sorted(relative for _, relative in benchmark_files.PACKAGED_FILES.values())
     for relative, entry in manifest.items():
         data = gzip.decompress((PACKAGED_DATA_DIR / relative).read_bytes())
         assert len(data) == entry["bytes"] and hashlib.sha256(data).hexdigest() == entry["sha256"], relative
@@ -52,7 +51,7 @@ def test_every_packaged_file_matches_its_manifest_entry_and_upstream_blob() -> N
     for relative, blob in UPSTREAM_BLOBS.items():
         assert manifest[relative]["git_blob"] == blob
     # the shared data folder's sha256 (its README) for the same bytes
-    assert {k: v for k, v in benchmarks.CHECKSUMS.items() if "parquet" not in k} == {
+    assert {k: v for k, v in benchmark_files.CHECKSUMS.items() if "parquet" not in k} == {
         "math500/raw/test.jsonl": manifest["math500/test.jsonl.gz"]["sha256"],
         "mmlu_pro/derived/test_economics.jsonl": manifest["mmlu_pro/test_economics.jsonl.gz"]["sha256"],
         "mmlu_pro/derived/test_engineering.jsonl": manifest["mmlu_pro/test_engineering.jsonl.gz"]["sha256"],
@@ -76,7 +75,7 @@ def test_licenses_and_provenance_ship_beside_the_files() -> None:
 
 
 def test_default_source_is_the_package_with_the_papers_counts() -> None:
-    assert benchmarks.resolve_data_dir() == PACKAGED_DATA_DIR
+    assert benchmark_files.resolve_data_dir() == PACKAGED_DATA_DIR
     assert describe_data_source() == "the files shipped with r2mad (r2mad_core/data/benchmarks, sha256-checked at load)"
     for name in benchmarks.BENCHMARKS:
         for split in ("train", "test"):
@@ -96,10 +95,26 @@ def test_packaged_samples_equal_the_shared_folders() -> None:
 def _copy_packaged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     copy = tmp_path / "benchmarks"
     shutil.copytree(PACKAGED_DATA_DIR, copy)
-    monkeypatch.setattr(benchmarks, "PACKAGED_DATA_DIR", copy)
-    benchmarks.packaged_manifest.cache_clear()
-    benchmarks._packaged_bytes.cache_clear()
+    monkeypatch.setattr(benchmark_files, "PACKAGED_DATA_DIR", copy)  # the module that reads it
+    benchmark_files.packaged_manifest.cache_clear()
+    benchmark_files._packaged_bytes.cache_clear()
     return copy
+
+
+def test_the_files_concept_lives_in_benchmark_files() -> None:
+    """benchmark_files owns the data files (issue 13); benchmarks re-exports only what notebook 01, the command
+    lines and callers of load() use, as the very same objects, and no longer holds the file constants: a test
+    patching ``benchmarks.PACKAGED_DATA_DIR`` would change nothing that load() reads, so it must fail loudly."""
+    for name in ("resolve_data_dir", "describe_data_source", "verify_checksums", "BenchmarkDataError",
+                 "BenchmarkFilesNotFound"):
+        assert getattr(benchmarks, name) is getattr(benchmark_files, name), name
+    for name in ("PACKAGED_DATA_DIR", "PACKAGED_FILES", "CHECKSUMS", "DATA_FILES", "HUB_SOURCES", "packaged_manifest",
+                 "_packaged_bytes"):
+        assert hasattr(benchmark_files, name) and not hasattr(benchmarks, name), name
+    assert benchmark_files.locate("truthfulqa", PACKAGED_DATA_DIR) == (
+        "truthfulqa_json", PACKAGED_DATA_DIR / "truthfulqa" / "mc_task.json.gz")
+    with pytest.raises(ValueError, match="no data files are known for benchmark 'toy'"):
+        benchmark_files.locate("toy", PACKAGED_DATA_DIR / "elsewhere")
 
 
 def test_a_damaged_packaged_file_is_an_error_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -116,7 +131,7 @@ def test_a_damaged_packaged_file_is_an_error_naming_it(tmp_path: Path, monkeypat
         assert "reinstall r2mad" in message
         assert verify_checksums()["truthfulqa/mc_task.json.gz"] is False
         path.write_bytes(b"not gzip")
-        benchmarks._packaged_bytes.cache_clear()
+        benchmark_files._packaged_bytes.cache_clear()
         with pytest.raises(BenchmarkDataError, match="not a valid gzip file"):
             load("truthfulqa", "test")
         path.unlink()
@@ -125,8 +140,8 @@ def test_a_damaged_packaged_file_is_an_error_naming_it(tmp_path: Path, monkeypat
         assert verify_checksums()["truthfulqa/mc_task.json.gz"] is None
         assert len(load("math500", "test")) == 134  # the others still load
     finally:
-        benchmarks.packaged_manifest.cache_clear()
-        benchmarks._packaged_bytes.cache_clear()
+        benchmark_files.packaged_manifest.cache_clear()
+        benchmark_files._packaged_bytes.cache_clear()
 
 
 def test_data_dir_overrides_the_package_and_an_empty_one_is_filled_from_the_hub(
