@@ -93,7 +93,7 @@ def add_cell_arguments(parser: argparse.ArgumentParser) -> None:
         default=SCHEDULES[0],
         help="rounds (default; each round is one batch over a chunk of questions, as the authors' code) or "
         "questions (ours: each question advances on its own over a continuous-batching engine, no round barriers; "
-        "same transcripts; an engine that cannot take concurrent calls, e.g. offline vllm, runs rounds)",
+        "same transcripts; an engine that cannot take concurrent calls runs rounds)",
     )
     group.add_argument(
         "--window", type=positive_int, default=None, metavar="N",
