@@ -29,7 +29,6 @@ class TurnRecord(_Record):
     """Agent i's response at one round (:class:`r2mad_core.debate.AgentTurn`)."""
 
     agent: int
-    prompt_id: str
     response: str
     answer: str | None
     correct: bool | None
@@ -40,11 +39,13 @@ class TurnRecord(_Record):
     completion_tokens: int
     cached: bool
     seconds: float
-    mean_logprob: float | None
-    visible_peers: list[int] | None
-    peer_confidence: dict[str, str | None]  # peer j -> its Eq. 7 annotation shown to agent i (None: none)
-    n_experiences: int
-    retrieved: dict[str, Any]  # the round hook's record: policy, case ids, scores, lambda_t, confidence
+    # Written for every turn; a reader does not need them (a hand-made record may leave them out).
+    prompt_id: str = ""
+    mean_logprob: float | None = None
+    visible_peers: list[int] | None = None
+    peer_confidence: dict[str, str | None] = {}  # peer j -> its Eq. 7 annotation shown to agent i (None: none)
+    n_experiences: int = 0
+    retrieved: dict[str, Any] = {}  # the round hook's record: policy, case ids, scores, lambda_t, confidence
 
 
 class ExtraCallRecord(_Record):
@@ -105,7 +106,7 @@ class TranscriptRecord(_Record):
     final_answer: str | None
     correct: bool
     vote: VoteRecord
-    tokens: dict[str, TokenCount]  # by tag: debate, summary, judge
+    tokens: dict[str, TokenCount] = {}  # by tag: debate, summary, judge (written always; recomputable)
     seconds: float
     truncated_completions: int
 

@@ -164,7 +164,7 @@ MATH_ROW = {"problem": "What is 1+1?", "answer": "2", "subject": "Algebra", "lev
 def corrupt_transcripts(tmp, bank):
     run = tmp / "run"
     run.mkdir()
-    (run / TRANSCRIPTS_FILE).write_text('{"sample_id": "x"}\n{not json\n{"sample_id": "y"}\n')
+    (run / TRANSCRIPTS_FILE).write_text('{not json\n{"sample_id": "x"}\n{"sample_id": "y"}\n')
     return [*BASE, "--method", "mad"]
 
 
@@ -245,7 +245,7 @@ BAD_INPUTS = [
         {"format": "chroma", "format_version": 1, "benchmark": "truthfulqa", "embedder": {}, "n_agents": 3,
          "agents": [], "files": {}}))), ("format 'chroma' version 1, expected 'r2mad-memory-bank'",)),
     # run directory
-    BadInput("corrupt transcripts in the run directory", corrupt_transcripts, ("transcripts.jsonl, line 2: invalid JSON",)),
+    BadInput("corrupt transcripts in the run directory", corrupt_transcripts, ("transcripts.jsonl, line 1: invalid JSON",)),
 ]
 
 

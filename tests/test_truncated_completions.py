@@ -60,7 +60,10 @@ RECORDS = [
 def run_dir(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    (run / CONFIG_FILE).write_text(json.dumps({"benchmark": "truthfulqa", "seed": 0, "n_samples": 4}))
+    config = {"format": 1, "benchmark": "truthfulqa", "split": "test", "limit": None, "seed": 0, "method": {"name": "mad"},
+              "engine": {"identity": "scripted", "model": ""}, "n_samples": 4, "sample_ids_sha256": "0" * 16,
+              "r2mad_version": "test", "chunk_size": 32}
+    (run / CONFIG_FILE).write_text(json.dumps(config))
     (run / TRANSCRIPTS_FILE).write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
     return run
 
