@@ -108,8 +108,8 @@ class ExperimentGrid:
         test_limit: int | None = None,
         train_limit: int | None = None,
         seed: int = 0,
-        num_agents: int = 3,
-        num_rounds: int = 3,
+        n_agents: int = 3,
+        n_rounds: int = 3,
         temperature: float = 1.0,
         top_p: float = 1.0,
         max_tokens: int = 512,
@@ -140,8 +140,8 @@ class ExperimentGrid:
         self.test_limit = test_limit
         self.train_limit = train_limit
         self.seed = seed
-        self.num_agents = num_agents
-        self.num_rounds = num_rounds
+        self.n_agents = n_agents
+        self.n_rounds = n_rounds
         self.sampling = {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens}
         self.summary_max_tokens = summary_max_tokens
         self.max_experience_chars = max_experience_chars
@@ -167,7 +167,7 @@ class ExperimentGrid:
     #: Notebook parameters :meth:`from_parameters` reads (the names of the profile fields).
     PARAMETERS = (
         "models", "benchmarks", "runs_dir", "cache_dir", "data_dir", "embedder", "test_limit", "train_limit",
-        "seed", "num_agents", "num_rounds", "temperature", "top_p", "max_tokens", "summary_max_tokens",
+        "seed", "n_agents", "n_rounds", "temperature", "top_p", "max_tokens", "summary_max_tokens",
         "max_experience_chars", "top_k",
         "gamma", "w_high", "w_low", "bootstrap_resamples",
         "round0", "experience_reference", "task_prompt", "split_rule", "objective_keep", "memory_model",
@@ -201,7 +201,7 @@ class ExperimentGrid:
             "benchmarks": ", ".join(self.benchmarks),
             "test questions per benchmark": self.test_limit or "all",
             "train questions per benchmark (memory)": self.train_limit or "all",
-            "agents x rounds": f"{self.num_agents} x {self.num_rounds}",
+            "agents x rounds": f"{self.n_agents} x {self.n_rounds}",
             "temperature / top_p / max_tokens": f"{self.sampling['temperature']} / {self.sampling['top_p']} / "
                                                 f"{self.sampling['max_tokens']}",
             "K / gamma / w_l / w_h": f"{self.top_k} / {self.gamma} / {self.w_low} / {self.w_high}",
@@ -289,7 +289,7 @@ class ExperimentGrid:
     def method_settings(self) -> MethodSettings:
         """The profile's settings every method label is filled from (:mod:`r2mad_core.method_labels`)."""
         return MethodSettings(
-            num_agents=self.num_agents, num_rounds=self.num_rounds, sampling=dict(self.sampling), top_k=self.top_k,
+            n_agents=self.n_agents, n_rounds=self.n_rounds, sampling=dict(self.sampling), top_k=self.top_k,
             gamma=self.gamma, w_high=self.w_high, w_low=self.w_low, summary_max_tokens=self.summary_max_tokens,
             max_experience_chars=self.max_experience_chars, seed=self.seed,
         )
@@ -321,7 +321,7 @@ class ExperimentGrid:
         spec = self.memory_spec(spec)
         return {
             "benchmark": benchmark, "split": "train", "limit": self.train_limit, "seed": self.seed,
-            "n_agents": self.num_agents, "n_rounds": self.num_rounds, "summary_max_tokens": self.summary_max_tokens,
+            "n_agents": self.n_agents, "n_rounds": self.n_rounds, "summary_max_tokens": self.summary_max_tokens,
             "embedder": self.embedder, "model": spec.describe(), **self.sampling,
         }
 
@@ -344,7 +344,7 @@ class ExperimentGrid:
         build_memory(
             benchmark, self.engine(self.memory_spec(spec)), self.embedder, directory, limit=self.train_limit,
             split="train",
-            seed=self.seed, n_agents=self.num_agents, n_rounds=self.num_rounds,
+            seed=self.seed, n_agents=self.n_agents, n_rounds=self.n_rounds,
             summary_max_tokens=self.summary_max_tokens, data_dir=self.data_dir,
             samples=self.samples(benchmark, "train"), progress=False, overwrite=True, **self.sampling,
         )

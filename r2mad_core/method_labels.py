@@ -70,8 +70,8 @@ def poisoned_method_label(fraction: float) -> str:
 class MethodSettings:
     """The profile's settings every method label is filled from."""
 
-    num_agents: int = 3
-    num_rounds: int = 3
+    n_agents: int = 3
+    n_rounds: int = 3
     sampling: Mapping[str, Any] = field(default_factory=lambda: {"temperature": 1.0, "top_p": 1.0, "max_tokens": 512})
     top_k: int = 3
     gamma: float = 0.9
@@ -82,7 +82,7 @@ class MethodSettings:
     seed: int = 0
 
     def debate(self) -> dict[str, Any]:
-        return {"n_agents": self.num_agents, "n_rounds": self.num_rounds, **self.sampling}
+        return {"n_agents": self.n_agents, "n_rounds": self.n_rounds, **self.sampling}
 
     def shown(self) -> dict[str, Any]:
         """Shortened experiences only when the profile asks (small-context models); the paper shows them in full."""
@@ -128,7 +128,7 @@ def resolve(label: str, settings: MethodSettings, memory: Path | str | None = No
     if label == "CoT":
         return "cot", sampling
     if sc:
-        paths = int(sc.group(1)) if sc.group(1) else settings.num_agents * settings.num_rounds
+        paths = int(sc.group(1)) if sc.group(1) else settings.n_agents * settings.n_rounds
         return "self_consistency", {"k_paths": paths, **sampling}
     if label == "MAD":
         return "mad", settings.debate()

@@ -185,8 +185,8 @@ class ProfileSpec(_Record):
     train_limit: PositiveInt | None
     seed: StrictInt
     # The debate (Section 5.1)
-    num_agents: PositiveInt
-    num_rounds: PositiveInt
+    n_agents: PositiveInt
+    n_rounds: PositiveInt
     temperature: Annotated[Number, Field(ge=0.0, le=2.0, allow_inf_nan=False)]
     top_p: Annotated[Number, Field(gt=0.0, le=1.0, allow_inf_nan=False)]
     max_tokens: PositiveInt

@@ -122,11 +122,11 @@ def response_log_likelihood(num_concepts: int, kappa: float) -> np.ndarray:
 
 
 def shared_misconception_prior(
-    num_concepts: int, prior_true: float, prior_misconception: float, num_agents: int | None = None
+    num_concepts: int, prior_true: float, prior_misconception: float, n_agents: int | None = None
 ) -> np.ndarray:
     """A concept prior P(theta | phi) with mass ``prior_true`` on theta*, ``prior_misconception`` on
     theta' and the rest spread evenly over the distractors. Returns log-probabilities, shape (K,) or
-    (num_agents, K)."""
+    (n_agents, K)."""
     if num_concepts < 2:
         raise ValueError(f"num_concepts: expected >= 2, found {num_concepts}")
     rest = 1.0 - prior_true - prior_misconception
@@ -141,8 +141,8 @@ def shared_misconception_prior(
     prior[MISCONCEPTION] = prior_misconception
     with np.errstate(divide="ignore"):
         log_prior = np.log(prior / prior.sum())
-    if num_agents is not None:
-        log_prior = np.broadcast_to(log_prior, (num_agents, num_concepts)).copy()
+    if n_agents is not None:
+        log_prior = np.broadcast_to(log_prior, (n_agents, num_concepts)).copy()
     return log_prior
 
 

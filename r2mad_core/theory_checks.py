@@ -179,20 +179,20 @@ def additivity_grid(
     model: LatentConceptModel,
     memory_lifts: Sequence[float],
     alphas: Sequence[float],
-    num_agents: int = 3,
+    n_agents: int = 3,
     m: int = 2,
     prior_true: float = 0.3,
     prior_misconception: float = 0.5,
 ) -> pd.DataFrame:
     """Lemma C.2 on a grid of (delta_mem, alpha): one agent reads m misconceived responses weighted
-    alpha and num_agents - m correct ones (weight 1), with memory lift delta_mem. Columns: delta_mem,
+    alpha and n_agents - m correct ones (weight 1), with memory lift delta_mem. Columns: delta_mem,
     alpha, total_lift (= L - L_van measured from posteriors), memory_lift, confidence_lift,
     predicted_confidence_lift ((1 - alpha) m kappa), residual."""
     K = model.num_concepts
     log_prior = shared_misconception_prior(K, prior_true, prior_misconception if K > 2 else 1 - prior_true)
-    answers = np.array([MISCONCEPTION] * m + [TRUE_CONCEPT] * (num_agents - m))
+    answers = np.array([MISCONCEPTION] * m + [TRUE_CONCEPT] * (n_agents - m))
     d, a = np.meshgrid(np.asarray(memory_lifts, float), np.asarray(alphas, float), indexing="ij")
-    weights = np.where(np.arange(num_agents) < m, a[..., None], 1.0)
+    weights = np.where(np.arange(n_agents) < m, a[..., None], 1.0)
     decomposition = log_odds_decomposition(
         model, log_prior, np.broadcast_to(answers, weights.shape), weights, memory_lift_log_likelihood(K, d)
     )
@@ -221,15 +221,15 @@ class DecompositionCheck:
 
 
 def check_log_odds_decomposition(
-    num_cases: int = 500, num_concepts: int = 4, num_agents: int = 5, seed: int = 0
+    num_cases: int = 500, num_concepts: int = 4, n_agents: int = 5, seed: int = 0
 ) -> DecompositionCheck:
     """Random priors, peer answers (some unanswered), weights in (0, 2) and memory likelihoods:
     measure the decomposition residual; plus the structured (delta_mem, alpha) grid."""
     rng = np.random.default_rng(seed)
     model = LatentConceptModel(num_concepts=num_concepts, kappa=float(rng.uniform(0.5, 3.0)))
     log_prior = np.log(rng.dirichlet(np.ones(num_concepts), size=num_cases))
-    answers = rng.integers(NO_ANSWER, num_concepts, size=(num_cases, num_agents))
-    weights = rng.uniform(0.05, 2.0, size=(num_cases, num_agents))
+    answers = rng.integers(NO_ANSWER, num_concepts, size=(num_cases, n_agents))
+    weights = rng.uniform(0.05, 2.0, size=(num_cases, n_agents))
     log_memory = rng.normal(0.0, 1.5, size=(num_cases, num_concepts))
     decomposition = log_odds_decomposition(model, log_prior, answers, weights, log_memory)
     grid = additivity_grid(
@@ -252,7 +252,7 @@ def sigmoid_slope(x: np.ndarray) -> np.ndarray:
 
 
 def joint_bound_cell(
-    num_agents: int,
+    n_agents: int,
     m: int,
     alpha: float,
     memory_lift: float,
@@ -276,39 +276,39 @@ def joint_bound_cell(
     R = 1/2 sup|sigma''| (P* - P') (delta_mem + (1 - alpha) m kappa)^2 (the paper absorbs P* - P'
     into its constants; keeping it is the derivation's exact form), the bound and its slack.
     """
-    if not 0 <= m <= num_agents:
-        raise ValueError(f"m: expected 0 <= m <= num_agents={num_agents}, found {m}")
+    if not 0 <= m <= n_agents:
+        raise ValueError(f"m: expected 0 <= m <= n_agents={n_agents}, found {m}")
     model = LatentConceptModel(num_concepts=num_concepts, kappa=kappa)
     K = num_concepts
     base = shared_misconception_prior(K, prior_true, prior_misconception if K > 2 else 1 - prior_true)
-    offsets = np.linspace(-prior_spread, prior_spread, num_agents) if num_agents > 1 else np.zeros(1)
-    log_prior = np.tile(base, (num_agents, 1))
+    offsets = np.linspace(-prior_spread, prior_spread, n_agents) if n_agents > 1 else np.zeros(1)
+    log_prior = np.tile(base, (n_agents, 1))
     log_prior[:, TRUE_CONCEPT] += offsets / 2
     log_prior[:, MISCONCEPTION] -= offsets / 2
     log_prior -= logsumexp(log_prior, axis=-1, keepdims=True)
 
-    answers = np.array([MISCONCEPTION] * m + [TRUE_CONCEPT] * (num_agents - m))
-    weights = np.where(np.arange(num_agents) < m, alpha, 1.0)
-    answers_all = np.broadcast_to(answers, (num_agents, num_agents))
-    weights_all = np.broadcast_to(weights, (num_agents, num_agents))
+    answers = np.array([MISCONCEPTION] * m + [TRUE_CONCEPT] * (n_agents - m))
+    weights = np.where(np.arange(n_agents) < m, alpha, 1.0)
+    answers_all = np.broadcast_to(answers, (n_agents, n_agents))
+    weights_all = np.broadcast_to(weights, (n_agents, n_agents))
 
     # exact (memory at its mean)
     post_van = debate_log_posterior(model, log_prior, answers_all, None, None)
     post_joint = debate_log_posterior(
-        model, log_prior, answers_all, weights_all, memory_lift_log_likelihood(K, np.full(num_agents, memory_lift))
+        model, log_prior, answers_all, weights_all, memory_lift_log_likelihood(K, np.full(n_agents, memory_lift))
     )
     acc_van_exact = answer_distribution(model, post_van)[:, TRUE_CONCEPT]
     acc_joint_exact = answer_distribution(model, post_joint)[:, TRUE_CONCEPT]
 
     # Monte Carlo: memory drawn per trial and agent, answers sampled from the answer distribution
     rng = np.random.default_rng(seed)
-    lifts = memory_lift + memory_noise * rng.standard_normal((num_trials, num_agents))
+    lifts = memory_lift + memory_noise * rng.standard_normal((num_trials, n_agents))
     post_mc = debate_log_posterior(
         model, log_prior, answers_all, weights_all, memory_lift_log_likelihood(K, lifts)
     )
     p_joint_mc = answer_distribution(model, post_mc)[..., TRUE_CONCEPT]
-    correct_joint = rng.random((num_trials, num_agents)) < p_joint_mc
-    correct_van = rng.random((num_trials, num_agents)) < acc_van_exact
+    correct_joint = rng.random((num_trials, n_agents)) < p_joint_mc
+    correct_van = rng.random((num_trials, n_agents)) < acc_van_exact
     acc_van_mc = float(correct_van.mean())
     acc_joint_mc = float(correct_joint.mean())
     # E over memory draws of the exact accuracy (equals the exact value when memory_noise == 0)
@@ -326,9 +326,9 @@ def joint_bound_cell(
     rho = float((p_star - p_prime) * np.min(np.minimum(sigmoid_slope(low), sigmoid_slope(high))))
     remainder = 0.5 * SIGMOID_SECOND_DERIVATIVE_SUP * (p_star - p_prime) * total_lift**2
     bound = float(acc_van_exact.mean()) + rho * memory_lift + rho * confidence_lift - remainder
-    standard_error = float(np.sqrt(max(acc_joint_mc * (1 - acc_joint_mc), 1e-12) / (num_trials * num_agents)))
+    standard_error = float(np.sqrt(max(acc_joint_mc * (1 - acc_joint_mc), 1e-12) / (num_trials * n_agents)))
     return {
-        "num_agents": num_agents,
+        "n_agents": n_agents,
         "m": m,
         "alpha": alpha,
         "delta_mem": memory_lift,
@@ -358,7 +358,7 @@ def joint_bound_cell(
 
 
 def check_joint_bound(
-    num_agents: int = 3,
+    n_agents: int = 3,
     majority_sizes: Sequence[int] | None = None,
     alphas: Sequence[float] = (1.0, 0.7, 0.4, 0.1),
     memory_lifts: Sequence[float] = (0.0, 0.5, 1.0, 2.0),
@@ -375,7 +375,7 @@ def check_joint_bound(
     remainder outweighs the first-order lifts), "tight" (slack_exact <= ``tight_slack``), else
     "loose"."""
     if majority_sizes is None:
-        majority_sizes = range(int(np.ceil(num_agents / 2)), num_agents + 1)
+        majority_sizes = range(int(np.ceil(n_agents / 2)), n_agents + 1)
     rows = []
     cell = 0
     for K in num_concepts:
@@ -385,7 +385,7 @@ def check_joint_bound(
                     for kappa in kappas:
                         rows.append(
                             joint_bound_cell(
-                                num_agents, m, float(alpha), float(delta), float(kappa), num_concepts=K,
+                                n_agents, m, float(alpha), float(delta), float(kappa), num_concepts=K,
                                 memory_noise=memory_noise, num_trials=num_trials, seed=seed + cell,
                             )
                         )

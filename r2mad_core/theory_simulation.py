@@ -121,7 +121,7 @@ def simulate_debate(
 
 
 def confidence_flip_comparison(
-    num_agents: int = 3,
+    n_agents: int = 3,
     num_concepts: int = 4,
     kappa: float = 1.0,
     generation_kappa: float = 3.0,
@@ -136,7 +136,7 @@ def confidence_flip_comparison(
     the "confidence weighting lowers C->W" claim). One row per condition: accuracy per round,
     C->W rate, W->C rate."""
     model = LatentConceptModel(num_concepts=num_concepts, kappa=kappa, generation_kappa=generation_kappa)
-    log_prior = shared_misconception_prior(num_concepts, prior_true, prior_misconception, num_agents)
+    log_prior = shared_misconception_prior(num_concepts, prior_true, prior_misconception, n_agents)
     confidence = confidence or ConfidenceModel(
         low_weight=0.4, high_weight=1.5, p_low_if_wrong=0.6, p_high_if_wrong=0.1,
         p_low_if_correct=0.1, p_high_if_correct=0.4,

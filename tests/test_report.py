@@ -391,7 +391,7 @@ def test_every_paper_method_name_builds_a_registered_method(tmp_path: Path, bank
 
 
 def test_method_names_mean_what_the_paper_says(tmp_path: Path) -> None:
-    exp = _experiment(tmp_path, num_agents=3, num_rounds=3, top_k=5, gamma=0.5)
+    exp = _experiment(tmp_path, n_agents=3, n_rounds=3, top_k=5, gamma=0.5)
     assert exp.method_options("Self-Consistency") == ("self_consistency", {"k_paths": 9, "temperature": 1.0,
                                                                             "top_p": 1.0, "max_tokens": 64})
     assert exp.method_options("Self-Consistency (3)")[1]["k_paths"] == 3

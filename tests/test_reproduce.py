@@ -53,7 +53,7 @@ def test_api_profile_is_the_papers_protocol_on_a_subset_with_the_model_from_the_
     monkeypatch.setenv("R2MAD_API_MODEL", "gpt-4o-mini")
     p = load_profile("api")
     paper = load_profile("paper")
-    for key in ("num_agents", "num_rounds", "temperature", "top_p", "max_tokens", "summary_max_tokens",
+    for key in ("n_agents", "n_rounds", "temperature", "top_p", "max_tokens", "summary_max_tokens",
                 "max_experience_chars", "top_k", "gamma", "w_high", "w_low", "sc_paths", "retrieval_policies",
                 "benchmarks", "poison_fractions", "cost_benchmark"):
         assert p[key] == paper[key], key
@@ -96,7 +96,7 @@ def test_default_profile_is_the_simulated_one_and_says_so() -> None:
 def test_paper_profile_has_the_papers_hyperparameters() -> None:
     p = load_profile("paper")
     # Appendix A "Model Configuration" and "Debate and Retrieval Procedure"
-    assert (p["num_agents"], p["num_rounds"]) == (3, 3)
+    assert (p["n_agents"], p["n_rounds"]) == (3, 3)
     assert p["temperature"] == 1.0 and p["top_p"] == 1.0
     assert p["max_tokens"] == 6144 and p["summary_max_tokens"] == 6144
     assert p["max_experience_chars"] is None  # experiences in full
@@ -141,7 +141,7 @@ def test_paper_profile_models_are_the_models_of_the_reported_results() -> None:
 def test_small_profiles_keep_the_debate_shape_and_stand_in_for_the_large_models() -> None:
     for name in ("cpu", "sim", "tiny"):
         p = load_profile(name)
-        assert (p["num_agents"], p["num_rounds"], p["top_k"], p["gamma"]) == (3, 3, 3, 0.9)
+        assert (p["n_agents"], p["n_rounds"], p["top_k"], p["gamma"]) == (3, 3, 3, 0.9)
         assert (p["w_low"], p["w_high"]) == (0.45, 0.55)
         assert [e["label"] for e in p["large_models"]] == ["Llama-3.3-70B-Instruct", "GPT-4o-mini"]
         labels = {m["label"] for m in p["models"]}
@@ -172,7 +172,7 @@ def test_profile_schema_types_the_fields_and_derives_the_protocol_vocabularies()
     assert PROTOCOL_FIELDS["objective_keep"] is methods.OBJECTIVE_KEEP
     spec = load_profile("paper").spec
     assert isinstance(spec, ProfileSpec)
-    assert (spec.num_agents, spec.num_rounds, spec.max_tokens, spec.models[1].label) == (3, 3, 6144, "Qwen3-8B")
+    assert (spec.n_agents, spec.n_rounds, spec.max_tokens, spec.models[1].label) == (3, 3, 6144, "Qwen3-8B")
     # a field the profile leaves out takes its default, the first of its vocabulary
     assert "round0" not in load_profile("sim").fields and load_profile("sim").spec.round0 == "shared"
     assert {name: getattr(spec, name) for name in PROTOCOL_FIELDS} == {
@@ -184,8 +184,8 @@ def test_profile_schema_types_the_fields_and_derives_the_protocol_vocabularies()
     ("change", "message"),
     [
         ({"top_p": 0}, "field 'top_p': expected a number > 0.0, found 0"),
-        ({"num_agents": "3"}, "field 'num_agents': expected an integer, found '3'"),
-        ({"num_rounds": True}, "field 'num_rounds': expected an integer, found True"),
+        ({"n_agents": "3"}, "field 'n_agents': expected an integer, found '3'"),
+        ({"n_rounds": True}, "field 'n_rounds': expected an integer, found True"),
         ({"w_low": 0.6}, "field 'w_low': expected a value <= w_high (0.55), found 0.6"),
         ({"gamma": 1.5}, "field 'gamma': expected a number <= 1.0, found 1.5"),
         ({"sc_paths": [9, 3]}, "field 'sc_paths': expected an increasing list of distinct path counts, found [9, 3]"),

@@ -63,7 +63,7 @@ def test_collapse_rate_check_detects_a_wrong_exponent(monkeypatch: pytest.Monkey
 
 
 def test_log_odds_decomposition_exact_on_random_cases() -> None:
-    check = checks.check_log_odds_decomposition(num_cases=400, num_concepts=4, num_agents=5, seed=1)
+    check = checks.check_log_odds_decomposition(num_cases=400, num_concepts=4, n_agents=5, seed=1)
     assert check.num_cases == 400
     assert check.max_residual < 1e-12
 
@@ -71,7 +71,7 @@ def test_log_odds_decomposition_exact_on_random_cases() -> None:
 def test_additivity_grid_lifts() -> None:
     model = LatentConceptModel(num_concepts=3, kappa=1.3)
     grid = checks.additivity_grid(
-        model, memory_lifts=[0.0, 0.4, 1.1], alphas=[0.25, 0.6, 1.0], num_agents=3, m=2,
+        model, memory_lifts=[0.0, 0.4, 1.1], alphas=[0.25, 0.6, 1.0], n_agents=3, m=2,
         prior_true=0.3, prior_misconception=0.5,
     ).set_index(["delta_mem", "alpha"])
     assert np.max(np.abs(grid["residual"])) < 1e-12
@@ -91,7 +91,7 @@ def test_additivity_grid_lifts() -> None:
 
 
 def test_joint_bound_cell_hand_computed_terms() -> None:
-    row = checks.joint_bound_cell(num_agents=3, m=2, alpha=0.5, memory_lift=0.4, kappa=1.0, num_trials=500)
+    row = checks.joint_bound_cell(n_agents=3, m=2, alpha=0.5, memory_lift=0.4, kappa=1.0, num_trials=500)
     p_star = np.e / (np.e + 1)
     p_prime = 1 / (np.e + 1)
     lift = 0.4 + 0.5 * 2 * 1.0
@@ -102,11 +102,11 @@ def test_joint_bound_cell_hand_computed_terms() -> None:
     )
     assert 0 < row["rho"] <= 0.25 * (p_star - p_prime)
     with pytest.raises(ValueError, match="m"):
-        checks.joint_bound_cell(num_agents=3, m=4, alpha=0.5, memory_lift=0.0, kappa=1.0)
+        checks.joint_bound_cell(n_agents=3, m=4, alpha=0.5, memory_lift=0.0, kappa=1.0)
 
 
 def test_joint_bound_holds_on_binary_grid_and_reports_tightness() -> None:
-    df = checks.check_joint_bound(num_agents=3, num_trials=1500)
+    df = checks.check_joint_bound(n_agents=3, num_trials=1500)
     assert len(df) == 2 * 4 * 4 * 3  # m in {2, 3}, 4 alphas, 4 memory lifts, 3 kappas
     assert df["holds_exact"].all()
     assert df["holds"].all()  # Monte Carlo within 4 standard errors

@@ -27,7 +27,7 @@ def test_debate_simulation_counts_hand_built() -> None:
 
 def test_simulate_debate_deterministic_and_herding() -> None:
     model = LatentConceptModel(num_concepts=3, kappa=1.5, generation_kappa=3.0)
-    prior = th.shared_misconception_prior(3, 0.3, 0.6, num_agents=3)
+    prior = th.shared_misconception_prior(3, 0.3, 0.6, n_agents=3)
     a = simulation.simulate_debate(model, prior, rounds=2, num_trials=500, seed=7)
     b = simulation.simulate_debate(model, prior, rounds=2, num_trials=500, seed=7)
     np.testing.assert_array_equal(a.answers, b.answers)
