@@ -33,9 +33,18 @@ two schedules, and between two repeats of the same schedule (vLLM's CPU kernels 
 same request in another batch can sample other tokens even with its own seed). Writes
 ``benchmarks/results/vllm_streaming.csv`` (one row per run).
 
-Measured (2026-11-22, 8 questions, 2 rounds, max_tokens 64, 2 repeats; machine shared with a llama.cpp
-benchmark): see the README's "Real engines" paragraph and the CSV; the choice of the in-process path is argued
-in :mod:`r2mad_core.engines.vllm_backend`'s docstring.
+Measured (2026-11-22, 8 questions, 2 rounds, max_tokens 64, 3 repeats; the machine shared with a llama.cpp
+benchmark and test suites, load average 5-15 during the runs, so single walls vary 2x):
+    path    rounds: median wall (tokens/s)   questions: median wall (tokens/s)   questions/rounds
+    inproc  69.7 s (35.3)                     51.0 s (49.3)                         1.37x
+    serve   66.3 s (35.1)                     70.5 s (33.3)                         0.94x
+Best walls: inproc 34.9 / 40.5 s, serve 44.5 / 42.6 s (rounds / questions). Transcripts, rounds vs questions:
+5, 6, 6 of 8 questions differ (inproc), 5, 7, 3 (serve); between repeats of one schedule: inproc rounds 0
+and 0 of 8 (reproducible), inproc questions 7 and 8, serve rounds 4 and 2, serve questions 7 and 5. With
+max_tokens 64 most replies run to the cap (2,300-2,600 completion tokens for at most 48 replies of at most 64),
+so there is little tail for the ``questions`` schedule to reclaim; the gain is not separable from the load here. The in-process path was
+kept (see :mod:`r2mad_core.engines.vllm_backend`): as fast within the noise, reproducible under ``rounds``,
+simpler.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 The fake here extends ``tests/test_engine_vllm.py``'s fake ``LLM`` (vLLM 0.32's ``LLMEngine`` API) into a
 continuous-batching engine: each ``step()`` decodes one token for every running request, and a request
 finishes after as many steps as its script entry has tokens. It asserts that only one thread ever calls into
-the engine (vLLM's ``LLMEngine`` is not thread-safe), so the tests below fail on the old backend, whose every
-``generate`` call drove ``add_request``/``step`` from its own thread.
+the engine (vLLM's ``LLMEngine`` is not thread-safe). Five tests fail on the old backend, whose every
+``generate`` call drove ``add_request``/``step`` from its own thread and which the scheduler ran as ``rounds``;
+the two about one call failing alone or stopping early passed there too and guard guarantees the loop keeps.
 """
 
 from __future__ import annotations

