@@ -370,6 +370,14 @@ class ExperimentGrid:
         run_dir, name, options = self.run_dir(spec, benchmark, method)
         done = _finished_records(run_dir, len(samples))
         if done is not None:
+            # a finished directory is reused only if it holds this very cell (the method as the code derives it
+            # today: options, file digests, sampling stream); otherwise RunConfigMismatch names the difference
+            from r2mad_core.experiments import preflight
+            from r2mad_core.methods import get_method
+
+            method_obj = get_method(name, **options).with_seed(self.seed)
+            preflight(run_dir, benchmark=benchmark, split="test", method=method_obj, seed=self.seed,
+                      limit=self.test_limit, sample_ids=[s.id for s in samples])
             metrics = compute_metrics(done, n_bootstrap=self.bootstrap_resamples)
             return CellOutcome(spec, benchmark, method, run_dir, done, metrics, n_new=0)
         if self.needs_memory(method):

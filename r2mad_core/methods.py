@@ -93,6 +93,8 @@ MASKING_STRATEGIES = ("objective", "subjective")
 #: concept: :data:`r2mad_core.debate.ROUND0_MODES`, :data:`r2mad_core.r2mad.EXPERIENCE_REFERENCES`,
 #: :data:`r2mad_core.prompts.TASK_PROMPT_WORDINGS`, :data:`r2mad_core.benchmarks.SPLIT_RULES`.
 OBJECTIVE_KEEP = ("lowest_perplexity", "better_half")
+#: Options that name a file or folder; a method that reads one records its content digest in ``Method.inputs``.
+FILE_OPTIONS = frozenset({"memory"})
 
 
 @dataclass(frozen=True)
@@ -646,8 +648,10 @@ def get_method(name: str, **options: Any) -> Method:
     method = builder(**bound.arguments)
     if method.debate.round0 == "independent":
         # The run's own sampling stream: the method and every option that is not round0 (so R2-MAD and each
-        # ablation draw different samples, as separate runs do).
-        identity = {k: v for k, v in bound.arguments.items() if k != "round0"}
+        # ablation draw different samples, as separate runs do). A file input counts by its content digest
+        # (Method.inputs), not its path: the same bank in another folder or clone gives the same draws.
+        identity = {k: v for k, v in bound.arguments.items() if k != "round0" and k not in FILE_OPTIONS}
+        identity.update(method.inputs)
         stream = name + ":" + json.dumps(identity, sort_keys=True, default=str)
         method = replace(method, debate=replace(method.debate, stream=stream))
     return replace(method, options=dict(bound.arguments))

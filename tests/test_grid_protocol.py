@@ -64,3 +64,34 @@ def test_profile_fields_and_the_k1_note() -> None:
     profile = load_profile("paper")
     assert profile.fields["memory_model"] is None and profile.fields["round0"] == "shared"
     assert "noise" in findings.k_note(1) and findings.k_note(3) == ""
+
+
+def test_an_independent_round0_stream_depends_on_the_bank_content_not_its_folder(tmp_path: Path) -> None:
+    """The same memory bank in two folders (another clone, another --output-dir) gives the same sampling stream;
+    it once held the bank's absolute path, so the same code drew different samples in different folders."""
+    import json
+    import shutil
+
+    from r2mad_core.experiments import RunConfigMismatch
+    from r2mad_core.methods import get_method
+
+    exp = experiment(tmp_path, models=[SIM_A], benchmarks=["truthfulqa"], test_limit=2, train_limit=4, n_rounds=2,
+                     max_tokens=48, embedder="hashing")
+    bank = exp.memory("Sim A", "truthfulqa")
+    copy = tmp_path / "elsewhere" / "bank"
+    shutil.copytree(bank, copy)
+    first = get_method("r2mad", memory=str(bank), round0="independent")
+    second = get_method("r2mad", memory=str(copy), round0="independent")
+    assert first.debate.stream == second.debate.stream and str(tmp_path) not in first.debate.stream
+    assert first.inputs["memory_bank_digest"] in first.debate.stream
+    assert get_method("r2mad", memory=str(bank), round0="independent", use_confidence=False).debate.stream != (
+        first.debate.stream)
+    # a finished run directory made with another stream is not silently reused
+    outcome = exp.run("Sim A", "truthfulqa", "R2-MAD (independent round 0)")
+    assert len(outcome.records) == 2
+    config_path = outcome.run_dir / "config.json"
+    config = json.loads(config_path.read_text())
+    config["method"]["debate"]["stream"] = "r2mad:{\"memory\": \"/somewhere/else/bank\"}"
+    config_path.write_text(json.dumps(config))
+    with pytest.raises(RunConfigMismatch, match="stream"):
+        exp.run("Sim A", "truthfulqa", "R2-MAD (independent round 0)")
