@@ -160,15 +160,24 @@ def test_the_report_layer_imports_only_downwards() -> None:
     assert not upward, f"imports that run back up the report layer (module -> imported): {upward}"
 
 
-@pytest.mark.parametrize("module", REPORT_LAYER)
-def test_report_layer_modules_stay_one_screen_of_concepts(module: str) -> None:
-    path = PACKAGE_DIR / f"{module}.py"
-    if not path.exists():
-        pytest.skip(f"{module}.py not there")
+#: Modules past ~700 lines that are one concept each (issue 13's rule), with the concept; any other module over
+#: 700 lines fails, and one of these past 850 too.
+ONE_CONCEPT_OVER_700 = {
+    "debate": "the debate loop of Eqs. 1-2: its config, the per-turn records it fills and the round loop",
+    "scoring": "scoring a transcript: answers by vote, metrics, bootstrap CIs, McNemar, stance transitions",
+}
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PACKAGE_DIR.rglob("*.py") if p.name != "__init__.py")
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE_DIR)))
+def test_no_module_over_700_lines_unless_it_is_one_concept(path: Path) -> None:
     lines = len(path.read_text(encoding="utf-8").splitlines())
-    # issue 13: ~700 lines unless the module is one concept; grid (model specs, run cells, grid results) is
-    # one concept at ~850 lines, so the bound is 900: past it, split the paper's method-name vocabulary out
-    assert lines <= 900, f"{module}.py has {lines} lines: split it along its concepts (issue 13: ~700)"
+    name = ".".join(path.relative_to(PACKAGE_DIR).with_suffix("").parts)
+    limit = 850 if name in ONE_CONCEPT_OVER_700 else 700
+    assert lines <= limit, f"{name}.py has {lines} lines: split it along its concepts (issue 13: ~700)"
 
 
 #: The package's layers, bottom up (DESIGN.md "Data flows one way"): a module imports only modules of lower
