@@ -593,6 +593,7 @@ def local_runs(args: argparse.Namespace, bank_dir: Path, test: list, work: Path,
     methods = [get_method("mad", max_tokens=128, n_rounds=rounds),
                get_method("r2mad", memory=str(bank_dir), max_tokens=128, summary_max_tokens=48,
                           max_experience_chars=400, top_k=3, n_rounds=rounds)]
+    methods = [m for m in methods if m.name in args.local_methods]
     slots = 8
     print(f"(b) local llama.cpp: SmolLM2-135M, {slots} slots, {args.local_threads} thread(s), {len(samples)} "
           f"{args.benchmark} test questions, {rounds} rounds, max_tokens 128 (summaries 48), experiences cut to "
@@ -656,7 +657,8 @@ def print_local(args: argparse.Namespace, rows: list[dict[str, Any]], slots: int
     print(f"\nlocal llama.cpp (SmolLM2-135M, {slots} slots, {args.local_threads} thread(s), max_tokens 128), "
           f"mean over {args.local_repeats} interleaved runs [min-max]:")
     gains = {}
-    for method in ("mad", "r2mad"):
+    names = [m for m in ("mad", "r2mad") if any(r["method"] == m for r in rows)]
+    for method in names:
         walls = {s: [r["wall_s"] for r in rows if r["method"] == method and r["schedule"] == s]
                  for s in ("rounds", "questions")}
         rates = {s: [r["tokens_per_s"] for r in rows if r["method"] == method and r["schedule"] == s]
@@ -665,13 +667,16 @@ def print_local(args: argparse.Namespace, rows: list[dict[str, Any]], slots: int
                 for s in ("rounds", "questions")}
         mean = {s: sum(v) / len(v) for s, v in walls.items()}
         gains[method] = mean["rounds"] / mean["questions"]
+        pairs = [a / b for a, b in zip(walls["rounds"], walls["questions"])]  # each repeat's rounds / questions
         print(f"local {method}: rounds {mean['rounds']:.1f} s [{min(walls['rounds']):.0f}-{max(walls['rounds']):.0f}], "
               f"questions {mean['questions']:.1f} s [{min(walls['questions']):.0f}-{max(walls['questions']):.0f}], "
               f"wall gain {gains[method]:.2f}x; completion tokens/s "
               f"{sum(rates['rounds']) / len(rates['rounds']):.2f} -> {sum(rates['questions']) / len(rates['questions']):.2f}; "
               f"engine busy {100 * sum(busy['rounds']) / len(busy['rounds']):.0f}% -> "
-              f"{100 * sum(busy['questions']) / len(busy['questions']):.0f}%")
-    for schedule in ("rounds", "questions"):
+              f"{100 * sum(busy['questions']) / len(busy['questions']):.0f}%; questions faster in "
+              f"{sum(p > 1 for p in pairs)} of {len(pairs)} interleaved pairs (rounds / questions "
+              f"{', '.join(f'{p:.2f}' for p in pairs)})")
+    for schedule in ("rounds", "questions") if len(names) == 2 else ():
         mad = [r for r in rows if r["method"] == "mad" and r["schedule"] == schedule]
         r2 = [r for r in rows if r["method"] == "r2mad" and r["schedule"] == schedule]
         ratio = sum(r["wall_s"] for r in r2) / sum(r["wall_s"] for r in mad)
@@ -685,11 +690,11 @@ def print_local(args: argparse.Namespace, rows: list[dict[str, Any]], slots: int
               f"{per(mad, 'server_prompt_s'):.0f} / {per(mad, 'server_decode_s'):.0f} vs "
               f"{per(r2, 'server_prompt_s'):.0f} / {per(r2, 'server_decode_s'):.0f})")
     figures = {} if figures is None else figures
-    for method in ("mad", "r2mad"):
+    for method in names:
         for schedule in ("rounds", "questions"):
             busy = [r["engine_busy_share"] for r in rows if r["method"] == method and r["schedule"] == schedule]
             figures[f"local engine busy {method} {schedule}"] = f"{100 * sum(busy) / len(busy):.1f}%"
-    for schedule in ("rounds", "questions"):
+    for schedule in ("rounds", "questions") if len(names) == 2 else ():
         mad = sum(r["wall_s"] for r in rows if r["method"] == "mad" and r["schedule"] == schedule)
         r2 = sum(r["wall_s"] for r in rows if r["method"] == "r2mad" and r["schedule"] == schedule)
         figures[f"local r2mad/mad wall {schedule}"] = f"{r2 / mad:.2f}"
@@ -769,6 +774,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     parser.add_argument("--local-only", action="store_true", help="run part (b) only")
     parser.add_argument("--local-questions", type=int, default=2)
     parser.add_argument("--local-repeats", type=int, default=2)
+    parser.add_argument("--local-methods", nargs="+", default=["mad", "r2mad"], choices=["mad", "r2mad"],
+                        help="methods of part (b) (default: both)")
     parser.add_argument("--local-rounds", type=int, default=2, help="debate rounds on llama.cpp (the cpu profile: 3)")
     parser.add_argument("--local-threads", type=int, default=1,
                         help="llama.cpp threads (the cpu profile: 2; 1 on a machine shared with other busy processes)")

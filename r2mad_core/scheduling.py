@@ -32,7 +32,7 @@ Mechanics of ``questions``:
   questions: a debate round ends with its slowest agent, so a question in a round keeps on average only part of
   its agents' engine slots busy (1.78 of 3 with the long-tailed lengths of ``benchmarks/throughput.py`` at the
   paper's settings) and counting questions left the rest of the window's slots empty (window 64, 211
-  questions: mean batch 93 of the window's 192 requests and 1.50x the throughput of ``rounds``; counting
+  questions: mean batch 94 of the window's 192 requests and 1.51x the throughput of ``rounds``; counting
   requests: mean batch 143, 1.66x; benchmarks/README.md). Questions in flight never wait for room, so the requests out may pass ``window`` x ``n_agents``
   briefly (a question going from its last request to its next round's ``n_agents``; measured: at most 212 for
   192). An engine with ``generate`` only hands a phase's completions back together: its questions claim
