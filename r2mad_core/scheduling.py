@@ -33,10 +33,11 @@ Mechanics of ``questions``:
   its agents' engine slots busy (1.78 of 3 with the long-tailed lengths of ``benchmarks/throughput.py`` at the
   paper's settings) and counting questions left the rest of the window's slots empty (window 64, 211
   questions: mean batch 94 of the window's 192 requests and 1.51x the throughput of ``rounds``; counting
-  requests: mean batch 143, 1.66x; benchmarks/README.md). Questions in flight never wait for room, so the requests out may pass ``window`` x ``n_agents``
-  briefly (a question going from its last request to its next round's ``n_agents``; measured: at most 212 for
-  192). An engine with ``generate`` only hands a phase's completions back together: its questions claim
-  ``n_agents`` from start to finish, i.e. at most ``window`` questions are debated at once.
+  requests: mean batch 143, 1.66x; benchmarks/README.md). Questions in flight never wait for room, so the
+  requests out may pass ``window`` x ``n_agents`` briefly (a question going from its last request to its next
+  round's ``n_agents``; measured: at most 212 for 192). An engine with ``generate`` only hands a phase's
+  completions back together: its questions claim ``n_agents`` from start to finish, i.e. at most ``window``
+  questions are debated at once.
 - ``on_finished`` receives questions in input order, so a run's transcript file is the same, line for line,
   under both schedules: a question that finishes before an earlier one waits, in memory, until that one is done.
   At most :data:`HOLD_FACTOR` x ``window`` questions are *in flight* -- started and not yet handed to
