@@ -93,7 +93,9 @@ def add_cell_arguments(parser: argparse.ArgumentParser) -> None:
         default=SCHEDULES[0],
         help="rounds (default; each round is one batch over a chunk of questions, as the authors' code) or "
         "questions (ours: each question advances on its own over a continuous-batching engine, no round barriers; "
-        "same transcripts; an engine that cannot take concurrent calls runs rounds)",
+        "the same requests and seeds, so the same transcripts on the simulated engine and on replay from the cache; a "
+        "live batched server, llama.cpp or vLLM, samples differently with what shares a batch; an engine that "
+        "cannot take concurrent calls runs rounds)",
     )
     group.add_argument(
         "--window", type=positive_int, default=None, metavar="N",
