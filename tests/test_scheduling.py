@@ -334,31 +334,36 @@ def question_of(request) -> str:
 
 class SlowThirdAgentEngine(ConcurrentScripted):
     """A streaming engine (``generate_iter``): each call hands back its completions one by one as they finish.
-    In round 0 the third agent of q000 and of q001 finishes only once q002 has sent its first request (or
-    after a 10 s fallback): a new question can start only if the finished agents' slots count as free."""
+    In round 0 the third agent of q000 and of q001 comes back only once q002 has sent its first request (or
+    after a 10 s fallback): q002 can start while they wait only if their finished agents' slots count as free.
+    When q002 starts, the engine notes which questions had started and whose third agent was still out."""
 
     def __init__(self) -> None:
         super().__init__(split_answers)
         self.q002_started = threading.Event()
         self.lock = threading.Lock()
         self.started: list[str] = []
-        self.started_while_q000_waited: list[str] | None = None
+        self.pending: set[str] = set()  # questions whose slow third agent is not back yet
+        self.when_q002_started: tuple[list[str], set[str]] | None = None
 
     def generate_iter(self, requests):
         qid = question_of(requests[0])
+        slow = qid in ("q000", "q001") and round_of(requests[0]) == 0
         with self.lock:
             if qid not in self.started:
                 self.started.append(qid)
+            if slow:
+                self.pending.add(qid)
+            if qid == "q002" and self.when_q002_started is None:
+                self.when_q002_started = (list(self.started), set(self.pending))
         if qid == "q002":
             self.q002_started.set()
         completions = super().generate(requests)
-        slow = qid in ("q000", "q001") and round_of(requests[0]) == 0
         for index, completion in enumerate(completions):
             if slow and index == len(completions) - 1:
                 self.q002_started.wait(timeout=10)
-                if qid == "q000":
-                    with self.lock:
-                        self.started_while_q000_waited = list(self.started)
+                with self.lock:
+                    self.pending.discard(qid)
             yield index, completion
 
     def generate(self, requests):  # a streaming engine's generate: its stream collected in order
@@ -372,7 +377,9 @@ def test_a_question_waiting_for_its_slowest_agent_lets_a_new_question_use_the_fr
     samples = [mc_sample(f"q{i:03d}") for i in range(4)]
     result = run_cell(tmp_path / "run", benchmark="truthfulqa", split="test", engine=engine, method="mad",
                       samples=samples, schedule="questions", window=2, progress=False)
-    assert engine.started_while_q000_waited == ["q000", "q001", "q002"]  # q003 not: 1 + 1 + 3 + 3 > 6
+    started, pending = engine.when_q002_started
+    assert pending == {"q000", "q001"}  # q002 started while both still waited for their third agent
+    assert sorted(started) == ["q000", "q001", "q002"]  # and q003 had not: 1 + 1 + 3 + 3 > 6
     assert [r["sample_id"] for r in result.records] == ["q000", "q001", "q002", "q003"]
     assert [len(r["rounds"]) for r in result.records] == [3, 3, 3, 3]
 
