@@ -45,8 +45,8 @@ Mechanics of ``questions``:
   response cache (when the engine has one, as the command line's does), so a resume replays those without
   generating. Why hold more than the window: with long-tailed completions one slow question would otherwise stop
   new questions from starting while it runs (measured with ``benchmarks/throughput.py`` at the paper's settings,
-  window 64, counting questions: 1.29x over ``rounds`` when only ``window`` questions may be unwritten, 1.50x
-  with 4 x ``window``).
+  window 64: MAD 1.31x over ``rounds`` when only ``window`` questions may be unwritten, 1.66x with 4 x
+  ``window``).
 - the round hook is called under one lock (one call at a time, as in the round loop; R2-MAD's hook keeps
   state between ``finish_round`` and the next ``prepare_round`` and is not safe to call concurrently).
   ``prepare_round`` gets one question per call under both schedules (:func:`~r2mad_core.debate.round_contexts`:
