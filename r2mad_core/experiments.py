@@ -542,10 +542,11 @@ def run_cell(
     """Run (or resume) one cell into ``out_dir`` and return its records and metrics.
 
     ``schedule``: ``"rounds"`` (default; chunks of ``chunk_size`` questions, each debated round-synchronously)
-    or ``"questions"`` (every question advances on its own over a continuous-batching engine, at most
-    ``window`` in flight, default :data:`r2mad_core.scheduling.DEFAULT_WINDOW`; each transcript line is
-    written as soon as its question and every earlier one are done). Both give the same transcript file
-    apart from the wall-time ``seconds`` fields (:mod:`r2mad_core.scheduling`), so neither ``schedule`` nor
+    or ``"questions"`` (every question advances on its own over a continuous-batching engine, about ``window``
+    questions' worth of engine requests in flight, default :data:`r2mad_core.scheduling.DEFAULT_WINDOW`; each
+    transcript line is written as soon as its question and every earlier one are done). Both send the same requests,
+    so on a deterministic engine and on replay from the cache they give the same transcript file apart from the
+    wall-time ``seconds`` fields (:mod:`r2mad_core.scheduling`), so neither ``schedule`` nor
     ``window`` is part of the cell's config (a run may be resumed under the other). A SIGKILL loses at most a
     chunk (``rounds``) or ``HOLD_FACTOR`` x ``window`` questions (``questions``: the ones being debated and the
     finished ones waiting for an earlier one); their generations stay in the response cache.
