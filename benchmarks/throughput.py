@@ -361,15 +361,10 @@ def transcripts_digest(run_dir: Path) -> str:
     """SHA-256 of the transcript file without its wall-time fields (equal under both schedules)."""
     import json
 
-    def strip(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if k != "seconds"}
-        if isinstance(value, list):
-            return [strip(v) for v in value]
-        return value
+    from r2mad_core.records import without_seconds
 
     lines = (run_dir / "transcripts.jsonl").read_text().splitlines()
-    blob = "\n".join(json.dumps(strip(json.loads(line)), sort_keys=True) for line in lines)
+    blob = "\n".join(json.dumps(without_seconds(json.loads(line)), sort_keys=True) for line in lines)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -145,16 +145,10 @@ class ServedVLLM:
                 self.proc.wait(timeout=30)
 
 
-def strip_seconds(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: strip_seconds(v) for k, v in value.items() if k != "seconds"}
-    if isinstance(value, list):
-        return [strip_seconds(v) for v in value]
-    return value
-
-
 def record_digests(records: list[dict]) -> list[str]:
-    return [hashlib.sha256(json.dumps(strip_seconds(r), sort_keys=True).encode()).hexdigest()[:12] for r in records]
+    from r2mad_core.records import without_seconds
+
+    return [hashlib.sha256(json.dumps(without_seconds(r), sort_keys=True).encode()).hexdigest()[:12] for r in records]
 
 
 def completion_tokens(records: list[dict]) -> int:

@@ -27,18 +27,11 @@ from r2mad_core.engines import Request, SamplingParams
 from r2mad_core.engines.vllm_backend import VLLMEngine
 from r2mad_core.experiments import run_cell
 from r2mad_core.methods import get_method
+from r2mad_core.records import without_seconds
 
 QUESTIONS = 4
 MAX_TOKENS = 32
 BENCHMARK = "mmlu_pro_economics"
-
-
-def strip_seconds(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: strip_seconds(v) for k, v in value.items() if k != "seconds"}
-    if isinstance(value, list):
-        return [strip_seconds(v) for v in value]
-    return value
 
 
 def run_both(engine: VLLMEngine, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> dict[str, Any]:
@@ -51,7 +44,7 @@ def run_both(engine: VLLMEngine, tmp_path: Path, caplog: pytest.LogCaptureFixtur
             result = run_cell(tmp_path / schedule, benchmark=BENCHMARK, split="test", engine=engine, method=method,
                               samples=samples, chunk_size=QUESTIONS, window=QUESTIONS, schedule=schedule,
                               progress=False)
-        out[schedule] = [strip_seconds(r) for r in result.records]
+        out[schedule] = [without_seconds(r) for r in result.records]
         out[f"{schedule}_max_calls"] = max(before, engine.engine_loop().max_calls)
     assert not [r for r in caplog.records if "running schedule 'rounds' instead" in r.getMessage()]
     assert scheduling.accepts_concurrent_calls(engine)

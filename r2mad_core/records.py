@@ -130,6 +130,17 @@ class RunConfig(BaseModel):
     chunk_size: int
 
 
+def without_seconds(value: Any) -> Any:
+    """A transcript record (or any JSON value) without its wall-time fields: every ``seconds`` key (per sample,
+    round, turn, extra call and tag). They measure one run's wall clock and engine time, so they differ between
+    any two runs, whatever the schedule; two runs of the same requests must agree on everything else."""
+    if isinstance(value, dict):
+        return {k: without_seconds(v) for k, v in value.items() if k != "seconds"}
+    if isinstance(value, list):
+        return [without_seconds(v) for v in value]
+    return value
+
+
 def problems(model: type[BaseModel], data: Any) -> list[str]:
     """The schema problems of ``data``, one ``field.path: message (found value)`` each; ``[]`` if it fits."""
     try:

@@ -19,21 +19,11 @@ from r2mad_core.engines.cache import CachedEngine
 from r2mad_core.engines.simulated import SimulatedEngine
 from r2mad_core.experiments import TRANSCRIPTS_FILE, load_run, run_cell
 from r2mad_core.memory_construction import build_memory
+from r2mad_core.records import without_seconds
 
 BENCHMARK = "mmlu_pro_economics"
 TEST = benchmarks.load(BENCHMARK, "test")[:10]
 TRAIN = benchmarks.load(BENCHMARK, "train")[:8]
-
-
-def without_seconds(value):
-    """A transcript record without its wall-time fields: every ``seconds`` key (per sample, per round, per
-    turn, per extra call, per tag). They measure this run's wall clock and engine time, so they differ between
-    any two runs, whatever the schedule; everything else must be equal."""
-    if isinstance(value, dict):
-        return {k: without_seconds(v) for k, v in value.items() if k != "seconds"}
-    if isinstance(value, list):
-        return [without_seconds(v) for v in value]
-    return value
 
 
 def file_lines(run_dir: Path) -> list[dict]:

@@ -22,6 +22,7 @@ import test_engine_vllm as base
 from debate_fakes import mc_sample
 from r2mad_core.engines import CachedEngine, EngineError
 from r2mad_core.engines.vllm_backend import VLLMEngine
+from r2mad_core.records import without_seconds
 
 
 class BatchingLLMEngine(base.FakeLLMEngine):
@@ -306,7 +307,7 @@ def test_the_scheduler_runs_questions_on_the_vllm_engine_without_falling_back(tm
             result = run_cell(tmp_path / schedule, benchmark="truthfulqa", split="test", engine=vllm, method="mad",
                               samples=samples, chunk_size=6, window=6, schedule=schedule, progress=False)
         loops[schedule] = vllm.engine_loop()
-        records[schedule] = [_without_seconds(r) for r in result.records]
+        records[schedule] = [without_seconds(r) for r in result.records]
         vllm.close()
     assert not [r for r in caplog.records if "running schedule 'rounds' instead" in r.getMessage()]
     from r2mad_core import scheduling
@@ -317,9 +318,3 @@ def test_the_scheduler_runs_questions_on_the_vllm_engine_without_falling_back(tm
     assert loops["questions"].max_calls > 1  # questions: several questions' calls in the engine at once
 
 
-def _without_seconds(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _without_seconds(v) for k, v in value.items() if k != "seconds"}
-    if isinstance(value, list):
-        return [_without_seconds(v) for v in value]
-    return value
