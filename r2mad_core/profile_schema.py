@@ -331,13 +331,12 @@ def _expected(error: Mapping[str, Any]) -> str:
     return message
 
 
-def validate_profile(data: Any, source: str) -> list[str]:
-    """Every problem of a profile's fields (:class:`ProfileSpec`), one line each naming the file, the
-    field, what was expected and what was found; ``[]`` when the profile is valid."""
+def _validated(data: Any, source: str) -> tuple[ProfileSpec | None, list[str]]:
+    """``(spec, [])`` for a valid profile, ``(None, problems)`` otherwise (see :func:`validate_profile`)."""
     if not isinstance(data, dict):
-        return [f"{source}: expected a mapping of fields at the top level, found {type(data).__name__}"]
+        return None, [f"{source}: expected a mapping of fields at the top level, found {type(data).__name__}"]
     try:
-        ProfileSpec.model_validate(data)
+        return ProfileSpec.model_validate(data), []
     except ValidationError as exc:
         lines: list[str] = []
         for error in exc.errors(include_url=False):
@@ -345,14 +344,20 @@ def validate_profile(data: Any, source: str) -> list[str]:
             if error["type"] == "missing":
                 lines.append(f"{source}: field {where!r} is missing")
             elif error["type"] == "extra_forbidden":
-                known = {0: TOP_LEVEL_FIELDS + OPTIONAL_FIELDS}.get(len(error["loc"]) - 1)
-                if known is None:
+                if len(error["loc"]) == 1:
+                    known = TOP_LEVEL_FIELDS + OPTIONAL_FIELDS
+                else:
                     known = MODEL_FIELDS if error["loc"][0] == "models" else LARGE_MODEL_FIELDS
                 lines.append(f"{source}: field {where!r}: expected a known field (one of {', '.join(known)}), found an unknown field")
             else:
                 lines.append(f"{source}: field {where!r}: expected {_expected(error)}, found {error['input']!r}")
-        return list(dict.fromkeys(lines))
-    return []
+        return None, list(dict.fromkeys(lines))
+
+
+def validate_profile(data: Any, source: str) -> list[str]:
+    """Every problem of a profile's fields (:class:`ProfileSpec`), one line each naming the file, the
+    field, what was expected and what was found; ``[]`` when the profile is valid."""
+    return _validated(data, source)[1]
 
 
 # --------------------------------------------------------------------------------------------
@@ -428,10 +433,10 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
                 extra = dict(data.get("extra_parameters") or {})
                 extra[key] = value
                 data["extra_parameters"] = extra
-    errors = validate_profile(data, source)
-    if errors:
+    spec, errors = _validated(data, source)
+    if spec is None:
         raise ProfileError("invalid profile:\n  " + "\n  ".join(errors))
-    return Profile(name=name, source=source, fields=data, spec=ProfileSpec.model_validate(data))
+    return Profile(name=name, source=source, fields=data, spec=spec)
 
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

@@ -9,7 +9,7 @@ with its annotation. Then the vote over the last round, token costs and wall tim
 The writer (:func:`r2mad_core.experiments.transcript_record`) and the reader
 (:class:`r2mad_core.experiments.TranscriptStore`) both go through these models, so a line that does not fit the
 schema is an error naming the file, the line and the field, not a ``KeyError`` three modules later. Readers get
-plain dicts (the JSON as written); :func:`parse_record` gives the typed view.
+plain dicts (the JSON as written); ``TranscriptRecord.model_validate(record)`` gives the typed view.
 """
 
 from __future__ import annotations
@@ -17,9 +17,6 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
-
-FORMAT = 1
-
 
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -153,8 +150,3 @@ def problems(model: type[BaseModel], data: Any) -> list[str]:
             out.append(f"{where}: {error['msg']} (found {found})")
         return out
     return []
-
-
-def parse_record(data: dict[str, Any]) -> TranscriptRecord:
-    """The typed view of a transcript line."""
-    return TranscriptRecord.model_validate(data)
