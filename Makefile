@@ -10,7 +10,7 @@ PIP := $(PY) -m pip
 # OpenAI-compatible endpoint; see README), PROFILE=paper (vLLM on a GPU).
 PROFILE ?= sim
 EXTRAS ?= cpu,notebooks,dev
-# The benchmark files ship inside the package (r2mad_core/data/benchmarks); set R2MAD_DATA_DIR to use
+# The benchmark files ship inside the package (r2mad_core/data/packaged); set R2MAD_DATA_DIR to use
 # a folder of your own instead (an empty folder is filled from the Hugging Face Hub: EXTRAS=...,hub).
 
 .PHONY: setup test reproduce bench clean clean-runs test-engines

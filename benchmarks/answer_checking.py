@@ -23,7 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from r2mad_core import answers, benchmarks  # noqa: E402
+from r2mad_core.data import benchmarks  # noqa: E402
+
+from r2mad_core.data import answers
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -68,11 +68,11 @@ from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from r2mad_core import benchmarks as benchmark_data  # noqa: E402
+from r2mad_core.data import benchmarks as benchmark_data  # noqa: E402
 from r2mad_core.engines.base import Completion, Request  # noqa: E402
-from r2mad_core.engines.simulated import TOKENS_PER_WORD, SimulatedAgentParams, SimulatedEngine  # noqa: E402
-from r2mad_core.experiments import run_cell  # noqa: E402
-from r2mad_core.methods import Method, get_method  # noqa: E402
+from r2mad_core.theory.agents import TOKENS_PER_WORD, SimulatedAgentParams, SimulatedEngine  # noqa: E402
+from r2mad_core.experiments.cell import run_cell  # noqa: E402
+from r2mad_core.experiments.methods import Method, get_method  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -100,7 +100,7 @@ class CallRecord:
 
 
 class TimedEngine:
-    """An engine wrapper that times every ``generate`` call (the engine boundary of DESIGN.md).
+    """An engine wrapper that times every ``generate`` call (the engine boundary of docs/design.md).
 
     ``modelled_seconds`` of a call is the decode time the simulated engine sleeps (waves of
     ``max_concurrency``, each as long as its longest completion; 0 for a real engine) plus the optional
@@ -282,7 +282,7 @@ def ensure_bank(directory: Path, benchmark: str, embedder: str, questions: int, 
     """The bank directory (built now if missing) and the seconds spent building it (0 when reused)."""
     if (directory / "manifest.json").exists():
         return directory, 0.0
-    from r2mad_core.memory_construction import build_memory
+    from r2mad_core.experiments.build_memory import build_memory
 
     train = benchmark_data.load(benchmark, "train", data_dir=data_dir)[:questions]
     engine = SimulatedEngine(train, seed=seed, params=replace(params, token_latency_ms=0.0))
@@ -498,7 +498,7 @@ def main(argv: Sequence[str] | None = None) -> float:
         work_dir = Path(work)
         # Once-per-process costs (imports of the embedder's libraries, a model load, lazy imports of the
         # checker and the scorer) are paid by an untimed warm-up of both methods on one question.
-        from r2mad_core.embeddings import get_embedder
+        from r2mad_core.memory.embeddings import get_embedder
 
         get_embedder(args.embedder)
         warm_engine = TimedEngine(SimulatedEngine([*test, *train], seed=args.seed + 1,

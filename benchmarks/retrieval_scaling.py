@@ -6,7 +6,7 @@ Usage:
 
 What is timed (median of ``--repeats`` runs, after one warm-up):
 
-- ``retrieve`` (r2mad_core.retrieval, the state-aware policy, K = 3, 3K = 9 candidates): one [Q, d] x [d, N]
+- ``retrieve`` (r2mad_core.memory.retrieval, the state-aware policy, K = 3, 3K = 9 candidates): one [Q, d] x [d, N]
   product, argpartition for the top-3K, vectorised MMR; plus ``peer_confidence`` (Eq. 7) over the K
   retrieved cases for 3 agents. Brute force numpy on synthetic unit float32 embeddings.
   One agent-round = the Q samples one agent handles in one round (Q = 1: a single question; Q = 32: a batch,
@@ -37,8 +37,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from r2mad_core.confidence import peer_confidence  # noqa: E402
-from r2mad_core.retrieval import RetrievalConfig, retrieve, top_candidates  # noqa: E402
+from r2mad_core.memory.confidence import peer_confidence  # noqa: E402
+from r2mad_core.memory.retrieval import RetrievalConfig, retrieve, top_candidates  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 N_AGENTS = 3
@@ -167,7 +167,7 @@ def bench_faiss(sizes, dims, repeats, hnsw_max_cells: float, threads: int):
 
 
 def bench_embedder(name: str):
-    from r2mad_core.embeddings import get_embedder
+    from r2mad_core.memory.embeddings import get_embedder
 
     start = time.perf_counter()
     embedder = get_embedder(name)

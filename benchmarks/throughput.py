@@ -7,7 +7,7 @@ Usage:
 Part (a), default: a continuous-batching engine in VIRTUAL time at the paper's settings (Qwen3-8B thinking,
 max_tokens 6144 for debate turns and summaries, one A100/H100-class GPU, vLLM-like scheduling) drives the REAL
 code: ``experiments.run_cell`` with ``schedule="rounds"`` (chunks of ``--window`` questions) and
-``schedule="questions"`` (``--window`` questions' worth of engine requests in flight, r2mad_core.scheduling),
+``schedule="questions"`` (``--window`` questions' worth of engine requests in flight, r2mad_core.debate.scheduling),
 for MAD and R2-MAD.
 
 - Texts come from the simulated latent-concept agents (``SimulatedAgentParams``, ~300-token visible responses,
@@ -73,14 +73,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from end_to_end import BANK_CACHE, bank_directory, ensure_bank, message_tokens, prefix_keys  # noqa: E402
-from r2mad_core import benchmarks as benchmark_data  # noqa: E402
+from r2mad_core.data import benchmarks as benchmark_data  # noqa: E402
 from r2mad_core.engines.base import Completion, Ledger, Request, collect_in_order  # noqa: E402
-from r2mad_core.engines.simulated import SimulatedAgentParams, SimulatedEngine  # noqa: E402
-from r2mad_core.experiments import run_cell  # noqa: E402
-from r2mad_core.methods import get_method  # noqa: E402
+from r2mad_core.theory.agents import SimulatedAgentParams, SimulatedEngine  # noqa: E402
+from r2mad_core.experiments.cell import run_cell  # noqa: E402
+from r2mad_core.experiments.methods import get_method  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
-QUESTION_THREAD = "r2mad-question-"  # r2mad_core.scheduling names each question's thread so
+QUESTION_THREAD = "r2mad-question-"  # r2mad_core.debate.scheduling names each question's thread so
 PAPER_GENERATIONS_PER_MODEL = 100_000  # r2mad_core/profiles/paper.yaml's estimate
 
 

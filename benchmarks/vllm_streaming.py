@@ -175,12 +175,12 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
               file=sys.stderr)
         raise SystemExit(2)
 
-    from r2mad_core import benchmarks as benchmark_data
+    from r2mad_core.data import benchmarks as benchmark_data
     from r2mad_core.engines.base import Request, SamplingParams
     from r2mad_core.engines.openai_compat import OpenAICompatEngine
     from r2mad_core.engines.vllm_backend import VLLMEngine
-    from r2mad_core.experiments import run_cell
-    from r2mad_core.methods import get_method
+    from r2mad_core.experiments.cell import run_cell
+    from r2mad_core.experiments.methods import get_method
 
     samples = benchmark_data.load(args.benchmark, "test", data_dir=os.environ.get("R2MAD_DATA_DIR"))[: args.questions]
     method = get_method("mad", n_rounds=args.rounds, max_tokens=args.max_tokens)

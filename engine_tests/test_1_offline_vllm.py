@@ -18,7 +18,8 @@ import pytest
 
 import r2mad_core.engines as engines
 from conftest import MAX_MODEL_LEN, OFFLINE_OPTIONS, agent_pairs, engine_core_pids
-from r2mad_core import cli, experiments
+from r2mad_core.cli import commands as cli
+from r2mad_core.experiments import cell as experiments
 from r2mad_core.engines import CachedEngine, EngineError, Request, SamplingParams
 from r2mad_core.engines.vllm_backend import VLLMEngine
 

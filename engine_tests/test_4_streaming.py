@@ -22,11 +22,12 @@ from typing import Any
 import pytest
 
 from conftest import OFFLINE_OPTIONS
-from r2mad_core import benchmarks, scheduling
+from r2mad_core.data import benchmarks
+from r2mad_core.debate import scheduling
 from r2mad_core.engines import Request, SamplingParams
 from r2mad_core.engines.vllm_backend import VLLMEngine
-from r2mad_core.experiments import run_cell
-from r2mad_core.methods import get_method
+from r2mad_core.experiments.cell import run_cell
+from r2mad_core.experiments.methods import get_method
 from r2mad_core.records import without_seconds
 
 QUESTIONS = 4
@@ -40,7 +41,7 @@ def run_both(engine: VLLMEngine, tmp_path: Path, caplog: pytest.LogCaptureFixtur
     out: dict[str, Any] = {}
     for schedule in ("rounds", "questions"):
         before = engine.engine_loop().max_calls
-        with caplog.at_level(logging.WARNING, logger="r2mad_core.scheduling"):
+        with caplog.at_level(logging.WARNING, logger="r2mad_core.debate.scheduling"):
             result = run_cell(tmp_path / schedule, benchmark=BENCHMARK, split="test", engine=engine, method=method,
                               samples=samples, chunk_size=QUESTIONS, window=QUESTIONS, schedule=schedule,
                               progress=False)

@@ -1,13 +1,34 @@
-"""r2mad_core: the thin core of the R2-MAD reproduction.
+"""r2mad_core: the thin core of the R2-MAD reproduction, one sub-package per part of the paper.
 
-One module per concept of the paper, bottom layer first (tests/test_architecture.py holds the layers):
-data and registries (benchmark_files, benchmarks, retrieval, plugins, files, records), answers and prompts,
-engines (base, cache, simulated, local, openai_compat, vllm_backend), embeddings, memory_cases (Eqs. 2, 4),
-memory (the banks M_i), memory_audit, confidence (Eqs. 5-7), debate (Eqs. 1-2), scheduling, scoring,
-r2mad (the R2-MAD round hook), methods, experiments (one run cell), method_labels, memory_construction,
-model_specs, grid and grid_results (the notebooks' run cells), profile_schema, findings, tables, artifacts,
-report, reproduce (make reproduce), budget, cli; theory, theory_checks and theory_simulation (Section 4 and
-Appendix C).
+Bottom layer first (:data:`ARCHITECTURE`; tests/test_architecture.py holds every import to it):
+
+- ``files``, ``records``, ``plugins``: atomic files and locks, the typed run files (one transcript type for
+  writer and readers), plugin loading.
+- ``data``: the benchmarks, their splits and answers (Section 5.1).
+- ``engines``: the one batched generation call behind every method, its response cache, the engine registry.
+- ``debate``: the debate of Eqs. 1-2: prompts, the round loop, scheduling, scoring of a transcript.
+- ``memory``: what R2-MAD adds: cases (Eqs. 2, 4), banks, MMR retrieval (Eqs. 5-6), confidence (Eq. 7), the round hook.
+- ``theory``: Section 4 and Appendix C: the latent-concept model, its checks and simulations, simulated agents.
+- ``experiments``: methods, run cells, memory construction, profiles, budgets.
+- ``report``: the notebooks' run grid, tables, artifacts with manifests, findings, the comparison with the paper.
+- ``reproduce``, ``notebook_setup``, ``cli``: the entry points (``make reproduce``, the notebooks, ``r2mad``).
+
+docs/design.md describes each package; the method itself (what the paper adds) is ``memory/`` plus the
+``r2mad`` method in ``experiments/methods.py``.
 """
 
 __version__ = "0.1.0"
+
+#: The layers, bottom up: a module imports only from its own unit or from units of lower layers.
+ARCHITECTURE: tuple[tuple[str, ...], ...] = (
+    ("files", "records", "plugins"),
+    ("data",),
+    ("engines",),
+    ("debate",),
+    ("memory",),
+    ("theory",),
+    ("experiments",),
+    ("report",),
+    ("reproduce", "cli"),
+    ("notebook_setup", "__main__"),
+)

@@ -10,7 +10,7 @@ Paths default to ``../figures/<profile>``, ``../runs/<profile>`` and ``../cache/
 
 Logging inside a notebook is quiet: ``r2mad_core`` logs only errors (what a notebook needs to say
 it prints or tabulates from the numbers), chatty libraries only warnings; long steps show one
-progress bar each (:meth:`r2mad_core.grid.ExperimentGrid.grid`).
+progress bar each (:meth:`r2mad_core.report.grid.ExperimentGrid.grid`).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, MutableMapping, Sequence
 
-from r2mad_core.artifacts import ReportContext, apply_style
-from r2mad_core.grid import ExperimentGrid
+from r2mad_core.report.artifacts import ReportContext, apply_style
+from r2mad_core.report.grid import ExperimentGrid
 from r2mad_core.plugins import load_plugins
-from r2mad_core.model_specs import ModelSpec
+from r2mad_core.experiments.model_specs import ModelSpec
 
 #: Libraries whose INFO lines would fill a notebook.
 CHATTY_LOGGERS = ("httpx", "httpcore", "urllib3", "filelock", "huggingface_hub", "sentence_transformers",
@@ -85,7 +85,7 @@ class Session:
         """Display the closing "What this shows" section (sentences built from the numbers)."""
         from IPython.display import Markdown, display
 
-        from r2mad_core.findings import as_markdown
+        from r2mad_core.report.findings import as_markdown
 
         display(Markdown(as_markdown(list(sentences), title=title)))
 
@@ -93,7 +93,7 @@ class Session:
 def setup(namespace: MutableMapping[str, Any], notebook: str, *, experiment: bool = True,
           progress: bool = True) -> Session:
     """Fill the ``...`` parameters from the profile, quiet the logs, set the figure and display style,
-    build the :class:`~r2mad_core.grid.ExperimentGrid` (``experiment=True``) and the artifact context."""
+    build the :class:`~r2mad_core.report.grid.ExperimentGrid` (``experiment=True``) and the artifact context."""
     import pandas as pd
 
     load_plugins()  # a plugin's benchmarks, policies and methods (R2MAD_PLUGINS), as in the runner and the CLI

@@ -1,7 +1,7 @@
 """Extensions from outside the package: modules that register benchmarks, retrieval policies or methods.
 
-Each extension point has one registry (:data:`r2mad_core.benchmarks.BENCHMARK_SPECS`,
-:data:`r2mad_core.retrieval.POLICIES`, :data:`r2mad_core.methods.METHOD_SPECS`); an extension is a module whose
+Each extension point has one registry (:data:`r2mad_core.data.benchmarks.BENCHMARK_SPECS`,
+:data:`r2mad_core.memory.retrieval.POLICIES`, :data:`r2mad_core.experiments.methods.METHOD_SPECS`); an extension is a module whose
 import registers its entries. The command line, ``python -m r2mad_core.reproduce`` and every notebook (through
 their shared setup) call :func:`load_plugins` before they read a registry, so a registered entry shows up in the
 CLI's choices, the profiles and the tables.

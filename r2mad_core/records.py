@@ -6,8 +6,8 @@ Cons(Z^(t)) of Eq. 2's debate state, the summary h^(t), and for R2-MAD what the 
 retrieved by Eq. 8's MMR policy (``retrieved``: case ids, scores, lambda_t) and the confidence c_ji of Eqs. 5-7
 with its annotation. Then the vote over the last round, token costs and wall time.
 
-The writer (:func:`r2mad_core.experiments.transcript_record`) and the reader
-(:class:`r2mad_core.experiments.TranscriptStore`) both go through these models, so a line that does not fit the
+The writer (:func:`r2mad_core.experiments.cell.transcript_record`) and the reader
+(:class:`r2mad_core.experiments.cell.TranscriptStore`) both go through these models, so a line that does not fit the
 schema is an error naming the file, the line and the field, not a ``KeyError`` three modules later. Readers get
 plain dicts (the JSON as written); ``TranscriptRecord.model_validate(record)`` gives the typed view.
 """
@@ -23,7 +23,7 @@ class _Record(BaseModel):
 
 
 class TurnRecord(_Record):
-    """Agent i's response at one round (:class:`r2mad_core.debate.AgentTurn`)."""
+    """Agent i's response at one round (:class:`r2mad_core.debate.loop.AgentTurn`)."""
 
     agent: int
     response: str
@@ -57,7 +57,7 @@ class ExtraCallRecord(_Record):
 
 
 class RoundRecordModel(_Record):
-    """Round t of one debate (:class:`r2mad_core.debate.RoundRecord`)."""
+    """Round t of one debate (:class:`r2mad_core.debate.loop.RoundRecord`)."""
 
     round: int
     agents: list[TurnRecord]
@@ -70,7 +70,7 @@ class RoundRecordModel(_Record):
 
 
 class VoteRecord(_Record):
-    """The final answer of the last round (:class:`r2mad_core.scoring.VoteResult`)."""
+    """The final answer of the last round (:class:`r2mad_core.debate.scoring.VoteResult`)."""
 
     answer: str | None
     correct: bool

@@ -20,7 +20,7 @@ llama.cpp; ``api``: any OpenAI-compatible endpoint; ``paper``: vLLM on a GPU).
 Strings of the form ``${NAME}`` in a profile are replaced by the environment variable ``NAME`` when
 the profile is loaded (the ``api`` profile takes its model name from ``$R2MAD_API_MODEL`` this way, so
 tables and run keys carry the real model's name). A profile with ``api_budget: true`` is guarded by
-:mod:`r2mad_core.budget`: before anything is sent, the notebooks run once against an estimating
+:mod:`r2mad_core.experiments.budget`: before anything is sent, the notebooks run once against an estimating
 gateway and the requests, tokens and (with prices) money are printed per notebook and in total; then
 the real run goes through a forwarding gateway with the budget cap (``--max-requests``,
 ``--max-cost`` or ``$R2MAD_API_MAX_REQUESTS``, ``$R2MAD_API_MAX_COST``), which stops cleanly and
@@ -49,7 +49,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 
 from r2mad_core.files import atomic_write
-from r2mad_core.profile_schema import (  # noqa: F401  (re-exported: reproduce is where users meet profiles)
+from r2mad_core.experiments.profiles import (  # noqa: F401  (re-exported: reproduce is where users meet profiles)
     OPTIONAL_FIELDS,
     PATH_PARAMETERS,
     PROTOCOL_FIELDS,
@@ -262,7 +262,7 @@ def banner(profile: Profile) -> list[str]:
     models = list(profile["models"])
     if models and all(m.get("engine") == "simulated" for m in models):
         return [
-            f"reproduce: profile {profile.name}: the agents are SIMULATED (r2mad_core.engines.simulated: "
+            f"reproduce: profile {profile.name}: the agents are SIMULATED (r2mad_core.theory.agents: "
             "latent-concept agents with shared misconceptions, no language model).",
             "  This shows the method's mechanics (memory, retrieval, confidence weighting, every table and "
             "figure) on the benchmarks' splits, not any LLM's accuracy.",
@@ -337,7 +337,7 @@ def _non_negative(kind: type) -> Callable[[str], Any]:
 
 
 # --------------------------------------------------------------------------------------------
-# API profiles: the cost estimate and the budget cap (r2mad_core.budget)
+# API profiles: the cost estimate and the budget cap (r2mad_core.experiments.budget)
 # --------------------------------------------------------------------------------------------
 def guarded_endpoints(profile: Profile) -> dict[str, list[str]]:
     """``base_url_env`` -> the endpoint URLs it holds (comma-separated), for every ``openai`` model of
@@ -392,9 +392,9 @@ def estimate_cost(
     profile: Profile, paths: ReproductionPaths, endpoints: Mapping[str, Sequence[str]], prices: Any, *,
     notebooks_dir: Path | None = None, only: Sequence[str] | None = None, echo: Callable[[str], None] = print,
 ) -> tuple[dict[str, Any], NotebookResult | None]:
-    """Run the notebooks once against :class:`~r2mad_core.budget.EstimatingGateway` (in a scratch
+    """Run the notebooks once against :class:`~r2mad_core.experiments.budget.EstimatingGateway` (in a scratch
     output folder) and return the usage per notebook, plus the failed notebook if one failed."""
-    from r2mad_core.budget import EstimatingGateway, Usage
+    from r2mad_core.experiments.budget import EstimatingGateway, Usage
 
     per_notebook: dict[str, Usage] = {}
     with EstimatingGateway() as gateway, tempfile.TemporaryDirectory(prefix="r2mad-estimate-") as scratch:
@@ -417,9 +417,9 @@ def run_guarded(
     profile: Profile, paths: ReproductionPaths, endpoints: Mapping[str, Sequence[str]], cap: Any, *,
     notebooks_dir: Path | None = None, only: Sequence[str] | None = None, echo: Callable[[str], None] = print,
 ) -> list[NotebookResult]:
-    """Run the notebooks with every guarded endpoint behind a :class:`~r2mad_core.budget.ForwardingGateway`
+    """Run the notebooks with every guarded endpoint behind a :class:`~r2mad_core.experiments.budget.ForwardingGateway`
     sharing the budget ``cap``."""
-    from r2mad_core.budget import ForwardingGateway
+    from r2mad_core.experiments.budget import ForwardingGateway
 
     gateways = {variable: ForwardingGateway(urls, cap) for variable, urls in endpoints.items()}
     with contextlib.ExitStack() as stack:
@@ -434,7 +434,7 @@ def _budget_main(
     only: Sequence[str] | None,
 ) -> int | list[NotebookResult]:
     """The estimate, then the capped run; an exit code when it stops early, else the results."""
-    from r2mad_core.budget import BudgetCap, Prices, format_estimate
+    from r2mad_core.experiments.budget import BudgetCap, Prices, format_estimate
 
     prices = Prices(
         args.price_prompt if args.price_prompt is not None else _env_number("R2MAD_API_PRICE_PROMPT", float),
@@ -508,7 +508,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     if results and results[-1].error:
         return 1
-    from r2mad_core.artifacts import missing_artifacts
+    from r2mad_core.report.artifacts import missing_artifacts
 
     missing = missing_artifacts(paths.figures_dir)
     if missing:

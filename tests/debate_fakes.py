@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from typing import Callable, Sequence
 
-from r2mad_core import prompts
-from r2mad_core.benchmarks import Sample, format_question
+from r2mad_core.debate import prompts
+from r2mad_core.data.benchmarks import Sample, format_question
 from r2mad_core.engines.base import Completion, Ledger, Request
 
 LETTERS = "ABCDEFGHIJ"

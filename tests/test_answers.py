@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from r2mad_core import answers
-from r2mad_core.answers import (
+from r2mad_core.data import answers
+from r2mad_core.data.answers import (
     UnknownBenchmark,
     answers_equivalent,
     canonical_answer,

@@ -23,9 +23,9 @@ KNOWN_CYCLES: list[frozenset[str]] = []
 #: The report layer from the bottom up: a module may import only modules listed before it here (or
 #: below the layer altogether: scoring, experiments, methods, ...), never one after it, nor the
 #: entry points above the layer.
-REPORT_LAYER = ("tables", "artifacts", "grid", "report", "findings")
+REPORT_LAYER = ("report.tables", "report.artifacts", "report.results", "report.grid", "report.comparison", "report.findings")
 #: Entry points above everything: the command lines, the notebook runner and the notebooks' setup.
-ENTRY_POINTS = ("reproduce", "cli", "memory_cli", "__main__", "notebook_setup")
+ENTRY_POINTS = ("reproduce", "cli", "cli.commands", "cli.common", "cli.memory", "__main__", "notebook_setup")
 #: Upward imports from the report layer that remain (none: keep it so).
 KNOWN_UPWARD: set[tuple[str, str]] = set()
 
@@ -118,15 +118,16 @@ def strongly_connected(graph: dict[str, set[str]]) -> list[frozenset[str]]:
 def test_the_walker_sees_function_level_and_relative_imports() -> None:
     source = (
         "from __future__ import annotations\n"
-        "import r2mad_core.tables\n"
+        "import r2mad_core.report.tables\n"
         "def f():\n"
-        "    from r2mad_core.grid import ExperimentGrid\n"
-        "    from r2mad_core import report\n"
-        "    from .engines import make_engine\n"
+        "    from r2mad_core.report.grid import ExperimentGrid\n"
+        "    from r2mad_core.report import comparison\n"
+        "    from ..engines import make_engine\n"
         "    import numpy\n"
     )
-    modules = {"tables", "grid", "report", "engines", "scoring"}
-    assert imported_modules(PACKAGE_DIR / "scoring.py", modules, source) == {"tables", "grid", "report", "engines"}
+    modules = {"report", "report.tables", "report.grid", "report.comparison", "engines", "debate.scoring"}
+    assert imported_modules(PACKAGE_DIR / "debate" / "scoring.py", modules, source) == {
+        "report.tables", "report.grid", "report.comparison", "engines"}
     assert imported_modules(PACKAGE_DIR / "engines" / "base.py", {"engines", "engines.cache"},
                             "from .cache import X\nfrom . import cache\n") == {"engines.cache"}
     assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [frozenset({"a", "b", "c"})]
@@ -142,7 +143,7 @@ def test_no_import_circles_beyond_the_known_ones() -> None:
 
 def test_the_report_layer_is_in_no_circle() -> None:
     cycles = strongly_connected(import_graph())
-    layer = set(REPORT_LAYER) | {"scoring"}
+    layer = set(REPORT_LAYER) | {"debate.scoring"}
     touching = [sorted(c) for c in cycles if c & layer]
     assert not touching, f"the report layer is in an import circle: {touching}"
 
@@ -156,15 +157,15 @@ def test_the_report_layer_imports_only_downwards() -> None:
         above = set(REPORT_LAYER[position + 1:]) | set(ENTRY_POINTS)
         upward += [(module, target) for target in sorted(graph[module] & above) if (module, target) not in KNOWN_UPWARD]
     # scoring sits below the whole layer: it reads transcripts, never tables, grids or reports
-    upward += [("scoring", t) for t in sorted(graph.get("scoring", set()) & (set(REPORT_LAYER) | set(ENTRY_POINTS)))]
+    upward += [("debate.scoring", t) for t in sorted(graph.get("debate.scoring", set()) & (set(REPORT_LAYER) | set(ENTRY_POINTS)))]
     assert not upward, f"imports that run back up the report layer (module -> imported): {upward}"
 
 
 #: Modules past ~700 lines that are one concept each (issue 13's rule), with the concept; any other module over
 #: 700 lines fails, and one of these past 850 too.
 ONE_CONCEPT_OVER_700 = {
-    "debate": "the debate loop of Eqs. 1-2: its config, the per-turn records it fills and the round loop",
-    "scoring": "scoring a transcript: answers by vote, metrics, bootstrap CIs, McNemar, stance transitions",
+    "debate.loop": "the debate loop of Eqs. 1-2: its config, the per-turn records it fills and the round loop",
+    "debate.scoring": "scoring a transcript: answers by vote, metrics, bootstrap CIs, McNemar, stance transitions",
 }
 
 
@@ -180,34 +181,45 @@ def test_no_module_over_700_lines_unless_it_is_one_concept(path: Path) -> None:
     assert lines <= limit, f"{name}.py has {lines} lines: split it along its concepts (issue 13: ~700)"
 
 
-#: The package's layers, bottom up (DESIGN.md "Data flows one way"): a module imports only modules of lower
-#: layers. A new module goes into the lowest layer above everything it imports; an arrow back up fails.
-LAYERS: tuple[tuple[str, ...], ...] = (
-    ("benchmark_files",),
-    ("files", "records", "plugins", "benchmarks", "engines.base", "engines.vllm_loop", "embeddings", "retrieval", "theory",
-     "budget"),
-    ("answers", "prompts", "engines.cache", "engines.thinking", "tables", "memory_cases", "theory_checks",
-     "theory_simulation"),
-    ("memory", "debate", "engines.openai_compat", "engines.simulated", "artifacts"),
-    ("confidence", "memory_audit", "model_specs"),
-    ("engines.local", "engines.vllm_backend", "scoring", "scheduling"),
-    ("engines", "r2mad"),
-    ("methods",),
-    ("experiments", "method_labels"),
-    ("memory_construction", "grid_results", "profile_schema"),
-    ("grid",),
-    ("report", "findings"),
-    ("cli_common", "reproduce"),
-    ("memory_cli", "notebook_setup"),
-    ("cli",),
-    ("__main__",),
-)
+def _owner(module: str) -> str:
+    """The unit a module belongs to in :data:`r2mad_core.ARCHITECTURE`: its sub-package, or itself at the top."""
+    return module.split(".")[0]
 
 
-def test_every_import_points_down_the_layers() -> None:
-    graph = import_graph()
-    layer_of = {module: index for index, layer in enumerate(LAYERS) for module in layer}
-    unplaced = sorted(set(graph) - set(layer_of))
-    assert not unplaced, f"modules not placed in LAYERS (add each to the lowest layer above its imports): {unplaced}"
-    upward = sorted((a, b) for a, targets in graph.items() for b in targets if layer_of[b] >= layer_of[a])
-    assert not upward, f"imports that do not point down the layers (importer, imported): {upward}"
+def test_the_architecture_names_every_package_and_top_level_module_once() -> None:
+    from r2mad_core import ARCHITECTURE
+
+    units = [unit for layer in ARCHITECTURE for unit in layer]
+    assert len(units) == len(set(units)), f"named twice in ARCHITECTURE: {sorted(u for u in units if units.count(u) > 1)}"
+    present = {_owner(m) for m in import_graph()} | {p.name for p in PACKAGE_DIR.iterdir() if (p / "__init__.py").exists()}
+    assert set(units) == present, (f"ARCHITECTURE (r2mad_core/__init__.py) and the tree differ: "
+                                   f"not in the tree {sorted(set(units) - present)}, not placed {sorted(present - set(units))}")
+
+
+def test_every_import_between_packages_points_down_the_layers() -> None:
+    """A module imports only from its own package (no circles: tested above) or from a lower layer."""
+    from r2mad_core import ARCHITECTURE
+
+    layer_of = {unit: index for index, layer in enumerate(ARCHITECTURE) for unit in layer}
+    upward = sorted(
+        (a, b) for a, targets in import_graph().items() for b in targets
+        if _owner(a) != _owner(b) and layer_of[_owner(b)] >= layer_of[_owner(a)]
+    )
+    assert not upward, f"imports that do not point down the layers of r2mad_core.ARCHITECTURE (importer, imported): {upward}"
+
+
+def test_r2mad_core_has_at_most_a_dozen_top_level_modules() -> None:
+    top = sorted(p.stem for p in PACKAGE_DIR.glob("*.py"))
+    assert len(top) <= 12, f"r2mad_core/ holds {len(top)} top-level modules (issue 21: at most 12; the rest in sub-packages): {top}"
+
+
+def test_every_sub_package_says_what_it_is() -> None:
+    """Each package's __init__ docstring names its concept and every module in it."""
+    import importlib
+
+    for init in sorted(PACKAGE_DIR.glob("*/__init__.py")):
+        package = importlib.import_module(f"{PACKAGE}.{init.parent.name}")
+        doc = package.__doc__ or ""
+        assert len(doc.strip()) > 40, f"{init}: the docstring should name the package's concept"
+        missing = [p.stem for p in init.parent.glob("*.py") if p.stem != "__init__" and p.stem not in doc]
+        assert not missing, f"{init}: the docstring does not name the modules {missing}"

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from r2mad_core import benchmark_files, benchmarks
-from r2mad_core.benchmark_files import BenchmarkFilesNotFound, resolve_data_dir, verify_checksums
-from r2mad_core.benchmarks import (
+from r2mad_core.data import sources as benchmark_files
+
+from r2mad_core.data import benchmarks
+from r2mad_core.data.sources import BenchmarkFilesNotFound, resolve_data_dir, verify_checksums
+from r2mad_core.data.benchmarks import (
     BENCHMARKS,
     BenchmarkDataError,
     Sample,
@@ -234,7 +236,7 @@ def test_checksums_of_shared_files(data_dir: Path) -> None:
 
 
 def test_command_line_count(data_dir: Path) -> None:
-    code = "from r2mad_core.benchmarks import load; print(len(load('truthfulqa','test')))"
+    code = "from r2mad_core.data.benchmarks import load; print(len(load('truthfulqa','test')))"
     env = {**os.environ, "R2MAD_DATA_DIR": str(data_dir)}
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, cwd=REPO)
     assert result.stdout.strip() == "166"
@@ -505,7 +507,7 @@ def test_malformed_truthfulqa_file(content: str, row: int | None, field: str | N
 
 def test_split_size_mismatch_is_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     _write_jsonl(tmp_path / "math500/raw/test.jsonl", [_math_row(1), _math_row(2, level=5)])
-    with caplog.at_level("WARNING", logger="r2mad_core.benchmarks"):
+    with caplog.at_level("WARNING", logger="r2mad_core.data.benchmarks"):
         load("math500", "test", tmp_path)
     assert "math500 test split has 1 questions, the paper's has 134" in caplog.text
 

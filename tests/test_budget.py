@@ -1,4 +1,4 @@
-"""The api profile's cost estimate and budget cap (r2mad_core.budget), against the fake OpenAI server:
+"""The api profile's cost estimate and budget cap (r2mad_core.experiments.budget), against the fake OpenAI server:
 exact request counts, refusals before sending, nothing lost, and a capped run that resumes."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from r2mad_core import reproduce
-from r2mad_core.budget import (
+from r2mad_core.experiments.budget import (
     BudgetCap,
     BudgetExceeded,
     EstimatingGateway,
@@ -74,7 +74,7 @@ def test_cap_reserves_the_worst_case_and_refuses_request_n_plus_1() -> None:
 
 
 def test_estimating_gateway_answers_max_tokens_of_filler_without_an_answer() -> None:
-    from r2mad_core.answers import extract_answer
+    from r2mad_core.data.answers import extract_answer
 
     with EstimatingGateway() as gateway:
         engine = make_engine("openai", model="any", base_urls=gateway.base_url, api_key_env=None)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import r2mad_core.engines
-from r2mad_core import cli
-from r2mad_core.benchmarks import BENCHMARKS
-from r2mad_core.experiments import TRANSCRIPTS_FILE
+from r2mad_core.cli import commands as cli
+from r2mad_core.data.benchmarks import BENCHMARKS
+from r2mad_core.experiments.cell import TRANSCRIPTS_FILE
 
 REPO = Path(__file__).resolve().parent.parent
 # The benchmark files are the ones shipped with the package (or $R2MAD_DATA_DIR when set).
@@ -220,7 +220,7 @@ def test_unwritable_out_is_one_line_exit_2(tmp_path, capsys, no_engine, monkeypa
 
 
 def test_an_os_error_later_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch):
-    from r2mad_core import experiments
+    from r2mad_core.experiments import cell as experiments
 
     def denied(*args, **kwargs):
         raise PermissionError(13, "Permission denied", str(tmp_path / "run" / "config.json"))
@@ -264,7 +264,7 @@ def test_ctrl_c_keeps_finished_questions_and_says_how_to_resume(tmp_path, capsys
 
 
 def test_ctrl_c_before_the_run_is_one_line_exit_130(tmp_path, capsys, monkeypatch):
-    from r2mad_core import benchmarks
+    from r2mad_core.data import benchmarks
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -286,8 +286,8 @@ def small_bank(tmp_path_factory):
 
 
 def test_build_memory_default_embedder_follows_the_engine(small_bank, capsys):
-    from r2mad_core.memory import MemoryBankSet
-    from r2mad_core.memory_cli import default_embedder
+    from r2mad_core.memory.banks import MemoryBankSet
+    from r2mad_core.cli.memory import default_embedder
 
     bank = MemoryBankSet.load(small_bank)
     assert bank.embedder_name.startswith("hashing")

@@ -1,6 +1,6 @@
 """The committed artifacts (figures/<profile>/MANIFEST.json) were built by the code at HEAD.
 
-Every artifact records the git commit that produced it (r2mad_core.artifacts.git_commit). This test fails
+Every artifact records the git commit that produced it (r2mad_core.report.artifacts.git_commit). This test fails
 when a committed manifest names a commit whose ``r2mad_core`` tree differs from HEAD's, or a commit built
 from uncommitted changes (``dirty``): the figures would then show what older code did. Regenerate them
 (``make reproduce PROFILE=sim``, ``PROFILE=cpu``) at a commit and commit the figures after it.
@@ -63,7 +63,7 @@ def test_executed_notebooks_being_written_do_not_make_the_code_dirty(tmp_path: P
     uncommitted code; a change to r2mad_core or a notebook's source must."""
     import subprocess
 
-    from r2mad_core.artifacts import git_commit
+    from r2mad_core.report.artifacts import git_commit
 
     repo = tmp_path / "repo"
     for folder in ("r2mad_core", "notebooks/executed/sim"):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from debate_fakes import ScriptedEngine, last_user, math_answer, math_sample, mc_answer, mc_sample, question_key
-from r2mad_core import prompts
-from r2mad_core.debate import (
+from r2mad_core.debate import prompts
+from r2mad_core.debate.loop import (
     AgentRoundContext,
     DebateConfig,
     consensus_ratio,
@@ -337,7 +337,7 @@ class CountingEngine:
 
 
 def test_simulated_engine_debate_is_round_synchronous_and_deterministic():
-    from r2mad_core.engines.simulated import SimulatedEngine
+    from r2mad_core.theory.agents import SimulatedEngine
 
     samples = [mc_sample(f"s{i}", gold="ABCD"[i % 4]) for i in range(12)] + [math_sample("m0", "7")]
     by_benchmark = {"truthfulqa": samples[:12], "math500": samples[12:]}

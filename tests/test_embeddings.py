@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from r2mad_core.embeddings import CachedEmbedder, HashingEmbedder, get_embedder
+from r2mad_core.memory.embeddings import CachedEmbedder, HashingEmbedder, get_embedder
 
 
 def test_hashing_embedder_is_deterministic_unit_and_word_based():

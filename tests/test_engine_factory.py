@@ -29,9 +29,9 @@ class RecordingSimulated:
 
 @pytest.fixture
 def fake_simulated(monkeypatch: pytest.MonkeyPatch) -> None:
-    module = types.ModuleType("r2mad_core.engines.simulated")
+    module = types.ModuleType("r2mad_core.theory.agents")
     module.SimulatedEngine = RecordingSimulated  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "r2mad_core.engines.simulated", module)
+    monkeypatch.setitem(sys.modules, "r2mad_core.theory.agents", module)
 
 
 def test_simulated_options_are_forwarded(fake_simulated: None, tmp_path: Path) -> None:
@@ -65,7 +65,7 @@ def test_backend_is_closed_when_the_cache_cannot_open(fake_simulated: None, tmp_
             super().__init__(**options)
             created.append(self)
 
-    sys.modules["r2mad_core.engines.simulated"].SimulatedEngine = Tracking  # type: ignore[attr-defined]
+    sys.modules["r2mad_core.theory.agents"].SimulatedEngine = Tracking  # type: ignore[attr-defined]
     with pytest.raises(OSError):
         make_engine("simulated", cache_dir=blocker, samples=[])
     assert created and created[0].closed

@@ -355,7 +355,7 @@ def test_without_vllm_the_error_says_what_to_do() -> None:
 def test_the_embedder_uses_the_gpu_when_there_is_one(monkeypatch: pytest.MonkeyPatch) -> None:
     """The paper profile (vLLM on a GPU) embeds with BGE-M3 on that GPU; on a CPU machine, the CPU."""
     torch = pytest.importorskip("torch")
-    from r2mad_core import embeddings
+    from r2mad_core.memory import embeddings
 
     loads: list[tuple] = []
 

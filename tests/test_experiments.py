@@ -18,7 +18,7 @@ import pytest
 
 from debate_fakes import ScriptedEngine, mc_answer, mc_sample, question_key
 from r2mad_core.engines.cache import CachedEngine
-from r2mad_core.experiments import (
+from r2mad_core.experiments.cell import (
     METRICS_FILE,
     TRANSCRIPTS_FILE,
     RunConfigMismatch,
@@ -31,7 +31,7 @@ from r2mad_core.experiments import (
     run_cell,
     score_run,
 )
-from r2mad_core.methods import get_method
+from r2mad_core.experiments.methods import get_method
 
 TESTS_DIR = Path(__file__).resolve().parent
 
@@ -165,7 +165,7 @@ def test_truncated_last_line_is_dropped_and_the_sample_rerun(tmp_path, caplog):
     lines = data.splitlines(keepends=True)
     # Simulate a kill in the middle of writing the 4th line.
     path.write_bytes(b"".join(lines[:3]) + lines[3][: len(lines[3]) // 2])
-    with caplog.at_level(logging.WARNING, logger="r2mad_core.experiments"):
+    with caplog.at_level(logging.WARNING, logger="r2mad_core.experiments.cell"):
         resumed = run_cell(run, benchmark="truthfulqa", split="test", engine=ScriptedEngine(hashed_respond), method="mad",
                            samples=samples(4), progress=False)
     assert "line 4: no trailing newline" in caplog.text
@@ -253,7 +253,7 @@ CHILD = textwrap.dedent(
     import sys
     sys.path.insert(0, {tests!r})
     from test_experiments import ScriptedEngine, hashed_respond, samples
-    from r2mad_core.experiments import run_cell
+    from r2mad_core.experiments.cell import run_cell
     engine = ScriptedEngine(hashed_respond, latency={latency})
     engine.concurrent_generate = {schedule!r} == "questions"  # the scripted engine takes concurrent calls
     run_cell({out!r}, benchmark="truthfulqa", split="test", engine=engine, method="mad",

@@ -9,18 +9,18 @@ import pytest
 
 from debate_fakes import ScriptedEngine, last_user, mc_answer, mc_sample, round_of
 from fake_openai_server import FakeOpenAIServer
-from r2mad_core import prompts
-from r2mad_core.debate import run_debate
-from r2mad_core.embeddings import HashingEmbedder
+from r2mad_core.debate import prompts
+from r2mad_core.debate.loop import run_debate
+from r2mad_core.memory.embeddings import HashingEmbedder
 from r2mad_core.engines import CachedEngine
 from r2mad_core.engines.base import SEED_SCHEME, Request, SamplingParams, backend_seed
 from r2mad_core.engines.openai_compat import OpenAICompatEngine
-from r2mad_core.engines.simulated import SimulatedEngine
-from r2mad_core.experiments import run_cell
-from r2mad_core.memory import MemoryBankSet
-from r2mad_core.methods import get_method
-from r2mad_core.memory_construction import build_memory
-from r2mad_core.r2mad import experience_view, reference_text
+from r2mad_core.theory.agents import SimulatedEngine
+from r2mad_core.experiments.cell import run_cell
+from r2mad_core.memory.banks import MemoryBankSet
+from r2mad_core.experiments.methods import get_method
+from r2mad_core.experiments.build_memory import build_memory
+from r2mad_core.memory.hook import experience_view, reference_text
 
 QUESTIONS = [mc_sample(f"q{k}", question=f"Which statement about topic {k} is true?") for k in range(3)]
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from r2mad_core import findings
-from r2mad_core.grid_results import CellOutcome, GridResults
-from r2mad_core.model_specs import ModelSpec
+from r2mad_core.report import findings
+from r2mad_core.report.results import CellOutcome, GridResults
+from r2mad_core.experiments.model_specs import ModelSpec
 
 SIM = ModelSpec("Sim", "simulated", None, stands_in_for="Qwen2.5-7B-Instruct")
 
@@ -74,7 +74,7 @@ def test_poisoning_that_does_not_hurt_is_explained_as_a_simulation_limit() -> No
 
 
 def test_claims_sentences_list_what_fails() -> None:
-    from r2mad_core.report import claims_summary
+    from r2mad_core.report.comparison import claims_summary
 
     claims = pd.DataFrame([
         {"table": "tab:ablation", "paper_model": "Qwen2.5-7B-Instruct", "benchmark": "Average", "better": "R2-MAD",

@@ -50,7 +50,7 @@ def _environment(clone: Path) -> dict[str, str]:
 
 def test_the_package_data_is_found_without_shared_or_environment(fresh_clone: Path) -> None:
     code = (
-        "import r2mad_core, r2mad_core.benchmarks as b;"
+        "import r2mad_core, r2mad_core.data.benchmarks as b;"
         "print(r2mad_core.__file__);"
         "print([len(b.load(n, 'test')) for n in b.BENCHMARKS]);"
         "print(b.describe_data_source())"

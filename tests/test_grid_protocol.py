@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from r2mad_core import findings
-from r2mad_core.grid import ExperimentGrid
+from r2mad_core.report import findings
+from r2mad_core.report.grid import ExperimentGrid
 from r2mad_core.reproduce import load_profile
 
 SIM_A = {"label": "Sim A", "engine": "simulated", "model": None, "options": {}}
@@ -72,8 +72,8 @@ def test_an_independent_round0_stream_depends_on_the_bank_content_not_its_folder
     import json
     import shutil
 
-    from r2mad_core.experiments import RunConfigMismatch
-    from r2mad_core.methods import get_method
+    from r2mad_core.experiments.cell import RunConfigMismatch
+    from r2mad_core.experiments.methods import get_method
 
     exp = experiment(tmp_path, models=[SIM_A], benchmarks=["truthfulqa"], test_limit=2, train_limit=4, n_rounds=2,
                      max_tokens=48, embedder="hashing")

@@ -1,13 +1,13 @@
-"""Memory banks of r2mad_core.memory: built from debates, their on-disk format and its checks, poisoning."""
+"""Memory banks of r2mad_core.memory.banks: built from debates, their on-disk format and its checks, poisoning."""
 
 import json
 
 import numpy as np
 import pytest
 
-from r2mad_core.embeddings import HashingEmbedder
-from r2mad_core.memory import MemoryBankError, MemoryBankSet, build_bank_set, poison_bank
-from r2mad_core.memory_cases import DebateRecord, DebateRound, format_state_text
+from r2mad_core.memory.embeddings import HashingEmbedder
+from r2mad_core.memory.banks import MemoryBankError, MemoryBankSet, build_bank_set, poison_bank
+from r2mad_core.memory.cases import DebateRecord, DebateRound, format_state_text
 from test_memory_cases import DEBATES
 
 

@@ -1,4 +1,4 @@
-"""Memory cases (Eq. 4) and debate states (Eq. 2) of r2mad_core.memory_cases: cases and rewards from a debate,
+"""Memory cases (Eq. 4) and debate states (Eq. 2) of r2mad_core.memory.cases: cases and rewards from a debate,
 state text and encoding, case rows, transcripts as debate records."""
 
 import dataclasses
@@ -6,8 +6,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from r2mad_core.embeddings import HashingEmbedder
-from r2mad_core.memory_cases import (
+from r2mad_core.memory.embeddings import HashingEmbedder
+from r2mad_core.memory.cases import (
     AgentDebateState,
     DebateRecord,
     DebateRound,

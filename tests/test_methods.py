@@ -7,10 +7,10 @@ import math
 import pytest
 
 from debate_fakes import ScriptedEngine, last_user, mc_answer, mc_sample
-from r2mad_core import prompts
-from r2mad_core.debate import run_debate
+from r2mad_core.debate import prompts
+from r2mad_core.debate.loop import run_debate
 from r2mad_core.engines.base import Completion
-from r2mad_core.methods import METHODS, Method, get_method, kept_by_logprob, method_options
+from r2mad_core.experiments.methods import METHODS, Method, get_method, kept_by_logprob, method_options
 
 
 def first_round_requests(method: Method, engine: ScriptedEngine):
@@ -204,7 +204,7 @@ def test_mean_logprob_of_an_empty_completion_is_minus_infinity():
 
 
 def test_objective_masking_with_the_simulated_engine_logprobs():
-    from r2mad_core.engines.simulated import SimulatedEngine
+    from r2mad_core.theory.agents import SimulatedEngine
 
     group = [mc_sample(f"s{i}", gold="ABCD"[i % 4]) for i in range(10)]
     method = get_method("mad_m2", stop_at_unanimity=False)

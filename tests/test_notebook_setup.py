@@ -30,7 +30,7 @@ def test_an_unknown_parameter_names_the_profile_file() -> None:
 
 
 def test_quiet_logging_silences_the_core_below_error(caplog: pytest.LogCaptureFixture) -> None:
-    core = logging.getLogger("r2mad_core.experiments")
+    core = logging.getLogger("r2mad_core.experiments.cell")
     before = logging.getLogger("r2mad_core").level
     try:
         notebook_setup.quiet_logging()

@@ -16,10 +16,10 @@ import papermill
 import pytest
 
 from r2mad_core import reproduce
-from r2mad_core.artifacts import read_manifest
-from r2mad_core.tables import NOT_RUN
-from r2mad_core.tables import read_table
-from r2mad_core.profile_schema import OPTIONAL_FIELDS, PATH_PARAMETERS, TOP_LEVEL_FIELDS, load_profile
+from r2mad_core.report.artifacts import read_manifest
+from r2mad_core.report.tables import NOT_RUN
+from r2mad_core.report.tables import read_table
+from r2mad_core.experiments.profiles import OPTIONAL_FIELDS, PATH_PARAMETERS, TOP_LEVEL_FIELDS, load_profile
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"

@@ -1,4 +1,4 @@
-"""The benchmark files shipped in the package (r2mad_core/data/benchmarks): the default data source,
+"""The benchmark files shipped in the package (r2mad_core/data/packaged): the default data source,
 checked against MANIFEST.json at every load, with licenses and provenance; R2MAD_DATA_DIR and the Hub
 (through a fake ``datasets`` module) stay as overrides."""
 
@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from r2mad_core import benchmark_files, benchmarks
-from r2mad_core.benchmark_files import (
+from r2mad_core.data import sources as benchmark_files
+
+from r2mad_core.data import benchmarks
+from r2mad_core.data.sources import (
     PACKAGED_DATA_DIR,
     BenchmarkDataError,
     BenchmarkFilesNotFound,
@@ -24,7 +26,7 @@ from r2mad_core.benchmark_files import (
     packaged_manifest,
     verify_checksums,
 )
-from r2mad_core.benchmarks import PAPER_SPLIT_SIZES, load
+from r2mad_core.data.benchmarks import PAPER_SPLIT_SIZES, load
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared" / "data"
@@ -69,14 +71,14 @@ def test_licenses_and_provenance_ship_beside_the_files() -> None:
     for entry in packaged_manifest().values():
         assert entry["sha256"] in readme and entry["git_blob"] in readme
     assert "013686a06be7a7bde5bf8223943e106c7250123c" in readme
-    package_data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["r2mad_core"]
-    for pattern in ("data/benchmarks/*.json", "data/benchmarks/*.md", "data/benchmarks/*/*.gz", "data/benchmarks/*/LICENSE"):
+    package_data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["r2mad_core.data"]
+    for pattern in ("packaged/*.json", "packaged/*.md", "packaged/*/*.gz", "packaged/*/LICENSE"):
         assert pattern in package_data
 
 
 def test_default_source_is_the_package_with_the_papers_counts() -> None:
     assert benchmark_files.resolve_data_dir() == PACKAGED_DATA_DIR
-    assert describe_data_source() == "the files shipped with r2mad (r2mad_core/data/benchmarks, sha256-checked at load)"
+    assert describe_data_source() == "the files shipped with r2mad (r2mad_core/data/packaged, sha256-checked at load)"
     for name in benchmarks.BENCHMARKS:
         for split in ("train", "test"):
             assert len(load(name, split)) == PAPER_SPLIT_SIZES[name][split], (name, split)

@@ -7,13 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from r2mad_core import plugins, retrieval
-from r2mad_core.methods import METHOD_SPECS, METHODS, get_method, unregister_method
+from r2mad_core import plugins
+
+from r2mad_core.memory import retrieval
+from r2mad_core.experiments.methods import METHOD_SPECS, METHODS, get_method, unregister_method
 
 PLUGIN = '''
-from r2mad_core.debate import DebateConfig
-from r2mad_core.methods import Method, MethodSpec, register_method
-from r2mad_core.retrieval import POLICIES, PolicySpec, register_policy
+from r2mad_core.debate.loop import DebateConfig
+from r2mad_core.experiments.methods import Method, MethodSpec, register_method
+from r2mad_core.memory.retrieval import POLICIES, PolicySpec, register_policy
 
 
 def two_agent_debate(*, n_rounds: int = 2, max_tokens: int = 64) -> Method:
@@ -59,10 +61,10 @@ TOY_PLUGIN = '''
 import json
 from pathlib import Path
 
-from r2mad_core.benchmarks import BenchmarkSpec, Sample, format_question, register_benchmark
-from r2mad_core.debate import DebateConfig
-from r2mad_core.methods import Method, MethodSpec, register_method
-from r2mad_core.retrieval import POLICIES, PolicySpec, register_policy
+from r2mad_core.data.benchmarks import BenchmarkSpec, Sample, format_question, register_benchmark
+from r2mad_core.debate.loop import DebateConfig
+from r2mad_core.experiments.methods import Method, MethodSpec, register_method
+from r2mad_core.memory.retrieval import POLICIES, PolicySpec, register_policy
 
 LETTERS = "ABCD"
 

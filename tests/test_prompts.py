@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from r2mad_core import prompts
+from r2mad_core.debate import prompts
 
 PAPER = Path(__file__).resolve().parents[1].parent / "shared" / "paper" / "r2mad_paper.tex"
 

@@ -11,15 +11,16 @@ import numpy as np
 import pytest
 
 from debate_fakes import ScriptedEngine, last_user, mc_answer, mc_sample, round_of
-from r2mad_core import cli, prompts
-from r2mad_core.benchmarks import BENCHMARKS, load
-from r2mad_core.embeddings import HashingEmbedder
+from r2mad_core.cli import commands as cli
+from r2mad_core.debate import prompts
+from r2mad_core.data.benchmarks import BENCHMARKS, load
+from r2mad_core.memory.embeddings import HashingEmbedder
 from r2mad_core.engines import make_engine
-from r2mad_core.experiments import TRANSCRIPTS_FILE, run_cell
-from r2mad_core.memory import MemoryBankError, MemoryBankSet, poison_bank
-from r2mad_core.memory_audit import audit_bank_set
-from r2mad_core.methods import get_method
-from r2mad_core.memory_construction import build_memory
+from r2mad_core.experiments.cell import TRANSCRIPTS_FILE, run_cell
+from r2mad_core.memory.banks import MemoryBankError, MemoryBankSet, poison_bank
+from r2mad_core.memory.audit import audit_bank_set
+from r2mad_core.experiments.methods import get_method
+from r2mad_core.experiments.build_memory import build_memory
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -275,8 +276,8 @@ def test_experiences_can_be_shortened(bank_dir, tmp_path):
 
 
 def test_bank_from_an_existing_run_matches_build_memory(tmp_path):
-    from r2mad_core.memory_construction import bank_set_from_run
-    from r2mad_core.r2mad import load_memory
+    from r2mad_core.experiments.build_memory import bank_set_from_run
+    from r2mad_core.memory.hook import load_memory
 
     train = load("mmlu_pro_economics", "train")[:3]
     engine = make_engine("simulated", samples=train)
@@ -316,8 +317,8 @@ def _distinct_responses(question, persona, t, request):
 
 
 def test_r2mad_hook_embeds_the_responses_while_the_summaries_are_written(bank_dir):
-    from r2mad_core.debate import run_debate
-    from r2mad_core.r2mad import R2MadHook, load_memory
+    from r2mad_core.debate.loop import run_debate
+    from r2mad_core.memory.hook import R2MadHook, load_memory
 
     method = get_method("r2mad", memory=str(bank_dir))
     runs = {}
@@ -346,8 +347,8 @@ def test_r2mad_hook_embeds_the_responses_while_the_summaries_are_written(bank_di
 
 
 def test_r2mad_hook_reraises_a_background_embedding_error(bank_dir):
-    from r2mad_core.debate import run_debate
-    from r2mad_core.r2mad import R2MadHook, load_memory
+    from r2mad_core.debate.loop import run_debate
+    from r2mad_core.memory.hook import R2MadHook, load_memory
 
     bank_set, embedder = load_memory(bank_dir)
     hook = R2MadHook(bank_set, RecordingEmbedder(embedder, fail_in_background=True))

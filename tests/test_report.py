@@ -14,8 +14,16 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from r2mad_core import artifacts, grid, report, scoring, tables  # noqa: E402
-from r2mad_core.artifacts import (  # noqa: E402
+from r2mad_core.report import tables  # noqa: E402
+
+from r2mad_core.report import artifacts
+
+from r2mad_core.report import grid
+
+from r2mad_core.report import comparison as report
+
+from r2mad_core.debate import scoring
+from r2mad_core.report.artifacts import (  # noqa: E402
     ReportContext,
     missing_artifacts,
     read_manifest,
@@ -23,13 +31,13 @@ from r2mad_core.artifacts import (  # noqa: E402
     save_table,
     update_manifest,
 )
-from r2mad_core.report import (  # noqa: E402
+from r2mad_core.report.comparison import (  # noqa: E402
     OrderingClaim,
     check_orderings,
     compare_with_paper,
     load_reported_results,
 )
-from r2mad_core.tables import (  # noqa: E402
+from r2mad_core.report.tables import (  # noqa: E402
     Table,
     parse_latex_table,
     parse_markdown_table,
@@ -343,12 +351,12 @@ def test_artifact_names_follow_the_paper_labels() -> None:
 # The grid: method names, run directories, tables from hand-made cells
 # --------------------------------------------------------------------------------------------
 
-from r2mad_core.methods import get_method  # noqa: E402
-from r2mad_core.grid import ExperimentGrid  # noqa: E402
-from r2mad_core.grid_results import CellOutcome, GridResults  # noqa: E402
-from r2mad_core.model_specs import ModelSpec  # noqa: E402
-from r2mad_core.scoring import mean_accuracy_with_ci  # noqa: E402
-from r2mad_core.tables import tidy_to_table  # noqa: E402
+from r2mad_core.experiments.methods import get_method  # noqa: E402
+from r2mad_core.report.grid import ExperimentGrid  # noqa: E402
+from r2mad_core.report.results import CellOutcome, GridResults  # noqa: E402
+from r2mad_core.experiments.model_specs import ModelSpec  # noqa: E402
+from r2mad_core.debate.scoring import mean_accuracy_with_ci  # noqa: E402
+from r2mad_core.report.tables import tidy_to_table  # noqa: E402
 
 SIMULATED = {"label": "Sim", "engine": "simulated", "model": None, "stands_in_for": "Qwen2.5-7B-Instruct", "options": {}}
 
@@ -369,9 +377,9 @@ ALL_LABELS = [*grid.MAIN_METHODS, *grid.ABLATION_METHODS, *grid.sc_methods([3, 6
 @pytest.fixture(scope="module")
 def bank_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real (tiny) memory bank folder: the R2-MAD builders read its manifest."""
-    from r2mad_core.embeddings import HashingEmbedder
-    from r2mad_core.memory import build_bank_set
-    from r2mad_core.memory_cases import DebateRecord, DebateRound
+    from r2mad_core.memory.embeddings import HashingEmbedder
+    from r2mad_core.memory.banks import build_bank_set
+    from r2mad_core.memory.cases import DebateRecord, DebateRound
 
     rounds = tuple(DebateRound(responses=(f"r{t}a ((A))", f"r{t}b ((B))", f"r{t}c ((A))"), answers=("A", "B", "A"),
                                correct=(True, False, True), summary=f"summary {t}", consensus_ratio=2 / 3)
@@ -445,7 +453,7 @@ def test_model_specs_stand_ins_and_environment(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_mean_accuracy_ci_matches_the_single_benchmark_bootstrap() -> None:
-    from r2mad_core.scoring import accuracy_with_ci
+    from r2mad_core.debate.scoring import accuracy_with_ci
 
     outcomes = [True, False, True, True, False, True, True]
     single = accuracy_with_ci(outcomes, n_bootstrap=2000, seed=3)
@@ -562,8 +570,8 @@ def test_speed_knobs_keep_the_run_directories(tmp_path: Path) -> None:
 # Issue 14: what ran, counted once, strict holds, not-run rows, measured time
 # --------------------------------------------------------------------------------------------
 
-from r2mad_core.report import claims_summary, one_point_per_run  # noqa: E402
-from r2mad_core.tables import NOT_RUN, time_cell, with_not_run_rows  # noqa: E402
+from r2mad_core.report.comparison import claims_summary, one_point_per_run  # noqa: E402
+from r2mad_core.report.tables import NOT_RUN, time_cell, with_not_run_rows  # noqa: E402
 
 
 def test_a_comparison_read_twice_is_counted_once_and_a_tie_does_not_hold() -> None:
@@ -667,7 +675,7 @@ def test_saved_figures_record_every_text_they_show(tmp_path: Path) -> None:
 
 
 def test_display_paths_are_never_machine_paths(tmp_path: Path) -> None:
-    root = Path(artifacts.__file__).resolve().parent.parent
+    root = Path(artifacts.__file__).resolve().parents[2]
     assert artifacts.display_path(root / "runs" / "sim") == "runs/sim"
     assert artifacts.display_path(tmp_path / "a" / "b") == ".../a/b"
     assert artifacts.display_path("../runs/tiny") == "../runs/tiny"
@@ -676,7 +684,7 @@ def test_display_paths_are_never_machine_paths(tmp_path: Path) -> None:
 def test_a_changed_simulator_gets_new_run_directories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Transcripts of an older simulator version are never shown as the current one's (the run key holds
     the simulator's version; the response cache keys on the engine identity, which holds it too)."""
-    from r2mad_core.engines import simulated
+    from r2mad_core.theory import agents as simulated
 
     exp = _experiment(tmp_path)
     spec = exp.models[0]

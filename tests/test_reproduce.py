@@ -12,10 +12,12 @@ import nbformat
 import pytest
 import yaml
 
-from r2mad_core import profile_schema, reproduce
-from r2mad_core.benchmarks import BENCHMARKS
-from r2mad_core.report import load_reported_results
-from r2mad_core.profile_schema import (
+from r2mad_core import reproduce
+
+from r2mad_core.experiments import profiles as profile_schema
+from r2mad_core.data.benchmarks import BENCHMARKS
+from r2mad_core.report.comparison import load_reported_results
+from r2mad_core.experiments.profiles import (
     PROTOCOL_FIELDS,
     ProfileError,
     ProfileSpec,
@@ -25,7 +27,7 @@ from r2mad_core.profile_schema import (
     validate_profile,
 )
 from r2mad_core.reproduce import ReproductionPaths, discover_notebooks, run_notebooks
-from r2mad_core.retrieval import parse_retrieval_policy
+from r2mad_core.memory.retrieval import parse_retrieval_policy
 
 PAPER_MODELS = ["Qwen2.5-7B-Instruct", "Qwen3-8B", "Gemma-3-4B-IT"]
 PAPER_POLICIES = {
@@ -81,7 +83,7 @@ def test_api_endpoints_come_from_the_environment(monkeypatch: pytest.MonkeyPatch
 def test_default_profile_is_the_simulated_one_and_says_so() -> None:
     assert reproduce.build_parser().parse_args([]).profile == "sim"
     lines = reproduce.banner(load_profile("sim"))
-    assert lines[0] == ("reproduce: profile sim: the agents are SIMULATED (r2mad_core.engines.simulated: "
+    assert lines[0] == ("reproduce: profile sim: the agents are SIMULATED (r2mad_core.theory.agents: "
                         "latent-concept agents with shared misconceptions, no language model).")
     assert "not any LLM's accuracy" in lines[1]
     assert "PROFILE=cpu" in lines[2] and "PROFILE=api" in lines[2] and "PROFILE=paper" in lines[2]
@@ -162,7 +164,11 @@ def _paper_fields() -> dict:
 
 
 def test_profile_schema_types_the_fields_and_derives_the_protocol_vocabularies() -> None:
-    from r2mad_core import benchmarks, debate, methods, prompts, r2mad
+    from r2mad_core.data import benchmarks
+    from r2mad_core.debate import loop as debate
+    from r2mad_core.experiments import methods
+    from r2mad_core.debate import prompts
+    from r2mad_core.memory import hook as r2mad
 
     # each protocol vocabulary is the one its concept's module defines (no second copy to drift)
     assert PROTOCOL_FIELDS["round0"] is debate.ROUND0_MODES

@@ -1,4 +1,4 @@
-"""The per-question schedule (r2mad_core.scheduling): same transcripts as the round loop for every method, no
+"""The per-question schedule (r2mad_core.debate.scheduling): same transcripts as the round loop for every method, no
 round barriers, a bounded window, input-order writes, errors, and the fallback for engines without the
 ``concurrent_generate`` declaration."""
 
@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 
 from debate_fakes import ScriptedEngine, mc_answer, mc_sample, round_of
-from r2mad_core import benchmarks, scheduling
-from r2mad_core.debate import DebateConfig
+from r2mad_core.data import benchmarks
+from r2mad_core.debate import scheduling
+from r2mad_core.debate.loop import DebateConfig
 from r2mad_core.engines.base import EngineError, collect_in_order
 from r2mad_core.engines.cache import CachedEngine
-from r2mad_core.engines.simulated import SimulatedEngine
-from r2mad_core.experiments import TRANSCRIPTS_FILE, load_run, run_cell
-from r2mad_core.memory_construction import build_memory
+from r2mad_core.theory.agents import SimulatedEngine
+from r2mad_core.experiments.cell import TRANSCRIPTS_FILE, load_run, run_cell
+from r2mad_core.experiments.build_memory import build_memory
 from r2mad_core.records import without_seconds
 
 BENCHMARK = "mmlu_pro_economics"
@@ -259,7 +260,7 @@ def test_a_run_may_be_resumed_under_the_other_schedule(tmp_path):
 def test_an_engine_without_the_declaration_runs_rounds_with_one_warning(tmp_path, caplog):
     engine = ScriptedEngine(split_answers, identity="scripted-no-threads")
     samples = [mc_sample(f"q{i:03d}") for i in range(4)]
-    with caplog.at_level(logging.WARNING, logger="r2mad_core.scheduling"):
+    with caplog.at_level(logging.WARNING, logger="r2mad_core.debate.scheduling"):
         result = run_cell(tmp_path / "run", benchmark="truthfulqa", split="test", engine=engine, method="mad",
                           samples=samples, schedule="questions", chunk_size=4, progress=False)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from r2mad_core import scoring
-from r2mad_core.scoring import (
+from r2mad_core.debate import scoring
+from r2mad_core.debate.scoring import (
     accuracy_with_ci,
     completion_health,
     compute_metrics,

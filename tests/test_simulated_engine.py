@@ -1,4 +1,4 @@
-"""Tests of the simulated latent-concept engine (r2mad_core.engines.simulated)."""
+"""Tests of the simulated latent-concept engine (r2mad_core.theory.agents)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,15 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from r2mad_core import answers, prompts, theory
-from r2mad_core.benchmarks import Sample, format_question
+from r2mad_core.data import answers
+
+from r2mad_core.debate import prompts
+
+from r2mad_core.theory import model as theory
+from r2mad_core.data.benchmarks import Sample, format_question
 from r2mad_core.engines import make_engine
 from r2mad_core.engines.base import Engine, Request, SamplingParams
-from r2mad_core.engines.simulated import (
+from r2mad_core.theory.agents import (
     CAREFUL_STYLE,
     SHORTCUT_STYLE,
     SimulatedAgentParams,
@@ -250,7 +254,7 @@ def test_temperature_zero_is_the_posterior_mode() -> None:
 
 
 def test_engine_uses_the_theory_posterior() -> None:
-    """answer_probabilities equals the hand-assembled Eq. joint_gen posterior of r2mad_core.theory."""
+    """answer_probabilities equals the hand-assembled Eq. joint_gen posterior of r2mad_core.theory.model."""
     samples = mc_samples(4)
     params = SimulatedAgentParams(persona_shift=0.0)
     engine = SimulatedEngine(samples, params=params)
@@ -436,7 +440,7 @@ class NoisyConfidenceHook:
         self.rates = (p_low_if_wrong, p_high_if_wrong, p_high_if_correct, p_low_if_correct)
 
     def prepare_round(self, round_index, states):
-        from r2mad_core.debate import AgentRoundContext
+        from r2mad_core.debate.loop import AgentRoundContext
 
         if round_index == 0:
             return [None] * len(states)
@@ -479,7 +483,7 @@ def _transition_counts(states) -> np.ndarray:
 def test_confidence_weighting_lowers_correct_to_wrong_in_the_debate_loop() -> None:
     """MAD through ``debate.run_debate`` on simulated shared-misconception samples, without and with
     confidence annotations from an informative (noisy) source; two run seeds pooled."""
-    from r2mad_core.debate import DebateConfig, run_debate, score_turns
+    from r2mad_core.debate.loop import DebateConfig, run_debate, score_turns
 
     samples = mc_samples(120)
     params = SimulatedAgentParams(
@@ -521,7 +525,7 @@ def test_a_mislabelled_experience_misleads_instead_of_helping() -> None:
     # the engine reads the label's truth off the past question's gold
     past = samples[2]
     wrong = next(letter for letter in "ABCD" if letter != past.gold)
-    from r2mad_core.prompts import ExperienceView
+    from r2mad_core.debate.prompts import ExperienceView
 
     assert engine._mislabelled(ExperienceView(past.question, "r", wrong, correct=True, outcome_correct=True))
     assert not engine._mislabelled(ExperienceView(past.question, "r", past.gold, correct=True, outcome_correct=True))

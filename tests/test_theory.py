@@ -1,4 +1,4 @@
-"""Tests of r2mad_core.theory: the latent-concept model (Eq. estornell, Eq. joint_gen), the memory-corrected
+"""Tests of r2mad_core.theory.model: the latent-concept model (Eq. estornell, Eq. joint_gen), the memory-corrected
 prior of Proposition 4.1, the log-odds of Definition C.1 and the answer draws."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from r2mad_core import theory as th
-from r2mad_core.theory import MISCONCEPTION, NO_ANSWER, TRUE_CONCEPT, LatentConceptModel
+from r2mad_core.theory import model as th
+from r2mad_core.theory.model import MISCONCEPTION, NO_ANSWER, TRUE_CONCEPT, LatentConceptModel
 
 
 # ----------------------------------------------------------------------------- model ingredients
@@ -103,6 +103,6 @@ def test_sample_answers_degenerate_and_frequencies() -> None:
 def test_the_model_needs_only_numpy() -> None:
     """The model the simulated engine draws from imports neither pandas nor scipy (the checks and the
     Monte Carlo tables live in theory_checks / theory_simulation): importing the engine stays light."""
-    code = "import sys, r2mad_core.engines.simulated; print(sorted({'pandas', 'scipy'} & set(sys.modules)))"
+    code = "import sys, r2mad_core.theory.agents; print(sorted({'pandas', 'scipy'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -1,4 +1,4 @@
-"""Tests of r2mad_core.theory_checks: Proposition 4.1, Proposition 4.2, Lemma C.2 and Theorem C.3 measured in
+"""Tests of r2mad_core.theory.checks: Proposition 4.1, Proposition 4.2, Lemma C.2 and Theorem C.3 measured in
 the latent-concept model."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from r2mad_core import theory as th
-from r2mad_core import theory_checks as checks
-from r2mad_core.theory import LatentConceptModel
+from r2mad_core.theory import model as th
+from r2mad_core.theory import checks
+from r2mad_core.theory.model import LatentConceptModel
 
 
 # ----------------------------------------------------------------------------- Proposition 4.1

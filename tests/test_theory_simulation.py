@@ -1,4 +1,4 @@
-"""Tests of r2mad_core.theory_simulation: multi-round Monte Carlo debates of the latent-concept model with
+"""Tests of r2mad_core.theory.simulation: multi-round Monte Carlo debates of the latent-concept model with
 confidence-weighted readers."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from r2mad_core import theory as th
-from r2mad_core import theory_simulation as simulation
-from r2mad_core.theory import LatentConceptModel
+from r2mad_core.theory import model as th
+from r2mad_core.theory import simulation
+from r2mad_core.theory.model import LatentConceptModel
 
 
 # ----------------------------------------------------------------------------- Monte Carlo debate

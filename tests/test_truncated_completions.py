@@ -10,10 +10,11 @@ import math
 import pytest
 
 from debate_fakes import ScriptedEngine, mc_answer, mc_sample
-from r2mad_core import cli, scoring
+from r2mad_core.cli import commands as cli
+from r2mad_core.debate import scoring
 from r2mad_core.engines.base import Completion
-from r2mad_core.experiments import CONFIG_FILE, METRICS_FILE, TRANSCRIPTS_FILE, run_cell, score_run
-from r2mad_core.scoring import compute_metrics, rescore_record, stance_transitions
+from r2mad_core.experiments.cell import CONFIG_FILE, METRICS_FILE, TRANSCRIPTS_FILE, run_cell, score_run
+from r2mad_core.debate.scoring import compute_metrics, rescore_record, stance_transitions
 
 
 def turn(answer, gold, truncated=False):

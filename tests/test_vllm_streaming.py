@@ -281,7 +281,7 @@ def test_close_ends_the_engine_thread_and_fails_waiting_calls() -> None:
 def test_the_scheduler_runs_questions_on_the_vllm_engine_without_falling_back(tmp_path: Path, caplog: Any) -> None:
     """schedule 'questions' on the vllm engine: no fallback warning, several questions in the engine at once,
     and the transcripts equal those of 'rounds' (the fake's outputs depend on the prompt only)."""
-    from r2mad_core.experiments import run_cell
+    from r2mad_core.experiments.cell import run_cell
 
     script = {}
     for answer in "ABCD":
@@ -303,14 +303,14 @@ def test_the_scheduler_runs_questions_on_the_vllm_engine_without_falling_back(tm
     loops = {}
     for schedule in ("rounds", "questions"):
         vllm, llm = engine()
-        with caplog.at_level(logging.WARNING, logger="r2mad_core.scheduling"):
+        with caplog.at_level(logging.WARNING, logger="r2mad_core.debate.scheduling"):
             result = run_cell(tmp_path / schedule, benchmark="truthfulqa", split="test", engine=vllm, method="mad",
                               samples=samples, chunk_size=6, window=6, schedule=schedule, progress=False)
         loops[schedule] = vllm.engine_loop()
         records[schedule] = [without_seconds(r) for r in result.records]
         vllm.close()
     assert not [r for r in caplog.records if "running schedule 'rounds' instead" in r.getMessage()]
-    from r2mad_core import scheduling
+    from r2mad_core.debate import scheduling
 
     assert scheduling.accepts_concurrent_calls(CachedEngine(engine()[0], tmp_path / "cache"))
     assert records["questions"] == records["rounds"] and len(records["rounds"]) == 6

@@ -1,4 +1,4 @@
-"""Engines: the one batched generation call behind every method (DESIGN.md, "The engine boundary").
+"""Engines: the one batched generation call behind every method (docs/design.md, "The engine boundary").
 
 Every response z_i^(t) ~ P(. | x, Z^(t-1), phi_i) of Eq. 1 -- debate turns, summaries, judge
 calls -- is produced by ``engine.generate(requests)``. :func:`make_engine` builds a backend by
@@ -15,12 +15,19 @@ Backends (constructor options are passed through ``**options``):
   OpenAI-compatible server(s) (``model`` = served model name; ``base_urls=...``).
 - ``vllm``: :class:`~r2mad_core.engines.vllm_backend.VLLMEngine` -- offline vLLM on a GPU
   (``model`` = Hugging Face id or folder).
-- ``simulated``: ``r2mad_core.engines.simulated.SimulatedEngine`` -- latent-concept agents for
+Underneath: :mod:`~r2mad_core.engines.base` (requests, completions, the ``Engine`` protocol),
+:mod:`~r2mad_core.engines.cache` (the persistent response cache), :mod:`~r2mad_core.engines.thinking` (the
+``<think>`` part of a completion), :mod:`~r2mad_core.engines.vllm_loop` (the vLLM engine thread).
+
+- ``simulated``: ``r2mad_core.theory.agents.SimulatedEngine`` -- latent-concept agents for
   tests and the theory (options forwarded as they are; it needs ``samples=...``).
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +45,84 @@ from r2mad_core.engines.base import (
 )
 from r2mad_core.engines.cache import CachedEngine, CacheStats, ResponseCache
 
-ENGINE_NAMES = ("local", "openai", "vllm", "simulated")
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """One engine backend in :data:`ENGINES`.
+
+    ``factory``: the backend class or a function ``(model, **options) -> Engine``, or its import path
+    ``"package.module:Name"`` (resolved on first use, so an optional backend such as vLLM is imported only
+    when it is asked for). ``needs_model``: ``make_engine`` refuses to build it without ``model``;
+    ``model_option``: the constructor keyword that receives ``model`` (``None``: passed only when given,
+    as ``model=``). ``concurrent``: ``generate`` may be called from several threads at once.
+    """
+
+    name: str
+    factory: Callable[..., Engine] | str
+    description: str
+    needs_model: bool = False
+    model_option: str | None = "model"
+    concurrent: bool = False
+
+    def resolve(self) -> Callable[..., Engine]:
+        if not isinstance(self.factory, str):
+            return self.factory
+        module_name, _, attribute = self.factory.partition(":")
+        return getattr(importlib.import_module(module_name), attribute)
+
+
+#: The engine registry: name -> :class:`EngineSpec`. :func:`register_engine` adds one (a plugin's engine
+#: reaches ``make_engine``, the CLI's ``--engine`` choices and the profiles' ``engine`` field).
+ENGINES: dict[str, EngineSpec] = {}
+
+
+def register_engine(spec: EngineSpec) -> EngineSpec:
+    """Add ``spec`` to :data:`ENGINES`; one line naming the problem when it cannot be registered."""
+    if not spec.name or not spec.name.replace("_", "").replace("-", "").isalnum():
+        raise ValueError(f"register_engine: engine name {spec.name!r} must be letters, digits, '-' or '_'")
+    if spec.name in ENGINES and ENGINES[spec.name] != spec:
+        raise ValueError(f"register_engine: an engine named {spec.name!r} is registered already")
+    if not (callable(spec.factory) or (isinstance(spec.factory, str) and ":" in spec.factory)):
+        raise ValueError(f"register_engine: engine {spec.name!r} needs a factory: a callable or 'module:Name', "
+                         f"found {spec.factory!r}")
+    ENGINES[spec.name] = spec
+    return spec
+
+
+for _spec in (
+    EngineSpec("local", "r2mad_core.engines.local:LocalEngine",
+               "llama.cpp server on the CPU (model: a .gguf path; default the packaged SmolLM2-135M-Instruct)",
+               model_option="model_path"),
+    EngineSpec("openai", "r2mad_core.engines.openai_compat:OpenAICompatEngine",
+               "any OpenAI-compatible server (model: the served model name)", needs_model=True, concurrent=True),
+    EngineSpec("vllm", "r2mad_core.engines.vllm_backend:VLLMEngine",
+               "offline vLLM on a GPU (model: a Hugging Face id or folder)", needs_model=True, concurrent=True),
+    # The simulated agents are the latent-concept model of Section 4 made into an engine: they live with the
+    # theory (r2mad_core/theory/agents.py), above the debate prompts they read; registered here by path.
+    EngineSpec("simulated", "r2mad_core.theory.agents:SimulatedEngine",
+               "latent-concept agents for tests, the sim profile and the theory (needs samples=...)",
+               model_option=None, concurrent=True),
+):
+    register_engine(_spec)
+
+
+def engine_names() -> tuple[str, ...]:
+    """The registered engine names, built-ins first (the CLI's and the profiles' choices)."""
+    return tuple(ENGINES)
+
+
+#: The built-in engine names (plugins may add more: :func:`engine_names`).
+ENGINE_NAMES = engine_names()
 
 __all__ = [
+    "ENGINES",
     "ENGINE_NAMES",
     "CacheStats",
     "CachedEngine",
     "Completion",
     "Engine",
     "EngineError",
+    "EngineSpec",
     "Ledger",
     "Message",
     "Request",
@@ -55,7 +131,9 @@ __all__ = [
     "StreamingEngine",
     "TagCost",
     "backend_seed",
+    "engine_names",
     "make_engine",
+    "register_engine",
 ]
 
 
@@ -66,7 +144,7 @@ def make_engine(
     cache_dir: str | Path | None = None,
     **options: Any,
 ) -> Engine:
-    """Build the backend ``name`` (one of :data:`ENGINE_NAMES`), cached when ``cache_dir`` is given.
+    """Build the registered backend ``name`` (see :data:`ENGINES`), cached when ``cache_dir`` is given.
 
     ``model``: ``local`` -- a ``.gguf`` path (default: the packaged SmolLM2-135M-Instruct);
     ``openai`` -- the served model name (required); ``vllm`` -- a Hugging Face id or folder
@@ -74,31 +152,16 @@ def make_engine(
     ``options`` go to the backend's constructor unchanged. Engines are context managers;
     closing a cached engine closes its backend.
     """
-    backend: Any
-    if name == "local":
-        from r2mad_core.engines.local import LocalEngine
-
-        backend = LocalEngine(model_path=model, **options)
-    elif name == "openai":
-        from r2mad_core.engines.openai_compat import OpenAICompatEngine
-
-        if model is None:
-            raise ValueError("make_engine('openai'): model is required (the model name the server serves)")
-        backend = OpenAICompatEngine(model=model, **options)
-    elif name == "vllm":
-        from r2mad_core.engines.vllm_backend import VLLMEngine
-
-        if model is None:
-            raise ValueError("make_engine('vllm'): model is required (a Hugging Face id or a local folder)")
-        backend = VLLMEngine(model=model, **options)
-    elif name == "simulated":
-        from r2mad_core.engines.simulated import SimulatedEngine
-
-        if model is not None:
-            options["model"] = model
-        backend = SimulatedEngine(**options)
-    else:
-        raise ValueError(f"make_engine: unknown engine name {name!r}; expected one of {ENGINE_NAMES}")
+    spec = ENGINES.get(name)
+    if spec is None:
+        raise ValueError(f"make_engine: unknown engine name {name!r}; expected one of {engine_names()}")
+    if spec.needs_model and model is None:
+        raise ValueError(f"make_engine({name!r}): model is required ({spec.description})")
+    if model is not None:
+        options[spec.model_option or "model"] = model
+    elif spec.model_option == "model_path":
+        options["model_path"] = None
+    backend: Any = spec.resolve()(**options)
     if cache_dir is None:
         return backend
     try:

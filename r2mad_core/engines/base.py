@@ -1,7 +1,7 @@
 """The engine boundary: one batched generation call for every method.
 
 Every generation of every method goes through ``Engine.generate(requests) -> completions``
-(DESIGN.md, "The engine boundary"). A debate round submits all (sample x agent) requests at
+(docs/design.md, "The engine boundary"). A debate round submits all (sample x agent) requests at
 once; backends decide how to run a batch fast.
 
 The paper's generation model (Eq. 1) is P(z_i^(t) | x, Z^(t-1), phi_i): the request's chat

@@ -1,4 +1,4 @@
-"""The persistent response cache in front of every backend (DESIGN.md, "The engine boundary").
+"""The persistent response cache in front of every backend (docs/design.md, "The engine boundary").
 
 Every generation z_i^(t) ~ P(. | x, Z^(t-1), phi_i) (Eq. 1) is stored under a hash of
 (backend identity, model, messages, sampling parameters, sample index) -- ``Request.key``. A rerun

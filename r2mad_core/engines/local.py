@@ -1,6 +1,6 @@
 """The ``local`` backend: llama.cpp's server embedded in this process, on the CPU.
 
-The default engine of the ``cpu`` profile (DESIGN.md, "Profiles"): every generation of Eq. 1
+The default engine of the ``cpu`` profile (docs/design.md, "Profiles"): every generation of Eq. 1
 runs on a small instruction-tuned GGUF. It starts llama.cpp's C++ server through the prebuilt
 ``xllamacpp`` wheel on 127.0.0.1 (a free port), waits until ``/health`` answers, and talks to it
 through :class:`~r2mad_core.engines.openai_compat.OpenAICompatEngine` (the same HTTP client as

@@ -1,6 +1,6 @@
 """The ``openai`` backend: any OpenAI-compatible ``/v1/chat/completions`` server.
 
-Part of the engine boundary (DESIGN.md): a debate round (Eq. 1 for every active question x
+Part of the engine boundary (docs/design.md): a debate round (Eq. 1 for every active question x
 agent) arrives as one batch; this backend runs it with bounded concurrency over one or several
 servers (vLLM ``serve``, llama.cpp's server, hosted APIs). Scale-out is the servers' job: give
 several base URLs and requests are spread over them, least-loaded first (ties round-robin).

@@ -1,6 +1,6 @@
 """Thinking blocks: strip Qwen3-style ``<think>...</think>`` reasoning from a completion.
 
-Part of the engine boundary (DESIGN.md): an agent's response z_i^(t) in Eq. 1 is the text the
+Part of the engine boundary (docs/design.md): an agent's response z_i^(t) in Eq. 1 is the text the
 other agents read and the answer extractor a(.) parses (Eq. 2-3), so a reasoning model's hidden
 thoughts are removed before anything else sees the text. Every backend applies
 :func:`apply_thinking` to its raw output.

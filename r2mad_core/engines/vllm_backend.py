@@ -19,7 +19,7 @@ How requests run (vLLM's public ``LLMEngine`` API, the loop ``LLM.chat`` itself 
    requests every caller submitted (a call's requests all before the next ``step()``), calls ``step()``
    while anything is unfinished, and hands each finished output to the call that asked for it.
    ``generate`` may therefore be called from any number of threads at once (``concurrent_generate``):
-   the question-by-question scheduler (``schedule: questions``, :mod:`r2mad_core.scheduling`) keeps one
+   the question-by-question scheduler (``schedule: questions``, :mod:`r2mad_core.debate.scheduling`) keeps one
    continuously filled batch; the round loop (``schedule: rounds``) submits a whole round from one thread,
    which is exactly the old one-batch-per-round engine. Each completion is yielded the moment it finishes,
    so the persistent cache commits it at once (``generate_iter``).
@@ -153,7 +153,7 @@ class VLLMEngine:
             which prompts overflow) and a hash of ``llm_options`` (our choice: any of them may).
     """
 
-    #: ``generate`` may be called from several threads at once (:func:`r2mad_core.scheduling.accepts_concurrent_calls`).
+    #: ``generate`` may be called from several threads at once (:func:`r2mad_core.debate.scheduling.accepts_concurrent_calls`).
     concurrent_generate = True
 
     def __init__(

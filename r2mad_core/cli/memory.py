@@ -1,0 +1,256 @@
+"""Command-line pieces for the experience memory (Appendix A "Memory Construction"; Eq. 4-7 options).
+
+Registered by :mod:`r2mad_core.cli.commands`:
+
+- ``r2mad run`` gets the R2-MAD / ICL-CoT options (``--memory``, ``--retrieval-policy``, ``-K``,
+  ``--gamma``, ``--fixed-lambda``, ``--w-high``, ``--w-low``, ``--no-memory``, ``--no-confidence``, the
+  authors'-code confidence variants, ``--poison-fraction``, ``--icl-match``, ``--embedder``), forwarded to
+  ``methods.get_method`` like every method option.
+- ``r2mad build-memory``: the memory-construction debates on the train split, then the banks
+  (:func:`r2mad_core.experiments.build_memory.build_memory`).
+- ``r2mad audit BANK``: :func:`r2mad_core.memory.audit.audit_bank_set`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from r2mad_core.data.benchmarks import BENCHMARKS, SPLIT_RULES
+
+
+def _unit_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], found {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], found {text}")
+    return value
+
+
+def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
+    """R2-MAD / ICL-CoT options of ``r2mad run``."""
+    from r2mad_core.cli.common import add_method_option, integer, positive_int
+    from r2mad_core.experiments.methods import CONFIDENCE_LABELS, CONFIDENCE_POOLS, PEER_RESPONSE_ROUNDS
+    from r2mad_core.memory.retrieval import POLICIES as RETRIEVAL_POLICIES
+
+    group = parser.add_argument_group("memory (methods r2mad and icl_cot)")
+    add_method_option(parser, group, "--memory", dest="memory", metavar="DIR", help="memory bank directory (r2mad build-memory)")
+    add_method_option(parser, group, "--retrieval-policy", dest="retrieval_policy", choices=tuple(RETRIEVAL_POLICIES),
+                      help="retrieval policy (default: state_aware, Eq. 5-6; the others are Table 3's ablations)")
+    add_method_option(parser, group, "-K", "--top-k", dest="top_k", type=positive_int,
+                      help="K, experiences retrieved per agent and round (default: 3, ours; not stated in the paper; the authors' script: 1, where lambda_t has no effect)")
+    add_method_option(parser, group, "--gamma", dest="gamma", type=_unit_float, help="gamma of Eq. 6 (default: 0.9)")
+    add_method_option(parser, group, "--fixed-lambda", dest="fixed_lambda", type=_unit_float,
+                      help="lambda of the fixed_lambda policy (default: 0.5)")
+    add_method_option(parser, group, "--w-high", dest="w_high", type=_unit_float, help="high-confidence threshold (default: 0.55)")
+    add_method_option(parser, group, "--w-low", dest="w_low", type=_unit_float, help="low-confidence threshold (default: 0.45)")
+    add_method_option(parser, group, "--no-memory", dest="use_memory", action="store_false",
+                      help="R2-MAD w/o Memory: no experiences in the prompt (confidence still estimated)")
+    add_method_option(parser, group, "--no-confidence", dest="use_confidence", action="store_false",
+                      help="R2-MAD w/o Confidence: no confidence annotations")
+    add_method_option(parser, group, "--confidence-label", dest="confidence_label", choices=CONFIDENCE_LABELS,
+                      help="what Eq. 7 averages (default: peer_correctness; authors' code: retrieving_agent_correctness)")
+    add_method_option(parser, group, "--confidence-pool", dest="confidence_pool", choices=CONFIDENCE_POOLS,
+                      help="cases Eq. 7 sums over (default: retrieved; authors' code: candidates)")
+    add_method_option(parser, group, "--peer-response-round", dest="peer_response_round", choices=PEER_RESPONSE_ROUNDS,
+                      help="stored peer response compared in Eq. 7 (default: case; authors' code: state)")
+    add_method_option(parser, group, "--poison-fraction", dest="poison_fraction", type=_unit_float,
+                      help="flip the labels of this share of memory cases (poisoned-memory experiment)")
+    add_method_option(parser, group, "--poison-seed", dest="poison_seed", type=integer, help="seed of the poisoned cases")
+    add_method_option(parser, group, "--max-experience-chars", dest="max_experience_chars", type=positive_int,
+                      help="shorten each past response shown as an experience (default: in full)")
+    add_method_option(parser, group, "--embedder", dest="embedder",
+                      help="embedder of the retrieval queries (default: the bank's; another one is an error)")
+    add_method_option(parser, group, "--icl-match", dest="match", choices=("question", "state"),
+                      help="ICL-CoT: match the question to the cases' questions (default) or to their states")
+
+
+# --------------------------------------------------------------------------------------------
+# build-memory
+# --------------------------------------------------------------------------------------------
+def add_build_memory_arguments(parser: argparse.ArgumentParser) -> None:
+    from r2mad_core.cli.common import add_engine_arguments, integer, positive_int
+    from r2mad_core.memory.cases import REWARD_DEFINITIONS, STATE_ENCODINGS, STATE_LAYOUTS
+
+    group = parser.add_argument_group("memory construction")
+    group.add_argument("--benchmark", required=True, choices=BENCHMARKS, help="benchmark whose train split is debated")
+    group.add_argument("--split", default="train", choices=("train", "test", "all"), help="split (default: train)")
+    group.add_argument("--split-rule", default=SPLIT_RULES[0], choices=SPLIT_RULES,
+                       help="which questions form the split: paper (default; the paper's counts, our seeded "
+                       "permutation) or authors (the authors' code: random.seed(42), first 75%% train)")
+    group.add_argument("--out", required=True, type=Path, metavar="DIR", help="bank directory to write")
+    group.add_argument("--limit", type=positive_int, default=None, help="first N questions of the split (default: all)")
+    group.add_argument("--seed", type=integer, default=0, help="run seed of the debates (default: 0)")
+    group.add_argument("--embedder", default=None,
+                       help="minilm, bge-m3, hashing[-dim], or a model name/folder (default: follows the engine: "
+                       "hashing for the simulated engine, as the sim/tiny profiles do; minilm for a real model)")
+    group.add_argument("--n-rounds", type=positive_int, default=3, help="rounds t = 0..n-1 (paper: 3)")
+    group.add_argument("--n-agents", type=positive_int, default=3, help="agents (paper: 3)")
+    group.add_argument("--max-tokens", type=positive_int, default=512, help="max new tokens per response (paper: 6144)")
+    group.add_argument("--summary-max-tokens", type=positive_int, default=128, help="max tokens of a debate summary")
+    group.add_argument("--reward-definition", choices=REWARD_DEFINITIONS, default="final_vote",
+                       help="outcome reward r_i: final_vote (default; ours, our reading of the paper's 'whether a concluded "
+                       "debate reached a good answer'), agent_final (ours) or round_correctness (the authors' code: "
+                       "zeta_i^(t)); see r2mad_core.memory.banks")
+    group.add_argument("--state-layout", choices=STATE_LAYOUTS, default="full", help="state text layout (default: full)")
+    group.add_argument("--state-encoding", choices=STATE_ENCODINGS, default="text", help="state embedding (default: text)")
+    group.add_argument("--debates-dir", type=Path, default=None, metavar="DIR",
+                       help="run directory of the debates (default: OUT/debates; resumable)")
+    group.add_argument("--overwrite", action="store_true", help="replace an existing bank set in --out")
+    group.add_argument("--data-dir", type=Path, default=None, metavar="DIR", help="benchmark data (default: $R2MAD_DATA_DIR)")
+    group.add_argument("--chunk-size", type=positive_int, default=32, help="questions per batch of debates (default: 32)")
+    group.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_engine_arguments(parser)
+
+
+def default_embedder(engine: str) -> str:
+    """The embedder ``build-memory`` uses without ``--embedder``: ``hashing`` for the simulated engine
+    (its responses are not language; the sim and tiny profiles use it too), ``minilm`` otherwise."""
+    return "hashing" if engine == "simulated" else "minilm"
+
+
+def check_top_k_fits_bank(hook: Any, method: str, memory: Any) -> None:
+    """-K must not exceed what the bank can give: R2-MAD retrieves K cases from each agent's bank,
+    ICL-CoT K distinct training questions (``match="question"``) or K cases (``match="state"``).
+    A larger K would silently retrieve everything (and blow up the prompt); UsageError instead."""
+    from r2mad_core.cli.common import UsageError
+
+    bank_set = getattr(hook, "bank_set", None)
+    if bank_set is None:
+        return
+    settings = getattr(hook, "settings", None)
+    if settings is not None and hasattr(settings, "retrieval"):
+        k = int(settings.retrieval.k)
+        available = min(len(bank) for bank in bank_set.banks)
+        what = "cases per agent"
+    elif hasattr(hook, "top_k") and hasattr(hook, "bank"):
+        k = int(hook.top_k)
+        if getattr(hook, "match", "question") == "question":
+            available = len({case.sample_id for case in hook.bank.cases})
+            what = "distinct training questions"
+        else:
+            available = len(hook.bank)
+            what = "cases"
+    else:
+        return
+    if k > available:
+        raise UsageError(
+            f"K = {k} (-K) is larger than the memory bank's {available} {what} ({memory}); {method} would retrieve "
+            f"everything in every prompt: use -K {available} or less, or build the bank from more questions"
+        )
+
+
+def _make_engine(args: argparse.Namespace, samples: Any) -> Any:
+    from r2mad_core.cli.common import DEFAULT_CACHE_DIR, UsageError
+    from r2mad_core.engines import make_engine
+
+    engine_options = dict(args.engine_options)
+    if args.engine == "simulated":
+        engine_options.setdefault("samples", samples)
+    cache_dir = None
+    if not args.no_cache:
+        cache_dir = args.cache_dir or Path(os.environ.get("R2MAD_CACHE_DIR", DEFAULT_CACHE_DIR))
+    try:
+        return make_engine(args.engine, model=args.model, cache_dir=cache_dir, **engine_options)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"engine {args.engine}: {exc}") from None
+
+
+def build_memory_command(args: argparse.Namespace) -> int:
+    from r2mad_core.data import benchmarks
+    from r2mad_core.cli.common import Interrupted, UsageError, check_out_dir, kept_questions
+    from r2mad_core.memory.embeddings import get_embedder
+    from r2mad_core.experiments.cell import RunConfigMismatch, RunDirectoryBusy
+    from r2mad_core.experiments.build_memory import build_memory
+
+    if (args.out / "manifest.json").exists() and not args.overwrite:
+        raise UsageError(f"{args.out} already holds a memory bank (manifest.json); pass --overwrite to rebuild it")
+    check_out_dir(args.out)
+    try:
+        samples = benchmarks.load(args.benchmark, args.split, data_dir=args.data_dir, split_rule=getattr(args, "split_rule", "paper"))
+    except (ValueError, FileNotFoundError) as exc:
+        raise UsageError(f"cannot load {args.benchmark} {args.split}: {exc}") from None
+    if args.limit is not None:
+        samples = samples[: args.limit]
+    if args.embedder is None:
+        args.embedder = default_embedder(args.engine)
+        print(f"r2mad build-memory: embedder {args.embedder} (the default for the {args.engine} engine; "
+              f"--embedder to choose another)", file=sys.stderr)
+    try:
+        embedder = get_embedder(args.embedder)
+    except (ImportError, RuntimeError, ValueError) as exc:
+        raise UsageError(f"embedder {args.embedder!r}: {exc}") from None
+    engine = _make_engine(args, samples)
+    try:
+        bank_set = build_memory(
+            args.benchmark, engine, embedder, args.out, args.limit,
+            split=args.split, seed=args.seed, n_agents=args.n_agents, n_rounds=args.n_rounds,
+            max_tokens=args.max_tokens, summary_max_tokens=args.summary_max_tokens,
+            reward_definition=args.reward_definition, state_layout=args.state_layout,
+            state_encoding=args.state_encoding, run_dir=args.debates_dir, data_dir=args.data_dir,
+            samples=samples, chunk_size=args.chunk_size, progress=not args.no_progress, overwrite=args.overwrite,
+        )
+    except (RunConfigMismatch, RunDirectoryBusy, FileExistsError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    except KeyboardInterrupt:
+        debates = args.debates_dir or args.out / "debates"
+        raise Interrupted(
+            f"interrupted: {kept_questions(debates)} of {len(samples)} debates are kept in {debates} (finished "
+            "generations are cached); rerun the same command to resume, the bank is built when all are done"
+        ) from None
+    finally:
+        engine.close()
+    accuracy = bank_set.metadata.get("debate_accuracy")
+    print(
+        f"memory bank for {args.benchmark} {args.split}: {[len(b) for b in bank_set.banks]} cases per agent "
+        f"from {bank_set.metadata.get('n_debates')} debates (debate accuracy "
+        f"{'n/a' if accuracy is None else f'{accuracy:.3f}'}), embedder {bank_set.embedder_name}, written to {args.out}"
+    )
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# audit
+# --------------------------------------------------------------------------------------------
+def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
+    from r2mad_core.cli.common import integer, positive_int
+
+    parser.add_argument("bank", type=Path, metavar="BANK", help="memory bank directory")
+    parser.add_argument("--embedder", default=None, help="embedder to recompute embeddings with (default: the bank's)")
+    parser.add_argument("--no-embeddings", action="store_true", help="do not recompute embeddings")
+    parser.add_argument("--sample-size", type=positive_int, default=32, help="cases per agent whose embeddings are recomputed")
+    parser.add_argument("--seed", type=integer, default=0, help="seed of the recomputed sample")
+    parser.add_argument("--json", action="store_true", help="print the audit as JSON")
+
+
+def audit_command(args: argparse.Namespace) -> int:
+    from r2mad_core.cli.common import UsageError
+    from r2mad_core.memory.embeddings import get_embedder
+    from r2mad_core.memory.banks import MemoryBankError, MemoryBankSet
+    from r2mad_core.memory.audit import audit_bank_set
+
+    try:
+        bank_set = MemoryBankSet.load(args.bank)
+    except MemoryBankError as exc:
+        raise UsageError(str(exc)) from None
+    embedder = None
+    if not args.no_embeddings:
+        name = args.embedder or bank_set.embedder_name
+        try:
+            embedder = get_embedder(name)
+            bank_set.check_compatible(embedder, where=str(args.bank))
+        except (ImportError, RuntimeError, ValueError) as exc:
+            raise UsageError(f"embedder {name!r}: {exc} (or pass --no-embeddings)") from None
+    audit = audit_bank_set(bank_set, embedder, sample_size=args.sample_size, seed=args.seed)
+    if args.json:
+        print(json.dumps(audit.to_dict(), indent=2))
+    else:
+        print(f"bank: {args.bank}")
+        print(audit.format())
+    return 0

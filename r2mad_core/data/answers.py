@@ -1,0 +1,543 @@
+"""Answer extraction a(.) and answer equivalence (Section 3 "Preliminary", Eq. 1-3; Appendix "Prompts").
+
+The paper writes an agent's answer as a(r) for a response r: the debate's consensus (Eq. 2-3), the
+majority vote and the memory's correctness labels (Eq. 4) all compare a(r) across agents and with
+the gold answer. The prompts fix the formats: MATH500 responses end with ``The answer is \\boxed{X}``;
+multiple-choice responses give ``((X))`` with X an option letter.
+
+Extraction (:func:`extract_answer`):
+
+* MATH500: the content of the **last** ``\\boxed{...}`` / ``\\fbox{...}`` with balanced braces (nested
+  braces, ``\\boxed {x}``, ``\\boxed 5``), ignoring empty boxes and echoed placeholders such as
+  ``\\boxed{[answer]}``; with no box, a "The answer is X" statement on the last line. The answer is
+  cleaned: ``\\text{}`` wrappers, units (``\\text{ cm}``, ``^\\circ``, degrees), ``\\%``, ``\\$`` and a
+  trailing period are removed.
+* Multiple choice: the **last** ``((X))`` (any case, full-width parentheses, spaces inside, or
+  ``((B. text))`` / ``((B) text))``), restricted to the question's option letters; an out-of-range last
+  letter gives None. With no ``((X))``, a final "The answer is (B)" / ``\\boxed{B}`` on the last line is
+  accepted unless ``strict_format=True``.
+* Text after a closing ``</think>`` is searched first; the whole text only if it holds no answer.
+
+The authors' checker (KylJin/R2-MAD ``src/checker.py``) used a greedy one-line regex
+``\\\\boxed\\{(.*)\\}`` (so ``\\boxed{2}, actually \\boxed{3}`` gives ``2}, actually \\boxed{3``), a
+single-parenthesis fallback ``(X)`` anywhere in the text (so "option (a)" in the reasoning counts as
+an answer), no option-range check, and an *unordered* tuple comparison (so ``(1,2)`` equals ``(2,1)``
+and ``[1,2)`` equals ``(1,2]``). This module does none of those; the tests show each case.
+
+Equivalence (:func:`answers_equivalent`, :func:`is_correct`): a cheap normal form
+(:func:`canonical_answer`) first, then ``math_verify`` (parse + verify; ``\\frac{1}{2}``, ``0.5`` and
+``\\dfrac12`` agree; ordered tuples and intervals keep their order). Results are memoised with
+``functools.lru_cache``.
+
+Pathological expressions cannot hang a run. (1) A screen (:func:`safe_for_symbolic`): answers longer
+than :data:`MAX_ANSWER_CHARS`, power towers, exponents or factorials of four digits or more, sums,
+products, integrals, limits and deep nesting are compared by normal form only. (2) Every math-verify
+parse and comparison has a deadline of :data:`SYMBOLIC_TIMEOUT_SECONDS`. math-verify's own timeouts
+use ``signal.alarm`` and raise ValueError outside the main thread, so they are switched off
+(``parsing_timeout=None``, ``timeout_seconds=None``) and replaced by a deadline that works in any
+thread (:func:`_with_deadline`); a comparison that runs out of time counts as "not equivalent".
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import re
+import threading
+import unicodedata
+from collections.abc import Callable
+from typing import TypeVar
+
+from r2mad_core.data.benchmarks import BENCHMARKS, MULTIPLE_CHOICE_BENCHMARKS
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class _DropTimeoutDisabledWarning(logging.Filter):
+    """math-verify warns once that its timeouts are off; they are, on purpose (see _with_deadline)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Timeout is disabled")
+
+
+for _name in ("math_verify.parser", "math_verify.grader"):
+    logging.getLogger(_name).addFilter(_DropTimeoutDisabledWarning())
+
+#: Longest answer (characters, after cleaning) that is compared symbolically.
+MAX_ANSWER_CHARS = 200
+#: Longest text scanned for an answer: a longer response is cut to its last this-many characters.
+MAX_RESPONSE_CHARS = 200_000
+#: Time limit (seconds) of one symbolic parse and of one symbolic comparison, in any thread.
+SYMBOLIC_TIMEOUT_SECONDS = 5.0
+#: Letters the multiple-choice prompts allow when the number of options is not given (A-J).
+DEFAULT_NUM_OPTIONS = 10
+#: Deepest bracket nesting accepted for symbolic comparison.
+MAX_NESTING = 12
+#: Size of the memo tables of parsing and of equivalence.
+CACHE_SIZE = 1 << 16
+
+OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_PLACEHOLDERS = {"", "answer", "[answer]", "{answer}", "...", "\\ldots", "\\dots", "final answer"}
+_TEXT_COMMANDS = ("text", "textbf", "textit", "textrm", "textnormal", "mbox", "mathrm", "mathbf", "operatorname")
+# Words that can follow a number as a unit. Inside \text{...} any word(s) after a number are dropped;
+# bare words (no \text) only from this list and only after a space, so "2m" or "5s" stay algebra.
+_PLAIN_UNIT_WORDS = (
+    "square units|sq units|units|square inches|square feet|square meters|square centimeters|square cm|"
+    "sq ft|sq in|inches|inch|feet|foot|ft|yards|yard|miles|mph|meters|centimeters|cm|millimeters|mm|"
+    "kilometers|km|kg|grams|pounds|lbs|ounces|liters|degrees|degree|radians|dollars|dollar|cents|cent|"
+    "hours|hrs|minutes|mins|seconds|secs|days|weeks|years|people|students|ways|times|percent"
+)
+_THINK_CLOSE = re.compile(r"</think\s*>", re.IGNORECASE)
+_BOX_START = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+_DOUBLE_PARENS = re.compile(r"\(\(([^\n]{0,160}?)\)\)")
+_TRAILING_UNIT_TEXT = re.compile(
+    r"(?<=[\d}])\s*(?:\\[,;:! ]|~)?\s*\\(?:" + "|".join(_TEXT_COMMANDS) + r")\s*\{\s*[A-Za-z][A-Za-z .]*\}"
+    r"\s*(?:\^\s*\{?\s*[23]\s*\}?)?\s*$"
+)
+_TRAILING_UNIT_WORD = re.compile(
+    r"(?<=[\d}])(?:\s+|\s*\\[,;:! ]\s*|\s*~\s*)(?:" + _PLAIN_UNIT_WORDS + r")\.?(?:\s*\^\s*\{?\s*[23]\s*\}?)?\s*$",
+    re.IGNORECASE,
+)
+_ANSWER_STATEMENT = re.compile(r"\banswer\s*(?:is|:|=)\s*:?\s*", re.IGNORECASE)
+_PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}")
+
+
+class UnknownBenchmark(ValueError):
+    """The benchmark name is not one of :data:`r2mad_core.data.benchmarks.BENCHMARKS`."""
+
+
+def _check_benchmark(benchmark: str) -> bool:
+    """True for a multiple-choice benchmark, False for MATH500; raises for unknown names."""
+    if benchmark not in BENCHMARKS:
+        raise UnknownBenchmark(f"unknown benchmark {benchmark!r}; expected one of {BENCHMARKS}")
+    return benchmark in MULTIPLE_CHOICE_BENCHMARKS
+
+
+# ----------------------------------------------------------------------------------------------------
+# Extraction
+# ----------------------------------------------------------------------------------------------------
+
+
+def extract_answer(
+    text: str | None, benchmark: str, num_options: int | None = None, *, strict_format: bool = False
+) -> str | None:
+    """a(r): the answer a response gives, or None when it gives none.
+
+    MATH500 answers are cleaned LaTeX strings (e.g. ``"\\frac{1}{2}"``); multiple-choice answers are
+    an upper-case option letter among the first ``num_options`` letters (default A-J).
+    ``strict_format=True`` accepts only the prompts' formats (``\\boxed{}``; ``((X))``) and no
+    "The answer is ..." fallback.
+    """
+    multiple_choice = _check_benchmark(benchmark)
+    letters = _letters(num_options) if multiple_choice else ""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    if len(text) > MAX_RESPONSE_CHARS:
+        text = text[-MAX_RESPONSE_CHARS:]
+    for region in _search_regions(text):
+        if multiple_choice:
+            answer = _extract_choice(region, letters, strict_format)
+        else:
+            answer = _extract_math(region, strict_format)
+        if answer is not _NOT_FOUND:
+            return answer
+    return None
+
+
+class _NotFound:
+    """Marks 'no answer in this region' (unlike None: 'the answer found is invalid')."""
+
+
+_NOT_FOUND: object = _NotFound()
+
+
+def _search_regions(text: str) -> list[str]:
+    """The text after the last ``</think>`` first (if any), then the whole text."""
+    closes = list(_THINK_CLOSE.finditer(text))
+    if closes:
+        return [text[closes[-1].end() :], text]
+    return [text]
+
+
+def _letters(num_options: int | None) -> str:
+    if num_options is None:
+        return OPTION_LETTERS[:DEFAULT_NUM_OPTIONS]
+    if not isinstance(num_options, int) or not 1 <= num_options <= len(OPTION_LETTERS):
+        raise ValueError(f"num_options must be an integer from 1 to {len(OPTION_LETTERS)}, found {num_options!r}")
+    return OPTION_LETTERS[:num_options]
+
+
+def _balanced_group(text: str, start: int) -> tuple[str, int] | None:
+    """Content of the brace group opening at ``text[start] == "{"`` and the index after it."""
+    depth = 0
+    position = start
+    while position < len(text):
+        char = text[position]
+        if char == "\\":
+            position += 2  # an escaped character, e.g. \{ or \}, does not count
+            continue
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start + 1 : position], position + 1
+        position += 1
+    return None
+
+
+def _boxed_contents(text: str) -> list[str]:
+    """Contents of every complete ``\\boxed``/``\\fbox`` in order (braced, or a single token)."""
+    contents = []
+    for match in _BOX_START.finditer(text):
+        position = match.end()
+        while position < len(text) and text[position] in " \t":
+            position += 1
+        if position < len(text) and text[position] == "{":
+            group = _balanced_group(text, position)
+            if group is not None:
+                contents.append(group[0])
+        else:
+            token = re.match(r"[^\s$\\{}]+", text[position:])  # \boxed 5: one plain token
+            if token:
+                contents.append(token.group(0).rstrip(".,;:"))
+    return contents
+
+
+def _extract_math(text: str, strict_format: bool) -> str | None | object:
+    for content in reversed(_boxed_contents(text)):
+        inner = _boxed_contents(content)
+        if inner:
+            content = inner[-1]
+        cleaned = clean_math_answer(content)
+        if cleaned and cleaned.lower() not in _PLACEHOLDERS:
+            return cleaned
+    if strict_format:
+        return _NOT_FOUND
+    statement = _final_statement(text)
+    if statement is not None and not _BOX_START.search(statement):  # an echoed "\\boxed{[answer]}"
+        cleaned = clean_math_answer(statement)
+        prose = len(_PROSE_WORD.findall(re.sub(r"\\[A-Za-z]+\s*\{[^{}]*\}", "", cleaned)))
+        if cleaned and cleaned.lower() not in _PLACEHOLDERS and len(cleaned) <= MAX_ANSWER_CHARS and prose < 2:
+            return cleaned
+    return _NOT_FOUND
+
+
+def _last_line(text: str) -> str | None:
+    for line in reversed(text.splitlines()):
+        stripped = line.strip().strip("*#_ ").strip()
+        if stripped:
+            return stripped
+    return None
+
+
+def _final_statement(text: str) -> str | None:
+    """X from "The (final) answer is X" / "Answer: X" when it is the last line of the text."""
+    line = _last_line(text)
+    if line is None or len(line) > 400:
+        return None
+    line = line.replace("**", "")
+    matches = list(_ANSWER_STATEMENT.finditer(line))
+    if not matches:
+        return None
+    answer = line[matches[-1].end() :].strip()
+    answer = re.sub(r"^(?:\$+|\\\(|\\\[)", "", answer)
+    answer = re.sub(r"(?:\$+|\\\)|\\\])?[.\s]*$", "", answer).strip()
+    return answer or None
+
+
+def _strip_text_command(content: str) -> str:
+    """``\\text{B}`` -> ``B`` when the whole content is one text command."""
+    match = re.fullmatch(r"\\(?:" + "|".join(_TEXT_COMMANDS) + r")\s*\{(.*)\}", content, flags=re.DOTALL)
+    if match and _balanced_group("{" + match.group(1) + "}", 0) == (match.group(1), len(match.group(1)) + 2):
+        return match.group(1)
+    return content
+
+
+def _letter_in(content: str) -> str | None:
+    """The single option letter an answer span names, or None if it names none or is ambiguous."""
+    span = content.strip().strip("*_`$ ").strip()
+    span = _strip_text_command(span).strip()
+    span = span.strip("()[]{} ").strip("*_`$ ").strip()
+    span = re.sub(r"^(?:option|choice|answer)\s*[:\-]?\s*", "", span, flags=re.IGNORECASE)
+    if re.fullmatch(r"[A-Za-z]", span):
+        return span.upper()
+    # "B. text", "B) text", "B: text" name B unambiguously.
+    match = re.fullmatch(r"([A-Za-z])\s*[.):：]\s*\S.*", span, flags=re.DOTALL)
+    if match:
+        return match.group(1).upper()
+    return None
+
+
+def _extract_choice(text: str, letters: str, strict_format: bool) -> str | None | object:
+    normalized = unicodedata.normalize("NFKC", text)  # full-width （（Ｂ）） -> ((B))
+    for match in reversed(list(_DOUBLE_PARENS.finditer(normalized))):
+        content = match.group(1)
+        letter = _letter_in(content)
+        if letter is None:
+            continue  # placeholder "((answer))", prose in double parentheses, "((A or B))"
+        if letter in letters:
+            return letter
+        if content.strip().strip("*_`$ ()")[:1].isupper():
+            return None  # the final answer names a letter that is not an option, e.g. ((K)) of A-J
+        # a lower-case out-of-range letter such as f((x)) is notation, not an answer: keep looking
+    if strict_format:
+        return _NOT_FOUND
+    # Fallbacks, only on the last line: \boxed{B}, "The answer is (B)", "Answer: B".
+    line = _last_line(normalized)
+    if line is None:
+        return _NOT_FOUND
+    candidates = [*_boxed_contents(line)[-1:], *filter(None, [_final_statement(line)])]
+    for candidate in candidates:
+        letter = _letter_in(candidate)
+        if letter is not None:
+            return letter if letter in letters else None
+    return _NOT_FOUND
+
+
+# ----------------------------------------------------------------------------------------------------
+# Cleaning and canonical forms
+# ----------------------------------------------------------------------------------------------------
+
+
+def clean_math_answer(answer: str) -> str:
+    """Remove what is not part of a MATH answer's value: delimiters, text wrappers, units, %, $, period."""
+    text = answer.strip()
+    for _ in range(3):  # wrappers can nest: $\text{(C)}$.
+        before = text
+        text = re.sub(r"^\$+|\$+$", "", text).strip()
+        text = re.sub(r"^\\[(\[]|\\[)\]]$", "", text).strip()
+        text = re.sub(r"^\\displaystyle\s*", "", text).strip()
+        text = _strip_text_command(text).strip()
+        text = text.rstrip(".,;:").strip()
+        if text == before:
+            break
+    # LaTeX spacing: \! disappears, \, \; \: and "\ " become a space; a row break \\ is kept.
+    text = re.sub(r"\\\\|\\[!,;: ]", lambda m: {"\\\\": "\\\\", "\\!": ""}.get(m.group(0), " "), text)
+    text = re.sub(r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|°|\\degree", "", text)
+    text = text.replace("\\%", "").replace("%", "").replace("\\$", "").replace("$", "")
+    text = re.sub(r"(?i)\\text\s*\{\s*\}", "", text)
+    for _ in range(2):
+        text = _TRAILING_UNIT_TEXT.sub("", text).strip()
+        text = _TRAILING_UNIT_WORD.sub("", text).strip()
+    text = _strip_text_command(text).strip()
+    text = text.rstrip(".,;").strip()
+    return re.sub(r"\s+", " ", text)
+
+
+def _canonical_math(answer: str) -> str:
+    text = clean_math_answer(answer)
+    text = re.sub(r"\\left|\\right|\\displaystyle|\\limits", "", text)
+    text = re.sub(r"\\[dt]frac", r"\\frac", text)
+    text = re.sub(r"\\frac\s*(\d)\s*(\d)", r"\\frac{\1}{\2}", text)
+    text = re.sub(r"\\frac\s*\{([^{}]*)\}\s*(\d)", r"\\frac{\1}{\2}", text)
+    text = re.sub(r"\\frac\s*(\d)\s*\{", r"\\frac{\1}{", text)
+    text = re.sub(r"\\sqrt\s*(\d+)", r"\\sqrt{\1}", text)
+    text = re.sub(r"\s+", "", text)
+    text = text.replace("{,}", "")
+    if re.fullmatch(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?", text):
+        text = text.replace(",", "")
+    if re.fullmatch(r"-?\d*\.\d+", text):
+        text = text.rstrip("0").rstrip(".") if "." in text else text
+        text = re.sub(r"^(-?)\.", r"\g<1>0.", text) or "0"
+    match = re.fullmatch(r"\(([A-Za-z])\)", text)
+    if match:
+        text = match.group(1)
+    if re.fullmatch(r"[A-Za-z][A-Za-z ]{2,}", text):
+        text = text.lower()
+    return text
+
+
+def canonical_answer(answer: str | None, benchmark: str) -> str:
+    """A cheap normal form for grouping votes: equal forms are equivalent answers (not conversely).
+
+    Multiple choice: the upper-case letter. MATH500: the cleaned answer without spaces, ``\\left``/
+    ``\\right``, with ``\\dfrac``/``\\tfrac`` as ``\\frac``, braced ``\\frac12``, no thousands
+    separators, no trailing decimal zeros, words lower-cased.
+    """
+    multiple_choice = _check_benchmark(benchmark)
+    if answer is None:
+        return ""
+    if multiple_choice:
+        normalized = unicodedata.normalize("NFKC", str(answer))
+        letter = _letter_in(normalized)
+        return letter if letter is not None else normalized.strip().upper()
+    return _canonical_math(str(answer))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Equivalence
+# ----------------------------------------------------------------------------------------------------
+
+
+def safe_for_symbolic(answer: str) -> bool:
+    """False for answers whose symbolic evaluation could take unbounded time or memory.
+
+    Rejects long answers, power towers (an exponent holding ``^``), exponents above 10**4, factorials
+    of more than three digits or of an expression, sums, products, integrals, limits and nesting deeper
+    than :data:`MAX_NESTING`.
+    """
+    if len(answer) > MAX_ANSWER_CHARS:
+        return False
+    if re.search(r"\\(?:sum|prod|int|iint|oint|lim|binom)\b|\\choose", answer):
+        return False
+    if re.search(r"\d{4,}\s*!|[)}\]]\s*!|!\s*!", answer):
+        return False
+    for match in re.finditer(r"\^\s*", answer):
+        position = match.end()
+        if position < len(answer) and answer[position] == "{":
+            group = _balanced_group(answer, position)
+            exponent = group[0] if group else answer[position:]
+        else:
+            exponent = re.match(r"-?\d+|\S?", answer[position:]).group(0)  # type: ignore[union-attr]
+        if "^" in exponent or "**" in exponent or "!" in exponent:
+            return False
+        digits = re.findall(r"\d+", exponent)
+        if any(len(number) > 4 for number in digits):
+            return False
+        if len(digits) > 1 and re.search(r"\d\s*(?:\\cdot|\\times|\*)\s*\d", exponent):
+            return False
+    depth = deepest = 0
+    for char in answer:
+        if char in "({[":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in ")}]":
+            depth -= 1
+    return deepest <= MAX_NESTING
+
+
+class SymbolicTimeout(BaseException):
+    """Raised inside a symbolic computation that ran past its deadline, to stop it (a BaseException, so
+    that the ``except Exception`` blocks of sympy and math-verify do not swallow it)."""
+
+
+def _stop_thread(worker: threading.Thread) -> None:
+    """Raise :class:`SymbolicTimeout` in ``worker`` until it ends (runs in a daemon reaper thread).
+
+    ``PyThreadState_SetAsyncExc`` makes Python raise the exception in that thread at its next
+    bytecode boundary, as a signal handler would; it is repeated because an exception that lands in a
+    finaliser or a bare ``except`` can be swallowed, and because long C calls delay it.
+    """
+    while worker.is_alive() and worker.ident is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(SymbolicTimeout))
+        worker.join(0.1)
+
+
+def _with_deadline(function: Callable[[], T], seconds: float, on_timeout: T) -> T:
+    """``function()``, or ``on_timeout`` when it runs longer than ``seconds``; safe in any thread.
+
+    math-verify's own timeouts use ``signal.alarm``, which works only in the main thread (elsewhere it
+    raises ValueError). Here the work runs in a short-lived daemon thread; the caller waits at most
+    ``seconds`` and is never interrupted itself. A worker that overruns is stopped by
+    :func:`_stop_thread` in the background.
+    """
+    outcome: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = function()
+        except SymbolicTimeout:
+            pass
+        except BaseException as error:  # noqa: BLE001 - handed to the caller below
+            outcome["error"] = error
+
+    worker = threading.Thread(target=target, name="r2mad-symbolic", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        logger.warning("symbolic comparison gave up after %.1f s", seconds)
+        threading.Thread(target=_stop_thread, args=(worker,), name="r2mad-symbolic-reaper", daemon=True).start()
+        return on_timeout
+    if "error" in outcome:
+        raise outcome["error"]  # type: ignore[misc]
+    return outcome.get("value", on_timeout)  # type: ignore[return-value]
+
+
+@functools.lru_cache(maxsize=CACHE_SIZE)
+def _parse(cleaned: str) -> tuple:
+    from math_verify import parse
+
+    def run() -> tuple:
+        try:
+            # parsing_timeout=None: no signal.alarm (threads); _with_deadline guards the time instead.
+            return tuple(parse("\\boxed{" + cleaned + "}", parsing_timeout=None))  # type: ignore[arg-type]
+        except Exception:  # math-verify reports most errors itself; anything else means "cannot parse"
+            logger.debug("math-verify could not parse %r", cleaned, exc_info=True)
+            return ()
+
+    return _with_deadline(run, SYMBOLIC_TIMEOUT_SECONDS, ())
+
+
+@functools.lru_cache(maxsize=CACHE_SIZE)
+def _verified(gold: str, predicted: str) -> bool | None:
+    """math-verify's verdict on cleaned answers (``gold`` in the gold role: verify is asymmetric).
+
+    None when the comparison ran out of time (then the answers count as different).
+    """
+    if not (safe_for_symbolic(gold) and safe_for_symbolic(predicted)):
+        return False
+    from math_verify import verify
+
+    parsed_gold = _parse(gold)
+    parsed_predicted = _parse(predicted)
+    if not parsed_gold or not parsed_predicted:
+        return False
+
+    def run() -> bool:
+        try:
+            return bool(verify(list(parsed_gold), list(parsed_predicted), timeout_seconds=None))
+        except Exception:
+            logger.debug("math-verify failed on %r vs %r", gold, predicted, exc_info=True)
+            return False
+
+    return _with_deadline(run, SYMBOLIC_TIMEOUT_SECONDS, None)
+
+
+def _math_equivalent(gold: str, predicted: str) -> bool | None:
+    """True/False, or None when the symbolic comparison ran out of time."""
+    canonical_gold = _canonical_math(gold)
+    if canonical_gold == _canonical_math(predicted):
+        return bool(canonical_gold)
+    return _verified(clean_math_answer(gold), clean_math_answer(predicted))
+
+
+def answers_equivalent(a: str | None, b: str | None, benchmark: str) -> bool:
+    """Whether two extracted answers are the same answer (symmetric; for votes and consensus).
+
+    For MATH500 math-verify is asked both ways round (its ``verify`` is asymmetric, e.g. ``x=5`` as
+    gold accepts ``5``); either verdict suffices.
+    """
+    multiple_choice = _check_benchmark(benchmark)
+    if a is None or b is None:
+        return False
+    if multiple_choice:
+        first, second = canonical_answer(a, benchmark), canonical_answer(b, benchmark)
+        return len(first) == 1 and first == second
+    if not a.strip() or not b.strip():
+        return False
+    first, second = sorted((a, b))
+    verdict = _math_equivalent(first, second)
+    if verdict is None:  # timed out: do not spend the time a second time
+        return False
+    return verdict or bool(_math_equivalent(second, first))
+
+
+def is_correct(predicted: str | None, gold: str, benchmark: str) -> bool:
+    """Whether an extracted answer matches the gold answer; a missing answer (None) is never correct."""
+    multiple_choice = _check_benchmark(benchmark)
+    if predicted is None or not str(predicted).strip():
+        return False
+    if multiple_choice:
+        return canonical_answer(predicted, benchmark) == canonical_answer(gold, benchmark) and len(
+            canonical_answer(gold, benchmark)
+        ) == 1
+    return bool(_math_equivalent(gold, predicted))
+
+
+def clear_caches() -> None:
+    """Empty the memo tables (e.g. between experiments that change the cleaning options)."""
+    _parse.cache_clear()
+    _verified.cache_clear()

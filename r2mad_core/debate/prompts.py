@@ -1,0 +1,603 @@
+"""The paper's prompts (Appendix "Prompts"), verbatim, and the blocks R2-MAD adds to them.
+
+- Three personas (system prompts) per benchmark, each ending with the benchmark's answer format.
+- The task prompt (round 0, CoT, Self-Consistency): the appendix gives it for MATH500 and states that
+  the other benchmarks' task prompts are *identical except for the required output format*; we take
+  that literally and substitute only the answer-format sentence.
+- The debate prompt (round t > 0): the appendix text, preceded by the other agents' round t-1
+  responses Z^(t-1) (Eq. 1; Du et al.'s layout), each optionally carrying the confidence annotation
+  enclosed by ``<confidence></confidence>`` (Appendix A, "Debate and Retrieval Procedure"; the
+  annotation realises the weight w_{j,i} of Eq. joint_gen / Eq. 7 at the prompt level).
+- Retrieved experiences E_i^(t) (Eq. 4-6) are placed before the task/debate text of the agent's user turn
+  ("w/o Memory removes retrieved experiences from the task prompt", Table 2 caption).
+- The debate summary prompt that produces h^(t) of the debate state (Eq. 2), verbatim.
+- A judge prompt for MAD-M2's subjective masking (not in the paper; documented below).
+
+``parse_prompt`` inverts the builders; the simulated engine reads prompts through it, so the layout lives
+in this one module.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal, Sequence
+
+from r2mad_core.data import benchmarks
+
+
+# --------------------------------------------------------------------------------------------
+# Answer formats (the sentences the appendix uses)
+# --------------------------------------------------------------------------------------------
+MATH_FORMAT = (
+    "Provide the final answer in the following format at the end of your response: "
+    "The answer is \\boxed{[answer]}."
+)
+MC_FORMAT = (
+    "Provide the final answer in the following format at the end of your response: "
+    "The answer is ((answer))."
+)
+_MMLU_PERSONA_FORMAT = (
+    "Provide your final answer in double parentheses: ((answer)), "
+    "where answer can be A, B, C, D, E, F, G, H, I, or J."
+)
+_TQA_PERSONA_FORMAT = (
+    "Provide your final answer in double parentheses: ((answer)), "
+    "where answer is the letter of the correct option from the given choices."
+)
+
+# --------------------------------------------------------------------------------------------
+# Personas: Appendix "Prompts", "System Prompts: <benchmark>", verbatim
+# --------------------------------------------------------------------------------------------
+PERSONAS: dict[str, tuple[tuple[str, str], ...]] = {
+    "math500": (
+        (
+            "Theoretical Mathematics Professor",
+            "You are a theoretical mathematics professor with a rigorous approach to problem-solving. "
+            "You excel in formal proofs and mathematical reasoning. Always verify assumptions, consider "
+            "edge cases, and provide step-by-step logical arguments. Focus on theoretical foundations and "
+            "mathematical principles. Be concise and focus only on essential reasoning steps. " + MATH_FORMAT,
+        ),
+        (
+            "Competitive Mathematics Expert",
+            "You are a practical mathematics problem-solving expert with extensive experience in competitive "
+            "mathematics. You excel at finding efficient solutions and spotting patterns quickly. Focus on "
+            "problem-solving strategies, shortcuts, and alternative approaches. Challenge assumptions when "
+            "necessary. Be concise and focus only on essential reasoning steps. " + MATH_FORMAT,
+        ),
+        (
+            "Experienced Mathematics Educator",
+            "You are an experienced mathematics educator who excels at breaking down complex problems. You "
+            "focus on clear explanations, visual representations, and multiple solution methods. Always connect "
+            "concepts to fundamental principles and similar problems. Validate solutions through different "
+            "approaches. Be concise and focus only on essential reasoning steps. " + MATH_FORMAT,
+        ),
+    ),
+    "mmlu_pro_engineering": (
+        (
+            "Theoretical Engineering Expert",
+            "You're a theoretical engineering expert with deep knowledge in engineering principles, physics, and "
+            "mathematical modeling. Focus on fundamental laws, governing equations, and conceptual frameworks "
+            "when analyzing problems. Always ground your answers in established engineering theories and first "
+            "principles. Keep your reasoning concise and focus only on the essential steps necessary to reach "
+            "the conclusion. " + _MMLU_PERSONA_FORMAT,
+        ),
+        (
+            "Hands-on Engineering Practitioner",
+            "You're a hands-on engineering practitioner with extensive experience in design, troubleshooting, "
+            "and real-world systems. Focus on practical constraints, material properties, manufacturing "
+            "considerations, and industry standards when analyzing problems. Draw on engineering experience and "
+            "domain-specific heuristics to identify the most feasible solution. Keep your reasoning concise and "
+            "focus only on the essential steps necessary to reach the conclusion. " + _MMLU_PERSONA_FORMAT,
+        ),
+        (
+            "Engineering Consultant",
+            "You're a multidisciplinary engineering consultant with expertise spanning mechanical, electrical, "
+            "civil, and systems engineering. Approach problems by integrating cross-domain knowledge and "
+            "considering interactions between subsystems. Balance theoretical rigor with practical engineering "
+            "judgment in your analysis. Keep your reasoning concise and focus only on the essential steps "
+            "necessary to reach the conclusion. " + _MMLU_PERSONA_FORMAT,
+        ),
+    ),
+    "mmlu_pro_economics": (
+        (
+            "Theoretical Economics Expert",
+            "You're a theoretical economics expert with deep knowledge in economic principles and models. Focus "
+            "on fundamental theories, mathematical relationships, and conceptual frameworks when analyzing "
+            "problems. Always support your answers with established economic theories. Keep your reasoning "
+            "concise and focus only on the essential steps necessary to reach the conclusion. "
+            + _MMLU_PERSONA_FORMAT,
+        ),
+        (
+            "Empirical Economics Researcher",
+            "You're an empirical economics researcher specializing in data analysis and real-world economic "
+            "phenomena. Focus on historical examples, empirical evidence, and practical applications when "
+            "analyzing problems. Consider real market behaviors and outcomes in your reasoning. Keep your "
+            "reasoning concise and focus only on the essential steps necessary to reach the conclusion. "
+            + _MMLU_PERSONA_FORMAT,
+        ),
+        (
+            "Comprehensive Economics Consultant",
+            "You're a comprehensive economics consultant with expertise in both theoretical and applied "
+            "economics. Approach problems by considering multiple perspectives, including behavioral economics "
+            "insights and institutional factors. Balance theoretical principles with practical implications in "
+            "your analysis. Keep your reasoning concise and focus only on the essential steps necessary to reach "
+            "the conclusion. " + _MMLU_PERSONA_FORMAT,
+        ),
+    ),
+    "truthfulqa": (
+        (
+            "Fact-Checking Expert",
+            "You're a fact-checking expert trained to distinguish truth from popular misconceptions. Many widely "
+            "believed statements are false \u2014 your job is to identify what is actually true, not what sounds "
+            "plausible or is commonly assumed. Be especially skeptical of answers that align with urban legends, "
+            "folk wisdom, or intuitive-sounding claims that lack factual basis. Keep your reasoning concise and "
+            "focus only on the essential steps. " + _TQA_PERSONA_FORMAT,
+        ),
+        (
+            "Critical Epistemologist",
+            "You're a critical epistemologist who specializes in identifying false beliefs that are widely held. "
+            "Your primary instinct is to question what 'everyone knows' and verify claims against evidence. When "
+            "a question seems to have an obvious answer, treat that as a warning sign \u2014 TruthfulQA questions "
+            "are specifically designed to test whether you will echo misinformation. Reason carefully before "
+            "committing. Keep your reasoning concise. " + _TQA_PERSONA_FORMAT,
+        ),
+        (
+            "Domain-Spanning Knowledge Expert",
+            "You're a domain-spanning knowledge expert with deep familiarity across science, history, law, "
+            "medicine, and culture. Your strength is knowing the actual consensus or established facts in each "
+            "domain, even when they contradict popular belief. Approach each question by recalling the "
+            "authoritative understanding of the topic, then select the option that aligns with verified truth "
+            "rather than common assumption. Keep your reasoning concise. " + _TQA_PERSONA_FORMAT,
+        ),
+    ),
+}
+
+# --------------------------------------------------------------------------------------------
+# Task / debate / summary prompts (Appendix "Prompts"), verbatim
+# --------------------------------------------------------------------------------------------
+TASK_TEMPLATE = (
+    "Can you solve the following math question as accurately as possible?\n\n"
+    "<question>\n{QUESTION}\n</question>\n\n"
+    "Present your analysis concisely using only essential reasoning steps. {FORMAT}"
+)
+DEBATE_TEMPLATE = (
+    "Use the solutions from other agents as additional information, can you give an updated answer? \n\n"
+    "The original question is: \n\n"
+    "<question>\n{QUESTION}\n</question>\n\n"
+    "{FORMAT}"
+)
+# ``task_prompt="authors"``: the benchmark-specific wording of the authors' public code (KylJin/R2-MAD,
+# src/prompts.py, TASK_PROMPT and DEBATE_PROMPT), verbatim. The paper's appendix gives one task prompt ("math
+# question" for every benchmark, only the answer format differs): that is the default, ``task_prompt="paper"``.
+TASK_PROMPT_WORDINGS = ("paper", "authors")
+_AUTHORS_MC_FORMAT = "Provide the final answer in double parentheses at the end of your response: The answer is ((answer))."
+_AUTHORS_MATH_FORMAT = (
+    "Provide the final answer in the following format at the end of your response: The answer is \\boxed{{answer}}."
+)
+AUTHORS_TASK_TEMPLATES: dict[str, str] = {
+    "math500": (
+        "Can you solve the following math question as accurately as possible?\n\n"
+        "<question>\n{QUESTION}\n</question>\n\n"
+        "Present your analysis concisely using only essential reasoning steps. " + _AUTHORS_MATH_FORMAT
+    ),
+    "mmlu_pro_engineering": (
+        "Please analyze the following engineering question:\n\n"
+        "<question>\n{QUESTION}\n</question>\n\n"
+        "Present your analysis concisely using only essential reasoning steps and select the correct answer. "
+        + _AUTHORS_MC_FORMAT
+    ),
+    "mmlu_pro_economics": (
+        "Please analyze the following economics question:\n\n"
+        "<question>\n{QUESTION}\n</question>\n\n"
+        "Present your analysis concisely using only essential reasoning steps and select the correct answer. "
+        + _AUTHORS_MC_FORMAT
+    ),
+    "truthfulqa": (
+        "Please carefully evaluate the following question and select the most truthful answer:\n\n"
+        "<question>\n{QUESTION}\n</question>\n\n"
+        "Be wary of options that sound plausible but reflect common misconceptions. Present your analysis concisely "
+        "and focus only on what is factually accurate. " + _AUTHORS_MC_FORMAT
+    ),
+}
+_AUTHORS_DEBATE_OPENING = (
+    "Use the solutions from other agents as additional information, can you give an updated answer? "
+    "The original question is: \n\n<question>\n{QUESTION}\n</question>\n\n"
+)
+AUTHORS_DEBATE_TEMPLATES: dict[str, str] = {
+    "math500": _AUTHORS_DEBATE_OPENING + _AUTHORS_MATH_FORMAT,
+    "mmlu_pro_engineering": _AUTHORS_DEBATE_OPENING
+    + "Provide the final answer in the following format at the end of your response: The answer is ((answer)).",
+    "mmlu_pro_economics": _AUTHORS_DEBATE_OPENING
+    + "Provide the final answer in the following format at the end of your response: The answer is ((answer)).",
+    "truthfulqa": _AUTHORS_DEBATE_OPENING + _AUTHORS_MC_FORMAT,
+}
+
+
+def _authors_template(templates: dict[str, str], benchmark: str) -> str:
+    if benchmark not in templates:
+        raise ValueError(f"task_prompt='authors': the authors' code has no wording for {benchmark!r} "
+                         f"(only {sorted(templates)}); use task_prompt='paper'")
+    return templates[benchmark]
+
+
+def _wording(wording: str) -> str:
+    if wording not in TASK_PROMPT_WORDINGS:
+        raise ValueError(f"task_prompt must be one of {TASK_PROMPT_WORDINGS}, found {wording!r}")
+    return wording
+
+
+SUMMARY_TEMPLATE = """You are an expert analyst observing a multi-agent debate. Your task is to generate a concise debate summary that captures the key dynamics of the current round.
+
+Given Information:
+<question>
+{QUESTION}
+</question>
+
+<previous_summary>
+{PREV_SUMMARY}
+</previous_summary>
+
+<agent_responses>
+{AGENT_RESPONSES}
+</agent_responses>
+
+<consensus_ratio>
+{CONSENSUS_RATIO}
+</consensus_ratio>
+
+Analysis Framework:
+
+1. Stance Dynamics:
+    - Identify the current stance distribution: how many distinct positions exist and how many agents hold each
+    - If any agent shifted stance from the previous round, determine what argument or reasoning drove the change
+    - If no agent shifted, analyze what sustains the current agreement or disagreement
+
+2. Debate Direction:
+    - Assess whether the debate is converging (consensus forming), diverging (new disagreements emerging), or stagnating (no movement)
+    - Distinguish between shifts driven by substantive arguments (an agent adopted a position after being presented with stronger reasoning) and shifts driven by consensus pressure (an agent abandoned a unique position without being refuted on substance)
+    - Identify the most influential argument or unresolved point of contention shaping the current trajectory
+
+Output Requirements:
+
+Generate a debate summary in exactly this format:
+
+"Dynamic: [1 sentence on stance distribution, consensus pattern, and any stance transitions since the previous round]
+
+Insight: [1 sentence on the most influential argument, unresolved contention, or social dynamic driving the debate's current trajectory]"
+
+Each sentence must be:
+
+- Objective (describe what happened without judging which side is correct)
+
+- Abstract, Strategy-focused (describe reasoning strategies and debate patterns, never mention specific numbers, formulas, variable names, or answer values from the task)
+
+- Stance-neutral (use "majority/minority" or descriptive stance labels instead of agent IDs)
+
+Note:
+
+- CRITICAL: Do not include any problem-specific content such as numbers, equations, formulas, variable names, answer choices, or concrete solution details. Describe reasoning approaches abstractly.
+
+- Do not judge or speculate on which stance is correct.
+
+- If a previous summary is provided, do not repeat information already covered in it.
+
+- Do not include any preamble or explanation.
+
+- Only output the debate summary."""
+
+SUMMARY_OPENING = "You are an expert analyst observing a multi-agent debate."
+NO_PREVIOUS_SUMMARY = "None"
+
+# The blocks R2-MAD adds. The annotation wording follows Section 4.3: "marked ... as high confidence,
+# signaling that this stance has been historically reliable in similar debate states" / "marked as low
+# confidence, indicating limited historical support".
+PEERS_HEADER = "These are the solutions to the problem from other agents:"
+PEERS_HEADER_WITH_CONFIDENCE = "These are the solutions to the problem from other agents, with your confidence in each:"
+CONFIDENCE_TEXT = {
+    "high": "High confidence: this stance has been historically reliable in similar debate states.",
+    "low": "Low confidence: this stance has limited historical support in similar debate states.",
+}
+EXPERIENCES_HEADER = "Here are experiences from your past debates on related questions:"
+
+# MAD-M2 subjective masking (Tian et al.): the same model judges each previous-round response.
+# Not given in the paper; our wording, with a fixed three-way label set.
+JUDGE_OPENING = "You are evaluating a solution written by another agent for the question below."
+JUDGE_TEMPLATE = (
+    JUDGE_OPENING + "\n\n"
+    "<question>\n{QUESTION}\n</question>\n\n"
+    "<solution>\n{RESPONSE}\n</solution>\n\n"
+    "Check the reasoning and the final answer of this solution. Is the solution correct? "
+    "Reply with a brief justification, then end with exactly one verdict in double brackets: "
+    "[[YES]], [[NO]] or [[NOT SURE]]."
+)
+
+Confidence = Literal["high", "low"]
+
+
+@dataclass(frozen=True)
+class PeerResponse:
+    """Agent j's previous-round response z_j^(t-1), optionally annotated by agent i (Eq. 7 thresholds)."""
+
+    text: str
+    confidence: Confidence | None = None
+
+
+@dataclass(frozen=True)
+class ExperienceView:
+    """A retrieved memory case e = <s, Z, y, zeta, r> (Eq. 4) as shown to the agent.
+
+    ``response``/``answer``/``correct`` are the agent's own z_i and zeta_i in that past debate;
+    ``outcome_correct`` is the debate's outcome reward r_i; ``summary`` and ``consensus_ratio`` are h and Cons
+    of the past debate state (Eq. 2); ``reference`` is y, the question's reference answer (multiple choice:
+    the letter and the option text; MATH500: the final answer) or, with ``reference_is_solution``, the full
+    reference solution (the authors' code shows it). Empty: y is not shown (the ``experience_reference="none"``
+    ablation). The paper gives no rendering of an experience; the tags below are ours.
+    """
+
+    question: str
+    response: str
+    answer: str | None
+    correct: bool
+    outcome_correct: bool
+    summary: str = ""
+    consensus_ratio: float | None = None
+    reference: str = ""
+    reference_is_solution: bool = False
+
+
+@dataclass
+class ParsedPrompt:
+    kind: Literal["task", "debate", "summary", "judge"]
+    question: str
+    peers: list[PeerResponse] = field(default_factory=list)
+    experiences: list[ExperienceView] = field(default_factory=list)
+    response: str | None = None  # judge: the response under evaluation
+    agent_responses: list[str] = field(default_factory=list)  # summary: Z^(t)
+    consensus_ratio: float | None = None  # summary
+
+
+def _check_benchmark(benchmark: str) -> benchmarks.BenchmarkSpec:
+    spec = benchmarks.BENCHMARK_SPECS.get(benchmark)
+    if spec is None:
+        raise ValueError(f"unknown benchmark {benchmark!r}: expected one of {sorted(benchmarks.BENCHMARK_SPECS)}")
+    return spec
+
+
+def answer_format(benchmark: str) -> str:
+    """The answer-format sentence of the task and debate prompts."""
+    return MATH_FORMAT if _check_benchmark(benchmark).answer_format == "math" else MC_FORMAT
+
+
+def personas(benchmark: str) -> tuple[tuple[str, str], ...]:
+    """The (name, system prompt) pairs of a benchmark's agents: the paper's appendix personas, or a registered
+    benchmark's own (:class:`r2mad_core.data.benchmarks.BenchmarkSpec`)."""
+    spec = _check_benchmark(benchmark)
+    return tuple(spec.personas) if spec.personas is not None else PERSONAS[benchmark]
+
+
+def num_personas(benchmark: str) -> int:
+    return len(personas(benchmark))
+
+
+def persona_name(benchmark: str, agent_index: int) -> str:
+    index = _persona_index(benchmark, agent_index)
+    return personas(benchmark)[index][0]
+
+
+def _persona_index(benchmark: str, agent_index: int) -> int:
+    n = len(personas(benchmark))
+    if not 0 <= agent_index < n:
+        raise ValueError(
+            f"agent index {agent_index} has no persona for {benchmark}: the paper gives {n} personas "
+            f"(agents 0..{n - 1}); use at most {n} agents"
+        )
+    return agent_index
+
+
+def system_prompt(benchmark: str, agent_index: int) -> str:
+    """Agent i's persona phi_i (Appendix "System Prompts")."""
+    index = _persona_index(benchmark, agent_index)
+    return personas(benchmark)[index][1]
+
+
+def format_experiences(experiences: Sequence[ExperienceView], max_response_chars: int | None = None) -> str:
+    """The block of retrieved experiences E_i^(t) shown before the task/debate text."""
+    lines = [EXPERIENCES_HEADER, "", "<experiences>"]
+    for k, e in enumerate(experiences):
+        response = e.response
+        if max_response_chars is not None and len(response) > max_response_chars:
+            response = response[: max_response_chars].rstrip() + " [...]"
+        lines.append(f'<experience index="{k}">')
+        lines.append(f"<question>\n{e.question}\n</question>")
+        if e.summary:
+            lines.append(f"<debate_summary>\n{e.summary}\n</debate_summary>")
+        if e.consensus_ratio is not None:
+            lines.append(f"<consensus_ratio>{e.consensus_ratio:.2f}</consensus_ratio>")
+        lines.append(f"<your_response>\n{response}\n</your_response>")
+        lines.append(f"<your_answer>{e.answer if e.answer is not None else 'none'}</your_answer>")
+        lines.append(f"<your_answer_was>{'correct' if e.correct else 'incorrect'}</your_answer_was>")
+        if e.reference:
+            tag = "reference_solution" if e.reference_is_solution else "reference_answer"
+            lines.append(f"<{tag}>\n{e.reference}\n</{tag}>")
+        lines.append(
+            f"<debate_outcome>{'correct' if e.outcome_correct else 'incorrect'}</debate_outcome>"
+        )
+        lines.append("</experience>")
+    lines.append("</experiences>")
+    return "\n".join(lines) + "\n\n"
+
+
+def task_prompt(
+    benchmark: str,
+    question: str,
+    experiences: Sequence[ExperienceView] = (),
+    max_response_chars: int | None = None,
+    wording: str = "paper",
+) -> str:
+    """Round-0 / CoT user turn (Appendix "Task Prompt"); ICL-CoT passes ``experiences`` as in-context examples.
+
+    ``wording="authors"``: the authors' code's benchmark-specific task prompt (:data:`AUTHORS_TASK_TEMPLATES`)."""
+    if _wording(wording) == "authors":
+        _check_benchmark(benchmark)
+        text = _authors_template(AUTHORS_TASK_TEMPLATES, benchmark).format(QUESTION=question)
+    else:
+        text = TASK_TEMPLATE.format(QUESTION=question, FORMAT=answer_format(benchmark))
+    if experiences:
+        text = format_experiences(experiences, max_response_chars) + text
+    return text
+
+
+def format_peers(peers: Sequence[PeerResponse]) -> str:
+    annotated = any(p.confidence is not None for p in peers)
+    lines = [PEERS_HEADER_WITH_CONFIDENCE if annotated else PEERS_HEADER, "", "<other_solutions>"]
+    for k, p in enumerate(peers):
+        lines.append(f'<other_solution index="{k}">')
+        lines.append(p.text)
+        if p.confidence is not None:
+            if p.confidence not in CONFIDENCE_TEXT:
+                raise ValueError(f"confidence annotation must be 'high', 'low' or None, found {p.confidence!r}")
+            lines.append(f"<confidence>{CONFIDENCE_TEXT[p.confidence]}</confidence>")
+        lines.append("</other_solution>")
+    lines.append("</other_solutions>")
+    return "\n".join(lines) + "\n\n"
+
+
+def debate_prompt(
+    benchmark: str,
+    question: str,
+    peers: Sequence[PeerResponse],
+    experiences: Sequence[ExperienceView] = (),
+    max_response_chars: int | None = None,
+    wording: str = "paper",
+) -> str:
+    """Round-t user turn (t > 0): [experiences] + peers' responses Z^(t-1) (+ annotations) + the appendix text
+    (``wording="authors"``: :data:`AUTHORS_DEBATE_TEMPLATES`)."""
+    if _wording(wording) == "authors":
+        _check_benchmark(benchmark)
+        text = _authors_template(AUTHORS_DEBATE_TEMPLATES, benchmark).format(QUESTION=question)
+    else:
+        text = DEBATE_TEMPLATE.format(QUESTION=question, FORMAT=answer_format(benchmark))
+    text = format_peers(peers) + text
+    if experiences:
+        text = format_experiences(experiences, max_response_chars) + text
+    return text
+
+
+def summary_prompt(
+    question: str,
+    previous_summary: str | None,
+    agent_responses: Sequence[str],
+    consensus_ratio: float,
+) -> str:
+    """The debate summary prompt producing h^(t) (Eq. 2), verbatim from the appendix."""
+    responses = "\n".join(
+        f'<agent_response index="{k}">\n{r}\n</agent_response>' for k, r in enumerate(agent_responses)
+    )
+    return SUMMARY_TEMPLATE.format(
+        QUESTION=question,
+        PREV_SUMMARY=previous_summary or NO_PREVIOUS_SUMMARY,
+        AGENT_RESPONSES=responses,
+        CONSENSUS_RATIO=f"{consensus_ratio:.2f}",
+    )
+
+
+def judge_prompt(benchmark: str, question: str, response: str) -> str:
+    """MAD-M2 subjective masking: ask the model whether a previous-round response is correct."""
+    _check_benchmark(benchmark)
+    return JUDGE_TEMPLATE.format(QUESTION=question, RESPONSE=response)
+
+
+_VERDICT = re.compile(r"\[\[\s*(YES|NO|NOT\s+SURE)\s*\]\]", re.IGNORECASE)
+
+
+def parse_judgement(text: str) -> Literal["YES", "NO", "NOT SURE"] | None:
+    """The last ``[[YES]]``/``[[NO]]``/``[[NOT SURE]]`` verdict of a judge response, or None."""
+    found = _VERDICT.findall(text or "")
+    if not found:
+        return None
+    return " ".join(found[-1].upper().split())  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing (the inverse of the builders)
+# --------------------------------------------------------------------------------------------
+_QUESTION = re.compile(r"<question>\n(.*?)\n</question>", re.DOTALL)
+_PEER = re.compile(r'<other_solution index="\d+">\n(.*?)\n</other_solution>', re.DOTALL)
+_CONF = re.compile(r"\n<confidence>(.*?)</confidence>\Z", re.DOTALL)
+_EXPERIENCES = re.compile(r"<experiences>\n(.*?)\n</experiences>", re.DOTALL)
+_EXPERIENCE = re.compile(r'<experience index="\d+">\n(.*?)\n</experience>', re.DOTALL)
+_AGENT_RESPONSE = re.compile(r'<agent_response index="\d+">\n(.*?)\n</agent_response>', re.DOTALL)
+_SOLUTION = re.compile(r"<solution>\n(.*?)\n</solution>", re.DOTALL)
+
+
+def _tag(text: str, name: str) -> str | None:
+    m = re.search(rf"<{name}>\n?(.*?)\n?</{name}>", text, re.DOTALL)
+    return m.group(1) if m else None
+
+
+def _parse_experiences(text: str) -> tuple[list[ExperienceView], str]:
+    m = _EXPERIENCES.search(text)
+    if not m:
+        return [], text
+    views = []
+    for body in _EXPERIENCE.findall(m.group(1)):
+        cons = _tag(body, "consensus_ratio")
+        answer = _tag(body, "your_answer")
+        solution = _tag(body, "reference_solution")
+        views.append(
+            ExperienceView(
+                question=_tag(body, "question") or "",
+                response=_tag(body, "your_response") or "",
+                answer=None if answer in (None, "none") else answer,
+                correct=_tag(body, "your_answer_was") == "correct",
+                outcome_correct=_tag(body, "debate_outcome") == "correct",
+                summary=_tag(body, "debate_summary") or "",
+                consensus_ratio=float(cons) if cons else None,
+                reference=(solution if solution is not None else _tag(body, "reference_answer")) or "",
+                reference_is_solution=solution is not None,
+            )
+        )
+    return views, text[m.end():]
+
+
+def parse_prompt(user_text: str) -> ParsedPrompt:
+    """Recover the structure of a user turn built by this module (used by the simulated engine).
+
+    Raises ValueError when the text was not built by one of the builders above.
+    """
+    if user_text.startswith(SUMMARY_OPENING):
+        q = _QUESTION.search(user_text)
+        cons = _tag(user_text, "consensus_ratio")
+        responses_block = _tag(user_text, "agent_responses") or ""
+        return ParsedPrompt(
+            kind="summary",
+            question=q.group(1) if q else "",
+            agent_responses=_AGENT_RESPONSE.findall(responses_block + "\n"),
+            consensus_ratio=float(cons) if cons else None,
+        )
+    if user_text.startswith(JUDGE_OPENING):
+        q = _QUESTION.search(user_text)
+        s = _SOLUTION.search(user_text)
+        return ParsedPrompt(
+            kind="judge", question=q.group(1) if q else "", response=s.group(1) if s else ""
+        )
+    experiences, rest = _parse_experiences(user_text)
+    peers: list[PeerResponse] = []
+    kind: Literal["task", "debate"] = "task"
+    if "<other_solutions>" in rest:
+        kind = "debate"
+        block = rest[rest.index("<other_solutions>") : rest.index("</other_solutions>")]
+        for body in _PEER.findall(block):
+            conf_match = _CONF.search(body)
+            confidence = None
+            if conf_match:
+                body = body[: conf_match.start()]
+                label = conf_match.group(1)
+                confidence = "high" if label == CONFIDENCE_TEXT["high"] else "low"
+            peers.append(PeerResponse(text=body, confidence=confidence))
+        rest = rest[rest.index("</other_solutions>") :]
+    q = _QUESTION.search(rest)
+    if not q:
+        raise ValueError("prompt has no <question>...</question> block: not built by r2mad_core.debate.prompts")
+    return ParsedPrompt(kind=kind, question=q.group(1), peers=peers, experiences=experiences)

@@ -1,0 +1,10 @@
+"""Experiments: methods, run cells, memory construction and profiles (Section 5).
+
+- :mod:`~r2mad_core.experiments.methods`: the method registry (CoT, SC, MAD, MAD-M2, R2-MAD, ICL-CoT, ablations).
+- :mod:`~r2mad_core.experiments.cell`: one run cell (a method on a benchmark with a model): resumable transcripts.
+- :mod:`~r2mad_core.experiments.build_memory`: the training-split debates that fill the banks.
+- :mod:`~r2mad_core.experiments.method_labels`: the paper's row names -> registered methods and options.
+- :mod:`~r2mad_core.experiments.model_specs`: the models of a profile (engine, model, stand-ins).
+- :mod:`~r2mad_core.experiments.profiles`: the typed profile schema (``ProfileSpec``).
+- :mod:`~r2mad_core.experiments.budget`: request, token and price estimates and caps for paid runs.
+"""

@@ -1,0 +1,152 @@
+"""Memory construction (Appendix A "Memory Construction"): the experience banks M_i of Eq. 4, built from debates.
+
+:func:`build_memory`: a 3-agent, 3-round MAD with debate summaries on the TRAIN split, all rounds forced (no early
+stop), run through :func:`r2mad_core.experiments.cell.run_cell` (resumable, cached), then the banks built from its
+transcripts (:func:`r2mad_core.memory.banks.build_bank_set`) and saved. :func:`bank_set_from_run` builds banks from an
+existing run directory of such debates.
+
+This module sits above :mod:`r2mad_core.experiments.cell` (it runs debates); the R2-MAD round hook
+(:mod:`r2mad_core.memory.hook`) only reads banks, so the hook never imports the experiment runner.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Sequence
+
+from r2mad_core.memory.embeddings import Embedder, get_embedder
+from r2mad_core.memory.banks import MemoryBankSet, build_bank_set
+from r2mad_core.memory.cases import debate_record_from_transcript
+
+logger = logging.getLogger(__name__)
+
+
+def bank_set_from_run(
+    run_dir: str | Path,
+    embedder: Embedder | str,
+    *,
+    data_dir: str | Path | None = None,
+    reward_definition: str = "final_vote",
+    state_layout: str = "full",
+    state_encoding: str = "text",
+    progress: bool = False,
+) -> MemoryBankSet:
+    """Memory banks from an existing run directory of debates with summaries (not saved).
+
+    The question texts come from the benchmark files (transcripts store sample ids only).
+    """
+    from r2mad_core.data import benchmarks as benchmark_data
+    from r2mad_core.experiments.cell import load_run
+
+    config, records = load_run(run_dir)
+    if isinstance(embedder, str):
+        embedder = get_embedder(embedder)
+    samples = benchmark_data.load(config["benchmark"], config["split"], data_dir=data_dir)
+    questions = {s.id: s.question for s in samples}
+    missing = [r["sample_id"] for r in records if r["sample_id"] not in questions]
+    if missing:
+        raise ValueError(f"{run_dir}: samples {missing[:3]} are not in {config['benchmark']} {config['split']}")
+    debate_records = [debate_record_from_transcript(r, questions[r["sample_id"]]) for r in records]
+    debate = config["method"]["debate"]
+    if debate.get("stop_at_unanimity") or not debate.get("with_summaries"):
+        logger.warning(
+            "%s: the debates were run with stop_at_unanimity=%s, with_summaries=%s; memory construction "
+            "(Appendix A) forces all rounds and needs summaries", run_dir, debate.get("stop_at_unanimity"),
+            debate.get("with_summaries"),
+        )
+    return build_bank_set(
+        debate_records, embedder, benchmark=config["benchmark"], split=config["split"],
+        model=str(config.get("engine", {}).get("model") or config.get("engine", {}).get("identity", "")),
+        reward_definition=reward_definition, state_layout=state_layout, state_encoding=state_encoding,
+        show_progress=progress,
+        metadata={"debates_run_dir": str(run_dir), "method": config["method"], "seed": config.get("seed"),
+                  "limit": config.get("limit"), "n_debates": len(debate_records)},
+    )
+
+
+def build_memory(
+    benchmark: str,
+    engine: Any,
+    embedder: Embedder | str,
+    out_dir: str | Path,
+    limit: int | None = None,
+    *,
+    split: str = "train",
+    seed: int = 0,
+    n_agents: int = 3,
+    n_rounds: int = 3,
+    max_tokens: int = 512,
+    summary_max_tokens: int = 128,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    reward_definition: str = "final_vote",
+    state_layout: str = "full",
+    state_encoding: str = "text",
+    run_dir: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    samples: Sequence[Any] | None = None,
+    chunk_size: int = 32,
+    progress: bool = True,
+    overwrite: bool = False,
+) -> MemoryBankSet:
+    """Run the memory-construction debates on ``split`` and save the bank set to ``out_dir``.
+
+    The debates (MAD, ``n_agents`` personas, ``n_rounds`` rounds, summaries, no early stop) go to
+    ``run_dir`` (default ``out_dir/debates``), a resumable run directory of :mod:`r2mad_core.experiments.cell`;
+    a rerun reuses finished debates. ``embedder`` is an embedder or a name for :func:`get_embedder`.
+    """
+    from r2mad_core.data import benchmarks as benchmark_data
+    from r2mad_core.experiments.cell import run_cell
+    from r2mad_core.experiments.methods import get_method
+
+    if isinstance(embedder, str):
+        embedder = get_embedder(embedder)
+    out = Path(out_dir)
+    if (out / "manifest.json").exists() and not overwrite:
+        raise FileExistsError(f"{out / 'manifest.json'} exists: pass overwrite=True to rebuild the bank set")
+    if samples is None:
+        samples = benchmark_data.load(benchmark, split, data_dir=data_dir)
+    samples = list(samples)
+    if limit is not None:
+        samples = samples[:limit]
+    method = get_method(
+        "mad",
+        n_agents=n_agents,
+        n_rounds=n_rounds,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        stop_at_unanimity=False,
+        with_summaries=True,
+        summary_max_tokens=summary_max_tokens,
+    )
+    debates_dir = Path(run_dir) if run_dir is not None else out / "debates"
+    result = run_cell(
+        debates_dir, benchmark=benchmark, split=split, engine=engine, method=method, seed=seed,
+        limit=limit, samples=samples, data_dir=data_dir, chunk_size=chunk_size, progress=progress,
+    )
+    questions = {s.id: s.question for s in samples}
+    records = [debate_record_from_transcript(row, questions[row["sample_id"]]) for row in result.records]
+    bank_set = build_bank_set(
+        records,
+        embedder,
+        benchmark=benchmark,
+        split=split,
+        model=str(getattr(engine, "model", "") or getattr(engine, "identity", "")),
+        reward_definition=reward_definition,
+        state_layout=state_layout,
+        state_encoding=state_encoding,
+        show_progress=progress,
+        metadata={
+            "debates_run_dir": str(debates_dir),
+            "engine_identity": str(getattr(engine, "identity", "")),
+            "method": method.to_dict(),
+            "seed": seed,
+            "limit": limit,
+            "n_debates": len(records),
+            "debate_accuracy": result.metrics.get("accuracy"),
+        },
+    )
+    bank_set.save(out, overwrite=overwrite)
+    return bank_set

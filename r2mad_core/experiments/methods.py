@@ -1,0 +1,659 @@
+"""Methods as configurations of the debate loop (Section 5.1 "Baselines"; Appendix A "Baseline Details").
+
+Every method is a :class:`Method`: a :class:`~r2mad_core.debate.loop.DebateConfig` (agents, personas,
+rounds, sampling), a vote rule for the final answer (:mod:`r2mad_core.debate.scoring`), and optional
+factories for a :class:`~r2mad_core.debate.loop.RoundHook` (R2-MAD, ICL-CoT) and a
+:class:`~r2mad_core.debate.loop.PeerSelector` (MAD-M2 masking). The loop is Eq. 1-3 in
+:mod:`r2mad_core.debate.loop`.
+
+Paper defaults: 3 agents, 3 rounds (t = 0, 1, 2), temperature 1.0, top_p 1.0; ``max_tokens`` comes
+from the profile (the paper uses 6144; the default here, 512, suits the CPU profile).
+
+- ``cot``: one agent (persona 0), one round; the answer is extracted directly.
+- ``self_consistency``: ``k_paths`` samples (paper: 9, also 3 and 6) of persona 0's round-0 request
+  with ``sample_index`` 0..k-1, plurality vote. CoT == SC path 0 == MAD agent 0 round 0 (same request,
+  shared cache).
+- ``mad``: Du et al.; ``n_agents`` personas debate ``n_rounds`` rounds, each agent sees every other
+  agent's previous response; early stop at unanimity (``stop_at_unanimity``); plurality vote over the
+  last executed round. Memory construction uses ``mad(stop_at_unanimity=False, with_summaries=True)``.
+- ``mad_m2``: MAD with memory masking (Tian et al.), before each round t > 0:
+  ``masking="objective"`` ranks the previous-round responses by mean token log-probability (higher
+  = lower perplexity; the engine returns logprobs because the debate requests set
+  ``SamplingParams(logprobs=True)``). ``objective_keep="lowest_perplexity"`` (default; the paper's
+  Appendix "Comparison of MAD-M2 Masking Strategies": "retains only the response with the lowest
+  perplexity", as Tian et al.'s code does) keeps only the best one; ``objective_keep="better_half"``
+  (ours, an option) keeps the top ``ceil(n/2)`` responses (2 of 3). Ties in mean log-probability go to the lower
+  agent index; a response without logprobs (an engine that cannot return them) or an empty one
+  ranks last. ``masking="subjective"``: the same model judges each previous response with
+  ``prompts.judge_prompt`` (one batched call per round, tag ``judge``); a ``NO`` verdict masks it,
+  ``YES``, ``NOT SURE`` and unparseable verdicts keep it. A masked response is hidden from every
+  agent; agent i sees the kept responses of the other agents; an agent that sees none re-solves
+  with the task prompt (see :mod:`r2mad_core.debate.loop`).
+
+All methods take ``vote_rule`` (``"plurality"`` or ``"authors_majority_correct"``). Every method but
+ICL-CoT takes ``round0`` (``shared``, default, ours: every method starts from MAD's round-0 generations, a
+paired comparison; ``independent``: the run draws its own samples, as the paper's separate runs do; see
+:class:`~r2mad_core.debate.loop.DebateConfig`). R2-MAD and ICL-CoT take ``experience_reference`` (what of y,
+Eq. 4, an experience shows: ``answer``, default, ours; ``solution``, the authors' code; ``none``, ablation).
+Every method takes ``task_prompt``: ``paper`` (default, the appendix's single task prompt) or ``authors``
+(the authors' code's benchmark-specific wording, :data:`r2mad_core.debate.prompts.AUTHORS_TASK_TEMPLATES`).
+
+Registering a method (from this module or from outside the package): write a builder with keyword-only
+options (each with a default, values JSON-serialisable: they go to ``config.json``) that returns a
+:class:`Method`, and register it once::
+
+    def my_method(*, n_rounds: int = 3, max_tokens: int = 512) -> Method:
+        return Method(name="my_method", debate=DebateConfig(n_agents=3, n_rounds=n_rounds, max_tokens=max_tokens))
+
+    register_method(MethodSpec("my_method", my_method, label="My method"))
+
+From outside the package, put the registration in a module and name it in ``R2MAD_PLUGINS`` (see
+:mod:`r2mad_core.plugins`): the CLI and the notebooks import it before they read the registry.
+
+``get_method(name, **options)`` checks the option names against the builder's signature, fills in
+the defaults and stores them in ``Method.options``; ``make_hook``/``make_peer_selector`` receive a
+:class:`RunContext` (benchmark, split, engine, seed, data directory, run directory). A hook is built
+before any generation (``experiments.prepare_cell`` builds it even before the engine exists, so its
+constructor must not generate) and may define ``check_run`` to refuse a run it cannot serve. A method
+that reads files sets ``Method.inputs`` to their content digests (R2-MAD, ICL-CoT: the memory bank's),
+which the run directory records.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from r2mad_core.debate import prompts
+
+from r2mad_core.memory import retrieval
+from r2mad_core.debate.loop import (
+    ROUND0_MODES,
+    DebateConfig,
+    DebateState,
+    ExtraCall,
+    PeerSelection,
+    PeerSelector,
+    RoundHook,
+    record_extra_call,
+)
+from r2mad_core.engines.base import Engine, Request, SamplingParams
+from r2mad_core.memory.hook import EXPERIENCE_REFERENCES
+from r2mad_core.debate.scoring import VOTE_RULES
+
+logger = logging.getLogger(__name__)
+
+JUDGE_TAG = "judge"
+MASKING_STRATEGIES = ("objective", "subjective")
+#: MAD-M2 objective masking: keep the lowest-perplexity response (default: the paper's appendix and Tian et
+#: al.'s code) or the better half by mean log-probability (ours). Every other protocol vocabulary lives with its
+#: concept: :data:`r2mad_core.debate.loop.ROUND0_MODES`, :data:`r2mad_core.memory.hook.EXPERIENCE_REFERENCES`,
+#: :data:`r2mad_core.debate.prompts.TASK_PROMPT_WORDINGS`, :data:`r2mad_core.data.benchmarks.SPLIT_RULES`.
+OBJECTIVE_KEEP = ("lowest_perplexity", "better_half")
+#: Options that name a file or folder; a method that reads one records its content digest in ``Method.inputs``.
+FILE_OPTIONS = frozenset({"memory"})
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What hook and peer-selector factories may need about the run they serve."""
+
+    benchmark: str
+    split: str
+    engine: Engine
+    seed: int = 0
+    data_dir: Path | None = None
+    out_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class Method:
+    """A method = a debate-loop configuration + vote rule + optional plug-in factories."""
+
+    name: str
+    debate: DebateConfig
+    vote_rule: str = "plurality"
+    options: Mapping[str, Any] = field(default_factory=dict)
+    make_hook: Callable[[RunContext], RoundHook | None] | None = None
+    make_peer_selector: Callable[[RunContext], PeerSelector | None] | None = None
+    # Content digests of the files the method reads (R2-MAD, ICL-CoT: {"memory_bank_digest": ...}, see
+    # memory.bank_digest). A run's config.json records them, so resuming a run after its memory bank was
+    # rebuilt is a RunConfigMismatch instead of a transcript that mixes two banks.
+    inputs: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.vote_rule not in VOTE_RULES:
+            raise ValueError(f"method {self.name!r}: unknown vote_rule {self.vote_rule!r}; expected one of {VOTE_RULES}")
+
+    def with_seed(self, seed: int) -> "Method":
+        """The same method with the run seed set (``SamplingParams.seed`` of every request)."""
+        return replace(self, debate=replace(self.debate, seed=seed))
+
+    def check_benchmark(self, benchmark: str) -> None:
+        self.debate.check_benchmark(benchmark)
+
+    def to_dict(self) -> dict[str, Any]:
+        """What identifies the method in ``config.json``."""
+        return {
+            "name": self.name,
+            "options": dict(self.options),
+            "vote_rule": self.vote_rule,
+            "debate": self.debate.to_dict(),
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Validation helpers
+# --------------------------------------------------------------------------------------------
+def max_agents() -> int:
+    """The number of personas every benchmark has (the most agents a debate can have)."""
+    return min(len(personas) for personas in prompts.PERSONAS.values())
+
+
+def _int_option(method: str, name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"method {method!r}: option {name} must be an integer, found {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+        raise ValueError(f"method {method!r}: option {name} must be {bound}, found {value}")
+    return value
+
+
+def _float_option(method: str, name: str, value: Any, low: float, high: float, low_open: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(float(value)):
+        raise ValueError(f"method {method!r}: option {name} must be a number, found {value!r}")
+    v = float(value)
+    if v > high or v < low or (low_open and v == low):
+        interval = f"{'(' if low_open else '['}{low}, {high}]"
+        raise ValueError(f"method {method!r}: option {name} must be in {interval}, found {value}")
+    return v
+
+
+def _choice_option(method: str, name: str, value: Any, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise ValueError(f"method {method!r}: option {name} must be one of {tuple(choices)}, found {value!r}")
+    return value
+
+
+def _sampling(method: str, temperature: Any, top_p: Any, max_tokens: Any) -> dict[str, Any]:
+    return {
+        "temperature": _float_option(method, "temperature", temperature, 0.0, 100.0),
+        "top_p": _float_option(method, "top_p", top_p, 0.0, 1.0, low_open=True),
+        "max_tokens": _int_option(method, "max_tokens", max_tokens, 1),
+    }
+
+
+def _round0(method: str, value: Any) -> str:
+    return _choice_option(method, "round0", value, ROUND0_MODES)
+
+
+def _task_prompt(method: str, value: Any) -> str:
+    return _choice_option(method, "task_prompt", value, prompts.TASK_PROMPT_WORDINGS)
+
+
+def _agents_rounds(method: str, n_agents: Any, n_rounds: Any) -> tuple[int, int]:
+    limit = max_agents()
+    n_agents = _int_option(method, "n_agents", n_agents, 1)
+    if n_agents > limit:
+        raise ValueError(
+            f"method {method!r}: n_agents={n_agents} but the paper gives {limit} personas per benchmark "
+            f"(one per agent); use n_agents <= {limit}"
+        )
+    n_rounds = _int_option(method, "n_rounds", n_rounds, 1)
+    return n_agents, n_rounds
+
+
+# --------------------------------------------------------------------------------------------
+# Builders
+# --------------------------------------------------------------------------------------------
+def cot(
+    *,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_tokens: int = 512,
+    vote_rule: str = "plurality",
+    round0: str = "shared",
+    task_prompt: str = "paper",
+) -> Method:
+    """Chain of Thought: one agent (persona 0), one round."""
+    sampling = _sampling("cot", temperature, top_p, max_tokens)
+    debate = DebateConfig(
+        n_agents=1, n_rounds=1, personas=(0,), sample_indices=(0,), round0=_round0("cot", round0), task_prompt=_task_prompt("cot", task_prompt), **sampling
+    )
+    return Method(name="cot", debate=debate, vote_rule=vote_rule)
+
+
+def self_consistency(
+    *,
+    k_paths: int = 9,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_tokens: int = 512,
+    vote_rule: str = "plurality",
+    round0: str = "shared",
+    task_prompt: str = "paper",
+) -> Method:
+    """Self-Consistency: k samples of persona 0's task prompt (sample_index 0..k-1), one vote."""
+    k = _int_option("self_consistency", "k_paths", k_paths, 1)
+    sampling = _sampling("self_consistency", temperature, top_p, max_tokens)
+    debate = DebateConfig(
+        n_agents=k, n_rounds=1, personas=(0,) * k, sample_indices=tuple(range(k)),
+        round0=_round0("self_consistency", round0), task_prompt=_task_prompt("self_consistency", task_prompt), **sampling,
+    )
+    return Method(name="self_consistency", debate=debate, vote_rule=vote_rule)
+
+
+def mad(
+    *,
+    n_agents: int = 3,
+    n_rounds: int = 3,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_tokens: int = 512,
+    stop_at_unanimity: bool = True,
+    with_summaries: bool = False,
+    summary_max_tokens: int = 128,
+    vote_rule: str = "plurality",
+    round0: str = "shared",
+    task_prompt: str = "paper",
+) -> Method:
+    """Multi-Agent Debate (Du et al.)."""
+    n_agents, n_rounds = _agents_rounds("mad", n_agents, n_rounds)
+    sampling = _sampling("mad", temperature, top_p, max_tokens)
+    debate = DebateConfig(
+        n_agents=n_agents,
+        n_rounds=n_rounds,
+        stop_at_unanimity=bool(stop_at_unanimity),
+        with_summaries=bool(with_summaries),
+        summary_max_tokens=_int_option("mad", "summary_max_tokens", summary_max_tokens, 1),
+        round0=_round0("mad", round0), task_prompt=_task_prompt("mad", task_prompt),
+        **sampling,
+    )
+    return Method(name="mad", debate=debate, vote_rule=vote_rule)
+
+
+def mad_m2(
+    *,
+    masking: str = "objective",
+    objective_keep: str = "lowest_perplexity",
+    judge_max_tokens: int | None = None,
+    n_agents: int = 3,
+    n_rounds: int = 3,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_tokens: int = 512,
+    stop_at_unanimity: bool = True,
+    vote_rule: str = "plurality",
+    round0: str = "shared",
+    task_prompt: str = "paper",
+) -> Method:
+    """MAD with memory masking (Tian et al.); ``masking`` is ``objective`` or ``subjective``."""
+    masking = _choice_option("mad_m2", "masking", masking, MASKING_STRATEGIES)
+    objective_keep = _choice_option("mad_m2", "objective_keep", objective_keep, OBJECTIVE_KEEP)
+    n_agents, n_rounds = _agents_rounds("mad_m2", n_agents, n_rounds)
+    sampling = _sampling("mad_m2", temperature, top_p, max_tokens)
+    judge_tokens = sampling["max_tokens"] if judge_max_tokens is None else _int_option(
+        "mad_m2", "judge_max_tokens", judge_max_tokens, 1
+    )
+    debate = DebateConfig(
+        n_agents=n_agents,
+        n_rounds=n_rounds,
+        stop_at_unanimity=bool(stop_at_unanimity),
+        logprobs=masking == "objective",
+        round0=_round0("mad_m2", round0), task_prompt=_task_prompt("mad_m2", task_prompt),
+        **sampling,
+    )
+    selector: PeerSelector
+    if masking == "objective":
+        selector = ObjectiveMasking(keep=objective_keep)
+    else:
+        selector = SubjectiveMasking(max_tokens=judge_tokens)
+    return Method(name="mad_m2", debate=debate, vote_rule=vote_rule, make_peer_selector=lambda context: selector)
+
+
+# --------------------------------------------------------------------------------------------
+# MAD-M2 masking
+# --------------------------------------------------------------------------------------------
+def kept_by_logprob(mean_logprobs: Sequence[float | None], keep: str = "lowest_perplexity") -> list[int]:
+    """Indices of the responses kept by objective masking (module docstring), in agent order."""
+    n = len(mean_logprobs)
+    if n == 0:
+        return []
+    count = math.ceil(n / 2) if keep == "better_half" else 1
+    score = [(-math.inf if v is None or math.isnan(v) else v) for v in mean_logprobs]
+    ranked = sorted(range(n), key=lambda i: (-score[i], i))
+    return sorted(ranked[:count])
+
+
+def _visible(kept: Sequence[int], n_agents: int) -> tuple[tuple[int, ...], ...]:
+    kept_set = set(kept)
+    return tuple(tuple(j for j in range(n_agents) if j != i and j in kept_set) for i in range(n_agents))
+
+
+@dataclass(frozen=True)
+class ObjectiveMasking:
+    """Keep the previous-round responses with the best mean token log-probability."""
+
+    keep: str = "lowest_perplexity"
+
+    def select_peers(
+        self, round_index: int, states: Sequence[DebateState], engine: Engine, config: Any
+    ) -> list[PeerSelection]:
+        selections = []
+        for state in states:
+            means = [t.mean_logprob for t in state.rounds[-1].turns]
+            if any(m is None for m in means):
+                logger.warning(
+                    "objective masking, sample %s round %d: the engine returned no logprobs for agents %s; "
+                    "they rank last", state.sample.id, round_index, [i for i, m in enumerate(means) if m is None]
+                )
+            kept = kept_by_logprob(means, self.keep)
+            selections.append(
+                PeerSelection(
+                    visible=_visible(kept, state.n_agents),
+                    record={"strategy": "objective", "keep": self.keep, "mean_logprob": means, "kept": kept},
+                )
+            )
+        return selections
+
+
+@dataclass(frozen=True)
+class SubjectiveMasking:
+    """The same model judges each previous-round response; ``NO`` masks it (one call per round)."""
+
+    max_tokens: int = 512
+
+    def select_peers(
+        self, round_index: int, states: Sequence[DebateState], engine: Engine, config: DebateConfig
+    ) -> list[PeerSelection]:
+        params = SamplingParams(
+            temperature=float(config.temperature), top_p=float(config.top_p), max_tokens=self.max_tokens, seed=config.sampling_seed
+        )
+        requests = []
+        for state in states:
+            for turn in state.rounds[-1].turns:
+                text = prompts.judge_prompt(state.benchmark, state.question, turn.response)
+                requests.append(Request(messages=({"role": "user", "content": text},), params=params, tag=JUDGE_TAG))
+        completions = engine.generate(requests) if requests else []
+        if len(completions) != len(requests):
+            raise RuntimeError(f"engine returned {len(completions)} judgements for {len(requests)} requests")
+        selections = []
+        position = 0
+        for state in states:
+            verdicts = []
+            for _ in state.rounds[-1].turns:
+                completion = completions[position]
+                position += 1
+                verdicts.append(prompts.parse_judgement(completion.text or ""))
+                record_extra_call(state, ExtraCall.from_completion(JUDGE_TAG, completion))
+            kept = [j for j, v in enumerate(verdicts) if v != "NO"]
+            selections.append(
+                PeerSelection(
+                    visible=_visible(kept, state.n_agents),
+                    record={"strategy": "subjective", "verdicts": verdicts, "kept": kept},
+                )
+            )
+        return selections
+
+
+# --------------------------------------------------------------------------------------------
+# R2-MAD and ICL-CoT (memory helper; the hooks live in r2mad_core.memory.hook, imported lazily)
+# --------------------------------------------------------------------------------------------
+CONFIDENCE_LABELS = ("peer_correctness", "retrieving_agent_correctness", "outcome_reward")
+CONFIDENCE_POOLS = ("retrieved", "candidates")
+PEER_RESPONSE_ROUNDS = ("case", "state")
+
+
+def _memory_option(method: str, memory: Any) -> str:
+    """A bank directory whose manifest reads (arrays are verified when the run starts)."""
+    if not isinstance(memory, (str, Path)) or not str(memory):
+        raise ValueError(f"method {method!r}: option memory must be a memory bank directory, found {memory!r}")
+    from r2mad_core.memory.banks import read_manifest
+
+    read_manifest(memory)  # MemoryBankError (a ValueError) names the problem
+    return str(memory)
+
+
+def _memory_inputs(memory: str) -> dict[str, str]:
+    """``Method.inputs`` of a method that reads the memory bank in ``memory``."""
+    from r2mad_core.memory.banks import bank_digest
+
+    return {"memory_bank_digest": bank_digest(memory)}
+
+
+def r2mad(
+    *,
+    memory: str,
+    use_memory: bool = True,
+    use_confidence: bool = True,
+    retrieval_policy: str = "state_aware",
+    top_k: int = 3,
+    gamma: float = 0.9,
+    fixed_lambda: float = 0.5,
+    w_high: float = 0.55,
+    w_low: float = 0.45,
+    confidence_label: str = "peer_correctness",
+    confidence_pool: str = "retrieved",
+    peer_response_round: str = "case",
+    embedder: str | None = None,
+    max_experience_chars: int | None = None,
+    experience_reference: str = "answer",
+    poison_fraction: float = 0.0,
+    poison_seed: int = 0,
+    n_agents: int = 3,
+    n_rounds: int = 3,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_tokens: int = 512,
+    stop_at_unanimity: bool = True,
+    summary_max_tokens: int = 128,
+    vote_rule: str = "plurality",
+    round0: str = "shared",
+    task_prompt: str = "paper",
+) -> Method:
+    """R2-MAD (Section 4): MAD with debate summaries + the memory/confidence round hook.
+
+    ``memory``: a bank directory (``r2mad build-memory``). ``use_memory=False`` is "w/o Memory" (no
+    experiences shown, confidence still estimated), ``use_confidence=False`` "w/o Confidence".
+    ``retrieval_policy`` one of the Table 3 policies; ``top_k`` = K (not stated in the paper; the authors'
+    run script uses 1, where lambda_t has no effect; default 3 is ours); ``gamma`` (Eq. 6); ``fixed_lambda`` for the fixed_lambda policy; ``w_high``/``w_low``
+    thresholds; ``confidence_label``/``confidence_pool``/``peer_response_round`` select the authors'-code
+    confidence variants (see r2mad_core.memory.confidence); ``embedder`` None = the bank's own;
+    ``max_experience_chars`` shortens each past response shown (None: in full; small-context models);
+    ``experience_reference`` what of y (Eq. 4) each experience shows (``answer``: ours, default; ``solution``:
+    the authors' code, MATH500's full reference solution; ``none``: y hidden, an ablation);
+    ``round0`` see the module docstring; ``poison_fraction`` flips the labels of that share of the cases (poisoned-memory experiment).
+    """
+    name = "r2mad"
+    memory = _memory_option(name, memory)
+    n_agents, n_rounds = _agents_rounds(name, n_agents, n_rounds)
+    sampling = _sampling(name, temperature, top_p, max_tokens)
+    policy = _choice_option(name, "retrieval_policy", retrieval_policy, tuple(retrieval.POLICIES))
+    k = _int_option(name, "top_k", top_k, 1)
+    gamma = _float_option(name, "gamma", gamma, 0.0, 1.0)
+    fixed = _float_option(name, "fixed_lambda", fixed_lambda, 0.0, 1.0)
+    high = _float_option(name, "w_high", w_high, 0.0, 1.0)
+    low = _float_option(name, "w_low", w_low, 0.0, 1.0)
+    if low > high:
+        raise ValueError(f"method {name!r}: w_low ({low}) must be <= w_high ({high})")
+    label = _choice_option(name, "confidence_label", confidence_label, CONFIDENCE_LABELS)
+    pool = _choice_option(name, "confidence_pool", confidence_pool, CONFIDENCE_POOLS)
+    response_round = _choice_option(name, "peer_response_round", peer_response_round, PEER_RESPONSE_ROUNDS)
+    experience_chars = None if max_experience_chars is None else _int_option(
+        name, "max_experience_chars", max_experience_chars, 1
+    )
+    reference = _choice_option(name, "experience_reference", experience_reference, EXPERIENCE_REFERENCES)
+    poison = _float_option(name, "poison_fraction", poison_fraction, 0.0, 1.0)
+    poison_seed = _int_option(name, "poison_seed", poison_seed, 0)
+    debate = DebateConfig(
+        n_agents=n_agents,
+        n_rounds=n_rounds,
+        stop_at_unanimity=bool(stop_at_unanimity),
+        with_summaries=True,
+        summary_max_tokens=_int_option(name, "summary_max_tokens", summary_max_tokens, 1),
+        round0=_round0(name, round0), task_prompt=_task_prompt(name, task_prompt),
+        **sampling,
+    )
+
+    def make_hook(context: RunContext) -> RoundHook:
+        from r2mad_core.memory.confidence import ConfidenceConfig
+        from r2mad_core.memory.hook import R2MadHook, R2MadSettings, load_memory, reference_solutions
+        from r2mad_core.memory.retrieval import RetrievalConfig
+
+        bank_set, bank_embedder = load_memory(memory, context.benchmark, embedder, poison, poison_seed)
+        settings = R2MadSettings(
+            retrieval=RetrievalConfig(policy=policy, k=k, gamma=gamma, fixed_lambda=fixed, seed=context.seed),
+            confidence=ConfidenceConfig(
+                w_high=high, w_low=low, evidence_label=label, evidence_pool=pool, peer_response_round=response_round
+            ),
+            use_memory=bool(use_memory),
+            use_confidence=bool(use_confidence),
+            seed=context.seed,
+            max_experience_chars=experience_chars,
+            experience_reference=reference,
+        )
+        solutions = reference_solutions(context.benchmark, context.data_dir) if reference == "solution" else None
+        return R2MadHook(bank_set, bank_embedder, settings, solutions=solutions)
+
+    return Method(name=name, debate=debate, vote_rule=vote_rule, make_hook=make_hook, inputs=_memory_inputs(memory))
+
+
+def icl_cot(
+    *,
+    memory: str,
+    top_k: int = 3,
+    match: str = "question",
+    embedder: str | None = None,
+    max_experience_chars: int | None = None,
+    experience_reference: str = "answer",
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_tokens: int = 512,
+    vote_rule: str = "plurality",
+    task_prompt: str = "paper",
+) -> Method:
+    """ICL-CoT (Appendix, Table 7): CoT (persona 0, one round) with ``top_k`` experiences of agent 0's bank
+    retrieved by question similarity as in-context examples (``match="state"``: the authors' variant,
+    question vs stored state embeddings). ``experience_reference`` as for R2-MAD."""
+    name = "icl_cot"
+    memory = _memory_option(name, memory)
+    reference = _choice_option(name, "experience_reference", experience_reference, EXPERIENCE_REFERENCES)
+    k = _int_option(name, "top_k", top_k, 1)
+    match = _choice_option(name, "match", match, ("question", "state"))
+    experience_chars = None if max_experience_chars is None else _int_option(
+        name, "max_experience_chars", max_experience_chars, 1
+    )
+    sampling = _sampling(name, temperature, top_p, max_tokens)
+    debate = DebateConfig(
+        n_agents=1, n_rounds=1, personas=(0,), sample_indices=(0,), task_prompt=_task_prompt(name, task_prompt),
+        **sampling,
+    )
+
+    def make_hook(context: RunContext) -> RoundHook:
+        from r2mad_core.memory.hook import IclCotHook, load_memory, reference_solutions
+
+        bank_set, bank_embedder = load_memory(memory, context.benchmark, embedder)
+        solutions = reference_solutions(context.benchmark, context.data_dir) if reference == "solution" else None
+        return IclCotHook(bank_set, bank_embedder, top_k=k, match=match, max_experience_chars=experience_chars,
+                          experience_reference=reference, solutions=solutions)
+
+    return Method(name=name, debate=debate, vote_rule=vote_rule, make_hook=make_hook, inputs=_memory_inputs(memory))
+
+
+# --------------------------------------------------------------------------------------------
+# Registry
+# --------------------------------------------------------------------------------------------
+MethodBuilder = Callable[..., Method]
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One registered method: its builder (keyword-only options, each with a default), the name the paper's tables
+    use (``label``) and one line on what it is. The builder's signature is the method's declared options: the CLI
+    (``--method-option key=value``), the profiles and the notebooks validate against it."""
+
+    name: str
+    builder: MethodBuilder
+    label: str
+    summary: str = ""
+
+
+#: name -> spec; :data:`METHODS` is the same registry as name -> builder.
+METHOD_SPECS: dict[str, MethodSpec] = {}
+METHODS: dict[str, MethodBuilder] = {}
+
+
+def register_method(spec: MethodSpec) -> MethodSpec:
+    """Add a method: it then shows up in ``r2mad run --method``, :func:`get_method`, and the notebooks' grid under
+    ``spec.label`` (see :mod:`r2mad_core.report.grid`)."""
+    if spec.name in METHOD_SPECS:
+        raise ValueError(f"method {spec.name!r} is already registered")
+    labels = {s.label: s.name for s in METHOD_SPECS.values()}
+    if spec.label in labels:
+        raise ValueError(f"method label {spec.label!r} is already used by {labels[spec.label]!r}")
+    for parameter in inspect.signature(spec.builder).parameters.values():
+        if parameter.kind is not inspect.Parameter.KEYWORD_ONLY:
+            raise ValueError(f"method {spec.name!r}: option {parameter.name!r} must be keyword-only")
+    METHOD_SPECS[spec.name] = spec
+    METHODS[spec.name] = spec.builder
+    return spec
+
+
+def unregister_method(name: str) -> None:
+    """Remove a registered method (tests and notebooks that add a method for one experiment)."""
+    METHOD_SPECS.pop(name, None)
+    METHODS.pop(name, None)
+
+
+for _spec in (
+    MethodSpec("cot", cot, "CoT", "Chain of Thought: one agent, one round"),
+    MethodSpec("self_consistency", self_consistency, "Self-Consistency", "k samples of one agent, plurality vote"),
+    MethodSpec("mad", mad, "MAD", "multi-agent debate (Du et al.)"),
+    MethodSpec("mad_m2", mad_m2, "MAD-M2", "MAD with memory masking (Tian et al.)"),
+    MethodSpec("r2mad", r2mad, "R2-MAD", "MAD + experience memory + confidence (Section 4)"),
+    MethodSpec("icl_cot", icl_cot, "ICL-CoT", "CoT with retrieved experiences as in-context examples"),
+):
+    register_method(_spec)
+
+
+def method_options(name: str) -> dict[str, Any]:
+    """The options of method ``name`` and their defaults (``inspect.Parameter.empty`` if required)."""
+    builder = _builder(name)
+    return {p.name: p.default for p in inspect.signature(builder).parameters.values()}
+
+
+def _builder(name: str) -> MethodBuilder:
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise ValueError(f"unknown method {name!r}; expected one of {sorted(METHODS)}") from None
+
+
+def get_method(name: str, **options: Any) -> Method:
+    """Build method ``name`` with ``options`` (unknown names and bad values raise ValueError)."""
+    builder = _builder(name)
+    signature = inspect.signature(builder)
+    accepted = [p.name for p in signature.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(f"method {name!r} does not take option(s) {unknown}; its options are {accepted}")
+    try:
+        bound = signature.bind(**options)
+    except TypeError as exc:
+        raise ValueError(f"method {name!r}: {exc}") from None
+    bound.apply_defaults()
+    method = builder(**bound.arguments)
+    if method.debate.round0 == "independent":
+        # The run's own sampling stream: the method and every option that is not round0 (so R2-MAD and each
+        # ablation draw different samples, as separate runs do). A file input counts by its content digest
+        # (Method.inputs), not its path: the same bank in another folder or clone gives the same draws.
+        identity = {k: v for k, v in bound.arguments.items() if k != "round0" and k not in FILE_OPTIONS}
+        identity.update(method.inputs)
+        stream = name + ":" + json.dumps(identity, sort_keys=True, default=str)
+        method = replace(method, debate=replace(method.debate, stream=stream))
+    return replace(method, options=dict(bound.arguments))

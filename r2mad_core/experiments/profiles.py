@@ -1,0 +1,483 @@
+"""Profiles: the typed schema of ``r2mad_core/profiles/<name>.yaml`` and how a profile is loaded.
+
+A profile holds every parameter of a reproduction (:mod:`r2mad_core.reproduce` feeds its fields to the
+notebooks as papermill parameters): the models and their engines, the embedder, the benchmarks and how
+many of their questions to use, the debate hyperparameters of the paper's Section 5.1 (N = 3 agents,
+T = 3 rounds, temperature 1.0, top_p 1.0, max_tokens), the retrieval and confidence hyperparameters
+(K, gamma of Eq. 8's lambda_t = 1 - gamma * c_t, the thresholds w_l <= w_h of Eq. 7's annotations) and
+which variants each table needs.
+
+:class:`ProfileSpec` is the schema, a pydantic model: types, ranges and the cross-field rules (labels
+that must name a model, benchmarks that must be the profile's own, w_l <= w_h) live on its fields, and
+every problem becomes one line naming the file, the field, what was expected and what was found
+(:func:`validate_profile`). The protocol choices the paper leaves open (or where the authors' code
+differs) are optional fields whose vocabularies are defined once, next to their concepts
+(:data:`PROTOCOL_FIELDS`); the first value of each is the default.
+
+Strings of the form ``${NAME}`` are replaced by the environment variable ``NAME`` when a profile is
+loaded (:func:`expand_environment`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal, Mapping
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+
+from r2mad_core.data import benchmarks
+
+from r2mad_core.experiments import method_labels
+from r2mad_core.data.benchmarks import SPLIT_RULES
+from r2mad_core.debate.loop import ROUND0_MODES
+from r2mad_core.engines import ENGINE_NAMES
+from r2mad_core.experiments.methods import OBJECTIVE_KEEP
+from r2mad_core.plugins import PluginError, load_plugins
+from r2mad_core.debate.prompts import TASK_PROMPT_WORDINGS
+from r2mad_core.memory.hook import EXPERIENCE_REFERENCES
+from r2mad_core.memory.retrieval import parse_retrieval_policy
+
+PROFILE_PACKAGE_DIR = "profiles"
+#: Notebook parameters that are paths or the profile's name, set by the runner, never by a profile field.
+PATH_PARAMETERS = ("profile", "data_dir", "figures_dir", "runs_dir", "cache_dir")
+
+#: Protocol choices the paper leaves open (or where the authors' code differs): optional profile fields,
+#: default first. Each vocabulary is defined once, in the module of its concept.
+PROTOCOL_FIELDS: dict[str, tuple[str, ...]] = {
+    "round0": ROUND0_MODES,
+    "experience_reference": EXPERIENCE_REFERENCES,
+    "task_prompt": TASK_PROMPT_WORDINGS,
+    "split_rule": SPLIT_RULES,
+    "objective_keep": OBJECTIVE_KEEP,
+}
+
+
+class ProfileError(ValueError):
+    """A profile file is missing, unreadable or has fields of the wrong type or value."""
+
+
+# --------------------------------------------------------------------------------------------
+# The schema
+# --------------------------------------------------------------------------------------------
+
+Text = Annotated[str, Field(strict=True, pattern=r"\S")]  # a string with something in it
+PositiveInt = Annotated[StrictInt, Field(ge=1)]
+Number = StrictInt | StrictFloat
+Probability = Annotated[Number, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+EngineName = Literal[ENGINE_NAMES]  # type: ignore[valid-type]
+
+
+def _not_a_field(name: str) -> str:
+    if name in ProfileSpec.model_fields or name in PATH_PARAMETERS:
+        raise ValueError("a name that is not a profile field or path")
+    return name
+
+
+ExtraName = Annotated[str, AfterValidator(_not_a_field)]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelEntry(_Record):
+    """One evaluated model (``models[i]``): its table label, engine, model name and engine options;
+    ``stands_in_for`` names the paper model it replaces in a small profile (shown as a stand-in, never
+    under that name)."""
+
+    label: Text
+    engine: EngineName
+    model: Annotated[Text | None, Field(validate_default=True)] = None
+    options: dict[str, Any] = {}
+    stands_in_for: Text | None = None
+    base_url_env: Text | None = None
+    api_key_env: Text | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _named_for_servers(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None and info.data.get("engine") in ("openai", "vllm"):
+            raise ValueError(f"a model name (engine {info.data['engine']} needs one)")
+        return value
+
+
+class LargeModelEntry(_Record):
+    """A row of the large-model table (``large_models[i]``): a model of its own, or ``stand_in``, the
+    label of a ``models`` entry whose runs fill the row in a small profile (shown as not run)."""
+
+    label: Text
+    stand_in: Text | None = None
+    engine: Annotated[EngineName | None, Field(validate_default=True)] = None
+    model: Text | None = None
+    model_env: Annotated[Text | None, Field(validate_default=True)] = None
+    base_url_env: Annotated[Text | None, Field(validate_default=True)] = None
+    api_key_env: Text | None = None
+    options: dict[str, Any] = {}
+
+    @field_validator("engine")
+    @classmethod
+    def _engine_or_stand_in(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if info.data.get("stand_in") is not None and value is not None:
+            raise ValueError("no engine next to stand_in")
+        if "stand_in" in info.data and info.data["stand_in"] is None and value is None:
+            raise ValueError(f"one of {ENGINE_NAMES} (or a stand_in)")
+        return value
+
+    @field_validator("model_env")
+    @classmethod
+    def _model_named(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if info.data.get("engine") is not None and value is None and info.data.get("model") is None:
+            raise ValueError("a model name or model_env (an environment variable)")
+        return value
+
+    @field_validator("base_url_env")
+    @classmethod
+    def _url_for_openai(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if info.data.get("engine") == "openai" and value is None:
+            raise ValueError("the environment variable holding the base URL")
+        return value
+
+
+def _labels(info: ValidationInfo) -> list[str] | None:
+    """The models' labels, or None when ``models`` itself failed (its errors are reported already)."""
+    return [m.label for m in info.data["models"]] if "models" in info.data else None
+
+
+def _subset_of(value: list[str], allowed: list[str] | None, what: str) -> list[str]:
+    if allowed is None:  # what it must be a subset of failed validation: reported there
+        return value
+    unknown = [v for v in value if v not in allowed]
+    if unknown:
+        raise ValueError(f"{what} from {allowed}; unknown: {unknown}")
+    if len(set(value)) != len(value):
+        raise ValueError("no duplicates")
+    return value
+
+
+class ProfileSpec(_Record):
+    """Every field of a profile (the docstring of each group says what it feeds)."""
+
+    # What the profile is and what it costs
+    description: Text
+    expected_runtime: Text
+    expected_runtime_minutes: Annotated[Number, Field(gt=0, allow_inf_nan=False)]
+    # Who debates
+    models: Annotated[list[ModelEntry], Field(min_length=1)]
+    large_models: list[LargeModelEntry]
+    embedder: Text
+    # Which questions
+    benchmarks: Annotated[list[str], Field(min_length=1)]
+    test_limit: PositiveInt | None
+    train_limit: PositiveInt | None
+    seed: StrictInt
+    # The debate (Section 5.1)
+    n_agents: PositiveInt
+    n_rounds: PositiveInt
+    temperature: Annotated[Number, Field(ge=0.0, le=2.0, allow_inf_nan=False)]
+    top_p: Annotated[Number, Field(gt=0.0, le=1.0, allow_inf_nan=False)]
+    max_tokens: PositiveInt
+    summary_max_tokens: PositiveInt
+    max_experience_chars: PositiveInt | None
+    # Retrieval (Eq. 8) and confidence (Eqs. 5-7)
+    top_k: PositiveInt
+    gamma: Probability
+    w_high: Probability
+    w_low: Probability
+    # What each table varies
+    sc_paths: Annotated[list[PositiveInt], Field(min_length=1)]
+    retrieval_policies: Annotated[list[str], Field(min_length=1)]
+    retrieval_models: Annotated[list[str], Field(min_length=1)]
+    retrieval_benchmarks: Annotated[list[str], Field(min_length=1)]
+    icl_models: Annotated[list[str], Field(min_length=1)]
+    icl_benchmarks: Annotated[list[str], Field(min_length=1)]
+    cost_benchmark: str
+    poison_fractions: Annotated[list[Probability], Field(min_length=1)]
+    poison_benchmarks: Annotated[list[str], Field(min_length=1)]
+    bootstrap_resamples: Annotated[StrictInt, Field(ge=100)]
+    extra_parameters: dict[ExtraName, Any]  # more notebook parameters (e.g. the theory notebook's grid sizes)
+    # Optional: the API budget guard (r2mad_core.experiments.budget) and the protocol choices (default first)
+    api_budget: StrictBool = False
+    memory_model: Text | None = None  # null: one bank per evaluated model (ours); a label: that model's bank
+    round0: Literal[ROUND0_MODES] = ROUND0_MODES[0]  # type: ignore[valid-type]
+    experience_reference: Literal[EXPERIENCE_REFERENCES] = EXPERIENCE_REFERENCES[0]  # type: ignore[valid-type]
+    task_prompt: Literal[TASK_PROMPT_WORDINGS] = TASK_PROMPT_WORDINGS[0]  # type: ignore[valid-type]
+    split_rule: Literal[SPLIT_RULES] = SPLIT_RULES[0]  # type: ignore[valid-type]
+    objective_keep: Literal[OBJECTIVE_KEEP] = OBJECTIVE_KEEP[0]  # type: ignore[valid-type]
+    # Optional: methods added to Table 1's rows after the paper's, by label (a registered method's, e.g. a plugin's)
+    extra_methods: list[Text] = []
+
+    @field_validator("extra_methods")
+    @classmethod
+    def _resolvable(cls, value: list[str]) -> list[str]:
+        for label in value:
+            if label in method_labels.MAIN_METHODS:
+                raise ValueError(f"{label!r} is already one of Table 1's rows {list(method_labels.MAIN_METHODS)}")
+            method_labels.resolve(label, method_labels.MethodSettings(), memory="<memory bank>")  # names the problem
+        if len(set(value)) != len(value):
+            raise ValueError("no duplicates")
+        return value
+
+    @field_validator("models")
+    @classmethod
+    def _distinct_labels(cls, value: list[ModelEntry]) -> list[ModelEntry]:
+        labels = [m.label for m in value]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"distinct labels, found {labels}")
+        return value
+
+    @field_validator("large_models")
+    @classmethod
+    def _stand_ins_exist(cls, value: list[LargeModelEntry], info: ValidationInfo) -> list[LargeModelEntry]:
+        labels = _labels(info)
+        for position, entry in enumerate(value):
+            if labels is not None and entry.stand_in is not None and entry.stand_in not in labels:
+                raise ValueError(
+                    f"large_models[{position}].stand_in to be the label of a models entry ({labels}), not {entry.stand_in!r}"
+                )
+        return value
+
+    @field_validator("benchmarks")
+    @classmethod
+    def _known_benchmarks(cls, value: list[str]) -> list[str]:
+        return _subset_of(value, list(benchmarks.BENCHMARKS), "benchmark ids")
+
+    @field_validator("w_low")
+    @classmethod
+    def _thresholds_ordered(cls, value: float, info: ValidationInfo) -> float:
+        high = info.data.get("w_high")
+        if high is not None and value > high:
+            raise ValueError(f"a value <= w_high ({high})")
+        return value
+
+    @field_validator("sc_paths")
+    @classmethod
+    def _increasing(cls, value: list[int]) -> list[int]:
+        if list(value) != sorted(set(value)):
+            raise ValueError("an increasing list of distinct path counts")
+        return value
+
+    @field_validator("retrieval_policies")
+    @classmethod
+    def _policies(cls, value: list[str]) -> list[str]:
+        for policy in value:
+            parse_retrieval_policy(policy)  # its ValueError names the problem
+        if "state_aware" not in value:
+            raise ValueError("a list containing state_aware (the paper's policy)")
+        return value
+
+    @field_validator("retrieval_models", "icl_models")
+    @classmethod
+    def _model_labels(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        return _subset_of(value, _labels(info), "model labels")
+
+    @field_validator("retrieval_benchmarks", "icl_benchmarks", "poison_benchmarks")
+    @classmethod
+    def _profile_benchmarks(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        own = info.data.get("benchmarks")
+        return _subset_of(value, None if own is None else list(own), "benchmarks of this profile")
+
+    @field_validator("cost_benchmark")
+    @classmethod
+    def _cost_benchmark(cls, value: str, info: ValidationInfo) -> str:
+        own = info.data.get("benchmarks")
+        if own is not None and value not in own:
+            raise ValueError(f"one of the profile's benchmarks {own}")
+        return value
+
+
+
+#: Fields every profile states, and the ones it may leave out (their defaults are the schema's).
+OPTIONAL_FIELDS = tuple(name for name, f in ProfileSpec.model_fields.items() if not f.is_required())
+TOP_LEVEL_FIELDS = tuple(name for name, f in ProfileSpec.model_fields.items() if f.is_required())
+MODEL_FIELDS = tuple(ModelEntry.model_fields)
+LARGE_MODEL_FIELDS = tuple(LargeModelEntry.model_fields)
+assert set(PROTOCOL_FIELDS) <= set(OPTIONAL_FIELDS)
+
+
+def _where(loc: tuple[Any, ...]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _expected(error: Mapping[str, Any]) -> str:
+    message = str(error["msg"])
+    for prefix in ("Value error, ", "Input should be "):
+        if message.startswith(prefix):
+            message = message[len(prefix):]
+    bound = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
+    if error["type"] in bound:
+        limit = next(iter((error.get("ctx") or {}).values()), "")
+        return f"a number {bound[error['type']]} {limit}"
+    if error["type"] == "string_pattern_mismatch":
+        return "a non-empty string"
+    if error["type"] in ("int_type", "int_from_float") and error.get("loc", ("",))[-1] != "":
+        return "an integer"
+    return message
+
+
+def _validated(data: Any, source: str) -> tuple[ProfileSpec | None, list[str]]:
+    """``(spec, [])`` for a valid profile, ``(None, problems)`` otherwise (see :func:`validate_profile`)."""
+    if not isinstance(data, dict):
+        return None, [f"{source}: expected a mapping of fields at the top level, found {type(data).__name__}"]
+    try:
+        return ProfileSpec.model_validate(data), []
+    except ValidationError as exc:
+        lines: list[str] = []
+        for error in exc.errors(include_url=False):
+            where = _where(tuple(p for p in error["loc"] if not (isinstance(p, str) and (p.startswith(("function-", "constrained-")) or p == "[key]"))))
+            if error["type"] == "missing":
+                lines.append(f"{source}: field {where!r} is missing")
+            elif error["type"] == "extra_forbidden":
+                if len(error["loc"]) == 1:
+                    known = TOP_LEVEL_FIELDS + OPTIONAL_FIELDS
+                else:
+                    known = MODEL_FIELDS if error["loc"][0] == "models" else LARGE_MODEL_FIELDS
+                lines.append(f"{source}: field {where!r}: expected a known field (one of {', '.join(known)}), found an unknown field")
+            else:
+                lines.append(f"{source}: field {where!r}: expected {_expected(error)}, found {error['input']!r}")
+        return None, list(dict.fromkeys(lines))
+
+
+def validate_profile(data: Any, source: str) -> list[str]:
+    """Every problem of a profile's fields (:class:`ProfileSpec`), one line each naming the file, the
+    field, what was expected and what was found; ``[]`` when the profile is valid."""
+    return _validated(data, source)[1]
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A validated profile: ``name``, the file it came from, its fields as written (the notebook
+    parameters) and ``spec``, the same fields typed (:class:`ProfileSpec`, defaults filled in)."""
+
+    name: str
+    source: str
+    fields: Mapping[str, Any]
+    spec: ProfileSpec
+
+    def __getitem__(self, key: str) -> Any:
+        return self.fields[key]
+
+    def parameters(self, paths: Mapping[str, Any]) -> dict[str, Any]:
+        """Every notebook parameter: the fields (``extra_parameters`` spread out; an optional field the profile
+        leaves out takes the schema's default), the name, the paths."""
+        params = {name: getattr(self.spec, name) for name in OPTIONAL_FIELDS}
+        params.update({k: v for k, v in self.fields.items() if k != "extra_parameters"})
+        params.update(self.fields.get("extra_parameters") or {})
+        params["profile"] = self.name
+        params.update({k: (str(v) if isinstance(v, Path) else v) for k, v in paths.items()})
+        return params
+
+
+def profile_names() -> list[str]:
+    """The profiles shipped with the package (``api``, ``cpu``, ``paper``, ``sim``, ``tiny``)."""
+    folder = resources.files("r2mad_core").joinpath(PROFILE_PACKAGE_DIR)
+    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None) -> Profile:
+    """Load and validate a profile by name (a packaged profile) or by path to a YAML file.
+
+    ``overrides`` replace top-level fields (or ``extra_parameters`` entries) before validation.
+    The registries the fields are checked against include plugins (:func:`r2mad_core.plugins.load_plugins`:
+    ``R2MAD_PLUGINS`` and the ``r2mad.plugins`` entry points), loaded here first, so a plugin's benchmark, policy
+    or method label is a valid profile value in the runner and in every notebook's kernel.
+    Raises :class:`ProfileError` listing every problem.
+    """
+    try:
+        load_plugins()
+    except PluginError as exc:
+        raise ProfileError(str(exc)) from exc
+    candidate = Path(name_or_path)
+    if candidate.suffix in (".yaml", ".yml") or candidate.exists():
+        if not candidate.is_file():
+            raise ProfileError(f"profile file {candidate} does not exist")
+        text, source, name = candidate.read_text(encoding="utf-8"), str(candidate), candidate.stem
+    else:
+        name = str(name_or_path)
+        resource = resources.files("r2mad_core").joinpath(PROFILE_PACKAGE_DIR, f"{name}.yaml")
+        if not resource.is_file():
+            raise ProfileError(f"unknown profile {name!r}: expected one of {profile_names()} or a path to a .yaml file")
+        text, source = resource.read_text(encoding="utf-8"), f"r2mad_core/profiles/{name}.yaml"
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"{source}: not valid YAML: {exc}") from exc
+    data = expand_environment(data, source)
+    if overrides and isinstance(data, dict):
+        data = dict(data)
+        for key, value in overrides.items():
+            if key in ProfileSpec.model_fields:
+                data[key] = value
+            else:
+                extra = dict(data.get("extra_parameters") or {})
+                extra[key] = value
+                data["extra_parameters"] = extra
+    spec, errors = _validated(data, source)
+    if spec is None:
+        raise ProfileError("invalid profile:\n  " + "\n  ".join(errors))
+    return Profile(name=name, source=source, fields=data, spec=spec)
+
+
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def expand_environment(data: Any, source: str, where: str = "") -> Any:
+    """Replace ``${NAME}`` in the profile's strings by the environment variable ``NAME``; a variable
+    that is not set is a :class:`ProfileError` naming the file, the field and the variable."""
+    if isinstance(data, dict):
+        return {key: expand_environment(value, source, f"{where}.{key}" if where else str(key)) for key, value in data.items()}
+    if isinstance(data, list):
+        return [expand_environment(value, source, f"{where}[{i}]") for i, value in enumerate(data)]
+    if isinstance(data, str) and "${" in data:
+        def value_of(match: re.Match[str]) -> str:
+            value = os.environ.get(match.group(1), "").strip()
+            if not value:
+                raise ProfileError(
+                    f"{source}: field {where!r} uses ${{{match.group(1)}}}, but the environment variable "
+                    f"{match.group(1)} is not set (export it, see the comments in the profile file)"
+                )
+            return value
+
+        return _VARIABLE.sub(value_of, data)
+    return data
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"top_k=5"`` -> ``("top_k", 5)``; the value is read as YAML (lists, null, numbers, strings)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ProfileError(f"--set {text!r}: expected KEY=VALUE, e.g. --set top_k=5")
+    try:
+        return key.strip(), yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"--set {text!r}: the value is not valid YAML: {exc}") from exc
+
+
+__all__ = [
+    "LARGE_MODEL_FIELDS", "MODEL_FIELDS", "OPTIONAL_FIELDS", "PATH_PARAMETERS", "PROTOCOL_FIELDS", "Profile",
+    "ProfileError", "ProfileSpec", "TOP_LEVEL_FIELDS", "expand_environment", "load_profile",
+    "parse_override", "profile_names", "validate_profile",
+]

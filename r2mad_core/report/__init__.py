@@ -1,0 +1,9 @@
+"""The report: what the notebooks show (the paper's tables and figures, the claims, the comparison).
+
+- :mod:`~r2mad_core.report.grid`: the run cells a notebook asks for (``ExperimentGrid``), run or replayed.
+- :mod:`~r2mad_core.report.results`: a grid's results as tables and plot frames (``GridResults``).
+- :mod:`~r2mad_core.report.tables`: one ``Table`` type rendered as CSV, Markdown and LaTeX.
+- :mod:`~r2mad_core.report.artifacts`: writing tables and figures with their manifest (what ran, at which commit).
+- :mod:`~r2mad_core.report.findings`: the generated "What this shows" text.
+- :mod:`~r2mad_core.report.comparison`: the reproduction against the paper's numbers, the claims with McNemar.
+"""

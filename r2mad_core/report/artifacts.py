@@ -1,0 +1,429 @@
+"""Artifacts: the files a notebook writes into ``figures/<profile>/``, their manifest, the figure style.
+
+Tables (:mod:`r2mad_core.report.tables`) are written as ``<name>.csv``, ``<name>.md`` and ``<name>.tex``,
+figures as ``<name>.png`` and ``<name>.pdf``; names follow the paper's labels with ``:`` and ``-``
+turned into ``_`` (``tab:mad-m2`` -> ``tab_mad_m2``, :func:`artifact_name`).
+
+Each artifact is recorded in ``figures/<profile>/MANIFEST.json`` with the profile, models,
+benchmarks, sample counts, seeds and the git commit that produced it. Every file is written by the
+package's one helper :func:`r2mad_core.files.atomic_write` (a temporary file beside the target, fsync,
+``os.replace``), and the manifest is updated under its one lock :func:`r2mad_core.files.locked` (an
+exclusive ``flock`` on the output folder itself), so notebooks that run one after another or side by
+side never leave a file half written.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import math
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from r2mad_core.files import atomic_write, locked
+from r2mad_core.report.tables import Table, render_latex, render_markdown, table_to_tidy
+
+logger = logging.getLogger(__name__)
+
+MANIFEST_NAME = "MANIFEST.json"
+
+
+def artifact_name(paper_label: str) -> str:
+    """File stem of a paper label: ``tab:mad-m2`` -> ``tab_mad_m2``."""
+    return re.sub(r"[^0-9A-Za-z]+", "_", paper_label).strip("_")
+
+
+# --------------------------------------------------------------------------------------------
+# Writing files (the package's one atomic write and one lock: r2mad_core.files)
+# --------------------------------------------------------------------------------------------
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with paths, numpy scalars and NaN turned into plain JSON values (NaN -> null)."""
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def display_path(path: str | Path) -> str:
+    """A path as artifacts and notebook outputs show it: relative to the repository when inside it
+    (``runs/sim``), else ``.../<last two parts>``: no machine paths in committed outputs."""
+    path = Path(path)
+    resolved = path.resolve()
+    root = Path(__file__).resolve().parents[2]
+    try:
+        return resolved.relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix() if not path.is_absolute() else ".../" + "/".join(resolved.parts[-2:])
+
+
+# --------------------------------------------------------------------------------------------
+# Manifest
+# --------------------------------------------------------------------------------------------
+
+
+def git_commit(repo_dir: str | Path | None = None) -> dict[str, Any]:
+    """``{"commit": <HEAD sha or "unknown">, "dirty": bool}`` of the repository holding this package."""
+    cwd = Path(repo_dir) if repo_dir else Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            # the code and the notebooks' sources; the executed notebooks are outputs (written during the run)
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", "r2mad_core", "notebooks",
+             ":(exclude)notebooks/executed"],
+            cwd=cwd, capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": "unknown", "dirty": False}
+    return {"commit": head, "dirty": bool(status)}
+
+
+
+def read_manifest(out_dir: str | Path) -> dict[str, Any]:
+    """The manifest of ``out_dir`` (``{"artifacts": {}}`` when there is none yet)."""
+    path = Path(out_dir) / MANIFEST_NAME
+    if not path.exists():
+        return {"artifacts": {}}
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("artifacts"), dict):
+        raise ValueError(f"{path}: expected an object with an 'artifacts' object, found {type(manifest).__name__}")
+    return manifest
+
+
+
+def update_manifest(out_dir: str | Path, name: str, record: Mapping[str, Any]) -> Path:
+    """Set ``artifacts[name] = record`` in ``out_dir/MANIFEST.json``, atomically (lock + replace)."""
+    out_dir = Path(out_dir)
+    path = out_dir / MANIFEST_NAME
+    with locked(out_dir):
+        manifest = read_manifest(out_dir)
+        manifest["artifacts"][name] = jsonable(dict(record))
+        manifest["artifacts"] = dict(sorted(manifest["artifacts"].items()))
+        manifest["updated"] = _now()
+        atomic_write(path, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    return path
+
+
+def missing_artifacts(out_dir: str | Path) -> list[str]:
+    """Files listed in the manifest of ``out_dir`` that do not exist (``name: file``)."""
+    out_dir = Path(out_dir)
+    missing = []
+    for name, record in read_manifest(out_dir)["artifacts"].items():
+        for file_name in record.get("files", []):
+            if not (out_dir / file_name).is_file():
+                missing.append(f"{name}: {file_name}")
+    return missing
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+
+def _record(
+    *,
+    name: str,
+    kind: str,
+    files: Sequence[str],
+    caption: str,
+    profile: str,
+    models: Sequence[str],
+    benchmarks: Sequence[str],
+    sample_counts: Mapping[str, Any],
+    seeds: Sequence[int],
+    notebook: str,
+    paper_label: str | None,
+    notes: str,
+    extra: Mapping[str, Any],
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "kind": kind,
+        "paper_label": paper_label,
+        "files": list(files),
+        "caption": caption,
+        "profile": profile,
+        "models": list(models),
+        "benchmarks": list(benchmarks),
+        "sample_counts": dict(sample_counts),
+        "seeds": list(seeds),
+        "notebook": notebook,
+        "git": git_commit(),
+        "created": _now(),
+        "notes": notes,
+        **dict(extra),
+    }
+
+
+def save_table(
+    table: Table | pd.DataFrame,
+    name: str,
+    out_dir: str | Path,
+    *,
+    caption: str | None = None,
+    paper_label: str | None = None,
+    profile: str | None = None,
+    models: Sequence[str] = (),
+    benchmarks: Sequence[str] = (),
+    sample_counts: Mapping[str, Any] | None = None,
+    seeds: Sequence[int] = (),
+    notebook: str = "",
+    notes: str = "",
+    float_format: str | None = None,
+    **extra: Any,
+) -> list[Path]:
+    """Write ``<name>.csv``, ``<name>.md`` and ``<name>.tex`` into ``out_dir`` and record them in
+    its manifest; return the three paths.
+
+    A :class:`Table` gets a tidy CSV (one row per cell, :func:`read_table` rebuilds it). A plain
+    DataFrame is written flat: its CSV is the frame at full precision (no index), Markdown and
+    LaTeX show its cells with ``float_format`` (e.g. ``"{:.4g}"``; default 3 decimals).
+    """
+    if isinstance(table, pd.DataFrame):
+        spec = float_format.strip("{}").lstrip(":") if float_format else None
+        table = Table(values=table.reset_index(drop=True), show_index=False, float_spec=spec)
+    if caption is not None:
+        table.caption = caption
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"{name}.csv", out_dir / f"{name}.md", out_dir / f"{name}.tex"]
+    csv_text = table_to_tidy(table).to_csv(index=False) if table.show_index else table.values.to_csv(index=False)
+    atomic_write(paths[0], csv_text)
+    markdown = render_markdown(table)
+    if table.caption:
+        markdown = f"{markdown}\n{table.caption}\n"
+    atomic_write(paths[1], markdown)
+    atomic_write(paths[2], render_latex(table, label=paper_label or name))
+    record = _record(
+        name=name, kind="table", files=[p.name for p in paths], caption=table.caption,
+        profile=profile or out_dir.name, models=models, benchmarks=benchmarks,
+        sample_counts=sample_counts or {}, seeds=seeds, notebook=notebook, paper_label=paper_label,
+        notes=notes, extra=extra,
+    )
+    update_manifest(out_dir, name, record)
+    logger.info("saved table %s", ", ".join(str(p) for p in paths))
+    return paths
+
+
+def save_figure(
+    fig: Any,
+    name: str,
+    out_dir: str | Path,
+    dpi: int = 150,
+    *,
+    caption: str = "",
+    paper_label: str | None = None,
+    profile: str | None = None,
+    models: Sequence[str] = (),
+    benchmarks: Sequence[str] = (),
+    sample_counts: Mapping[str, Any] | None = None,
+    seeds: Sequence[int] = (),
+    notebook: str = "",
+    notes: str = "",
+    **extra: Any,
+) -> list[Path]:
+    """Write a matplotlib figure as ``<name>.png`` and ``<name>.pdf``, record it in the manifest,
+    return the two paths. The manifest entry keeps every text the figure shows (``labels``: titles,
+    axis labels, tick labels, legend entries, annotations), so what a figure names can be checked
+    without looking at it."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
+    for target in paths:
+        atomic_write(target, lambda temporary: fig.savefig(temporary, dpi=dpi, bbox_inches="tight"))
+    extra = {"labels": figure_texts(fig), **extra}
+    record = _record(
+        name=name, kind="figure", files=[p.name for p in paths], caption=caption,
+        profile=profile or out_dir.name, models=models, benchmarks=benchmarks,
+        sample_counts=sample_counts or {}, seeds=seeds, notebook=notebook, paper_label=paper_label,
+        notes=notes, extra=extra,
+    )
+    update_manifest(out_dir, name, record)
+    logger.info("saved figure %s", ", ".join(str(p) for p in paths))
+    return paths
+
+
+
+def figure_texts(fig: Any) -> dict[str, list[str]]:
+    """Every visible text of a matplotlib figure, by kind: ``titles`` (figure and axes titles),
+    ``axes`` (axis labels), ``ticks``, ``legends`` (entries and titles), ``annotations``."""
+    texts: dict[str, list[str]] = {"titles": [], "axes": [], "ticks": [], "legends": [], "annotations": []}
+
+    def add(kind: str, artist: Any) -> None:
+        text = artist.get_text() if hasattr(artist, "get_text") else str(artist)
+        if text and (not hasattr(artist, "get_visible") or artist.get_visible()):
+            texts[kind].append(text)
+
+    if getattr(fig, "_suptitle", None) is not None:
+        add("titles", fig._suptitle)
+    for legend in getattr(fig, "legends", []):
+        add("legends", legend.get_title())
+        for entry in legend.get_texts():
+            add("legends", entry)
+    for artist in fig.texts:
+        if artist is not getattr(fig, "_suptitle", None):
+            add("annotations", artist)
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        for title in (ax.title, ax._left_title, ax._right_title):
+            add("titles", title)
+        add("axes", ax.xaxis.label)
+        add("axes", ax.yaxis.label)
+        for tick in [*ax.get_xticklabels(), *ax.get_yticklabels()]:
+            add("ticks", tick)
+        legend = ax.get_legend()
+        if legend is not None:
+            add("legends", legend.get_title())
+            for entry in legend.get_texts():
+                add("legends", entry)
+        for artist in ax.texts:
+            add("annotations", artist)
+    return texts
+
+
+@dataclass
+class ReportContext:
+    """What every artifact of one notebook run shares: profile, output folder and provenance.
+
+    ``ctx.save_table(table, "tab_main_results", paper_label="tab:main_results")`` writes the files
+    and fills the manifest fields from the context (override any of them per call).
+    """
+
+    profile: str
+    out_dir: Path
+    notebook: str = ""
+    models: Sequence[str] = ()
+    benchmarks: Sequence[str] = ()
+    seeds: Sequence[int] = ()
+    sample_counts: Mapping[str, Any] = field(default_factory=dict)
+    #: What ran, by engine and model (``ModelSpec.title``: "Simulated (simulated agents)"); every caption that does
+    #: not already name each of them gets "Produced by: ..." appended, so no artifact hides what made it.
+    engine_titles: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        self.out_dir = Path(self.out_dir)
+
+    def with_engine_note(self, caption: str | None) -> str | None:
+        """``caption`` plus "Produced by: <engine titles>." unless it names each of them already."""
+        missing = [t for t in self.engine_titles if t not in (caption or "")]
+        if not missing:
+            return caption
+        note = f"Produced by: {', '.join(self.engine_titles)}."
+        return f"{caption.rstrip()} {note}" if caption and caption.strip() else note
+
+    def _fields(self, overrides: dict[str, Any]) -> dict[str, Any]:
+        base = {
+            "profile": self.profile,
+            "models": self.models,
+            "benchmarks": self.benchmarks,
+            "seeds": self.seeds,
+            "sample_counts": self.sample_counts,
+            "notebook": self.notebook,
+        }
+        base.update(overrides)
+        return base
+
+    def save_table(self, table: Table | pd.DataFrame, name: str, **overrides: Any) -> list[Path]:
+        own = table.caption if isinstance(table, Table) else None
+        overrides["caption"] = self.with_engine_note(overrides.get("caption", own))
+        return save_table(table, name, self.out_dir, **self._fields(overrides))
+
+    def save_figure(self, fig: Any, name: str, **overrides: Any) -> list[Path]:
+        overrides["caption"] = self.with_engine_note(overrides.get("caption", ""))
+        return save_figure(fig, name, self.out_dir, **self._fields(overrides))
+
+
+# --------------------------------------------------------------------------------------------
+# Figures
+# --------------------------------------------------------------------------------------------
+
+
+def apply_style() -> None:
+    """The figure style of every notebook: seaborn whitegrid, paper context, readable fonts."""
+    import matplotlib as mpl
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid", context="paper", font_scale=1.2)
+    mpl.rcParams.update({"figure.dpi": 110, "savefig.dpi": 150, "axes.titleweight": "bold"})
+
+
+def plot_grouped_bars(
+    frame: pd.DataFrame,
+    *,
+    x: str,
+    hue: str,
+    value: str = "value",
+    ci_low: str | None = "ci_low",
+    ci_high: str | None = "ci_high",
+    ax: Any = None,
+    ylabel: str = "accuracy",
+    title: str = "",
+    ylim: tuple[float, float] | None = (0.0, 1.0),
+    annotate: bool = True,
+) -> Any:
+    """Grouped bars (one group per ``x``, one bar per ``hue``) with 95% CI error bars.
+
+    ``frame`` is tidy: one row per (x, hue) with ``value`` and optional CI columns. Groups and bars
+    keep their order of first appearance. Returns the axes.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 4))
+    groups = list(pd.unique(frame[x]))
+    hues = list(pd.unique(frame[hue]))
+    width = 0.8 / max(len(hues), 1)
+    palette = plt.get_cmap("tab10")
+    for position, hue_value in enumerate(hues):
+        part = frame[frame[hue] == hue_value].set_index(x).reindex(groups)
+        centers = np.arange(len(groups)) + (position - (len(hues) - 1) / 2) * width
+        heights = part[value].astype(float).to_numpy()
+        errors = None
+        if ci_low and ci_high and ci_low in part and ci_high in part:
+            low = part[ci_low].astype(float).to_numpy()
+            high = part[ci_high].astype(float).to_numpy()
+            errors = np.vstack([np.clip(heights - low, 0, None), np.clip(high - heights, 0, None)])
+            errors = np.nan_to_num(errors)
+        bars = ax.bar(
+            centers, np.nan_to_num(heights), width=width * 0.95, label=str(hue_value),
+            color=palette(position % 10), yerr=errors, capsize=3, error_kw={"elinewidth": 1},
+        )
+        if annotate:
+            for bar, height in zip(bars, heights):
+                if not np.isnan(height):
+                    ax.annotate(
+                        f"{height:.2f}", (bar.get_x() + bar.get_width() / 2, 0.01 if ylim else 0),
+                        ha="center", va="bottom", fontsize=7, color="white" if height > 0.08 else "black",
+                    )
+    ax.set_xticks(np.arange(len(groups)))
+    ax.set_xticklabels([str(g) for g in groups])
+    ax.set_xlabel(x.replace("_", " "))
+    ax.set_ylabel(ylabel)
+    if ylim:
+        ax.set_ylim(ylim[0], ylim[1] * 1.02)
+    if title:
+        ax.set_title(title)
+    ax.legend(title=hue.replace("_", " "), fontsize=8, title_fontsize=9, loc="center left",
+              bbox_to_anchor=(1.01, 0.5), frameon=False)
+    return ax

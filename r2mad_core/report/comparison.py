@@ -1,0 +1,493 @@
+"""Report: the paper-vs-reproduced comparison and the check of the paper's claimed orderings.
+
+The comparison reads every number the paper reports (``r2mad_core/data/reported_results.csv``,
+transcribed from the paper's tables) and puts each reproduced value beside it
+(:func:`compare_with_paper`). :func:`check_orderings` tests the paper's claimed orderings (e.g.
+R2-MAD > MAD on average accuracy; full > w/o Confidence > w/o Memory on Qwen2.5-7B-Instruct) on
+the reproduced per-question correctness, with an exact McNemar test on the paired questions.
+:func:`collect_reproduction` runs (or loads) every cell behind the paper's tables
+(:mod:`r2mad_core.report.grid`) and puts each number in the paper's terms.
+
+Tables are :mod:`r2mad_core.report.tables`, files and manifest :mod:`r2mad_core.report.artifacts`.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from r2mad_core.report.grid import ExperimentGrid
+from r2mad_core.report.results import C_TO_W_METRIC, SUBSET_METRIC, W_TO_C_METRIC, GridResults
+from r2mad_core.experiments.method_labels import (
+    ABLATION_METHODS,
+    COST_METHODS,
+    ICL_METHODS,
+    LARGE_MODEL_METHODS,
+    MAD_M2_METHODS,
+    MAIN_METHODS,
+    SUBSET_METHODS,
+    TRANSITION_METHODS,
+    retrieval_method_label,
+    sc_methods,
+)
+from r2mad_core.experiments.model_specs import large_model_plan
+from r2mad_core.debate.scoring import mean_accuracy_with_ci, paired_test
+from r2mad_core.report.tables import AVERAGE_LABEL
+
+REPORTED_RESULTS_RESOURCE = "reported_results.csv"
+#: The paper's "(both)" rows average over Qwen2.5-7B-Instruct and Gemma-3-4B-IT.
+BOTH_MODELS_LABEL = "(both)"
+BOTH_MODELS = ("Qwen2.5-7B-Instruct", "Gemma-3-4B-IT")
+
+REPORTED_COLUMNS = ("table", "model", "method", "benchmark", "metric", "value")
+
+
+def load_reported_results(path: str | Path | None = None) -> pd.DataFrame:
+    """Every number the paper reports: columns table, model, method, benchmark, metric, value.
+
+    Default: the packaged ``r2mad_core/data/reported_results.csv`` (leading ``#`` lines are its
+    source note).
+    """
+    if path is None:
+        text = resources.files("r2mad_core").joinpath("data", REPORTED_RESULTS_RESOURCE).read_text(encoding="utf-8")
+        source = f"r2mad_core/data/{REPORTED_RESULTS_RESOURCE}"
+    else:
+        text = Path(path).read_text(encoding="utf-8")
+        source = str(path)
+    lines = text.splitlines()
+    skip = 0
+    while skip < len(lines) and lines[skip].startswith("#"):
+        skip += 1
+    frame = pd.read_csv(io.StringIO("\n".join(lines[skip:])))
+    if tuple(frame.columns) != REPORTED_COLUMNS:
+        raise ValueError(f"{source}: expected columns {list(REPORTED_COLUMNS)}, found {list(frame.columns)}")
+    bad = pd.to_numeric(frame["value"], errors="coerce").isna()
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        raise ValueError(
+            f"{source}: row {row + skip + 2}, field 'value': expected a number, found {frame['value'].iloc[row]!r}"
+        )
+    frame["value"] = frame["value"].astype(float)
+    return frame
+
+
+def compare_with_paper(
+    reproduced: pd.DataFrame,
+    reported: pd.DataFrame | None = None,
+    *,
+    stand_ins: Mapping[str, str] | None = None,
+) -> pd.DataFrame:
+    """Put each reproduced number beside the paper's.
+
+    ``reproduced``: columns table (paper label, e.g. ``tab:main_results``), model, method, benchmark
+    (paper name: ``MATH500``, ``Economics``, ..., ``Average``), metric, value, and optionally
+    ci_low, ci_high, n. ``stand_ins`` maps a reproduced model to the paper model it stands in for
+    (the cpu profile's SmolLM2 stands in for Qwen2.5-7B-Instruct); a ``paper_model`` column, when
+    present, takes precedence. Returns one row per reproduced
+    number: ..., ``paper_model``, ``reproduced``, ``paper`` (NaN when the paper has no such
+    number), ``difference`` (reproduced - paper) and ``paper_within_ci``.
+    """
+    required = ["table", "model", "method", "benchmark", "metric", "value"]
+    missing = [c for c in required if c not in reproduced.columns]
+    if missing:
+        raise ValueError(f"reproduced results: missing columns {missing}; found {list(reproduced.columns)}")
+    reported = load_reported_results() if reported is None else reported
+    stand_ins = dict(stand_ins or {})
+    frame = reproduced.copy()
+    for column in ("ci_low", "ci_high", "n"):
+        if column not in frame:
+            frame[column] = np.nan
+    mapped = pd.Series([stand_ins.get(m, m) for m in frame["model"]], index=frame.index)
+    frame["paper_model"] = frame["paper_model"].fillna(mapped) if "paper_model" in frame else mapped
+    paper = reported.rename(columns={"model": "paper_model", "value": "paper"})
+    merged = frame.merge(paper, on=["table", "paper_model", "method", "benchmark", "metric"], how="left")
+    merged = merged.rename(columns={"value": "reproduced"})
+    merged["difference"] = merged["reproduced"] - merged["paper"]
+    has_ci = merged["ci_low"].notna() & merged["ci_high"].notna() & merged["paper"].notna()
+    within = (merged["paper"] >= merged["ci_low"]) & (merged["paper"] <= merged["ci_high"])
+    merged["paper_within_ci"] = pd.Series(pd.NA, index=merged.index, dtype="boolean")
+    merged.loc[has_ci, "paper_within_ci"] = within[has_ci]
+    columns = [
+        "table", "model", "paper_model", "method", "benchmark", "metric",
+        "reproduced", "ci_low", "ci_high", "n", "paper", "difference", "paper_within_ci",
+    ]
+    return merged[columns + [c for c in merged.columns if c not in columns]]
+
+
+#: Reproduced values closer than this are a tie (an ordering that is not strict does not hold).
+TIE_TOLERANCE = 1e-12
+
+
+@dataclass(frozen=True)
+class OrderingClaim:
+    """A claimed ordering of the paper: ``better`` beats ``worse`` on ``metric`` for ``paper_model``
+    on ``benchmark`` (``Average`` = the mean of the per-benchmark values, as in the paper's tables).
+    ``table`` is where the paper reports the numbers; ``text`` cites the paper."""
+
+    table: str
+    paper_model: str
+    benchmark: str
+    better: str
+    worse: str
+    metric: str = "accuracy"
+    higher_is_better: bool = True
+    text: str = ""
+
+
+def _main_claims() -> list[OrderingClaim]:
+    claims = []
+    for model in ("Qwen2.5-7B-Instruct", "Qwen3-8B", "Gemma-3-4B-IT"):
+        for baseline in ("CoT", "Self-Consistency", "MAD", "MAD-M2"):
+            claims.append(OrderingClaim(
+                "tab:main_results", model, AVERAGE_LABEL, "R2-MAD", baseline,
+                text="RQ1: R2-MAD achieves the highest average accuracy on all three models.",
+            ))
+        claims.append(OrderingClaim(
+            "tab:sc_ablation", model, AVERAGE_LABEL, "Self-Consistency (9)", "Self-Consistency (3)",
+            text="App. C.2: average accuracy increases monotonically with the number of paths.",
+        ))
+    claims += [
+        OrderingClaim("tab:ablation", "Qwen2.5-7B-Instruct", AVERAGE_LABEL, "R2-MAD", "R2-MAD w/o Confidence",
+                      text="RQ2: removing confidence weighting drops 0.607 to 0.585."),
+        OrderingClaim("tab:ablation", "Qwen2.5-7B-Instruct", AVERAGE_LABEL, "R2-MAD w/o Confidence",
+                      "R2-MAD w/o Memory", text="RQ2: removing memory retrieval further drops it to 0.576."),
+    ]
+    for policy in ("Random", "Similarity-based", "Positive-only", "Diversity-only",
+                   "Fixed-lambda (0.25)", "Fixed-lambda (0.50)", "Fixed-lambda (0.75)"):
+        claims.append(OrderingClaim(
+            "tab:retrieval_ablation", BOTH_MODELS_LABEL, AVERAGE_LABEL,
+            "R2-MAD retrieval=Debate-State-Aware", f"R2-MAD retrieval={policy}",
+            text="RQ3: the debate-state-aware policy attains the highest average accuracy (0.663).",
+        ))
+    for benchmark in ("Economics", "Engineering"):
+        claims.append(OrderingClaim(
+            "fig:combined_eval (text)", "Qwen2.5-7B-Instruct", benchmark, "R2-MAD", "MAD",
+            metric="accuracy (shared-misconception subset)",
+            text="RQ4: on the shared-misconception subset R2-MAD outperforms MAD.",
+        ))
+    claims += [
+        OrderingClaim("tab:icl_cot", BOTH_MODELS_LABEL, AVERAGE_LABEL, "R2-MAD", "ICL-CoT",
+                      text="App. C.5: R2-MAD matches or exceeds ICL-CoT."),
+    ]
+    for model in ("Llama-3.3-70B-Instruct", "GPT-4o-mini"):
+        claims.append(OrderingClaim(
+            "tab:large_models", model, AVERAGE_LABEL, "R2-MAD", "MAD",
+            text="App. C.6: R2-MAD attains the best average accuracy on both larger models.",
+        ))
+    return claims
+
+
+#: The orderings the paper claims in its text, checked by :func:`check_orderings`.
+PAPER_ORDERING_CLAIMS: tuple[OrderingClaim, ...] = tuple(_main_claims())
+
+
+def _paper_value(reported: pd.DataFrame, claim: OrderingClaim, method: str) -> float:
+    base = reported[
+        (reported["model"] == claim.paper_model)
+        & (reported["method"] == method)
+        & (reported["benchmark"] == claim.benchmark)
+        & (reported["metric"] == claim.metric)
+    ]
+    in_table = base[base["table"] == claim.table]
+    chosen = in_table if len(in_table) else base
+    return float(chosen["value"].iloc[0]) if len(chosen) else float("nan")
+
+
+def check_orderings(
+    per_question: pd.DataFrame,
+    claims: Sequence[OrderingClaim] = PAPER_ORDERING_CLAIMS,
+    *,
+    reported: pd.DataFrame | None = None,
+    stand_ins: Mapping[str, str] | None = None,
+    alpha: float = 0.05,
+    n_bootstrap: int = 1000,
+) -> pd.DataFrame:
+    """Test the paper's claimed orderings on the reproduced per-question correctness.
+
+    ``per_question``: one row per (model, method, benchmark, sample_id) with a boolean
+    ``correct``; ``benchmark`` uses the paper's names; an optional ``metric`` column (default
+    ``accuracy``) lets the shared-misconception subset be passed as
+    ``accuracy (shared-misconception subset)`` rows. A claim is checked on the reproduced models
+    that are (or stand in for) its paper model (``(both)``: those standing for Qwen2.5-7B-Instruct
+    or Gemma-3-4B-IT), pairing the
+    two methods on the questions both answered. The reproduced values are the mean of the
+    per-benchmark accuracies for ``Average`` (as in the paper) and the accuracy otherwise; the
+    exact McNemar test (:func:`r2mad_core.debate.scoring.paired_test`) uses the paired questions pooled
+    over benchmarks (and models, for ``(both)``).
+
+    Returns one row per claim that could be checked: claim fields, ``paper_better``,
+    ``paper_worse``, ``holds_in_paper``, ``reproduced_better``, ``reproduced_worse``,
+    ``outcome`` (``holds``: the reproduced ordering is strict; ``tie``: equal values; ``reversed``),
+    ``holds_here`` (outcome is ``holds``), ``n_pairs``, ``better_only``, ``worse_only``,
+    ``p_value``, ``significant`` (holds here and p < alpha), ``runs`` (the reproduced (model,
+    benchmark) cells the comparison read) and ``duplicate_of`` (the index of an earlier row that
+    compared the very same runs: two paper claims checked on one comparison, e.g. two paper models
+    with one stand-in; :func:`claims_summary` counts it once).
+    """
+    required = ["model", "method", "benchmark", "sample_id", "correct"]
+    missing = [c for c in required if c not in per_question.columns]
+    if missing:
+        raise ValueError(f"per-question results: missing columns {missing}; found {list(per_question.columns)}")
+    reported = load_reported_results() if reported is None else reported
+    stand_ins = dict(stand_ins or {})
+    frame = per_question.copy()
+    if "metric" not in frame:
+        frame["metric"] = "accuracy"
+    mapped = pd.Series([stand_ins.get(m, m) for m in frame["model"]], index=frame.index)
+    frame["paper_model"] = frame["paper_model"].fillna(mapped) if "paper_model" in frame else mapped
+    frame["correct"] = frame["correct"].astype(bool)
+    rows: list[dict[str, Any]] = []
+    seen: dict[tuple, int] = {}
+    for claim in claims:
+        if not claim.metric.startswith("accuracy"):
+            raise ValueError(f"check_orderings: claim metric must be an accuracy, found {claim.metric!r}")
+        part = frame[frame["metric"] == claim.metric]
+        if claim.paper_model == BOTH_MODELS_LABEL:
+            part = part[part["paper_model"].isin(BOTH_MODELS)]
+        else:
+            part = part[part["paper_model"] == claim.paper_model]
+        if claim.benchmark != AVERAGE_LABEL:
+            part = part[part["benchmark"] == claim.benchmark]
+        better = part[part["method"] == claim.better]
+        worse = part[part["method"] == claim.worse]
+        if better.empty or worse.empty:
+            continue
+        keys = ["model", "paper_model", "benchmark", "sample_id"]
+        paired = better[keys + ["correct"]].merge(worse[keys + ["correct"]], on=keys, suffixes=("_better", "_worse"))
+        if paired.empty:
+            continue
+        per_benchmark = paired.groupby(["model", "paper_model", "benchmark"], sort=False)[["correct_better", "correct_worse"]].mean()
+        reproduced_better = float(per_benchmark["correct_better"].mean())
+        reproduced_worse = float(per_benchmark["correct_worse"].mean())
+        test = paired_test(
+            paired["correct_better"].to_numpy(), paired["correct_worse"].to_numpy(), n_bootstrap=n_bootstrap
+        )
+        better_only, worse_only, p_value = test.only_a_correct, test.only_b_correct, test.p_value
+        paper_better = _paper_value(reported, claim, claim.better)
+        paper_worse = _paper_value(reported, claim, claim.worse)
+        sign = 1.0 if claim.higher_is_better else -1.0
+        holds_in_paper = (
+            bool(sign * (paper_better - paper_worse) > 0)
+            if not (math.isnan(paper_better) or math.isnan(paper_worse)) else pd.NA
+        )
+        difference = sign * (reproduced_better - reproduced_worse)
+        outcome = "holds" if difference > TIE_TOLERANCE else ("reversed" if difference < -TIE_TOLERANCE else "tie")
+        holds_here = outcome == "holds"
+        runs = tuple(sorted({(m, b) for m, b in zip(paired["model"], paired["benchmark"])}))
+        key = (claim.metric, claim.better, claim.worse, claim.benchmark == AVERAGE_LABEL, runs)
+        duplicate_of = seen.setdefault(key, len(rows))
+        rows.append({
+            "table": claim.table, "paper_model": claim.paper_model, "benchmark": claim.benchmark,
+            "metric": claim.metric, "better": claim.better, "worse": claim.worse,
+            "paper_better": paper_better, "paper_worse": paper_worse, "holds_in_paper": holds_in_paper,
+            "reproduced_better": reproduced_better, "reproduced_worse": reproduced_worse,
+            "outcome": outcome, "holds_here": holds_here, "n_pairs": len(paired), "better_only": better_only,
+            "worse_only": worse_only, "p_value": p_value, "significant": bool(holds_here and p_value < alpha),
+            "claim": claim.text, "runs": "; ".join(f"{m} / {b}" for m, b in runs),
+            "duplicate_of": None if duplicate_of == len(rows) else duplicate_of,
+        })
+    return pd.DataFrame(rows)
+
+
+
+@dataclass(frozen=True)
+class ClaimsSummary:
+    """The claim counts of :func:`check_orderings`, each distinct comparison once."""
+
+    checked: int  # distinct comparisons (a claim repeating an earlier comparison's runs is not counted)
+    holds: int  # strict reproduced ordering in the claimed direction
+    significant: int  # of those, exact McNemar p < alpha
+    ties: int
+    reversed: int
+    repeated: int  # claim rows that repeat an earlier comparison
+    holds_in_paper: int  # of the distinct comparisons, how many the paper's own numbers order as claimed
+    alpha: float = 0.05
+
+    def sentence(self) -> str:
+        """One sentence built from the counts (notebook 10 and the README use it)."""
+        if not self.checked:
+            return "No claimed ordering could be checked with the methods this profile ran."
+        parts = [f"Of the {self.checked} distinct comparisons the paper claims and this profile could check, "
+                 f"{self.holds} hold here (strictly better)",
+                 f"{self.significant} of them significantly (exact McNemar test, p < {self.alpha:g})"]
+        text = ", ".join(parts)
+        others = []
+        if self.ties:
+            others.append(f"{self.ties} {'is a tie' if self.ties == 1 else 'are ties'}")
+        if self.reversed:
+            others.append(f"{self.reversed} {'is' if self.reversed == 1 else 'are'} reversed")
+        if others:
+            text += "; " + " and ".join(others)
+        text += "."
+        if self.repeated:
+            text += (f" {self.repeated} further claim{'s' if self.repeated != 1 else ''} of the paper "
+                     f"{'reads' if self.repeated == 1 else 'read'} the same runs as one above and "
+                     f"{'is' if self.repeated == 1 else 'are'} not counted again.")
+        return text
+
+
+def claims_summary(claims: pd.DataFrame, alpha: float = 0.05) -> ClaimsSummary:
+    """Count the rows of :func:`check_orderings`: each distinct comparison once (rows with a
+    ``duplicate_of`` are left out), "holds" only for a strict ordering, significance separately."""
+    if claims.empty:
+        return ClaimsSummary(0, 0, 0, 0, 0, 0, 0, alpha)
+    distinct = claims[claims["duplicate_of"].isna()]
+    return ClaimsSummary(
+        checked=len(distinct),
+        holds=int((distinct["outcome"] == "holds").sum()),
+        significant=int(distinct["significant"].sum()),
+        ties=int((distinct["outcome"] == "tie").sum()),
+        reversed=int((distinct["outcome"] == "reversed").sum()),
+        repeated=len(claims) - len(distinct),
+        holds_in_paper=int(distinct["holds_in_paper"].fillna(False).astype(bool).sum()),
+        alpha=alpha,
+    )
+
+
+def one_point_per_run(comparison: pd.DataFrame) -> pd.DataFrame:
+    """The rows of :func:`compare_with_paper` with each reproduced run once: a run that fills
+    several paper tables (R2-MAD of Table 1 is also Table 2's full model) keeps its first row."""
+    return comparison.drop_duplicates(["model", "method", "benchmark", "metric"], keep="first")
+
+
+def pooled_average_rows(results: GridResults, methods: Sequence[str], table_label: str) -> pd.DataFrame:
+    """The paper's ``(both)`` rows: for each method, the mean accuracy over every (model, benchmark)
+    cell of ``results`` with a bootstrap CI (Tables 3 and 8 average two models)."""
+    rows = []
+    questions = results.per_question()
+    for method in methods:
+        mine = questions[questions["method"] == method]
+        if mine.empty:
+            continue
+        groups = [part["correct"].to_numpy() for _, part in mine.groupby(["model", "benchmark"], sort=False)]
+        mean, low, high = mean_accuracy_with_ci(groups, n_bootstrap=results.bootstrap_resamples, seed=results.seed)
+        rows.append({"table": table_label, "model": ", ".join(pd.unique(mine["model"])), "paper_model": BOTH_MODELS_LABEL,
+                     "method": method, "benchmark": AVERAGE_LABEL, "metric": "accuracy", "value": mean,
+                     "ci_low": low, "ci_high": high, "n": len(mine)})
+    return pd.DataFrame(rows)
+
+
+@dataclass
+class Reproduction:
+    """Every reproduced number in the paper's terms (:func:`collect_reproduction`)."""
+
+    reproduced: pd.DataFrame  # table, model, paper_model, method, benchmark, metric, value, ci_low, ci_high, n
+    per_question: pd.DataFrame  # model, paper_model, benchmark, method, sample_id, correct, metric
+    grids: dict[str, GridResults]
+
+
+class _OneBar:
+    """An :class:`~r2mad_core.report.grid.ExperimentGrid` whose ``grid`` calls share one progress bar (each grid's
+    own bar off): :func:`collect_reproduction` is one step of notebook 10."""
+
+    def __init__(self, exp: ExperimentGrid, total: int) -> None:
+        self._exp = exp
+        self._bar = None
+        if exp.progress:
+            import sys
+
+            from tqdm.std import tqdm
+
+            self._bar = tqdm(total=total, desc="collecting the paper's tables", unit="grid", mininterval=2.0,
+                             file=sys.stderr)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._exp, name)
+
+    def grid(self, *args: Any, **kwargs: Any) -> GridResults:
+        shown, self._exp.progress = self._exp.progress, False
+        try:
+            return self._exp.grid(*args, **kwargs)
+        finally:
+            self._exp.progress = shown
+            if self._bar is not None:
+                self._bar.update(1)
+
+    def close_bar(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def collect_reproduction(
+    exp: ExperimentGrid,
+    *,
+    sc_paths: Sequence[int],
+    retrieval_policies: Sequence[str],
+    retrieval_models: Sequence[str],
+    retrieval_benchmarks: Sequence[str],
+    icl_models: Sequence[str],
+    icl_benchmarks: Sequence[str],
+    cost_benchmark: str,
+    large_models: Sequence[Mapping[str, Any]] = (),
+) -> Reproduction:
+    """Run (or, after notebooks 03-07, load) every cell behind the paper's tables and put each number
+    in the paper's terms: same table label, method and benchmark names, metric names as in
+    ``reported_results.csv``, the paper model each reproduced model stands in for."""
+    grids: dict[str, GridResults] = {}
+    frames: list[pd.DataFrame] = []
+    exp = _OneBar(exp, total=8 + sum("stand_in" not in e for e in large_models))  # one bar for the whole step
+    grids["tab:main_results"] = exp.grid(MAIN_METHODS)
+    frames.append(grids["tab:main_results"].reproduced("tab:main_results", MAIN_METHODS))
+    grids["tab:ablation"] = exp.grid(ABLATION_METHODS)
+    frames.append(grids["tab:ablation"].reproduced("tab:ablation", ABLATION_METHODS))
+    grids["tab:sc_ablation"] = exp.grid(sc_methods(sc_paths))
+    frames.append(grids["tab:sc_ablation"].reproduced("tab:sc_ablation", sc_methods(sc_paths)))
+    grids["tab:mad-m2"] = exp.grid(MAD_M2_METHODS)
+    frames.append(grids["tab:mad-m2"].reproduced("tab:mad-m2", MAD_M2_METHODS))
+    policies = [retrieval_method_label(p) for p in retrieval_policies]
+    grids["tab:retrieval_ablation"] = exp.grid(policies, models=retrieval_models, benchmarks=retrieval_benchmarks)
+    frames.append(grids["tab:retrieval_ablation"].reproduced("tab:retrieval_ablation", policies, with_average=False))
+    frames.append(pooled_average_rows(grids["tab:retrieval_ablation"], policies, "tab:retrieval_ablation"))
+    grids["tab:icl_cot"] = exp.grid(ICL_METHODS, models=icl_models, benchmarks=icl_benchmarks)
+    frames.append(grids["tab:icl_cot"].reproduced("tab:icl_cot", ICL_METHODS, with_average=False))
+    frames.append(pooled_average_rows(grids["tab:icl_cot"], ICL_METHODS, "tab:icl_cot"))
+    # a large model the profile only names a stand-in for is not run: no number in its name
+    specs = [spec for _, spec in large_model_plan(large_models, exp.models) if spec is not None]
+    if specs:
+        large = GridResults([], exp.bootstrap_resamples, exp.seed)
+        for spec in specs:
+            large = large + exp.grid(LARGE_MODEL_METHODS, models=[spec])
+        grids["tab:large_models"] = large
+        frames.append(large.reproduced("tab:large_models", LARGE_MODEL_METHODS))
+
+    subset_runs = exp.grid(sorted(set(SUBSET_METHODS) | set(TRANSITION_METHODS)))
+    grids["shared_misconception"] = subset_runs
+    subset = subset_runs.subset_accuracy(SUBSET_METHODS)
+    frames.append(subset.assign(table="fig:combined_eval (text)", metric=SUBSET_METRIC)
+                  .rename(columns={"accuracy": "value"}))
+    rates = subset_runs.transition_rates(TRANSITION_METHODS)
+    for column, metric, count in (("c_to_w", C_TO_W_METRIC, "n_correct_before"), ("w_to_c", W_TO_C_METRIC, "n_wrong_before")):
+        part = rates.assign(metric=metric, value=rates[column], n=rates[count], ci_low=np.nan, ci_high=np.nan)
+        part["table"] = np.where(part["paper_model"] == "Qwen2.5-7B-Instruct", "tab:flip_recovery", "tab:flip_recovery_extra")
+        frames.append(part)
+
+    cost_runs = exp.grid(COST_METHODS, benchmarks=[cost_benchmark])
+    grids["tab:cost"] = cost_runs
+    cost = cost_runs.cost(COST_METHODS)
+    for column, metric in (("debate_tokens", "debate tokens per query"), ("summary_tokens", "summary tokens per query"),
+                           ("seconds_per_query", "wall seconds per query")):
+        part = cost.assign(metric=metric, value=cost[column], table="tab:cost", ci_low=np.nan, ci_high=np.nan)
+        if column == "summary_tokens":
+            part = part[part["method"] == "R2-MAD"]
+        if column == "seconds_per_query":
+            # only times measured when every generation was made (not simulated, nothing replayed)
+            part = part[part["time_measured"] & (part["replayed_share"] == 0.0)]
+        frames.append(part)
+
+    columns = ["table", "model", "paper_model", "method", "benchmark", "metric", "value", "ci_low", "ci_high", "n"]
+    reproduced = pd.concat([f[columns] for f in frames if not f.empty], ignore_index=True)
+    everything = GridResults([o for g in grids.values() for o in g.outcomes], exp.bootstrap_resamples, exp.seed)
+    per_question = everything.per_question().drop_duplicates(["model", "paper_model", "benchmark", "method", "sample_id"])
+    per_question = pd.concat([
+        per_question.assign(metric="accuracy"),
+        subset_runs.subset_per_question(SUBSET_METHODS),
+    ], ignore_index=True)
+    exp.close_bar()
+    return Reproduction(reproduced=reproduced, per_question=per_question, grids=grids)

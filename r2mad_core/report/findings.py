@@ -1,0 +1,473 @@
+"""Findings: the "What this shows" sentences of the notebooks, built from the computed numbers.
+
+Every sentence here is assembled from values computed on the runs (accuracies, exact McNemar
+p-values on paired questions, counts read from the transcripts); nothing is pasted. A comparison
+"holds" only when the reproduced ordering is strict; its significance (two-sided exact McNemar
+test, :func:`r2mad_core.debate.scoring.paired_test`) is reported beside it, never folded into it.
+
+Where a profile runs simulated agents (:mod:`r2mad_core.theory.agents`) and a result contradicts
+the paper, the sentences explain it from the simulated agents' mechanics, with the numbers that show
+the mechanism (e.g. how often a correct and a wrong peer were annotated "high confidence").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import pandas as pd
+
+from r2mad_core.report.results import GridResults
+from r2mad_core.experiments.model_specs import ModelSpec
+from r2mad_core.debate.scoring import AnnotationCounts, annotation_counts, paired_test
+from r2mad_core.report.tables import AVERAGE_LABEL, NOT_RUN, benchmark_label
+
+ALPHA = 0.05
+
+
+def fmt_p(p: float) -> str:
+    """``p = 0.031``, ``p = 2e-05``, ``p = 1``."""
+    if p >= 0.001:
+        return f"p = {p:.3g}"
+    return f"p = {p:.1e}"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Method ``better`` against ``worse`` on the questions both answered (per model and benchmark):
+    accuracy (mean of the per-benchmark accuracies when several benchmarks are pooled, as the paper's
+    Average), the exact McNemar test on the pooled pairs."""
+
+    better: str
+    worse: str
+    value_better: float
+    value_worse: float
+    n_pairs: int
+    better_only: int
+    worse_only: int
+    p_value: float
+    scope: str  # e.g. "on average over 4 benchmarks" or "on Economics"
+
+    @property
+    def difference(self) -> float:
+        return self.value_better - self.value_worse
+
+    @property
+    def outcome(self) -> str:
+        """``holds`` (strictly better), ``tie`` or ``reversed``."""
+        if self.difference > 1e-12:
+            return "holds"
+        return "reversed" if self.difference < -1e-12 else "tie"
+
+    @property
+    def significant(self) -> bool:
+        return self.p_value < ALPHA
+
+    def clause(self) -> str:
+        """``R2-MAD 0.710 vs MAD 0.590 (+0.120; p = 1.2e-10, exact McNemar on 753 paired questions)``."""
+        return (f"{self.better} {self.value_better:.3f} vs {self.worse} {self.value_worse:.3f} "
+                f"({self.difference:+.3f}; {fmt_p(self.p_value)}, exact McNemar on {self.n_pairs} paired questions, "
+                f"{'significant' if self.significant else 'not significant'} at {ALPHA:g})")
+
+
+def compare(results: GridResults | pd.DataFrame, better: str, worse: str, *, model: str | None = None,
+            benchmarks: Sequence[str] | None = None) -> Comparison | None:
+    """Compare two methods of ``results`` (or of its :meth:`GridResults.per_question` frame); None when
+    either has no runs on the selection. ``benchmarks`` are paper names (``Economics``)."""
+    frame = results.per_question() if isinstance(results, GridResults) else results
+    if model is not None:
+        frame = frame[frame["model"] == model]
+    if benchmarks is not None:
+        frame = frame[frame["benchmark"].isin(list(benchmarks))]
+    keys = ["model", "benchmark", "sample_id"]
+    a = frame[frame["method"] == better][keys + ["correct"]]
+    b = frame[frame["method"] == worse][keys + ["correct"]]
+    paired = a.merge(b, on=keys, suffixes=("_a", "_b"))
+    if paired.empty:
+        return None
+    per_benchmark = paired.groupby(["model", "benchmark"], sort=False)[["correct_a", "correct_b"]].mean()
+    test = paired_test(paired["correct_a"].to_numpy(), paired["correct_b"].to_numpy(), n_bootstrap=200)
+    names = list(pd.unique(paired["benchmark"]))
+    scope = f"on {names[0]}" if len(names) == 1 else f"on average over {len(names)} benchmarks"
+    return Comparison(better, worse, float(per_benchmark["correct_a"].mean()), float(per_benchmark["correct_b"].mean()),
+                      len(paired), test.only_a_correct, test.only_b_correct, test.p_value, scope)
+
+
+def _simulated(models: Sequence[ModelSpec]) -> bool:
+    return any(m.engine == "simulated" for m in models)
+
+
+def _simulated_params() -> Any:
+    from r2mad_core.theory.agents import SimulatedAgentParams
+
+    return SimulatedAgentParams()
+
+
+def what_ran(models: Sequence[ModelSpec]) -> str:
+    """One sentence naming what produced the numbers and what it stands in for."""
+    parts = []
+    for m in models:
+        text = m.title
+        if m.stands_in_for:
+            text += f", standing in for {m.stands_in_for}"
+        parts.append(text)
+    sentence = "These numbers come from " + "; ".join(parts) + "."
+    if _simulated(models):
+        sentence += (" Simulated agents follow the paper's latent-concept model (r2mad_core.theory.agents): the "
+                     "results show how the method's mechanisms act in that model, not how an LLM performs.")
+    return sentence
+
+
+def ranking_sentence(table: pd.DataFrame, column: str = AVERAGE_LABEL) -> str:
+    """``R2-MAD ranks first (0.710), then MAD-M2 (0.612), ...`` from a values frame indexed by method."""
+    values = pd.to_numeric(table[column], errors="coerce").dropna().sort_values(ascending=False)
+    if values.empty:
+        return ""
+    items = [f"{name} ({value:.3f})" for name, value in values.items()]
+    head = f"{items[0]} ranks first"
+    tied = values[values == values.iloc[0]]
+    if len(tied) > 1:
+        head = f"{', '.join(items[:len(tied)])} tie for first"
+    rest = items[len(tied):]
+    return f"By {column.lower() if column == AVERAGE_LABEL else column} accuracy, {head}" + (
+        f", then {', '.join(rest)}." if rest else ".")
+
+
+# --------------------------------------------------------------------------------------------
+# Notebook 03: main results (RQ1)
+# --------------------------------------------------------------------------------------------
+
+
+def main_results(results: GridResults, models: Sequence[ModelSpec], baselines: Sequence[str],
+                 large_not_run: Sequence[str] = ()) -> list[str]:
+    """RQ1: does R2-MAD beat every baseline on average, strictly, and how significantly?"""
+    sentences = [what_ran(models)]
+    for spec in models:
+        comparisons = [c for c in (compare(results, "R2-MAD", b, model=spec.label) for b in baselines) if c]
+        if not comparisons:
+            continue
+        held = [c for c in comparisons if c.outcome == "holds"]
+        significant = [c for c in held if c.significant]
+        lead = (f"With {spec.label}, R2-MAD is strictly above {len(held)} of the {len(comparisons)} baselines "
+                f"on average ({len(significant)} of them significantly)")
+        sentences.append(lead + ": " + "; ".join(c.clause() for c in comparisons) + ".")
+        if len(held) == len(comparisons):
+            sentences.append(f"The paper's RQ1 claim (R2-MAD has the highest average accuracy) holds for {spec.label}.")
+        else:
+            beaten_by = [c.worse for c in comparisons if c.outcome != "holds"]
+            sentences.append(f"The paper's RQ1 claim does not hold for {spec.label}: R2-MAD is not strictly above "
+                             f"{', '.join(beaten_by)}.")
+    if large_not_run:
+        sentences.append(f"Table 9's larger models ({', '.join(large_not_run)}) are {NOT_RUN}: the profile has no "
+                         "endpoint for them, so their rows say so instead of repeating another model's numbers.")
+    return sentences
+
+
+# --------------------------------------------------------------------------------------------
+# Notebook 04: ablations (RQ2) and retrieval policies (RQ3)
+# --------------------------------------------------------------------------------------------
+
+
+def annotation_sentence(counts: AnnotationCounts, who: str = "R2-MAD") -> str:
+    """How much the confidence annotations told the agents about who was right (measured)."""
+    if not counts.total:
+        return f"{who} showed no confidence annotations."
+    return (f"Across {counts.total} peer annotations of {who}, a peer whose shown answer was correct was marked "
+            f"high confidence {counts.rate('high', True):.0%} of the time and low {counts.rate('low', True):.0%}; "
+            f"a peer whose answer was wrong was marked high {counts.rate('high', False):.0%} and low "
+            f"{counts.rate('low', False):.0%} (informativeness P(high|correct) - P(high|wrong) = "
+            f"{counts.informativeness:+.2f}).")
+
+
+def ablation(results: GridResults, models: Sequence[ModelSpec]) -> list[str]:
+    """RQ2: R2-MAD > w/o Confidence > w/o Memory (the paper's Qwen2.5-7B numbers: 0.607 > 0.585 > 0.576)."""
+    sentences = [what_ran(models)]
+    for spec in models:
+        full_conf = compare(results, "R2-MAD", "R2-MAD w/o Confidence", model=spec.label)
+        conf_mem = compare(results, "R2-MAD w/o Confidence", "R2-MAD w/o Memory", model=spec.label)
+        if full_conf is None or conf_mem is None:
+            continue
+        verdict = ("holds" if full_conf.outcome == "holds" and conf_mem.outcome == "holds" else "does not hold")
+        sentences.append(f"With {spec.label} the paper's ordering full > w/o Confidence > w/o Memory {verdict}: "
+                         f"{full_conf.clause()}; {conf_mem.clause()}.")
+        per_benchmark = []
+        for benchmark in pd.unique(results.per_question()["benchmark"]):
+            c = compare(results, "R2-MAD w/o Confidence", "R2-MAD", model=spec.label, benchmarks=[benchmark])
+            if c is not None and c.outcome == "holds":
+                per_benchmark.append(benchmark)
+        if full_conf.outcome != "holds" or not full_conf.significant:
+            sentences.append(f"Confidence adds {'nothing significant' if full_conf.outcome == 'holds' else 'nothing'} "
+                             f"here: removing it helps on {len(per_benchmark)} of the benchmarks"
+                             + (f" ({', '.join(per_benchmark)})" if per_benchmark else "") + ".")
+            if spec.engine == "simulated":
+                full = [o for o in results.outcomes if o.model.label == spec.label and o.method == "R2-MAD"]
+                counts = annotation_counts([r for o in full for r in o.records])
+                params = _simulated_params()
+                sentences.append(
+                    "Why, in the simulator: an annotation changes a peer's weight in the agent's posterior (high "
+                    f"{params.high_confidence_weight:g}, low {params.low_confidence_weight:g}, none 1; "
+                    "SimulatedAgentParams), so it helps only if it separates right from wrong peers. "
+                    + annotation_sentence(counts) + " The confidences c_ji (Eq. 7) are computed from the similarity "
+                    "of a peer's text to its texts in the retrieved cases; the simulated texts carry only a weak "
+                    "style signal and the hashing embedder sees mostly shared wording, so c_ji mostly reflects the "
+                    "retrieved cases' correctness labels, not the peer's current answer. Mostly-'high' annotations "
+                    "then amplify every peer, including a wrong majority, and the agents converge more often on it.")
+    return sentences
+
+
+def k_note(top_k: int) -> str:
+    """The caption note of the retrieval ablation when K = 1 (the authors' run script): empty otherwise."""
+    if top_k != 1:
+        return ""
+    return (" With K = 1 the MMR redundancy term is empty and lambda_t only rescales the first pick, so the "
+            "Fixed-lambda rows and Debate-State-Aware retrieve the same cases: their differences are sampling noise.")
+
+
+def retrieval(table: pd.DataFrame, models: Sequence[ModelSpec], paper_policy: str = "Debate-State-Aware",
+              top_k: int | None = None) -> list[str]:
+    """RQ3: is the debate-state-aware policy the best? ``table``: values indexed by policy row name
+    with an ``Average`` column (the cross table of notebook 04), plus ``ci_low``/``ci_high`` frames.
+    ``top_k`` = K of the run (K = 1: the lambda policies cannot differ but by noise, said first)."""
+    values = pd.to_numeric(table[AVERAGE_LABEL], errors="coerce")
+    best = values.max()
+    leaders = list(values[values == best].index)
+    ours = float(values.get(paper_policy, math.nan))
+    sentences = [ranking_sentence(table)]
+    if top_k == 1:
+        sentences.append(k_note(1).strip())
+    if leaders == [paper_policy]:
+        sentences.append(f"The paper's RQ3 claim holds here: {paper_policy} has the strictly highest average ({ours:.3f}).")
+    else:
+        rank = int((values > ours).sum()) + 1
+        sentences.append(f"The paper's RQ3 claim does not hold here: {', '.join(leaders)} "
+                         f"{'has' if len(leaders) == 1 else 'have'} the highest average ({best:.3f}); "
+                         f"{paper_policy} ranks {rank} of {len(values)} ({ours:.3f}).")
+        spread = float(values.max() - values.min())
+        sentences.append(f"The policies' averages span {spread:.3f}.")
+        if _simulated(models):
+            params = _simulated_params()
+            sentences.append(
+                "Why, in the simulator: a retrieved experience moves a simulated agent only through its "
+                f"correctness label and whether that label is true (a truthful 'correct' one multiplies the true "
+                f"concept's likelihood by {params.memory_ratio_correct:g}, a truthful 'incorrect' one divides the "
+                f"misconception's by {params.memory_ratio_incorrect:g}; SimulatedAgentParams), not through the "
+                "question or debate state it records, so which cases a policy picks matters only through how many "
+                "labels of each kind it brings; relevance and diversity, what the debate-state-aware policy trades "
+                "off, have no effect of their own on the simulated agents.")
+    return sentences
+
+
+# --------------------------------------------------------------------------------------------
+# Notebook 05: the baselines' variants
+# --------------------------------------------------------------------------------------------
+
+
+def baselines(paths: GridResults, sc_methods: Sequence[str], masking: GridResults, icl: GridResults,
+              models: Sequence[ModelSpec]) -> list[str]:
+    sentences = [what_ran(models)]
+    for spec in models:
+        most, fewest = sc_methods[-1], sc_methods[0]
+        c = compare(paths, most, fewest, model=spec.label)
+        if c is not None:
+            sentences.append(f"Self-Consistency with more paths is {'better' if c.outcome == 'holds' else 'not better'} "
+                             f"with {spec.label}: {c.clause()} (the paper: accuracy rises with the paths).")
+        m = compare(masking, "MAD-M2 (O)", "MAD-M2 (S)", model=spec.label)
+        if m is not None:
+            sentences.append(f"Objective masking is {'above' if m.outcome == 'holds' else 'not above'} subjective "
+                             f"masking: {m.clause()} (the paper uses objective masking in Table 1).")
+    for spec in models:
+        i = compare(icl, "R2-MAD", "ICL-CoT", model=spec.label)
+        if i is not None:
+            sentences.append(f"R2-MAD is {'above' if i.outcome == 'holds' else 'not above'} ICL-CoT reading the same "
+                             f"memory ({i.scope}): {i.clause()}. The paper's App. C.5 claim (R2-MAD matches or "
+                             f"exceeds ICL-CoT) {'holds' if i.outcome != 'reversed' else 'does not hold'} here.")
+    return sentences
+
+
+# --------------------------------------------------------------------------------------------
+# Notebook 06: shared misconceptions (RQ4) and stance transitions
+# --------------------------------------------------------------------------------------------
+
+
+def shared_misconception(subset_accuracy: pd.DataFrame, rates: pd.DataFrame, runs: GridResults,
+                         models: Sequence[ModelSpec]) -> list[str]:
+    """RQ4 on the subset and the confidence's effect on stance transitions (Table 4)."""
+    sentences = [what_ran(models)]
+    frame = runs.subset_per_question(["MAD", "R2-MAD"])
+    for spec in models:
+        wins = []
+        for benchmark in pd.unique(subset_accuracy[subset_accuracy["model"] == spec.label]["benchmark"]):
+            c = compare(frame, "R2-MAD", "MAD", model=spec.label, benchmarks=[benchmark])
+            if c is not None:
+                wins.append((benchmark, c))
+        if wins:
+            held = [b for b, c in wins if c.outcome == "holds"]
+            sentences.append(f"On the shared-misconception subset, R2-MAD is strictly above MAD on {len(held)} of "
+                             f"{len(wins)} benchmarks with {spec.label}: "
+                             + "; ".join(f"{b}: {c.clause()}" for b, c in wins) + ".")
+        mine = rates[rates["model"] == spec.label]
+        full, without = mine[mine["method"] == "R2-MAD"], mine[mine["method"] == "R2-MAD w/o Confidence"]
+        merged = full.merge(without, on=["model", "benchmark"], suffixes=("", "_without"))
+        if not merged.empty:
+            fewer = merged[merged["c_to_w"] < merged["c_to_w_without"]]
+            more_recovery = merged[merged["w_to_c"] > merged["w_to_c_without"]]
+            sentences.append(
+                f"Confidence weighting lowers the harmful C->W flips on {len(fewer)} of {len(merged)} benchmarks "
+                f"({', '.join(f'{r.benchmark}: {r.c_to_w:.3f} vs {r.c_to_w_without:.3f}' for r in merged.itertuples())}) "
+                f"and raises W->C recovery on {len(more_recovery)} of {len(merged)} (the paper's Table 4: fewer C->W "
+                "flips with confidence).")
+            if spec.engine == "simulated" and len(fewer) < len(merged):
+                counts = annotation_counts([r for o in runs.outcomes if o.model.label == spec.label
+                                            and o.method == "R2-MAD" for r in o.records])
+                sentences.append("Why, in the simulator: " + annotation_sentence(counts) + " Annotations that do not "
+                                 "separate right from wrong peers cannot protect a correct agent from a wrong majority.")
+    return sentences
+
+
+# --------------------------------------------------------------------------------------------
+# Notebook 07: cost
+# --------------------------------------------------------------------------------------------
+
+
+def cost(cost_frame: pd.DataFrame, models: Sequence[ModelSpec]) -> list[str]:
+    sentences = [what_ran(models)]
+    for spec in models:
+        mine = cost_frame[cost_frame["model"] == spec.label].set_index("method")
+        if {"MAD", "R2-MAD"} <= set(mine.index):
+            mad, r2 = mine.loc["MAD"], mine.loc["R2-MAD"]
+            total_mad = mad["debate_tokens"] + mad["summary_tokens"]
+            total_r2 = r2["debate_tokens"] + r2["summary_tokens"]
+            sentences.append(
+                f"With {spec.label}, R2-MAD uses {total_r2:,.0f} tokens per query against MAD's {total_mad:,.0f} "
+                f"({total_r2 / total_mad:.2f}x): {r2['debate_tokens']:,.0f} in the debate (the retrieved experiences "
+                f"lengthen the prompts) and {r2['summary_tokens']:,.0f} in the summaries.")
+        if "Self-Consistency" in mine.index and "R2-MAD" in mine.index:
+            sc = mine.loc["Self-Consistency"]
+            sentences.append(f"Self-Consistency uses {sc['debate_tokens']:,.0f} tokens per query.")
+        if spec.engine == "simulated":
+            sentences.append("Time is not reported for simulated agents: their wall time measures the simulator's "
+                             "bookkeeping, not generation.")
+        else:
+            replayed = mine[mine["replayed_share"] > 0]
+            if len(replayed):
+                sentences.append(
+                    "Some generations were replayed from the response cache when the transcripts were written ("
+                    + ", ".join(f"{name}: {share:.0%}" for name, share in replayed["replayed_share"].items())
+                    + "); replayed generations were not timed, so those cells' times are lower bounds or 'replayed'.")
+    return sentences
+
+
+# --------------------------------------------------------------------------------------------
+# Notebook 09: poisoned memory
+# --------------------------------------------------------------------------------------------
+
+
+def poisoned_memory(frame: pd.DataFrame, poisoned: GridResults, models: Sequence[ModelSpec]) -> list[str]:
+    """``frame``: :meth:`GridResults.accuracy` of the poisoned runs with a ``poisoned fraction`` column
+    (NaN for MAD)."""
+    sentences = [what_ran(models)]
+    questions = poisoned.per_question()
+    for (model, benchmark), part in frame.groupby(["model", "benchmark"], sort=False):
+        curve = part.dropna(subset=["poisoned fraction"]).sort_values("poisoned fraction")
+        if len(curve) < 2:
+            continue
+        clean, worst = curve.iloc[0], curve.iloc[-1]
+        mad = part[part["method"] == "MAD"]
+        c = compare(questions, clean["method"], worst["method"], model=model, benchmarks=[benchmark])
+        text = (f"{benchmark} ({model}): accuracy {clean['accuracy']:.3f} with clean memory and {worst['accuracy']:.3f} "
+                f"with f = {worst['poisoned fraction']:g} of the labels flipped")
+        if c is not None:
+            text += f" ({fmt_p(c.p_value)}, exact McNemar on {c.n_pairs} paired questions)"
+        if not mad.empty:
+            text += f"; MAD without memory: {mad['accuracy'].iloc[0]:.3f}"
+        sentences.append(text + ".")
+        hurts = c is not None and c.outcome == "holds" and c.significant
+        spec = next((m for m in models if m.label == model), None)
+        simulated = spec is not None and spec.engine == "simulated"
+        if hurts:
+            sentences.append(f"Poisoning hurts on {benchmark}: the Limitations' risk shows in this profile"
+                             + (" (in the simulator a mislabelled experience teaches the opposite lesson: one "
+                                "labelled correct whose answer was wrong boosts the misconception, one labelled "
+                                "wrong whose answer was right penalises the true concept)." if simulated else "."))
+        else:
+            sentences.append(f"Poisoning does not measurably hurt on {benchmark}: the difference is "
+                             + (f"{'reversed' if c.outcome == 'reversed' else 'not significant'}" if c else "untested")
+                             + "; the Limitations' risk does not show in this profile.")
+        if simulated:
+            outcomes = {o.method: o for o in poisoned.outcomes
+                        if o.model.label == model and benchmark_label(o.benchmark) == benchmark}
+            if clean["method"] in outcomes and worst["method"] in outcomes:
+                before = annotation_counts(outcomes[clean["method"]].records)
+                after = annotation_counts(outcomes[worst["method"]].records)
+                if before.total and after.total:
+                    sentences.append(
+                        f"The confidence annotations barely move: P(high | correct peer) is {before.rate('high', True):.0%} "
+                        f"with clean memory and {after.rate('high', True):.0%} with f = {worst['poisoned fraction']:g} "
+                        f"(P(high | wrong peer): {before.rate('high', False):.0%} and {after.rate('high', False):.0%}). "
+                        "Retrieval ranks by the (flipped) reward, so it brings formerly failed debates whose flipped "
+                        "correctness labels are again mostly 'correct': flipping every label does not invert what "
+                        "the agents are told about their peers.")
+    return sentences
+
+
+# --------------------------------------------------------------------------------------------
+# Notebook 10: every claim
+# --------------------------------------------------------------------------------------------
+
+
+def claims(claims_frame: pd.DataFrame, summary: Any, models: Sequence[ModelSpec]) -> list[str]:
+    """The summary sentence of :func:`r2mad_core.report.comparison.claims_summary` and the claims that fail."""
+    sentences = [what_ran(models), summary.sentence()]
+    if claims_frame.empty:
+        return sentences
+    distinct = claims_frame[claims_frame["duplicate_of"].isna()]
+    failing = distinct[distinct["outcome"] != "holds"]
+    for row in failing.itertuples():
+        sentences.append(f"Does not hold ({row.outcome}): {row.better} > {row.worse} on {row.benchmark} "
+                         f"({row.table}, {row.paper_model}): reproduced {row.reproduced_better:.3f} vs "
+                         f"{row.reproduced_worse:.3f}; the paper {row.paper_better:.3f} vs {row.paper_worse:.3f}.")
+    weak = distinct[(distinct["outcome"] == "holds") & ~distinct["significant"].astype(bool)]
+    if len(weak):
+        sentences.append(f"{len(weak)} of the orderings that hold are not significant at {ALPHA:g}: "
+                         + "; ".join(f"{r.better} > {r.worse} ({r.table}, {r.benchmark}, {fmt_p(r.p_value)})"
+                                     for r in weak.itertuples()) + ".")
+    return sentences
+
+
+def as_markdown(sentences: Sequence[str], title: str = "What this shows") -> str:
+    """The notebook's closing section: a heading and one bullet per sentence."""
+    body = "\n".join(f"- {s}" for s in sentences if s)
+    return f"## {title}\n\n{body}\n"
+
+
+
+def round0_comparison(paired: GridResults, independent: GridResults, models: Sequence[ModelSpec],
+                      suffix: str) -> list[str]:
+    """R2-MAD vs MAD on the shared-misconception subset when both start from the same round 0 (paired)
+    and when each draws its own (independent, the subset taken from the independent MAD run)."""
+    sentences = []
+    shared = paired.subset_per_question(["MAD", "R2-MAD"])
+    own = independent.subset_per_question([f"MAD{suffix}", f"R2-MAD{suffix}"], reference=f"MAD{suffix}")
+    for spec in models:
+        for benchmark in pd.unique(shared[shared["model"] == spec.label]["benchmark"]):
+            a = compare(shared, "R2-MAD", "MAD", model=spec.label, benchmarks=[benchmark])
+            b = compare(own, f"R2-MAD{suffix}", f"MAD{suffix}", model=spec.label, benchmarks=[benchmark])
+            if a is None or b is None:
+                continue
+            sentences.append(
+                f"{benchmark} ({spec.label}): R2-MAD minus MAD on the subset is {a.difference:+.3f} with a shared round 0 "
+                f"({fmt_p(a.p_value)}, {a.n_pairs} questions) and {b.difference:+.3f} with independent round-0 draws "
+                f"({fmt_p(b.p_value)}, {b.n_pairs} questions).")
+    if sentences:
+        subsets = independent.shared_misconception_subsets(f"MAD{suffix}")
+        own_wrong = independent.shared_misconception_subsets(f"R2-MAD{suffix}")
+        in_subset = sum(len(ids) for ids in subsets.values())
+        also_wrong = sum(len(ids & own_wrong.get(key, set())) for key, ids in subsets.items())
+        share = also_wrong / in_subset if in_subset else float("nan")
+        sentences.append("With a shared round 0 both methods start from the same wrong majority, so the difference is "
+                         f"what the later rounds did. With independent draws, R2-MAD's own round 0 was majority-wrong "
+                         f"on {also_wrong} of the {in_subset} questions of MAD's subset ({share:.0%}); the rest start "
+                         "R2-MAD from a better round 0, which adds round-0 luck to the difference (the paper's separate "
+                         "runs measure this second quantity).")
+    return sentences

@@ -1,0 +1,434 @@
+"""The experiment grid: the paper's (model, benchmark, method) run cells of a profile, run or loaded.
+
+:class:`ExperimentGrid` runs (or loads) the cells behind the paper's tables: one engine per model
+(:class:`~r2mad_core.experiments.model_specs.ModelSpec`) behind the response cache, the memory banks built once per
+(model, benchmark) from the train split (Appendix A), one run directory per cell keyed by a hash of its
+configuration. Its results are a :class:`~r2mad_core.report.results.GridResults`.
+
+Method names are the paper's row names (``CoT``, ``Self-Consistency (9)``, ``MAD``, ``MAD-M2 (O)``,
+``R2-MAD w/o Confidence``, ``R2-MAD retrieval=Random``, ...) or a registered method's label;
+:mod:`r2mad_core.experiments.method_labels` maps each to a registered method of :mod:`r2mad_core.experiments.methods` and its options.
+The names the notebooks use from the modules this one builds on (the table rows, label builders, ModelSpec,
+GridResults) are importable from here too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import re
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+from r2mad_core.experiments import method_labels
+from r2mad_core.report.artifacts import ReportContext, display_path, jsonable
+from r2mad_core.files import atomic_write
+from r2mad_core.report.tables import benchmark_label
+from r2mad_core.report.results import (  # noqa: F401  (re-exported for the notebooks)
+    C_TO_W_METRIC,
+    SUBSET_METRIC,
+    W_TO_C_METRIC,
+    CellOutcome,
+    GridResults,
+)
+from r2mad_core.experiments.method_labels import (  # noqa: F401  (re-exported for the notebooks)
+    ABLATION_METHODS,
+    COST_METHODS,
+    ICL_METHODS,
+    INDEPENDENT_ROUND0,
+    LARGE_MODEL_METHODS,
+    MAD_M2_METHODS,
+    MAIN_METHODS,
+    SUBSET_METHODS,
+    TRANSITION_METHODS,
+    MethodSettings,
+    poisoned_method_label,
+    retrieval_method_label,
+    retrieval_policy_label,
+    sc_methods,
+)
+from r2mad_core.experiments.model_specs import ENGINE_TITLES, SPEED_OPTIONS, ModelSpec, large_model_plan  # noqa: F401
+
+logger = logging.getLogger(__name__)
+
+
+def profile_samples(
+    benchmarks: Sequence[str], split: str, limit: int | None, data_dir: str | Path | None = None,
+    split_rule: str = "paper",
+) -> dict[str, list[Any]]:
+    """The first ``limit`` questions (None: all) of ``split`` for each benchmark, in the split's
+    seeded order (:func:`r2mad_core.data.benchmarks.load`, ``split_rule`` paper or authors), so every notebook uses
+    the same subset."""
+    from r2mad_core.data.benchmarks import load
+
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"limit: expected a positive integer or None, found {limit!r}")
+    return {name: load(name, split, data_dir, split_rule=split_rule)[:limit] for name in benchmarks}
+
+
+def slug(text: str) -> str:
+    """A file-name-safe form of a label: ``R2-MAD w/o Memory`` -> ``r2-mad-w-o-memory``."""
+    return re.sub(r"[^0-9a-z.]+", "-", str(text).lower()).strip("-") or "x"
+
+
+def config_hash(payload: Any, length: int = 12) -> str:
+    """First ``length`` hex digits of SHA-256 of the canonical JSON of ``payload``."""
+    blob = json.dumps(jsonable(payload), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:length]
+
+
+
+class ExperimentGrid:
+    """Runs the paper's cells for the notebooks: one engine per model (opened on first need, cached
+    in ``cache_dir``), memory banks per (model, benchmark) built once, one run directory per cell
+    keyed by a hash of its configuration (``runs_dir/<model>/<benchmark>/<registered method>-<hash>``), so
+    a rerun, or a rerun after changing one parameter, only generates what changed.
+
+    Method names are the paper's row names: ``CoT``, ``Self-Consistency`` (k = agents x rounds
+    paths, the paper's compute-matched setting), ``Self-Consistency (k)``, ``MAD``, ``MAD-M2``
+    (= objective masking, the paper's default), ``MAD-M2 (O)``, ``MAD-M2 (S)``, ``R2-MAD``,
+    ``R2-MAD w/o Confidence``, ``R2-MAD w/o Memory``, ``R2-MAD retrieval=<policy>`` (Table 3
+    names), ``R2-MAD poisoned=<fraction>`` and ``ICL-CoT``.
+    """
+
+    def __init__(
+        self,
+        *,
+        models: Sequence[Mapping[str, Any] | ModelSpec],
+        benchmarks: Sequence[str],
+        runs_dir: str | Path,
+        cache_dir: str | Path,
+        data_dir: str | Path | None = None,
+        embedder: str = "hashing",
+        test_limit: int | None = None,
+        train_limit: int | None = None,
+        seed: int = 0,
+        n_agents: int = 3,
+        n_rounds: int = 3,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_tokens: int = 512,
+        summary_max_tokens: int = 128,
+        max_experience_chars: int | None = None,
+        top_k: int = 3,
+        gamma: float = 0.9,
+        w_high: float = 0.55,
+        w_low: float = 0.45,
+        bootstrap_resamples: int = 10_000,
+        progress: bool = False,
+        round0: str = "shared",
+        experience_reference: str = "answer",
+        task_prompt: str = "paper",
+        split_rule: str = "paper",
+        objective_keep: str = "lowest_perplexity",
+        memory_model: str | None = None,
+    ) -> None:
+        specs: list[ModelSpec] = []
+        for entry in models:
+            specs.append(entry if isinstance(entry, ModelSpec) else ModelSpec.from_entry(entry, specs))
+        self.models = specs
+        self.benchmarks = list(benchmarks)
+        self.runs_dir = Path(runs_dir)
+        self.cache_dir = Path(cache_dir)
+        self.data_dir = data_dir
+        self.embedder = embedder
+        self.test_limit = test_limit
+        self.train_limit = train_limit
+        self.seed = seed
+        self.n_agents = n_agents
+        self.n_rounds = n_rounds
+        self.sampling = {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens}
+        self.summary_max_tokens = summary_max_tokens
+        self.max_experience_chars = max_experience_chars
+        self.top_k = top_k
+        self.gamma = gamma
+        self.w_high = w_high
+        self.w_low = w_low
+        self.bootstrap_resamples = bootstrap_resamples
+        self.progress = progress
+        # Protocol choices (README "Where the paper and the authors' code differ"); a method gets an option only
+        # when the profile departs from the method's default, so a default protocol keeps its run keys.
+        self.protocol = {"round0": round0, "experience_reference": experience_reference, "task_prompt": task_prompt,
+                         "objective_keep": objective_keep}
+        self.split_rule = split_rule
+        self.memory_model = memory_model
+        if memory_model is not None and memory_model not in [m.label for m in self.models]:
+            raise ValueError(f"memory_model {memory_model!r}: expected null or one of the profile's model labels "
+                             f"{[m.label for m in self.models]}")
+        self._engines: dict[str, Any] = {}
+        self._engine_kinds: dict[str, str] = {}
+        self._samples: dict[tuple[str, str], list[Any]] = {}
+
+    #: Notebook parameters :meth:`from_parameters` reads (the names of the profile fields).
+    PARAMETERS = (
+        "models", "benchmarks", "runs_dir", "cache_dir", "data_dir", "embedder", "test_limit", "train_limit",
+        "seed", "n_agents", "n_rounds", "temperature", "top_p", "max_tokens", "summary_max_tokens",
+        "max_experience_chars", "top_k",
+        "gamma", "w_high", "w_low", "bootstrap_resamples",
+        "round0", "experience_reference", "task_prompt", "split_rule", "objective_keep", "memory_model",
+    )
+
+    @classmethod
+    def from_parameters(cls, namespace: Mapping[str, Any], **overrides: Any) -> "ExperimentGrid":
+        """Build from a notebook's parameters (``ExperimentGrid.from_parameters(globals())``): the
+        profile fields named in :data:`PARAMETERS` that the namespace defines, then ``overrides``."""
+        options = {k: namespace[k] for k in cls.PARAMETERS if k in namespace}
+        options.update(overrides)
+        missing = [k for k in ("models", "benchmarks", "runs_dir", "cache_dir") if k not in options]
+        if missing:
+            raise ValueError(f"ExperimentGrid.from_parameters: the notebook defines no {missing}")
+        return cls(**options)
+
+    def report_context(self, profile: str, figures_dir: str | Path, notebook: str) -> ReportContext:
+        """A :class:`ReportContext` whose manifest fields describe this experiment."""
+        return ReportContext(
+            profile=profile, out_dir=Path(figures_dir), notebook=notebook,
+            models=[m.label + (f" (stands in for {m.stands_in_for})" if m.stands_in_for else "") for m in self.models],
+            benchmarks=self.benchmarks, seeds=[self.seed], sample_counts=self.sample_counts(),
+            engine_titles=[m.title for m in self.models],
+        )
+
+    def describe(self) -> pd.DataFrame:
+        """The settings of this experiment, one row each (for the notebooks' first cell)."""
+        rows = {
+            "models": ", ".join(f"{m.label} [{m.engine}]" for m in self.models),
+            "stands in for": ", ".join(m.paper_model for m in self.models),
+            "benchmarks": ", ".join(self.benchmarks),
+            "test questions per benchmark": self.test_limit or "all",
+            "train questions per benchmark (memory)": self.train_limit or "all",
+            "agents x rounds": f"{self.n_agents} x {self.n_rounds}",
+            "temperature / top_p / max_tokens": f"{self.sampling['temperature']} / {self.sampling['top_p']} / "
+                                                f"{self.sampling['max_tokens']}",
+            "K / gamma / w_l / w_h": f"{self.top_k} / {self.gamma} / {self.w_low} / {self.w_high}",
+            "experience responses shown": (f"first {self.max_experience_chars} characters"
+                                           if self.max_experience_chars else "in full"),
+            "embedder": self.embedder,
+            "seed": self.seed,
+            "runs": display_path(self.runs_dir),
+            "response cache": display_path(self.cache_dir),
+        }
+        return pd.DataFrame({"setting": list(rows), "value": [str(v) for v in rows.values()]}).set_index("setting")
+
+    # -- context manager -----------------------------------------------------------------------
+    def __enter__(self) -> "ExperimentGrid":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every engine this experiment opened."""
+        for engine in self._engines.values():
+            with contextlib.suppress(Exception):
+                engine.close()
+        self._engines.clear()
+
+    # -- lookups ------------------------------------------------------------------------------
+    def model(self, label: str) -> ModelSpec:
+        for spec in self.models:
+            if spec.label == label:
+                return spec
+        raise KeyError(f"no model {label!r} in this experiment (models: {[m.label for m in self.models]})")
+
+    def samples(self, benchmark: str, split: str = "test") -> list[Any]:
+        """The profile's questions of ``benchmark``/``split`` (first ``test_limit``/``train_limit``)."""
+        key = (benchmark, split)
+        if key not in self._samples:
+            limit = self.test_limit if split == "test" else self.train_limit
+            self._samples[key] = profile_samples([benchmark], split, limit, self.data_dir, self.split_rule)[benchmark]
+        return self._samples[key]
+
+    def sample_counts(self, benchmarks: Sequence[str] | None = None) -> dict[str, int]:
+        return {b: len(self.samples(b)) for b in (benchmarks or self.benchmarks)}
+
+    def questions_note(self, benchmarks: Sequence[str] | None = None) -> str:
+        """How many test questions each cell has, for captions: ``"4 test questions per benchmark"``,
+        ``"211-500 test questions per benchmark (the full test splits)"``, ``"2 test questions"`` (one benchmark)."""
+        counts = self.sample_counts(benchmarks)
+        low, high = min(counts.values()), max(counts.values())
+        number = str(low) if low == high else f"{low}-{high}"
+        note = f"{number} test questions" + (" per benchmark" if len(counts) > 1 else "")
+        return note + (" (the full test splits)" if self.test_limit is None else "")
+
+    def benchmarks_note(self, benchmarks: Sequence[str] | None = None) -> str:
+        """The benchmarks by their table names, for captions: ``"MATH500, Economics, Engineering and TruthfulQA"``."""
+        names = [benchmark_label(b) for b in (benchmarks or self.benchmarks)]
+        return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+    def engine(self, spec: ModelSpec) -> Any:
+        """The engine of a model, opened once (behind the response cache in ``cache_dir``). Opening a
+        ``vllm`` engine closes the previous one: one GPU model in memory at a time."""
+        from r2mad_core.engines import make_engine
+
+        key = config_hash({**spec.describe(), "all_options": dict(spec.options)})
+        if key not in self._engines:
+            if spec.engine == "vllm":
+                # one GPU model at a time: the models of a profile run one after another
+                for other in [k for k, kind in self._engine_kinds.items() if kind == "vllm" and k in self._engines]:
+                    logger.info("closing the previous vLLM engine before opening %s", spec.label)
+                    with contextlib.suppress(Exception):
+                        self._engines.pop(other).close()
+            model, options = spec.resolved()
+            if spec.engine == "simulated":
+                from r2mad_core.data.benchmarks import load
+
+                if "samples" not in options:  # every question a debate may ask about, train and test
+                    options["samples"] = [s for b in self.benchmarks for s in load(b, "all", self.data_dir)]
+                options.setdefault("seed", self.seed)
+            logger.info("opening engine %s for %s", spec.engine, spec.label)
+            self._engines[key] = make_engine(spec.engine, model=model, cache_dir=self.cache_dir, **options)
+            self._engine_kinds[key] = spec.engine
+        return self._engines[key]
+
+    # -- methods ------------------------------------------------------------------------------
+    def method_settings(self) -> MethodSettings:
+        """The profile's settings every method label is filled from (:mod:`r2mad_core.experiments.method_labels`)."""
+        return MethodSettings(
+            n_agents=self.n_agents, n_rounds=self.n_rounds, sampling=dict(self.sampling), top_k=self.top_k,
+            gamma=self.gamma, w_high=self.w_high, w_low=self.w_low, summary_max_tokens=self.summary_max_tokens,
+            max_experience_chars=self.max_experience_chars, seed=self.seed,
+        )
+
+    def method_options(self, method: str, memory: Path | str | None = None) -> tuple[str, dict[str, Any]]:
+        """``(registered method name, options)`` of a method label (:func:`r2mad_core.experiments.method_labels.resolve`), with
+        the profile's protocol choices (those that depart from the method's defaults and that the method declares)."""
+        from r2mad_core.experiments.methods import method_options as declared
+
+        name, options = method_labels.resolve(method, self.method_settings(), memory)
+        accepted = declared(name)
+        for key, value in self.protocol.items():
+            if key in accepted and key not in options and accepted[key] != value:
+                options[key] = value
+        return name, options
+
+    @staticmethod
+    def needs_memory(method: str) -> bool:
+        return method_labels.needs_memory(method)
+
+    # -- memory -------------------------------------------------------------------------------
+    def memory_spec(self, spec: ModelSpec) -> ModelSpec:
+        """The model whose debates fill the memory banks used by ``spec``: itself (``memory_model: null``, one bank
+        per evaluated model; ours, the paper does not say) or the profile's ``memory_model`` (the authors built one
+        bank with Qwen3-4B-Instruct-2507 for every evaluated model)."""
+        return spec if self.memory_model is None else self.model(self.memory_model)
+
+    def memory_config(self, spec: ModelSpec, benchmark: str) -> dict[str, Any]:
+        spec = self.memory_spec(spec)
+        return {
+            "benchmark": benchmark, "split": "train", "limit": self.train_limit, "seed": self.seed,
+            "n_agents": self.n_agents, "n_rounds": self.n_rounds, "summary_max_tokens": self.summary_max_tokens,
+            "embedder": self.embedder, "model": spec.describe(), **self.sampling,
+        }
+
+    def memory_dir(self, spec: ModelSpec, benchmark: str) -> Path:
+        config = self.memory_config(spec, benchmark)
+        builder = self.memory_spec(spec)
+        return self.runs_dir / slug(builder.label) / benchmark / f"memory-{config_hash(config)}"
+
+    def memory(self, spec: ModelSpec | str, benchmark: str) -> Path:
+        """The memory bank directory of (model, benchmark), built from the train split if missing
+        (Appendix A: a forced 3-round MAD with summaries on each training question)."""
+        from r2mad_core.experiments.build_memory import build_memory
+
+        spec = self.model(spec) if isinstance(spec, str) else spec
+        directory = self.memory_dir(spec, benchmark)
+        if (directory / "manifest.json").exists():
+            return directory
+        directory.mkdir(parents=True, exist_ok=True)
+        atomic_write(directory / "build_config.json", json.dumps(jsonable(self.memory_config(spec, benchmark)), indent=2))
+        build_memory(
+            benchmark, self.engine(self.memory_spec(spec)), self.embedder, directory, limit=self.train_limit,
+            split="train",
+            seed=self.seed, n_agents=self.n_agents, n_rounds=self.n_rounds,
+            summary_max_tokens=self.summary_max_tokens, data_dir=self.data_dir,
+            samples=self.samples(benchmark, "train"), progress=False, overwrite=True, **self.sampling,
+        )
+        return directory
+
+    # -- cells --------------------------------------------------------------------------------
+    def run_dir(self, spec: ModelSpec, benchmark: str, method: str, split: str = "test") -> tuple[Path, str, dict]:
+        memory = self.memory_dir(spec, benchmark) if self.needs_memory(method) else None
+        name, options = self.method_options(method, memory)
+        config = {"method": name, "options": options, "seed": self.seed, "split": split,
+                  "limit": self.test_limit if split == "test" else self.train_limit, "model": spec.describe()}
+        # keyed by the registered method and its options, not the paper's row name: "R2-MAD",
+        # "R2-MAD retrieval=Debate-State-Aware" and "R2-MAD poisoned=0" are one cell, one directory
+        return self.runs_dir / slug(spec.label) / benchmark / f"{name}-{config_hash(config)}", name, options
+
+    def run(self, model: ModelSpec | str, benchmark: str, method: str) -> CellOutcome:
+        """Run (or load) one cell on the test split."""
+        from r2mad_core.experiments.cell import run_cell
+        from r2mad_core.debate.scoring import compute_metrics
+
+        spec = self.model(model) if isinstance(model, str) else model
+        samples = self.samples(benchmark, "test")
+        run_dir, name, options = self.run_dir(spec, benchmark, method)
+        done = _finished_records(run_dir, len(samples))
+        if done is not None:
+            # a finished directory is reused only if it holds this very cell (the method as the code derives it
+            # today: options, file digests, sampling stream); otherwise RunConfigMismatch names the difference
+            from r2mad_core.experiments.cell import preflight
+            from r2mad_core.experiments.methods import get_method
+
+            method_obj = get_method(name, **options).with_seed(self.seed)
+            preflight(run_dir, benchmark=benchmark, split="test", method=method_obj, seed=self.seed,
+                      limit=self.test_limit, sample_ids=[s.id for s in samples])
+            metrics = compute_metrics(done, n_bootstrap=self.bootstrap_resamples)
+            return CellOutcome(spec, benchmark, method, run_dir, done, metrics, n_new=0)
+        if self.needs_memory(method):
+            self.memory(spec, benchmark)
+        result = run_cell(
+            run_dir, benchmark=benchmark, split="test", engine=self.engine(spec), method=name,
+            method_options=options, seed=self.seed, limit=self.test_limit, samples=samples,
+            data_dir=self.data_dir, progress=False,
+        )
+        metrics = compute_metrics(result.records, n_bootstrap=self.bootstrap_resamples)
+        return CellOutcome(spec, benchmark, method, run_dir, result.records, metrics, n_new=result.n_new)
+
+    def grid(
+        self,
+        methods: Sequence[str],
+        *,
+        models: Sequence[ModelSpec | str] | None = None,
+        benchmarks: Sequence[str] | None = None,
+    ) -> "GridResults":
+        """Every (model, benchmark, method) cell, model by model, benchmark by benchmark."""
+        specs = [self.model(m) if isinstance(m, str) else m for m in (models or self.models)]
+        cells = [(spec, benchmark, method) for spec in specs for benchmark in (benchmarks or self.benchmarks)
+                 for method in methods]
+        outcomes = []
+        bar = None
+        if self.progress:  # one bar for the whole step (a cell loaded from disk just ticks it)
+            from tqdm.std import tqdm
+
+            bar = tqdm(total=len(cells), desc=f"{len(cells)} cells", unit="cell", mininterval=2.0, file=sys.stderr)
+        try:
+            for spec, benchmark, method in cells:
+                if bar is not None:
+                    bar.set_postfix_str(f"{spec.label} / {benchmark} / {method}", refresh=False)
+                outcome = self.run(spec, benchmark, method)
+                logger.info("%s / %s / %s: accuracy %.3f (n=%d, %d new)", spec.label, benchmark, method,
+                            outcome.metrics["accuracy"], len(outcome.records), outcome.n_new)
+                outcomes.append(outcome)
+                if bar is not None:
+                    bar.update(1)
+        finally:
+            if bar is not None:
+                bar.set_postfix_str("", refresh=False)
+                bar.close()
+        return GridResults(outcomes, bootstrap_resamples=self.bootstrap_resamples, seed=self.seed)
+
+
+def _finished_records(run_dir: Path, expected: int) -> list[dict[str, Any]] | None:
+    """The records of a complete run directory (all ``expected`` samples), else None."""
+    from r2mad_core.experiments.cell import CONFIG_FILE, load_run
+
+    if not (run_dir / CONFIG_FILE).exists():
+        return None
+    _, records = load_run(run_dir)
+    return records if len(records) == expected else None

@@ -1,0 +1,406 @@
+"""Tables: the paper-shaped :class:`Table` and its three renderings (CSV, Markdown, LaTeX).
+
+Every table of the paper (Tables 1-10) has a counterpart made of a :class:`Table`: rows x columns of
+values with optional 95% bootstrap CI bounds per cell. It renders as
+
+- a tidy CSV (one row per cell: the row labels, the column label, ``value``, ``ci_low``,
+  ``ci_high``; :func:`read_table` rebuilds the table exactly),
+- a Markdown pipe table (:func:`render_markdown`) and
+- a LaTeX ``booktabs`` table (:func:`render_latex`);
+
+accuracy cells read "0.522 [0.440, 0.604]" and the strictly best value of each column is bold, as
+in the paper (a tie at the shown precision is bold nowhere). Writing the files and recording them in the manifest is :mod:`r2mad_core.report.artifacts`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from r2mad_core.data.benchmarks import display_name
+
+#: The paper's four benchmarks -> the column names of its tables (the benchmark registry's display names).
+PAPER_BENCHMARKS = ("math500", "mmlu_pro_economics", "mmlu_pro_engineering", "truthfulqa")
+BENCHMARK_LABELS: dict[str, str] = {name: display_name(name) for name in PAPER_BENCHMARKS}
+AVERAGE_LABEL = "Average"
+
+Best = Literal["max", "min"]
+#: The text of a table cell, row or panel for a model the profile did not run.
+NOT_RUN = "not run in this profile"
+
+
+def benchmark_label(benchmark: str) -> str:
+    """The table name of a benchmark id from the benchmark registry (``mmlu_pro_economics`` ->
+    ``Economics``; a registered toy benchmark -> its ``display_name``); anything else unchanged."""
+    return display_name(benchmark)
+
+
+
+@dataclass
+class Table:
+    """A paper-shaped table: rows x columns of values with optional 95% CI bounds per cell.
+
+    ``values`` has the row labels as its index (a MultiIndex for grouped rows such as
+    (model, method)) and one column per table column. ``ci_low``/``ci_high`` have the same shape
+    (NaN where a cell has no interval). ``best`` marks the best value of each column in bold:
+    ``"max"``/``"min"`` for every column, or a mapping column -> ``"max"``/``"min"``; with a
+    MultiIndex the best is taken among the rows that differ only in their last level (each model's
+    block of methods, as in the paper). ``formats`` maps a column to a format spec (default ``.{digits}f`` for floats;
+    integers print as integers). ``show_index=False`` makes a flat table (a plain data frame: no
+    row labels; its CSV is the frame itself rather than one row per cell).
+    """
+
+    values: pd.DataFrame
+    ci_low: pd.DataFrame | None = None
+    ci_high: pd.DataFrame | None = None
+    caption: str = ""
+    digits: int = 3
+    best: Best | Mapping[str, Best] | None = None
+    formats: Mapping[str, str] = field(default_factory=dict)
+    show_index: bool = True
+    float_spec: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("ci_low", "ci_high"):
+            frame = getattr(self, name)
+            if frame is None:
+                continue
+            if frame.shape != self.values.shape:
+                raise ValueError(
+                    f"Table.{name}: expected shape {self.values.shape} like values, found {frame.shape}"
+                )
+            setattr(self, name, frame.reindex(index=self.values.index, columns=self.values.columns))
+
+    # -- cell text ---------------------------------------------------------------------------
+    def _spec(self, column: Any) -> str | None:
+        return self.formats.get(str(column))
+
+    def cell_text(self, row: Any, column: Any) -> str:
+        """The text of one cell: ``0.522``, ``0.522 [0.440, 0.604]``, ``--`` for a missing value."""
+        value = self.values.at[row, column]
+        if isinstance(value, str):
+            return value
+        if _is_missing(value):
+            return "--"
+        spec = self._spec(column)
+        if spec is None:
+            if isinstance(value, (bool, np.bool_)) or isinstance(value, (int, np.integer)):
+                return str(value)
+            spec = self.float_spec or f".{self.digits}f"
+        text = format(value, spec)
+        if self.ci_low is not None and self.ci_high is not None:
+            low, high = self.ci_low.at[row, column], self.ci_high.at[row, column]
+            if not (_is_missing(low) or _is_missing(high)):
+                text += f" [{format(low, spec)}, {format(high, spec)}]"
+        return text
+
+    def text_frame(self) -> pd.DataFrame:
+        """Every cell as its display text (same index and columns as ``values``)."""
+        return pd.DataFrame(
+            [[self.cell_text(r, c) for c in self.values.columns] for r in self.values.index],
+            index=self.values.index,
+            columns=self.values.columns,
+        )
+
+    def best_mask(self) -> pd.DataFrame:
+        """True where a cell holds its column's strictly best value (within first-level row groups).
+
+        Values are compared as shown (rounded to ``digits``): when two or more cells share the best
+        shown value, none is bold (a tie is no win), and a block with a single value has no best.
+        """
+        mask = pd.DataFrame(False, index=self.values.index, columns=self.values.columns)
+        if self.best is None:
+            return mask
+        groups: list[Any]
+        if isinstance(self.values.index, pd.MultiIndex):
+            # rows that differ only in their last level compete: (model, method) -> per model,
+            # (model, benchmark, method) -> per model and benchmark
+            keys = [tuple(label[:-1]) for label in self.values.index]
+            groups = [np.array([k == key for k in keys]) for key in dict.fromkeys(keys)]
+        else:
+            groups = [np.ones(len(self.values), dtype=bool)]
+        for column in self.values.columns:
+            direction = self.best if isinstance(self.best, str) else self.best.get(str(column))
+            if direction is None:
+                continue
+            if direction not in ("max", "min"):
+                raise ValueError(f"Table.best[{column!r}]: expected 'max' or 'min', found {direction!r}")
+            numeric = pd.to_numeric(self.values[column], errors="coerce").round(self.digits)
+            for selector in groups:
+                block = numeric[selector]
+                if block.notna().sum() < 2:
+                    continue  # a lone value is best of nothing
+                target = block.max() if direction == "max" else block.min()
+                hits = selector & (numeric == target).to_numpy()
+                if hits.sum() == 1:  # strictly best at the shown precision; a tie is bold nowhere
+                    mask.loc[hits, column] = True
+        return mask
+
+
+def _is_missing(value: Any) -> bool:
+    if value is None or value is pd.NA:
+        return True
+    return isinstance(value, (float, np.floating)) and math.isnan(value)
+
+
+def _row_names(index: pd.Index) -> list[str]:
+    names = list(index.names)
+    if len(names) == 1:
+        return [names[0] or "row"]
+    return [name or f"level_{i}" for i, name in enumerate(names)]
+
+
+def _as_tuple(label: Any) -> tuple:
+    return label if isinstance(label, tuple) else (label,)
+
+
+def tidy_to_table(
+    frame: pd.DataFrame,
+    rows: Sequence[str],
+    column: str,
+    *,
+    value: str = "accuracy",
+    ci: tuple[str, str] | None = ("ci_low", "ci_high"),
+    column_order: Sequence[Any] | None = None,
+    **table_options: Any,
+) -> Table:
+    """A :class:`Table` from a tidy frame: ``rows`` columns become the row labels, ``column`` the
+    table columns (in order of first appearance, or ``column_order``), ``value`` the cells and
+    ``ci`` their interval bounds."""
+    keys = list(dict.fromkeys(tuple(r) for r in frame[list(rows)].itertuples(index=False, name=None)))
+    columns = list(column_order) if column_order is not None else list(pd.unique(frame[column]))
+    index: pd.Index = (pd.MultiIndex.from_tuples(keys, names=list(rows)) if len(rows) > 1
+                       else pd.Index([k[0] for k in keys], name=rows[0]))
+
+    def pivot(field_name: str) -> pd.DataFrame:
+        text = frame[field_name].map(lambda v: isinstance(v, str)).any()  # e.g. "not run in this profile"
+        out = pd.DataFrame(np.nan, index=index, columns=pd.Index(columns, name=column), dtype=object if text else float)
+        for record in frame.to_dict("records"):
+            key = tuple(record[r] for r in rows)
+            if record[column] in columns:
+                out.at[key if len(rows) > 1 else key[0], record[column]] = record[field_name]
+        return out
+
+    return Table(values=pivot(value), ci_low=pivot(ci[0]) if ci else None, ci_high=pivot(ci[1]) if ci else None,
+                 **table_options)
+
+
+def table_to_tidy(table: Table) -> pd.DataFrame:
+    """One row per cell: the row labels, ``column``, ``value``, ``ci_low``, ``ci_high`` (row-major order)."""
+    row_names = _row_names(table.values.index)
+    column_name = table.values.columns.name or "column"
+    if column_name in row_names:
+        raise ValueError(f"Table: the column axis name {column_name!r} repeats a row level name {row_names}")
+    records = []
+    for row in table.values.index:
+        for column in table.values.columns:
+            record = dict(zip(row_names, _as_tuple(row)))
+            record[column_name] = column
+            record["value"] = table.values.at[row, column]
+            record["ci_low"] = np.nan if table.ci_low is None else table.ci_low.at[row, column]
+            record["ci_high"] = np.nan if table.ci_high is None else table.ci_high.at[row, column]
+            records.append(record)
+    return pd.DataFrame.from_records(records, columns=[*row_names, column_name, "value", "ci_low", "ci_high"])
+
+
+def table_from_tidy(tidy: pd.DataFrame, **table_options: Any) -> Table:
+    """Inverse of :func:`table_to_tidy` (row and column order as they first appear)."""
+    expected_tail = ["value", "ci_low", "ci_high"]
+    if list(tidy.columns[-3:]) != expected_tail or tidy.shape[1] < 5:
+        raise ValueError(
+            f"tidy table: expected columns [<row levels>..., <column name>, {', '.join(expected_tail)}], "
+            f"found {list(tidy.columns)}"
+        )
+    row_names = list(tidy.columns[:-4])
+    column_name = tidy.columns[-4]
+    rows = list(dict.fromkeys(tuple(r) for r in tidy[row_names].itertuples(index=False, name=None)))
+    columns = list(pd.unique(tidy[column_name]))
+    if len(row_names) == 1:
+        index: pd.Index = pd.Index([r[0] for r in rows], name=row_names[0])
+    else:
+        index = pd.MultiIndex.from_tuples(rows, names=row_names)
+
+    def pivot(field_name: str) -> pd.DataFrame:
+        frame = pd.DataFrame(index=index, columns=pd.Index(columns, name=column_name), dtype=object)
+        for record in tidy.itertuples(index=False, name=None):
+            record_map = dict(zip(tidy.columns, record))
+            key = tuple(record_map[n] for n in row_names)
+            frame.at[key if len(row_names) > 1 else key[0], record_map[column_name]] = record_map[field_name]
+        return frame.infer_objects()
+
+    values = pivot("value")
+    ci_low, ci_high = pivot("ci_low"), pivot("ci_high")
+    has_ci = pd.to_numeric(tidy["ci_low"], errors="coerce").notna().any()
+    return Table(
+        values=values,
+        ci_low=ci_low.astype(float) if has_ci else None,
+        ci_high=ci_high.astype(float) if has_ci else None,
+        **table_options,
+    )
+
+
+def render_markdown(table: Table) -> str:
+    """A Markdown pipe table; best values in ``**bold**``; ``|`` inside cells escaped."""
+    texts = table.text_frame()
+    mask = table.best_mask()
+    row_names = _row_names(table.values.index) if table.show_index else []
+    header = [*row_names, *[str(c) for c in table.values.columns]]
+
+    def esc(text: str) -> str:
+        return str(text).replace("|", r"\|")
+
+    lines = ["| " + " | ".join(esc(h) for h in header) + " |"]
+    numeric = [pd.api.types.is_numeric_dtype(table.values[c]) for c in table.values.columns]
+    lines.append("|" + "|".join([" --- "] * len(row_names) + [" ---: " if n else " --- " for n in numeric]) + "|")
+    for row in table.values.index:
+        cells = [esc(v) for v in _as_tuple(row)] if table.show_index else []
+        for column in table.values.columns:
+            text = esc(texts.at[row, column])
+            cells.append(f"**{text}**" if mask.at[row, column] else text)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+_LATEX_SPECIALS = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
+
+
+def latex_escape(text: str) -> str:
+    """Escape LaTeX's special characters in plain text."""
+    return "".join(_LATEX_SPECIALS.get(ch, ch) for ch in str(text))
+
+
+def render_latex(table: Table, *, label: str | None = None) -> str:
+    """A ``booktabs`` table (needs ``\\usepackage{booktabs}``); bold best values; a ``\\midrule``
+    between first-level row groups; caption and label when given."""
+    texts = table.text_frame()
+    mask = table.best_mask()
+    row_names = _row_names(table.values.index) if table.show_index else []
+    n_levels = len(row_names)
+    spec = "l" * n_levels + ("|" if n_levels else "") + "c" * len(table.values.columns)
+    lines = [r"\begin{table}[t]", r"\centering", rf"\begin{{tabular}}{{{spec}}}", r"\toprule"]
+    header = [latex_escape(h) for h in row_names] + [latex_escape(str(c)) for c in table.values.columns]
+    lines.append(" & ".join(rf"\textbf{{{h}}}" for h in header) + r" \\")
+    lines.append(r"\midrule")
+    previous_group: Any = None
+    for position, row in enumerate(table.values.index):
+        labels = _as_tuple(row)
+        if n_levels > 1 and position > 0 and labels[0] != previous_group:
+            lines.append(r"\midrule")
+        previous_group = labels[0]
+        cells = [latex_escape(v) for v in labels] if n_levels else []
+        for column in table.values.columns:
+            text = latex_escape(texts.at[row, column])
+            cells.append(rf"\textbf{{{text}}}" if mask.at[row, column] else text)
+        lines.append(" & ".join(cells) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    if table.caption:
+        lines.append(rf"\caption{{{latex_escape(table.caption)}}}")
+    if label:
+        lines.append(rf"\label{{{label}}}")
+    lines.append(r"\end{table}")
+    return "\n".join(lines) + "\n"
+
+
+def parse_markdown_table(text: str) -> pd.DataFrame:
+    """Read back a pipe table written by :func:`render_markdown` (cell texts, bold markers removed)."""
+    rows = [line.strip() for line in text.strip().splitlines() if line.strip().startswith("|")]
+    if len(rows) < 2:
+        raise ValueError(f"markdown table: expected a header and a separator line, found {len(rows)} lines")
+
+    def split(line: str) -> list[str]:
+        cells = re.split(r"(?<!\\)\|", line.strip()[1:-1])
+        return [c.strip().replace(r"\|", "|").removeprefix("**").removesuffix("**") for c in cells]
+
+    header = split(rows[0])
+    body = [split(line) for line in rows[2:]]
+    return pd.DataFrame(body, columns=header)
+
+
+def parse_latex_table(text: str) -> list[list[str]]:
+    """Cell texts of the body rows of a table written by :func:`render_latex` (header first)."""
+    body = text.split(r"\toprule", 1)[1].split(r"\bottomrule", 1)[0]
+    rows = []
+    for line in body.splitlines():
+        line = line.strip()
+        if not line.endswith(r"\\"):
+            continue
+        cells = [c.strip() for c in re.split(r"(?<!\\)&", line[: -2])]
+        cells = [re.sub(r"^\\textbf\{(.*)\}$", r"\1", c) for c in cells]
+        rows.append([_latex_unescape(c) for c in cells])
+    return rows
+
+
+def _latex_unescape(text: str) -> str:
+    for plain, escaped in sorted(_LATEX_SPECIALS.items(), key=lambda kv: -len(kv[1])):
+        text = text.replace(escaped, plain)
+    return text
+
+
+def read_table(path: str | Path, **table_options: Any) -> Table:
+    """Rebuild a :class:`Table` from its tidy CSV (``<name>.csv`` written by :func:`save_table`)."""
+    path = Path(path)
+    try:
+        tidy = pd.read_csv(path)
+    except (OSError, pd.errors.ParserError) as exc:
+        raise ValueError(f"{path}: cannot read a table CSV: {exc}") from exc
+    try:
+        return table_from_tidy(tidy, **table_options)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from exc
+
+
+def with_not_run_rows(table: Table | None, models: Sequence[str], methods: Sequence[str],
+                      columns: Sequence[str], *, caption: str = "") -> Table:
+    """``table`` (rows (model, method)) with one row per (model, method) for each model of ``models``
+    that the profile did not run, every cell :data:`NOT_RUN`; a new table when ``table`` is None.
+    The rows name the paper's model, and nothing else stands under that name."""
+    rows = [(model, method) for model in models for method in methods]
+    if table is None:
+        index = pd.MultiIndex.from_tuples(rows, names=["model", "method"])
+        values = pd.DataFrame(NOT_RUN, index=index, columns=pd.Index(list(columns), name="benchmark"), dtype=object)
+        return Table(values=values, caption=caption, best=None)
+    if not rows:
+        return table
+    extra = pd.DataFrame(NOT_RUN, index=pd.MultiIndex.from_tuples(rows, names=table.values.index.names),
+                         columns=table.values.columns, dtype=object)
+    values = pd.concat([table.values.astype(object), extra])
+    empty = pd.DataFrame(np.nan, index=extra.index, columns=table.values.columns)
+    low = None if table.ci_low is None else pd.concat([table.ci_low, empty])
+    high = None if table.ci_high is None else pd.concat([table.ci_high, empty])
+    return Table(values=values, ci_low=low, ci_high=high, caption=caption or table.caption, digits=table.digits,
+                 best=table.best, formats=table.formats)
+
+
+def time_cell(row: Mapping[str, Any], digits: int = 2) -> Any:
+    """What a cost table shows for a cell's time per query: the seconds measured when its generations
+    were made; ``"replayed"`` when every generation came from the cache (nothing was timed);
+    ``"<s> (<p>% replayed)"`` when part did (the replayed part cost no time, so the number is a lower
+    bound); ``"not timed (simulated)"`` for simulated agents, whose wall time is bookkeeping."""
+    if row.get("engine") == "simulated":
+        return "not timed (simulated)"
+    share = row.get("replayed_share", 0.0)
+    seconds = row.get("seconds_per_query", math.nan)
+    if share is None or (isinstance(share, float) and math.isnan(share)):
+        share = 0.0
+    if share >= 1.0:
+        return "replayed"
+    if share > 0.0:
+        return f"{seconds:.{digits}f} ({share:.0%} replayed)"
+    return float(seconds)
