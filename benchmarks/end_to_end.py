@@ -368,7 +368,7 @@ def timed_run(engine_label: str, engine: TimedEngine, method: Method, samples: l
     result = run_cell(run_dir, benchmark=benchmark, split="test", engine=engine, method=timed_method, seed=seed,
                       samples=samples, chunk_size=max(1, len(samples)), progress=False)
     wall = time.perf_counter() - start
-    rounds = sum(len(r["rounds"]) for r in result.records) / len(result.records)
+    rounds = sum(len(r.rounds) for r in result.records) / len(result.records)
     return RunResult(
         engine=engine_label,
         method=method.name,

@@ -630,7 +630,7 @@ def run_local_repeats(args: argparse.Namespace, methods: list, samples: list, tr
                        "engine_busy_share": round(busy, 4), "slot_share": round(slot_share, 4),
                        "hook_s": round(hook.seconds, 3), "completion_tokens": completion,
                        "tokens_per_s": round(completion / wall, 2),
-                       "rounds_debated": sum(len(r["rounds"]) for r in result.records),
+                       "rounds_debated": sum(len(r.rounds) for r in result.records),
                        "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2)}
                 row.update(tokens)
                 row.update({"server_prompt_processed": int(timings["prompt_n"]),
@@ -698,12 +698,12 @@ def print_local(args: argparse.Namespace, rows: list[dict[str, Any]], slots: int
         figures[f"local gain {method}"] = f"{gain:.2f}"
 
 
-def local_tokens(records: list[dict[str, Any]]) -> dict[str, int]:
+def local_tokens(records: list[Any]) -> dict[str, int]:
     """Prompt and completion tokens by tag (debate, summary) summed over a run's transcripts."""
     out = {}
     for tag in ("debate", "summary"):
         for kind in ("prompt", "completion"):
-            out[f"{tag}_{kind}"] = sum(r["tokens"].get(tag, {}).get(f"{kind}_tokens", 0) for r in records)
+            out[f"{tag}_{kind}"] = sum(getattr(r.tokens[tag], f"{kind}_tokens") for r in records if tag in r.tokens)
     return out
 
 

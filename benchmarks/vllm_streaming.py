@@ -145,14 +145,14 @@ class ServedVLLM:
                 self.proc.wait(timeout=30)
 
 
-def record_digests(records: list[dict]) -> list[str]:
+def record_digests(records: list) -> list[str]:
     from r2mad_core.records import without_seconds
 
     return [hashlib.sha256(json.dumps(without_seconds(r), sort_keys=True).encode()).hexdigest()[:12] for r in records]
 
 
-def completion_tokens(records: list[dict]) -> int:
-    return sum(t["completion_tokens"] for r in records for rnd in r["rounds"] for t in rnd["agents"])
+def completion_tokens(records: list) -> int:
+    return sum(t.completion_tokens for r in records for rnd in r.rounds for t in rnd.agents)
 
 
 def differing(a: list[str], b: list[str]) -> int:

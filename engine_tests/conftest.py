@@ -143,8 +143,8 @@ def agent_pairs(records: list[dict]) -> tuple[int, int]:
     """(same-round agent pairs with byte-identical responses, all same-round agent pairs)."""
     same = total = 0
     for record in records:
-        for rnd in record["rounds"]:
-            texts = [t["response"] for t in rnd["agents"]]
+        for rnd in record.rounds:
+            texts = [t.response for t in rnd.agents]
             for i in range(len(texts)):
                 for j in range(i + 1, len(texts)):
                     total += 1

@@ -70,9 +70,9 @@ def test_every_method_runs(shared_engine: None, workdir: Path, model_dir: str, m
     out = cli_run(workdir, model_dir, method, *extra)
     config, records = experiments.load_run(out)
     assert len(records) == QUESTIONS
-    turns = [t for r in records for rnd in r["rounds"] for t in rnd["agents"]]
-    assert turns and all(t["completion_tokens"] >= 1 for t in turns)
-    assert all(t["completion_tokens"] <= MAX_TOKENS for t in turns)
+    turns = [t for r in records for rnd in r.rounds for t in rnd.agents]
+    assert turns and all(t.completion_tokens >= 1 for t in turns)
+    assert all(t.completion_tokens <= MAX_TOKENS for t in turns)
     if method == "mad_m2" and "objective" in extra:
         scored = [t["mean_logprob"] for t in turns if t["mean_logprob"] is not None]
         assert scored and all(v <= 0 for v in scored)

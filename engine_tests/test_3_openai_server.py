@@ -62,8 +62,8 @@ def test_every_method_runs(vllm_server: VLLMServer, workdir: Path, method: str, 
     out = cli_run(vllm_server, workdir, method, *extra)
     config, records = experiments.load_run(out)
     assert len(records) == QUESTIONS
-    turns = [t for r in records for rnd in r["rounds"] for t in rnd["agents"]]
-    assert turns and all(1 <= t["completion_tokens"] <= MAX_TOKENS for t in turns)
+    turns = [t for r in records for rnd in r.rounds for t in rnd.agents]
+    assert turns and all(1 <= t.completion_tokens <= MAX_TOKENS for t in turns)
     if "objective" in extra:
         scored = [t["mean_logprob"] for t in turns if t["mean_logprob"] is not None]
         assert scored and all(v <= 0 for v in scored)

@@ -1,46 +1,53 @@
 """Records: the typed schema of a run directory's files (``transcripts.jsonl`` lines and ``config.json``).
 
 One transcript line is one finished debate of one question (:class:`TranscriptRecord`): every round t
-(:class:`RoundRecordModel`) with every agent's response z_i^(t) (Eq. 1; :class:`TurnRecord`), the consensus
+(:class:`RoundRecord`) with every agent's response z_i^(t) (Eq. 1; :class:`TurnRecord`), the consensus
 Cons(Z^(t)) of Eq. 2's debate state, the summary h^(t), and for R2-MAD what the round hook did: the experiences
 retrieved by Eq. 8's MMR policy (``retrieved``: case ids, scores, lambda_t) and the confidence c_ji of Eqs. 5-7
-with its annotation. Then the vote over the last round, token costs and wall time.
+with its annotation. Then the vote over the last round (:class:`VoteRecord`), token costs and wall time.
 
-The writer (:func:`r2mad_core.experiments.cell.transcript_record`) and the reader
-(:class:`r2mad_core.experiments.cell.TranscriptStore`) both go through these models, so a line that does not fit the
-schema is an error naming the file, the line and the field, not a ``KeyError`` three modules later. Readers get
-plain dicts (the JSON as written); ``TranscriptRecord.model_validate(record)`` gives the typed view.
+These models are the one declaration of the transcript (docs/design.md, "Runs and results"): the debate loop
+builds them as it runs (:mod:`r2mad_core.debate.loop` appends :class:`RoundRecord` s of :class:`TurnRecord` s to
+each debate state and fills in ``correct``, ``summary`` and ``seconds`` when they are known), the run cell
+writes them (:func:`r2mad_core.experiments.cell.transcript_record`, one ``model_dump`` per line), and every
+reader -- scoring, grid results, findings, memory construction -- gets them back, validated, from
+:class:`r2mad_core.experiments.cell.TranscriptStore` and reads attributes. A line that does not fit is an error
+naming the file, the line and the field, not an ``AttributeError`` three modules later. Transcripts written
+before these models existed have the same JSON and load unchanged (tests/test_records.py keeps a line of that
+format). :func:`as_transcript` is the door for a hand-made record (a dict).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+
 class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Not frozen: the debate loop fills in correctness, summaries and wall time after a turn is built;
+    # readers treat records as read-only (scoring copies with ``model_copy(update=...)``).
+    model_config = ConfigDict(extra="forbid")
 
 
 class TurnRecord(_Record):
-    """Agent i's response at one round (:class:`r2mad_core.debate.loop.AgentTurn`)."""
+    """Agent i's response z_i^(t) at one round, as the loop recorded it (one of ``agents`` of a round)."""
 
     agent: int
+    prompt_id: str = ""  # first 16 hex digits of SHA-256 of the request's chat messages
     response: str
     answer: str | None
-    correct: bool | None
+    correct: bool | None  # None while the debate runs; filled by r2mad_core.debate.loop.score_turns
     finish_reason: str
-    truncated: bool
-    empty: bool
+    truncated: bool  # finish_reason == "length": cut off at max_tokens (answer still extracted)
+    empty: bool  # a blank (or whitespace-only) response
     prompt_tokens: int
     completion_tokens: int
     cached: bool
     seconds: float
-    # Written for every turn; a reader does not need them (a hand-made record may leave them out).
-    prompt_id: str = ""
     mean_logprob: float | None = None
-    visible_peers: list[int] | None = None
-    peer_confidence: dict[str, str | None] = {}  # peer j -> its Eq. 7 annotation shown to agent i (None: none)
+    visible_peers: tuple[int, ...] | None = None  # the peers this agent read (None at round 0)
+    peer_confidence: dict[int, str | None] = {}  # peer j -> its Eq. 7 annotation shown to agent i (None: none)
     n_experiences: int = 0
     retrieved: dict[str, Any] = {}  # the round hook's record: policy, case ids, scores, lambda_t, confidence
 
@@ -55,9 +62,16 @@ class ExtraCallRecord(_Record):
     cached: bool
     seconds: float
 
+    @classmethod
+    def from_completion(cls, tag: str, completion: Any) -> "ExtraCallRecord":
+        """The cost of ``completion`` (an :class:`r2mad_core.engines.base.Completion`) under ``tag``."""
+        return cls(tag=tag, prompt_tokens=completion.prompt_tokens, completion_tokens=completion.completion_tokens,
+                   finish_reason=completion.finish_reason, cached=completion.cached, seconds=completion.seconds)
 
-class RoundRecordModel(_Record):
-    """Round t of one debate (:class:`r2mad_core.debate.loop.RoundRecord`)."""
+
+class RoundRecord(_Record):
+    """Round t of one debate: Z^(t) (``agents``), Cons(Z^(t)) (Eq. 3), h^(t) (Eq. 2), MAD-M2's masking record,
+    the extra calls charged to the round and this debate's share of the round's wall time."""
 
     round: int
     agents: list[TurnRecord]
@@ -68,15 +82,35 @@ class RoundRecordModel(_Record):
     extra_calls: list[ExtraCallRecord]
     seconds: float
 
+    @property
+    def index(self) -> int:
+        """t (the debate loop's name for ``round``)."""
+        return self.round
+
+    @property
+    def turns(self) -> list[TurnRecord]:
+        """The agents' turns (the debate loop's name for ``agents``)."""
+        return self.agents
+
+    @property
+    def responses(self) -> list[str]:
+        return [t.response for t in self.agents]
+
+    @property
+    def answers(self) -> list[str | None]:
+        return [t.answer for t in self.agents]
+
 
 class VoteRecord(_Record):
-    """The final answer of the last round (:class:`r2mad_core.debate.scoring.VoteResult`)."""
+    """The final answer of the last round (:func:`r2mad_core.debate.scoring.vote`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     answer: str | None
     correct: bool
     rule: str
-    group_sizes: list[int]
-    tied: bool
+    group_sizes: tuple[int, ...]  # sizes of the answer groups, largest first
+    tied: bool  # a tie between the largest groups was broken by the seeded rule
 
 
 class TokenCount(_Record):
@@ -97,7 +131,7 @@ class TranscriptRecord(_Record):
     num_options: int | None
     method: str
     seed: int
-    rounds: list[RoundRecordModel]
+    rounds: list[RoundRecord]
     n_rounds_executed: int
     stopped_early: bool
     final_answer: str | None
@@ -106,6 +140,24 @@ class TranscriptRecord(_Record):
     tokens: dict[str, TokenCount] = {}  # by tag: debate, summary, judge (written always; recomputable)
     seconds: float
     truncated_completions: int
+
+
+def as_transcript(record: TranscriptRecord | Any) -> TranscriptRecord:
+    """``record`` itself when it is a :class:`TranscriptRecord`, else the JSON object of one line validated into
+    one (a hand-made record; ``ValueError`` naming the first field that does not fit)."""
+    if isinstance(record, TranscriptRecord):
+        return record
+    try:
+        return TranscriptRecord.model_validate(record)
+    except ValidationError as exc:
+        found = problems(TranscriptRecord, record)
+        raise ValueError(f"not a transcript record (r2mad_core.records.TranscriptRecord): {found[0] if found else exc}"
+                         + (f"; and {len(found) - 1} more" if len(found) > 1 else "")) from None
+
+
+def as_transcripts(records: Iterable[TranscriptRecord | Any]) -> list[TranscriptRecord]:
+    """:func:`as_transcript` of each record."""
+    return [as_transcript(r) for r in records]
 
 
 class RunConfig(BaseModel):
@@ -131,9 +183,12 @@ def without_seconds(value: Any) -> Any:
     """A transcript record (or any JSON value) without its wall-time fields: every ``seconds`` key (per sample,
     round, turn, extra call and tag). They measure one run's wall clock and engine time, so they differ between
     any two runs, whatever the schedule; two runs of the same requests must agree on everything else."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump()
     if isinstance(value, dict):
-        return {k: without_seconds(v) for k, v in value.items() if k != "seconds"}
-    if isinstance(value, list):
+        # str keys as in the file (a record's peer_confidence has int keys in memory, str keys in JSON)
+        return {str(k) if isinstance(k, int) else k: without_seconds(v) for k, v in value.items() if k != "seconds"}
+    if isinstance(value, (list, tuple)):
         return [without_seconds(v) for v in value]
     return value
 

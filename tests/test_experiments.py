@@ -52,7 +52,7 @@ STABLE_KEYS = ("seconds",)
 
 def stable(record: dict) -> dict:
     """A record without wall-time and cache fields (they differ between runs by design)."""
-    out = json.loads(json.dumps(record))
+    out = json.loads(json.dumps(record.model_dump()))
     out.pop("seconds", None)
     for r in out["rounds"]:
         r.pop("seconds", None)
@@ -90,11 +90,11 @@ def test_run_cell_writes_config_transcripts_and_metrics(tmp_path):
     assert all(r.params.seed == 5 for b in engine.batches for r in b)
     metrics = json.loads((run / METRICS_FILE).read_text())
     assert metrics["n"] == 7
-    assert metrics["accuracy"] == pytest.approx(sum(r["correct"] for r in result.records) / 7)
+    assert metrics["accuracy"] == pytest.approx(sum(r.correct for r in result.records) / 7)
     first = result.records[0]
-    assert first["rounds"][0]["agents"][0]["answer"] in "ABCD"
-    assert first["tokens"]["debate"]["requests"] == 3 * first["n_rounds_executed"]
-    assert set(first) >= {"sample_id", "gold", "final_answer", "correct", "vote", "tokens", "seconds", "truncated_completions"}
+    assert first.rounds[0].agents[0].answer in "ABCD"
+    assert first.tokens["debate"].requests == 3 * first.n_rounds_executed
+    assert set(first.model_dump()) >= {"sample_id", "gold", "final_answer", "correct", "vote", "tokens", "seconds", "truncated_completions"}
 
 
 def test_rerun_skips_finished_samples_and_gives_identical_transcripts(tmp_path):
@@ -118,7 +118,7 @@ def test_cache_replays_every_generation_into_a_new_directory(tmp_path):
     r2 = run_cell(tmp_path / "b", engine=CachedEngine(backend2, cache), method=get_method("mad", with_summaries=True), **kwargs)
     assert backend1.calls > 0 and backend2.calls == 0
     assert [stable(r) for r in r1.records] == [stable(r) for r in r2.records]
-    assert all(a["cached"] for r in r2.records for rr in r["rounds"] for a in rr["agents"])
+    assert all(a.cached for r in r2.records for rr in r.rounds for a in rr.agents)
     assert r2.metrics["tokens_per_query"]["debate"]["cached_fraction"] == 1.0
 
 
@@ -240,7 +240,7 @@ def test_score_run_recomputes_metrics_from_transcripts(tmp_path):
     config, records = load_run(run)
     authors = score_run(run, vote_rule="authors_majority_correct", write=False)
     expected = sum(
-        sum(a["correct"] for a in r["rounds"][-1]["agents"]) * 2 > len(r["rounds"][-1]["agents"]) for r in records
+        sum(a.correct for a in r.rounds[-1].agents) * 2 > len(r.rounds[-1].agents) for r in records
     ) / len(records)
     assert authors["accuracy"] == pytest.approx(expected)
 
@@ -312,8 +312,8 @@ def test_sigkill_at_random_points_then_resume_finishes_every_sample_once(tmp_pat
     reference = run_cell(tmp_path / "ref", benchmark="truthfulqa", split="test", engine=ScriptedEngine(hashed_respond),
                          method="mad", samples=samples(n), chunk_size=chunk, progress=False)
     _, records = load_run(out)
-    by_id = {r["sample_id"]: stable(r) for r in records}
-    assert [by_id[r["sample_id"]] for r in reference.records] == [stable(r) for r in reference.records]
+    by_id = {r.sample_id: stable(r) for r in records}
+    assert [by_id[r.sample_id] for r in reference.records] == [stable(r) for r in reference.records]
     metrics = json.loads((out / METRICS_FILE).read_text())
     assert metrics["n"] == n and metrics["accuracy"] == reference.metrics["accuracy"]
     lost = n - len(set(ids))

@@ -119,10 +119,10 @@ def test_a_round1_r2mad_prompt_shows_the_reference_answer(bank_dir: Path, tmp_pa
     options = {"memory": str(bank_dir)} if mode == "answer" else {"memory": str(bank_dir), "experience_reference": mode}
     result = run_cell(tmp_path / "run", benchmark="truthfulqa", split="test", engine=engine, method="r2mad",
                       method_options=options, samples=TEST, progress=False)
-    agent1 = result.records[0]["rounds"][1]["agents"][1]
+    agent1 = result.records[0].rounds[1].agents[1]
     bank = MemoryBankSet.load(bank_dir, embedder="hashing-256", benchmark="truthfulqa")[1]
     by_id = {c.case_id: c for c in bank.cases}
-    cases = [by_id[cid] for cid in agent1["retrieved"]["case_ids"]]
+    cases = [by_id[cid] for cid in agent1.retrieved["case_ids"]]
     # Multiple choice: the letter and the option text; "solution" falls back to it (no solution for MC).
     references = [[] if mode == "none" else
                   ["<reference_answer>", f"A. option A for {c.sample_id}", "</reference_answer>"] for c in cases]

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from hand_transcripts import transcript
+from r2mad_core.records import TranscriptRecord, as_transcript
 from r2mad_core.report import findings
 from r2mad_core.report.results import CellOutcome, GridResults
 from r2mad_core.experiments.model_specs import ModelSpec
@@ -15,7 +17,7 @@ SIM = ModelSpec("Sim", "simulated", None, stands_in_for="Qwen2.5-7B-Instruct")
 
 
 def _outcome(method: str, benchmark: str, outcomes: list[int], spec: ModelSpec = SIM) -> CellOutcome:
-    records = [{"sample_id": f"{benchmark}-{i}", "correct": bool(c), "rounds": []} for i, c in enumerate(outcomes)]
+    records = [as_transcript(transcript(f"{benchmark}-{i}", correct=bool(c))) for i, c in enumerate(outcomes)]
     accuracy = sum(outcomes) / len(outcomes)
     return CellOutcome(spec, benchmark, method, Path("/runs"), records,
                        {"accuracy": accuracy, "ci_low": accuracy, "ci_high": accuracy, "n": len(outcomes)})
@@ -89,11 +91,11 @@ def test_claims_sentences_list_what_fails() -> None:
 
 
 def test_round0_sentences_count_how_often_the_independent_round_0_was_also_wrong() -> None:
-    def record(sample: str, round0: list[bool], correct: bool) -> dict:
-        return {"sample_id": sample, "correct": correct, "rounds": [{"round": 0, "agents": [{"correct": c} for c in round0]}]}
+    def record(sample: str, round0: list[bool], correct: bool) -> TranscriptRecord:
+        return as_transcript(transcript(sample, [{"round": 0, "agents": [{"correct": c} for c in round0]}], correct=correct))
 
-    def cell(method: str, records: list[dict]) -> CellOutcome:
-        accuracy = sum(r["correct"] for r in records) / len(records)
+    def cell(method: str, records: list[TranscriptRecord]) -> CellOutcome:
+        accuracy = sum(r.correct for r in records) / len(records)
         return CellOutcome(SIM, "truthfulqa", method, Path("/runs"), records,
                            {"accuracy": accuracy, "ci_low": accuracy, "ci_high": accuracy, "n": len(records)})
 

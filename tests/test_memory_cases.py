@@ -6,6 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from hand_transcripts import transcript
 from r2mad_core.memory.embeddings import HashingEmbedder
 from r2mad_core.memory.cases import (
     AgentDebateState,
@@ -105,17 +106,14 @@ def test_case_json_round_trip_and_errors_name_the_row():
 
 
 def test_debate_record_from_a_scored_transcript():
-    row = {
-        "sample_id": "q5", "gold": "B", "final_answer": "B", "correct": True, "num_options": 4,
-        "rounds": [
-            {"agents": [{"response": "r0 a0", "answer": "B", "correct": True},
-                        {"response": "r0 a1", "answer": None, "correct": False}],
-             "summary": None, "consensus_ratio": 0.5},
-            {"agents": [{"response": "r1 a0", "answer": "B", "correct": True},
-                        {"response": "r1 a1", "answer": "B", "correct": True}],
-             "summary": "both B", "consensus_ratio": 1.0},
-        ],
-    }
+    row = transcript("q5", gold="B", final_answer="B", correct=True, num_options=4, rounds=[
+        {"agents": [{"response": "r0 a0", "answer": "B", "correct": True},
+                    {"response": "r0 a1", "answer": None, "correct": False}],
+         "summary": None, "consensus_ratio": 0.5},
+        {"agents": [{"response": "r1 a0", "answer": "B", "correct": True},
+                    {"response": "r1 a1", "answer": "B", "correct": True}],
+         "summary": "both B", "consensus_ratio": 1.0},
+    ])
     record = debate_record_from_transcript(row, "Which letter?")
     assert record == DebateRecord(
         "q5", "Which letter?", "B",

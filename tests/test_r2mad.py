@@ -92,18 +92,18 @@ def test_r2mad_hook_prompts_and_records(bank_dir, tmp_path):
     result = run_cell(tmp_path / "run", benchmark="truthfulqa", split="test", engine=engine, method="r2mad",
                       method_options={"memory": str(bank_dir)}, samples=TEST, progress=False)
     record = result.records[0]
-    assert record["n_rounds_executed"] == 3  # B dissents: no unanimity
-    round0, round1 = record["rounds"][0], record["rounds"][1]
-    assert all(a["n_experiences"] == 0 and a["retrieved"] == {} for a in round0["agents"])
-    agent0 = round1["agents"][0]
-    retrieved = agent0["retrieved"]
-    assert agent0["n_experiences"] == 3 and len(retrieved["case_ids"]) == 3
+    assert record.n_rounds_executed == 3  # B dissents: no unanimity
+    round0, round1 = record.rounds[0], record.rounds[1]
+    assert all(a.n_experiences == 0 and a.retrieved == {} for a in round0.agents)
+    agent0 = round1.agents[0]
+    retrieved = agent0.retrieved
+    assert agent0.n_experiences == 3 and len(retrieved["case_ids"]) == 3
     assert all(cid.endswith("#a0") for cid in retrieved["case_ids"])
     assert retrieved["lambda"] == pytest.approx(1 - 0.9 * 2 / 3, abs=1e-6)  # Cons(Z^(0)) = 2/3
     # Eq. 7: agent 1's current response is identical to its stored (always wrong) responses -> c = 0;
     # agent 2's to its stored (always right) ones -> c = 1.
     assert retrieved["confidence"] == {"1": 0.0, "2": 1.0}
-    assert agent0["peer_confidence"] == {"1": "low", "2": "high"}
+    assert agent0.peer_confidence == {1: "low", 2: "high"}
     assert retrieved["policy"] == "state_aware" and len(retrieved["scores"]) == 3
     # what agent 0 was shown at round 1
     text = _round1_prompts(engine, 0)[0]
@@ -117,17 +117,17 @@ def test_r2mad_ablations(bank_dir, tmp_path):
     engine = scripted()
     no_memory = run_cell(tmp_path / "nomem", benchmark="truthfulqa", split="test", engine=engine, method="r2mad",
                          method_options={"memory": str(bank_dir), "use_memory": False}, samples=TEST, progress=False)
-    agent0 = no_memory.records[0]["rounds"][1]["agents"][0]
-    assert agent0["n_experiences"] == 0 and len(agent0["retrieved"]["case_ids"]) == 3
-    assert agent0["peer_confidence"] == {"1": "low", "2": "high"}  # confidence still estimated and shown
+    agent0 = no_memory.records[0].rounds[1].agents[0]
+    assert agent0.n_experiences == 0 and len(agent0.retrieved["case_ids"]) == 3
+    assert agent0.peer_confidence == {1: "low", 2: "high"}  # confidence still estimated and shown
     assert "<experiences>" not in _round1_prompts(engine, 0)[0]
 
     engine = scripted()
     no_conf = run_cell(tmp_path / "noconf", benchmark="truthfulqa", split="test", engine=engine, method="r2mad",
                        method_options={"memory": str(bank_dir), "use_confidence": False}, samples=TEST, progress=False)
-    agent0 = no_conf.records[0]["rounds"][1]["agents"][0]
-    assert agent0["n_experiences"] == 3 and agent0["peer_confidence"] == {}
-    assert agent0["retrieved"]["confidence"] == {"1": 0.0, "2": 1.0}  # recorded, not shown
+    agent0 = no_conf.records[0].rounds[1].agents[0]
+    assert agent0.n_experiences == 3 and agent0.peer_confidence == {}
+    assert agent0.retrieved["confidence"] == {"1": 0.0, "2": 1.0}  # recorded, not shown
     assert "<confidence>" not in _round1_prompts(engine, 0)[0]
 
 
@@ -150,9 +150,9 @@ def test_icl_cot_shows_distinct_training_questions(bank_dir, tmp_path):
     engine = scripted()
     result = run_cell(tmp_path / "icl", benchmark="truthfulqa", split="test", engine=engine, method="icl_cot",
                       method_options={"memory": str(bank_dir), "top_k": 2}, samples=TEST, progress=False)
-    turn = result.records[0]["rounds"][0]["agents"][0]
-    assert turn["n_experiences"] == 2
-    ids = turn["retrieved"]["case_ids"]
+    turn = result.records[0].rounds[0].agents[0]
+    assert turn.n_experiences == 2
+    ids = turn.retrieved["case_ids"]
     assert len({cid.split("#")[0] for cid in ids}) == 2 and all(cid.endswith("#t2#a0") for cid in ids)
     parsed = prompts.parse_prompt(last_user(engine.batches[0][0]))
     assert parsed.kind == "task" and len(parsed.experiences) == 2
@@ -196,11 +196,11 @@ def test_r2mad_on_every_benchmark_simulated(benchmark, tmp_path):
                       method_options={"memory": str(tmp_path / "bank")}, samples=test, progress=False)
     assert result.metrics["n"] == 2
     for record in result.records:
-        for rd in record["rounds"][1:]:
-            previous = record["rounds"][rd["round"] - 1]["consensus_ratio"]
-            for agent in rd["agents"]:
-                assert agent["retrieved"]["lambda"] == pytest.approx(1 - 0.9 * previous, abs=1e-6)
-                assert set(agent["retrieved"]["confidence"]) == {str(j) for j in range(3) if j != agent["agent"]}
+        for rd in record.rounds[1:]:
+            previous = record.rounds[rd.round - 1].consensus_ratio
+            for agent in rd.agents:
+                assert agent.retrieved["lambda"] == pytest.approx(1 - 0.9 * previous, abs=1e-6)
+                assert set(agent.retrieved["confidence"]) == {str(j) for j in range(3) if j != agent.agent}
 
 
 @pytest.mark.parametrize(
@@ -223,11 +223,11 @@ def test_r2mad_variants_run(options, tmp_path):
     build_memory("truthfulqa", engine, "hashing", tmp_path / "bank", samples=train, progress=False)
     result = run_cell(tmp_path / "run", benchmark="truthfulqa", split="test", engine=engine, method="r2mad",
                       method_options={"memory": str(tmp_path / "bank"), **options}, samples=test, progress=False)
-    rounds = [rd for r in result.records for rd in r["rounds"][1:]]
+    rounds = [rd for r in result.records for rd in r.rounds[1:]]
     banks = MemoryBankSet.load(tmp_path / "bank", embedder="hashing-384", benchmark="truthfulqa")
     for rd in rounds:
-        for index, agent in enumerate(rd["agents"]):
-            retrieved = agent["retrieved"]
+        for index, agent in enumerate(rd.agents):
+            retrieved = agent.retrieved
             assert retrieved["policy"] == options.get("retrieval_policy", "state_aware")
             expected = options.get("top_k", 3)
             if options.get("retrieval_policy") == "positive_only":  # only r = 1 cases are eligible

@@ -354,6 +354,8 @@ def test_artifact_names_follow_the_paper_labels() -> None:
 from r2mad_core.experiments.methods import get_method  # noqa: E402
 from r2mad_core.report.grid import ExperimentGrid  # noqa: E402
 from r2mad_core.report.results import CellOutcome, GridResults  # noqa: E402
+from r2mad_core.records import TranscriptRecord, as_transcript  # noqa: E402
+from hand_transcripts import transcript  # noqa: E402
 from r2mad_core.experiments.model_specs import ModelSpec  # noqa: E402
 from r2mad_core.debate.scoring import mean_accuracy_with_ci  # noqa: E402
 from r2mad_core.report.tables import tidy_to_table  # noqa: E402
@@ -464,15 +466,15 @@ def test_mean_accuracy_ci_matches_the_single_benchmark_bootstrap() -> None:
     assert all(np.isnan(v) for v in mean_accuracy_with_ci([[True], []]))
 
 
-def _record(sample_id: str, rounds: list[list[bool]], correct: bool) -> dict:
-    return {"sample_id": sample_id, "correct": correct,
-            "rounds": [{"round": t, "agents": [{"correct": c} for c in agents]} for t, agents in enumerate(rounds)]}
+def _record(sample_id: str, rounds: list[list[bool]], correct: bool) -> TranscriptRecord:
+    return as_transcript(transcript(sample_id, [{"round": t, "agents": [{"correct": c} for c in agents]}
+                                                for t, agents in enumerate(rounds)], correct=correct))
 
 
-def _outcome(method: str, benchmark: str, records: list[dict]) -> CellOutcome:
+def _outcome(method: str, benchmark: str, records: list[TranscriptRecord]) -> CellOutcome:
     spec = ModelSpec.from_entry(SIMULATED)
     n = len(records)
-    accuracy = sum(r["correct"] for r in records) / n
+    accuracy = sum(r.correct for r in records) / n
     metrics = {"accuracy": accuracy, "ci_low": accuracy - 0.1, "ci_high": accuracy + 0.1, "n": n}
     return CellOutcome(spec, benchmark, method, Path("/runs") / method, records, metrics)
 
@@ -628,9 +630,11 @@ def test_large_models_named_only_by_a_stand_in_are_not_run() -> None:
 
 
 def test_cost_time_is_what_generation_measured_or_says_why_not() -> None:
-    def record(cached: list[bool]) -> dict:
-        return {"sample_id": "q", "correct": True, "rounds": [{"agents": [{"cached": c} for c in cached],
-                                              "extra_calls": [{"cached": False}]}]}
+    def record(cached: list[bool]) -> TranscriptRecord:
+        summary = {"tag": "summary", "prompt_tokens": 0, "completion_tokens": 0, "finish_reason": "stop",
+                   "cached": False, "seconds": 0.0}
+        return as_transcript(transcript("q", [{"agents": [{"cached": c} for c in cached], "extra_calls": [summary]}],
+                                        correct=True))
 
     assert scoring.replayed_share([record([True, True, True])]) == pytest.approx(3 / 4)
     assert scoring.replayed_share([record([False, False])]) == 0.0
@@ -646,7 +650,7 @@ def test_cost_time_is_what_generation_measured_or_says_why_not() -> None:
     cost = GridResults([outcome]).cost(["MAD"]).iloc[0]
     assert cost["replayed_share"] == pytest.approx(2 / 3) and bool(cost["time_measured"])
     outcome.records = [record([True])]
-    outcome.records[0]["rounds"][0]["extra_calls"] = []
+    outcome.records[0].rounds[0].extra_calls = []
     assert not bool(GridResults([outcome]).cost(["MAD"]).iloc[0]["time_measured"])
 
 

@@ -77,7 +77,7 @@ def test_every_method_writes_the_same_transcripts_under_both_schedules(label, ba
     assert [r["sample_id"] for r in file_lines(tmp_path / "questions")] == [s.id for s in TEST]
     assert questions.metrics["accuracy"] == rounds.metrics["accuracy"]
     if label in ("mad", "mad_summaries", "mad_m2_objective", "mad_m2_subjective", "r2mad"):
-        executed = [len(r["rounds"]) for r in rounds.records]
+        executed = [len(r.rounds) for r in rounds.records]
         assert 1 in executed or 2 in executed, "no question stopped early: the early stop is not exercised"
         assert 3 in executed, "no question ran every round"
 
@@ -93,7 +93,7 @@ def test_every_method_writes_the_same_transcripts_under_both_schedules(label, ba
     replay_questions = run("questions", replay_engine, "rq")
     replay_rounds = run("rounds", CachedEngine(SimulatedEngine([*TEST, *TRAIN], seed=1), tmp_path / "cache-q"), "rr")
     assert replay_engine.stats.generated == 0
-    assert all(a["cached"] for r in replay_questions.records for t in r["rounds"] for a in t["agents"])
+    assert all(a.cached for r in replay_questions.records for t in r.rounds for a in t.agents)
     assert [without_seconds(r) for r in replay_questions.records] == [without_seconds(r) for r in replay_rounds.records]
     assert file_lines(tmp_path / "rq") == file_lines(tmp_path / "rr")
 
@@ -137,7 +137,7 @@ def test_a_question_moves_to_its_next_round_while_another_is_still_in_an_earlier
     result = run_cell(tmp_path / "run", benchmark="truthfulqa", split="test", engine=engine, method="mad",
                       samples=samples, schedule="questions", window=3, progress=False)
     assert engine.q000_round1.is_set()
-    assert [len(r["rounds"]) for r in result.records] == [3, 3, 3]
+    assert [len(r.rounds) for r in result.records] == [3, 3, 3]
     # Each engine call holds one question's requests (3 agents), never a whole round of every question.
     assert {len(batch) for batch in engine.batches} == {3}
     assert len(engine.batches) == 3 * 3
@@ -226,7 +226,7 @@ def test_an_engine_failure_stops_the_run_keeps_the_finished_questions_before_it_
         run_cell(tmp_path / "run", benchmark="truthfulqa", split="test", engine=ConcurrentScripted(failing),
                  method="mad", samples=samples, schedule="questions", window=2, progress=False)
     _, records = load_run(tmp_path / "run")
-    ids = [r["sample_id"] for r in records]
+    ids = [r.sample_id for r in records]
     assert ids == [f"q{i:03d}" for i in range(len(ids))] and len(ids) <= 3  # a prefix, nothing from q003 on
     resumed = run_cell(tmp_path / "run", benchmark="truthfulqa", split="test", engine=ConcurrentScripted(split_answers),
                        method="mad", samples=samples, schedule="questions", window=2, progress=False)
@@ -371,8 +371,8 @@ def test_a_question_waiting_for_its_slowest_agent_lets_a_new_question_use_the_fr
     started, pending = engine.when_q002_started
     assert pending == {"q000", "q001"}  # q002 started while both still waited for their third agent
     assert sorted(started) == ["q000", "q001", "q002"]  # and q003 had not: 1 + 1 + 3 + 3 > 6
-    assert [r["sample_id"] for r in result.records] == ["q000", "q001", "q002", "q003"]
-    assert [len(r["rounds"]) for r in result.records] == [3, 3, 3, 3]
+    assert [r.sample_id for r in result.records] == ["q000", "q001", "q002", "q003"]
+    assert [len(r.rounds) for r in result.records] == [3, 3, 3, 3]
 
 
 class OutOfOrderStreaming(SimulatedEngine):

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from hand_transcripts import transcript, turn
 from r2mad_core.debate import scoring
 from r2mad_core.debate.scoring import (
     accuracy_with_ci,
@@ -86,17 +87,8 @@ def test_authors_majority_correct_rule():
 # Hand-made transcripts
 # ----------------------------------------------------------------------------------------------
 def agent(answer, correct, *, finish="stop", response=None, tokens=(10, 5), cached=False):
-    return {
-        "agent": 0,
-        "response": response if response is not None else f"... (({answer}))",
-        "answer": answer,
-        "correct": correct,
-        "finish_reason": finish,
-        "prompt_tokens": tokens[0],
-        "completion_tokens": tokens[1],
-        "cached": cached,
-        "seconds": 0.1,
-    }
+    return turn(response=response if response is not None else f"... (({answer}))", answer=answer, correct=correct,
+                finish_reason=finish, prompt_tokens=tokens[0], completion_tokens=tokens[1], cached=cached, seconds=0.1)
 
 
 def record(sample_id, rounds, *, gold="A", correct=None, final=None, seconds=1.0, extra=None):
@@ -104,17 +96,7 @@ def record(sample_id, rounds, *, gold="A", correct=None, final=None, seconds=1.0
     for t, answers in enumerate(rounds):
         agents = [agent(a, a == gold) for a in answers]
         rounds_out.append({"round": t, "agents": agents, "extra_calls": (extra or {}).get(t, [])})
-    return {
-        "sample_id": sample_id,
-        "benchmark": "truthfulqa",
-        "gold": gold,
-        "rounds": rounds_out,
-        "final_answer": final,
-        "correct": bool(correct),
-        "vote": {"rule": "plurality", "tied": False},
-        "seconds": seconds,
-        "stopped_early": False,
-    }
+    return transcript(sample_id, rounds_out, gold=gold, final_answer=final, correct=bool(correct), seconds=seconds)
 
 
 def test_shared_misconception_subset_is_a_strict_majority_wrong_at_round_zero():
@@ -284,11 +266,11 @@ def _r2mad_record() -> dict:
                           "confidence": {"1": 0.3, "2": 0.7}, "annotation": {"1": "low", "2": "high"}}}
     plain = {"agent": 1, "answer": "A", "correct": True, "peer_confidence": {"0": None, "2": "low"},
              "retrieved": {"lambda": 0.4, "confidence": {"0": 0.5, "2": 0.2}}}
-    return {"sample_id": "q1", "rounds": [
+    return transcript("q1", [
         {"round": 0, "agents": agents0, "consensus_ratio": 2 / 3},
         {"round": 1, "agents": [turn, plain], "consensus_ratio": 1.0,
          "masking": {"kept": [0, 1], "verdicts": ["YES", "NO"]}},
-    ]}
+    ])
 
 
 def test_retrieval_trace_lambda_and_confidences_read_every_round() -> None:

@@ -89,8 +89,8 @@ def test_missing_treats_truncated_answers_as_no_answer():
     assert metrics["completion_health"]["no_answer"] == 5
     assert metrics["agent_accuracy_by_round"] == [pytest.approx(2 / 12), pytest.approx(2 / 3)]
     s1 = rescore_record(RECORDS[0], truncated_answers="missing")
-    assert [a["answer"] for a in s1["rounds"][0]["agents"]] == [None, None, "B"]
-    assert s1["final_answer"] == "B" and s1["correct"] is False and s1["vote"]["group_sizes"] == [1]
+    assert [a.answer for a in s1.rounds[0].agents] == [None, None, "B"]
+    assert s1.final_answer == "B" and s1.correct is False and s1.vote.group_sizes == (1,)
     # The originals are untouched (scoring is a view).
     assert RECORDS[0]["rounds"][0]["agents"][0]["answer"] == "A" and RECORDS[0]["correct"] is True
     # s4: agent 0 goes from a truncated (now missing) answer to a right one: W->C instead of C->C.

@@ -71,6 +71,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, ru
 from r2mad_core.data import answers
 
 from r2mad_core.debate import prompts
+from r2mad_core.records import ExtraCallRecord, RoundRecord, TurnRecord
 from r2mad_core.engines.base import Completion, Engine, Message, Request, SamplingParams
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -218,118 +219,12 @@ def _check_int(name: str, value: Any, minimum: int | None) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# Records
+# Records: the transcript's own types (r2mad_core.records), built here as the debate runs
 # --------------------------------------------------------------------------------------------
-@dataclass
-class AgentTurn:
-    """Agent i's response z_i^(t) at one round, with everything the transcript keeps."""
-
-    agent: int
-    round_index: int
-    prompt_id: str
-    response: str
-    answer: str | None
-    finish_reason: str
-    prompt_tokens: int
-    completion_tokens: int
-    cached: bool
-    seconds: float
-    mean_logprob: float | None = None
-    visible_peers: tuple[int, ...] | None = None  # None at round 0
-    peer_confidence: dict[int, str | None] = field(default_factory=dict)
-    n_experiences: int = 0
-    retrieved: dict[str, Any] = field(default_factory=dict)
-    correct: bool | None = None  # filled by score_turns after the debate
-
-    @property
-    def empty(self) -> bool:
-        """No text (blank or whitespace only)."""
-        return not self.response.strip()
-
-    @property
-    def truncated(self) -> bool:
-        """Cut off at ``max_tokens`` (finish reason ``length``). Its answer is still extracted (the
-        debate shows the text to the peers as it is); scoring may drop it, see
-        ``scoring.TRUNCATED_ANSWER_POLICIES``."""
-        return self.finish_reason == "length"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "agent": self.agent,
-            "prompt_id": self.prompt_id,
-            "response": self.response,
-            "answer": self.answer,
-            "correct": self.correct,
-            "finish_reason": self.finish_reason,
-            "truncated": self.truncated,
-            "empty": self.empty,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "cached": self.cached,
-            "seconds": self.seconds,
-            "mean_logprob": self.mean_logprob,
-            "visible_peers": None if self.visible_peers is None else list(self.visible_peers),
-            "peer_confidence": {str(k): v for k, v in self.peer_confidence.items()},
-            "n_experiences": self.n_experiences,
-            "retrieved": self.retrieved,
-        }
-
-
-@dataclass
-class ExtraCall:
-    """Cost of one non-debate generation (a summary, a judgement) attributed to a sample."""
-
-    tag: str
-    prompt_tokens: int
-    completion_tokens: int
-    finish_reason: str
-    cached: bool
-    seconds: float
-
-    @classmethod
-    def from_completion(cls, tag: str, completion: Completion) -> "ExtraCall":
-        return cls(
-            tag=tag,
-            prompt_tokens=completion.prompt_tokens,
-            completion_tokens=completion.completion_tokens,
-            finish_reason=completion.finish_reason,
-            cached=completion.cached,
-            seconds=completion.seconds,
-        )
-
-
-@dataclass
-class RoundRecord:
-    """Round t of one sample: Z^(t), the answers, Cons(Z^(t)) (Eq. 3) and h^(t) (Eq. 2)."""
-
-    index: int
-    turns: list[AgentTurn]
-    consensus_ratio: float
-    unanimous: bool
-    summary: str | None = None
-    masking: dict[str, Any] | None = None
-    extra_calls: list[ExtraCall] = field(default_factory=list)
-    seconds: float = 0.0  # this sample's share of the round's wall time
-
-    @property
-    def responses(self) -> list[str]:
-        return [t.response for t in self.turns]
-
-    @property
-    def answers(self) -> list[str | None]:
-        return [t.answer for t in self.turns]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "round": self.index,
-            "agents": [t.to_dict() for t in self.turns],
-            "consensus_ratio": self.consensus_ratio,
-            "unanimous": self.unanimous,
-            "summary": self.summary,
-            "masking": self.masking,
-            "extra_calls": [asdict(c) for c in self.extra_calls],
-            "seconds": self.seconds,
-        }
+#: Agent i's response z_i^(t) at one round, with everything the transcript keeps.
+AgentTurn = TurnRecord
+#: Cost of one non-debate generation (a summary, a judgement) attributed to a sample.
+ExtraCall = ExtraCallRecord
 
 
 @dataclass
@@ -347,7 +242,7 @@ class DebateState:
     conversations: list[list[Message]] = field(default_factory=list)
     finished: bool = False
     stopped_early: bool = False
-    pending_extra_calls: list[ExtraCall] = field(default_factory=list)
+    pending_extra_calls: list[ExtraCallRecord] = field(default_factory=list)
 
     @property
     def question(self) -> str:
@@ -704,19 +599,21 @@ def record_round(
     config: DebateConfig,
 ) -> None:
     """Append round t's record (Z^(t), answers, Cons(Z^(t)), Eq. 3) to each state; mark finished states."""
-    turns: dict[int, list[AgentTurn]] = {id(s): [] for s in states}
+    turns: dict[int, list[TurnRecord]] = {id(s): [] for s in states}
     for (state, agent, messages, visible, context), completion in zip(pending, completions):
         text = completion.text or ""
         answer = answers.extract_answer(text, state.benchmark, num_options=state.num_options)
         state.conversations[agent] = [*messages, {"role": "assistant", "content": text}]
         turns[id(state)].append(
-            AgentTurn(
+            TurnRecord(
                 agent=agent,
-                round_index=round_index,
                 prompt_id=prompt_id(messages),
                 response=text,
                 answer=answer,
+                correct=None,
                 finish_reason=completion.finish_reason,
+                truncated=completion.finish_reason == "length",
+                empty=not text.strip(),
                 prompt_tokens=completion.prompt_tokens,
                 completion_tokens=completion.completion_tokens,
                 cached=completion.cached,
@@ -733,12 +630,14 @@ def record_round(
         unanimous = is_unanimous(values, state.benchmark)
         state.rounds.append(
             RoundRecord(
-                index=round_index,
-                turns=turns[id(state)],
+                round=round_index,
+                agents=turns[id(state)],
                 consensus_ratio=consensus_ratio(values, state.benchmark),
                 unanimous=unanimous,
+                summary=None,
                 masking=dict(selection.record) if selection is not None else None,
                 extra_calls=state.pending_extra_calls,
+                seconds=0.0,
             )
         )
         state.pending_extra_calls = []
@@ -771,10 +670,10 @@ def summarize(engine: Engine, config: DebateConfig, states: Sequence[DebateState
         requests.append(Request(messages=({"role": "user", "content": text},), params=params, tag=SUMMARY_TAG))
     for state, completion in zip(states, generate_checked(engine, requests)):
         state.rounds[-1].summary = (completion.text or "").strip()
-        state.rounds[-1].extra_calls.append(ExtraCall.from_completion(SUMMARY_TAG, completion))
+        state.rounds[-1].extra_calls.append(ExtraCallRecord.from_completion(SUMMARY_TAG, completion))
 
 
-def record_extra_call(state: DebateState, call: ExtraCall) -> None:
+def record_extra_call(state: DebateState, call: ExtraCallRecord) -> None:
     """Attribute an extra generation (e.g. a MAD-M2 judgement) to the round being prepared.
 
     Peer selectors run before the round's record exists; the cost is kept on the state and moved

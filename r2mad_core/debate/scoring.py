@@ -1,8 +1,9 @@
 """Scoring: final answer by vote, accuracy with a bootstrap CI, paired tests, the shared-misconception
 subset, stance transitions, token/time cost and completion health (Section 5, Tables 1-4, Appendix A).
 
-Everything here reads transcripts (the dicts of ``transcripts.jsonl``, see
-:mod:`r2mad_core.experiments.cell`) and never calls an engine, so a new vote rule or answer parser
+Everything here reads transcripts (:class:`r2mad_core.records.TranscriptRecord`, the lines of
+``transcripts.jsonl``, see :mod:`r2mad_core.experiments.cell`; a hand-made dict goes through
+:func:`r2mad_core.records.as_transcript`) and never calls an engine, so a new vote rule or answer parser
 never needs new generations.
 
 Final answer (Appendix A: "majority voting is performed over the responses of all agents")
@@ -60,12 +61,16 @@ import hashlib
 import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence, Union
 
 import numpy as np
 
 from r2mad_core.data import answers
 from r2mad_core.debate.loop import group_answers
+from r2mad_core.records import ExtraCallRecord, RoundRecord, TranscriptRecord, TurnRecord, VoteRecord, as_transcript
+
+#: A transcript record, or its JSON object (validated at the door by :func:`r2mad_core.records.as_transcript`).
+Transcript = Union[TranscriptRecord, Mapping[str, Any]]
 
 VOTE_RULES = ("plurality", "authors_majority_correct")
 TRUNCATED_ANSWER_POLICIES = ("keep", "missing")
@@ -76,18 +81,8 @@ TRUNCATED_FINISH_REASON = "length"
 # --------------------------------------------------------------------------------------------
 # Vote
 # --------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Vote:
-    answer: str | None
-    correct: bool
-    rule: str
-    group_sizes: tuple[int, ...]  # sizes of the answer groups, largest first
-    tied: bool  # a tie between the largest groups was broken by the seeded rule
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["group_sizes"] = list(self.group_sizes)
-        return d
+#: The final answer of one sample: the transcript's own vote record.
+Vote = VoteRecord
 
 
 def tie_break_seed(run_seed: int, sample_id: str) -> int:
@@ -132,10 +127,10 @@ def vote(
     if rule == "plurality":
         answer, tied, sizes = plurality_vote(values, benchmark, run_seed=run_seed, sample_id=sample_id)
         if answer is None:
-            return Vote(None, False, rule, sizes, tied)
+            return Vote(answer=None, correct=False, rule=rule, group_sizes=sizes, tied=tied)
         # The winner's correctness is its group's: every member is equivalent to it.
         winner_correct = answers.is_correct(answer, gold, benchmark)
-        return Vote(answer, bool(winner_correct), rule, sizes, tied)
+        return Vote(answer=answer, correct=bool(winner_correct), rule=rule, group_sizes=sizes, tied=tied)
     # authors_majority_correct
     n_correct = sum(bool(c) for c in corrects)
     n_wrong = len(corrects) - n_correct
@@ -145,50 +140,49 @@ def vote(
         if bool(c) == is_final_correct:
             answer = value
     sizes = tuple(sorted((len(g) for g in group_answers(values, benchmark)), reverse=True))
-    return Vote(answer, is_final_correct, rule, sizes, False)
+    return Vote(answer=answer, correct=is_final_correct, rule=rule, group_sizes=sizes, tied=False)
 
 
-def final_round_answers(record: Mapping[str, Any]) -> tuple[list[str | None], list[bool]]:
+def final_round_answers(record: Transcript) -> tuple[list[str | None], list[bool]]:
     """Answers and correctness of the last executed round of a transcript record."""
-    last = record["rounds"][-1]["agents"]
-    return [a["answer"] for a in last], [bool(a["correct"]) for a in last]
+    last = as_transcript(record).rounds[-1].agents
+    return [a.answer for a in last], [bool(a.correct) for a in last]
 
 
-def revote(record: Mapping[str, Any], *, rule: str = "plurality", run_seed: int = 0) -> Vote:
+def revote(record: Transcript, *, rule: str = "plurality", run_seed: int = 0) -> Vote:
     """Recompute the final answer of a transcript record under ``rule`` (no generation)."""
+    record = as_transcript(record)
     values, corrects = final_round_answers(record)
     return vote(
         values,
-        record["gold"],
-        record["benchmark"],
+        record.gold,
+        record.benchmark,
         rule=rule,
         run_seed=run_seed,
-        sample_id=record["sample_id"],
+        sample_id=record.sample_id,
         corrects=corrects,
     )
 
 
-def reextract(record: Mapping[str, Any]) -> dict[str, Any]:
+def reextract(record: Transcript) -> TranscriptRecord:
     """A copy of a transcript record with answers re-extracted from the stored responses and
     correctness recomputed (after a parser change). Consensus ratios stay as run: they steered
     early stopping. The final answer must be recomputed with :func:`revote`."""
-    out = dict(record)
+    record = as_transcript(record)
     rounds = []
-    for r in record["rounds"]:
+    for r in record.rounds:
         agents = []
-        for a in r["agents"]:
-            a2 = dict(a)
-            a2["answer"] = answers.extract_answer(a["response"], record["benchmark"], num_options=record.get("num_options"))
-            a2["correct"] = a2["answer"] is not None and answers.is_correct(a2["answer"], record["gold"], record["benchmark"])
-            agents.append(a2)
-        rounds.append({**r, "agents": agents})
-    out["rounds"] = rounds
-    return out
+        for a in r.agents:
+            answer = answers.extract_answer(a.response, record.benchmark, num_options=record.num_options)
+            correct = answer is not None and answers.is_correct(answer, record.gold, record.benchmark)
+            agents.append(a.model_copy(update={"answer": answer, "correct": correct}))
+        rounds.append(r.model_copy(update={"agents": agents}))
+    return record.model_copy(update={"rounds": rounds})
 
 
-def is_truncated(turn: Mapping[str, Any]) -> bool:
+def is_truncated(turn: TurnRecord | ExtraCallRecord) -> bool:
     """A transcript turn (or extra call) cut off at ``max_tokens`` (finish reason ``length``)."""
-    return turn.get("finish_reason") == TRUNCATED_FINISH_REASON
+    return turn.finish_reason == TRUNCATED_FINISH_REASON
 
 
 def check_truncated_answers(policy: str) -> str:
@@ -198,31 +192,28 @@ def check_truncated_answers(policy: str) -> str:
 
 
 def rescore_record(
-    record: Mapping[str, Any],
+    record: Transcript,
     *,
     vote_rule: str | None = None,
     truncated_answers: str = "keep",
     run_seed: int = 0,
-) -> dict[str, Any]:
+) -> TranscriptRecord:
     """A copy of a transcript record scored under ``truncated_answers`` (module docstring) with its final
     answer re-voted under ``vote_rule`` (None: the record's own rule). No generation."""
     check_truncated_answers(truncated_answers)
-    out = dict(record)
+    out = as_transcript(record)
     if truncated_answers == "missing":
         rounds = []
-        for r in record["rounds"]:
+        for r in out.rounds:
             agents = [
-                {**a, "answer": None, "correct": False} if is_truncated(a) else a
-                for a in r["agents"]
+                a.model_copy(update={"answer": None, "correct": False}) if is_truncated(a) else a
+                for a in r.agents
             ]
-            rounds.append({**r, "agents": agents})
-        out["rounds"] = rounds
-    rule = vote_rule or record.get("vote", {}).get("rule") or "plurality"
+            rounds.append(r.model_copy(update={"agents": agents}))
+        out = out.model_copy(update={"rounds": rounds})
+    rule = vote_rule or out.vote.rule or "plurality"
     result = revote(out, rule=rule, run_seed=run_seed)
-    out["final_answer"] = result.answer
-    out["correct"] = result.correct
-    out["vote"] = result.to_dict()
-    return out
+    return out.model_copy(update={"final_answer": result.answer, "correct": result.correct, "vote": result})
 
 
 # --------------------------------------------------------------------------------------------
@@ -340,21 +331,21 @@ def paired_test(
     )
 
 
-def correct_by_sample(records: Iterable[Mapping[str, Any]]) -> dict[str, bool]:
-    return {r["sample_id"]: bool(r["correct"]) for r in records}
+def correct_by_sample(records: Iterable[Transcript]) -> dict[str, bool]:
+    return {r.sample_id: bool(r.correct) for r in map(as_transcript, records)}
 
 
 # --------------------------------------------------------------------------------------------
 # Shared misconception and stance transitions
 # --------------------------------------------------------------------------------------------
-def shared_misconception_subset(mad_records: Iterable[Mapping[str, Any]]) -> set[str]:
+def shared_misconception_subset(mad_records: Iterable[Transcript]) -> set[str]:
     """Sample ids where a strict majority of the MAD agents is wrong at round 0 (RQ4)."""
     subset = set()
-    for r in mad_records:
-        first = r["rounds"][0]["agents"]
-        wrong = sum(1 for a in first if not a["correct"])
+    for r in map(as_transcript, mad_records):
+        first = r.rounds[0].agents
+        wrong = sum(1 for a in first if not a.correct)
         if wrong * 2 > len(first):
-            subset.add(r["sample_id"])
+            subset.add(r.sample_id)
     return subset
 
 
@@ -372,23 +363,23 @@ class TransitionRates:
         return asdict(self)
 
 
-def stance_transitions(records: Iterable[Mapping[str, Any]], subset: Iterable[str] | None = None) -> TransitionRates:
+def stance_transitions(records: Iterable[Transcript], subset: Iterable[str] | None = None) -> TransitionRates:
     """C->W and W->C rates over agent-round transitions (definition in the module docstring)."""
     keep = None if subset is None else set(subset)
     n_c = n_w = c_to_w = w_to_c = n_samples = 0
-    for r in records:
-        if keep is not None and r["sample_id"] not in keep:
+    for r in map(as_transcript, records):
+        if keep is not None and r.sample_id not in keep:
             continue
         n_samples += 1
-        rounds = r["rounds"]
+        rounds = r.rounds
         for before, after in zip(rounds, rounds[1:]):
-            for a_before, a_after in zip(before["agents"], after["agents"]):
-                if a_before["correct"]:
+            for a_before, a_after in zip(before.agents, after.agents):
+                if a_before.correct:
                     n_c += 1
-                    c_to_w += int(not a_after["correct"])
+                    c_to_w += int(not a_after.correct)
                 else:
                     n_w += 1
-                    w_to_c += int(bool(a_after["correct"]))
+                    w_to_c += int(bool(a_after.correct))
     return TransitionRates(
         c_to_w=c_to_w / n_c if n_c else math.nan,
         w_to_c=w_to_c / n_w if n_w else math.nan,
@@ -403,39 +394,34 @@ def stance_transitions(records: Iterable[Mapping[str, Any]], subset: Iterable[st
 # --------------------------------------------------------------------------------------------
 # Cost and completion health
 # --------------------------------------------------------------------------------------------
-def sample_cost(record: Mapping[str, Any]) -> dict[str, dict[str, float]]:
-    """Per-tag requests / cached / prompt / completion tokens of one transcript record."""
+def sample_cost(record: Transcript | Sequence[RoundRecord]) -> dict[str, dict[str, float]]:
+    """Per-tag requests / cached / prompt / completion tokens of one transcript record (or of its rounds, as
+    the run cell computes them before the record exists)."""
+    rounds = record if isinstance(record, (list, tuple)) else as_transcript(record).rounds
     out: dict[str, dict[str, float]] = defaultdict(
         lambda: {"requests": 0, "cached": 0, "prompt_tokens": 0, "completion_tokens": 0, "seconds": 0.0}
     )
-    for r in record["rounds"]:
-        for a in r["agents"]:
-            c = out["debate"]
+    for r in rounds:
+        for item in [*r.agents, *r.extra_calls]:
+            c = out["debate" if isinstance(item, TurnRecord) else item.tag]
             c["requests"] += 1
-            c["cached"] += int(bool(a["cached"]))
-            c["prompt_tokens"] += a["prompt_tokens"]
-            c["completion_tokens"] += a["completion_tokens"]
-            c["seconds"] += a["seconds"]
-        for call in r.get("extra_calls", ()):
-            c = out[call["tag"]]
-            c["requests"] += 1
-            c["cached"] += int(bool(call["cached"]))
-            c["prompt_tokens"] += call["prompt_tokens"]
-            c["completion_tokens"] += call["completion_tokens"]
-            c["seconds"] += call["seconds"]
+            c["cached"] += int(bool(item.cached))
+            c["prompt_tokens"] += item.prompt_tokens
+            c["completion_tokens"] += item.completion_tokens
+            c["seconds"] += item.seconds
     return {tag: dict(v) for tag, v in out.items()}
 
 
-def cost_per_query(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def cost_per_query(records: Sequence[Transcript]) -> dict[str, Any]:
     """Mean tokens per query by tag (prompt, completion, total), mean requests, wall seconds per query."""
     n = len(records)
     totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     seconds = 0.0
-    for record in records:
+    for record in map(as_transcript, records):
         for tag, c in sample_cost(record).items():
             for k, v in c.items():
                 totals[tag][k] += v
-        seconds += float(record.get("seconds", 0.0))
+        seconds += float(record.seconds)
     per_tag = {}
     for tag in sorted(totals):
         t = totals[tag]
@@ -449,7 +435,7 @@ def cost_per_query(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {"n": n, "tokens_per_query": per_tag, "seconds_per_query": seconds / n if n else math.nan}
 
 
-def completion_health(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+def completion_health(records: Iterable[Transcript]) -> dict[str, int]:
     """Counts of debate completions: total, truncated (finish_reason ``length``), errors, empty
     texts, no extractable answer; the same for the last round (the voted answers) and for
     extra calls (summaries/judgements) that were truncated."""
@@ -467,57 +453,58 @@ def completion_health(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
         ),
         0,
     )
-    for record in records:
-        rounds = record["rounds"]
+    for record in map(as_transcript, records):
+        rounds = record.rounds
         for k, r in enumerate(rounds):
             last = k == len(rounds) - 1
-            for a in r["agents"]:
+            for a in r.agents:
                 counts["completions"] += 1
                 truncated = is_truncated(a)
                 counts["truncated"] += int(truncated)
-                counts["error"] += int(a["finish_reason"] == "error")
-                counts["empty"] += int(not a["response"].strip())
-                counts["no_answer"] += int(a["answer"] is None)
+                counts["error"] += int(a.finish_reason == "error")
+                counts["empty"] += int(not a.response.strip())
+                counts["no_answer"] += int(a.answer is None)
                 if last:
                     counts["final_round_truncated"] += int(truncated)
-                    counts["final_round_no_answer"] += int(a["answer"] is None)
-            for call in r.get("extra_calls", ()):
+                    counts["final_round_no_answer"] += int(a.answer is None)
+            for call in r.extra_calls:
                 counts["extra_calls_truncated"] += int(is_truncated(call))
-        counts["final_answer_none"] += int(record.get("final_answer") is None)
+        counts["final_answer_none"] += int(record.final_answer is None)
     return counts
 
 
 # --------------------------------------------------------------------------------------------
 # Everything for metrics.json
 # --------------------------------------------------------------------------------------------
-def agent_accuracy_by_round(records: Sequence[Mapping[str, Any]]) -> list[float]:
+def agent_accuracy_by_round(records: Sequence[Transcript]) -> list[float]:
     """Mean per-agent correctness at each round index, over the samples that ran that round."""
     sums: dict[int, list[int]] = defaultdict(lambda: [0, 0])
-    for record in records:
-        for r in record["rounds"]:
-            s = sums[r["round"]]
-            s[0] += sum(1 for a in r["agents"] if a["correct"])
-            s[1] += len(r["agents"])
+    for record in map(as_transcript, records):
+        for r in record.rounds:
+            s = sums[r.round]
+            s[0] += sum(1 for a in r.agents if a.correct)
+            s[1] += len(r.agents)
     return [sums[t][0] / sums[t][1] for t in sorted(sums)]
 
 
-def agents_correct_by_round(records: Sequence[Mapping[str, Any]], horizon: int) -> list[tuple[int, int]]:
+def agents_correct_by_round(records: Sequence[Transcript], horizon: int) -> list[tuple[int, int]]:
     """``(correct agent answers, answers)`` at each round t = 0 .. horizon-1 over every record; a debate
     that stopped early (unanimity) keeps its last answers for the rounds it did not run, so every round
     counts the same debates."""
+    records = [as_transcript(r) for r in records]
     totals = []
     for t in range(horizon):
         right = count = 0
         for record in records:
-            agents = record["rounds"][min(t, len(record["rounds"]) - 1)]["agents"]
-            right += sum(1 for a in agents if a["correct"])
+            agents = record.rounds[min(t, len(record.rounds) - 1)].agents
+            right += sum(1 for a in agents if a.correct)
             count += len(agents)
         totals.append((right, count))
     return totals
 
 
 def compute_metrics(
-    records: Sequence[Mapping[str, Any]],
+    records: Sequence[Transcript],
     *,
     vote_rule: str | None = None,
     run_seed: int = 0,
@@ -530,14 +517,15 @@ def compute_metrics(
     stored final answer; a rule name recomputes it (no generation). ``truncated_answers`` is how the
     answers of truncated completions count (module docstring; ``"missing"`` re-votes every record)."""
     check_truncated_answers(truncated_answers)
-    rule = vote_rule if vote_rule is not None else (records[0].get("vote", {}).get("rule") if records else None)
+    records = [as_transcript(r) for r in records]
+    rule = vote_rule if vote_rule is not None else (records[0].vote.rule if records else None)
     if vote_rule is not None or truncated_answers != "keep":
         records = [
             rescore_record(r, vote_rule=vote_rule, truncated_answers=truncated_answers, run_seed=run_seed)
             for r in records
         ]
-    finals = [bool(r["correct"]) for r in records]
-    ties = sum(1 for r in records if r.get("vote", {}).get("tied"))
+    finals = [bool(r.correct) for r in records]
+    ties = sum(1 for r in records if r.vote.tied)
     acc = accuracy_with_ci(finals, level=level, n_bootstrap=n_bootstrap, seed=bootstrap_seed)
     health = completion_health(records)
     return {
@@ -550,8 +538,8 @@ def compute_metrics(
         "vote_rule": rule,
         "vote_ties": ties,
         "agent_accuracy_by_round": agent_accuracy_by_round(records),
-        "mean_rounds_executed": (sum(len(r["rounds"]) for r in records) / len(records)) if records else math.nan,
-        "stopped_early": sum(1 for r in records if r.get("stopped_early")),
+        "mean_rounds_executed": (sum(len(r.rounds) for r in records) / len(records)) if records else math.nan,
+        "stopped_early": sum(1 for r in records if r.stopped_early),
         **cost_per_query(records),
         "completion_health": health,
         "truncated_share": health["truncated"] / health["completions"] if health["completions"] else math.nan,
@@ -608,43 +596,42 @@ def mean_accuracy_with_ci(
 # ----------------------------------------------------------------------------------------------
 # What R2-MAD's transcripts record about retrieval (Eq. 5-6) and confidence (Eq. 7)
 # ----------------------------------------------------------------------------------------------
-def retrieval_trace(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+def retrieval_trace(record: Transcript) -> list[dict[str, Any]]:
     """One row per agent and round t > 0 of an R2-MAD transcript: the answer, whether it was correct,
     lambda_t (Eq. 6), the retrieved case ids with their similarity, reward and the confidence c_{j,i}
     (Eq. 7) and annotation given to each peer (empty fields for a method that retrieved nothing)."""
     rows = []
-    for rnd in record["rounds"][1:]:
-        for agent in rnd["agents"]:
-            info = agent.get("retrieved") or {}
-            rows.append({"round": rnd["round"], "agent": agent["agent"], "answer": agent["answer"],
-                         "correct": agent["correct"], "lambda_t": info.get("lambda"),
+    for rnd in as_transcript(record).rounds[1:]:
+        for agent in rnd.agents:
+            info = agent.retrieved  # the round hook's own record (its keys are the hook's)
+            rows.append({"round": rnd.round, "agent": agent.agent, "answer": agent.answer,
+                         "correct": agent.correct, "lambda_t": info.get("lambda"),
                          "retrieved": info.get("case_ids"), "similarity": info.get("similarities"),
                          "reward": info.get("rewards"), "confidence c_ji": info.get("confidence"),
                          "annotation": info.get("annotation")})
     return rows
 
 
-def lambda_by_consensus(records: Iterable[Mapping[str, Any]]) -> dict[tuple[float, float], int]:
+def lambda_by_consensus(records: Iterable[Transcript]) -> dict[tuple[float, float], int]:
     """How often each (Cons(Z^(t-1)), lambda_t) pair occurred over every agent and round t > 0 (Eq. 6
     says lambda_t = 1 - gamma * Cons(Z^(t-1)), so each consensus value maps to one lambda)."""
     counts: dict[tuple[float, float], int] = defaultdict(int)
-    for record in records:
-        for previous, rnd in zip(record["rounds"], record["rounds"][1:]):
-            for agent in rnd["agents"]:
-                value = (agent.get("retrieved") or {}).get("lambda")
+    for record in map(as_transcript, records):
+        for previous, rnd in zip(record.rounds, record.rounds[1:]):
+            for agent in rnd.agents:
+                value = agent.retrieved.get("lambda")
                 if value is not None:
-                    counts[(round(float(previous["consensus_ratio"]), 3), float(value))] += 1
+                    counts[(round(float(previous.consensus_ratio), 3), float(value))] += 1
     return dict(sorted(counts.items()))
 
 
-def peer_confidences(records: Iterable[Mapping[str, Any]]) -> list[float]:
+def peer_confidences(records: Iterable[Transcript]) -> list[float]:
     """Every confidence c_{j,i} (Eq. 7) an agent computed for a peer, over all rounds t > 0."""
     values = []
-    for record in records:
-        for rnd in record["rounds"][1:]:
-            for agent in rnd["agents"]:
-                values += [float(v) for v in ((agent.get("retrieved") or {}).get("confidence") or {}).values()
-                           if v is not None]
+    for record in map(as_transcript, records):
+        for rnd in record.rounds[1:]:
+            for agent in rnd.agents:
+                values += [float(v) for v in (agent.retrieved.get("confidence") or {}).values() if v is not None]
     return values
 
 
@@ -682,41 +669,41 @@ class AnnotationCounts:
         return self.rate("high", True) - self.rate("high", False)
 
 
-def annotation_counts(records: Iterable[Mapping[str, Any]]) -> AnnotationCounts:
+def annotation_counts(records: Iterable[Transcript]) -> AnnotationCounts:
     """Count the confidence annotations shown to agents (``peer_confidence`` of every turn at t > 0)
     against the correctness of the annotated peer's answer at t - 1."""
     counts = {f"{label}_{side}": 0 for label in ("high", "low", "none") for side in ("correct", "wrong")}
-    for record in records:
-        for previous, rnd in zip(record["rounds"], record["rounds"][1:]):
-            shown = {int(a["agent"]): bool(a["correct"]) for a in previous["agents"]}
-            for agent in rnd["agents"]:
-                for peer, label in (agent.get("peer_confidence") or {}).items():
-                    side = "correct" if shown.get(int(peer), False) else "wrong"
+    for record in map(as_transcript, records):
+        for previous, rnd in zip(record.rounds, record.rounds[1:]):
+            shown = {a.agent: bool(a.correct) for a in previous.agents}
+            for agent in rnd.agents:
+                for peer, label in agent.peer_confidence.items():
+                    side = "correct" if shown.get(peer, False) else "wrong"
                     counts[f"{label or 'none'}_{side}"] += 1
     return AnnotationCounts(**counts)
 
 
-def masking_decisions(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def masking_decisions(records: Iterable[Transcript]) -> list[dict[str, Any]]:
     """MAD-M2's masking of every round t > 0: how many responses were kept and, for subjective
     masking, the judge's verdicts (comma-separated)."""
     rows = []
-    for record in records:
-        for rnd in record["rounds"][1:]:
-            info = rnd.get("masking") or {}
+    for record in map(as_transcript, records):
+        for rnd in record.rounds[1:]:
+            info = rnd.masking or {}  # the peer selector's own record (its keys are the selector's)
             if not info:
                 continue
-            rows.append({"round": rnd["round"], "responses kept": len(info.get("kept") or []),
+            rows.append({"round": rnd.round, "responses kept": len(info.get("kept") or []),
                          "verdicts": ",".join(str(v) for v in info.get("verdicts", [])) or None})
     return rows
 
 
-def replayed_share(records: Sequence[Mapping[str, Any]]) -> float:
+def replayed_share(records: Sequence[Transcript]) -> float:
     """Share of the generations of these transcripts (every agent turn and extra call: summaries,
     judgements) that came from the response cache (``cached``) when the transcripts were written."""
     total = cached = 0
-    for record in records:
-        for rnd in record.get("rounds", []):
-            for item in [*rnd.get("agents", []), *rnd.get("extra_calls", [])]:
+    for record in map(as_transcript, records):
+        for rnd in record.rounds:
+            for item in [*rnd.agents, *rnd.extra_calls]:
                 total += 1
-                cached += bool(item.get("cached"))
+                cached += bool(item.cached)
     return cached / total if total else math.nan

@@ -44,10 +44,10 @@ def bank_set_from_run(
         embedder = get_embedder(embedder)
     samples = benchmark_data.load(config["benchmark"], config["split"], data_dir=data_dir)
     questions = {s.id: s.question for s in samples}
-    missing = [r["sample_id"] for r in records if r["sample_id"] not in questions]
+    missing = [r.sample_id for r in records if r.sample_id not in questions]
     if missing:
         raise ValueError(f"{run_dir}: samples {missing[:3]} are not in {config['benchmark']} {config['split']}")
-    debate_records = [debate_record_from_transcript(r, questions[r["sample_id"]]) for r in records]
+    debate_records = [debate_record_from_transcript(r, questions[r.sample_id]) for r in records]
     debate = config["method"]["debate"]
     if debate.get("stop_at_unanimity") or not debate.get("with_summaries"):
         logger.warning(
@@ -127,7 +127,7 @@ def build_memory(
         limit=limit, samples=samples, data_dir=data_dir, chunk_size=chunk_size, progress=progress,
     )
     questions = {s.id: s.question for s in samples}
-    records = [debate_record_from_transcript(row, questions[row["sample_id"]]) for row in result.records]
+    records = [debate_record_from_transcript(row, questions[row.sample_id]) for row in result.records]
     bank_set = build_bank_set(
         records,
         embedder,

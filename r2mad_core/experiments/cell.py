@@ -62,6 +62,7 @@ from r2mad_core.debate.loop import DebateState, score_turns
 from r2mad_core.engines.base import Engine
 from r2mad_core.experiments.methods import Method, RunContext, get_method
 from r2mad_core.records import RunConfig, TranscriptRecord, problems
+from pydantic import BaseModel, ValidationError
 from r2mad_core.debate.scheduling import check_schedule, run_scheduled
 from r2mad_core.debate.scoring import compute_metrics, sample_cost, vote
 
@@ -105,22 +106,23 @@ def _fsync_dir(path: Path) -> None:
 
 
 class TranscriptStore:
-    """The append-only ``transcripts.jsonl`` of a run directory (see the module docstring). With ``schema`` (a
-    pydantic model, e.g. :class:`r2mad_core.records.TranscriptRecord`) every complete line read is checked against it."""
+    """The append-only ``transcripts.jsonl`` of a run directory (see the module docstring). With ``schema``
+    (:class:`r2mad_core.records.TranscriptRecord`) every complete line read is validated into it and
+    :meth:`load` returns the records; without, the JSON objects as written (the store's mechanics only)."""
 
     def __init__(self, path: str | Path, schema: type[TranscriptRecord] | None = None) -> None:
         self.path = Path(path)
         self.schema = schema
         self._ids: set[str] | None = None
 
-    def load(self, repair: bool = True) -> list[dict[str, Any]]:
-        """All complete records, in file order. A truncated last line is dropped with a warning and,
-        when ``repair``, cut from the file."""
+    def load(self, repair: bool = True) -> list[Any]:
+        """All complete records (:class:`TranscriptRecord` with a schema), in file order. A truncated last line
+        is dropped with a warning and, when ``repair``, cut from the file."""
         if not self.path.exists():
             self._ids = set()
             return []
         data = self.path.read_bytes()
-        records: list[dict[str, Any]] = []
+        records: list[Any] = []
         ids: set[str] = set()
         position = 0
         line_number = 0
@@ -140,12 +142,16 @@ class TranscriptStore:
                     record = json.loads(raw.decode("utf-8"))
                     if not isinstance(record, dict) or "sample_id" not in record:
                         problem = "not a transcript record (no sample_id)"
-                    elif self.schema is not None and (mismatch := problems(self.schema, record)):
-                        raise TranscriptError(
-                            f"{self.path}, line {line_number}: does not fit the transcript schema "
-                            f"(r2mad_core.records.TranscriptRecord): {mismatch[0]}"
-                            + (f"; and {len(mismatch) - 1} more" if len(mismatch) > 1 else "")
-                        )
+                    elif self.schema is not None:
+                        try:
+                            record = self.schema.model_validate(record)
+                        except ValidationError:
+                            mismatch = problems(self.schema, record)
+                            raise TranscriptError(
+                                f"{self.path}, line {line_number}: does not fit the transcript schema "
+                                f"(r2mad_core.records.TranscriptRecord): {mismatch[0]}"
+                                + (f"; and {len(mismatch) - 1} more" if len(mismatch) > 1 else "")
+                            ) from None
                 except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                     problem = f"invalid JSON ({exc})"
             if problem is not None:
@@ -169,7 +175,7 @@ class TranscriptStore:
                         os.fsync(f.fileno())
                 break
             assert record is not None
-            sample_id = record["sample_id"]
+            sample_id = record["sample_id"] if isinstance(record, dict) else record.sample_id
             if sample_id in ids:
                 raise TranscriptError(f"{self.path}, line {line_number}: sample_id {sample_id!r} appears twice")
             ids.add(sample_id)
@@ -186,12 +192,12 @@ class TranscriptStore:
         assert self._ids is not None
         return self._ids
 
-    def append(self, record: Mapping[str, Any]) -> bool:
+    def append(self, record: TranscriptRecord | Mapping[str, Any]) -> bool:
         """Append one record (one write + fsync). Returns False (and writes nothing) when the
         sample is already stored."""
         return self.append_many([record]) == 1
 
-    def append_many(self, records: Sequence[Mapping[str, Any]]) -> int:
+    def append_many(self, records: Sequence[TranscriptRecord | Mapping[str, Any]]) -> int:
         """Append several records (a chunk of finished debates) with one write and one fsync.
 
         Records whose sample is already stored, or that repeat an earlier record of ``records``, are
@@ -203,12 +209,13 @@ class TranscriptStore:
         lines = []
         fresh: list[str] = []
         for record in records:
-            sample_id = record["sample_id"]
+            data = record.model_dump() if isinstance(record, BaseModel) else record
+            sample_id = data["sample_id"]
             if sample_id in self.ids or sample_id in fresh:
                 logger.warning("%s: sample %r is already stored; not writing it again", self.path, sample_id)
                 continue
             fresh.append(sample_id)
-            lines.append(json.dumps(record, ensure_ascii=False, allow_nan=True, separators=(",", ":")) + "\n")
+            lines.append(json.dumps(data, ensure_ascii=False, allow_nan=True, separators=(",", ":")) + "\n")
         if not lines:
             return 0
         created = not self.path.exists()
@@ -240,8 +247,9 @@ def locked(run_dir: Path) -> Iterator[None]:
 # --------------------------------------------------------------------------------------------
 # Records
 # --------------------------------------------------------------------------------------------
-def transcript_record(state: DebateState, method: Method, *, split: str, seed: int) -> dict[str, Any]:
-    """The transcript line of a finished debate (turn correctness must already be scored)."""
+def transcript_record(state: DebateState, method: Method, *, split: str, seed: int) -> TranscriptRecord:
+    """The transcript line of a finished debate (turn correctness must already be scored): the loop's own
+    round records, the vote over the last round, the cost per tag."""
     last = state.rounds[-1]
     result = vote(
         last.answers,
@@ -250,27 +258,26 @@ def transcript_record(state: DebateState, method: Method, *, split: str, seed: i
         rule=method.vote_rule,
         run_seed=seed,
         sample_id=state.sample.id,
-        corrects=[bool(t.correct) for t in last.turns],
+        corrects=[bool(t.correct) for t in last.agents],
     )
-    record: dict[str, Any] = {
-        "sample_id": state.sample.id,
-        "benchmark": state.benchmark,
-        "split": split,
-        "gold": state.sample.gold,
-        "num_options": state.num_options,
-        "method": method.name,
-        "seed": seed,
-        "rounds": [r.to_dict() for r in state.rounds],
-        "n_rounds_executed": len(state.rounds),
-        "stopped_early": state.stopped_early,
-        "final_answer": result.answer,
-        "correct": result.correct,
-        "vote": result.to_dict(),
-    }
-    record["tokens"] = sample_cost(record)
-    record["seconds"] = sum(r.seconds for r in state.rounds)
-    record["truncated_completions"] = sum(1 for r in state.rounds for t in r.turns if t.finish_reason == "length")
-    return record
+    return TranscriptRecord(
+        sample_id=state.sample.id,
+        benchmark=state.benchmark,
+        split=split,
+        gold=state.sample.gold,
+        num_options=state.num_options,
+        method=method.name,
+        seed=seed,
+        rounds=state.rounds,
+        n_rounds_executed=len(state.rounds),
+        stopped_early=state.stopped_early,
+        final_answer=result.answer,
+        correct=result.correct,
+        vote=result,
+        tokens=sample_cost(state.rounds),
+        seconds=sum(r.seconds for r in state.rounds),
+        truncated_completions=sum(1 for r in state.rounds for t in r.agents if t.truncated),
+    )
 
 
 def sample_ids_digest(ids: Sequence[str]) -> str:
@@ -495,7 +502,7 @@ def prepare_cell(
     preflight(out_dir, benchmark=benchmark, split=split, method=method, seed=seed, limit=limit, sample_ids=ids)
     stored = TranscriptStore(Path(out_dir) / TRANSCRIPTS_FILE, schema=TranscriptRecord)
     if stored.path.exists():  # a corrupt line (other than a cut-off last one) or samples of another cell
-        stray = sorted({r["sample_id"] for r in stored.load(repair=False)} - set(ids))
+        stray = sorted({r.sample_id for r in stored.load(repair=False)} - set(ids))
         if stray:
             raise TranscriptError(f"{stored.path}: holds samples not in this cell, e.g. {stray[:3]}")
     hook, selector = _build_hook_and_selector(
@@ -516,7 +523,7 @@ def prepare_cell(
 class CellResult:
     run_dir: Path
     config: dict[str, Any]
-    records: list[dict[str, Any]]  # in sample order
+    records: list[TranscriptRecord]  # in sample order
     metrics: dict[str, Any]
     n_new: int  # samples debated by this call
     n_reused: int  # samples found finished in transcripts.jsonl
@@ -586,7 +593,7 @@ def run_cell(
     with locked(run_dir):
         check_config(run_dir, config)
         store = TranscriptStore(run_dir / TRANSCRIPTS_FILE, schema=TranscriptRecord)
-        existing = {r["sample_id"]: r for r in store.load()}
+        existing = {r.sample_id: r for r in store.load()}
         stray = sorted(set(existing) - set(ids))
         if stray:
             raise TranscriptError(f"{store.path}: holds samples not in this cell, e.g. {stray[:3]}")
@@ -609,7 +616,7 @@ def run_cell(
             records = [transcript_record(state, method, split=split, seed=seed) for state in states]
             store.append_many(records)
             for record in records:
-                existing[record["sample_id"]] = record
+                existing[record.sample_id] = record
             if bar is not None:
                 bar.update(len(states))
 
@@ -642,7 +649,7 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def load_run(run_dir: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def load_run(run_dir: str | Path) -> tuple[dict[str, Any], list[TranscriptRecord]]:
     """``(config, records)`` of a run directory, records in file order (read-only: a truncated
     last line is skipped, not repaired)."""
     run_dir = Path(run_dir)

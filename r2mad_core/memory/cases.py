@@ -49,6 +49,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from r2mad_core.memory.embeddings import Embedder
+from r2mad_core.records import TranscriptRecord, as_transcript
 
 REWARD_DEFINITIONS = ("final_vote", "agent_final", "round_correctness")
 STATE_LAYOUTS = ("full", "authors")
@@ -259,37 +260,36 @@ def cases_from_debate(record: DebateRecord, reward_definition: str = "final_vote
     return per_agent
 
 
-def debate_record_from_transcript(row: Mapping[str, Any], question: str) -> DebateRecord:
+def debate_record_from_transcript(row: TranscriptRecord | Mapping[str, Any], question: str) -> DebateRecord:
     """A (scored) transcript line of :mod:`r2mad_core.experiments.cell` as the input of memory building.
 
     Reads ``rounds[t].agents[i].{response, answer, correct}``, ``rounds[t].{summary, consensus_ratio}``,
-    ``gold``, ``final_answer``, ``correct`` (the voted answer's correctness) and ``num_options``. The
-    question text is not in transcripts: pass it.
+    ``gold``, ``final_answer``, ``correct`` (the voted answer's correctness) and ``num_options`` of a
+    :class:`r2mad_core.records.TranscriptRecord` (a dict is validated into one). The question text is not in
+    transcripts: pass it.
     """
-    where = f"transcript of sample {row.get('sample_id')!r}"
+    row = as_transcript(row)
+    where = f"transcript of sample {row.sample_id!r}"
     rounds = []
-    for t, r in enumerate(row["rounds"]):
-        agents = r["agents"]
-        corrects = [a.get("correct") for a in agents]
+    for t, r in enumerate(row.rounds):
+        corrects = [a.correct for a in r.agents]
         if any(c is None for c in corrects):
             raise ValueError(f"{where}, round {t}: per-agent correctness missing (transcript not scored)")
         rounds.append(
             DebateRound(
-                responses=tuple(a["response"] for a in agents),
-                answers=tuple(a["answer"] for a in agents),
+                responses=tuple(r.responses),
+                answers=tuple(r.answers),
                 correct=tuple(bool(c) for c in corrects),
-                summary=r.get("summary") or "",
-                consensus_ratio=float(r["consensus_ratio"]),
+                summary=r.summary or "",
+                consensus_ratio=float(r.consensus_ratio),
             )
         )
-    if row.get("correct") is None:
-        raise ValueError(f"{where}: no final-answer correctness ('correct')")
     return DebateRecord(
-        sample_id=str(row["sample_id"]),
+        sample_id=row.sample_id,
         question=question,
-        gold=str(row["gold"]),
+        gold=row.gold,
         rounds=tuple(rounds),
-        final_answer=row.get("final_answer"),
-        final_correct=bool(row["correct"]),
-        num_options=row.get("num_options"),
+        final_answer=row.final_answer,
+        final_correct=bool(row.correct),
+        num_options=row.num_options,
     )

@@ -28,6 +28,7 @@ import pandas as pd
 from r2mad_core.experiments import method_labels
 from r2mad_core.report.artifacts import ReportContext, display_path, jsonable
 from r2mad_core.files import atomic_write
+from r2mad_core.records import TranscriptRecord
 from r2mad_core.report.tables import benchmark_label
 from r2mad_core.report.results import (  # noqa: F401  (re-exported for the notebooks)
     C_TO_W_METRIC,
@@ -424,7 +425,7 @@ class ExperimentGrid:
         return GridResults(outcomes, bootstrap_resamples=self.bootstrap_resamples, seed=self.seed)
 
 
-def _finished_records(run_dir: Path, expected: int) -> list[dict[str, Any]] | None:
+def _finished_records(run_dir: Path, expected: int) -> list[TranscriptRecord] | None:
     """The records of a complete run directory (all ``expected`` samples), else None."""
     from r2mad_core.experiments.cell import CONFIG_FILE, load_run
 

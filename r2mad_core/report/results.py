@@ -19,6 +19,7 @@ import pandas as pd
 
 from r2mad_core.experiments.model_specs import ModelSpec
 from r2mad_core.debate.scoring import agents_correct_by_round, mean_accuracy_with_ci, replayed_share
+from r2mad_core.records import TranscriptRecord
 from r2mad_core.report.tables import AVERAGE_LABEL, Best, Table, _is_missing, benchmark_label
 
 SUBSET_METRIC = "accuracy (shared-misconception subset)"
@@ -34,13 +35,13 @@ class CellOutcome:
     benchmark: str
     method: str  # the paper's method name (row label)
     run_dir: Path
-    records: list[dict[str, Any]]
+    records: list[TranscriptRecord]
     metrics: dict[str, Any]
     n_new: int = 0
 
     @property
     def correct(self) -> list[bool]:
-        return [bool(r["correct"]) for r in self.records]
+        return [bool(r.correct) for r in self.records]
 
 
 @dataclass
@@ -80,7 +81,7 @@ class GridResults:
         """One row per (cell, question): model, benchmark (paper name), method, sample_id, correct."""
         rows = [
             {"model": o.model.label, "paper_model": o.model.paper_model, "benchmark": benchmark_label(o.benchmark),
-             "method": o.method, "sample_id": r["sample_id"], "correct": bool(r["correct"])}
+             "method": o.method, "sample_id": r.sample_id, "correct": bool(r.correct)}
             for o in self.outcomes for r in o.records
         ]
         return pd.DataFrame(rows, columns=["model", "paper_model", "benchmark", "method", "sample_id", "correct"])
@@ -237,7 +238,7 @@ class GridResults:
             if o.method not in methods or (o.model.label, o.benchmark) not in subsets:
                 continue
             subset = subsets[(o.model.label, o.benchmark)]
-            correct = [bool(r["correct"]) for r in o.records if r["sample_id"] in subset]
+            correct = [bool(r.correct) for r in o.records if r.sample_id in subset]
             acc = accuracy_with_ci(correct, n_bootstrap=self.bootstrap_resamples, seed=self.seed)
             rows.append({"model": o.model.label, "paper_model": o.model.paper_model,
                          "benchmark": benchmark_label(o.benchmark), "method": o.method, "accuracy": acc.accuracy,
@@ -283,8 +284,8 @@ class GridResults:
             if o.method not in methods:
                 continue
             keep = subsets.get((o.model.label, o.benchmark)) if subset_reference else None
-            records = [r for r in o.records if keep is None or r["sample_id"] in keep]
-            horizon = max((len(r["rounds"]) for r in o.records), default=0)
+            records = [r for r in o.records if keep is None or r.sample_id in keep]
+            horizon = max((len(r.rounds) for r in o.records), default=0)
             for t, (right, count) in enumerate(agents_correct_by_round(records, horizon)):
                 rows.append({"model": o.model.label, "paper_model": o.model.paper_model,
                              "benchmark": benchmark_label(o.benchmark), "method": o.method, "round": t,
