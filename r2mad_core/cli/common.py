@@ -141,10 +141,11 @@ def add_method_option(
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    from r2mad_core.engines import ENGINE_NAMES
+    from r2mad_core.engines import engine_names
 
     group = parser.add_argument_group("engine")
-    group.add_argument("--engine", default="local", choices=ENGINE_NAMES, help="generation backend (default: local)")
+    # the registry as it is when the parser is built (after load_plugins): a plugin's engine is a choice
+    group.add_argument("--engine", default="local", choices=engine_names(), help="generation backend (default: local)")
     group.add_argument("--model", default=None, help="model: a .gguf path (local), the served name (openai), an HF id (vllm)")
     group.add_argument(
         "--engine-option",

@@ -42,6 +42,7 @@ import json
 import logging
 import os
 import random
+import re
 import string
 import zlib
 from collections import Counter
@@ -547,11 +548,42 @@ class BenchmarkSpec:
 BENCHMARK_SPECS: dict[str, BenchmarkSpec] = {}
 
 
+#: The benchmarks whose agents' personas are the paper's appendix ones (:data:`r2mad_core.debate.prompts.PERSONAS`);
+#: any other benchmark brings its own (``BenchmarkSpec.personas``).
+APPENDIX_PERSONA_BENCHMARKS = tuple(PAPER_SPLIT_SIZES)
+
+
+def _registration_problem(spec: BenchmarkSpec) -> str | None:
+    """What ``spec`` lacks to be debated, scored and tabled (None: nothing)."""
+    if not isinstance(spec.name, str) or not re.fullmatch(r"[A-Za-z0-9_-]+", spec.name):
+        return "needs a name of letters, digits, '_' or '-'"
+    if spec.name in BENCHMARK_SPECS:
+        return "is already registered"
+    if not isinstance(spec.display_name, str) or not spec.display_name.strip():
+        return "needs a display_name (its column name in the tables)"
+    for field_name in ("load_questions", "stable_key"):
+        if not callable(getattr(spec, field_name)):
+            return f"needs {field_name}: a function ({'data_dir -> list[Sample]' if field_name == 'load_questions' else 'Sample -> sort key'})"
+    if spec.is_test is not None and not callable(spec.is_test):
+        return "is_test must be a function Sample -> bool, or None"
+    if spec.personas is None:
+        if spec.name not in APPENDIX_PERSONA_BENCHMARKS:
+            return ("needs personas: ((name, system prompt), ...), one per agent (only the paper's "
+                    f"{', '.join(APPENDIX_PERSONA_BENCHMARKS)} have the appendix's)")
+    elif not spec.personas or not all(
+        isinstance(p, tuple) and len(p) == 2 and all(isinstance(x, str) and x.strip() for x in p) for p in spec.personas
+    ):
+        return "personas must be a non-empty tuple of (name, system prompt) pairs of non-empty strings"
+    return None
+
+
 def register_benchmark(spec: BenchmarkSpec) -> BenchmarkSpec:
     """Add a benchmark: it then shows up in the CLI's ``--benchmark``, the profiles, the prompts, answer
-    extraction and the tables (under ``spec.display_name``)."""
-    if spec.name in BENCHMARK_SPECS:
-        raise ValueError(f"benchmark {spec.name!r} is already registered")
+    extraction and the tables (under ``spec.display_name``). A spec that lacks something is refused here, with one
+    line naming it (not a ``KeyError`` at the first debate)."""
+    problem = _registration_problem(spec)
+    if problem is not None:
+        raise ValueError(f"register_benchmark: benchmark {getattr(spec, 'name', spec)!r} {problem}")
     BENCHMARK_SPECS[spec.name] = spec
     BENCHMARKS.append(spec.name)
     if spec.multiple_choice:
@@ -594,30 +626,34 @@ for _spec in (
     register_benchmark(_spec)
 
 
-def describe_splits(data_dir: str | os.PathLike[str] | None = None) -> Any:
-    """A table (pandas DataFrame) of every benchmark and split: size, the paper's size, composition.
+def describe_splits(data_dir: str | os.PathLike[str] | None = None, names: Sequence[str] | None = None) -> Any:
+    """A table (pandas DataFrame) of every benchmark (or of ``names``) and split: size, the paper's size (None for
+    a benchmark the paper does not use), the size under the authors' split rule, composition.
 
-    ``composition`` is the level histogram for MATH500 and the histogram of the number of options
-    for the multiple-choice benchmarks, e.g. ``"4:88 5:8 10:647"``.
+    ``composition`` is the level histogram of a math benchmark whose questions carry a ``level`` (MATH500) and the
+    histogram of the number of options of a multiple-choice benchmark, e.g. ``"options 4:88 5:8 10:647"``.
     """
     import pandas as pd
 
     records = []
-    for name in BENCHMARKS:
+    for name in BENCHMARKS if names is None else names:
+        spec = BENCHMARK_SPECS[name]
         for split in SPLITS:
             samples = load(name, split, data_dir)
-            if name == "math500":
+            if spec.multiple_choice:
+                counts = Counter(len(s.choices) for s in samples)
+                composition = "options " + " ".join(f"{k}:{counts[k]}" for k in sorted(counts))
+            elif samples and all("level" in s.metadata for s in samples):
                 counts = Counter(s.metadata["level"] for s in samples)
                 composition = "level " + " ".join(f"{k}:{counts[k]}" for k in sorted(counts))
             else:
-                counts = Counter(len(s.choices) for s in samples)
-                composition = "options " + " ".join(f"{k}:{counts[k]}" for k in sorted(counts))
+                composition = ""
             records.append(
                 {
                     "benchmark": name,
                     "split": split,
                     "n": len(samples),
-                    "paper_n": PAPER_SPLIT_SIZES[name][split],
+                    "paper_n": (spec.paper_split_sizes or {}).get(split),
                     "authors_rule_n": len(load(name, split, data_dir, split_rule="authors")),
                     "composition": composition,
                 }

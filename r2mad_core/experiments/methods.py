@@ -588,17 +588,31 @@ METHOD_SPECS: dict[str, MethodSpec] = {}
 METHODS: dict[str, MethodBuilder] = {}
 
 
+def _registration_problem(spec: MethodSpec) -> str | None:
+    """What ``spec`` lacks to be run by name and shown in the tables (None: nothing)."""
+    if not isinstance(spec.name, str) or not spec.name or not spec.name.replace("_", "").replace("-", "").isalnum():
+        return "needs a name of letters, digits, '_' or '-'"
+    if spec.name in METHOD_SPECS:
+        return "is already registered"
+    if not isinstance(spec.label, str) or not spec.label.strip():
+        return "needs a label (its row name in the tables)"
+    labels = {s.label: s.name for s in METHOD_SPECS.values()}
+    if spec.label in labels:
+        return f"uses the label {spec.label!r} of method {labels[spec.label]!r}"
+    if not callable(spec.builder):
+        return "needs a builder: a function (**options) -> Method"
+    for parameter in inspect.signature(spec.builder).parameters.values():
+        if parameter.kind is not inspect.Parameter.KEYWORD_ONLY:
+            return f"has option {parameter.name!r}, which must be keyword-only (def builder(*, {parameter.name}=...))"
+    return None
+
+
 def register_method(spec: MethodSpec) -> MethodSpec:
     """Add a method: it then shows up in ``r2mad run --method``, :func:`get_method`, and the notebooks' grid under
     ``spec.label`` (see :mod:`r2mad_core.report.grid`)."""
-    if spec.name in METHOD_SPECS:
-        raise ValueError(f"method {spec.name!r} is already registered")
-    labels = {s.label: s.name for s in METHOD_SPECS.values()}
-    if spec.label in labels:
-        raise ValueError(f"method label {spec.label!r} is already used by {labels[spec.label]!r}")
-    for parameter in inspect.signature(spec.builder).parameters.values():
-        if parameter.kind is not inspect.Parameter.KEYWORD_ONLY:
-            raise ValueError(f"method {spec.name!r}: option {parameter.name!r} must be keyword-only")
+    problem = _registration_problem(spec)
+    if problem is not None:
+        raise ValueError(f"register_method: method {getattr(spec, 'name', spec)!r} {problem}")
     METHOD_SPECS[spec.name] = spec
     METHODS[spec.name] = spec.builder
     return spec

@@ -36,6 +36,7 @@ from pydantic import (
     StrictBool,
     StrictFloat,
     StrictInt,
+    StrictStr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -46,7 +47,7 @@ from r2mad_core.data import benchmarks
 from r2mad_core.experiments import method_labels
 from r2mad_core.data.benchmarks import SPLIT_RULES
 from r2mad_core.debate.loop import ROUND0_MODES
-from r2mad_core.engines import ENGINE_NAMES
+from r2mad_core.engines import ENGINES, engine_names
 from r2mad_core.experiments.methods import OBJECTIVE_KEEP
 from r2mad_core.plugins import PluginError, load_plugins
 from r2mad_core.debate.prompts import TASK_PROMPT_WORDINGS
@@ -80,7 +81,17 @@ Text = Annotated[str, Field(strict=True, pattern=r"\S")]  # a string with someth
 PositiveInt = Annotated[StrictInt, Field(ge=1)]
 Number = StrictInt | StrictFloat
 Probability = Annotated[Number, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
-EngineName = Literal[ENGINE_NAMES]  # type: ignore[valid-type]
+
+
+def _registered_engine(name: str) -> str:
+    """A name in the engine registry as it is when the profile is validated (built-ins and plugins' engines)."""
+    if name not in ENGINES:
+        quoted = [repr(n) for n in engine_names()]
+        raise ValueError(", ".join(quoted[:-1]) + " or " + quoted[-1])
+    return name
+
+
+EngineName = Annotated[StrictStr, AfterValidator(_registered_engine)]
 
 
 def _not_a_field(name: str) -> str:
@@ -112,7 +123,8 @@ class ModelEntry(_Record):
     @field_validator("model")
     @classmethod
     def _named_for_servers(cls, value: str | None, info: ValidationInfo) -> str | None:
-        if value is None and info.data.get("engine") in ("openai", "vllm"):
+        spec = ENGINES.get(info.data.get("engine", ""))
+        if value is None and spec is not None and spec.needs_model:
             raise ValueError(f"a model name (engine {info.data['engine']} needs one)")
         return value
 
@@ -136,7 +148,7 @@ class LargeModelEntry(_Record):
         if info.data.get("stand_in") is not None and value is not None:
             raise ValueError("no engine next to stand_in")
         if "stand_in" in info.data and info.data["stand_in"] is None and value is None:
-            raise ValueError(f"one of {ENGINE_NAMES} (or a stand_in)")
+            raise ValueError(f"one of {engine_names()} (or a stand_in)")
         return value
 
     @field_validator("model_env")

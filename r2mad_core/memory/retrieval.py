@@ -277,13 +277,37 @@ class PolicySpec:
 POLICIES: dict[str, PolicySpec] = {}
 
 
+def _registration_problem(spec: PolicySpec) -> str | None:
+    """What ``spec`` lacks to retrieve and to appear in the ablation table (None: nothing)."""
+    if not isinstance(spec.name, str) or not spec.name or not spec.name.replace("_", "").replace("-", "").isalnum():
+        return "needs a name of letters, digits, '_' or '-' (no ':', which separates a value)"
+    if spec.name in POLICIES:
+        return "is already registered"
+    if not isinstance(spec.label, str) or not spec.label.strip():
+        return "needs a label (its row name in the retrieval-ablation table)"
+    used = {p.label: p.name for p in POLICIES.values()}
+    if spec.label in used:
+        return f"uses the label {spec.label!r} of policy {used[spec.label]!r}"
+    if not callable(spec.select):
+        return "needs select: a function Query -> RetrievalResult (e.g. mmr_policy)"
+    if spec.tradeoff is not None and not callable(spec.tradeoff):
+        return "tradeoff must be a function (consensus [Q], RetrievalConfig) -> lambda_t [Q], or None"
+    if spec.select is mmr_policy and spec.tradeoff is None:
+        return "selects with mmr_policy, which needs a tradeoff (consensus [Q], RetrievalConfig) -> lambda_t [Q]"
+    if spec.parameter is not None and spec.parameter not in RetrievalConfig.__dataclass_fields__:
+        return (f"sets parameter {spec.parameter!r}, which is not a RetrievalConfig field "
+                f"({', '.join(RetrievalConfig.__dataclass_fields__)})")
+    return None
+
+
 def register_policy(spec: PolicySpec) -> PolicySpec:
     """Add a retrieval policy; it then shows up in the CLI (``--retrieval-policy``), the profiles' ``retrieval_policies``
-    and the retrieval-ablation table (under ``spec.label``)."""
-    if spec.name in POLICIES:
-        raise ValueError(f"retrieval policy {spec.name!r} is already registered")
-    if ":" in spec.name:
-        raise ValueError(f"retrieval policy name {spec.name!r} must not contain ':'")
+    and the retrieval-ablation table (under ``spec.label``). A spec that lacks something is refused here, with one
+    line naming it. An MMR variant (Eq. 5) is ``PolicySpec(name, label, mmr_policy, tradeoff=...)``: its own
+    lambda_t per query, the same candidates and greedy selection as the paper's policy."""
+    problem = _registration_problem(spec)
+    if problem is not None:
+        raise ValueError(f"register_policy: retrieval policy {getattr(spec, 'name', spec)!r} {problem}")
     POLICIES[spec.name] = spec
     return spec
 
@@ -343,7 +367,7 @@ def _random_draw(query: Query) -> RetrievalResult:
                            query.config.policy)
 
 
-def _candidates(query: Query, positive_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def candidates(query: Query, positive_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The top-3K candidates by cosine (Appendix A), optionally among r(e) = 1 cases only."""
     similarity = query.queries @ query.bank.T  # [Q, N] cosine
     if positive_only:
@@ -353,7 +377,7 @@ def _candidates(query: Query, positive_only: bool = False) -> tuple[np.ndarray, 
 
 def _top_by_similarity(query: Query, positive_only: bool = False) -> RetrievalResult:
     """``similarity`` / ``positive_only``: the top-K candidates by cosine."""
-    cand, cand_sim = _candidates(query, positive_only)
+    cand, cand_sim = candidates(query, positive_only)
     indices = cand[:, : query.config.k].copy()
     sims = np.where(indices >= 0, cand_sim[:, : query.config.k], np.nan).astype(np.float32)
     lambdas = np.full(query.size, np.nan, dtype=np.float32)
@@ -361,11 +385,15 @@ def _top_by_similarity(query: Query, positive_only: bool = False) -> RetrievalRe
                            query.config.policy)
 
 
-def _mmr(query: Query) -> RetrievalResult:
-    """The MMR policies (Eq. 5) over the 3K candidates, lambda_t from the policy's ``tradeoff``."""
+def mmr_policy(query: Query) -> RetrievalResult:
+    """The MMR policies (Eq. 5): greedy MMR over the top-3K candidates by cosine (:func:`candidates`), lambda_t per
+    query from the registered policy's ``tradeoff(consensus, config)`` (Eq. 6 for ``state_aware``; a constant for
+    ``fixed_lambda``; 0 for ``diversity_only``). Public so that a new MMR policy needs only its tradeoff:
+    ``register_policy(PolicySpec("my_policy", "My MMR", mmr_policy, tradeoff=...))``. A ``seeded`` policy's first
+    pick is a seeded random anchor among the candidates (every first pick ties when lambda_t = 0)."""
     spec = POLICIES[query.config.policy]
     lambdas = spec.tradeoff(query.consensus, query.config)
-    cand, cand_sim = _candidates(query)
+    cand, cand_sim = candidates(query)
     valid = cand >= 0
     safe = np.where(valid, cand, 0)
     cand_vectors = query.bank[safe] * valid[..., None]  # [Q, C, d], zero rows for padding
@@ -388,13 +416,13 @@ def _mmr(query: Query) -> RetrievalResult:
 
 
 for _spec in (
-    PolicySpec("state_aware", "Debate-State-Aware", _mmr,
+    PolicySpec("state_aware", "Debate-State-Aware", mmr_policy,
                tradeoff=lambda cons, config: mmr_tradeoff(cons, config.gamma)),
-    PolicySpec("fixed_lambda", "Fixed-lambda", _mmr, parameter="fixed_lambda",
+    PolicySpec("fixed_lambda", "Fixed-lambda", mmr_policy, parameter="fixed_lambda",
                tradeoff=lambda cons, config: np.full(cons.shape[0], config.fixed_lambda, dtype=np.float32)),
     PolicySpec("similarity", "Similarity-based", _top_by_similarity),
     PolicySpec("positive_only", "Positive-only", lambda query: _top_by_similarity(query, positive_only=True)),
-    PolicySpec("diversity_only", "Diversity-only", _mmr, seeded=True,
+    PolicySpec("diversity_only", "Diversity-only", mmr_policy, seeded=True,
                tradeoff=lambda cons, config: np.zeros(cons.shape[0], dtype=np.float32)),
     PolicySpec("random", "Random", _random_draw, seeded=True),
 ):
