@@ -4,7 +4,7 @@
 - :mod:`~r2mad_core.memory.cases`: the debate state s_i^(t) (Eq. 2) and the memory case m (Eq. 4) with reward r_i.
 - :mod:`~r2mad_core.memory.banks`: the per-agent banks M_i: build, poison, save and load.
 - :mod:`~r2mad_core.memory.retrieval`: debate-state-aware MMR (Eqs. 5-6, lambda_t = 1 - gamma * consensus) and
-  the policy registry (``POLICIES``, ``register_policy``, the public ``mmr``).
+  the policy registry (``POLICIES``, ``register_policy``; ``mmr_policy`` for a new MMR variant).
 - :mod:`~r2mad_core.memory.confidence`: peer reliability from retrieved cases (Eq. 7) and its annotation.
 - :mod:`~r2mad_core.memory.hook`: the R2-MAD round hook that ties them into the debate loop.
 - :mod:`~r2mad_core.memory.audit`: the Limitations audit of a bank (mislabelled cases, near duplicates).
