@@ -353,3 +353,66 @@ def claims_power_lines(profile: Any, *, reported: pd.DataFrame | None = None, co
             lines.append(f"    {_claim_label(row)}: paper {row.paper_difference:+.3f} on {row.n_pairs} paired questions, "
                          f"smallest detectable {mde}, power {chance}")
     return lines
+
+
+# --------------------------------------------------------------------------------------------
+# The figure of notebook 10
+# --------------------------------------------------------------------------------------------
+def _figure_label(row: Any, with_models: bool) -> str:
+    better = str(row.better).replace("R2-MAD retrieval=", "retrieval: ")
+    worse = str(row.worse).replace("R2-MAD retrieval=", "")
+    subset = " subset" if getattr(row, "metric", "") == SUBSET_METRIC else ""
+    label = f"{better} > {worse} · {row.benchmark}{subset} · {row.table.split(' ')[0]}"
+    if with_models:
+        ran = sorted({part.split(" / ")[0] for part in str(row.runs).split("; ") if part})
+        label = f"{', '.join(ran)}: {label}"
+    return label
+
+
+def plot_claims_power(claims: pd.DataFrame, title: str = "", power: float = TARGET_POWER) -> Any:
+    """One row per distinct claim of :func:`with_power`: the smallest difference the run could detect with
+    ``power`` (grey bar; hatched across when none), the paper's difference (x) and the reproduced one (dot,
+    filled when significant). Returns the matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    rows = claims[claims["duplicate_of"].isna()] if "duplicate_of" in claims.columns else claims
+    rows = rows.iloc[::-1]
+    with_models = len({part.split(" / ")[0] for runs in rows["runs"] for part in str(runs).split("; ") if part}) > 1
+    y = np.arange(len(rows))
+    paper = (rows["paper_better"] - rows["paper_worse"]).to_numpy(dtype=float)
+    reproduced = (rows["reproduced_better"] - rows["reproduced_worse"]).to_numpy(dtype=float)
+    mde = rows["mde"].to_numpy(dtype=float)
+    significant = rows["significant"].astype(bool).to_numpy()
+    values = np.concatenate([paper, reproduced, mde[~np.isnan(mde)], [0.05, 0.0]])
+    low, high = float(np.nanmin(values)), float(np.nanmax(values))
+    reach = high - min(low, 0.0)
+    fig, ax = plt.subplots(figsize=(8.5, 0.34 * len(rows) + 1.6))
+    ax.barh(y, np.where(np.isnan(mde), 0.0, mde), height=0.6, color="0.85",
+            label=f"smallest difference this run detects with {power:.0%} power")
+    none = np.isnan(mde)
+    if none.any():
+        ax.barh(y[none], np.full(int(none.sum()), high + 0.05 * reach), height=0.6, color="none", edgecolor="0.6", hatch="//",
+                label="no difference detectable with that power")
+    ax.scatter(paper, y, marker="x", color="black", zorder=3, label="the paper's difference")
+    ax.scatter(reproduced[significant], y[significant], color="C0", zorder=4, label="reproduced (significant)")
+    ax.scatter(reproduced[~significant], y[~significant], facecolors="none", edgecolors="C0", zorder=4,
+               label="reproduced (not significant)")
+    ax.axvline(0.0, color="gray", linewidth=1)
+    ax.set_yticks(y)
+    ax.set_yticklabels([_figure_label(r, with_models) for r in rows.itertuples()], fontsize=7)
+    ax.set_xlabel("accuracy difference (claimed better minus worse)")
+    ax.set_xlim(min(low, 0.0) - 0.05 * reach, high + 0.08 * reach)
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.9 / (0.34 * len(rows) + 1.6)), ncol=2)
+    return fig
+
+
+def power_sentence(claims: pd.DataFrame, power: float = TARGET_POWER) -> str:
+    """How many distinct claims of :func:`with_power` the run had ``power`` to detect at the paper's difference."""
+    rows = claims[claims["duplicate_of"].isna()] if "duplicate_of" in claims.columns else claims
+    if rows.empty:
+        return ""
+    detectable = int(rows["detectable"].astype(bool).sum())
+    return (f"This run had at least {power:.0%} power to detect the paper's own difference for {detectable} of the "
+            f"{len(rows)} distinct comparisons (exact McNemar power at the discordance the run observed).")
