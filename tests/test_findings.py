@@ -113,7 +113,7 @@ def test_claims_sentences_separate_does_not_hold_from_could_not_be_detected() ->
     assert text[3].startswith("Does not hold as the paper says: R2-MAD > MAD-M2 on Average") and "does not hold (tie)" in text[3]
     assert "this run had 100% power to detect the paper's difference (+0.106" in text[3]
     assert text[4].startswith("Could not have been detected at this size (1 claim;")
-    assert "R2-MAD > Self-Consistency (tab:main_results, Average): holds here (+0.007, p = 0.76)" in text[4]
+    assert "R2-MAD > Self-Consistency (tab:main_results, Average): holds here (+0.007, p = 0.76), smallest detectable 0.0" in text[4]
     low = claims["power_paper_difference"][1]
     assert f"power {low:.0%} for the paper's +0.014" in text[4] and 0.05 < low < 0.2
 

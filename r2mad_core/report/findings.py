@@ -472,11 +472,14 @@ def _claims_with_power(distinct: pd.DataFrame) -> list[str]:
             paper = row.paper_better - row.paper_worse
             power_text = "the paper shows no such difference" if math.isnan(row.power_paper_difference) else (
                 f"power {row.power_paper_difference:.0%} for the paper's {paper:+.3f}")
+            mde = "none" if math.isnan(row.mde) else f"{row.mde:.3f}"
             parts.append(f"{row.better} > {row.worse} ({row.table}, {row.benchmark}): {row.outcome} here "
-                         f"({row.reproduced_better - row.reproduced_worse:+.3f}, {fmt_p(row.p_value)}); smallest "
-                         f"detectable {_mde_text(row.mde)} on {row.n_pairs} paired questions, {power_text}")
+                         f"({row.reproduced_better - row.reproduced_worse:+.3f}, {fmt_p(row.p_value)}), smallest "
+                         f"detectable {mde} on {row.n_pairs} pairs, {power_text}")
         sentences.append(f"Could not have been detected at this size ({len(small)} claim{'s' if len(small) != 1 else ''}; "
-                         "not confirmed here, but no evidence against the paper either): " + "; ".join(parts) + ".")
+                         "not confirmed here, but no evidence against the paper either; smallest detectable: the "
+                         "difference this run detects with 80% power, none when no difference does): "
+                         + "; ".join(parts) + ".")
     return sentences
 
 

@@ -332,13 +332,14 @@ def claims_power_lines(profile: Any, *, reported: pd.DataFrame | None = None, co
     it cannot (:func:`planned_claims`): a head line with the counts and the assumption, then one line per
     claim, testable first. For the paper profile's ``--estimate-only`` and notebook 10."""
     frame = planned_claims(profile, reported=reported, correlation=correlation, alpha=alpha, power=power)
-    who = f"{name!r} profile's" if name else (f"{profile!r} profile's" if isinstance(profile, str) else "profile's")
+    name = name or (profile if isinstance(profile, str) else getattr(profile, "name", None))
+    who = f"a {name!r} profile" if name else "this profile's"
     if frame.empty:
-        return [f"Power: the {who} run checks none of the paper's claimed orderings."]
+        return [f"Power: {who} run checks none of the paper's claimed orderings."]
     testable = frame[frame["testable"]]
     untestable = frame[~frame["testable"]]
     lines = [
-        f"Power of the {who} full run to confirm the paper's claims (exact McNemar test, alpha {alpha:g}, "
+        f"Power of {who} run to confirm the paper's claims (exact McNemar test, alpha {alpha:g}, "
         f"{power:.0%} power; discordance assumed from the paper's accuracies with correlation {correlation:g}): "
         f"{len(testable)} of {len(frame)} claims testable, {len(untestable)} not "
         f"(the paper's difference is below the smallest difference the run can detect).",
