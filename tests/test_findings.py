@@ -90,6 +90,36 @@ def test_claims_sentences_list_what_fails() -> None:
     assert "reproduced 0.710 vs 0.734; the paper 0.607 vs 0.585" in text[2]
 
 
+def test_claims_sentences_separate_does_not_hold_from_could_not_be_detected() -> None:
+    from r2mad_core.report import power
+    from r2mad_core.report.comparison import claims_summary
+
+    def row(better_only: int, worse_only: int, reproduced: tuple[float, float], outcome: str, p: float, significant: bool,
+            worse: str) -> dict:
+        return {"table": "tab:main_results", "paper_model": "Qwen2.5-7B-Instruct", "benchmark": "Average", "better": "R2-MAD",
+                "worse": worse, "paper_better": 0.607, "paper_worse": 0.501 if worse == "MAD-M2" else 0.593,
+                "holds_in_paper": True, "reproduced_better": reproduced[0], "reproduced_worse": reproduced[1],
+                "outcome": outcome, "holds_here": outcome == "holds", "n_pairs": 753, "better_only": better_only,
+                "worse_only": worse_only, "p_value": p, "significant": significant, "duplicate_of": None}
+
+    claims = power.with_power(pd.DataFrame([
+        # the paper's +0.106 over MAD-M2: 100% power at 136 discordant of 753, yet a tie here -> does not hold
+        row(68, 68, (0.62, 0.62), "tie", 1.0, False, "MAD-M2"),
+        # the paper's +0.014 over Self-Consistency: about 10% power at 165 discordant -> could not have been detected
+        row(85, 80, (0.70, 0.693), "holds", 0.76, False, "Self-Consistency"),
+    ]))
+    assert claims["detectable"].tolist() == [True, False]
+    text = findings.claims(claims, claims_summary(claims), [SIM])
+    assert text[2].startswith("This run had at least 80% power to detect the paper's own difference for 1 of the 2 distinct")
+    assert "it confirmed 0 of those significantly, and 0 more despite lower power" in text[2]
+    assert text[3].startswith("Does not hold as the paper says: R2-MAD > MAD-M2 on Average") and "does not hold (tie)" in text[3]
+    assert "this run had 100% power to detect the paper's difference (+0.106" in text[3]
+    assert text[4].startswith("Could not have been detected at this size (1 claim;")
+    assert "R2-MAD > Self-Consistency (tab:main_results, Average): holds here (+0.007, p = 0.76), smallest detectable 0.0" in text[4]
+    low = claims["power_paper_difference"][1]
+    assert f"power {low:.0%} for the paper's +0.014" in text[4] and 0.05 < low < 0.2
+
+
 def test_round0_sentences_count_how_often_the_independent_round_0_was_also_wrong() -> None:
     def record(sample: str, round0: list[bool], correct: bool) -> TranscriptRecord:
         return as_transcript(transcript(sample, [{"round": 0, "agents": [{"correct": c} for c in round0]}], correct=correct))

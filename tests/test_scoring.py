@@ -165,6 +165,9 @@ def test_completion_health_counts_truncated_and_empty_completions():
     r["rounds"][1]["agents"][2].update(finish_reason="length", response="   ", answer=None, correct=False)
     r["rounds"][1]["agents"][0].update(finish_reason="error", response="", answer=None, correct=False)
     r["rounds"][0]["extra_calls"] = [{"tag": "summary", "prompt_tokens": 1, "completion_tokens": 1, "finish_reason": "length", "cached": False, "seconds": 0}]
+    # Two answers stated without ((X)): one on the last line, one in the authors' "(X)" form.
+    r["rounds"][0]["agents"][2].update(response="Comparing the options...\nThe answer is (C).")
+    r["rounds"][1]["agents"][1].update(response="Both (B) and (C) fail, which leaves (A) as the only consistent option")
     health = completion_health([r])
     assert health == {
         "completions": 6,
@@ -172,11 +175,15 @@ def test_completion_health_counts_truncated_and_empty_completions():
         "error": 1,
         "empty": 2,
         "no_answer": 2,
+        "answer_fallback": 2,
         "final_round_truncated": 1,
         "final_round_no_answer": 2,
+        "final_round_answer_fallback": 1,
         "extra_calls_truncated": 1,
         "final_answer_none": 1,
     }
+    metrics = scoring.compute_metrics([r], n_bootstrap=10)
+    assert "answer from a fallback 2" in scoring.summary_line(metrics)
 
 
 def test_compute_metrics_stored_and_recomputed_votes():

@@ -9,20 +9,31 @@ Extraction (:func:`extract_answer`):
 
 * MATH500: the content of the **last** ``\\boxed{...}`` / ``\\fbox{...}`` with balanced braces (nested
   braces, ``\\boxed {x}``, ``\\boxed 5``), ignoring empty boxes and echoed placeholders such as
-  ``\\boxed{[answer]}``; with no box, a "The answer is X" statement on the last line. The answer is
+  ``\\boxed{[answer]}``. A final answer boxed in parts (``\\boxed{-2} and \\boxed{1}``,
+  ``\\boxed{1},\\boxed{2},\\boxed{3}``, one box per line) is read as one list: the last box and the
+  boxes before it that only separators divide from it (spaces, ``$``, commas, "and"/"or", ``\\quad``),
+  repeats dropped, joined by ", "; a word between boxes (``\\boxed{2}, actually \\boxed{3}``) keeps
+  the last box alone. With no box, a "The answer is X" statement on the last line. The answer is
   cleaned: ``\\text{}`` wrappers, units (``\\text{ cm}``, ``^\\circ``, degrees), ``\\%``, ``\\$`` and a
   trailing period are removed.
 * Multiple choice: the **last** ``((X))`` (any case, full-width parentheses, spaces inside, or
   ``((B. text))`` / ``((B) text))``), restricted to the question's option letters; an out-of-range last
-  letter gives None. With no ``((X))``, a final "The answer is (B)" / ``\\boxed{B}`` on the last line is
-  accepted unless ``strict_format=True``.
+  letter gives None. With no ``((X))`` and unless ``strict_format=True``, three fallbacks in turn:
+  a "The answer is (B)" / ``\\boxed{B}`` on the last line; the last such statement anywhere (a long last
+  line, an explanation after it); the last single-parenthesised letter ``(X)``, X in A-J, anywhere:
+  the rule of the authors' checker (KylJin/R2-MAD ``src/checker.py``, ``MMLUProChecker.parse_answer``),
+  so that every response the authors' code grades gets an answer here too.
+* :func:`extract_answer_with_source` also says which rule gave the answer (:data:`ANSWER_SOURCES`);
+  answers from a fallback are counted per run cell (``completion_health``: ``answer_fallback``).
 * Text after a closing ``</think>`` is searched first; the whole text only if it holds no answer.
 
 The authors' checker (KylJin/R2-MAD ``src/checker.py``) used a greedy one-line regex
-``\\\\boxed\\{(.*)\\}`` (so ``\\boxed{2}, actually \\boxed{3}`` gives ``2}, actually \\boxed{3``), a
-single-parenthesis fallback ``(X)`` anywhere in the text (so "option (a)" in the reasoning counts as
-an answer), no option-range check, and an *unordered* tuple comparison (so ``(1,2)`` equals ``(2,1)``
-and ``[1,2)`` equals ``(1,2]``). This module does none of those; the tests show each case.
+``\\\\boxed\\{(.*)\\}`` (so ``\\boxed{2}, actually \\boxed{3}`` gives ``2}, actually \\boxed{3``), no
+option-range check, and an *unordered* tuple comparison (so ``(1,2)`` equals ``(2,1)`` and ``[1,2)``
+equals ``(1,2]``). This module does none of those; the tests show each case. Its single-parenthesis
+fallback ``(X)`` anywhere in the text is kept, last and counted: it takes "option (a)" in the reasoning
+as an answer, but without it a response that states its letter without ``((X))`` would count as
+unanswered here and as answered in the paper's numbers.
 
 Equivalence (:func:`answers_equivalent`, :func:`is_correct`): a cheap normal form
 (:func:`canonical_answer`) first, then ``math_verify`` (parse + verify; ``\\frac{1}{2}``, ``0.5`` and
@@ -31,11 +42,11 @@ Equivalence (:func:`answers_equivalent`, :func:`is_correct`): a cheap normal for
 
 Pathological expressions cannot hang a run. (1) A screen (:func:`safe_for_symbolic`): answers longer
 than :data:`MAX_ANSWER_CHARS`, power towers, exponents or factorials of four digits or more, sums,
-products, integrals, limits and deep nesting are compared by normal form only. (2) Every math-verify
-parse and comparison has a deadline of :data:`SYMBOLIC_TIMEOUT_SECONDS`. math-verify's own timeouts
-use ``signal.alarm`` and raise ValueError outside the main thread, so they are switched off
-(``parsing_timeout=None``, ``timeout_seconds=None``) and replaced by a deadline that works in any
-thread (:func:`_with_deadline`); a comparison that runs out of time counts as "not equivalent".
+products, integrals, limits (also with a subscript: ``\\sum_{k=1}^n``) and deep nesting are compared
+by normal form only. (2) Every math-verify parse and comparison has a deadline of
+:data:`SYMBOLIC_TIMEOUT_SECONDS`. math-verify's own timeouts use ``signal.alarm`` and raise ValueError
+outside the main thread, so they are switched off (``parsing_timeout=None``, ``timeout_seconds=None``)
+and replaced by a deadline that works in any thread (:func:`_with_deadline`); a comparison that runs out of time counts as "not equivalent".
 """
 
 from __future__ import annotations
@@ -79,6 +90,11 @@ MAX_NESTING = 12
 CACHE_SIZE = 1 << 16
 
 OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+#: Where an extracted answer came from: the prompts' format (``\\boxed{}``, ``((X))``), the last line's
+#: statement, a statement anywhere (multiple choice), or the authors' single-parenthesis rule.
+ANSWER_SOURCES = ("format", "final_line", "statement", "parenthesis")
+#: The sources that are a fallback (not the format the prompt asked for).
+FALLBACK_SOURCES = frozenset(ANSWER_SOURCES[1:])
 _PLACEHOLDERS = {"", "answer", "[answer]", "{answer}", "...", "\\ldots", "\\dots", "final answer"}
 _TEXT_COMMANDS = ("text", "textbf", "textit", "textrm", "textnormal", "mbox", "mathrm", "mathbf", "operatorname")
 # Words that can follow a number as a unit. Inside \text{...} any word(s) after a number are dropped;
@@ -101,6 +117,20 @@ _TRAILING_UNIT_WORD = re.compile(
     re.IGNORECASE,
 )
 _ANSWER_STATEMENT = re.compile(r"\banswer\s*(?:is|:|=)\s*:?\s*", re.IGNORECASE)
+# "the answer is (C)", "Answer: C.", "the correct answer is option C": a letter in parentheses or
+# brackets, or a bare capital followed by punctuation or the end of the line (not "the answer is a ...").
+_CHOICE_STATEMENT = re.compile(
+    r"(?i:\banswer\s*(?:is|:|=)\s*:?\s*(?:option|choice)?\s*[:\-]?\s*)"
+    r"(?:\(\s*([A-Za-z])\s*\)|\[\s*([A-Za-z])\s*\]|([A-Z])(?=[ \t]*(?:[.):,;]|$)))",
+    re.MULTILINE,
+)
+_PARENTHESISED_LETTER = re.compile(r"\(([A-Ja-j])\)")
+# What may stand between two boxes of one answer: spaces, math delimiters, LaTeX spacing, commas,
+# "and"/"or" (bare or in \text{}), alignment marks.
+_BOX_SEPARATOR = re.compile(
+    r"\s+|\$|\\[()\[\]]|\\q?quad(?![A-Za-z])|\\[,;:! ]|\\\\|&|[,;.]|\b(?:and|or)\b"
+    r"|\\(?:text|textrm|mbox|mathrm)\s*\{\s*(?:and|or|,)?\s*\}"
+)
 _PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}")
 
 
@@ -130,20 +160,33 @@ def extract_answer(
     ``strict_format=True`` accepts only the prompts' formats (``\\boxed{}``; ``((X))``) and no
     "The answer is ..." fallback.
     """
+    return extract_answer_with_source(text, benchmark, num_options, strict_format=strict_format)[0]
+
+
+def extract_answer_with_source(
+    text: str | None, benchmark: str, num_options: int | None = None, *, strict_format: bool = False
+) -> tuple[str | None, str | None]:
+    """``(a(r), source)``: the answer as :func:`extract_answer` gives it and where it came from.
+
+    ``source`` is one of :data:`ANSWER_SOURCES` (None when the text gives no answer at all); every
+    source but ``"format"`` is a fallback (:data:`FALLBACK_SOURCES`), counted per run cell by
+    :func:`r2mad_core.debate.scoring.completion_health`. The answer can be None with a source, e.g.
+    ``((K))`` of options A-J: the response answered, with a letter that is not an option.
+    """
     multiple_choice = _check_benchmark(benchmark)
     letters = _letters(num_options) if multiple_choice else ""
     if not isinstance(text, str) or not text.strip():
-        return None
+        return None, None
     if len(text) > MAX_RESPONSE_CHARS:
         text = text[-MAX_RESPONSE_CHARS:]
     for region in _search_regions(text):
         if multiple_choice:
-            answer = _extract_choice(region, letters, strict_format)
+            found = _extract_choice(region, letters, strict_format)
         else:
-            answer = _extract_math(region, strict_format)
-        if answer is not _NOT_FOUND:
-            return answer
-    return None
+            found = _extract_math(region, strict_format)
+        if found is not _NOT_FOUND:
+            return found  # type: ignore[return-value]
+    return None, None
 
 
 class _NotFound:
@@ -188,32 +231,68 @@ def _balanced_group(text: str, start: int) -> tuple[str, int] | None:
     return None
 
 
-def _boxed_contents(text: str) -> list[str]:
-    """Contents of every complete ``\\boxed``/``\\fbox`` in order (braced, or a single token)."""
-    contents = []
+def _boxes(text: str, *, nested: bool = True) -> list[tuple[int, int, str]]:
+    """``(start, end, content)`` of every complete ``\\boxed``/``\\fbox`` in order (braced, or a single
+    token); ``nested=False`` skips a box that starts inside an earlier one."""
+    boxes: list[tuple[int, int, str]] = []
     for match in _BOX_START.finditer(text):
+        if not nested and boxes and match.start() < boxes[-1][1]:
+            continue
         position = match.end()
         while position < len(text) and text[position] in " \t":
             position += 1
         if position < len(text) and text[position] == "{":
             group = _balanced_group(text, position)
             if group is not None:
-                contents.append(group[0])
+                boxes.append((match.start(), group[1], group[0]))
         else:
             token = re.match(r"[^\s$\\{}]+", text[position:])  # \boxed 5: one plain token
             if token:
-                contents.append(token.group(0).rstrip(".,;:"))
-    return contents
+                boxes.append((match.start(), position + token.end(), token.group(0).rstrip(".,;:")))
+    return boxes
 
 
-def _extract_math(text: str, strict_format: bool) -> str | None | object:
-    for content in reversed(_boxed_contents(text)):
+def _boxed_contents(text: str) -> list[str]:
+    """Contents of every complete ``\\boxed``/``\\fbox`` in order (braced, or a single token)."""
+    return [content for _, _, content in _boxes(text)]
+
+
+def _joins_boxes(gap: str) -> bool:
+    """Whether the text between two boxes only separates them (``, and $``), i.e. both belong to one
+    final answer; any other word (``\\boxed{2}, actually \\boxed{3}``) makes the boxes alternatives."""
+    return not _BOX_SEPARATOR.sub("", gap).strip()
+
+
+def _distinct_answers(parts: list[str]) -> list[str]:
+    """``parts`` without repeats (an answer boxed twice, or once as ``\\frac12`` and once as 0.5)."""
+    kept: list[str] = []
+    for part in parts:
+        if not any(_canonical_math(part) == _canonical_math(other) for other in kept) and not any(
+            answers_equivalent(part, other, "math500") for other in kept
+        ):
+            kept.append(part)
+    return kept
+
+
+def _extract_math(text: str, strict_format: bool) -> tuple[str | None, str] | object:
+    found: list[tuple[int, int, str]] = []
+    for start, end, content in _boxes(text, nested=False):
         inner = _boxed_contents(content)
         if inner:
             content = inner[-1]
         cleaned = clean_math_answer(content)
         if cleaned and cleaned.lower() not in _PLACEHOLDERS:
-            return cleaned
+            found.append((start, end, cleaned))
+    if found:
+        # The last box, with the boxes just before it that only a separator divides from it: one answer
+        # boxed in parts (\boxed{-2} and \boxed{1}) is read as the list "-2, 1".
+        first = len(found) - 1
+        while first > 0 and _joins_boxes(text[found[first - 1][1] : found[first][0]]):
+            first -= 1
+        parts = [cleaned for _, _, cleaned in found[first:]]
+        if len(parts) > 1:
+            parts = _distinct_answers(parts)
+        return ", ".join(parts), "format"
     if strict_format:
         return _NOT_FOUND
     statement = _final_statement(text)
@@ -221,7 +300,7 @@ def _extract_math(text: str, strict_format: bool) -> str | None | object:
         cleaned = clean_math_answer(statement)
         prose = len(_PROSE_WORD.findall(re.sub(r"\\[A-Za-z]+\s*\{[^{}]*\}", "", cleaned)))
         if cleaned and cleaned.lower() not in _PLACEHOLDERS and len(cleaned) <= MAX_ANSWER_CHARS and prose < 2:
-            return cleaned
+            return cleaned, "final_line"
     return _NOT_FOUND
 
 
@@ -271,7 +350,7 @@ def _letter_in(content: str) -> str | None:
     return None
 
 
-def _extract_choice(text: str, letters: str, strict_format: bool) -> str | None | object:
+def _extract_choice(text: str, letters: str, strict_format: bool) -> tuple[str | None, str] | object:
     normalized = unicodedata.normalize("NFKC", text)  # full-width （（Ｂ）） -> ((B))
     for match in reversed(list(_DOUBLE_PARENS.finditer(normalized))):
         content = match.group(1)
@@ -279,21 +358,34 @@ def _extract_choice(text: str, letters: str, strict_format: bool) -> str | None 
         if letter is None:
             continue  # placeholder "((answer))", prose in double parentheses, "((A or B))"
         if letter in letters:
-            return letter
+            return letter, "format"
         if content.strip().strip("*_`$ ()")[:1].isupper():
-            return None  # the final answer names a letter that is not an option, e.g. ((K)) of A-J
+            return None, "format"  # the final answer names a letter that is not an option, e.g. ((K)) of A-J
         # a lower-case out-of-range letter such as f((x)) is notation, not an answer: keep looking
     if strict_format:
         return _NOT_FOUND
-    # Fallbacks, only on the last line: \boxed{B}, "The answer is (B)", "Answer: B".
+    # Fallback 1, the last line: \boxed{B}, "The answer is (B)", "Answer: B".
     line = _last_line(normalized)
-    if line is None:
-        return _NOT_FOUND
-    candidates = [*_boxed_contents(line)[-1:], *filter(None, [_final_statement(line)])]
-    for candidate in candidates:
-        letter = _letter_in(candidate)
-        if letter is not None:
-            return letter if letter in letters else None
+    if line is not None:
+        candidates = [*_boxed_contents(line)[-1:], *filter(None, [_final_statement(line)])]
+        for candidate in candidates:
+            letter = _letter_in(candidate)
+            if letter is not None:
+                return (letter if letter in letters else None), "final_line"
+    # Fallback 2, anywhere: the last "the answer is (C)" / "Answer: C." / \boxed{C} (a long last line,
+    # or an explanation after the statement).
+    plain = normalized.replace("**", "").replace("__", "")
+    stated = [(m.start(), next(g for g in m.groups() if g)) for m in _CHOICE_STATEMENT.finditer(plain)]
+    stated += [(start, letter) for start, _, content in _boxes(plain) if (letter := _letter_in(content))]
+    if stated:
+        letter = max(stated)[1].upper()
+        return (letter if letter in letters else None), "statement"
+    # Fallback 3, the authors' checker (KylJin/R2-MAD src/checker.py, MMLUProChecker.parse_answer):
+    # the last single-parenthesised letter A-J anywhere in the text.
+    bare = _PARENTHESISED_LETTER.findall(normalized)
+    if bare:
+        letter = bare[-1].upper()
+        return (letter if letter in letters else None), "parenthesis"
     return _NOT_FOUND
 
 
@@ -335,10 +427,11 @@ def _canonical_math(answer: str) -> str:
     text = re.sub(r"\\frac\s*\{([^{}]*)\}\s*(\d)", r"\\frac{\1}{\2}", text)
     text = re.sub(r"\\frac\s*(\d)\s*\{", r"\\frac{\1}{", text)
     text = re.sub(r"\\sqrt\s*(\d+)", r"\\sqrt{\1}", text)
-    text = re.sub(r"\s+", "", text)
-    text = text.replace("{,}", "")
+    text = text.replace("{,}", ",")
+    # A thousands separator: no space after its comma, groups of exactly three digits ("32, 349" is a list).
     if re.fullmatch(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?", text):
         text = text.replace(",", "")
+    text = re.sub(r"\s+", "", text)
     if re.fullmatch(r"-?\d*\.\d+", text):
         text = text.rstrip("0").rstrip(".") if "." in text else text
         text = re.sub(r"^(-?)\.", r"\g<1>0.", text) or "0"
@@ -381,7 +474,7 @@ def safe_for_symbolic(answer: str) -> bool:
     """
     if len(answer) > MAX_ANSWER_CHARS:
         return False
-    if re.search(r"\\(?:sum|prod|int|iint|oint|lim|binom)\b|\\choose", answer):
+    if re.search(r"\\(?:sum|prod|int|iint|oint|lim|binom|choose)(?![A-Za-z])", answer):
         return False
     if re.search(r"\d{4,}\s*!|[)}\]]\s*!|!\s*!", answer):
         return False

@@ -435,10 +435,19 @@ def cost_per_query(records: Sequence[Transcript]) -> dict[str, Any]:
     return {"n": n, "tokens_per_query": per_tag, "seconds_per_query": seconds / n if n else math.nan}
 
 
+def answer_from_fallback(record: Transcript, response: str) -> bool:
+    """Whether the answer of ``response`` (a turn of ``record``) came from a fallback extraction rule."""
+    _, source = answers.extract_answer_with_source(response, record.benchmark, num_options=record.num_options)
+    return source in answers.FALLBACK_SOURCES
+
+
 def completion_health(records: Iterable[Transcript]) -> dict[str, int]:
     """Counts of debate completions: total, truncated (finish_reason ``length``), errors, empty
-    texts, no extractable answer; the same for the last round (the voted answers) and for
-    extra calls (summaries/judgements) that were truncated."""
+    texts, no extractable answer, an answer that came from a fallback rule rather than the prompt's
+    format (``answer_fallback``: "the answer is (C)" without ``((C))``, a "The answer is 12" line
+    without a box; :data:`r2mad_core.data.answers.FALLBACK_SOURCES`, re-read from the stored
+    response); the same for the last round (the voted answers) and for extra calls
+    (summaries/judgements) that were truncated."""
     counts = dict.fromkeys(
         (
             "completions",
@@ -446,8 +455,10 @@ def completion_health(records: Iterable[Transcript]) -> dict[str, int]:
             "error",
             "empty",
             "no_answer",
+            "answer_fallback",
             "final_round_truncated",
             "final_round_no_answer",
+            "final_round_answer_fallback",
             "extra_calls_truncated",
             "final_answer_none",
         ),
@@ -464,9 +475,12 @@ def completion_health(records: Iterable[Transcript]) -> dict[str, int]:
                 counts["error"] += int(a.finish_reason == "error")
                 counts["empty"] += int(not a.response.strip())
                 counts["no_answer"] += int(a.answer is None)
+                fallback = a.answer is not None and answer_from_fallback(record, a.response)
+                counts["answer_fallback"] += int(fallback)
                 if last:
                     counts["final_round_truncated"] += int(truncated)
                     counts["final_round_no_answer"] += int(a.answer is None)
+                    counts["final_round_answer_fallback"] += int(fallback)
             for call in r.extra_calls:
                 counts["extra_calls_truncated"] += int(is_truncated(call))
         counts["final_answer_none"] += int(record.final_answer is None)
@@ -567,6 +581,7 @@ def summary_line(metrics: Mapping[str, Any]) -> str:
         f"accuracy {metrics['accuracy']:.3f} [{level}% CI {metrics['ci_low']:.3f}, {metrics['ci_high']:.3f}] "
         f"(n={metrics['n']}) | tokens/query: {cost} | {metrics['seconds_per_query']:.2f} s/query | "
         f"{truncation}, no answer {health.get('no_answer', 0)}"
+        + (f", answer from a fallback {health['answer_fallback']}" if health.get("answer_fallback") else "")
     )
 
 

@@ -22,6 +22,7 @@ from r2mad_core.report.results import GridResults
 from r2mad_core.experiments.model_specs import ModelSpec
 from r2mad_core.debate.scoring import AnnotationCounts, annotation_counts, paired_test
 from r2mad_core.report.tables import AVERAGE_LABEL, NOT_RUN, benchmark_label
+from r2mad_core.report.power import power_sentence
 
 ALPHA = 0.05
 
@@ -417,11 +418,17 @@ def poisoned_memory(frame: pd.DataFrame, poisoned: GridResults, models: Sequence
 
 
 def claims(claims_frame: pd.DataFrame, summary: Any, models: Sequence[ModelSpec]) -> list[str]:
-    """The summary sentence of :func:`r2mad_core.report.comparison.claims_summary` and the claims that fail."""
+    """The summary sentence of :func:`r2mad_core.report.comparison.claims_summary` and the claims not confirmed.
+
+    With the power columns of :func:`r2mad_core.report.power.with_power`, a claim that is not confirmed (not
+    strictly better, or not significantly) is said to *not hold* only when the run had at least 80% power to
+    detect the paper's own difference; otherwise it *could not have been detected at this size*."""
     sentences = [what_ran(models), summary.sentence()]
     if claims_frame.empty:
         return sentences
     distinct = claims_frame[claims_frame["duplicate_of"].isna()]
+    if "power_paper_difference" in distinct.columns:
+        return sentences + _claims_with_power(distinct)
     failing = distinct[distinct["outcome"] != "holds"]
     for row in failing.itertuples():
         sentences.append(f"Does not hold ({row.outcome}): {row.better} > {row.worse} on {row.benchmark} "
@@ -432,6 +439,47 @@ def claims(claims_frame: pd.DataFrame, summary: Any, models: Sequence[ModelSpec]
         sentences.append(f"{len(weak)} of the orderings that hold are not significant at {ALPHA:g}: "
                          + "; ".join(f"{r.better} > {r.worse} ({r.table}, {r.benchmark}, {fmt_p(r.p_value)})"
                                      for r in weak.itertuples()) + ".")
+    return sentences
+
+
+def _mde_text(mde: float) -> str:
+    return "none (no difference reaches 80% power)" if math.isnan(mde) else f"{mde:.3f}"
+
+
+def _claims_with_power(distinct: pd.DataFrame) -> list[str]:
+    """The claims' sentences that separate "does not hold" from "could not have been detected at this size"."""
+    chance = pd.to_numeric(distinct["power_paper_difference"], errors="coerce")
+    powered = chance >= 0.8
+    confirmed = (distinct["outcome"] == "holds") & distinct["significant"].astype(bool)
+    # a significant reversal is evidence against the claim whatever the power to see the paper's difference
+    against = (distinct["outcome"] == "reversed") & (pd.to_numeric(distinct["p_value"], errors="coerce") < ALPHA)
+    sentences = [power_sentence(distinct)[:-1] + f"; it confirmed {int((confirmed & powered).sum())} of those significantly, "
+                 f"and {int((confirmed & ~powered).sum())} more despite lower power."]
+    for row in distinct[~confirmed & (powered | against)].itertuples():
+        state = (f"is significantly reversed ({fmt_p(row.p_value)})" if row.outcome == "reversed" and row.p_value < ALPHA
+                 else f"does not hold ({row.outcome})" if row.outcome != "holds"
+                 else f"holds but not significantly ({fmt_p(row.p_value)})")
+        sentences.append(
+            f"Does not hold as the paper says: {row.better} > {row.worse} on {row.benchmark} ({row.table}, "
+            f"{row.paper_model}) {state}: reproduced {row.reproduced_better:.3f} vs {row.reproduced_worse:.3f}, the paper "
+            f"{row.paper_better:.3f} vs {row.paper_worse:.3f}; this run had {row.power_paper_difference:.0%} power "
+            f"to detect the paper's difference ({row.paper_better - row.paper_worse:+.3f}; smallest detectable "
+            f"{_mde_text(row.mde)} on {row.n_pairs} paired questions).")
+    small = distinct[~confirmed & ~powered & ~against]
+    if len(small):
+        parts = []
+        for row in small.itertuples():
+            paper = row.paper_better - row.paper_worse
+            power_text = "the paper shows no such difference" if math.isnan(row.power_paper_difference) else (
+                f"power {row.power_paper_difference:.0%} for the paper's {paper:+.3f}")
+            mde = "none" if math.isnan(row.mde) else f"{row.mde:.3f}"
+            parts.append(f"{row.better} > {row.worse} ({row.table}, {row.benchmark}): {row.outcome} here "
+                         f"({row.reproduced_better - row.reproduced_worse:+.3f}, {fmt_p(row.p_value)}), smallest "
+                         f"detectable {mde} on {row.n_pairs} pairs, {power_text}")
+        sentences.append(f"Could not have been detected at this size ({len(small)} claim{'s' if len(small) != 1 else ''}; "
+                         "not confirmed here, but no evidence against the paper either; smallest detectable: the "
+                         "difference this run detects with 80% power, none when no difference does): "
+                         + "; ".join(parts) + ".")
     return sentences
 
 

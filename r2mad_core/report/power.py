@@ -1,0 +1,419 @@
+"""Power of the claims' paired comparisons: the smallest difference a run can detect, and the power it has
+to detect the paper's own difference (issue 26; the claims are :data:`r2mad_core.report.comparison.PAPER_ORDERING_CLAIMS`).
+
+The test is the one notebook 10 applies (:func:`r2mad_core.report.comparison.check_orderings`): McNemar's exact
+test (McNemar 1947), the two-sided exact binomial test (``scipy.stats.binomtest``, p = 1/2) of the ``b``
+questions only the better method got right among the ``d = b + c`` discordant ones; a claim counts as
+significant when it holds and p < alpha.
+
+**Model.** Each of n paired questions is discordant in favour of the better method with probability p10 and
+in favour of the worse with p01: the discordance is psi = p10 + p01 and the accuracy difference delta =
+p10 - p01. Then D ~ Binomial(n, psi) and, given D = d, B ~ Binomial(d, (1 + delta / psi) / 2). The power of
+the exact conditional test is its unconditional rejection probability (Miettinen 1968; Lachin 1992, "Power
+and sample size evaluation for the McNemar test with application to matched case-control studies", Stat.
+Med. 11:1239-1251), computed exactly with ``scipy.stats.binom``, no normal approximation::
+
+    power(n, psi, delta) = sum_d Binom(d; n, psi) * P(B >= c_d | d),
+
+c_d the smallest b > d / 2 whose two-sided exact p-value 2 P(Binomial(d, 1/2) >= b) is below alpha. Only
+rejections in the claimed direction count: a significant reversal does not confirm a claim.
+
+**Minimum detectable effect** (:func:`minimum_detectable_effect`): the smallest delta with power >= 80% at
+a fixed psi (``scipy.optimize.brentq``; power rises with delta); NaN when even delta = psi (every discordant
+question favours the better method) falls short, e.g. with no discordant pair at all.
+
+**Which discordance.** After a run: the discordance the run observed, (b + c) / n (:func:`with_power`).
+Before a run (:func:`planned_claims`): an assumption from two accuracies p1, p2: the paired outcomes are
+correlated with phi = :data:`ASSUMED_CORRELATION` (ours: 0.5; the sim profile's runs show 0.5-0.6 between
+its methods; a higher correlation means fewer discordant questions and a smaller MDE), so that
+psi = p1 + p2 - 2 p11 with p11 = p1 p2 + phi sqrt(p1 (1 - p1) p2 (1 - p2)) (clipped to the Frechet bounds);
+the MDE before a run lets psi move with delta (the better method at p2 + delta).
+
+**Approximation (ours).** An ``Average`` claim compares means of per-benchmark accuracies, the test pools
+the paired questions of all benchmarks; the paper's difference of Averages is taken as the pooled
+difference (exact when the benchmarks are equally large or the differences equal). The size of the
+shared-misconception subset is not in the paper: :func:`inferred_subset_size` takes the denominator its
+two percentages imply (Engineering: 27.10% and 17.42% fit only 155 of 242 questions), the one nearest to
+the questions MAD gets wrong when several fit.
+
+:func:`claims_power_lines` states, for a profile before its run (``--estimate-only`` of the paper profile),
+which claims its run can test with at least 80% power and which it cannot.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from importlib import import_module
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from r2mad_core.data import benchmarks as benchmark_registry
+from r2mad_core.report.comparison import (
+    BOTH_MODELS,
+    BOTH_MODELS_LABEL,
+    PAPER_ORDERING_CLAIMS,
+    OrderingClaim,
+    load_reported_results,
+)
+from r2mad_core.report.tables import AVERAGE_LABEL, benchmark_label
+
+ALPHA = 0.05
+#: The power a claim's test must have to call it testable.
+TARGET_POWER = 0.8
+#: The correlation of two methods' per-question correctness assumed before a run (ours; module docstring).
+ASSUMED_CORRELATION = 0.5
+#: The metric of the shared-misconception claims (as in ``reported_results.csv``).
+SUBSET_METRIC = "accuracy (shared-misconception subset)"
+#: What :func:`claims_power_lines` reads of a profile (``split_rule`` and ``large_models`` are optional).
+PROFILE_FIELDS_USED = ("models", "large_models", "benchmarks", "test_limit", "retrieval_models",
+                       "retrieval_benchmarks", "icl_models", "icl_benchmarks", "split_rule")
+
+
+# --------------------------------------------------------------------------------------------
+# The exact power of McNemar's test
+# --------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=256)
+def _critical_values(n: int, alpha: float) -> np.ndarray:
+    """c_d for d = 0..n: the smallest b > d/2 with two-sided exact p-value < alpha (d + 1: none)."""
+    from scipy.stats import binom
+
+    critical = np.empty(n + 1, dtype=np.int64)
+    for d in range(n + 1):
+        b = np.arange(d // 2 + 1, d + 1)
+        p_values = np.minimum(1.0, 2.0 * binom.sf(b - 1, d, 0.5))
+        below = np.flatnonzero(p_values < alpha)
+        critical[d] = b[below[0]] if below.size else d + 1
+    return critical
+
+
+def _check(n: int, discordance: float, alpha: float) -> None:
+    if not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"power: the number of paired questions must be a positive integer, found {n!r}")
+    if not 0.0 <= discordance <= 1.0:
+        raise ValueError(f"power: the discordance must be in [0, 1], found {discordance!r}")
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"power: alpha must be in (0, 1), found {alpha!r}")
+
+
+def mcnemar_power(n: int, discordance: float, difference: float, alpha: float = ALPHA) -> float:
+    """The probability that the exact McNemar test on ``n`` pairs finds the better method significantly
+    better (two-sided p < ``alpha``, in the claimed direction) when the discordance is ``discordance`` and the
+    accuracy difference ``difference`` (module docstring). Requires |difference| <= discordance."""
+    _check(n, discordance, alpha)
+    if abs(difference) > discordance + 1e-12:
+        raise ValueError(f"power: a difference of {difference:g} needs a discordance of at least that, found {discordance:g}")
+    if discordance == 0.0:
+        return 0.0
+    from scipy.stats import binom
+
+    share = min(1.0, max(0.0, (1.0 + difference / discordance) / 2.0))
+    d = np.arange(n + 1)
+    critical = _critical_values(int(n), float(alpha))
+    rejects = binom.sf(critical - 1, d, share)
+    rejects[critical > d] = 0.0
+    return float(np.sum(binom.pmf(d, n, discordance) * rejects))
+
+
+def minimum_detectable_effect(n: int, discordance: float, alpha: float = ALPHA, power: float = TARGET_POWER) -> float:
+    """The smallest accuracy difference the exact McNemar test on ``n`` pairs detects with probability
+    ``power`` at a fixed ``discordance``; NaN when no difference up to the discordance reaches it."""
+    _check(n, discordance, alpha)
+    if discordance == 0.0 or mcnemar_power(n, discordance, discordance, alpha) < power:
+        return math.nan
+    from scipy.optimize import brentq
+
+    return float(brentq(lambda delta: mcnemar_power(n, discordance, delta, alpha) - power, 0.0, discordance, xtol=1e-6))
+
+
+def assumed_discordance(p_better: float, p_worse: float, correlation: float = ASSUMED_CORRELATION) -> float:
+    """The discordance of two methods with accuracies ``p_better`` and ``p_worse`` whose per-question
+    correctness has the given (phi) correlation; at least |p_better - p_worse| (module docstring)."""
+    for name, value in (("p_better", p_better), ("p_worse", p_worse)):
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"assumed_discordance: {name} must be an accuracy in [0, 1], found {value!r}")
+    if not -1.0 <= correlation <= 1.0:
+        raise ValueError(f"assumed_discordance: the correlation must be in [-1, 1], found {correlation!r}")
+    both = p_better * p_worse + correlation * math.sqrt(p_better * (1 - p_better) * p_worse * (1 - p_worse))
+    both = min(max(both, p_better + p_worse - 1.0, 0.0), min(p_better, p_worse))
+    return max(p_better + p_worse - 2.0 * both, abs(p_better - p_worse))
+
+
+def planned_minimum_detectable_effect(n: int, p_worse: float, correlation: float = ASSUMED_CORRELATION,
+                                      alpha: float = ALPHA, power: float = TARGET_POWER) -> float:
+    """Before a run: the smallest difference detectable with ``power`` over a method at accuracy ``p_worse``,
+    the discordance moving with the difference (:func:`assumed_discordance`); NaN when none up to 1 - p_worse."""
+    from scipy.optimize import brentq
+
+    def gap(delta: float) -> float:
+        return mcnemar_power(n, assumed_discordance(p_worse + delta, p_worse, correlation), delta, alpha) - power
+
+    top = 1.0 - p_worse
+    if top <= 0.0 or gap(top) < 0.0:
+        return math.nan
+    return float(brentq(gap, 0.0, top, xtol=1e-6))
+
+
+# --------------------------------------------------------------------------------------------
+# After a run: the claims table of check_orderings with its power
+# --------------------------------------------------------------------------------------------
+def with_power(claims: pd.DataFrame, alpha: float = ALPHA, power: float = TARGET_POWER) -> pd.DataFrame:
+    """The rows of :func:`~r2mad_core.report.comparison.check_orderings` with four more columns:
+    ``discordance`` (observed, (better_only + worse_only) / n_pairs), ``mde`` (the smallest difference the
+    run could detect with ``power`` at that discordance; NaN when it could detect none),
+    ``power_paper_difference`` (the power it had to detect the paper's own difference; the discordance is
+    raised to that difference when the run observed less) and ``detectable`` (that power >= ``power``)."""
+    out = claims.copy()
+    if out.empty:
+        for column in ("discordance", "mde", "power_paper_difference", "detectable"):
+            out[column] = pd.Series(dtype=float if column != "detectable" else bool)
+        return out
+    discordance, mde, paper_power = [], [], []
+    for row in out.itertuples():
+        n = int(row.n_pairs)
+        psi = (int(row.better_only) + int(row.worse_only)) / n
+        discordance.append(psi)
+        mde.append(minimum_detectable_effect(n, psi, alpha, power))
+        paper = float(row.paper_better) - float(row.paper_worse)
+        if math.isnan(paper) or paper <= 0.0:
+            paper_power.append(math.nan)  # the paper shows no such ordering: nothing to detect
+        else:
+            paper_power.append(mcnemar_power(n, max(psi, paper), paper, alpha))
+    out["discordance"] = discordance
+    out["mde"] = mde
+    out["power_paper_difference"] = paper_power
+    out["detectable"] = [bool(p >= power) for p in paper_power]
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Before a run: the claims a profile will check, their sizes and power
+# --------------------------------------------------------------------------------------------
+def inferred_subset_size(rates: Sequence[float], n_test: int, proxy: float, decimals: int = 4) -> int:
+    """The shared-misconception subset's size the paper's rounded percentages imply: the denominators up to
+    ``n_test`` for which every rate (rounded to ``decimals``) is a count over it, the one nearest ``proxy``
+    (the questions MAD gets wrong); ``round(proxy)`` when none fits."""
+    tolerance = 0.5 * 10.0 ** (-decimals) + 1e-12
+    fitting = [m for m in range(1, n_test + 1)
+               if all(abs(round(rate * m) / m - rate) <= tolerance for rate in rates)]
+    if not fitting:
+        return max(1, int(round(proxy)))
+    return min(fitting, key=lambda m: (abs(m - proxy), m))
+
+
+def _field(profile: Any, name: str, default: Any = None) -> Any:
+    if isinstance(profile, Mapping):
+        return profile.get(name, default)
+    return getattr(profile, name, default)
+
+
+def _as_profile(profile: Any) -> Any:
+    """A :class:`~r2mad_core.experiments.profiles.Profile` (its spec), a spec, a mapping of fields, or a name."""
+    if isinstance(profile, str):
+        profile = import_module("r2mad_core.experiments.profiles").load_profile(profile)
+    return getattr(profile, "spec", profile)
+
+
+def _entry(model: Any, name: str) -> Any:
+    return model.get(name) if isinstance(model, Mapping) else getattr(model, name, None)
+
+
+def _test_sizes(profile: Any) -> dict[str, int]:
+    """Test questions per benchmark id of the profile: the paper's split sizes (the authors' with
+    ``split_rule: authors``), capped by ``test_limit``; a benchmark without known sizes is left out."""
+    rule = _field(profile, "split_rule") or "paper"
+    table = benchmark_registry.AUTHORS_SPLIT_SIZES if rule == "authors" else benchmark_registry.PAPER_SPLIT_SIZES
+    limit = _field(profile, "test_limit")
+    sizes = {}
+    for benchmark in _field(profile, "benchmarks") or ():
+        size = (table.get(benchmark) or {}).get("test")
+        if size is not None:
+            sizes[benchmark] = min(size, limit) if limit else size
+    return sizes
+
+
+def _planned_pairs(claim: OrderingClaim, profile: Any, sizes: Mapping[str, int], reported: pd.DataFrame) -> tuple[int, str]:
+    """(paired questions, which runs) of ``claim`` in ``profile``'s run; (0, reason) when it is not checked."""
+    models = list(_field(profile, "models") or ())
+    paper_of = {_entry(m, "label"): (_entry(m, "stands_in_for") or _entry(m, "label")) for m in models}
+    by_name = {label: label for label in paper_of}
+    if claim.table == "tab:retrieval_ablation":
+        labels, benchmarks = _field(profile, "retrieval_models") or (), _field(profile, "retrieval_benchmarks") or ()
+    elif claim.table == "tab:icl_cot":
+        labels, benchmarks = _field(profile, "icl_models") or (), _field(profile, "icl_benchmarks") or ()
+    elif claim.table == "tab:large_models":
+        run = [e for e in (_field(profile, "large_models") or ()) if _entry(e, "stand_in") is None]
+        labels = [_entry(e, "label") for e in run]
+        paper_of.update({label: label for label in labels})
+        by_name.update({label: label for label in labels})
+        benchmarks = list(sizes)
+    else:
+        labels, benchmarks = list(paper_of), list(sizes)
+    wanted = BOTH_MODELS if claim.paper_model == BOTH_MODELS_LABEL else (claim.paper_model,)
+    chosen = [by_name[label] for label in labels if label in paper_of and paper_of[label] in wanted]
+    if claim.benchmark != AVERAGE_LABEL:
+        benchmarks = [b for b in benchmarks if benchmark_label(b) == claim.benchmark]
+    benchmarks = [b for b in benchmarks if b in sizes]
+    if not chosen or not benchmarks:
+        return 0, ""
+    per_model = 0
+    for benchmark in benchmarks:
+        n = sizes[benchmark]
+        if claim.metric == SUBSET_METRIC:
+            n = _subset_size(claim, benchmark, n, reported)
+        per_model += n
+    return per_model * len(chosen), f"{len(chosen)} model(s) x {', '.join(benchmark_label(b) for b in benchmarks)}"
+
+
+def _subset_size(claim: OrderingClaim, benchmark: str, n: int, reported: pd.DataFrame) -> int:
+    """The shared-misconception subset of ``n`` test questions, from the paper's percentages (:func:`inferred_subset_size`)."""
+    name = benchmark_label(benchmark)
+    rows = reported[(reported["model"] == claim.paper_model) & (reported["benchmark"] == name)]
+    rates = rows[rows["metric"] == SUBSET_METRIC]["value"].tolist()
+    full = (benchmark_registry.PAPER_SPLIT_SIZES.get(benchmark) or {}).get("test", n)
+    mad = rows[(rows["metric"] == "accuracy") & (rows["method"] == "MAD") & (rows["table"] == "tab:main_results")]["value"]
+    proxy = full * (1.0 - float(mad.iloc[0])) if len(mad) else full / 2.0
+    size = inferred_subset_size(rates, full, proxy) if rates else int(round(proxy))
+    return max(1, int(round(size * n / full)))
+
+
+def planned_claims(profile: Any, *, reported: pd.DataFrame | None = None,
+                   claims: Sequence[OrderingClaim] = PAPER_ORDERING_CLAIMS, correlation: float = ASSUMED_CORRELATION,
+                   alpha: float = ALPHA, power: float = TARGET_POWER) -> pd.DataFrame:
+    """Before a run: one row per claim ``profile`` will check (a profile, its spec, a mapping of its fields
+    or its name): table, paper_model, benchmark, better, worse, ``n_pairs`` (the paired questions its test
+    will pool), ``runs``, the paper's two accuracies and ``paper_difference``, ``assumed_discordance``
+    (from the paper's accuracies, :func:`assumed_discordance`), ``mde`` (:func:`planned_minimum_detectable_effect`
+    over the worse method's paper accuracy), ``power_paper_difference`` and ``testable`` (>= ``power``)."""
+    spec = _as_profile(profile)
+    reported = load_reported_results() if reported is None else reported
+    sizes = _test_sizes(spec)
+    rows = []
+    for claim in claims:
+        n, runs = _planned_pairs(claim, spec, sizes, reported)
+        if not n:
+            continue
+        values = []
+        for method in (claim.better, claim.worse):
+            match = reported[(reported["model"] == claim.paper_model) & (reported["method"] == method)
+                             & (reported["benchmark"] == claim.benchmark) & (reported["metric"] == claim.metric)]
+            in_table = match[match["table"] == claim.table]
+            chosen = in_table if len(in_table) else match
+            values.append(float(chosen["value"].iloc[0]) if len(chosen) else math.nan)
+        better, worse = values
+        difference = better - worse
+        if math.isnan(difference):
+            psi, mde, chance = math.nan, math.nan, math.nan
+        else:
+            psi = assumed_discordance(better, worse, correlation)
+            mde = planned_minimum_detectable_effect(n, worse, correlation, alpha, power)
+            chance = mcnemar_power(n, psi, difference, alpha) if difference > 0 else math.nan
+        rows.append({
+            "table": claim.table, "paper_model": claim.paper_model, "benchmark": claim.benchmark,
+            "metric": claim.metric, "better": claim.better, "worse": claim.worse, "n_pairs": n, "runs": runs,
+            "paper_better": better, "paper_worse": worse, "paper_difference": difference,
+            "assumed_discordance": psi, "mde": mde, "power_paper_difference": chance,
+            "testable": bool(chance >= power) if not math.isnan(chance) else False,
+        })
+    return pd.DataFrame(rows)
+
+
+def _claim_label(row: Any) -> str:
+    model = f"{row.paper_model}, "
+    subset = ", shared-misconception subset" if row.metric == SUBSET_METRIC else ""
+    return f"{row.better} > {row.worse}, {model}{row.benchmark}{subset} [{row.table}]"
+
+
+def claims_power_lines(profile: Any, *, reported: pd.DataFrame | None = None, correlation: float = ASSUMED_CORRELATION,
+                       alpha: float = ALPHA, power: float = TARGET_POWER, name: str | None = None) -> list[str]:
+    """Lines saying which of the paper's claims ``profile``'s full run can test with at least ``power`` and which
+    it cannot (:func:`planned_claims`): a head line with the counts and the assumption, then one line per
+    claim, testable first. For the paper profile's ``--estimate-only`` and notebook 10."""
+    frame = planned_claims(profile, reported=reported, correlation=correlation, alpha=alpha, power=power)
+    name = name or (profile if isinstance(profile, str) else getattr(profile, "name", None))
+    who = f"a {name!r} profile" if name else "this profile's"
+    if frame.empty:
+        return [f"Power: {who} run checks none of the paper's claimed orderings."]
+    testable = frame[frame["testable"]]
+    untestable = frame[~frame["testable"]]
+    lines = [
+        f"Power of {who} run to confirm the paper's claims (exact McNemar test, alpha {alpha:g}, "
+        f"{power:.0%} power; discordance assumed from the paper's accuracies with correlation {correlation:g}): "
+        f"{len(testable)} of {len(frame)} claims testable, {len(untestable)} not "
+        f"(the paper's difference is below the smallest difference the run can detect).",
+    ]
+    for title, part in (("can test", testable), ("cannot test", untestable)):
+        if part.empty:
+            continue
+        lines.append(f"  {title} ({len(part)}):")
+        for row in part.itertuples():
+            mde = "none up to 100%" if math.isnan(row.mde) else f"{row.mde:+.3f}"
+            chance = "--" if math.isnan(row.power_paper_difference) else f"{row.power_paper_difference:.0%}"
+            lines.append(f"    {_claim_label(row)}: paper {row.paper_difference:+.3f} on {row.n_pairs} paired questions, "
+                         f"smallest detectable {mde}, power {chance}")
+    return lines
+
+
+# --------------------------------------------------------------------------------------------
+# The figure of notebook 10
+# --------------------------------------------------------------------------------------------
+def _figure_label(row: Any, with_models: bool) -> str:
+    better = str(row.better).replace("R2-MAD retrieval=", "retrieval: ")
+    worse = str(row.worse).replace("R2-MAD retrieval=", "")
+    subset = " subset" if getattr(row, "metric", "") == SUBSET_METRIC else ""
+    label = f"{better} > {worse} · {row.benchmark}{subset} · {row.table.split(' ')[0]}"
+    if with_models:
+        ran = sorted({part.split(" / ")[0] for part in str(row.runs).split("; ") if part})
+        label = f"{', '.join(ran)}: {label}"
+    return label
+
+
+def plot_claims_power(claims: pd.DataFrame, title: str = "", power: float = TARGET_POWER) -> Any:
+    """One row per distinct claim of :func:`with_power`: the smallest difference the run could detect with
+    ``power`` (grey bar; hatched across when none), the paper's difference (x) and the reproduced one (dot,
+    filled when significant). Returns the matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    rows = claims[claims["duplicate_of"].isna()] if "duplicate_of" in claims.columns else claims
+    rows = rows.iloc[::-1]
+    with_models = len({part.split(" / ")[0] for runs in rows["runs"] for part in str(runs).split("; ") if part}) > 1
+    y = np.arange(len(rows))
+    paper = (rows["paper_better"] - rows["paper_worse"]).to_numpy(dtype=float)
+    reproduced = (rows["reproduced_better"] - rows["reproduced_worse"]).to_numpy(dtype=float)
+    mde = rows["mde"].to_numpy(dtype=float)
+    significant = rows["significant"].astype(bool).to_numpy()
+    values = np.concatenate([paper, reproduced, mde[~np.isnan(mde)], [0.05, 0.0]])
+    low, high = float(np.nanmin(values)), float(np.nanmax(values))
+    reach = high - min(low, 0.0)
+    fig, ax = plt.subplots(figsize=(8.5, 0.34 * len(rows) + 1.6))
+    ax.barh(y, np.where(np.isnan(mde), 0.0, mde), height=0.6, color="0.85",
+            label=f"smallest difference this run detects with {power:.0%} power")
+    none = np.isnan(mde)
+    if none.any():
+        ax.barh(y[none], np.full(int(none.sum()), high + 0.05 * reach), height=0.6, color="none", edgecolor="0.6", hatch="//",
+                label="no difference detectable with that power")
+    ax.scatter(paper, y, marker="x", color="black", zorder=3, label="the paper's difference")
+    ax.scatter(reproduced[significant], y[significant], color="C0", zorder=4, label="reproduced (significant)")
+    ax.scatter(reproduced[~significant], y[~significant], facecolors="none", edgecolors="C0", zorder=4,
+               label="reproduced (not significant)")
+    ax.axvline(0.0, color="gray", linewidth=1)
+    ax.set_yticks(y)
+    ax.set_yticklabels([_figure_label(r, with_models) for r in rows.itertuples()], fontsize=7)
+    ax.set_xlabel("accuracy difference (claimed better minus worse)")
+    ax.set_xlim(min(low, 0.0) - 0.05 * reach, high + 0.08 * reach)
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.9 / (0.34 * len(rows) + 1.6)), ncol=2)
+    return fig
+
+
+def power_sentence(claims: pd.DataFrame, power: float = TARGET_POWER) -> str:
+    """How many distinct claims of :func:`with_power` the run had ``power`` to detect at the paper's difference."""
+    rows = claims[claims["duplicate_of"].isna()] if "duplicate_of" in claims.columns else claims
+    if rows.empty:
+        return ""
+    detectable = int(rows["detectable"].astype(bool).sum())
+    return (f"This run had at least {power:.0%} power to detect the paper's own difference for {detectable} of the "
+            f"{len(rows)} distinct comparisons (exact McNemar power at the discordance the run observed).")
