@@ -43,6 +43,11 @@ class TurnRecord(_Record):
     peer_confidence: dict[str, str | None] = {}  # peer j -> its Eq. 7 annotation shown to agent i (None: none)
     n_experiences: int = 0
     retrieved: dict[str, Any] = {}  # the round hook's record: policy, case ids, scores, lambda_t, confidence
+    # Written only when set: the limit that ended the response (context_overflow, context_capped, max_tokens:
+    # r2mad_core.engines.base.CUTS), a response that stopped inside <think>, experiences left out to fit.
+    cut: Literal["context_overflow", "context_capped", "max_tokens"] | None = None
+    unclosed_thinking: bool = False
+    trimmed_experiences: int = 0
 
 
 class ExtraCallRecord(_Record):
@@ -54,6 +59,8 @@ class ExtraCallRecord(_Record):
     finish_reason: str
     cached: bool
     seconds: float
+    cut: Literal["context_overflow", "context_capped", "max_tokens"] | None = None
+    unclosed_thinking: bool = False
 
 
 class RoundRecordModel(_Record):

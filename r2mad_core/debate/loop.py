@@ -240,6 +240,9 @@ class AgentTurn:
     n_experiences: int = 0
     retrieved: dict[str, Any] = field(default_factory=dict)
     correct: bool | None = None  # filled by score_turns after the debate
+    cut: str | None = None  # the limit that ended it (engines.base.CUTS), None: none did
+    unclosed_thinking: bool = False
+    trimmed_experiences: int = 0  # experiences left out so that the prompt fits (overflow_policy trim_experiences)
 
     @property
     def empty(self) -> bool:
@@ -272,7 +275,26 @@ class AgentTurn:
             "peer_confidence": {str(k): v for k, v in self.peer_confidence.items()},
             "n_experiences": self.n_experiences,
             "retrieved": self.retrieved,
+            **_limits(self.cut, self.unclosed_thinking, self.trimmed_experiences),
         }
+
+
+def _extra_call_dict(call: "ExtraCall") -> dict[str, Any]:
+    d = {k: v for k, v in asdict(call).items() if k not in ("cut", "unclosed_thinking")}
+    return {**d, **_limits(call.cut, call.unclosed_thinking)}
+
+
+def _limits(cut: str | None, unclosed_thinking: bool, trimmed_experiences: int = 0) -> dict[str, Any]:
+    """The transcript keys of the limits that cut a completion, written only when set (a transcript with no
+    cut completion reads as before they existed)."""
+    out: dict[str, Any] = {}
+    if cut is not None:
+        out["cut"] = cut
+    if unclosed_thinking:
+        out["unclosed_thinking"] = True
+    if trimmed_experiences:
+        out["trimmed_experiences"] = trimmed_experiences
+    return out
 
 
 @dataclass
@@ -285,6 +307,8 @@ class ExtraCall:
     finish_reason: str
     cached: bool
     seconds: float
+    cut: str | None = None
+    unclosed_thinking: bool = False
 
     @classmethod
     def from_completion(cls, tag: str, completion: Completion) -> "ExtraCall":
@@ -295,6 +319,8 @@ class ExtraCall:
             finish_reason=completion.finish_reason,
             cached=completion.cached,
             seconds=completion.seconds,
+            cut=completion.cut,
+            unclosed_thinking=completion.unclosed_thinking,
         )
 
 
@@ -327,7 +353,7 @@ class RoundRecord:
             "unanimous": self.unanimous,
             "summary": self.summary,
             "masking": self.masking,
-            "extra_calls": [asdict(c) for c in self.extra_calls],
+            "extra_calls": [_extra_call_dict(c) for c in self.extra_calls],
             "seconds": self.seconds,
         }
 
@@ -726,6 +752,9 @@ def record_round(
                 peer_confidence={int(j): c for j, c in context.peer_confidence.items()},
                 n_experiences=len(context.experiences),
                 retrieved=dict(context.record),
+                cut=completion.cut,
+                unclosed_thinking=completion.unclosed_thinking,
+                trimmed_experiences=completion.trimmed_experiences,
             )
         )
     for state, selection in zip(states, selections):

@@ -449,10 +449,44 @@ def cost_per_query(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {"n": n, "tokens_per_query": per_tag, "seconds_per_query": seconds / n if n else math.nan}
 
 
+#: The limits counted apart in ``completion_health`` (debate turns and extra calls together): a prompt that did
+#: not fit the context, an output the context capped, a ``max_tokens`` cut, an output that stopped inside
+#: ``<think>`` (usually also one of the cuts before), and prompts that fit only after experiences were left out.
+LIMIT_COUNTS = ("context_overflow", "context_capped", "max_tokens_cut", "unclosed_thinking", "trimmed_prompts")
+
+
+def turn_cut(turn: Mapping[str, Any]) -> str | None:
+    """The limit that ended a transcript turn or extra call (``context_overflow``, ``context_capped``,
+    ``max_tokens``), None if none did. A record written before ``cut`` was recorded: a ``length`` turn with no
+    generated token is an overflow, any other ``length`` turn a ``max_tokens`` cut."""
+    if turn.get("cut"):
+        return str(turn["cut"])
+    if not is_truncated(turn):
+        return None
+    return "context_overflow" if not turn.get("completion_tokens") else "max_tokens"
+
+
+def limit_counts(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """:data:`LIMIT_COUNTS` over every completion of ``records`` (debate turns, summaries, judgements)."""
+    counts = dict.fromkeys(LIMIT_COUNTS, 0)
+    names = {"context_overflow": "context_overflow", "context_capped": "context_capped", "max_tokens": "max_tokens_cut"}
+    for record in records:
+        for r in record["rounds"]:
+            for item in [*r["agents"], *r.get("extra_calls", ())]:
+                cut = turn_cut(item)
+                if cut in names:
+                    counts[names[cut]] += 1
+                counts["unclosed_thinking"] += int(bool(item.get("unclosed_thinking")))
+                counts["trimmed_prompts"] += int(bool(item.get("trimmed_experiences")))
+    return counts
+
+
 def completion_health(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """Counts of debate completions: total, truncated (finish_reason ``length``), errors, empty
     texts, no extractable answer; the same for the last round (the voted answers) and for
-    extra calls (summaries/judgements) that were truncated."""
+    extra calls (summaries/judgements) that were truncated; and :data:`LIMIT_COUNTS`, the limits
+    that cut a completion, each apart (:func:`limit_counts`)."""
+    records = list(records)
     counts = dict.fromkeys(
         (
             "completions",
@@ -467,6 +501,7 @@ def completion_health(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
         ),
         0,
     )
+    counts.update(limit_counts(records))
     for record in records:
         rounds = record["rounds"]
         for k, r in enumerate(rounds):
