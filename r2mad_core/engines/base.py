@@ -120,18 +120,15 @@ def classify_cut(
     """Which limit ended a completion (:data:`CUTS`), from its finish reason and token counts.
 
     ``length`` with no token generated: the prompt did not fit (``context_overflow``); ``length`` with
-    prompt + output at the model's ``context`` (when known), or with fewer tokens than ``max_tokens``
-    (the server stopped it for another reason: only the context can), ``context_capped``; any other
-    ``length``, ``max_tokens``. ``None`` for any other finish reason."""
+    prompt + output at the model's ``context`` (when known; when not, with fewer tokens than ``max_tokens``:
+    only the context can stop it there), ``context_capped``; any other ``length``, ``max_tokens``. ``None`` for any other finish reason."""
     if finish_reason != "length":
         return None
     if completion_tokens == 0:
         return "context_overflow"
-    if context is not None and prompt_tokens + completion_tokens >= context:
-        return "context_capped"
-    if completion_tokens < max_tokens:
-        return "context_capped"
-    return "max_tokens"
+    if context is not None:
+        return "context_capped" if prompt_tokens + completion_tokens >= context else "max_tokens"
+    return "context_capped" if completion_tokens < max_tokens else "max_tokens"
 
 
 @dataclass

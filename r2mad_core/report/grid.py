@@ -63,8 +63,6 @@ STREAMING_ENGINES = frozenset({"vllm", "openai"})
 #: Questions in flight per cell on a streaming engine: 64 x 3 agents = 192 requests, within vLLM's default batch
 #: of 256 sequences (``max_num_seqs``) on a GPU; the window the benchmark measured (benchmarks/README.md).
 STREAMING_WINDOW = 64
-#: Engines loaded only on the first request the cache cannot answer (loading a GPU model takes minutes).
-LAZY_ENGINES = frozenset({"vllm"})
 
 
 def profile_samples(
@@ -287,8 +285,9 @@ class ExperimentGrid:
 
     def engine(self, spec: ModelSpec) -> Any:
         """The engine of a model, opened once (behind the response cache in ``cache_dir``). Opening a
-        ``vllm`` engine closes the previous one: one GPU model in memory at a time. A ``vllm`` model is loaded
-        only when a request misses the cache (``lazy``), so a cell whose generations are all cached never loads it."""
+        ``vllm`` engine closes the previous one: one GPU model in memory at a time. A ``vllm`` model (any backend with
+        ``identity_of``) is loaded only when a request misses the cache (``lazy``), so a cell whose generations are all
+        cached never loads it."""
         from r2mad_core.engines import make_engine
 
         key = config_hash({**spec.describe(), "all_options": dict(spec.options)})
@@ -307,8 +306,8 @@ class ExperimentGrid:
                     options["samples"] = [s for b in self.benchmarks for s in load(b, "all", self.data_dir)]
                 options.setdefault("seed", self.seed)
             logger.info("opening engine %s for %s", spec.engine, spec.label)
-            lazy = {"lazy": True} if spec.engine in LAZY_ENGINES else {}
-            self._engines[key] = make_engine(spec.engine, model=model, cache_dir=self.cache_dir, **lazy, **options)
+            # lazy: a backend that can name its identity unbuilt (vllm) is built on the first cache miss only
+            self._engines[key] = make_engine(spec.engine, model=model, cache_dir=self.cache_dir, lazy=True, **options)
             self._engine_kinds[key] = spec.engine
         return self._engines[key]
 
