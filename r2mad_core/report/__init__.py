@@ -6,4 +6,5 @@
 - :mod:`~r2mad_core.report.artifacts`: writing tables and figures with their manifest (what ran, at which commit).
 - :mod:`~r2mad_core.report.findings`: the generated "What this shows" text.
 - :mod:`~r2mad_core.report.comparison`: the reproduction against the paper's numbers, the claims with McNemar.
+- :mod:`~r2mad_core.report.estimate`: the pre-flight estimate of a GPU profile (requests, tokens, overflows, GPU-hours).
 """
