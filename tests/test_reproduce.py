@@ -364,3 +364,21 @@ def test_executed_notebooks_inside_the_repository_hold_no_machine_paths(tmp_path
         assert executed.cells[-1].outputs[0].text.strip() == "True"  # the relative path still finds the folder
     finally:
         shutil.rmtree(scratch)
+
+
+def test_paper_profile_runs_each_model_at_its_native_context_and_pinned_revision() -> None:
+    """Issue 22: native contexts (config.json max_position_embeddings) and Hub commits, cited in the file."""
+    import re
+
+    p = load_profile("paper")
+    contexts = {m["label"]: m["options"]["max_model_len"] for m in p["models"]}
+    assert contexts == {"Qwen2.5-7B-Instruct": 32768, "Qwen3-8B": 40960, "Gemma-3-4B-IT": 131072}
+    for m in p["models"]:
+        revision = m["options"]["revision"]
+        assert re.fullmatch(r"[0-9a-f]{40}", revision), m["label"]
+        assert f"https://huggingface.co/{m['model']}/commit/{revision}" in _paper_text()
+    assert p["overflow_policy"] == "empty"  # the authors' code (src/models.py)
+
+
+def _paper_text() -> str:
+    return (Path(reproduce.__file__).parent / "profiles" / "paper.yaml").read_text()

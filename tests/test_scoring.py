@@ -181,6 +181,12 @@ def test_completion_health_counts_truncated_and_empty_completions():
         "final_round_answer_fallback": 1,
         "extra_calls_truncated": 1,
         "final_answer_none": 1,
+        # issue 22: the limits apart (these records predate ``cut``: a length turn with tokens is a max_tokens cut)
+        "context_overflow": 0,
+        "context_capped": 0,
+        "max_tokens_cut": 3,
+        "unclosed_thinking": 0,
+        "trimmed_prompts": 0,
     }
     metrics = scoring.compute_metrics([r], n_bootstrap=10)
     assert "answer from a fallback 2" in scoring.summary_line(metrics)

@@ -623,6 +623,9 @@ def record_round(
                 peer_confidence={int(j): c for j, c in context.peer_confidence.items()},
                 n_experiences=len(context.experiences),
                 retrieved=dict(context.record),
+                cut=completion.cut,
+                unclosed_thinking=completion.unclosed_thinking,
+                trimmed_experiences=completion.trimmed_experiences,
             )
         )
     for state, selection in zip(states, selections):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Literal, Mapping, Sequence
 
 from r2mad_core.data import benchmarks
 
@@ -601,3 +601,24 @@ def parse_prompt(user_text: str) -> ParsedPrompt:
     if not q:
         raise ValueError("prompt has no <question>...</question> block: not built by r2mad_core.debate.prompts")
     return ParsedPrompt(kind=kind, question=q.group(1), peers=peers, experiences=experiences)
+
+
+_ONE_EXPERIENCE = re.compile(r'<experience index="\d+">\n.*?\n</experience>\n', re.DOTALL)
+_EMPTY_EXPERIENCES = re.compile(re.escape(EXPERIENCES_HEADER) + r"\n\n<experiences>\n</experiences>\n\n")
+
+
+def drop_oldest_experience(messages: Sequence[Mapping[str, str]]) -> tuple[list[dict[str, str]], bool]:
+    """``messages`` with their oldest retrieved experience left out (the first ``<experience>`` of the earliest
+    user turn that shows any; an experiences block left empty goes with its header), and whether one was.
+    The ``trim_experiences`` overflow policy (:mod:`r2mad_core.debate.overflow`) calls it until a prompt fits."""
+    out = [dict(m) for m in messages]
+    for message in out:
+        if message.get("role") != "user":
+            continue
+        content = message.get("content", "")
+        trimmed, n = _ONE_EXPERIENCE.subn("", content, count=1)
+        if n:
+            message["content"] = _EMPTY_EXPERIENCES.sub("", trimmed, count=1)
+            return out, True
+    return out, False
+

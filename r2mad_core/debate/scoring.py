@@ -67,7 +67,8 @@ import numpy as np
 
 from r2mad_core.data import answers
 from r2mad_core.debate.loop import group_answers
-from r2mad_core.records import ExtraCallRecord, RoundRecord, TranscriptRecord, TurnRecord, VoteRecord, as_transcript
+from r2mad_core.records import (ExtraCallRecord, RoundRecord, TranscriptRecord, TurnRecord, VoteRecord, as_transcript,
+                                as_transcripts)
 
 #: A transcript record, or its JSON object (validated at the door by :func:`r2mad_core.records.as_transcript`).
 Transcript = Union[TranscriptRecord, Mapping[str, Any]]
@@ -435,6 +436,38 @@ def cost_per_query(records: Sequence[Transcript]) -> dict[str, Any]:
     return {"n": n, "tokens_per_query": per_tag, "seconds_per_query": seconds / n if n else math.nan}
 
 
+#: The limits counted apart in ``completion_health`` (debate turns and extra calls together): a prompt that did
+#: not fit the context, an output the context capped, a ``max_tokens`` cut, an output that stopped inside
+#: ``<think>`` (usually also one of the cuts before), and prompts that fit only after experiences were left out.
+LIMIT_COUNTS = ("context_overflow", "context_capped", "max_tokens_cut", "unclosed_thinking", "trimmed_prompts")
+
+
+def turn_cut(turn: TurnRecord | ExtraCallRecord) -> str | None:
+    """The limit that ended a transcript turn or extra call (``context_overflow``, ``context_capped``,
+    ``max_tokens``), None if none did. A record written before ``cut`` was recorded: a ``length`` turn with no
+    generated token is an overflow, any other ``length`` turn a ``max_tokens`` cut."""
+    if turn.cut:
+        return str(turn.cut)
+    if not is_truncated(turn):
+        return None
+    return "context_overflow" if not turn.completion_tokens else "max_tokens"
+
+
+def limit_counts(records: Iterable[Transcript]) -> dict[str, int]:
+    """:data:`LIMIT_COUNTS` over every completion of ``records`` (debate turns, summaries, judgements)."""
+    counts = dict.fromkeys(LIMIT_COUNTS, 0)
+    names = {"context_overflow": "context_overflow", "context_capped": "context_capped", "max_tokens": "max_tokens_cut"}
+    for record in map(as_transcript, records):
+        for r in record.rounds:
+            for item in [*r.agents, *r.extra_calls]:
+                cut = turn_cut(item)
+                if cut in names:
+                    counts[names[cut]] += 1
+                counts["unclosed_thinking"] += int(bool(item.unclosed_thinking))
+                counts["trimmed_prompts"] += int(bool(getattr(item, "trimmed_experiences", 0)))
+    return counts
+
+
 def answer_from_fallback(record: Transcript, response: str) -> bool:
     """Whether the answer of ``response`` (a turn of ``record``) came from a fallback extraction rule."""
     _, source = answers.extract_answer_with_source(response, record.benchmark, num_options=record.num_options)
@@ -447,7 +480,9 @@ def completion_health(records: Iterable[Transcript]) -> dict[str, int]:
     format (``answer_fallback``: "the answer is (C)" without ``((C))``, a "The answer is 12" line
     without a box; :data:`r2mad_core.data.answers.FALLBACK_SOURCES`, re-read from the stored
     response); the same for the last round (the voted answers) and for extra calls
-    (summaries/judgements) that were truncated."""
+    (summaries/judgements) that were truncated; and :data:`LIMIT_COUNTS`, the limits that cut a
+    completion, each apart (:func:`limit_counts`)."""
+    records = as_transcripts(records)
     counts = dict.fromkeys(
         (
             "completions",
@@ -464,7 +499,8 @@ def completion_health(records: Iterable[Transcript]) -> dict[str, int]:
         ),
         0,
     )
-    for record in map(as_transcript, records):
+    counts.update(limit_counts(records))
+    for record in records:
         rounds = record.rounds
         for k, r in enumerate(rounds):
             last = k == len(rounds) - 1

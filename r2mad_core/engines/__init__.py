@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from r2mad_core.engines.base import (
+    CUTS,
     Completion,
     Engine,
     EngineError,
@@ -42,8 +43,9 @@ from r2mad_core.engines.base import (
     StreamingEngine,
     TagCost,
     backend_seed,
+    classify_cut,
 )
-from r2mad_core.engines.cache import CachedEngine, CacheStats, ResponseCache
+from r2mad_core.engines.cache import CachedEngine, CacheStats, LazyEngine, ResponseCache
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,7 @@ def engine_names() -> tuple[str, ...]:
 ENGINE_NAMES = engine_names()
 
 __all__ = [
+    "CUTS",
     "ENGINES",
     "ENGINE_NAMES",
     "CacheStats",
@@ -123,6 +126,7 @@ __all__ = [
     "Engine",
     "EngineError",
     "EngineSpec",
+    "LazyEngine",
     "Ledger",
     "Message",
     "Request",
@@ -131,6 +135,7 @@ __all__ = [
     "StreamingEngine",
     "TagCost",
     "backend_seed",
+    "classify_cut",
     "engine_names",
     "make_engine",
     "register_engine",
@@ -142,6 +147,7 @@ def make_engine(
     *,
     model: str | None = None,
     cache_dir: str | Path | None = None,
+    lazy: bool = False,
     **options: Any,
 ) -> Engine:
     """Build the registered backend ``name`` (see :data:`ENGINES`), cached when ``cache_dir`` is given.
@@ -150,7 +156,9 @@ def make_engine(
     ``openai`` -- the served model name (required); ``vllm`` -- a Hugging Face id or folder
     (required); ``simulated`` -- forwarded as ``model=`` only when given.
     ``options`` go to the backend's constructor unchanged. Engines are context managers;
-    closing a cached engine closes its backend.
+    closing a cached engine closes its backend. ``lazy`` (with ``cache_dir``, for a backend class with an
+    ``identity_of`` classmethod, e.g. ``vllm``): the backend is built on the first request the cache cannot
+    answer (:class:`~r2mad_core.engines.cache.LazyEngine`), never for a run that is all cached.
     """
     spec = ENGINES.get(name)
     if spec is None:
@@ -161,7 +169,13 @@ def make_engine(
         options[spec.model_option or "model"] = model
     elif spec.model_option == "model_path":
         options["model_path"] = None
-    backend: Any = spec.resolve()(**options)
+    factory = spec.resolve()
+    identity_of = getattr(factory, "identity_of", None)
+    if lazy and cache_dir is not None and callable(identity_of):
+        backend: Any = LazyEngine(lambda: factory(**options), identity=identity_of(**options),
+                                  model=str(options.get(spec.model_option or "model")), concurrent=spec.concurrent)
+    else:
+        backend = factory(**options)
     if cache_dir is None:
         return backend
     try:

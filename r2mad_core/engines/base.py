@@ -79,6 +79,12 @@ class Completion:
     ``finish_reason`` is ``stop`` or ``length`` (truncated; an unclosed ``<think>`` block also
     counts as ``length``) or ``error``. ``logprobs`` holds per-token log-probabilities of the
     completion when the request asked for them (MAD-M2 objective masking).
+
+    ``cut`` says which limit ended a ``length`` completion (:data:`CUTS`, ``None`` when none did):
+    ``context_overflow`` (the prompt alone did not fit the model's context: nothing was generated),
+    ``context_capped`` (prompt + output reached the context before ``max_tokens``) or ``max_tokens``.
+    ``unclosed_thinking``: the output stopped inside a ``<think>`` block (its visible text is what came
+    before the tag). Each is counted apart in every run's metrics (:func:`r2mad_core.debate.scoring.completion_health`).
     """
 
     text: str
@@ -88,6 +94,9 @@ class Completion:
     finish_reason: str = "stop"
     cached: bool = False
     seconds: float = 0.0
+    cut: str | None = None
+    unclosed_thinking: bool = False
+    trimmed_experiences: int = 0  # set above the backend (r2mad_core.debate.overflow), never cached
 
     @property
     def truncated(self) -> bool:
@@ -99,6 +108,27 @@ class Completion:
     @classmethod
     def from_dict(cls, d: dict) -> "Completion":
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+#: The limits that can end a completion early, each counted apart (``Completion.cut``).
+CUTS = ("context_overflow", "context_capped", "max_tokens")
+
+
+def classify_cut(
+    finish_reason: str, prompt_tokens: int, completion_tokens: int, max_tokens: int, context: int | None = None,
+) -> str | None:
+    """Which limit ended a completion (:data:`CUTS`), from its finish reason and token counts.
+
+    ``length`` with no token generated: the prompt did not fit (``context_overflow``); ``length`` with
+    prompt + output at the model's ``context`` (when known; when not, with fewer tokens than ``max_tokens``:
+    only the context can stop it there), ``context_capped``; any other ``length``, ``max_tokens``. ``None`` for any other finish reason."""
+    if finish_reason != "length":
+        return None
+    if completion_tokens == 0:
+        return "context_overflow"
+    if context is not None:
+        return "context_capped" if prompt_tokens + completion_tokens >= context else "max_tokens"
+    return "context_capped" if completion_tokens < max_tokens else "max_tokens"
 
 
 @dataclass

@@ -25,7 +25,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from r2mad_core.engines.base import (
     Completion,
@@ -43,6 +43,8 @@ SCHEMA_VERSION = "1"
 # Stay well under SQLite's limit on host parameters per statement.
 _LOOKUP_CHUNK = 500
 _STORED_FIELDS = ("text", "prompt_tokens", "completion_tokens", "logprobs", "finish_reason", "seconds")
+# Stored only when set (a row written before they existed reads as None / False): which limit cut a completion.
+_OPTIONAL_FIELDS = {"cut": None, "unclosed_thinking": False}
 
 
 class ResponseCache:
@@ -117,7 +119,9 @@ class ResponseCache:
 
         If another writer stored ``key`` first, its completion is kept and returned.
         """
-        blob = json.dumps({f: getattr(completion, f) for f in _STORED_FIELDS}, ensure_ascii=False)
+        stored = {f: getattr(completion, f) for f in _STORED_FIELDS}
+        stored.update({f: getattr(completion, f) for f, unset in _OPTIONAL_FIELDS.items() if getattr(completion, f) != unset})
+        blob = json.dumps(stored, ensure_ascii=False)
         with self._lock:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
@@ -149,7 +153,8 @@ class ResponseCache:
     def _decode(self, key: str, blob: str) -> Completion:
         try:
             data = json.loads(blob)
-            return Completion(**{f: data[f] for f in _STORED_FIELDS})
+            return Completion(**{f: data[f] for f in _STORED_FIELDS},
+                              **{f: data.get(f, unset) for f, unset in _OPTIONAL_FIELDS.items()})
         except (ValueError, KeyError, TypeError) as exc:
             raise EngineError(
                 f"cache {self.path}: row key={key}, field completion: expected a JSON object with "
@@ -259,3 +264,55 @@ class CachedEngine:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+class LazyEngine:
+    """A backend built on its first generation: behind a :class:`CachedEngine`, a run whose requests are all
+    cached never builds it (a vLLM model takes minutes to load). ``identity`` and ``model`` are known before
+    (the backend class's ``identity_of``), so cache keys are the built backend's.
+    """
+
+    def __init__(self, build: Any, *, identity: str, model: str, concurrent: bool = False) -> None:
+        self._build = build
+        self.identity = identity
+        self.model = model
+        self.ledger = Ledger()
+        self.concurrent_generate = concurrent
+        self._backend: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def built(self) -> bool:
+        return self._backend is not None
+
+    def backend_instance(self) -> Any:
+        with self._lock:
+            if self._backend is None:
+                logger.info("loading %s (%s): a request is not in the cache", self.model, self.identity)
+                backend = self._build()
+                if backend.identity != self.identity:
+                    backend.close()
+                    raise EngineError(
+                        f"lazy engine {self.model}: the built backend's identity {backend.identity!r} differs from "
+                        f"the one its cache keys were computed with {self.identity!r}"
+                    )
+                self._backend = backend
+            return self._backend
+
+    def generate_iter(self, requests: Sequence[Request]) -> Iterator[tuple[int, Completion]]:
+        backend = self.backend_instance()
+        stream = getattr(backend, "generate_iter", None)
+        if stream is not None:
+            yield from stream(requests)
+        else:
+            yield from enumerate(backend.generate(list(requests)))
+
+    def generate(self, requests: Sequence[Request]) -> list[Completion]:
+        return collect_in_order(self.generate_iter(requests), len(requests))
+
+    def close(self) -> None:
+        with self._lock:
+            backend, self._backend = self._backend, None
+        if backend is not None:
+            backend.close()
+

@@ -402,7 +402,7 @@ class OpenAICompatEngine:
             )
             return Completion(
                 text="", prompt_tokens=_overflow_prompt_tokens(response.text), completion_tokens=0,
-                logprobs=[] if request.params.logprobs else None, finish_reason="length",
+                logprobs=[] if request.params.logprobs else None, finish_reason="length", cut="context_overflow",
             )
         if status != 200:
             raise EngineError(
@@ -410,7 +410,11 @@ class OpenAICompatEngine:
                 f"{response.text[:300]!r}"
             )
         try:
-            return parse_chat_completion(response.json(), want_logprobs=request.params.logprobs)
+            completion = parse_chat_completion(response.json(), want_logprobs=request.params.logprobs)
+            if completion.finish_reason == "length":  # a prompt that did not fit came back as HTTP 400 above
+                completion.cut = ("context_capped" if 0 < completion.completion_tokens < request.params.max_tokens
+                                  else "max_tokens")
+            return completion
         except ValueError as exc:  # json.JSONDecodeError is a ValueError
             raise _RetryableError(f"HTTP 200 with malformed JSON ({exc}): {response.text[:120]!r}") from exc
 

@@ -12,8 +12,9 @@ Rules (applied to the raw generated text):
   Qwen3-Thinking-2507, DeepSeek-R1) ends the reasoning: everything up to and including it is
   removed;
 - an unclosed ``<think>`` means generation stopped while thinking: the response is truncated.
-  The text keeps only what came before the tag (usually nothing) and the finish reason becomes
-  ``length``.
+  The text keeps only what came before the tag (usually nothing), the finish reason becomes
+  ``length`` and ``unclosed_thinking`` is set (counted apart in every run's metrics; its ``cut``
+  still says which limit stopped it).
 
 The completion's token counts are left alone: thinking tokens were generated and they count
 in the cost tables.
@@ -73,4 +74,5 @@ def apply_thinking(completion: Completion) -> Completion:
         return completion
     split = split_thinking(completion.text)
     finish_reason = "length" if split.unclosed else completion.finish_reason
-    return replace(completion, text=split.text, finish_reason=finish_reason)
+    return replace(completion, text=split.text, finish_reason=finish_reason,
+                   unclosed_thinking=completion.unclosed_thinking or split.unclosed)

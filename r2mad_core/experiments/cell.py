@@ -63,6 +63,7 @@ from r2mad_core.engines.base import Engine
 from r2mad_core.experiments.methods import Method, RunContext, get_method
 from r2mad_core.records import RunConfig, TranscriptRecord, problems
 from pydantic import BaseModel, ValidationError
+from r2mad_core.debate.overflow import DEFAULT_OVERFLOW_POLICY, check_overflow_policy, with_overflow_policy
 from r2mad_core.debate.scheduling import check_schedule, run_scheduled
 from r2mad_core.debate.scoring import compute_metrics, sample_cost, vote
 
@@ -545,6 +546,7 @@ def run_cell(
     progress: bool = True,
     schedule: str = "rounds",
     window: int | None = None,
+    overflow_policy: str = "empty",
 ) -> CellResult:
     """Run (or resume) one cell into ``out_dir`` and return its records and metrics.
 
@@ -557,6 +559,10 @@ def run_cell(
     ``window`` is part of the cell's config (a run may be resumed under the other). A SIGKILL loses at most a
     chunk (``rounds``) or ``HOLD_FACTOR`` x ``window`` questions (``questions``: the ones being debated and the
     finished ones waiting for an earlier one); their generations stay in the response cache.
+
+    ``overflow_policy``: what a prompt that does not fit the model's context gives (:mod:`r2mad_core.debate.overflow`:
+    ``empty``, the authors' code and the default; ``trim_experiences``; ``raise``). It changes transcripts, so a
+    policy other than the default is part of the cell's config.
 
     ``method`` is a :class:`~r2mad_core.experiments.methods.Method` or a registered name (built with
     ``method_options``). ``samples`` overrides loading ``benchmark``/``split`` from the data
@@ -590,6 +596,9 @@ def run_cell(
         sample_ids=ids,
         chunk_size=chunk_size,
     )
+    if check_overflow_policy(overflow_policy) != DEFAULT_OVERFLOW_POLICY:
+        config["overflow_policy"] = overflow_policy
+    engine = with_overflow_policy(engine, overflow_policy)
     with locked(run_dir):
         check_config(run_dir, config)
         store = TranscriptStore(run_dir / TRANSCRIPTS_FILE, schema=TranscriptRecord)

@@ -48,6 +48,7 @@ from r2mad_core.experiments import method_labels
 from r2mad_core.data.benchmarks import SPLIT_RULES
 from r2mad_core.debate.loop import ROUND0_MODES
 from r2mad_core.engines import ENGINES, engine_names
+from r2mad_core.debate.overflow import OVERFLOW_POLICIES
 from r2mad_core.experiments.methods import OBJECTIVE_KEEP
 from r2mad_core.plugins import PluginError, load_plugins
 from r2mad_core.debate.prompts import TASK_PROMPT_WORDINGS
@@ -66,6 +67,7 @@ PROTOCOL_FIELDS: dict[str, tuple[str, ...]] = {
     "task_prompt": TASK_PROMPT_WORDINGS,
     "split_rule": SPLIT_RULES,
     "objective_keep": OBJECTIVE_KEEP,
+    "overflow_policy": OVERFLOW_POLICIES,
 }
 
 
@@ -231,6 +233,8 @@ class ProfileSpec(_Record):
     task_prompt: Literal[TASK_PROMPT_WORDINGS] = TASK_PROMPT_WORDINGS[0]  # type: ignore[valid-type]
     split_rule: Literal[SPLIT_RULES] = SPLIT_RULES[0]  # type: ignore[valid-type]
     objective_keep: Literal[OBJECTIVE_KEEP] = OBJECTIVE_KEEP[0]  # type: ignore[valid-type]
+    # a prompt over the context (r2mad_core.debate.overflow): empty (authors' code), trim_experiences, raise
+    overflow_policy: Literal[OVERFLOW_POLICIES] = OVERFLOW_POLICIES[0]  # type: ignore[valid-type]
     # Optional: methods added to Table 1's rows after the paper's, by label (a registered method's, e.g. a plugin's)
     extra_methods: list[Text] = []
 

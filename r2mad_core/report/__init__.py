@@ -7,4 +7,5 @@
 - :mod:`~r2mad_core.report.findings`: the generated "What this shows" text.
 - :mod:`~r2mad_core.report.comparison`: the reproduction against the paper's numbers, the claims with McNemar.
 - :mod:`~r2mad_core.report.power`: the claims' power: the smallest difference a run can detect (exact McNemar), before and after a run.
+- :mod:`~r2mad_core.report.estimate`: the pre-flight estimate of a GPU profile (requests, tokens, overflows, GPU-hours).
 """

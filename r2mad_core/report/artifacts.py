@@ -302,6 +302,42 @@ def figure_texts(fig: Any) -> dict[str, list[str]]:
     return texts
 
 
+#: How a caption footnote names each limit (:data:`r2mad_core.debate.scoring.LIMIT_COUNTS`), in this order.
+LIMIT_PHRASES = {
+    "context_overflow": ("prompt did not fit the model's context", "prompts did not fit the model's context"),
+    "context_capped": ("output was capped by the context", "outputs were capped by the context"),
+    "max_tokens_cut": ("output was cut at max_tokens", "outputs were cut at max_tokens"),
+    "unclosed_thinking": ("output stopped inside <think>", "outputs stopped inside <think>"),
+    "trimmed_prompts": ("prompt fit only with experiences left out", "prompts fit only with experiences left out"),
+}
+
+
+def limits_summary(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Totals of the per-cell limit counts (``GridResults.limits()`` entries) for a manifest: every count,
+    ``cells`` (how many), ``questions`` (questions with any limit) and ``hit``, the cells with any."""
+    cells = [dict(c) for c in cells]
+    totals = {key: sum(int(c.get(key, 0)) for c in cells) for key in [*LIMIT_PHRASES, "questions"]}
+    hit = [c for c in cells if any(int(c.get(key, 0)) for key in LIMIT_PHRASES)]
+    return {"cells": len(cells), **totals, "cells_hit": len(hit), "hit": hit}
+
+
+def limits_footnote(summary: Mapping[str, Any]) -> str:
+    """The caption footnote of :func:`limits_summary`: ``""`` when no completion hit a limit, else e.g.
+    "Limits: in 2 of 12 cells (5 questions), 3 prompts did not fit the model's context and 1 output was cut at
+    max_tokens (counted apart; see the manifest)."."""
+    parts = []
+    for key, (one, many) in LIMIT_PHRASES.items():
+        n = int(summary.get(key, 0))
+        if n:
+            parts.append(f"{n:,} {one if n == 1 else many}")
+    if not parts:
+        return ""
+    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    questions = int(summary.get("questions", 0))
+    return (f"Limits: in {summary.get('cells_hit', 0)} of {summary.get('cells', 0)} cells "
+            f"({questions:,} question{'' if questions == 1 else 's'}), {listed} (counted apart; see the manifest).")
+
+
 @dataclass
 class ReportContext:
     """What every artifact of one notebook run shares: profile, output folder and provenance.
@@ -320,9 +356,30 @@ class ReportContext:
     #: What ran, by engine and model (``ModelSpec.title``: "Simulated (simulated agents)"); every caption that does
     #: not already name each of them gets "Produced by: ..." appended, so no artifact hides what made it.
     engine_titles: Sequence[str] = ()
+    #: The cells the artifacts are built from, for the limits footnote and the manifest's ``limits``: a callable
+    #: returning ``GridResults.limits()``-style entries (the grid: every cell it ran or loaded so far). A save may
+    #: pass ``limit_cells=`` (entries or a GridResults) to name its own cells; ``None`` here: no limits recorded.
+    limit_cells: Any = None
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
+
+    def with_limits(self, caption: str | None, overrides: dict[str, Any]) -> str | None:
+        """``caption`` plus the limits footnote of the artifact's cells; their summary goes into ``overrides``
+        (the manifest's ``limits``)."""
+        cells = overrides.pop("limit_cells", None)
+        if cells is None and self.limit_cells is not None:
+            cells = self.limit_cells() if callable(self.limit_cells) else self.limit_cells
+        if cells is None:
+            return caption
+        if hasattr(cells, "limits"):
+            cells = cells.limits()
+        summary = limits_summary(cells)
+        overrides["limits"] = summary
+        note = limits_footnote(summary)
+        if not note:
+            return caption
+        return f"{caption.rstrip()} {note}" if caption and caption.strip() else note
 
     def with_engine_note(self, caption: str | None) -> str | None:
         """``caption`` plus "Produced by: <engine titles>." unless it names each of them already."""
@@ -346,11 +403,13 @@ class ReportContext:
 
     def save_table(self, table: Table | pd.DataFrame, name: str, **overrides: Any) -> list[Path]:
         own = table.caption if isinstance(table, Table) else None
-        overrides["caption"] = self.with_engine_note(overrides.get("caption", own))
+        caption = self.with_engine_note(overrides.get("caption", own))
+        overrides["caption"] = self.with_limits(caption, overrides)
         return save_table(table, name, self.out_dir, **self._fields(overrides))
 
     def save_figure(self, fig: Any, name: str, **overrides: Any) -> list[Path]:
-        overrides["caption"] = self.with_engine_note(overrides.get("caption", ""))
+        caption = self.with_engine_note(overrides.get("caption", ""))
+        overrides["caption"] = self.with_limits(caption, overrides)
         return save_figure(fig, name, self.out_dir, **self._fields(overrides))
 
 

@@ -57,6 +57,14 @@ from r2mad_core.experiments.model_specs import ENGINE_TITLES, SPEED_OPTIONS, Mod
 
 logger = logging.getLogger(__name__)
 
+#: Engines that stream completions as they finish and take concurrent calls: the grid runs their cells question by
+#: question (``schedule="questions"``), keeping a continuous batch full (benchmarks/README.md: 1.66x the rounds
+#: schedule's throughput at the paper's settings).
+STREAMING_ENGINES = frozenset({"vllm", "openai"})
+#: Questions in flight per cell on a streaming engine: 64 x 3 agents = 192 requests, within vLLM's default batch
+#: of 256 sequences (``max_num_seqs``) on a GPU; the window the benchmark measured (benchmarks/README.md).
+STREAMING_WINDOW = 64
+
 
 def profile_samples(
     benchmarks: Sequence[str], split: str, limit: int | None, data_dir: str | Path | None = None,
@@ -128,6 +136,8 @@ class ExperimentGrid:
         split_rule: str = "paper",
         objective_keep: str = "lowest_perplexity",
         memory_model: str | None = None,
+        overflow_policy: str = "empty",
+        window: int | None = None,
     ) -> None:
         specs: list[ModelSpec] = []
         for entry in models:
@@ -158,6 +168,13 @@ class ExperimentGrid:
                          "objective_keep": objective_keep}
         self.split_rule = split_rule
         self.memory_model = memory_model
+        # What a prompt that does not fit the context gives (r2mad_core.debate.overflow; default: the authors' code)
+        from r2mad_core.debate.overflow import check_overflow_policy
+
+        self.overflow_policy = check_overflow_policy(overflow_policy)
+        # Questions in flight on a streaming engine (the question-level schedule): None, STREAMING_WINDOW
+        self.window = window
+        self._limits: dict[tuple[str, str, str], dict[str, Any]] = {}  # every cell run or loaded: its limits
         if memory_model is not None and memory_model not in [m.label for m in self.models]:
             raise ValueError(f"memory_model {memory_model!r}: expected null or one of the profile's model labels "
                              f"{[m.label for m in self.models]}")
@@ -172,6 +189,7 @@ class ExperimentGrid:
         "max_experience_chars", "top_k",
         "gamma", "w_high", "w_low", "bootstrap_resamples",
         "round0", "experience_reference", "task_prompt", "split_rule", "objective_keep", "memory_model",
+        "overflow_policy", "window",
     )
 
     @classmethod
@@ -191,8 +209,13 @@ class ExperimentGrid:
             profile=profile, out_dir=Path(figures_dir), notebook=notebook,
             models=[m.label + (f" (stands in for {m.stands_in_for})" if m.stands_in_for else "") for m in self.models],
             benchmarks=self.benchmarks, seeds=[self.seed], sample_counts=self.sample_counts(),
-            engine_titles=[m.title for m in self.models],
+            engine_titles=[m.title for m in self.models], limit_cells=self.limits,
         )
+
+    def limits(self) -> list[dict[str, Any]]:
+        """Every cell this grid ran or loaded so far, with the limits its completions hit
+        (:meth:`~r2mad_core.report.results.CellOutcome.limits`): the default cells of the artifacts' limits footnote."""
+        return list(self._limits.values())
 
     def describe(self) -> pd.DataFrame:
         """The settings of this experiment, one row each (for the notebooks' first cell)."""
@@ -263,7 +286,9 @@ class ExperimentGrid:
 
     def engine(self, spec: ModelSpec) -> Any:
         """The engine of a model, opened once (behind the response cache in ``cache_dir``). Opening a
-        ``vllm`` engine closes the previous one: one GPU model in memory at a time."""
+        ``vllm`` engine closes the previous one: one GPU model in memory at a time. A ``vllm`` model (any backend with
+        ``identity_of``) is loaded only when a request misses the cache (``lazy``), so a cell whose generations are all
+        cached never loads it."""
         from r2mad_core.engines import make_engine
 
         key = config_hash({**spec.describe(), "all_options": dict(spec.options)})
@@ -282,7 +307,8 @@ class ExperimentGrid:
                     options["samples"] = [s for b in self.benchmarks for s in load(b, "all", self.data_dir)]
                 options.setdefault("seed", self.seed)
             logger.info("opening engine %s for %s", spec.engine, spec.label)
-            self._engines[key] = make_engine(spec.engine, model=model, cache_dir=self.cache_dir, **options)
+            # lazy: a backend that can name its identity unbuilt (vllm) is built on the first cache miss only
+            self._engines[key] = make_engine(spec.engine, model=model, cache_dir=self.cache_dir, lazy=True, **options)
             self._engine_kinds[key] = spec.engine
         return self._engines[key]
 
@@ -357,6 +383,8 @@ class ExperimentGrid:
         name, options = self.method_options(method, memory)
         config = {"method": name, "options": options, "seed": self.seed, "split": split,
                   "limit": self.test_limit if split == "test" else self.train_limit, "model": spec.describe()}
+        if self.overflow_policy != "empty":  # the default keeps the run keys it had before the policy existed
+            config["overflow_policy"] = self.overflow_policy
         # keyed by the registered method and its options, not the paper's row name: "R2-MAD",
         # "R2-MAD retrieval=Debate-State-Aware" and "R2-MAD poisoned=0" are one cell, one directory
         return self.runs_dir / slug(spec.label) / benchmark / f"{name}-{config_hash(config)}", name, options
@@ -380,16 +408,29 @@ class ExperimentGrid:
             preflight(run_dir, benchmark=benchmark, split="test", method=method_obj, seed=self.seed,
                       limit=self.test_limit, sample_ids=[s.id for s in samples])
             metrics = compute_metrics(done, n_bootstrap=self.bootstrap_resamples)
-            return CellOutcome(spec, benchmark, method, run_dir, done, metrics, n_new=0)
+            return self._seen(CellOutcome(spec, benchmark, method, run_dir, done, metrics, n_new=0))
         if self.needs_memory(method):
             self.memory(spec, benchmark)
         result = run_cell(
             run_dir, benchmark=benchmark, split="test", engine=self.engine(spec), method=name,
             method_options=options, seed=self.seed, limit=self.test_limit, samples=samples,
-            data_dir=self.data_dir, progress=False,
+            data_dir=self.data_dir, progress=False, overflow_policy=self.overflow_policy, **self.schedule(spec),
         )
         metrics = compute_metrics(result.records, n_bootstrap=self.bootstrap_resamples)
-        return CellOutcome(spec, benchmark, method, run_dir, result.records, metrics, n_new=result.n_new)
+        return self._seen(CellOutcome(spec, benchmark, method, run_dir, result.records, metrics, n_new=result.n_new))
+
+    def schedule(self, spec: ModelSpec) -> dict[str, Any]:
+        """How a cell's questions share the engine: question by question (:mod:`r2mad_core.debate.scheduling`) on the
+        engines that stream (:data:`STREAMING_ENGINES`), ``window`` questions' worth of requests in flight (default
+        :data:`STREAMING_WINDOW`); round by round elsewhere. Transcripts are the same under both (replayed from the
+        cache exactly), so the schedule is not part of a cell's key."""
+        if spec.engine not in STREAMING_ENGINES:
+            return {}
+        return {"schedule": "questions", "window": self.window or STREAMING_WINDOW}
+
+    def _seen(self, outcome: CellOutcome) -> CellOutcome:
+        self._limits[(outcome.model.label, outcome.benchmark, outcome.method)] = outcome.limits()
+        return outcome
 
     def grid(
         self,

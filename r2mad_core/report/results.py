@@ -43,6 +43,21 @@ class CellOutcome:
     def correct(self) -> list[bool]:
         return [bool(r.correct) for r in self.records]
 
+    def limits(self) -> dict[str, Any]:
+        """The limits its completions hit, each counted apart (:data:`r2mad_core.debate.scoring.LIMIT_COUNTS`), and
+        ``questions``: how many of its questions had at least one such completion; with the cell's names."""
+        return {"model": self.model.label, "benchmark": self.benchmark, "method": self.method,
+                **cell_limits(self.records)}
+
+
+def cell_limits(records: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """:func:`r2mad_core.debate.scoring.limit_counts` of ``records`` plus ``questions``, the questions with any."""
+    from r2mad_core.debate.scoring import limit_counts
+
+    counts = limit_counts(records)
+    counts["questions"] = sum(1 for r in records if any(limit_counts([r]).values()))
+    return counts
+
 
 @dataclass
 class GridResults:
@@ -54,6 +69,11 @@ class GridResults:
 
     def __add__(self, other: "GridResults") -> "GridResults":
         return GridResults(self.outcomes + other.outcomes, self.bootstrap_resamples, self.seed)
+
+    def limits(self) -> list[dict[str, Any]]:
+        """One entry per cell: the limits its completions hit (:meth:`CellOutcome.limits`); pass it as
+        ``limit_cells=`` to :class:`~r2mad_core.report.artifacts.ReportContext` saves to footnote exactly these cells."""
+        return [o.limits() for o in self.outcomes]
 
     def get(self, model: str, benchmark: str, method: str) -> CellOutcome:
         for outcome in self.outcomes:
