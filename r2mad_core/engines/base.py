@@ -88,6 +88,7 @@ class Completion:
     finish_reason: str = "stop"
     cached: bool = False
     seconds: float = 0.0
+    unclosed_thinking: str = ""  # a <think> block cut before </think>, as generated (r2mad_core.engines.thinking)
 
     @property
     def truncated(self) -> bool:

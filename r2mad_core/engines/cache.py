@@ -43,6 +43,8 @@ SCHEMA_VERSION = "1"
 # Stay well under SQLite's limit on host parameters per statement.
 _LOOKUP_CHUNK = 500
 _STORED_FIELDS = ("text", "prompt_tokens", "completion_tokens", "logprobs", "finish_reason", "seconds")
+#: Stored only when set (rows written before the field existed read as its default): an unclosed <think> block.
+_OPTIONAL_STORED_FIELDS = ("unclosed_thinking",)
 
 
 class ResponseCache:
@@ -117,7 +119,9 @@ class ResponseCache:
 
         If another writer stored ``key`` first, its completion is kept and returned.
         """
-        blob = json.dumps({f: getattr(completion, f) for f in _STORED_FIELDS}, ensure_ascii=False)
+        stored = {f: getattr(completion, f) for f in _STORED_FIELDS}
+        stored.update({f: getattr(completion, f) for f in _OPTIONAL_STORED_FIELDS if getattr(completion, f)})
+        blob = json.dumps(stored, ensure_ascii=False)
         with self._lock:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
@@ -149,7 +153,8 @@ class ResponseCache:
     def _decode(self, key: str, blob: str) -> Completion:
         try:
             data = json.loads(blob)
-            return Completion(**{f: data[f] for f in _STORED_FIELDS})
+            return Completion(**{f: data[f] for f in _STORED_FIELDS},
+                              **{f: data[f] for f in _OPTIONAL_STORED_FIELDS if f in data})
         except (ValueError, KeyError, TypeError) as exc:
             raise EngineError(
                 f"cache {self.path}: row key={key}, field completion: expected a JSON object with "
