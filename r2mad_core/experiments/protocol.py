@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 PROTOCOLS = ("paper", "authors")
 DEFAULT_PROTOCOL = "paper"
@@ -76,7 +76,7 @@ CHOICES: tuple[Choice, ...] = (
              "the summary tokens",
     ),
     Choice(
-        "summary_agents", "the summary prompt's {AGENT_RESPONSES} slot", "authors", "authors", "authors",
+        "summary_agents", "the summary prompt's `{AGENT_RESPONSES}` slot", "authors", "authors", "authors",
         "silent (Appendix 'Debate Summary Prompt' shows the slot, not its content)",
         "src/multi_agent_debate.py (_summarize_debate_state: response, answer, previous answer, stance changed)",
         values=("authors", "responses"),
@@ -85,15 +85,15 @@ CHOICES: tuple[Choice, ...] = (
     Choice(
         "empty_peers", "a peer's empty response at round t > 0", "drop", "drop", "authors",
         "silent", "src/agent.py (_build_prompt keeps a peer only `if ... and resp`)",
-        values=("drop", "show"), note="show (ours, earlier default): an empty <other_solution> block",
+        values=("drop", "show"), note="show (ours, earlier default): an empty `<other_solution>` block",
     ),
     Choice(
-        "unclosed_thinking", "a response whose <think> block never closes (cut by max_tokens)", "drop", "keep", "ours",
-        "silent", "src/multi_agent_debate.py (remove_think_tags removes closed <think>...</think> only)",
+        "unclosed_thinking", "a response whose `<think>` block never closes (cut by max_tokens)", "drop", "keep", "ours",
+        "silent", "src/multi_agent_debate.py (remove_think_tags removes closed `<think>...</think>` only)",
         values=("drop", "keep"),
         note="the authors' behaviour is a bug under 'paper': remove_think_tags is meant to hide the reasoning, but its "
              "regex misses a block cut by max_tokens, so peers read raw partial reasoning and an answer is parsed "
-             "from it; drop (ours) keeps only the text before <think> (usually nothing)",
+             "from it; drop (ours) keeps only the text before `<think>` (usually nothing)",
     ),
     Choice(
         "round0", "round 0: one draw shared by every method, or each method its own", "independent", "independent",
@@ -105,7 +105,7 @@ CHOICES: tuple[Choice, ...] = (
     Choice(
         "experience_reference", "y (Eq. 4) as shown in a retrieved experience", "solution", "solution", "authors",
         "silent (Eq. 4 holds y; no rendering is given)",
-        "src/utils/memory_utils.py (_build_value_text: <example_solution>)",
+        "src/utils/memory_utils.py (_build_value_text: `<example_solution>`)",
         values=("answer", "solution", "none"),
         note="solution: MATH500's reference solution (multiple choice has none: its answer); answer is ours",
     ),
@@ -275,16 +275,26 @@ def render_into(text: str) -> str:
     return text[: start + len(TABLE_BEGIN)] + "\n" + markdown_table() + text[end:]
 
 
-def changed(protocol: str, choices: Mapping[str, Any], names: tuple[str, ...]) -> list[str]:
-    """One sentence per named choice: its value in this run, and why (for a notebook's generated text)."""
+def reason(choice: Choice, protocol: str) -> str:
+    """Why ``choice`` has its value under ``protocol``: the paper's words, the authors' file, or ours and why."""
+    if check_protocol(protocol) == "authors":
+        return f"the authors' code, {choice.code}"
+    if choice.basis == "paper":
+        return f"the paper: {choice.evidence}"
+    if choice.basis == "authors":
+        return f"the paper is silent; the authors' code, {choice.code}"
+    return f"ours: {choice.note}"
+
+
+def changed(protocol: str, choices: Mapping[str, Any], names: Sequence[str]) -> list[str]:
+    """One sentence per named choice: its value in this run and why (for a notebook's generated text)."""
     sentences = []
     for name in names:
         c = BY_NAME[name]
         value = choices.get(name, c.value(protocol))
-        source = ("set explicitly, overriding the preset" if value != c.value(protocol)
-                  else f"the {protocol} preset: " + (c.evidence if c.basis == "paper" or protocol == "paper" and c.basis != "authors"
-                                                     else c.code if c.basis == "authors" or protocol == "authors" else c.evidence))
-        sentences.append(f"{c.what[0].upper() + c.what[1:]}: {value} ({source}).")
+        why = (f"set explicitly, overriding the {protocol} preset's {c.value(protocol)}" if value != c.value(protocol)
+               else f"the {protocol} preset; {reason(c, protocol)}")
+        sentences.append(f"{c.what[0].upper() + c.what[1:]}: {value} ({why}).")
     return sentences
 
 
