@@ -46,7 +46,8 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     add_method_option(parser, group, "--retrieval-policy", dest="retrieval_policy", choices=tuple(RETRIEVAL_POLICIES),
                       help="retrieval policy (default: state_aware, Eq. 5-6; the others are Table 3's ablations)")
     add_method_option(parser, group, "-K", "--top-k", dest="top_k", type=positive_int,
-                      help="K, experiences retrieved per agent and round (default: 3, ours; not stated in the paper; the authors' script: 1, where lambda_t has no effect)")
+                      help="K, experiences retrieved per agent and round (default: --protocol's, 1; without --protocol the method's 3, ours; "
+                      "not stated in the paper; the authors' script: 1, where lambda_t has no effect)")
     add_method_option(parser, group, "--gamma", dest="gamma", type=_unit_float, help="gamma of Eq. 6 (default: 0.9)")
     add_method_option(parser, group, "--fixed-lambda", dest="fixed_lambda", type=_unit_float,
                       help="lambda of the fixed_lambda policy (default: 0.5)")

@@ -40,12 +40,14 @@ def _lambda_rows(values: pd.Series) -> pd.Series:
 def retrieval(exp: Any, table: pd.DataFrame, table_k3: pd.DataFrame | None, models: Sequence[ModelSpec]) -> list[str]:
     """Notebook 04: the retrieval ablation at the protocol's K and, when that K is not 3, at K = 3 too."""
     k = exp.top_k
-    sentences = [f"{_preset(exp)}: K = {k}. " + presets.changed(exp.protocol_name, exp.choices, ("top_k",))[0]]
-    sentences += [f"At K = {k}:"] + findings.retrieval(table, models, top_k=k)
+    sentences = [f"{_preset(exp)}. " + presets.changed(exp.protocol_name, exp.choices, ("top_k",))[0]]
+    first = findings.retrieval(table, models, top_k=k)
+    sentences += [f"At K = {k}: " + first[0]] + first[1:]
     if table_k3 is None:
         return sentences
-    sentences += [f"At K = {LAMBDA_K}, where the redundancy term of Eq. 5 is not empty and lambda_t acts:"]
-    sentences += findings.retrieval(table_k3, models, top_k=LAMBDA_K)
+    second = findings.retrieval(table_k3, models, top_k=LAMBDA_K)
+    sentences += [f"At K = {LAMBDA_K}, where the redundancy term of Eq. 5 is not empty and lambda_t acts: " + second[0]]
+    sentences += second[1:]
     at_k, at_3 = _lambda_rows(_averages(table)), _lambda_rows(_averages(table_k3))
     if len(at_k) and len(at_3):
         spread_k, spread_3 = float(at_k.max() - at_k.min()), float(at_3.max() - at_3.min())
