@@ -4,6 +4,7 @@ summary slot, empty peers dropped, unclosed thinking kept), each individual choi
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import Counter
 from pathlib import Path
@@ -157,3 +158,42 @@ def test_empty_peer_responses_are_dropped_and_unclosed_thinking_is_kept_as_the_a
         parsed = prompts.parse_prompt(round1[0].messages[-1]["content"])
         assert parsed.kind == "debate" and len(parsed.peers) == peers_of_agent0, (empty, thinking)
         assert state.rounds[1].turns[0].visible_peers == ((1, 2) if peers_of_agent0 == 2 else (2,))
+
+
+def test_r2mad_run_protocol_sets_the_method_options_and_a_flag_beats_it(bank_dir: Path, tmp_path: Path) -> None:
+    from r2mad_core.cli import commands as cli
+
+    parser = cli.build_parser()
+    base = ["run", "--benchmark", "truthfulqa", "--method", "r2mad", "--out", str(tmp_path / "run"),
+            "--memory", str(bank_dir)]
+    method = cli.build_method(parser.parse_args(base + ["--protocol", "authors"]))
+    assert (method.options["top_k"], method.options["confidence_pool"], method.debate.summaries,
+            method.debate.task_prompt) == (1, "candidates", "every_round", "authors")
+    method = cli.build_method(parser.parse_args(base + ["--protocol", "paper", "-K", "3",
+                                                        "--method-option", "summaries=before_next_round"]))
+    assert (method.options["top_k"], method.debate.summaries, method.options["similarity_match"]) == (
+        3, "before_next_round", "question")
+    assert cli.build_method(parser.parse_args(base)).options["top_k"] == 3  # no --protocol: the method's defaults
+    assert cli.split_rule_of(parser.parse_args(base + ["--protocol", "authors"])) == "authors"
+    assert cli.split_rule_of(parser.parse_args(base + ["--protocol", "authors", "--split-rule", "paper"])) == "paper"
+
+
+def test_the_similarity_policy_compares_questions_under_paper_and_debate_states_under_authors(bank_dir: Path) -> None:
+    probe = dataclasses.replace(TRAIN[2], id="probe")  # the text of train2 (options included), not its id
+    def respond(question: str, persona: int | None, t: int, request) -> str:  # words the bank's debates never used
+        return mc_answer("B" if persona == 1 else "A", reasoning="Zebras cross wide oceans on quiet evenings.")
+
+    for preset, match in (("paper", "question"), ("authors", "state")):
+        engine = ScriptedEngine(respond, summary_text="Dynamic: zebras. Insight: oceans.")
+        options = {**protocol.method_options("r2mad", preset), "retrieval_policy": "similarity", "top_k": 2}
+        method = get_method("r2mad", memory=str(bank_dir), max_tokens=64, **options)
+        assert method.options["similarity_match"] == match
+        hook = method.make_hook(RunContext(benchmark="truthfulqa", split="test", engine=engine))
+        state = run_debate([probe], engine, method.debate, hook=hook)[0]
+        retrieved = state.rounds[1].turns[0].retrieved
+        assert retrieved["policy"] == "similarity" and retrieved["similarity_match"] == match
+        if match == "question":  # both picks are train2's cases (its rounds 1 and 2): the same question, cosine 1
+            assert all(case.startswith("train2") for case in retrieved["case_ids"]), retrieved["case_ids"]
+            assert retrieved["similarities"] == pytest.approx([1.0, 1.0], abs=1e-5)
+        else:  # the state (question, response, summary) differs from every stored state: below 1
+            assert max(retrieved["similarities"]) < 0.999
