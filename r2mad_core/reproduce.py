@@ -49,6 +49,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 
 from r2mad_core.files import atomic_write
+from r2mad_core.experiments.protocol import PROTOCOLS, help_text as protocol_help
 from r2mad_core.experiments.profiles import (  # noqa: F401  (re-exported: reproduce is where users meet profiles)
     OPTIONAL_FIELDS,
     PATH_PARAMETERS,
@@ -307,6 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", type=Path, default=Path.cwd(),
                         help="where figures/, runs/, cache/ and notebooks/executed/ go (default: the working directory)")
     parser.add_argument("--notebooks-dir", type=Path, default=None, help="the notebooks to run (default: the repository's)")
+    parser.add_argument("--protocol", choices=PROTOCOLS, default=None,
+                        help="the protocol preset, as --set protocol=NAME (default: the profile's): "
+                        + protocol_help().replace("%", "%%"))
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a profile field for this run (YAML value), e.g. --set top_k=5")
     budget = parser.add_argument_group("API cost (profiles with api_budget: true, e.g. api)")
@@ -499,6 +503,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         overrides = dict(parse_override(text) for text in args.overrides)
+        if args.protocol is not None:
+            overrides.setdefault("protocol", args.protocol)
         profile = load_profile(args.profile, overrides)
     except ProfileError as exc:
         print(f"reproduce: {exc}", file=sys.stderr)

@@ -21,11 +21,32 @@ def experiment(tmp_path: Path, **changes) -> ExperimentGrid:
     return ExperimentGrid(**options)
 
 
-def test_the_default_protocol_adds_no_option_so_run_keys_stay(tmp_path: Path) -> None:
-    exp = experiment(tmp_path)
-    for method in ("MAD", "MAD-M2", "CoT", "R2-MAD", "ICL-CoT"):
-        _, options = exp.method_options(method, memory=tmp_path / "bank")
-        assert not {"round0", "experience_reference", "task_prompt", "objective_keep"} & set(options), method
+def test_the_preset_reaches_every_method_and_an_individual_choice_beats_it(tmp_path: Path) -> None:
+    exp = experiment(tmp_path)  # protocol: paper (the default)
+    assert exp.top_k == 1
+    _, options = exp.method_options("MAD", memory=None)
+    assert (options["round0"], options["empty_peers"]) == ("independent", "drop")
+    assert "unclosed_thinking" not in options  # paper: drop (ours: the authors' keep is a bug), the method's default
+    _, options = exp.method_options("R2-MAD", memory=tmp_path / "bank")
+    assert (options["top_k"], options["summaries"], options["summary_agents"], options["experience_reference"],
+            options["similarity_match"]) == (1, "every_round", "authors", "solution", "question")
+    assert "confidence_label" not in options  # the paper's reading is the method's default: no option, same key
+    _, options = exp.method_options("ICL-CoT", memory=tmp_path / "bank")
+    assert options["top_k"] == 1 and "match" not in options and "round0" not in options
+    authors = experiment(tmp_path, protocol="authors", top_k=3, summaries="before_next_round")
+    _, options = authors.method_options("R2-MAD", memory=tmp_path / "bank")
+    assert (options["top_k"], options["confidence_label"], options["vote_rule"], options["task_prompt"]) == (
+        3, "retrieving_agent_correctness", "authors_majority_correct", "authors")
+    assert "summaries" not in options  # set back to the method's default by hand: beats the preset
+    assert authors.memory_options() == {"reward_definition": "round_correctness", "state_layout": "authors",
+                                        "debate_options": {"summaries": "before_next_round", "summary_agents": "authors",
+                                                           "empty_peers": "drop", "unclosed_thinking": "keep",
+                                                           "task_prompt": "authors"}}
+    assert authors.samples("mmlu_pro_engineering", "test") and len(authors.samples("mmlu_pro_engineering", "test")) == 243
+    _, options = exp.method_options("R2-MAD retrieval=Random (K=3)", memory=tmp_path / "bank")
+    assert (options["top_k"], options["retrieval_policy"]) == (3, "random")
+    _, options = exp.method_options("MAD (shared round 0)", memory=None)
+    assert options["round0"] == "shared"
 
 
 def test_protocol_choices_reach_the_methods_that_declare_them(tmp_path: Path) -> None:
@@ -44,6 +65,7 @@ def test_protocol_choices_reach_the_methods_that_declare_them(tmp_path: Path) ->
 
 def test_split_rule_authors_changes_the_questions(tmp_path: Path) -> None:
     assert len(experiment(tmp_path).samples("mmlu_pro_engineering", "test")) == 242
+    assert len(experiment(tmp_path, protocol="authors").samples("mmlu_pro_engineering", "test")) == 243
     assert len(experiment(tmp_path, split_rule="authors").samples("mmlu_pro_engineering", "test")) == 243
 
 
@@ -58,11 +80,16 @@ def test_memory_model_builds_one_bank_for_every_evaluated_model(tmp_path: Path) 
     assert shared.memory_config(shared.model("Sim B"), "mmlu_pro_engineering")["model"]["label"] == "Sim A"
     with pytest.raises(ValueError, match="memory_model 'GPT'"):
         experiment(tmp_path, memory_model="GPT")
+    only = experiment(tmp_path, models=[SIM_B], memory_models=[SIM_A], memory_model="Sim A")
+    assert [m.label for m in only.models] == ["Sim B"]  # the memory model is never evaluated
+    assert only.memory_dir(only.model("Sim B"), "mmlu_pro_engineering") == a
 
 
 def test_profile_fields_and_the_k1_note() -> None:
     profile = load_profile("paper")
-    assert profile.fields["memory_model"] is None and profile.fields["round0"] == "shared"
+    assert profile.fields["memory_model"] == "Qwen3-4B-Instruct-2507" and "round0" not in profile.fields
+    assert profile.spec.memory_models[0].model == "Qwen/Qwen3-4B-Instruct-2507"
+    assert profile.spec.choices["round0"] == "independent" and profile.spec.choices["top_k"] == 1
     assert "noise" in findings.k_note(1) and findings.k_note(3) == ""
 
 

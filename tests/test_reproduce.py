@@ -56,7 +56,7 @@ def test_api_profile_is_the_papers_protocol_on_a_subset_with_the_model_from_the_
     p = load_profile("api")
     paper = load_profile("paper")
     for key in ("n_agents", "n_rounds", "temperature", "top_p", "max_tokens", "summary_max_tokens",
-                "max_experience_chars", "top_k", "gamma", "w_high", "w_low", "sc_paths", "retrieval_policies",
+                "max_experience_chars", "protocol", "gamma", "w_high", "w_low", "sc_paths", "retrieval_policies",
                 "benchmarks", "poison_fractions", "cost_benchmark"):
         assert p[key] == paper[key], key
     assert (p["test_limit"], p["train_limit"]) == (20, 40)
@@ -102,7 +102,8 @@ def test_paper_profile_has_the_papers_hyperparameters() -> None:
     assert p["temperature"] == 1.0 and p["top_p"] == 1.0
     assert p["max_tokens"] == 6144 and p["summary_max_tokens"] == 6144
     assert p["max_experience_chars"] is None  # experiences in full
-    assert p["gamma"] == 0.9 and p["top_k"] == 3
+    assert p["gamma"] == 0.9 and "top_k" not in p.fields and p.spec.choices["top_k"] == 1  # K: the preset's
+    assert p["protocol"] == "paper" and p["memory_model"] == "Qwen3-4B-Instruct-2507"  # the authors' memory model
     assert (p["w_low"], p["w_high"]) == (0.45, 0.55)
     assert p["embedder"] == "bge-m3"
     # full splits, all four benchmarks
@@ -143,7 +144,7 @@ def test_paper_profile_models_are_the_models_of_the_reported_results() -> None:
 def test_small_profiles_keep_the_debate_shape_and_stand_in_for_the_large_models() -> None:
     for name in ("cpu", "sim", "tiny"):
         p = load_profile(name)
-        assert (p["n_agents"], p["n_rounds"], p["top_k"], p["gamma"]) == (3, 3, 3, 0.9)
+        assert (p["n_agents"], p["n_rounds"], p.spec.choices["top_k"], p["gamma"]) == (3, 3, 1, 0.9)
         assert (p["w_low"], p["w_high"]) == (0.45, 0.55)
         assert [e["label"] for e in p["large_models"]] == ["Llama-3.3-70B-Instruct", "GPT-4o-mini"]
         labels = {m["label"] for m in p["models"]}
@@ -169,6 +170,7 @@ def test_profile_schema_types_the_fields_and_derives_the_protocol_vocabularies()
     from r2mad_core.experiments import methods
     from r2mad_core.debate import prompts
     from r2mad_core.memory import hook as r2mad
+    from r2mad_core.experiments import protocol
 
     # each protocol vocabulary is the one its concept's module defines (no second copy to drift)
     assert PROTOCOL_FIELDS["round0"] is debate.ROUND0_MODES
@@ -179,11 +181,12 @@ def test_profile_schema_types_the_fields_and_derives_the_protocol_vocabularies()
     spec = load_profile("paper").spec
     assert isinstance(spec, ProfileSpec)
     assert (spec.n_agents, spec.n_rounds, spec.max_tokens, spec.models[1].label) == (3, 3, 6144, "Qwen3-8B")
-    # a field the profile leaves out takes its default, the first of its vocabulary
-    assert "round0" not in load_profile("sim").fields and load_profile("sim").spec.round0 == "shared"
-    assert {name: getattr(spec, name) for name in PROTOCOL_FIELDS} == {
-        name: choices[0] for name, choices in PROTOCOL_FIELDS.items()
-    }
+    # a choice the profile leaves out is None and takes the value of the profile's protocol preset
+    assert "round0" not in load_profile("sim").fields and load_profile("sim").spec.round0 is None
+    assert load_profile("sim").spec.choices["round0"] == "independent"
+    assert {name: getattr(spec, name) for name in PROTOCOL_FIELDS} == dict.fromkeys(PROTOCOL_FIELDS)
+    assert {name: spec.choices[name] for name in PROTOCOL_FIELDS} == {
+        name: value for name, value in protocol.preset("paper").items() if name in PROTOCOL_FIELDS}
 
 
 @pytest.mark.parametrize(
@@ -203,6 +206,8 @@ def test_profile_schema_types_the_fields_and_derives_the_protocol_vocabularies()
         ({"test_limit": 0}, "field 'test_limit': expected a number >= 1, found 0"),
         ({"tempreature": 1.0}, "field 'tempreature': expected a known field"),
         ({"round0": "paired"}, "field 'round0': expected 'shared' or 'independent', found 'paired'"),
+        ({"protocol": "ours"}, "field 'protocol': expected 'paper' or 'authors', found 'ours'"),
+        ({"memory_model": "GPT"}, "field 'memory_models': expected a list holding memory_model 'GPT'"),
         ({"description": "  "}, "field 'description': expected a non-empty string, found '  '"),
         ({"temperature": float("inf")}, "field 'temperature'"),
         ({"extra_parameters": {"gamma": 1}}, "field 'extra_parameters.gamma'"),
@@ -377,7 +382,7 @@ def test_paper_profile_runs_each_model_at_its_native_context_and_pinned_revision
         revision = m["options"]["revision"]
         assert re.fullmatch(r"[0-9a-f]{40}", revision), m["label"]
         assert f"https://huggingface.co/{m['model']}/commit/{revision}" in _paper_text()
-    assert p["overflow_policy"] == "empty"  # the authors' code (src/models.py)
+    assert "overflow_policy" not in p.fields and p.spec.choices["overflow_policy"] == "empty"  # the preset: the authors' code (src/models.py)
 
 
 def _paper_text() -> str:

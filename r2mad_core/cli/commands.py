@@ -35,6 +35,7 @@ from typing import Any, Callable, Sequence
 
 from r2mad_core.cli import memory as memory_cli
 from r2mad_core.cli.common import (  # noqa: F401  (re-exported: the command-line vocabulary)
+    split_rule_of,
     EXIT_USAGE,
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -61,6 +62,7 @@ from r2mad_core.debate.prompts import TASK_PROMPT_WORDINGS
 from r2mad_core.debate.scheduling import SCHEDULES
 from r2mad_core.debate.scoring import TRUNCATED_ANSWER_POLICIES, VOTE_RULES
 from r2mad_core.memory.hook import EXPERIENCE_REFERENCES
+from r2mad_core.experiments.protocol import PROTOCOLS, help_text as protocol_help, preset as protocol_preset
 
 logger = logging.getLogger(__name__)
 
@@ -74,12 +76,18 @@ def add_cell_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--benchmark", required=True, choices=BENCHMARKS, help="benchmark to run")
     group.add_argument("--split", default="test", choices=("test", "train", "all"), help="split (default: test)")
     group.add_argument(
+        "--protocol",
+        default=None,
+        choices=PROTOCOLS,
+        help=protocol_help().replace("%", "%%") + " (default: none, each option its method's own default)",
+    )
+    group.add_argument(
         "--split-rule",
-        default=SPLIT_RULES[0],
+        default=None,
         choices=SPLIT_RULES,
         help="which questions form the split: paper (default; the paper's counts, our seeded permutation: the paper "
         "does not list its items) or authors (the authors' code: random.seed(42), shuffle, first 75%% train; "
-        "Engineering 726/243 instead of the paper's 727/242)",
+        "Engineering 726/243 instead of the paper's 727/242); default: --protocol's, else paper",
     )
     group.add_argument("--method", required=True, choices=sorted(METHODS), help="method (see r2mad_core.experiments.methods)")
     group.add_argument("--limit", type=positive_int, default=None, help="first N questions of the split (default: all)")
@@ -214,8 +222,11 @@ def method_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def build_method(args: argparse.Namespace) -> Any:
     from r2mad_core.experiments.methods import get_method, method_options
+    from r2mad_core.experiments.protocol import method_options as preset_options
 
     options = method_options_from_args(args)
+    if getattr(args, "protocol", None):  # the preset's choices the method declares; an explicit option beats them
+        options = {**preset_options(args.method, args.protocol), **options}
     flags = dict(getattr(args, METHOD_OPTION_DESTS, []))
     accepted = method_options(args.method)
     as_pairs = {key.replace("-", "_") for key, _ in getattr(args, "method_option_pairs", None) or []}
@@ -245,7 +256,7 @@ def run_command(args: argparse.Namespace) -> int:
     method = build_method(args)
     check_out_dir(args.out)
     try:
-        samples = benchmarks.load(args.benchmark, args.split, data_dir=args.data_dir, split_rule=getattr(args, "split_rule", "paper"))
+        samples = benchmarks.load(args.benchmark, args.split, data_dir=args.data_dir, split_rule=split_rule_of(args))
     except (ValueError, FileNotFoundError) as exc:
         raise UsageError(f"cannot load {args.benchmark} {args.split}: {exc}") from None
     # Full preflight before the engine exists: the samples (data files), the run directory's config, the

@@ -164,3 +164,14 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"response cache directory (default: $R2MAD_CACHE_DIR, else ./{DEFAULT_CACHE_DIR})",
     )
     group.add_argument("--no-cache", action="store_true", help="do not use the response cache")
+
+
+def split_rule_of(args: argparse.Namespace) -> str:
+    """``--split-rule``, else the ``--protocol`` preset's, else ``paper``."""
+    from r2mad_core.data.benchmarks import SPLIT_RULES
+    from r2mad_core.experiments.protocol import preset
+
+    if getattr(args, "split_rule", None):
+        return args.split_rule
+    protocol = getattr(args, "protocol", None)
+    return preset(protocol)["split_rule"] if protocol else SPLIT_RULES[0]

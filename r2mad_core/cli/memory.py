@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from r2mad_core.data.benchmarks import BENCHMARKS, SPLIT_RULES
+from r2mad_core.cli.common import split_rule_of
+from r2mad_core.experiments.protocol import PROTOCOLS, help_text as protocol_help, memory_options
 
 
 def _unit_float(text: str) -> float:
@@ -44,7 +46,8 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     add_method_option(parser, group, "--retrieval-policy", dest="retrieval_policy", choices=tuple(RETRIEVAL_POLICIES),
                       help="retrieval policy (default: state_aware, Eq. 5-6; the others are Table 3's ablations)")
     add_method_option(parser, group, "-K", "--top-k", dest="top_k", type=positive_int,
-                      help="K, experiences retrieved per agent and round (default: 3, ours; not stated in the paper; the authors' script: 1, where lambda_t has no effect)")
+                      help="K, experiences retrieved per agent and round (default: --protocol's, 1; without --protocol the method's 3, ours; "
+                      "not stated in the paper; the authors' script: 1, where lambda_t has no effect)")
     add_method_option(parser, group, "--gamma", dest="gamma", type=_unit_float, help="gamma of Eq. 6 (default: 0.9)")
     add_method_option(parser, group, "--fixed-lambda", dest="fixed_lambda", type=_unit_float,
                       help="lambda of the fixed_lambda policy (default: 0.5)")
@@ -81,7 +84,10 @@ def add_build_memory_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("memory construction")
     group.add_argument("--benchmark", required=True, choices=BENCHMARKS, help="benchmark whose train split is debated")
     group.add_argument("--split", default="train", choices=("train", "test", "all"), help="split (default: train)")
-    group.add_argument("--split-rule", default=SPLIT_RULES[0], choices=SPLIT_RULES,
+    group.add_argument("--protocol", default=None, choices=PROTOCOLS,
+                       help=protocol_help().replace("%", "%%") + ": here the split rule, reward, state layout and the "
+                       "debates' summaries, prompts, empty peers and thinking (default: none, the defaults below)")
+    group.add_argument("--split-rule", default=None, choices=SPLIT_RULES,
                        help="which questions form the split: paper (default; the paper's counts, our seeded "
                        "permutation) or authors (the authors' code: random.seed(42), first 75%% train)")
     group.add_argument("--out", required=True, type=Path, metavar="DIR", help="bank directory to write")
@@ -94,11 +100,12 @@ def add_build_memory_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--n-agents", type=positive_int, default=3, help="agents (paper: 3)")
     group.add_argument("--max-tokens", type=positive_int, default=512, help="max new tokens per response (paper: 6144)")
     group.add_argument("--summary-max-tokens", type=positive_int, default=128, help="max tokens of a debate summary")
-    group.add_argument("--reward-definition", choices=REWARD_DEFINITIONS, default="final_vote",
+    group.add_argument("--reward-definition", choices=REWARD_DEFINITIONS, default=None,
                        help="outcome reward r_i: final_vote (default; ours, our reading of the paper's 'whether a concluded "
                        "debate reached a good answer'), agent_final (ours) or round_correctness (the authors' code: "
                        "zeta_i^(t)); see r2mad_core.memory.banks")
-    group.add_argument("--state-layout", choices=STATE_LAYOUTS, default="full", help="state text layout (default: full)")
+    group.add_argument("--state-layout", choices=STATE_LAYOUTS, default=None,
+                       help="state text layout (default: --protocol's, else full)")
     group.add_argument("--state-encoding", choices=STATE_ENCODINGS, default="text", help="state embedding (default: text)")
     group.add_argument("--debates-dir", type=Path, default=None, metavar="DIR",
                        help="run directory of the debates (default: OUT/debates; resumable)")
@@ -173,9 +180,15 @@ def build_memory_command(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.out} already holds a memory bank (manifest.json); pass --overwrite to rebuild it")
     check_out_dir(args.out)
     try:
-        samples = benchmarks.load(args.benchmark, args.split, data_dir=args.data_dir, split_rule=getattr(args, "split_rule", "paper"))
+        samples = benchmarks.load(args.benchmark, args.split, data_dir=args.data_dir, split_rule=split_rule_of(args))
     except (ValueError, FileNotFoundError) as exc:
         raise UsageError(f"cannot load {args.benchmark} {args.split}: {exc}") from None
+    built = memory_options(args.protocol, {"split_rule": None}) if args.protocol else {
+        "reward_definition": "final_vote", "state_layout": "full", "debate_options": {}}
+    if args.reward_definition:
+        built["reward_definition"] = args.reward_definition
+    if args.state_layout:
+        built["state_layout"] = args.state_layout
     if args.limit is not None:
         samples = samples[: args.limit]
     if args.embedder is None:
@@ -192,7 +205,8 @@ def build_memory_command(args: argparse.Namespace) -> int:
             args.benchmark, engine, embedder, args.out, args.limit,
             split=args.split, seed=args.seed, n_agents=args.n_agents, n_rounds=args.n_rounds,
             max_tokens=args.max_tokens, summary_max_tokens=args.summary_max_tokens,
-            reward_definition=args.reward_definition, state_layout=args.state_layout,
+            reward_definition=built["reward_definition"], state_layout=built["state_layout"],
+            debate_options=built["debate_options"],
             state_encoding=args.state_encoding, run_dir=args.debates_dir, data_dir=args.data_dir,
             samples=samples, chunk_size=args.chunk_size, progress=not args.no_progress, overwrite=args.overwrite,
         )

@@ -3,6 +3,7 @@
 - :mod:`~r2mad_core.debate.prompts`: every prompt an agent receives, rendered and parsed back.
 - :mod:`~r2mad_core.debate.loop`: the round loop (``run_debate``), its state and per-turn records, round hooks.
 - :mod:`~r2mad_core.debate.scheduling`: how many debates run at once against one engine (rounds vs questions).
+- :mod:`~r2mad_core.debate.masking`: MAD-M2's peer selection (objective: lowest perplexity; subjective: a judge).
 - :mod:`~r2mad_core.debate.overflow`: what a prompt that does not fit the context gives (``overflow_policy``).
 - :mod:`~r2mad_core.debate.scoring`: a transcript scored: the plurality vote, accuracy with bootstrap CIs,
   McNemar, stance transitions, the shared-misconception subset, cost.

@@ -23,10 +23,16 @@ Rounds are ``t = 0 .. n_rounds - 1`` (the paper's "3 agents over 3 rounds" is t 
 - A sample stops early when all agents agree (Cons = 1, every answer extracted) and
   ``stop_at_unanimity`` is set (the paper's evaluation); memory construction sets it off to force
   the full rounds (Appendix A, "Memory Construction").
-- Optional debate summaries h^(t) (Eq. 2) with ``prompts.summary_prompt`` after rounds
-  0 .. n_rounds-2, only for the samples that go on to round t+1 (h^(t) is part of the debate state
-  s_i^(t+1); the last round's summary is never needed). Tag ``summary``, their own
-  ``summary_max_tokens`` (the prompt asks for 2 sentences).
+- Optional debate summaries h^(t) (Eq. 2) with ``prompts.summary_prompt``, option ``summaries``:
+  ``every_round`` (the paper, "each round requires summarizing", and the authors' code) after every executed
+  round, the last one and a round where the debate stops included; ``before_next_round`` (ours) only for the
+  samples that go on to round t+1 (h^(t) is part of the debate state s_i^(t+1); a third of the summaries).
+  Tag ``summary``, their own ``summary_max_tokens`` (the prompt asks for 2 sentences). ``summary_agents``
+  chooses the agent-responses slot of the summary prompt (:func:`r2mad_core.debate.prompts.summary_prompt`).
+- A peer's empty response at round t > 0 (option ``empty_peers``): ``drop`` (the authors' code) leaves it out of
+  the other agents' prompts; ``show`` (ours) shows an empty block. ``unclosed_thinking``: ``drop`` (ours) keeps a
+  response whose ``<think>`` never closed as the text before the tag; ``keep`` (the authors' code) keeps the partial
+  reasoning as the response (:attr:`r2mad_core.engines.base.Completion.unclosed_thinking`).
 - Gold answers never steer the loop: stopping, consensus, hooks and masking see extracted answers
   only. Per-agent correctness is filled in by :func:`score_turns` after the debate, for scoring.
 
@@ -84,6 +90,12 @@ SUMMARY_TAG = "summary"
 #: Round 0 (option ``round0``): shared (default; ours, the paper is silent) replays one round 0 across methods
 #: (a paired comparison); independent draws a per-method round 0 (the paper's separate runs).
 ROUND0_MODES = ("shared", "independent")
+#: Summaries (option ``summaries``): after every executed round (the paper and the authors' code) or only before a
+#: next round (ours). The other vocabularies: the summary prompt's agent slot, empty peers, unclosed thinking.
+SUMMARY_SCHEDULES = ("every_round", "before_next_round")
+SUMMARY_AGENT_SLOTS = prompts.SUMMARY_AGENT_SLOTS
+EMPTY_PEER_MODES = ("drop", "show")
+UNCLOSED_THINKING_MODES = ("drop", "keep")
 
 
 # --------------------------------------------------------------------------------------------
@@ -128,8 +140,16 @@ class DebateConfig:
     round0: str = "shared"
     stream: str = ""
     task_prompt: str = "paper"
+    summaries: str = "before_next_round"
+    summary_agents: str = "responses"
+    empty_peers: str = "show"
+    unclosed_thinking: str = "drop"
 
     def __post_init__(self) -> None:
+        for name, allowed in (("summaries", SUMMARY_SCHEDULES), ("summary_agents", SUMMARY_AGENT_SLOTS),
+                              ("empty_peers", EMPTY_PEER_MODES), ("unclosed_thinking", UNCLOSED_THINKING_MODES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"DebateConfig.{name}: expected one of {allowed}, found {getattr(self, name)!r}")
         if self.task_prompt not in prompts.TASK_PROMPT_WORDINGS:
             raise ValueError(
                 f"DebateConfig.task_prompt: expected one of {prompts.TASK_PROMPT_WORDINGS}, found {self.task_prompt!r}"
@@ -204,8 +224,20 @@ class DebateConfig:
             logprobs=False,
         )
 
+    def summarizes_after(self, round_index: int, state: "DebateState") -> bool:
+        """Is h^(t) written after round t for this (just recorded) state? (option ``summaries``)"""
+        if not self.with_summaries:
+            return False
+        if self.summaries == "every_round":
+            return True
+        return round_index < self.n_rounds - 1 and not state.finished
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        for name, default in (("summaries", "before_next_round"), ("summary_agents", "responses"),
+                              ("empty_peers", "show"), ("unclosed_thinking", "drop")):
+            if d[name] == default:  # the earlier default: the config (and the run directory's key) as before
+                del d[name]
         d["personas"] = list(self.personas or ())
         d["sample_indices"] = list(self.sample_indices or ())
         return d
@@ -471,8 +503,7 @@ def run_debate(
         completions = generate_checked(engine, requests)
         record_round(round_index, active, selections, pending, completions, config)
         finish_round(round_index, active, hook)
-        if config.with_summaries and round_index < config.n_rounds - 1:
-            summarize(engine, config, [s for s in active if not s.finished], round_index)
+        summarize(engine, config, [s for s in active if config.summarizes_after(round_index, s)], round_index)
 
         elapsed = time.perf_counter() - started
         for state in active:
@@ -565,7 +596,10 @@ def round_requests(
                 if bad:
                     raise RuntimeError(f"agent {agent} cannot see peers {bad} (sample {state.sample.id!r})")
                 previous = state.rounds[-1].turns
-                if visible:
+                seen = visible
+                if config.empty_peers == "drop":  # the authors' code: an empty response is left out
+                    visible = tuple(j for j in seen if previous[j].response.strip())
+                if seen:  # every seen peer empty and dropped: an empty list of solutions, as the authors' code
                     peers = [
                         prompts.PeerResponse(text=previous[j].response, confidence=context.peer_confidence.get(j))
                         for j in visible
@@ -602,6 +636,8 @@ def record_round(
     turns: dict[int, list[TurnRecord]] = {id(s): [] for s in states}
     for (state, agent, messages, visible, context), completion in zip(pending, completions):
         text = completion.text or ""
+        if config.unclosed_thinking == "keep" and getattr(completion, "thinking_partial", ""):
+            text = (text + completion.thinking_partial).strip()  # the authors' code: the partial reasoning stays
         answer = answers.extract_answer(text, state.benchmark, num_options=state.num_options)
         state.conversations[agent] = [*messages, {"role": "assistant", "content": text}]
         turns[id(state)].append(
@@ -669,7 +705,10 @@ def summarize(engine: Engine, config: DebateConfig, states: Sequence[DebateState
     for state in states:
         current = state.rounds[-1]
         previous_summary = state.rounds[-2].summary if len(state.rounds) > 1 else None
-        text = prompts.summary_prompt(state.question, previous_summary, current.responses, current.consensus_ratio)
+        previous_answers = state.rounds[-2].answers if len(state.rounds) > 1 else None
+        text = prompts.summary_prompt(state.question, previous_summary, current.responses, current.consensus_ratio,
+                                      answers=current.answers, previous_answers=previous_answers,
+                                      slot=config.summary_agents)
         requests.append(Request(messages=({"role": "user", "content": text},), params=params, tag=SUMMARY_TAG))
     for state, completion in zip(states, generate_checked(engine, requests)):
         state.rounds[-1].summary = (completion.text or "").strip()

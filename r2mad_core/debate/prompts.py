@@ -484,16 +484,50 @@ def debate_prompt(
     return text
 
 
+SUMMARY_AGENT_SLOTS = ("authors", "responses")
+
+
+def _authors_agent_block(k: int, response: str, answer: str | None, previous: str | None, first_round: bool) -> str:
+    """One agent in the authors' slot (src/multi_agent_debate.py, _summarize_debate_state): a missing answer prints
+    as ``None`` and the stance changed when the answer string differs from the previous round's."""
+    lines = [f'<agent index="{k}">', f"<response>\n{response}\n</response>", f"<answer>\n{answer}\n</answer>"]
+    if not first_round:
+        lines.append(f"<previous_answer>\n{previous}\n</previous_answer>")
+        lines.append(f"<stance_changed>\n{str(answer != previous).lower()}\n</stance_changed>")
+    lines.append("</agent>")
+    return "\n".join(lines)
+
+
 def summary_prompt(
     question: str,
     previous_summary: str | None,
     agent_responses: Sequence[str],
     consensus_ratio: float,
+    *,
+    answers: Sequence[str | None] | None = None,
+    previous_answers: Sequence[str | None] | None = None,
+    slot: str = "responses",
 ) -> str:
-    """The debate summary prompt producing h^(t) (Eq. 2), verbatim from the appendix."""
-    responses = "\n".join(
-        f'<agent_response index="{k}">\n{r}\n</agent_response>' for k, r in enumerate(agent_responses)
-    )
+    """The debate summary prompt producing h^(t) (Eq. 2), verbatim from the appendix.
+
+    The appendix shows the ``{AGENT_RESPONSES}`` slot, not what fills it (protocol choice ``summary_agents``):
+    ``authors`` (the authors' code) gives each agent's response, its extracted answer and, after round 0, its
+    previous answer and whether its stance changed; ``responses`` (ours) the responses only."""
+    if slot not in SUMMARY_AGENT_SLOTS:
+        raise ValueError(f"summary_agents must be one of {SUMMARY_AGENT_SLOTS}, found {slot!r}")
+    if slot == "authors":
+        given = list(answers) if answers is not None else [None] * len(agent_responses)
+        before = list(previous_answers) if previous_answers is not None else None
+        if len(given) != len(agent_responses) or (before is not None and len(before) != len(agent_responses)):
+            raise ValueError("summary_prompt: one answer (and previous answer) per agent response")
+        responses = "\n".join(
+            _authors_agent_block(k, r, given[k], None if before is None else before[k], before is None)
+            for k, r in enumerate(agent_responses)
+        )
+    else:
+        responses = "\n".join(
+            f'<agent_response index="{k}">\n{r}\n</agent_response>' for k, r in enumerate(agent_responses)
+        )
     return SUMMARY_TEMPLATE.format(
         QUESTION=question,
         PREV_SUMMARY=previous_summary or NO_PREVIOUS_SUMMARY,
@@ -528,6 +562,7 @@ _CONF = re.compile(r"\n<confidence>(.*?)</confidence>\Z", re.DOTALL)
 _EXPERIENCES = re.compile(r"<experiences>\n(.*?)\n</experiences>", re.DOTALL)
 _EXPERIENCE = re.compile(r'<experience index="\d+">\n(.*?)\n</experience>', re.DOTALL)
 _AGENT_RESPONSE = re.compile(r'<agent_response index="\d+">\n(.*?)\n</agent_response>', re.DOTALL)
+_AUTHORS_AGENT = re.compile(r'<agent index="\d+">\n<response>\n(.*?)\n</response>\n<answer>\n', re.DOTALL)
 _SOLUTION = re.compile(r"<solution>\n(.*?)\n</solution>", re.DOTALL)
 
 
@@ -573,7 +608,8 @@ def parse_prompt(user_text: str) -> ParsedPrompt:
         return ParsedPrompt(
             kind="summary",
             question=q.group(1) if q else "",
-            agent_responses=_AGENT_RESPONSE.findall(responses_block + "\n"),
+            agent_responses=(_AGENT_RESPONSE.findall(responses_block + "\n")
+                             or _AUTHORS_AGENT.findall(responses_block + "\n")),
             consensus_ratio=float(cons) if cons else None,
         )
     if user_text.startswith(JUDGE_OPENING):

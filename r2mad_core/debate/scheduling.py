@@ -302,7 +302,7 @@ def run_questions(
                 completions = generate_streamed(engine, requests, release_one(index))
                 record_round(round_index, one, selections, pending, completions, config)
                 appended = True
-                summary = config.with_summaries and round_index < config.n_rounds - 1 and not state.finished
+                summary = config.summarizes_after(round_index, state)
                 more = round_index < config.n_rounds - 1 and not state.finished
                 claim(index, 1 if summary else per_question if more else 0)  # the next phase's requests
                 with hook_lock:
@@ -311,7 +311,7 @@ def run_questions(
                     if stop.is_set():
                         raise _Stopped
                     summarize(engine, config, one, round_index)
-                    claim(index, per_question)
+                    claim(index, per_question if more else 0)
             finally:
                 seconds = shares.stop(id(state))
                 if appended:

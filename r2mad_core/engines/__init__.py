@@ -56,7 +56,9 @@ class EngineSpec:
     ``"package.module:Name"`` (resolved on first use, so an optional backend such as vLLM is imported only
     when it is asked for). ``needs_model``: ``make_engine`` refuses to build it without ``model``;
     ``model_option``: the constructor keyword that receives ``model`` (``None``: passed only when given,
-    as ``model=``). ``concurrent``: ``generate`` may be called from several threads at once.
+    as ``model=``). ``concurrent``: ``generate`` may be called from several threads at once. ``listed``: shown
+    among the choices (the CLI's ``--engine``, a profile's error); False for an engine the package builds for
+    itself (the pre-flight estimate's counting engine), which a profile may still name.
     """
 
     name: str
@@ -65,6 +67,7 @@ class EngineSpec:
     needs_model: bool = False
     model_option: str | None = "model"
     concurrent: bool = False
+    listed: bool = True
 
     def resolve(self) -> Callable[..., Engine]:
         if not isinstance(self.factory, str):
@@ -109,8 +112,8 @@ for _spec in (
 
 
 def engine_names() -> tuple[str, ...]:
-    """The registered engine names, built-ins first (the CLI's and the profiles' choices)."""
-    return tuple(ENGINES)
+    """The registered engine names, built-ins first (the CLI's and the profiles' choices; unlisted ones left out)."""
+    return tuple(name for name, spec in ENGINES.items() if spec.listed)
 
 
 #: The built-in engine names (plugins may add more: :func:`engine_names`).

@@ -97,6 +97,7 @@ class Completion:
     cut: str | None = None
     unclosed_thinking: bool = False
     trimmed_experiences: int = 0  # set above the backend (r2mad_core.debate.overflow), never cached
+    thinking_partial: str = ""  # the cut reasoning of an unclosed <think> block, from the tag on (r2mad_core.engines.thinking)
 
     @property
     def truncated(self) -> bool:

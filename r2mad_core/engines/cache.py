@@ -43,8 +43,9 @@ SCHEMA_VERSION = "1"
 # Stay well under SQLite's limit on host parameters per statement.
 _LOOKUP_CHUNK = 500
 _STORED_FIELDS = ("text", "prompt_tokens", "completion_tokens", "logprobs", "finish_reason", "seconds")
-# Stored only when set (a row written before they existed reads as None / False): which limit cut a completion.
-_OPTIONAL_FIELDS = {"cut": None, "unclosed_thinking": False}
+# Stored only when set (a row written before they existed reads as the default): which limit cut a completion,
+# and the reasoning of an unclosed <think> block.
+_OPTIONAL_FIELDS = {"cut": None, "unclosed_thinking": False, "thinking_partial": ""}
 
 
 class ResponseCache:

@@ -14,7 +14,9 @@ Rules (applied to the raw generated text):
 - an unclosed ``<think>`` means generation stopped while thinking: the response is truncated.
   The text keeps only what came before the tag (usually nothing), the finish reason becomes
   ``length`` and ``unclosed_thinking`` is set (counted apart in every run's metrics; its ``cut``
-  still says which limit stopped it).
+  still says which limit stopped it). The cut reasoning, from the tag on, stays in
+  ``Completion.thinking_partial``: the protocol choice ``unclosed_thinking="keep"`` (the authors'
+  code, whose regex removes closed blocks only) shows it as the response (:mod:`r2mad_core.debate.loop`).
 
 The completion's token counts are left alone: thinking tokens were generated and they count
 in the cost tables.
@@ -39,6 +41,7 @@ class ThinkingSplit:
     text: str
     reasoning: str
     unclosed: bool
+    partial: str = ""  # an unclosed block as generated, from <think> on
 
 
 def split_thinking(raw: str) -> ThinkingSplit:
@@ -58,14 +61,17 @@ def split_thinking(raw: str) -> ThinkingSplit:
 
     text = _CLOSED_BLOCK.sub(_take, text)
     unclosed = False
+    partial = ""
     open_at = text.find(OPEN_TAG)
     if open_at != -1:
         unclosed = True
+        partial = text[open_at:]
         reasoning.append(text[open_at + len(OPEN_TAG):])
         text = text[:open_at]
     # Any further stray close tags (malformed output) are dropped from the visible text.
     text = text.replace(CLOSE_TAG, "")
-    return ThinkingSplit(text=text.strip(), reasoning="\n".join(r.strip() for r in reasoning), unclosed=unclosed)
+    return ThinkingSplit(text=text.strip(), reasoning="\n".join(r.strip() for r in reasoning), unclosed=unclosed,
+                         partial=partial)
 
 
 def apply_thinking(completion: Completion) -> Completion:
@@ -75,4 +81,4 @@ def apply_thinking(completion: Completion) -> Completion:
     split = split_thinking(completion.text)
     finish_reason = "length" if split.unclosed else completion.finish_reason
     return replace(completion, text=split.text, finish_reason=finish_reason,
-                   unclosed_thinking=completion.unclosed_thinking or split.unclosed)
+                   unclosed_thinking=completion.unclosed_thinking or split.unclosed, thinking_partial=split.partial)

@@ -6,5 +6,6 @@
 - :mod:`~r2mad_core.experiments.method_labels`: the paper's row names -> registered methods and options.
 - :mod:`~r2mad_core.experiments.model_specs`: the models of a profile (engine, model, stand-ins).
 - :mod:`~r2mad_core.experiments.profiles`: the typed profile schema (``ProfileSpec``).
+- :mod:`~r2mad_core.experiments.protocol`: the protocol presets (paper, authors): every open choice and its evidence.
 - :mod:`~r2mad_core.experiments.budget`: request, token and price estimates and caps for paid runs.
 """

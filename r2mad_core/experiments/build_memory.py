@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from r2mad_core.memory.embeddings import Embedder, get_embedder
 from r2mad_core.memory.banks import MemoryBankSet, build_bank_set
@@ -83,6 +83,7 @@ def build_memory(
     reward_definition: str = "final_vote",
     state_layout: str = "full",
     state_encoding: str = "text",
+    debate_options: Mapping[str, Any] | None = None,
     run_dir: str | Path | None = None,
     data_dir: str | Path | None = None,
     samples: Sequence[Any] | None = None,
@@ -95,6 +96,8 @@ def build_memory(
     The debates (MAD, ``n_agents`` personas, ``n_rounds`` rounds, summaries, no early stop) go to
     ``run_dir`` (default ``out_dir/debates``), a resumable run directory of :mod:`r2mad_core.experiments.cell`;
     a rerun reuses finished debates. ``embedder`` is an embedder or a name for :func:`get_embedder`.
+    ``debate_options``: more options of those MAD debates (the protocol's ``summaries``, ``summary_agents``,
+    ``empty_peers``, ``unclosed_thinking``, ``task_prompt``: :func:`r2mad_core.experiments.protocol.memory_options`).
     """
     from r2mad_core.data import benchmarks as benchmark_data
     from r2mad_core.experiments.cell import run_cell
@@ -120,6 +123,7 @@ def build_memory(
         stop_at_unanimity=False,
         with_summaries=True,
         summary_max_tokens=summary_max_tokens,
+        **dict(debate_options or {}),
     )
     debates_dir = Path(run_dir) if run_dir is not None else out / "debates"
     result = run_cell(

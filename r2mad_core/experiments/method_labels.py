@@ -18,6 +18,7 @@ parameterised rows (:func:`retrieval_method_label`, :func:`poisoned_method_label
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,8 +27,18 @@ from typing import Any, Mapping, Sequence
 from r2mad_core.experiments.methods import METHOD_SPECS, method_options
 from r2mad_core.memory.retrieval import POLICIES, parse_retrieval_policy, policy_label, policy_spec_of_label
 
-#: Suffix of a method name whose run draws its own round 0 (``round0="independent"``).
+#: Suffix of a method name whose run draws its own round 0 (``round0="independent"``), and of one that replays MAD's
+#: round 0 (``round0="shared"``, the paired analysis of notebook 06 when the protocol draws round 0 per method).
 INDEPENDENT_ROUND0 = " (independent round 0)"
+SHARED_ROUND0 = " (shared round 0)"
+#: Suffix setting K for one row (``"R2-MAD retrieval=Random (K=3)"``): the retrieval ablation at K = 3 beside the
+#: protocol's K (at K = 1 lambda_t cannot change the pick).
+_K_SUFFIX = re.compile(r" \(K=(\d+)\)$")
+
+
+def with_k(label: str, k: int) -> str:
+    """``with_k("R2-MAD", 3)`` -> ``"R2-MAD (K=3)"``."""
+    return f"{label} (K={int(k)})"
 
 #: The methods of each paper table (the paper's row names).
 MAIN_METHODS = ("CoT", "Self-Consistency", "MAD", "MAD-M2", "R2-MAD")
@@ -42,7 +53,7 @@ COST_METHODS = ("Self-Consistency", "MAD", "R2-MAD")
 GRAMMAR = (
     "CoT, Self-Consistency[ (k)], MAD, MAD-M2[ (O)| (S)], ICL-CoT, "
     "R2-MAD[ w/o Confidence| w/o Memory| retrieval=<policy>| poisoned=<fraction>], optionally followed by"
-    f"{INDEPENDENT_ROUND0!r}, or the label of a registered method"
+    f"{INDEPENDENT_ROUND0!r} or {SHARED_ROUND0!r} and/or ' (K=<k>)', or the label of a registered method"
 )
 
 
@@ -105,7 +116,7 @@ def registered_by_label(label: str) -> str | None:
 def needs_memory(label: str) -> bool:
     """Does the method of this label read a memory bank (R2-MAD and its variants, ICL-CoT, a registered
     method that declares a ``memory`` option)?"""
-    label = label.removesuffix(INDEPENDENT_ROUND0)
+    label = _K_SUFFIX.sub("", label).removesuffix(INDEPENDENT_ROUND0).removesuffix(SHARED_ROUND0)
     if label.startswith("R2-MAD") or label == "ICL-CoT":
         return True
     name = registered_by_label(label)
@@ -118,11 +129,18 @@ def resolve(label: str, settings: MethodSettings, memory: Path | str | None = No
     A trailing :data:`INDEPENDENT_ROUND0` (``"MAD (independent round 0)"``) sets ``round0="independent"``: the
     run draws its own round 0 instead of sharing MAD's (the paper's separate runs).
     """
-    if label.endswith(INDEPENDENT_ROUND0):
-        name, options = resolve(label[: -len(INDEPENDENT_ROUND0)], settings, memory)
-        if "round0" not in method_options(name):
-            raise ValueError(f"{label!r}: {name} has no round 0 to draw independently")
-        return name, {**options, "round0": "independent"}
+    k = _K_SUFFIX.search(label)
+    if k:
+        name, options = resolve(label[: k.start()], dataclasses.replace(settings, top_k=int(k.group(1))), memory)
+        if "top_k" not in options:
+            raise ValueError(f"{label!r}: {name} retrieves nothing, K does not apply")
+        return name, options
+    for suffix, mode in ((INDEPENDENT_ROUND0, "independent"), (SHARED_ROUND0, "shared")):
+        if label.endswith(suffix):
+            name, options = resolve(label[: -len(suffix)], settings, memory)
+            if "round0" not in method_options(name):
+                raise ValueError(f"{label!r}: {name} has no round 0 to draw independently or share")
+            return name, {**options, "round0": mode}
     sampling = dict(settings.sampling)
     sc = re.fullmatch(r"Self-Consistency(?: \((\d+)\))?", label)
     if label == "CoT":

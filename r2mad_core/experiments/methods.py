@@ -73,7 +73,11 @@ from r2mad_core.debate import prompts
 
 from r2mad_core.memory import retrieval
 from r2mad_core.debate.loop import (
+    EMPTY_PEER_MODES,
     ROUND0_MODES,
+    SUMMARY_AGENT_SLOTS,
+    SUMMARY_SCHEDULES,
+    UNCLOSED_THINKING_MODES,
     DebateConfig,
     DebateState,
     ExtraCall,
@@ -85,16 +89,17 @@ from r2mad_core.debate.loop import (
 from r2mad_core.engines.base import Engine, Request, SamplingParams
 from r2mad_core.memory.hook import EXPERIENCE_REFERENCES
 from r2mad_core.debate.scoring import VOTE_RULES
+from r2mad_core.debate.masking import (  # noqa: F401  (MAD-M2's peer selection; names kept importable from here)
+    JUDGE_TAG,
+    MASKING_STRATEGIES,
+    OBJECTIVE_KEEP,
+    ObjectiveMasking,
+    SubjectiveMasking,
+    kept_by_logprob,
+)
 
 logger = logging.getLogger(__name__)
 
-JUDGE_TAG = "judge"
-MASKING_STRATEGIES = ("objective", "subjective")
-#: MAD-M2 objective masking: keep the lowest-perplexity response (default: the paper's appendix and Tian et
-#: al.'s code) or the better half by mean log-probability (ours). Every other protocol vocabulary lives with its
-#: concept: :data:`r2mad_core.debate.loop.ROUND0_MODES`, :data:`r2mad_core.memory.hook.EXPERIENCE_REFERENCES`,
-#: :data:`r2mad_core.debate.prompts.TASK_PROMPT_WORDINGS`, :data:`r2mad_core.data.benchmarks.SPLIT_RULES`.
-OBJECTIVE_KEEP = ("lowest_perplexity", "better_half")
 #: Options that name a file or folder; a method that reads one records its content digest in ``Method.inputs``.
 FILE_OPTIONS = frozenset({"memory"})
 
@@ -196,6 +201,14 @@ def _task_prompt(method: str, value: Any) -> str:
     return _choice_option(method, "task_prompt", value, prompts.TASK_PROMPT_WORDINGS)
 
 
+def _loop(method: str, **values: Any) -> dict[str, Any]:
+    """The debate-loop protocol choices a method was given (``summaries``, ``summary_agents``, ``empty_peers``,
+    ``unclosed_thinking``; :mod:`r2mad_core.experiments.protocol`), checked."""
+    allowed = {"summaries": SUMMARY_SCHEDULES, "summary_agents": SUMMARY_AGENT_SLOTS, "empty_peers": EMPTY_PEER_MODES,
+               "unclosed_thinking": UNCLOSED_THINKING_MODES}
+    return {name: _choice_option(method, name, value, allowed[name]) for name, value in values.items()}
+
+
 def _agents_rounds(method: str, n_agents: Any, n_rounds: Any) -> tuple[int, int]:
     limit = max_agents()
     n_agents = _int_option(method, "n_agents", n_agents, 1)
@@ -219,11 +232,13 @@ def cot(
     vote_rule: str = "plurality",
     round0: str = "shared",
     task_prompt: str = "paper",
+    unclosed_thinking: str = "drop",
 ) -> Method:
     """Chain of Thought: one agent (persona 0), one round."""
     sampling = _sampling("cot", temperature, top_p, max_tokens)
     debate = DebateConfig(
-        n_agents=1, n_rounds=1, personas=(0,), sample_indices=(0,), round0=_round0("cot", round0), task_prompt=_task_prompt("cot", task_prompt), **sampling
+        n_agents=1, n_rounds=1, personas=(0,), sample_indices=(0,), round0=_round0("cot", round0),
+        task_prompt=_task_prompt("cot", task_prompt), **_loop("cot", unclosed_thinking=unclosed_thinking), **sampling
     )
     return Method(name="cot", debate=debate, vote_rule=vote_rule)
 
@@ -237,13 +252,15 @@ def self_consistency(
     vote_rule: str = "plurality",
     round0: str = "shared",
     task_prompt: str = "paper",
+    unclosed_thinking: str = "drop",
 ) -> Method:
     """Self-Consistency: k samples of persona 0's task prompt (sample_index 0..k-1), one vote."""
     k = _int_option("self_consistency", "k_paths", k_paths, 1)
     sampling = _sampling("self_consistency", temperature, top_p, max_tokens)
     debate = DebateConfig(
         n_agents=k, n_rounds=1, personas=(0,) * k, sample_indices=tuple(range(k)),
-        round0=_round0("self_consistency", round0), task_prompt=_task_prompt("self_consistency", task_prompt), **sampling,
+        round0=_round0("self_consistency", round0), task_prompt=_task_prompt("self_consistency", task_prompt),
+        **_loop("self_consistency", unclosed_thinking=unclosed_thinking), **sampling,
     )
     return Method(name="self_consistency", debate=debate, vote_rule=vote_rule)
 
@@ -261,8 +278,13 @@ def mad(
     vote_rule: str = "plurality",
     round0: str = "shared",
     task_prompt: str = "paper",
+    summaries: str = "before_next_round",
+    summary_agents: str = "responses",
+    empty_peers: str = "show",
+    unclosed_thinking: str = "drop",
 ) -> Method:
-    """Multi-Agent Debate (Du et al.)."""
+    """Multi-Agent Debate (Du et al.); ``summaries``/``summary_agents`` apply with ``with_summaries`` (memory
+    construction)."""
     n_agents, n_rounds = _agents_rounds("mad", n_agents, n_rounds)
     sampling = _sampling("mad", temperature, top_p, max_tokens)
     debate = DebateConfig(
@@ -272,6 +294,8 @@ def mad(
         with_summaries=bool(with_summaries),
         summary_max_tokens=_int_option("mad", "summary_max_tokens", summary_max_tokens, 1),
         round0=_round0("mad", round0), task_prompt=_task_prompt("mad", task_prompt),
+        **_loop("mad", summaries=summaries, summary_agents=summary_agents, empty_peers=empty_peers,
+                unclosed_thinking=unclosed_thinking),
         **sampling,
     )
     return Method(name="mad", debate=debate, vote_rule=vote_rule)
@@ -291,6 +315,8 @@ def mad_m2(
     vote_rule: str = "plurality",
     round0: str = "shared",
     task_prompt: str = "paper",
+    empty_peers: str = "show",
+    unclosed_thinking: str = "drop",
 ) -> Method:
     """MAD with memory masking (Tian et al.); ``masking`` is ``objective`` or ``subjective``."""
     masking = _choice_option("mad_m2", "masking", masking, MASKING_STRATEGIES)
@@ -306,6 +332,7 @@ def mad_m2(
         stop_at_unanimity=bool(stop_at_unanimity),
         logprobs=masking == "objective",
         round0=_round0("mad_m2", round0), task_prompt=_task_prompt("mad_m2", task_prompt),
+        **_loop("mad_m2", empty_peers=empty_peers, unclosed_thinking=unclosed_thinking),
         **sampling,
     )
     selector: PeerSelector
@@ -314,91 +341,6 @@ def mad_m2(
     else:
         selector = SubjectiveMasking(max_tokens=judge_tokens)
     return Method(name="mad_m2", debate=debate, vote_rule=vote_rule, make_peer_selector=lambda context: selector)
-
-
-# --------------------------------------------------------------------------------------------
-# MAD-M2 masking
-# --------------------------------------------------------------------------------------------
-def kept_by_logprob(mean_logprobs: Sequence[float | None], keep: str = "lowest_perplexity") -> list[int]:
-    """Indices of the responses kept by objective masking (module docstring), in agent order."""
-    n = len(mean_logprobs)
-    if n == 0:
-        return []
-    count = math.ceil(n / 2) if keep == "better_half" else 1
-    score = [(-math.inf if v is None or math.isnan(v) else v) for v in mean_logprobs]
-    ranked = sorted(range(n), key=lambda i: (-score[i], i))
-    return sorted(ranked[:count])
-
-
-def _visible(kept: Sequence[int], n_agents: int) -> tuple[tuple[int, ...], ...]:
-    kept_set = set(kept)
-    return tuple(tuple(j for j in range(n_agents) if j != i and j in kept_set) for i in range(n_agents))
-
-
-@dataclass(frozen=True)
-class ObjectiveMasking:
-    """Keep the previous-round responses with the best mean token log-probability."""
-
-    keep: str = "lowest_perplexity"
-
-    def select_peers(
-        self, round_index: int, states: Sequence[DebateState], engine: Engine, config: Any
-    ) -> list[PeerSelection]:
-        selections = []
-        for state in states:
-            means = [t.mean_logprob for t in state.rounds[-1].turns]
-            if any(m is None for m in means):
-                logger.warning(
-                    "objective masking, sample %s round %d: the engine returned no logprobs for agents %s; "
-                    "they rank last", state.sample.id, round_index, [i for i, m in enumerate(means) if m is None]
-                )
-            kept = kept_by_logprob(means, self.keep)
-            selections.append(
-                PeerSelection(
-                    visible=_visible(kept, state.n_agents),
-                    record={"strategy": "objective", "keep": self.keep, "mean_logprob": means, "kept": kept},
-                )
-            )
-        return selections
-
-
-@dataclass(frozen=True)
-class SubjectiveMasking:
-    """The same model judges each previous-round response; ``NO`` masks it (one call per round)."""
-
-    max_tokens: int = 512
-
-    def select_peers(
-        self, round_index: int, states: Sequence[DebateState], engine: Engine, config: DebateConfig
-    ) -> list[PeerSelection]:
-        params = SamplingParams(
-            temperature=float(config.temperature), top_p=float(config.top_p), max_tokens=self.max_tokens, seed=config.sampling_seed
-        )
-        requests = []
-        for state in states:
-            for turn in state.rounds[-1].turns:
-                text = prompts.judge_prompt(state.benchmark, state.question, turn.response)
-                requests.append(Request(messages=({"role": "user", "content": text},), params=params, tag=JUDGE_TAG))
-        completions = engine.generate(requests) if requests else []
-        if len(completions) != len(requests):
-            raise RuntimeError(f"engine returned {len(completions)} judgements for {len(requests)} requests")
-        selections = []
-        position = 0
-        for state in states:
-            verdicts = []
-            for _ in state.rounds[-1].turns:
-                completion = completions[position]
-                position += 1
-                verdicts.append(prompts.parse_judgement(completion.text or ""))
-                record_extra_call(state, ExtraCall.from_completion(JUDGE_TAG, completion))
-            kept = [j for j, v in enumerate(verdicts) if v != "NO"]
-            selections.append(
-                PeerSelection(
-                    visible=_visible(kept, state.n_agents),
-                    record={"strategy": "subjective", "verdicts": verdicts, "kept": kept},
-                )
-            )
-        return selections
 
 
 # --------------------------------------------------------------------------------------------
@@ -455,6 +397,11 @@ def r2mad(
     vote_rule: str = "plurality",
     round0: str = "shared",
     task_prompt: str = "paper",
+    summaries: str = "before_next_round",
+    summary_agents: str = "responses",
+    empty_peers: str = "show",
+    unclosed_thinking: str = "drop",
+    similarity_match: str = "state",
 ) -> Method:
     """R2-MAD (Section 4): MAD with debate summaries + the memory/confidence round hook.
 
@@ -468,6 +415,10 @@ def r2mad(
     ``experience_reference`` what of y (Eq. 4) each experience shows (``answer``: ours, default; ``solution``:
     the authors' code, MATH500's full reference solution; ``none``: y hidden, an ablation);
     ``round0`` see the module docstring; ``poison_fraction`` flips the labels of that share of the cases (poisoned-memory experiment).
+    ``similarity_match``: what the Similarity-based policy compares (``question``: the paper's "task similarity
+    alone", the question against the cases' questions; ``state``: the authors' code, the debate state).
+    ``summaries``, ``summary_agents``, ``empty_peers``, ``unclosed_thinking``: see :mod:`r2mad_core.debate.loop`;
+    every protocol choice and its evidence: :mod:`r2mad_core.experiments.protocol`.
     """
     name = "r2mad"
     memory = _memory_option(name, memory)
@@ -497,8 +448,11 @@ def r2mad(
         with_summaries=True,
         summary_max_tokens=_int_option(name, "summary_max_tokens", summary_max_tokens, 1),
         round0=_round0(name, round0), task_prompt=_task_prompt(name, task_prompt),
+        **_loop(name, summaries=summaries, summary_agents=summary_agents, empty_peers=empty_peers,
+                unclosed_thinking=unclosed_thinking),
         **sampling,
     )
+    match = _choice_option(name, "similarity_match", similarity_match, ("question", "state"))
 
     def make_hook(context: RunContext) -> RoundHook:
         from r2mad_core.memory.confidence import ConfidenceConfig
@@ -516,6 +470,7 @@ def r2mad(
             seed=context.seed,
             max_experience_chars=experience_chars,
             experience_reference=reference,
+            similarity_match=match,
         )
         solutions = reference_solutions(context.benchmark, context.data_dir) if reference == "solution" else None
         return R2MadHook(bank_set, bank_embedder, settings, solutions=solutions)
@@ -536,6 +491,7 @@ def icl_cot(
     max_tokens: int = 512,
     vote_rule: str = "plurality",
     task_prompt: str = "paper",
+    unclosed_thinking: str = "drop",
 ) -> Method:
     """ICL-CoT (Appendix, Table 7): CoT (persona 0, one round) with ``top_k`` experiences of agent 0's bank
     retrieved by question similarity as in-context examples (``match="state"``: the authors' variant,
@@ -551,7 +507,7 @@ def icl_cot(
     sampling = _sampling(name, temperature, top_p, max_tokens)
     debate = DebateConfig(
         n_agents=1, n_rounds=1, personas=(0,), sample_indices=(0,), task_prompt=_task_prompt(name, task_prompt),
-        **sampling,
+        **_loop(name, unclosed_thinking=unclosed_thinking), **sampling,
     )
 
     def make_hook(context: RunContext) -> RoundHook:

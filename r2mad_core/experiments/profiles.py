@@ -12,7 +12,9 @@ that must name a model, benchmarks that must be the profile's own, w_l <= w_h) l
 every problem becomes one line naming the file, the field, what was expected and what was found
 (:func:`validate_profile`). The protocol choices the paper leaves open (or where the authors' code
 differs) are optional fields whose vocabularies are defined once, next to their concepts
-(:data:`PROTOCOL_FIELDS`); the first value of each is the default.
+(:data:`PROTOCOL_FIELDS`). A profile's ``protocol`` (``paper``, the default, or ``authors``) sets every such
+choice at once (:mod:`r2mad_core.experiments.protocol`, the one declaration of the presets); a choice the profile
+states explicitly (or ``--set``) beats the preset. :attr:`ProfileSpec.choices` is the resolved bundle.
 
 Strings of the form ``${NAME}`` are replaced by the environment variable ``NAME`` when a profile is
 loaded (:func:`expand_environment`).
@@ -45,6 +47,7 @@ from pydantic import (
 from r2mad_core.data import benchmarks
 
 from r2mad_core.experiments import method_labels
+from r2mad_core.experiments import protocol as protocol_presets
 from r2mad_core.data.benchmarks import SPLIT_RULES
 from r2mad_core.debate.loop import ROUND0_MODES
 from r2mad_core.engines import ENGINES, engine_names
@@ -54,13 +57,18 @@ from r2mad_core.plugins import PluginError, load_plugins
 from r2mad_core.debate.prompts import TASK_PROMPT_WORDINGS
 from r2mad_core.memory.hook import EXPERIENCE_REFERENCES
 from r2mad_core.memory.retrieval import parse_retrieval_policy
+from r2mad_core.debate.loop import EMPTY_PEER_MODES, SUMMARY_SCHEDULES, SUMMARY_AGENT_SLOTS, UNCLOSED_THINKING_MODES
+from r2mad_core.debate.scoring import VOTE_RULES
+from r2mad_core.memory.cases import REWARD_DEFINITIONS, STATE_LAYOUTS
+from r2mad_core.memory.confidence import EVIDENCE_LABELS, EVIDENCE_POOLS, PEER_RESPONSE_ROUNDS
 
 PROFILE_PACKAGE_DIR = "profiles"
 #: Notebook parameters that are paths or the profile's name, set by the runner, never by a profile field.
 PATH_PARAMETERS = ("profile", "data_dir", "figures_dir", "runs_dir", "cache_dir")
 
-#: Protocol choices the paper leaves open (or where the authors' code differs): optional profile fields,
-#: default first. Each vocabulary is defined once, in the module of its concept.
+#: Protocol choices the paper leaves open (or where the authors' code differs): optional profile fields (null or
+#: left out: the value of the profile's ``protocol`` preset). Each vocabulary is defined once, in the module of its
+#: concept; K (``top_k``) is a number.
 PROTOCOL_FIELDS: dict[str, tuple[str, ...]] = {
     "round0": ROUND0_MODES,
     "experience_reference": EXPERIENCE_REFERENCES,
@@ -68,6 +76,18 @@ PROTOCOL_FIELDS: dict[str, tuple[str, ...]] = {
     "split_rule": SPLIT_RULES,
     "objective_keep": OBJECTIVE_KEEP,
     "overflow_policy": OVERFLOW_POLICIES,
+    "summaries": SUMMARY_SCHEDULES,
+    "summary_agents": SUMMARY_AGENT_SLOTS,
+    "empty_peers": EMPTY_PEER_MODES,
+    "unclosed_thinking": UNCLOSED_THINKING_MODES,
+    "reward_definition": REWARD_DEFINITIONS,
+    "state_layout": STATE_LAYOUTS,
+    "similarity_match": ("question", "state"),
+    "icl_match": ("question", "state"),
+    "vote_rule": VOTE_RULES,
+    "confidence_label": EVIDENCE_LABELS,
+    "confidence_pool": EVIDENCE_POOLS,
+    "peer_response_round": PEER_RESPONSE_ROUNDS,
 }
 
 
@@ -209,7 +229,7 @@ class ProfileSpec(_Record):
     summary_max_tokens: PositiveInt
     max_experience_chars: PositiveInt | None
     # Retrieval (Eq. 8) and confidence (Eqs. 5-7)
-    top_k: PositiveInt
+    top_k: PositiveInt | None = None  # K; null or left out: the protocol preset's (1)
     gamma: Probability
     w_high: Probability
     w_low: Probability
@@ -225,16 +245,31 @@ class ProfileSpec(_Record):
     poison_benchmarks: Annotated[list[str], Field(min_length=1)]
     bootstrap_resamples: Annotated[StrictInt, Field(ge=100)]
     extra_parameters: dict[ExtraName, Any]  # more notebook parameters (e.g. the theory notebook's grid sizes)
-    # Optional: the API budget guard (r2mad_core.experiments.budget) and the protocol choices (default first)
+    # Optional: the API budget guard (r2mad_core.experiments.budget), the protocol preset and its choices (null or
+    # left out: the preset's value), the memory model
     api_budget: StrictBool = False
+    protocol: Literal[protocol_presets.PROTOCOLS] = protocol_presets.DEFAULT_PROTOCOL  # type: ignore[valid-type]
     memory_model: Text | None = None  # null: one bank per evaluated model (ours); a label: that model's bank
-    round0: Literal[ROUND0_MODES] = ROUND0_MODES[0]  # type: ignore[valid-type]
-    experience_reference: Literal[EXPERIENCE_REFERENCES] = EXPERIENCE_REFERENCES[0]  # type: ignore[valid-type]
-    task_prompt: Literal[TASK_PROMPT_WORDINGS] = TASK_PROMPT_WORDINGS[0]  # type: ignore[valid-type]
-    split_rule: Literal[SPLIT_RULES] = SPLIT_RULES[0]  # type: ignore[valid-type]
-    objective_keep: Literal[OBJECTIVE_KEEP] = OBJECTIVE_KEEP[0]  # type: ignore[valid-type]
+    memory_models: Annotated[list[ModelEntry], Field(validate_default=True)] = []  # models that only build memory (never evaluated), e.g. the authors' Qwen3-4B
+    round0: Literal[ROUND0_MODES] | None = None  # type: ignore[valid-type]
+    experience_reference: Literal[EXPERIENCE_REFERENCES] | None = None  # type: ignore[valid-type]
+    task_prompt: Literal[TASK_PROMPT_WORDINGS] | None = None  # type: ignore[valid-type]
+    split_rule: Literal[SPLIT_RULES] | None = None  # type: ignore[valid-type]
+    objective_keep: Literal[OBJECTIVE_KEEP] | None = None  # type: ignore[valid-type]
+    summaries: Literal[SUMMARY_SCHEDULES] | None = None  # type: ignore[valid-type]
+    summary_agents: Literal[SUMMARY_AGENT_SLOTS] | None = None  # type: ignore[valid-type]
+    empty_peers: Literal[EMPTY_PEER_MODES] | None = None  # type: ignore[valid-type]
+    unclosed_thinking: Literal[UNCLOSED_THINKING_MODES] | None = None  # type: ignore[valid-type]
+    reward_definition: Literal[REWARD_DEFINITIONS] | None = None  # type: ignore[valid-type]
+    state_layout: Literal[STATE_LAYOUTS] | None = None  # type: ignore[valid-type]
+    similarity_match: Literal["question", "state"] | None = None
+    icl_match: Literal["question", "state"] | None = None
+    vote_rule: Literal[VOTE_RULES] | None = None  # type: ignore[valid-type]
+    confidence_label: Literal[EVIDENCE_LABELS] | None = None  # type: ignore[valid-type]
+    confidence_pool: Literal[EVIDENCE_POOLS] | None = None  # type: ignore[valid-type]
+    peer_response_round: Literal[PEER_RESPONSE_ROUNDS] | None = None  # type: ignore[valid-type]
     # a prompt over the context (r2mad_core.debate.overflow): empty (authors' code), trim_experiences, raise
-    overflow_policy: Literal[OVERFLOW_POLICIES] = OVERFLOW_POLICIES[0]  # type: ignore[valid-type]
+    overflow_policy: Literal[OVERFLOW_POLICIES] | None = None  # type: ignore[valid-type]
     # Optional: methods added to Table 1's rows after the paper's, by label (a registered method's, e.g. a plugin's)
     extra_methods: list[Text] = []
 
@@ -247,6 +282,26 @@ class ProfileSpec(_Record):
             method_labels.resolve(label, method_labels.MethodSettings(), memory="<memory bank>")  # names the problem
         if len(set(value)) != len(value):
             raise ValueError("no duplicates")
+        return value
+
+    @property
+    def choices(self) -> dict[str, Any]:
+        """Every protocol choice resolved: the preset of ``protocol`` with the profile's explicit choices on top."""
+        return protocol_presets.resolve(self.protocol, {name: getattr(self, name) for name in protocol_presets.PROFILE_CHOICES})
+
+    @field_validator("memory_models")
+    @classmethod
+    def _memory_models_known(cls, value: list[ModelEntry], info: ValidationInfo) -> list[ModelEntry]:
+        labels = _labels(info)
+        if labels is None:
+            return value
+        extra = [m.label for m in value]
+        clash = [label for label in extra if label in labels]
+        if clash or len(set(extra)) != len(extra):
+            raise ValueError(f"labels distinct from the evaluated models' and from each other, found {extra}")
+        named = info.data.get("memory_model")
+        if named is not None and named not in labels + extra:
+            raise ValueError(f"a list holding memory_model {named!r} (it is not one of the models {labels})")
         return value
 
     @field_validator("models")
@@ -400,6 +455,7 @@ class Profile:
         """Every notebook parameter: the fields (``extra_parameters`` spread out; an optional field the profile
         leaves out takes the schema's default), the name, the paths."""
         params = {name: getattr(self.spec, name) for name in OPTIONAL_FIELDS}
+        params["memory_models"] = [m.model_dump() for m in self.spec.memory_models]
         params.update({k: v for k, v in self.fields.items() if k != "extra_parameters"})
         params.update(self.fields.get("extra_parameters") or {})
         params["profile"] = self.name

@@ -77,6 +77,9 @@ class R2MadSettings:
     batch_size: int = 32
     max_experience_chars: int | None = None  # truncate each shown past response (None: in full, as the paper)
     experience_reference: str = "answer"  # y in each shown experience: answer | solution | none (reference_text)
+    # the Similarity-based policy (Table 3): "state" (the authors' code: the debate state, as every policy) or
+    # "question" (the paper's "task similarity alone": the question against the cases' questions)
+    similarity_match: str = "state"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -163,6 +166,7 @@ class R2MadHook:
         self._bank_samples = {c.sample_id for b in bank_set.banks for c in b.cases}
         self._prefetch: threading.Thread | None = None
         self._prefetch_error: BaseException | None = None
+        self._question_keys: dict[int, np.ndarray] = {}  # agent -> its bank's question embeddings (similarity_match)
 
     # Overlap (performance): R2-MAD's critical path is round t -> summary h^(t) -> state embedding and retrieval
     # -> round t+1. The responses Z^(t) are known before the summary call and their embeddings (confidence,
@@ -244,7 +248,10 @@ class R2MadHook:
             seeds = None  # query_seed costs ~0.3 ms each: only the seeded policies get them
             if POLICIES[s.retrieval.policy].seeded:
                 seeds = [query_seed(s.seed, state.sample.id, round_index, i) for state in states]
-            result = retrieve(state_vectors[i], bank.state_embeddings, bank.rewards, consensus, s.retrieval, seeds)
+            queries, keys = state_vectors[i], bank.state_embeddings
+            if s.retrieval.policy == "similarity" and s.similarity_match == "question":
+                queries, keys = self._task_similarity(i, states)
+            result = retrieve(queries, keys, bank.rewards, consensus, s.retrieval, seeds)
             confidence = confidence_from_retrieval(
                 bank, result.indices, result.candidate_indices, current, s.confidence
             )
@@ -252,6 +259,14 @@ class R2MadHook:
             for row, state in enumerate(states):
                 contexts[row].append(self._context(bank, i, result, row, confidence[row], labels[row]))
         return contexts
+
+    def _task_similarity(self, agent: int, states: Sequence[DebateState]) -> tuple[np.ndarray, np.ndarray]:
+        """``similarity_match="question"``: the questions of the run against the questions of agent i's cases."""
+        if agent not in self._question_keys:
+            questions = [case.state.question for case in self.bank_set[agent].cases]
+            self._question_keys[agent] = self.embedder.encode(questions, batch_size=self.settings.batch_size)
+        queries = self.embedder.encode([state.question for state in states], batch_size=self.settings.batch_size)
+        return queries, self._question_keys[agent]
 
     def _context(self, bank: MemoryBank, agent: int, result: Any, row: int, confidence: np.ndarray,
                  labels: Sequence[str | None]) -> AgentRoundContext:
@@ -271,6 +286,7 @@ class R2MadHook:
             "candidate_ids": [bank.cases[int(k)].case_id for k in result.candidate_indices[row] if k >= 0],
             "confidence": {str(j): _finite_or_none([confidence[j]])[0] for j in peers},
             "annotation": {str(j): labels[j] for j in peers},
+            **({"similarity_match": s.similarity_match} if s.retrieval.policy == "similarity" else {}),
             "memory_shown": s.use_memory,
             "confidence_shown": s.use_confidence,
         }

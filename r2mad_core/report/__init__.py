@@ -5,6 +5,7 @@
 - :mod:`~r2mad_core.report.tables`: one ``Table`` type rendered as CSV, Markdown and LaTeX.
 - :mod:`~r2mad_core.report.artifacts`: writing tables and figures with their manifest (what ran, at which commit).
 - :mod:`~r2mad_core.report.findings`: the generated "What this shows" text.
+- :mod:`~r2mad_core.report.protocol_notes`: the generated text on what the protocol preset changed.
 - :mod:`~r2mad_core.report.comparison`: the reproduction against the paper's numbers, the claims with McNemar.
 - :mod:`~r2mad_core.report.power`: the claims' power: the smallest difference a run can detect (exact McNemar), before and after a run.
 - :mod:`~r2mad_core.report.estimate`: the pre-flight estimate of a GPU profile (requests, tokens, overflows, GPU-hours).

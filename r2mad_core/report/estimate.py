@@ -44,8 +44,10 @@ from typing import Any, Callable, Mapping, Sequence
 from r2mad_core.engines import ENGINES, EngineSpec, register_engine
 from r2mad_core.engines.base import Completion, Ledger, Request
 from r2mad_core.experiments import method_labels
+from r2mad_core.experiments import protocol as presets
 from r2mad_core.experiments.budget import estimate_tokens
 from r2mad_core.experiments.model_specs import ModelSpec, large_model_plan
+from r2mad_core.report.protocol_notes import LAMBDA_K
 
 #: Generated tokens per second of one GPU (benchmarks/README.md: the throughput model, 8B model, question schedule).
 TOKENS_PER_S = 3754.0
@@ -161,7 +163,7 @@ class EstimatingEngine:
 
 if ENGINE_NAME not in ENGINES:
     register_engine(EngineSpec(ENGINE_NAME, EstimatingEngine, "the pre-flight estimate's counting engine",
-                               concurrent=True))
+                               concurrent=True, listed=False))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -174,6 +176,14 @@ def _retrieval(p: Mapping[str, Any]) -> list[str]:
     return [method_labels.retrieval_method_label(x) for x in p["retrieval_policies"]]
 
 
+def _retrieval_k3(p: Mapping[str, Any]) -> list[str]:
+    """Notebook 04's second retrieval ablation: at K = 3 when the profile's K is not 3 (at K = 1 lambda_t cannot act)."""
+    explicit = {k: p.get(k) for k in presets.PROFILE_CHOICES}
+    if presets.resolve(p.get("protocol") or presets.DEFAULT_PROTOCOL, explicit)["top_k"] == LAMBDA_K:
+        return []
+    return [method_labels.with_k(m, LAMBDA_K) for m in _retrieval(p)]
+
+
 def _poisoned(p: Mapping[str, Any]) -> list[str]:
     return [method_labels.poisoned_method_label(f) for f in p["poison_fractions"]] + ["MAD"]
 
@@ -184,7 +194,8 @@ NOTEBOOK_PLAN: dict[str, list[Step]] = {
     "03_main_results": [("grid", lambda p: [*method_labels.MAIN_METHODS, *p.get("extra_methods", [])], None, None),
                         ("large", lambda p: list(method_labels.LARGE_MODEL_METHODS), None, None)],
     "04_ablations": [("grid", lambda p: list(method_labels.ABLATION_METHODS), None, None),
-                     ("grid", _retrieval, "retrieval_models", "retrieval_benchmarks")],
+                     ("grid", _retrieval, "retrieval_models", "retrieval_benchmarks"),
+                     ("grid", _retrieval_k3, "retrieval_models", "retrieval_benchmarks")],
     "05_baselines": [("grid", lambda p: method_labels.sc_methods(p["sc_paths"]), None, None),
                      ("grid", lambda p: list(method_labels.MAD_M2_METHODS), None, None),
                      ("grid", lambda p: list(method_labels.ICL_METHODS), "icl_models", "icl_benchmarks")],
@@ -256,6 +267,7 @@ def estimate_profile(fields: Mapping[str, Any], *, profile: str = "paper", test_
     started = time.perf_counter()
     gpu = [ModelSpec.from_entry(m) for m in fields["models"]]
     large = [spec for _, spec in large_model_plan(fields.get("large_models", []), gpu) if spec is not None]
+    builders = [ModelSpec.from_entry(m) for m in fields.get("memory_models") or []]  # build memory only
 
     def stand_in(spec: ModelSpec) -> dict[str, Any]:
         context = spec.options.get("max_model_len")
@@ -263,10 +275,11 @@ def estimate_profile(fields: Mapping[str, Any], *, profile: str = "paper", test_
                 "options": {"context": context}}
 
     estimate = Estimate(profile=profile, gpu_models=[m.label for m in gpu], sample=(test_sample, train_sample))
-    for spec in [*gpu, *large]:
+    for spec in [*gpu, *large, *builders]:
         estimate.contexts[spec.label] = spec.options.get("max_model_len")
         estimate.lengths[spec.label] = LengthModel.for_model(spec.model or spec.label)
-    options = {k: fields[k] for k in ExperimentGrid.PARAMETERS if k in fields and k not in ("models", "window")}
+    options = {k: fields[k] for k in ExperimentGrid.PARAMETERS
+               if k in fields and k not in ("models", "memory_models", "window")}
     factors: dict[tuple[str, str], float] = {}
     for benchmark in fields["benchmarks"]:
         for split, sample in (("test", test_sample), ("train", train_sample)):
@@ -275,12 +288,14 @@ def estimate_profile(fields: Mapping[str, Any], *, profile: str = "paper", test_
             full = min(full, limit) if limit else full
             factors[(benchmark, split)] = full / min(sample, full)
     with tempfile.TemporaryDirectory(prefix="r2mad-gpu-estimate-") as scratch:
-        options.update(models=[stand_in(s) for s in [*gpu, *large]], runs_dir=Path(scratch) / "runs",
+        options.update(models=[stand_in(s) for s in [*gpu, *large]], memory_models=[stand_in(s) for s in builders],
+                       runs_dir=Path(scratch) / "runs",
                        cache_dir=Path(scratch) / "cache", data_dir=data_dir, embedder="hashing",
                        test_limit=test_sample, train_limit=train_sample, bootstrap_resamples=100)
         with ExperimentGrid(**options) as exp:
             def engine(label: str) -> EstimatingEngine:
-                return exp.engine(exp.model(label)).backend
+                spec = next((m for m in exp.memory_models if m.label == label), None) or exp.model(label)
+                return exp.engine(spec).backend
 
             def charge(notebook: str, label: str, benchmark: str, split: str, run: Callable[[], Any]) -> None:
                 before = _snapshot(engine(label))
@@ -312,7 +327,7 @@ def estimate_profile(fields: Mapping[str, Any], *, profile: str = "paper", test_
                                        lambda s=spec, b=benchmark: exp.memory(s, b))
                             charge(notebook, label, benchmark, "test",
                                    lambda s=spec, b=benchmark, m=methods(fields): exp.grid(m, models=[s], benchmarks=[b]))
-            for spec in [*gpu, *large]:
+            for spec in [*gpu, *large, *builders]:
                 e = engine(spec.label)
                 estimate.sampled[spec.label] = (e.sampled, e.overflows, e.capped, e.largest_prompt)
     estimate.seconds = time.perf_counter() - started

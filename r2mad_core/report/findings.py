@@ -491,15 +491,16 @@ def as_markdown(sentences: Sequence[str], title: str = "What this shows") -> str
 
 
 def round0_comparison(paired: GridResults, independent: GridResults, models: Sequence[ModelSpec],
-                      suffix: str) -> list[str]:
-    """R2-MAD vs MAD on the shared-misconception subset when both start from the same round 0 (paired)
-    and when each draws its own (independent, the subset taken from the independent MAD run)."""
+                      suffix: str, paired_suffix: str = "") -> list[str]:
+    """R2-MAD vs MAD on the shared-misconception subset when both start from the same round 0 (paired; its method
+    labels end in ``paired_suffix``) and when each draws its own (independent, labels ending in ``suffix``; the
+    subset taken from the independent MAD run)."""
     sentences = []
-    shared = paired.subset_per_question(["MAD", "R2-MAD"])
+    shared = paired.subset_per_question([f"MAD{paired_suffix}", f"R2-MAD{paired_suffix}"], reference=f"MAD{paired_suffix}")
     own = independent.subset_per_question([f"MAD{suffix}", f"R2-MAD{suffix}"], reference=f"MAD{suffix}")
     for spec in models:
         for benchmark in pd.unique(shared[shared["model"] == spec.label]["benchmark"]):
-            a = compare(shared, "R2-MAD", "MAD", model=spec.label, benchmarks=[benchmark])
+            a = compare(shared, f"R2-MAD{paired_suffix}", f"MAD{paired_suffix}", model=spec.label, benchmarks=[benchmark])
             b = compare(own, f"R2-MAD{suffix}", f"MAD{suffix}", model=spec.label, benchmarks=[benchmark])
             if a is None or b is None:
                 continue

@@ -26,6 +26,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from r2mad_core.experiments import method_labels
+from r2mad_core.experiments import protocol as protocol_presets
 from r2mad_core.report.artifacts import ReportContext, display_path, jsonable
 from r2mad_core.files import atomic_write
 from r2mad_core.records import TranscriptRecord
@@ -42,6 +43,7 @@ from r2mad_core.experiments.method_labels import (  # noqa: F401  (re-exported f
     COST_METHODS,
     ICL_METHODS,
     INDEPENDENT_ROUND0,
+    SHARED_ROUND0,
     LARGE_MODEL_METHODS,
     MAD_M2_METHODS,
     MAIN_METHODS,
@@ -52,6 +54,7 @@ from r2mad_core.experiments.method_labels import (  # noqa: F401  (re-exported f
     retrieval_method_label,
     retrieval_policy_label,
     sc_methods,
+    with_k,
 )
 from r2mad_core.experiments.model_specs import ENGINE_TITLES, SPEED_OPTIONS, ModelSpec, large_model_plan  # noqa: F401
 
@@ -124,20 +127,18 @@ class ExperimentGrid:
         max_tokens: int = 512,
         summary_max_tokens: int = 128,
         max_experience_chars: int | None = None,
-        top_k: int = 3,
+        top_k: int | None = None,
         gamma: float = 0.9,
         w_high: float = 0.55,
         w_low: float = 0.45,
         bootstrap_resamples: int = 10_000,
         progress: bool = False,
-        round0: str = "shared",
-        experience_reference: str = "answer",
-        task_prompt: str = "paper",
-        split_rule: str = "paper",
-        objective_keep: str = "lowest_perplexity",
+        protocol: str = protocol_presets.DEFAULT_PROTOCOL,
         memory_model: str | None = None,
-        overflow_policy: str = "empty",
+        overflow_policy: str | None = None,
         window: int | None = None,
+        memory_models: Sequence[Mapping[str, Any] | ModelSpec] = (),
+        **choices: Any,
     ) -> None:
         specs: list[ModelSpec] = []
         for entry in models:
@@ -156,28 +157,38 @@ class ExperimentGrid:
         self.sampling = {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens}
         self.summary_max_tokens = summary_max_tokens
         self.max_experience_chars = max_experience_chars
-        self.top_k = top_k
+        # The protocol (r2mad_core.experiments.protocol): the preset's bundle with every choice given explicitly
+        # (not None) on top; a method gets a choice as an option only when it declares it and the value departs
+        # from the method's default, so a default keeps its run keys.
+        unknown = sorted(set(choices) - set(protocol_presets.PROFILE_CHOICES))
+        if unknown:
+            raise TypeError(f"ExperimentGrid: unknown option(s) {unknown}")
+        self.protocol_name = protocol_presets.check_protocol(protocol)
+        self.choices = protocol_presets.resolve(protocol, {"top_k": top_k, "overflow_policy": overflow_policy, **choices})
+        self.top_k = int(self.choices["top_k"])
         self.gamma = gamma
         self.w_high = w_high
         self.w_low = w_low
         self.bootstrap_resamples = bootstrap_resamples
         self.progress = progress
-        # Protocol choices (README "Where the paper and the authors' code differ"); a method gets an option only
-        # when the profile departs from the method's default, so a default protocol keeps its run keys.
-        self.protocol = {"round0": round0, "experience_reference": experience_reference, "task_prompt": task_prompt,
-                         "objective_keep": objective_keep}
-        self.split_rule = split_rule
+        self.protocol = {c.method_option: self.choices[c.name] for c in protocol_presets.CHOICES
+                         if c.level == "method" and c.name != "top_k"}
+        self.split_rule = self.choices["split_rule"]
         self.memory_model = memory_model
         # What a prompt that does not fit the context gives (r2mad_core.debate.overflow; default: the authors' code)
         from r2mad_core.debate.overflow import check_overflow_policy
 
-        self.overflow_policy = check_overflow_policy(overflow_policy)
+        self.overflow_policy = check_overflow_policy(self.choices["overflow_policy"])
         # Questions in flight on a streaming engine (the question-level schedule): None, STREAMING_WINDOW
         self.window = window
         self._limits: dict[tuple[str, str, str], dict[str, Any]] = {}  # every cell run or loaded: its limits
-        if memory_model is not None and memory_model not in [m.label for m in self.models]:
+        self.memory_models: list[ModelSpec] = []
+        for entry in memory_models:
+            self.memory_models.append(entry if isinstance(entry, ModelSpec) else ModelSpec.from_entry(entry, self.memory_models))
+        known = [m.label for m in self.models] + [m.label for m in self.memory_models]
+        if memory_model is not None and memory_model not in known:
             raise ValueError(f"memory_model {memory_model!r}: expected null or one of the profile's model labels "
-                             f"{[m.label for m in self.models]}")
+                             f"(models or memory_models) {known}")
         self._engines: dict[str, Any] = {}
         self._engine_kinds: dict[str, str] = {}
         self._samples: dict[tuple[str, str], list[Any]] = {}
@@ -188,8 +199,8 @@ class ExperimentGrid:
         "seed", "n_agents", "n_rounds", "temperature", "top_p", "max_tokens", "summary_max_tokens",
         "max_experience_chars", "top_k",
         "gamma", "w_high", "w_low", "bootstrap_resamples",
-        "round0", "experience_reference", "task_prompt", "split_rule", "objective_keep", "memory_model",
-        "overflow_policy", "window",
+        "protocol", "memory_model", "memory_models", "overflow_policy", "window",
+        *(name for name in protocol_presets.PROFILE_CHOICES if name not in ("top_k", "overflow_policy")),
     )
 
     @classmethod
@@ -228,7 +239,10 @@ class ExperimentGrid:
             "agents x rounds": f"{self.n_agents} x {self.n_rounds}",
             "temperature / top_p / max_tokens": f"{self.sampling['temperature']} / {self.sampling['top_p']} / "
                                                 f"{self.sampling['max_tokens']}",
+            "protocol": self.protocol_name + "".join(
+                f"; {k}={v}" for k, v in self.choices.items() if v != protocol_presets.BY_NAME[k].value(self.protocol_name)),
             "K / gamma / w_l / w_h": f"{self.top_k} / {self.gamma} / {self.w_low} / {self.w_high}",
+            "memory built by": self.memory_model or "each evaluated model (its own bank)",
             "experience responses shown": (f"first {self.max_experience_chars} characters"
                                            if self.max_experience_chars else "in full"),
             "embedder": self.embedder,
@@ -342,14 +356,20 @@ class ExperimentGrid:
         """The model whose debates fill the memory banks used by ``spec``: itself (``memory_model: null``, one bank
         per evaluated model; ours, the paper does not say) or the profile's ``memory_model`` (the authors built one
         bank with Qwen3-4B-Instruct-2507 for every evaluated model)."""
-        return spec if self.memory_model is None else self.model(self.memory_model)
+        if self.memory_model is None:
+            return spec
+        return next((m for m in self.memory_models if m.label == self.memory_model), None) or self.model(self.memory_model)
+
+    def memory_options(self) -> dict[str, Any]:
+        """How the banks are built under this protocol (:func:`r2mad_core.experiments.protocol.memory_options`)."""
+        return protocol_presets.memory_options(self.protocol_name, self.choices)
 
     def memory_config(self, spec: ModelSpec, benchmark: str) -> dict[str, Any]:
         spec = self.memory_spec(spec)
         return {
             "benchmark": benchmark, "split": "train", "limit": self.train_limit, "seed": self.seed,
             "n_agents": self.n_agents, "n_rounds": self.n_rounds, "summary_max_tokens": self.summary_max_tokens,
-            "embedder": self.embedder, "model": spec.describe(), **self.sampling,
+            "embedder": self.embedder, "model": spec.describe(), **self.sampling, **self.memory_options(),
         }
 
     def memory_dir(self, spec: ModelSpec, benchmark: str) -> Path:
@@ -374,6 +394,7 @@ class ExperimentGrid:
             seed=self.seed, n_agents=self.n_agents, n_rounds=self.n_rounds,
             summary_max_tokens=self.summary_max_tokens, data_dir=self.data_dir,
             samples=self.samples(benchmark, "train"), progress=False, overwrite=True, **self.sampling,
+            **self.memory_options(),
         )
         return directory
 
