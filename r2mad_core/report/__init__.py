@@ -6,4 +6,7 @@
 - :mod:`~r2mad_core.report.artifacts`: writing tables and figures with their manifest (what ran, at which commit).
 - :mod:`~r2mad_core.report.findings`: the generated "What this shows" text.
 - :mod:`~r2mad_core.report.comparison`: the reproduction against the paper's numbers, the claims with McNemar.
+- :mod:`~r2mad_core.report.variants`: a profile plus overrides (an ablation): its own folder, labels, and the
+  comparison with the profile's run on the same questions; sweeps drawn against the parameter.
+- :mod:`~r2mad_core.report.ablations`: ``reproduce --set/--variant/--sweep``: the baseline first, then each variant.
 """

@@ -22,7 +22,7 @@ import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -320,17 +320,26 @@ class ReportContext:
     #: What ran, by engine and model (``ModelSpec.title``: "Simulated (simulated agents)"); every caption that does
     #: not already name each of them gets "Produced by: ..." appended, so no artifact hides what made it.
     engine_titles: Sequence[str] = ()
+    #: A variant of the profile (:class:`r2mad_core.report.variants.Variant`): every caption ends with its note
+    #: ("gamma = 0.5 (profile tiny: 0.9)"), every figure shows it, every manifest entry records it, and
+    #: ``after_table(table, name)`` compares each table with the profile's (in ``baseline_dir``).
+    variant: Any = None
+    baseline_dir: Path | None = None
+    after_table: Callable[[Any, str], None] | None = None
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
 
     def with_engine_note(self, caption: str | None) -> str | None:
-        """``caption`` plus "Produced by: <engine titles>." unless it names each of them already."""
+        """``caption`` plus "Produced by: <engine titles>." unless it names each of them already, plus the
+        variant's note (its overrides with the profile's values) for a variant."""
         missing = [t for t in self.engine_titles if t not in (caption or "")]
-        if not missing:
-            return caption
-        note = f"Produced by: {', '.join(self.engine_titles)}."
-        return f"{caption.rstrip()} {note}" if caption and caption.strip() else note
+        if missing:
+            note = f"Produced by: {', '.join(self.engine_titles)}."
+            caption = f"{caption.rstrip()} {note}" if caption and caption.strip() else note
+        if self.variant is not None and self.variant.note() not in (caption or ""):
+            caption = f"{caption.rstrip()} {self.variant.note()}" if caption and caption.strip() else self.variant.note()
+        return caption
 
     def _fields(self, overrides: dict[str, Any]) -> dict[str, Any]:
         base = {
@@ -341,16 +350,25 @@ class ReportContext:
             "sample_counts": self.sample_counts,
             "notebook": self.notebook,
         }
+        if self.variant is not None:
+            base["variant"] = self.variant.record(self.baseline_dir)
         base.update(overrides)
         return base
 
     def save_table(self, table: Table | pd.DataFrame, name: str, **overrides: Any) -> list[Path]:
         own = table.caption if isinstance(table, Table) else None
         overrides["caption"] = self.with_engine_note(overrides.get("caption", own))
-        return save_table(table, name, self.out_dir, **self._fields(overrides))
+        paths = save_table(table, name, self.out_dir, **self._fields(overrides))
+        if self.after_table is not None:
+            self.after_table(table, name)
+        return paths
 
     def save_figure(self, fig: Any, name: str, **overrides: Any) -> list[Path]:
         overrides["caption"] = self.with_engine_note(overrides.get("caption", ""))
+        if self.variant is not None and not any(self.variant.note() == t.get_text() for t in fig.texts):
+            # the picture itself says which variant it is (a figure travels without its caption)
+            fig.text(0.0, 1.0, self.variant.note(), ha="left", va="bottom", fontsize=8, color="tab:red",
+                     wrap=True, transform=fig.transFigure)
         return save_figure(fig, name, self.out_dir, **self._fields(overrides))
 
 
