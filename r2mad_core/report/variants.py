@@ -402,11 +402,12 @@ def sweep_artifacts(points: Sequence[SweepPoint], key: str, profile: str, profil
         fig, axes = plt.subplots(height, width, figsize=(4.2 * width, 3.4 * height), squeeze=False, sharey=True)
         for ax, panel in zip(axes.flat, panels):
             part = frame[frame[panel_column] == panel]
-            for row in rows:
+            step = (max(xs) - min(xs) or 1.0) * 0.012  # lines side by side, so their CIs stay readable
+            for offset, row in enumerate(rows):
                 line = part[part["_row"] == row].sort_values("_position")
                 if line.empty:
                     continue
-                x = [xs[i] for i in line["_position"]]
+                x = [xs[i] + (offset - (len(rows) - 1) / 2) * step for i in line["_position"]]
                 y = line["value"].to_numpy(float)
                 err = np.vstack([np.clip(y - line["ci_low"].to_numpy(float), 0, None),
                                  np.clip(line["ci_high"].to_numpy(float) - y, 0, None)])
@@ -442,12 +443,15 @@ def sweep_artifacts(points: Sequence[SweepPoint], key: str, profile: str, profil
             values.at[cell, column] = record["value"]
             low.at[cell, column] = record["ci_low"]
             high.at[cell, column] = record["ci_high"]
-        sweep_table = Table(values=values, ci_low=low, ci_high=high, caption=caption.replace("fig", "tab"), best="max")
+        sweep_table = Table(values=values, ci_low=low, ci_high=high, caption=caption, best=None)
         save_table(sweep_table, f"tab_sweep_{table}", out_dir, profile=profile, notebook="reproduce --sweep",
                    sweep={"parameter": key, "values": [p.value for p in points], "profile_value": profile_value})
         spread = values.max(axis=1) - values.min(axis=1)
         widest = spread.idxmax() if spread.notna().any() else None
-        if widest is not None:
+        if widest is not None and spread[widest] == 0:
+            sentences.append(f"{table}: no cell changes over {key} = {', '.join(show_value(p.value) for p in points)} "
+                             f"(all {len(values)} cells are the same at every value).")
+        elif widest is not None:
             series = values.loc[widest]
             sentences.append(
                 f"{table}: over {key} = {', '.join(show_value(p.value) for p in points)}, the cell that moves most is "
