@@ -79,13 +79,20 @@ def variant_name(overrides: Mapping[str, Any]) -> str:
     ``fixed_lambda_0.5``); a name over 80 characters keeps its start and a hash of the whole."""
     if not overrides:
         raise ValueError("variant_name: no overrides (the profile itself is not a variant)")
-    text = ",".join(f"{key}={show_value(_value(overrides[key])).replace(' ', '')}" for key in sorted(overrides))
+    text = ",".join(f"{key}={_name_value(_value(overrides[key]))}" for key in sorted(overrides))
     name = _UNSAFE.sub("_", text).strip("._") or "variant"
     if len(name) > MAX_NAME:
         import hashlib
 
         name = name[: MAX_NAME - 13] + "-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
     return name
+
+
+def _name_value(value: Any) -> str:
+    """A value inside a name: list items joined by ``+`` (``0.0+0.5``), anything else as shown, without spaces."""
+    if isinstance(value, (list, tuple)):
+        return "+".join(_name_value(v) for v in value) if value else "empty"
+    return show_value(value).replace(" ", "")
 
 
 def check_name(name: str) -> str:
