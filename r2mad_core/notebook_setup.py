@@ -139,8 +139,7 @@ def setup(namespace: MutableMapping[str, Any], notebook: str, *, experiment: boo
 
 def announce_variant(variant: "variants.Variant", figures_dir: Path, baseline_dir: Path) -> None:
     """The notebook's first output of a variant run: which variant, what it changes, where its outputs go."""
-    from r2mad_core.report.artifacts import display_path
-
+    display_path = variants.shown_path
     text = (f"**Variant `{variant.name}` of profile {variant.profile}**: {variant.describe()}.  \n"
             f"Figures and tables go to `{display_path(figures_dir)}/`; the profile's own artifacts in "
             f"`{display_path(baseline_dir)}/` are not touched. Runs and the response cache are shared: every "

@@ -182,8 +182,7 @@ def _mark_variant(executed: Path, profile: str, paths: "ReproductionPaths") -> N
     """A variant's executed notebook says at its top which variant it is and where its outputs went."""
     import nbformat
 
-    from r2mad_core.report.artifacts import display_path
-    from r2mad_core.report.variants import Variant, differences, from_environment, profile_values
+    from r2mad_core.report.variants import Variant, differences, from_environment, profile_values, shown_path
 
     if not executed.is_file():
         return
@@ -192,8 +191,8 @@ def _mark_variant(executed: Path, profile: str, paths: "ReproductionPaths") -> N
     notebook = nbformat.read(executed, as_version=4)
     cell = nbformat.v4.new_markdown_cell(
         f"**Variant `{variant.name}` of profile {profile}**: {variant.describe()}. Its figures and tables are in "
-        f"`{display_path(paths.artifacts_dir)}/`, each compared with the profile's (`*_vs_profile`); the profile's "
-        f"own artifacts are in `{display_path(paths.figures_dir)}/`.")
+        f"`{shown_path(paths.artifacts_dir)}/`, each compared with the profile's (`*_vs_profile`); the profile's "
+        f"own artifacts are in `{shown_path(paths.figures_dir)}/`.")
     cell.metadata["tags"] = ["variant"]
     notebook.cells.insert(0, cell)
     atomic_write(executed, nbformat.writes(notebook) + "\n")

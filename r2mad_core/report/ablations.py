@@ -40,6 +40,9 @@ def plan_variant(profile: str, overrides: Mapping[str, Any], name: str | None = 
     base = profile_values(profile)
     found = differences(dict(overrides), base)
     for key in overrides:
+        if key not in base:
+            echo(f"reproduce: warning: {key} is not a field of profile {profile} (nor one of its extra_parameters); "
+                 f"it reaches only notebooks whose parameters cell declares {key}")
         if key not in found:
             echo(f"reproduce: {key}={show_value(overrides[key])} is the profile {profile}'s own value: not a variant")
     if name is not None:

@@ -169,6 +169,21 @@ def profile_values(profile: str) -> dict[str, Any]:
     return load_profile(profile).parameters({})
 
 
+def shown_path(path: str | Path) -> str:
+    """A path as a variant's labels show it: relative to the repository when inside it, else from its ``figures``
+    (or ``notebooks``) part on (``.../figures/tiny/variants/gamma=0.5``): no machine paths in outputs."""
+    from r2mad_core.report.artifacts import display_path
+
+    shown = display_path(path)
+    if not shown.startswith(".../"):
+        return shown
+    parts = Path(path).resolve().parts
+    for anchor in ("figures", "notebooks"):
+        if anchor in parts:
+            return ".../" + "/".join(parts[len(parts) - 1 - parts[::-1].index(anchor):])
+    return shown
+
+
 def variant_dir(profile_dir: str | Path, name: str) -> Path:
     """``<profile_dir>/variants/<name>``."""
     return Path(profile_dir) / VARIANTS_DIR / name
@@ -419,8 +434,9 @@ def sweep_artifacts(points: Sequence[SweepPoint], key: str, profile: str, profil
                 err = np.vstack([np.clip(y - line["ci_low"].to_numpy(float), 0, None),
                                  np.clip(line["ci_high"].to_numpy(float) - y, 0, None)])
                 ax.errorbar(x, y, yerr=np.nan_to_num(err), marker="o", capsize=3, label=str(row))
-            ax.axvline(xs[[p.is_profile for p in points].index(True)] if any(p.is_profile for p in points) else xs[0],
-                       color="grey", linestyle=":", linewidth=1)
+            at_profile = [x for x, p in zip(xs, points) if same_value(p.value, profile_value)]
+            if at_profile:
+                ax.axvline(at_profile[0], color="grey", linestyle=":", linewidth=1)
             ax.set_title(str(panel), fontsize=10)
             ax.set_xlabel(key)
             if not numeric:
@@ -431,7 +447,8 @@ def sweep_artifacts(points: Sequence[SweepPoint], key: str, profile: str, profil
         axes[0][0].set_ylabel("accuracy" if "accuracy" not in table else "value")
         handles, names = axes[0][0].get_legend_handles_labels()
         fig.legend(handles, names, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=8)
-        fig.suptitle(f"{table} against {key} (profile {profile}: {show_value(profile_value)}; dotted line)", fontsize=11)
+        fig.suptitle(f"{table} against {key} (profile {profile}: {show_value(profile_value)}"
+                     + ("; dotted line)" if any(same_value(p.value, profile_value) for p in points) else ")"), fontsize=11)
         fig.tight_layout()
         stem = f"fig_sweep_{table}"
         caption = (f"{table} of profile {profile} with {key} swept over {', '.join(labels)} (each value a variant of "
@@ -455,6 +472,7 @@ def sweep_artifacts(points: Sequence[SweepPoint], key: str, profile: str, profil
                    sweep={"parameter": key, "values": [p.value for p in points], "profile_value": profile_value})
         spread = values.max(axis=1) - values.min(axis=1)
         widest = spread.idxmax() if spread.notna().any() else None
+        before = len(sentences)
         if widest is not None and spread[widest] == 0:
             sentences.append(f"{table}: no cell changes over {key} = {', '.join(show_value(p.value) for p in points)} "
                              f"(all {len(values)} cells are the same at every value).")
@@ -464,6 +482,12 @@ def sweep_artifacts(points: Sequence[SweepPoint], key: str, profile: str, profil
                 f"{table}: over {key} = {', '.join(show_value(p.value) for p in points)}, the cell that moves most is "
                 f"{' / '.join(map(str, widest))} ({', '.join(f'{v:.3f}' for v in series)}; range {spread[widest]:.3f}); "
                 f"the median range over the {len(values)} cells is {spread.median():.3f}.")
+        if len(sentences) > before:
+            from r2mad_core.report.artifacts import update_manifest, read_manifest as _read
+
+            for stem in (f"tab_sweep_{table}", stem):
+                record = _read(out_dir)["artifacts"][stem]
+                update_manifest(out_dir, stem, {**record, "notes": sentences[-1]})
     return sentences
 
 
