@@ -22,7 +22,7 @@ EXTRAS ?= $(or $(REMEMBERED_EXTRAS),$(DEFAULT_EXTRAS))
 # The benchmark files ship inside the package (r2mad_core/data/packaged); set R2MAD_DATA_DIR to use
 # a folder of your own instead (an empty folder is filled from the Hugging Face Hub: EXTRAS=...,hub).
 
-.PHONY: setup test reproduce bench clean clean-runs test-engines
+.PHONY: setup test reproduce lab bench clean clean-runs test-engines
 
 setup: $(VENV)/.installed
 
@@ -49,6 +49,14 @@ test: setup
 
 reproduce: setup
 	$(PY) -m r2mad_core.reproduce --profile $(PROFILE) $(ARGS)
+
+# JupyterLab on notebooks/ with this environment's kernel, on localhost only, with its token (the URL to open,
+# token included, is the one line it prints). Edit a parameters cell and run: the run is a variant (docs/ablations.md).
+LAB_PORT ?= 8888
+lab: setup
+	$(PY) -m jupyter lab --notebook-dir=notebooks --ServerApp.ip=127.0.0.1 --ServerApp.port=$(LAB_PORT) \
+		--ServerApp.log_level=WARN --LabApp.log_level=WARN --ServerApp.open_browser=$${LAB_OPEN_BROWSER:-True} \
+		$$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 bench: setup
 	$(PY) benchmarks/run_all.py

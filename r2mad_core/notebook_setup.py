@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, MutableMapping, Sequence
 
+from r2mad_core.report import variants
 from r2mad_core.report.artifacts import ReportContext, apply_style
 from r2mad_core.report.grid import ExperimentGrid
 from r2mad_core.plugins import load_plugins
@@ -72,6 +73,8 @@ class Session:
     ctx: ReportContext
     exp: ExperimentGrid | None = None
     filled: dict[str, Any] = field(default_factory=dict)
+    #: The variant this run is (its overrides of the profile), or None for the profile itself.
+    variant: Any = None
 
     @property
     def models(self) -> Sequence[ModelSpec]:
@@ -105,6 +108,14 @@ def setup(namespace: MutableMapping[str, Any], notebook: str, *, experiment: boo
     pd.set_option("display.max_colwidth", None)
     profile = str(namespace.get("profile") or "tiny")
     figures_dir = Path(namespace.get("figures_dir") or PATH_DEFAULTS["figures_dir"].format(profile=profile))
+    # A value that differs from the profile's (reproduce --set, papermill -p, an edited parameters cell) makes
+    # this run a variant: its artifacts go beside the profile's, never over them (r2mad_core.report.variants).
+    variant = variants.detect(namespace, profile)
+    baseline_dir = variants.profile_dir_of(figures_dir)
+    if variant is not None:
+        figures_dir = variants.variant_dir(baseline_dir, variant.name)
+        namespace["figures_dir"] = str(figures_dir)
+        announce_variant(variant, figures_dir, baseline_dir)
     if experiment:
         exp = ExperimentGrid.from_parameters(namespace, progress=progress)
         ctx = exp.report_context(profile, figures_dir, notebook=notebook)
@@ -113,4 +124,30 @@ def setup(namespace: MutableMapping[str, Any], notebook: str, *, experiment: boo
         benchmarks = list(namespace.get("benchmarks") or [])
         ctx = ReportContext(profile=profile, out_dir=figures_dir, notebook=notebook, benchmarks=benchmarks,
                             seeds=[namespace["seed"]] if "seed" in namespace else [])
-    return Session(profile=profile, notebook=notebook, ctx=ctx, exp=exp, filled=filled)
+    if variant is not None:
+        ctx.variant, ctx.baseline_dir = variant, baseline_dir
+        baseline = None
+        if exp is not None:
+            exp.variant = variant
+            reverted = {**namespace, **{k: b for k, (_, b) in variant.overrides.items() if k in namespace}}
+            baseline = ExperimentGrid.from_parameters(reverted)
+        ctx.after_table = variants.TableComparer(
+            ctx, variant, baseline, notebook_number=notebook.split("_", 1)[0],
+            bootstrap_resamples=int(namespace.get("bootstrap_resamples") or 1000), seed=int(namespace.get("seed") or 0))
+    return Session(profile=profile, notebook=notebook, ctx=ctx, exp=exp, filled=filled, variant=variant)
+
+
+def announce_variant(variant: "variants.Variant", figures_dir: Path, baseline_dir: Path) -> None:
+    """The notebook's first output of a variant run: which variant, what it changes, where its outputs go."""
+    display_path = variants.shown_path
+    text = (f"**Variant `{variant.name}` of profile {variant.profile}**: {variant.describe()}.  \n"
+            f"Figures and tables go to `{display_path(figures_dir)}/`; the profile's own artifacts in "
+            f"`{display_path(baseline_dir)}/` are not touched. Runs and the response cache are shared: every "
+            f"generation the change does not affect is replayed. Each table is compared with the profile's "
+            f"(`<table>{variants.COMPARISON_SUFFIX}`).")
+    try:
+        from IPython.display import Markdown, display
+
+        display(Markdown(text))
+    except ImportError:
+        print(text)

@@ -63,6 +63,8 @@ from r2mad_core.experiments.profiles import (  # noqa: F401  (re-exported: repro
     validate_profile,
 )
 
+from r2mad_core.report.variants import ENVIRONMENT as VARIANT_ENVIRONMENT, VARIANTS_DIR
+
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 KERNEL_NAME = "python3"
 
@@ -110,6 +112,9 @@ class ReproductionPaths:
     output_dir: Path
     profile: str
     data_dir: Path | None = None
+    #: A variant's name (:mod:`r2mad_core.report.variants`): its executed notebooks and artifacts go to
+    #: ``.../variants/<name>/``; the kernels get the profile's ``figures_dir`` and put the variant's beside it.
+    variant: str | None = None
     figures_dir: Path = field(init=False)
     runs_dir: Path = field(init=False)
     cache_dir: Path = field(init=False)
@@ -121,6 +126,13 @@ class ReproductionPaths:
         self.runs_dir = self.output_dir / "runs" / self.profile
         self.cache_dir = self.output_dir / "cache" / self.profile
         self.executed_dir = self.output_dir / "notebooks" / "executed" / self.profile
+        if self.variant:
+            self.executed_dir = self.executed_dir / VARIANTS_DIR / self.variant
+
+    @property
+    def artifacts_dir(self) -> Path:
+        """Where this run's figures and tables land: the profile's folder, or its variant's."""
+        return self.figures_dir / VARIANTS_DIR / self.variant if self.variant else self.figures_dir
 
     def as_parameters(self) -> dict[str, str | None]:
         return {
@@ -165,6 +177,26 @@ def _strip_machine_paths(executed: Path) -> None:
             changed = True
     if changed:
         atomic_write(executed, nbformat.writes(notebook) + "\n")
+
+
+def _mark_variant(executed: Path, profile: str, paths: "ReproductionPaths") -> None:
+    """A variant's executed notebook says at its top which variant it is and where its outputs went."""
+    import nbformat
+
+    from r2mad_core.report.variants import Variant, differences, from_environment, profile_values, shown_path
+
+    if not executed.is_file():
+        return
+    values, _ = from_environment()
+    variant = Variant(profile, differences(values, profile_values(profile)) or {"?": (None, None)}, paths.variant or "")
+    notebook = nbformat.read(executed, as_version=4)
+    cell = nbformat.v4.new_markdown_cell(
+        f"**Variant `{variant.name}` of profile {profile}**: {variant.describe()}. Its figures and tables are in "
+        f"`{shown_path(paths.artifacts_dir)}/`, each compared with the profile's (`*_vs_profile`); the profile's "
+        f"own artifacts are in `{shown_path(paths.figures_dir)}/`.")
+    cell.metadata["tags"] = ["variant"]
+    notebook.cells.insert(0, cell)
+    atomic_write(executed, nbformat.writes(notebook) + "\n")
 
 
 def declared_parameters(notebook: Path) -> set[str]:
@@ -215,7 +247,7 @@ def run_notebooks(
         echo(line)
     echo(f"reproduce: profile {profile.name} ({profile.source}); {len(notebooks)} notebooks; "
          f"expected runtime: {profile['expected_runtime']}")
-    echo(f"  figures -> {paths.figures_dir}\n  executed notebooks -> {paths.executed_dir}")
+    echo(f"  figures -> {paths.artifacts_dir}\n  executed notebooks -> {paths.executed_dir}")
     for position, notebook in enumerate(notebooks, start=1):
         wanted = declared_parameters(notebook)
         passed = {k: _portable(v, notebook.parent) if k in PORTABLE_PATH_PARAMETERS else v
@@ -237,6 +269,8 @@ def run_notebooks(
         except Exception as exc:  # kernel died, notebook unreadable, ...
             error = f"{type(exc).__name__}: {exc}"
         _strip_machine_paths(output)
+        if paths.variant:
+            _mark_variant(output, profile.name, paths)
         seconds = time.perf_counter() - start
         results.append(NotebookResult(notebook.stem, seconds, output, error))
         _record_timing(paths.executed_dir, notebook.stem, seconds, error is None)
@@ -312,7 +346,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the protocol preset, as --set protocol=NAME (default: the profile's): "
                         + protocol_help().replace("%", "%%"))
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a profile field for this run (YAML value), e.g. --set top_k=5")
+                        help="override a profile field (YAML value), e.g. --set top_k=5: the run is a variant, written "
+                        "to figures/<profile>/variants/<name>/ and compared with the profile's own run (docs/ablations.md)")
+    parser.add_argument("--variant", default=None, metavar="NAME",
+                        help="the variant's folder name (default: from the overrides, e.g. gamma=0.5)")
+    parser.add_argument("--sweep", default=None, metavar="KEY=V1,V2,...",
+                        help="run each value as a variant and draw the tables' numbers against it, "
+                        "e.g. --sweep gamma=0,0.3,0.6,0.9 --only 04")
     budget = parser.add_argument_group("API cost (profiles with api_budget: true, e.g. api)")
     budget.add_argument("--max-requests", type=_non_negative(int), default=None,
                         help="stop before sending more requests than this (default: $R2MAD_API_MAX_REQUESTS, else no cap)")
@@ -509,9 +549,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ProfileError as exc:
         print(f"reproduce: {exc}", file=sys.stderr)
         return 2
-    data_dir = args.data_dir or (Path(os.environ["R2MAD_DATA_DIR"]) if os.environ.get("R2MAD_DATA_DIR") else None)
-    paths = ReproductionPaths(args.output_dir, profile.name, data_dir.resolve() if data_dir else None)
     only = [t for t in args.only.split(",") if t.strip()] if args.only else None
+    if overrides or args.sweep or args.variant:
+        return _ablation_main(args, overrides, only)
+    return _run_main(args, profile, only)
+
+
+def _ablation_main(args: argparse.Namespace, overrides: Mapping[str, Any], only: Sequence[str] | None) -> int:
+    """``--set``/``--variant``/``--sweep``: each run a variant beside the profile's (r2mad_core.report.ablations)."""
+    from r2mad_core.report.ablations import run_ablation
+    from r2mad_core.report.variants import to_environment
+
+    base = load_profile(args.profile)
+    paths = ReproductionPaths(args.output_dir, base.name)
+
+    def run(values: Mapping[str, Any], variant: Any, chosen: Sequence[str] | None) -> Path | None:
+        profile = load_profile(args.profile, values)
+        name = variant.name if variant is not None else None
+        environment = {VARIANT_ENVIRONMENT: to_environment(values, name)} if variant is not None else {}
+        with _environment(environment):
+            code = _run_main(args, profile, chosen, variant=name, show_banner=False)
+        return ReproductionPaths(args.output_dir, profile.name, variant=name).artifacts_dir if code == 0 else None
+
+    try:
+        notebooks = [p.stem for p in discover_notebooks(args.notebooks_dir or default_notebooks_dir(), only)]
+        for line in banner(base):
+            print(line)
+        return run_ablation(run, base.name, paths.figures_dir, notebooks, overrides, name=args.variant,
+                            sweep=args.sweep, only=only, engine_note=" ".join(banner(base)[:1]))
+    except (FileNotFoundError, ProfileError, ValueError) as exc:
+        print(f"reproduce: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run_main(args: argparse.Namespace, profile: Profile, only: Sequence[str] | None, *, variant: str | None = None,
+              show_banner: bool = True) -> int:
+    data_dir = args.data_dir or (Path(os.environ["R2MAD_DATA_DIR"]) if os.environ.get("R2MAD_DATA_DIR") else None)
+    paths = ReproductionPaths(args.output_dir, profile.name, data_dir.resolve() if data_dir else None, variant=variant)
     try:
         endpoints = guarded_endpoints(profile)
         if endpoints:
@@ -522,7 +596,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.estimate_only:
             return _gpu_estimate_main(profile, data_dir)
         else:
-            results = run_notebooks(profile, paths, notebooks_dir=args.notebooks_dir, only=only)
+            results = run_notebooks(profile, paths, notebooks_dir=args.notebooks_dir, only=only, show_banner=show_banner)
     except (FileNotFoundError, ProfileError) as exc:
         print(f"reproduce: {exc}", file=sys.stderr)
         return 2
@@ -534,7 +608,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     from r2mad_core.report.artifacts import missing_artifacts
 
-    missing = missing_artifacts(paths.figures_dir)
+    missing = missing_artifacts(paths.artifacts_dir)
     if missing:
         print("reproduce: artifacts listed in the manifest are missing:\n  " + "\n  ".join(missing), file=sys.stderr)
         return 1

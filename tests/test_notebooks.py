@@ -342,3 +342,109 @@ def test_executed_notebooks_are_quiet_and_end_with_what_this_shows(tiny_run: Pat
             text = outputs[-1]["data"].get("text/markdown", "")
             assert text.startswith("## What this shows"), f"{path.name}: does not end with 'What this shows'"
             assert "These numbers come from" in text or path.stem == "08_theory"
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 23: an ablation is a variant beside the profile's artifacts, and its labels say so
+# --------------------------------------------------------------------------------------------
+
+VARIANT_NOTE = "Variant gamma=0.5 of profile tiny: gamma = 0.5 (profile tiny: 0.9)."
+
+
+def _hashes(*folders: Path) -> dict[str, str]:
+    """sha256 of every file of the profile's own run (its variants/ and sweeps/ folders are not part of it)."""
+    import hashlib
+
+    found = {}
+    for folder in folders:
+        for path in sorted(folder.rglob("*")):
+            relative = path.relative_to(folder)
+            if path.is_file() and relative.parts[0] not in ("variants", "sweeps"):
+                found[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+@pytest.fixture(scope="module")
+def tiny_variant(tiny_run: Path) -> dict[str, object]:
+    """``--set gamma=0.5 --only 04`` after the profile's own run, then the same through papermill ``-p``."""
+    own = [tiny_run / "figures" / "tiny", tiny_run / "notebooks" / "executed" / "tiny"]
+    before = _hashes(*own)
+    code = reproduce.main(["--profile", "tiny", "--output-dir", str(tiny_run), "--data-dir", str(_data_dir()),
+                           "--only", "04", "--set", "gamma=0.5"])
+    assert code == 0
+    after_reproduce = _hashes(*own)
+    notebook = NOTEBOOKS / "04_ablations.ipynb"
+    papermill.execute_notebook(
+        str(notebook), str(tiny_run / "papermill_04.ipynb"), cwd=str(NOTEBOOKS), progress_bar=False,
+        parameters={"gamma": 0.5, "data_dir": str(_data_dir()), "figures_dir": str(own[0]),
+                    "runs_dir": str(tiny_run / "runs" / "tiny"), "cache_dir": str(tiny_run / "cache" / "tiny")})
+    return {"before": before, "after_reproduce": after_reproduce, "after_papermill": _hashes(*own),
+            "folder": own[0] / "variants" / "gamma=0.5"}
+
+
+def test_a_variant_never_touches_the_profiles_own_files(tiny_variant: dict) -> None:
+    assert len(tiny_variant["before"]) > 50
+    assert tiny_variant["after_reproduce"] == tiny_variant["before"]
+    assert tiny_variant["after_papermill"] == tiny_variant["before"]
+
+
+def test_the_variant_folder_holds_the_ablation_table_naming_the_override(tiny_variant: dict) -> None:
+    folder = tiny_variant["folder"]
+    manifest = read_manifest(folder)["artifacts"]
+    assert "gamma = 0.5 (profile tiny: 0.9)" in manifest["tab_ablation"]["caption"]
+    assert (folder / "tab_ablation.md").read_text().rstrip().endswith(VARIANT_NOTE)
+    assert read_table(folder / "tab_ablation.csv").values.shape == (3, 5)
+
+
+def test_every_label_of_a_variant_says_what_ran_and_which_variant(tiny_variant: dict) -> None:
+    """The rules of the profile's artifacts (the engine in every caption, no stand-in paper model in a table or a
+    figure's text) hold for a variant, and every caption, figure and manifest entry names the override."""
+    folder = tiny_variant["folder"]
+    manifest = read_manifest(folder)["artifacts"]
+    profile = load_profile("tiny")
+    stood_in_for = {m["stands_in_for"] for m in profile["models"] if m.get("stands_in_for")}
+    assert {"tab_ablation", "tab_retrieval_ablation", "fig_ablation", "fig_retrieval_ablation",
+            "tab_ablation_vs_profile", "tab_retrieval_ablation_vs_profile"} <= set(manifest)
+    for name, record in manifest.items():
+        assert "Simulated (simulated agents)" in record["caption"], name
+        assert record["caption"].rstrip().endswith(VARIANT_NOTE), name
+        assert record["variant"]["overrides"] == {"gamma": {"value": 0.5, "profile_value": 0.9}}, name
+        assert record["profile"] == "tiny", name
+        if record["kind"] == "figure":
+            assert VARIANT_NOTE in record["labels"]["annotations"], name
+            shown = [t for kind in ("titles", "axes", "ticks", "legends") for t in record["labels"][kind]]
+            assert not any(p in t for p in stood_in_for for t in shown), name
+        else:
+            text = (folder / f"{name}.md").read_text().split("\n\n")[0]
+            assert not any(p in text for p in stood_in_for), name
+    # each table it shares with the profile is compared with it on the same questions
+    comparison = pd.read_csv(folder / "tab_ablation_vs_profile.csv")
+    assert len(comparison) == 15 and (comparison["pairs"].isin([4, 16])).all()
+    baseline = read_table(folder.parent.parent / "tab_ablation.csv").values
+    for row in comparison.itertuples():
+        assert row.profile == pytest.approx(float(baseline.at[row.method, row.benchmark]))
+    assert manifest["tab_ablation_vs_profile"]["notes"].startswith("tab_ablation, gamma = 0.5 (profile tiny: 0.9): ")
+    # the executed notebook says at its top which variant it is and where its outputs went
+    executed = tiny_variant["folder"].parents[3] / "notebooks" / "executed" / "tiny" / "variants" / "gamma=0.5"
+    first = nbformat.read(executed / "04_ablations.ipynb", as_version=4).cells[0]
+    assert first.cell_type == "markdown" and first.source.startswith("**Variant `gamma=0.5` of profile tiny**")
+    assert "figures/tiny/variants/gamma=0.5/" in first.source
+
+
+def test_a_gamma_sweep_draws_the_tables_against_gamma(tiny_variant: dict) -> None:
+    tiny_run = tiny_variant["folder"].parents[3]
+    code = reproduce.main(["--profile", "tiny", "--output-dir", str(tiny_run), "--data-dir", str(_data_dir()),
+                           "--only", "04", "--sweep", "gamma=0.5,0.7,0.9"])
+    assert code == 0
+    sweep = tiny_run / "figures" / "tiny" / "sweeps" / "gamma"
+    manifest = read_manifest(sweep)["artifacts"]
+    assert {"fig_sweep_tab_ablation", "tab_sweep_tab_ablation"} <= set(manifest)
+    table = pd.read_csv(sweep / "tab_sweep_tab_ablation.csv")
+    assert list(pd.unique(table["setting"])) == ["gamma=0.5", "gamma=0.7", "gamma=0.9 (profile tiny)"]
+    assert len(table) == 15 * 3
+    at_profile = table[table["setting"] == "gamma=0.9 (profile tiny)"].set_index(["row", "benchmark"])["value"]
+    profile = read_table(tiny_run / "figures" / "tiny" / "tab_ablation.csv").values
+    assert at_profile[("R2-MAD", "MATH500")] == pytest.approx(float(profile.at["R2-MAD", "MATH500"]))
+    assert manifest["fig_sweep_tab_ablation"]["labels"]["titles"][0].startswith("tab_ablation against gamma")
+    assert _hashes(tiny_run / "figures" / "tiny") == {k: v for k, v in tiny_variant["before"].items()
+                                                       if "/figures/" in k}

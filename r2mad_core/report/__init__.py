@@ -9,4 +9,7 @@
 - :mod:`~r2mad_core.report.comparison`: the reproduction against the paper's numbers, the claims with McNemar.
 - :mod:`~r2mad_core.report.power`: the claims' power: the smallest difference a run can detect (exact McNemar), before and after a run.
 - :mod:`~r2mad_core.report.estimate`: the pre-flight estimate of a GPU profile (requests, tokens, overflows, GPU-hours).
+- :mod:`~r2mad_core.report.variants`: a profile plus overrides (an ablation): its own folder, labels, and the
+  comparison with the profile's run on the same questions; sweeps drawn against the parameter.
+- :mod:`~r2mad_core.report.ablations`: ``reproduce --set/--variant/--sweep``: the baseline first, then each variant.
 """

@@ -22,7 +22,7 @@ import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -360,6 +360,12 @@ class ReportContext:
     #: returning ``GridResults.limits()``-style entries (the grid: every cell it ran or loaded so far). A save may
     #: pass ``limit_cells=`` (entries or a GridResults) to name its own cells; ``None`` here: no limits recorded.
     limit_cells: Any = None
+    #: A variant of the profile (:class:`r2mad_core.report.variants.Variant`): every caption ends with its note
+    #: ("gamma = 0.5 (profile tiny: 0.9)"), every figure shows it, every manifest entry records it, and
+    #: ``after_table(table, name)`` compares each table with the profile's (in ``baseline_dir``).
+    variant: Any = None
+    baseline_dir: Path | None = None
+    after_table: Callable[[Any, str], None] | None = None
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
@@ -382,12 +388,15 @@ class ReportContext:
         return f"{caption.rstrip()} {note}" if caption and caption.strip() else note
 
     def with_engine_note(self, caption: str | None) -> str | None:
-        """``caption`` plus "Produced by: <engine titles>." unless it names each of them already."""
+        """``caption`` plus "Produced by: <engine titles>." unless it names each of them already, plus the
+        variant's note (its overrides with the profile's values) for a variant."""
         missing = [t for t in self.engine_titles if t not in (caption or "")]
-        if not missing:
-            return caption
-        note = f"Produced by: {', '.join(self.engine_titles)}."
-        return f"{caption.rstrip()} {note}" if caption and caption.strip() else note
+        if missing:
+            note = f"Produced by: {', '.join(self.engine_titles)}."
+            caption = f"{caption.rstrip()} {note}" if caption and caption.strip() else note
+        if self.variant is not None and self.variant.note() not in (caption or ""):
+            caption = f"{caption.rstrip()} {self.variant.note()}" if caption and caption.strip() else self.variant.note()
+        return caption
 
     def _fields(self, overrides: dict[str, Any]) -> dict[str, Any]:
         base = {
@@ -398,6 +407,8 @@ class ReportContext:
             "sample_counts": self.sample_counts,
             "notebook": self.notebook,
         }
+        if self.variant is not None:
+            base["variant"] = self.variant.record(self.baseline_dir)
         base.update(overrides)
         return base
 
@@ -405,11 +416,18 @@ class ReportContext:
         own = table.caption if isinstance(table, Table) else None
         caption = self.with_engine_note(overrides.get("caption", own))
         overrides["caption"] = self.with_limits(caption, overrides)
-        return save_table(table, name, self.out_dir, **self._fields(overrides))
+        paths = save_table(table, name, self.out_dir, **self._fields(overrides))
+        if self.after_table is not None:
+            self.after_table(table, name)
+        return paths
 
     def save_figure(self, fig: Any, name: str, **overrides: Any) -> list[Path]:
         caption = self.with_engine_note(overrides.get("caption", ""))
         overrides["caption"] = self.with_limits(caption, overrides)
+        if self.variant is not None and not any(self.variant.note() == t.get_text() for t in fig.texts):
+            # the picture itself says which variant it is (a figure travels without its caption)
+            fig.text(0.0, 1.0, self.variant.note(), ha="left", va="bottom", fontsize=8, color="tab:red",
+                     wrap=True, transform=fig.transFigure)
         return save_figure(fig, name, self.out_dir, **self._fields(overrides))
 
 

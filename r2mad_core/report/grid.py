@@ -69,6 +69,16 @@ STREAMING_ENGINES = frozenset({"vllm", "openai"})
 STREAMING_WINDOW = 64
 
 
+#: The profile fields behind each row of :meth:`ExperimentGrid.describe` (a variant marks the rows it changes).
+SETTING_FIELDS = {
+    "models": ("models",), "benchmarks": ("benchmarks",), "test questions per benchmark": ("test_limit",),
+    "train questions per benchmark (memory)": ("train_limit",), "agents x rounds": ("n_agents", "n_rounds"),
+    "temperature / top_p / max_tokens": ("temperature", "top_p", "max_tokens"),
+    "K / gamma / w_l / w_h": ("top_k", "gamma", "w_low", "w_high"),
+    "experience responses shown": ("max_experience_chars",), "embedder": ("embedder",), "seed": ("seed",),
+}
+
+
 def profile_samples(
     benchmarks: Sequence[str], split: str, limit: int | None, data_dir: str | Path | None = None,
     split_rule: str = "paper",
@@ -189,6 +199,8 @@ class ExperimentGrid:
         if memory_model is not None and memory_model not in known:
             raise ValueError(f"memory_model {memory_model!r}: expected null or one of the profile's model labels "
                              f"(models or memory_models) {known}")
+        #: The variant these settings make (:mod:`r2mad_core.report.variants`), set by the notebook setup; None: the profile.
+        self.variant: Any = None
         self._engines: dict[str, Any] = {}
         self._engine_kinds: dict[str, str] = {}
         self._samples: dict[tuple[str, str], list[Any]] = {}
@@ -250,7 +262,15 @@ class ExperimentGrid:
             "runs": display_path(self.runs_dir),
             "response cache": display_path(self.cache_dir),
         }
-        return pd.DataFrame({"setting": list(rows), "value": [str(v) for v in rows.values()]}).set_index("setting")
+        rows = {k: str(v) for k, v in rows.items()}
+        if self.variant is not None:  # a variant marks every setting it changes, with the profile's value
+            overrides = self.variant.overrides
+            for setting, fields in SETTING_FIELDS.items():
+                changed = [self.variant.describe_one(f) for f in overrides if f in fields]
+                if changed:
+                    rows[setting] += "  <- VARIANT: " + "; ".join(changed)
+            rows = {"VARIANT " + self.variant.name: self.variant.describe(), **rows}
+        return pd.DataFrame({"setting": list(rows), "value": list(rows.values())}).set_index("setting")
 
     # -- context manager -----------------------------------------------------------------------
     def __enter__(self) -> "ExperimentGrid":

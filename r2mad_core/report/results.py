@@ -149,10 +149,20 @@ class GridResults:
                 values.loc[(model, method), AVERAGE_LABEL] = mean
                 low.loc[(model, method), AVERAGE_LABEL] = lo
                 high.loc[(model, method), AVERAGE_LABEL] = hi
+        cells = {}
+        for model, method in rows:
+            mine = [o for o in self.outcomes if getattr(o.model, model_column if model_column != "model" else "label")
+                    == model and o.method == method]
+            row = (model, method) if grouped else method
+            for benchmark in benchmarks:
+                cells[(row, benchmark)] = [o for o in mine if benchmark_label(o.benchmark) == benchmark]
+            if AVERAGE_LABEL in columns and len(mine) == len(benchmarks):
+                cells[(row, AVERAGE_LABEL)] = mine
         if not grouped:
             for frame_ in (values, low, high):
                 frame_.index = frame_.index.droplevel("model")
-        return Table(values=values, ci_low=low, ci_high=high, caption=caption, best="max")
+        return Table(values=values, ci_low=low, ci_high=high, caption=caption, best="max",
+                     cells={k: v for k, v in cells.items() if v})
 
     def reproduced(self, table_label: str, methods: Sequence[str] | None = None, *,
                    with_average: bool = True) -> pd.DataFrame:
@@ -193,6 +203,7 @@ class GridResults:
         index = pd.Index([(row_names or {}).get(m, m) for m in methods], name="method")
         values = pd.DataFrame(np.nan, index=index, columns=pd.Index(columns, name="cell"))
         low, high = values.copy(), values.copy()
+        cells: dict[Any, list[CellOutcome]] = {}
         for method, row in zip(methods, index):
             groups = []
             for (model, benchmark), column in zip(pairs, columns):
@@ -205,10 +216,13 @@ class GridResults:
                 mine = questions[(questions.model == model) & (questions.benchmark == benchmark)
                                  & (questions.method == method)]
                 groups.append(mine["correct"].to_numpy())
+                cells[(row, column)] = [o for o in self.outcomes if (o.model.label, benchmark_label(o.benchmark),
+                                                                     o.method) == (model, benchmark, method)]
             if len(groups) == len(pairs):
                 mean, lo, hi = mean_accuracy_with_ci(groups, n_bootstrap=self.bootstrap_resamples, seed=self.seed)
                 values.at[row, AVERAGE_LABEL], low.at[row, AVERAGE_LABEL], high.at[row, AVERAGE_LABEL] = mean, lo, hi
-        return Table(values=values, ci_low=low, ci_high=high, caption=caption, best=best)
+                cells[(row, AVERAGE_LABEL)] = [o for c in columns[:-1] for o in cells.get((row, c), [])]
+        return Table(values=values, ci_low=low, ci_high=high, caption=caption, best=best, cells=cells)
 
     def method_columns_table(self, methods: Sequence[str], *, caption: str = "") -> Table:
         """Rows = (model, benchmark), columns = methods, plus an ``Average`` row over all rows: the

@@ -1,0 +1,589 @@
+"""Variants: a profile plus overrides, its own artifacts beside the profile's, compared with the profile's.
+
+An ablation is a change of one parameter (K of Eq. 5, gamma of Eq. 6, the thresholds w_l/w_h of Eq. 7, the
+retrieval policy of Table 3, n_agents, n_rounds, train_limit, ...). A run whose parameters differ from its profile
+(``reproduce --set``, papermill ``-p``, an edited parameters cell) is a *variant*:
+
+- its name comes from the overrides, sorted and filesystem-safe (``gamma=0.5``, ``gamma=0.5,top_k=5``;
+  :func:`variant_name`) or from ``--variant NAME``;
+- its figures and tables go to ``figures/<profile>/variants/<name>/`` and its executed notebooks to
+  ``notebooks/executed/<profile>/variants/<name>/`` (:func:`variant_dir`); the profile's own artifacts are never
+  written; runs and the response cache stay shared, so every generation the change does not affect replays;
+- every artifact says so: captions name each override with the profile's value (``gamma = 0.5 (profile tiny:
+  0.9)``, :meth:`Variant.note`), figures carry the same line, the settings table marks the rows, the manifest
+  records the overrides (:meth:`Variant.record`);
+- every table it shares with the profile is compared cell by cell with the profile's: the difference, a paired
+  test on the same questions (exact McNemar, :func:`r2mad_core.debate.scoring.paired_test`) and a generated
+  sentence of "What this shows", saved as ``<table>_vs_profile`` (:func:`compare_table`);
+- a sweep (``--sweep gamma=0,0.3,0.6,0.9``) runs each value as a variant and draws each table's metric against
+  the parameter with its 95% CIs, per benchmark column (:func:`sweep_artifacts`).
+
+An override equal to the profile's value is no override (no variant); overrides of a variant run again with
+more changes make a variant of the profile with every change in its name (a variant is always relative to its
+profile, never nested).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+VARIANTS_DIR = "variants"
+SWEEPS_DIR = "sweeps"
+#: The environment variable ``reproduce`` passes the overrides and the chosen name through to the kernels
+#: (fields a notebook does not declare are still part of its variant).
+ENVIRONMENT = "R2MAD_VARIANT"
+#: Parameters that never make a variant: the profile's name and where things go.
+NOT_OVERRIDES = frozenset({"profile", "data_dir", "figures_dir", "runs_dir", "cache_dir", "variant"})
+COMPARISON_SUFFIX = "_vs_profile"
+MAX_NAME = 80
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]+")
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether an override equals the profile's value (``1`` and ``1.0`` are equal; lists and mappings by item)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return float(a) == float(b) or (math.isnan(float(a)) and math.isnan(float(b)))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return set(a) == set(b) and all(same_value(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+def show_value(value: Any) -> str:
+    """A value as a name and a caption show it: YAML-like and compact (``0.5``, ``[3, 6]``, ``null``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if hasattr(value, "model_dump"):
+        value = value.model_dump(exclude_defaults=True)
+    return json.dumps(value, separators=(", ", ": "), default=str) if isinstance(value, (list, tuple, dict)) else str(value)
+
+
+def variant_name(overrides: Mapping[str, Any]) -> str:
+    """The stable, filesystem-safe name of a set of overrides: ``key=value`` sorted by key, joined by ``,``;
+    characters other than letters, digits and ``._=,+-`` become ``_`` (``fixed_lambda:0.5`` ->
+    ``fixed_lambda_0.5``); a name over 80 characters keeps its start and a hash of the whole."""
+    if not overrides:
+        raise ValueError("variant_name: no overrides (the profile itself is not a variant)")
+    text = ",".join(f"{key}={_name_value(_value(overrides[key]))}" for key in sorted(overrides))
+    name = _UNSAFE.sub("_", text).strip("._") or "variant"
+    if len(name) > MAX_NAME:
+        import hashlib
+
+        name = name[: MAX_NAME - 13] + "-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+    return name
+
+
+def _name_value(value: Any) -> str:
+    """A value inside a name: list items joined by ``+`` (``0.0+0.5``), anything else as shown, without spaces."""
+    if isinstance(value, (list, tuple)):
+        return "+".join(_name_value(v) for v in value) if value else "empty"
+    return show_value(value).replace(" ", "")
+
+
+def check_name(name: str) -> str:
+    """``--variant NAME``: a single folder name of safe characters, else a one-line ValueError."""
+    if not name or _UNSAFE.search(name) or name in (".", "..") or name.startswith("."):
+        raise ValueError(f"--variant {name!r}: expected a folder name of letters, digits and ._=,+- "
+                         f"(e.g. --variant low-gamma)")
+    return name
+
+
+def _value(entry: Any) -> Any:
+    """An override is stored as ``(value, profile value)``; a bare value is the value."""
+    return entry[0] if isinstance(entry, tuple) and len(entry) == 2 else entry
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A profile plus overrides: ``overrides[field] = (value, profile's value)``, sorted by field."""
+
+    profile: str
+    overrides: Mapping[str, tuple[Any, Any]]
+    name: str = ""
+    notebook_declares: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "overrides", dict(sorted(self.overrides.items())))
+        if not self.name:
+            object.__setattr__(self, "name", variant_name(self.overrides))
+
+    def describe_one(self, key: str) -> str:
+        """``gamma = 0.5 (profile tiny: 0.9)``."""
+        value, base = self.overrides[key]
+        return f"{key} = {show_value(value)} (profile {self.profile}: {show_value(base)})"
+
+    def describe(self) -> str:
+        """``gamma = 0.5 (profile tiny: 0.9); top_k = 5 (profile tiny: 3)``."""
+        return "; ".join(self.describe_one(key) for key in self.overrides)
+
+    def note(self) -> str:
+        """The sentence every caption of the variant ends with."""
+        return f"Variant {self.name} of profile {self.profile}: {self.describe()}."
+
+    def record(self, baseline_dir: str | Path | None = None) -> dict[str, Any]:
+        """The manifest's ``variant`` entry."""
+        from r2mad_core.report.artifacts import display_path, jsonable
+
+        return {"name": self.name, "profile": self.profile,
+                "overrides": {k: {"value": jsonable(v), "profile_value": jsonable(b)} for k, (v, b) in self.overrides.items()},
+                "baseline": display_path(baseline_dir) if baseline_dir else None}
+
+    def command(self, only: str | None = None) -> str:
+        """The one command that runs the profile itself (the baseline) for ``only``."""
+        return f"python -m r2mad_core.reproduce --profile {self.profile}" + (f" --only {only}" if only else "")
+
+
+def differences(values: Mapping[str, Any], profile_values: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """``field -> (value, profile's value)`` for every parameter in ``values`` that differs from the profile's
+    (paths and the profile's name never count; a name the profile does not have is an override of nothing: kept
+    with profile value None)."""
+    found = {}
+    for key, value in values.items():
+        if key in NOT_OVERRIDES or key.startswith("_") or value is Ellipsis:
+            continue
+        base = profile_values.get(key)
+        if key not in profile_values or not same_value(value, base):
+            found[key] = (value, base)
+    return found
+
+
+def profile_values(profile: str) -> dict[str, Any]:
+    """Every notebook parameter of a profile (the fields, ``extra_parameters`` spread out, optional defaults)."""
+    from r2mad_core.experiments.profiles import load_profile
+
+    return load_profile(profile).parameters({})
+
+
+def shown_path(path: str | Path) -> str:
+    """A path as a variant's labels show it: relative to the repository when inside it, else from its ``figures``
+    (or ``notebooks``) part on (``.../figures/tiny/variants/gamma=0.5``): no machine paths in outputs."""
+    from r2mad_core.report.artifacts import display_path
+
+    shown = display_path(path)
+    if not shown.startswith(".../"):
+        return shown
+    parts = Path(path).resolve().parts
+    for anchor in ("figures", "notebooks"):
+        if anchor in parts:
+            return ".../" + "/".join(parts[len(parts) - 1 - parts[::-1].index(anchor):])
+    return shown
+
+
+def variant_dir(profile_dir: str | Path, name: str) -> Path:
+    """``<profile_dir>/variants/<name>``."""
+    return Path(profile_dir) / VARIANTS_DIR / name
+
+
+def profile_dir_of(directory: str | Path) -> Path:
+    """The profile's own folder of ``directory``: itself, or two levels up for ``.../variants/<name>``."""
+    directory = Path(directory)
+    return directory.parent.parent if directory.parent.name == VARIANTS_DIR else directory
+
+
+def to_environment(overrides: Mapping[str, Any], name: str | None) -> str:
+    from r2mad_core.report.artifacts import jsonable
+
+    return json.dumps({"name": name, "overrides": jsonable({k: _value(v) for k, v in overrides.items()})})
+
+
+def from_environment() -> tuple[dict[str, Any], str | None]:
+    """The overrides and name ``reproduce`` passed to this kernel (``({}, None)`` when run otherwise)."""
+    text = os.environ.get(ENVIRONMENT, "").strip()
+    if not text:
+        return {}, None
+    data = json.loads(text)
+    return dict(data.get("overrides") or {}), data.get("name")
+
+
+def detect(namespace: Mapping[str, Any], profile: str, name: str | None = None) -> Variant | None:
+    """The variant a notebook's parameters make (compared with the profile inside the kernel), merged with the
+    overrides ``reproduce`` passed (:data:`ENVIRONMENT`); None when every value is the profile's."""
+    base = profile_values(profile)
+    declared = {k: v for k, v in namespace.items() if k in base or k in NOT_OVERRIDES}
+    passed, passed_name = from_environment()
+    found = {k: (v, base.get(k)) for k, v in passed.items() if not same_value(v, base.get(k))}
+    found.update(differences(declared, base))
+    name = name or namespace.get("variant") or passed_name
+    if not found:
+        return None
+    return Variant(profile, found, check_name(str(name)) if name else "", frozenset(declared))
+
+
+# --------------------------------------------------------------------------------------------
+# Comparison with the profile's run
+# --------------------------------------------------------------------------------------------
+
+
+def _pairs(outcomes: Sequence[Any], baseline: Any) -> tuple[dict[str, bool], dict[str, bool], list[float], bool] | None:
+    """Per-question correctness of the variant's cells and the profile's same cells (keyed benchmark/sample),
+    the profile's per-cell accuracies, and whether every cell is the very same run; None when the profile has
+    not run one of them."""
+    from r2mad_core.report.grid import _finished_records
+
+    mine: dict[str, bool] = {}
+    theirs: dict[str, bool] = {}
+    accuracies: list[float] = []
+    same = True
+    for outcome in outcomes:
+        try:
+            spec = baseline.model(outcome.model.label)
+        except KeyError:
+            return None
+        run_dir = baseline.run_dir(spec, outcome.benchmark, outcome.method)[0]
+        records = _finished_records(run_dir, len(outcome.records))
+        if records is None:
+            return None
+        same = same and Path(run_dir).resolve() == Path(outcome.run_dir).resolve()
+        for r in outcome.records:
+            mine[f"{outcome.model.label}/{outcome.benchmark}/{r['sample_id']}"] = bool(r["correct"])
+        for r in records:
+            theirs[f"{outcome.model.label}/{outcome.benchmark}/{r['sample_id']}"] = bool(r["correct"])
+        accuracies.append(sum(bool(r["correct"]) for r in records) / len(records))
+    return mine, theirs, accuracies, same
+
+
+def compare_table(table: Any, variant: Variant, baseline: Any, *, bootstrap_resamples: int = 1000,
+                  seed: int = 0) -> pd.DataFrame:
+    """One row per cell of a table built from run cells (``table.cells``): the variant's value, the profile's
+    (its same cells, loaded from the shared runs), the difference, its paired 95% CI and the exact McNemar p on
+    the same questions, the number of pairs, and whether the cell is the very same run (unchanged by the
+    overrides). A cell the profile has not run has no profile value."""
+    from r2mad_core.debate.scoring import paired_test
+
+    cells = getattr(table, "cells", None) or {}
+    row_names = [n or "row" for n in table.values.index.names]
+    column_name = table.values.columns.name or "column"
+    rows = []
+    for row in table.values.index:
+        for column in table.values.columns:
+            outcomes = cells.get((row, column))
+            if not outcomes:
+                continue
+            labels = dict(zip(row_names, row if isinstance(row, tuple) else (row,)))
+            value = table.values.at[row, column]
+            entry = {**labels, column_name: column, "variant": float(value), "profile": math.nan,
+                     "difference": math.nan, "ci_low": math.nan, "ci_high": math.nan, "p_mcnemar": math.nan,
+                     "pairs": 0, "same_run": False}
+            paired = _pairs(outcomes, baseline) if baseline is not None else None
+            if paired is not None:
+                mine, theirs, accuracies, same = paired
+                test = paired_test(mine, theirs, n_bootstrap=bootstrap_resamples, seed=seed)
+                profile_value = sum(accuracies) / len(accuracies)  # a mean of cells, as the tables' Average
+                entry.update(profile=profile_value, difference=float(value) - profile_value,
+                             ci_low=test.difference_low, ci_high=test.difference_high, p_mcnemar=test.p_value,
+                             pairs=test.n, same_run=same)
+            rows.append(entry)
+    return pd.DataFrame(rows)
+
+
+def comparison_sentences(frame: pd.DataFrame, variant: Variant, table_name: str) -> list[str]:
+    """The "What this shows" sentences of one comparison, from its numbers."""
+    if frame.empty:
+        return []
+    compared = frame.dropna(subset=["profile"])
+    missing = len(frame) - len(compared)
+    if compared.empty:
+        return [f"{table_name}: the profile {variant.profile} has not run these cells yet, so nothing is compared; "
+                f"run `{variant.command()}` first (it shares this variant's runs and cache)."]
+    labels = [c for c in frame.columns if c not in ("variant", "profile", "difference", "ci_low", "ci_high",
+                                                     "p_mcnemar", "pairs", "same_run")]
+    changed = compared[compared["difference"].abs() > 1e-12]
+    significant = compared[compared["p_mcnemar"] < 0.05]
+    same = int(compared["same_run"].sum())
+    text = (f"{table_name}, {variant.describe()}: {len(changed)} of {len(compared)} cells differ from the profile's "
+            f"({same} are the very same runs, unchanged by the override), {len(significant)} of them significantly "
+            f"(exact McNemar on the same questions, p < 0.05).")
+    if not changed.empty:
+        top = changed.loc[changed["difference"].abs().idxmax()]
+        where = " / ".join(str(top[c]) for c in labels)
+        text += (f" The largest change is {where}: {top['profile']:.3f} -> {top['variant']:.3f} "
+                 f"({top['difference']:+.3f}, 95% CI [{top['ci_low']:+.3f}, {top['ci_high']:+.3f}], "
+                 f"p = {top['p_mcnemar']:.2g}, {int(top['pairs'])} paired questions).")
+    if missing:
+        text += f" {missing} cells have no profile value yet (run `{variant.command()}`)."
+    return [text]
+
+
+# --------------------------------------------------------------------------------------------
+# Sweeps
+# --------------------------------------------------------------------------------------------
+
+
+def parse_sweep(text: str) -> tuple[str, list[Any]]:
+    """``"gamma=0,0.3,0.6"`` -> ``("gamma", [0, 0.3, 0.6])``; values are YAML, split at top-level commas
+    (``"top_k=[1, 2],[3]"`` is two lists). A one-line ValueError for anything else."""
+    import yaml
+
+    key, sep, rest = text.partition("=")
+    key = key.strip()
+    if not sep or not key or not rest.strip():
+        raise ValueError(f"--sweep {text!r}: expected KEY=V1,V2,..., e.g. --sweep gamma=0,0.3,0.6,0.9")
+    parts, depth, current = [], 0, ""
+    for char in rest:
+        if char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    parts.append(current)
+    try:
+        values = [yaml.safe_load(p) for p in parts if p.strip()]
+    except yaml.YAMLError as exc:
+        raise ValueError(f"--sweep {text!r}: a value is not valid YAML: {exc}") from None
+    if len(values) < 2:
+        raise ValueError(f"--sweep {text!r}: expected at least two values, e.g. --sweep {key}=0,0.5")
+    if len({json.dumps(v, sort_keys=True, default=str) for v in values}) != len(values):
+        raise ValueError(f"--sweep {text!r}: a value repeats")
+    return key, values
+
+
+@dataclass
+class SweepPoint:
+    """One value of a sweep: where its artifacts are (the profile's own folder for the profile's value)."""
+
+    value: Any
+    figures_dir: Path
+    is_profile: bool
+
+
+def _tidy(path: Path) -> pd.DataFrame | None:
+    if not path.is_file():
+        return None
+    frame = pd.read_csv(path)
+    if list(frame.columns[-3:]) != ["value", "ci_low", "ci_high"]:
+        return None
+    frame["value"] = pd.to_numeric(frame["value"], errors="coerce")
+    return frame if frame["value"].notna().any() and frame["ci_low"].notna().any() else None
+
+
+def sweep_frame(points: Sequence[SweepPoint], table: str) -> pd.DataFrame | None:
+    """The table's cells at every sweep value, one row per (value, cell): labels, value, ci_low, ci_high."""
+    frames = []
+    for position, point in enumerate(points):
+        tidy = _tidy(point.figures_dir / f"{table}.csv")
+        if tidy is None:
+            return None
+        tidy = tidy.dropna(subset=["value"]).copy()
+        tidy.insert(0, "_position", position)
+        frames.append(tidy)
+    return pd.concat(frames, ignore_index=True)
+
+
+def sweep_artifacts(points: Sequence[SweepPoint], key: str, profile: str, profile_value: Any, out_dir: Path,
+                    *, fixed: Variant | None = None, engine_note: str = "") -> list[str]:
+    """For every table with CIs that each point wrote: a figure of the metric against ``key`` (one panel per
+    column, e.g. per benchmark; one line per row, with 95% CIs) and a table of the same numbers, into
+    ``out_dir`` (``figures/<profile>/sweeps/<key>/``). Returns the "What this shows" sentences."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from r2mad_core.report.artifacts import apply_style, save_figure, save_table
+    from r2mad_core.report.tables import Table
+
+    apply_style()
+    labels = [show_value(p.value) + (f" (profile {profile})" if p.is_profile else "") for p in points]
+    tables = sorted({p.stem for p in points[0].figures_dir.glob("tab_*.csv")} - {""})
+    tables = [t for t in tables if not t.endswith(COMPARISON_SUFFIX)]
+    numeric = all(isinstance(p.value, (int, float)) and not isinstance(p.value, bool) for p in points)
+    xs = [float(p.value) for p in points] if numeric else list(range(len(points)))
+    fixed_note = f" Every point also has {fixed.describe()}." if fixed else ""
+    sentences = []
+    for table in tables:
+        frame = sweep_frame(points, table)
+        if frame is None:
+            continue
+        label_columns = [c for c in frame.columns if c not in ("_position", "value", "ci_low", "ci_high")]
+        row_columns, panel_column = label_columns[:-1], label_columns[-1]
+        frame["_row"] = frame[row_columns].astype(str).agg(" / ".join, axis=1) if row_columns else table
+        panels = list(pd.unique(frame[panel_column]))
+        rows = list(pd.unique(frame["_row"]))
+        width = min(len(panels), 4)
+        height = math.ceil(len(panels) / width)
+        fig, axes = plt.subplots(height, width, figsize=(4.2 * width, 3.4 * height), squeeze=False, sharey=True)
+        for ax, panel in zip(axes.flat, panels):
+            part = frame[frame[panel_column] == panel]
+            step = (max(xs) - min(xs) or 1.0) * 0.012  # lines side by side, so their CIs stay readable
+            for offset, row in enumerate(rows):
+                line = part[part["_row"] == row].sort_values("_position")
+                if line.empty:
+                    continue
+                x = [xs[i] + (offset - (len(rows) - 1) / 2) * step for i in line["_position"]]
+                y = line["value"].to_numpy(float)
+                err = np.vstack([np.clip(y - line["ci_low"].to_numpy(float), 0, None),
+                                 np.clip(line["ci_high"].to_numpy(float) - y, 0, None)])
+                ax.errorbar(x, y, yerr=np.nan_to_num(err), marker="o", capsize=3, label=str(row))
+            at_profile = [x for x, p in zip(xs, points) if same_value(p.value, profile_value)]
+            if at_profile:
+                ax.axvline(at_profile[0], color="grey", linestyle=":", linewidth=1)
+            ax.set_title(str(panel), fontsize=10)
+            ax.set_xlabel(key)
+            if not numeric:
+                ax.set_xticks(xs)
+                ax.set_xticklabels([show_value(p.value) for p in points], rotation=30, ha="right")
+        for ax in list(axes.flat)[len(panels):]:
+            ax.set_visible(False)
+        axes[0][0].set_ylabel("accuracy" if "accuracy" not in table else "value")
+        handles, names = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, names, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=8)
+        fig.suptitle(f"{table} against {key} (profile {profile}: {show_value(profile_value)}"
+                     + ("; dotted line)" if any(same_value(p.value, profile_value) for p in points) else ")"), fontsize=11)
+        fig.tight_layout()
+        stem = f"fig_sweep_{table}"
+        caption = (f"{table} of profile {profile} with {key} swept over {', '.join(labels)} (each value a variant of "
+                   f"the profile; 95% bootstrap CIs; one panel per {panel_column}).{fixed_note} {engine_note}").strip()
+        save_figure(fig, stem, out_dir, caption=caption, profile=profile, notebook="reproduce --sweep",
+                    sweep={"parameter": key, "values": [p.value for p in points], "profile_value": profile_value})
+        plt.close(fig)
+        # the same numbers as a table: rows = (row, panel), columns = the values of the parameter
+        keys = list(dict.fromkeys(zip(frame["_row"], frame[panel_column])))
+        index = pd.MultiIndex.from_tuples(keys, names=["row", panel_column])
+        columns = pd.Index([f"{key}={label}" for label in labels], name="setting")
+        values = pd.DataFrame(np.nan, index=index, columns=columns)
+        low, high = values.copy(), values.copy()
+        for record in frame.to_dict("records"):
+            cell, column = (record["_row"], record[panel_column]), columns[record["_position"]]
+            values.at[cell, column] = record["value"]
+            low.at[cell, column] = record["ci_low"]
+            high.at[cell, column] = record["ci_high"]
+        sweep_table = Table(values=values, ci_low=low, ci_high=high, caption=caption, best=None)
+        save_table(sweep_table, f"tab_sweep_{table}", out_dir, profile=profile, notebook="reproduce --sweep",
+                   sweep={"parameter": key, "values": [p.value for p in points], "profile_value": profile_value})
+        spread = values.max(axis=1) - values.min(axis=1)
+        widest = spread.idxmax() if spread.notna().any() else None
+        before = len(sentences)
+        if widest is not None and spread[widest] == 0:
+            sentences.append(f"{table}: no cell changes over {key} = {', '.join(show_value(p.value) for p in points)} "
+                             f"(all {len(values)} cells are the same at every value).")
+        elif widest is not None:
+            series = values.loc[widest]
+            sentences.append(
+                f"{table}: over {key} = {', '.join(show_value(p.value) for p in points)}, the cell that moves most is "
+                f"{' / '.join(map(str, widest))} ({', '.join(f'{v:.3f}' for v in series)}; range {spread[widest]:.3f}); "
+                f"the median range over the {len(values)} cells is {spread.median():.3f}.")
+        if len(sentences) > before:
+            from r2mad_core.report.artifacts import update_manifest, read_manifest as _read
+
+            for stem in (f"tab_sweep_{table}", stem):
+                record = _read(out_dir)["artifacts"][stem]
+                update_manifest(out_dir, stem, {**record, "notes": sentences[-1]})
+    return sentences
+
+
+# --------------------------------------------------------------------------------------------
+# In the kernel: each table a variant saves, compared with the profile's
+# --------------------------------------------------------------------------------------------
+
+
+def compare_files(profile_csv: Path, variant_csv: Path) -> pd.DataFrame | None:
+    """For a table without run cells (a plain frame or a table of other numbers): the variant's and the profile's
+    numbers cell by cell (tidy tables: by their row and column labels; plain frames with the same columns and
+    rows: every numeric column) and their difference; no paired test. None when they do not line up."""
+    if not profile_csv.is_file():
+        return None
+    mine, theirs = pd.read_csv(variant_csv), pd.read_csv(profile_csv)
+    if list(mine.columns) != list(theirs.columns):
+        return None
+    if list(mine.columns[-3:]) == ["value", "ci_low", "ci_high"]:
+        labels = list(mine.columns[:-3])
+        merged = mine[labels + ["value"]].merge(theirs[labels + ["value"]], on=labels, how="inner",
+                                                suffixes=("_variant", "_profile"))
+        merged = merged.rename(columns={"value_variant": "variant", "value_profile": "profile"})
+        for column in ("variant", "profile"):
+            merged[column] = pd.to_numeric(merged[column], errors="coerce")
+        merged["difference"] = merged["variant"] - merged["profile"]
+        return merged.dropna(subset=["variant", "profile"])
+    if len(mine) != len(theirs):
+        return None
+    numeric = [c for c in mine.columns if pd.api.types.is_numeric_dtype(mine[c]) and pd.api.types.is_numeric_dtype(theirs[c])]
+    text = [c for c in mine.columns if c not in numeric]
+    if not numeric or not mine[text].astype(str).equals(theirs[text].astype(str)):
+        return None
+    rows = []
+    for position in range(len(mine)):
+        for column in numeric:
+            rows.append({**{c: mine.at[position, c] for c in text}, "column": column,
+                         "variant": mine.at[position, column], "profile": theirs.at[position, column],
+                         "difference": mine.at[position, column] - theirs.at[position, column]})
+    return pd.DataFrame(rows)
+
+
+@dataclass
+class TableComparer:
+    """``ReportContext.after_table`` of a variant: compares every table it saves with the profile's copy
+    (``baseline_dir``) and saves ``<table>_vs_profile`` with a sentence of "What this shows" (also shown in the
+    notebook). ``baseline`` is the :class:`~r2mad_core.report.grid.ExperimentGrid` of the profile's own values
+    (same runs and cache), used only to find the profile's run cells."""
+
+    ctx: Any
+    variant: Variant
+    baseline: Any = None
+    notebook_number: str | None = None
+    bootstrap_resamples: int = 1000
+    seed: int = 0
+    show: bool = True
+    sentences: list[str] = field(default_factory=list)
+
+    def __call__(self, table: Any, name: str) -> None:
+        from r2mad_core.report.artifacts import read_manifest
+
+        if name.endswith(COMPARISON_SUFFIX):
+            return
+        baseline_dir = Path(self.ctx.baseline_dir)
+        if name not in read_manifest(baseline_dir)["artifacts"]:
+            self._say([f"{name}: the profile {self.variant.profile} has not written this table yet, so it is not "
+                       f"compared; `{self.variant.command(self.notebook_number)}` runs the baseline (it shares this "
+                       f"variant's runs and cache)."])
+            return
+        frame = compare_table(table, self.variant, self.baseline, bootstrap_resamples=self.bootstrap_resamples,
+                              seed=self.seed) if getattr(table, "cells", None) else pd.DataFrame()
+        tested = not frame.empty
+        if not tested:
+            frame = compare_files(baseline_dir / f"{name}.csv", Path(self.ctx.out_dir) / f"{name}.csv")
+            if frame is None or frame.empty:
+                return
+        sentences = comparison_sentences(frame, self.variant, name) if tested else [
+            f"{name}, {self.variant.describe()}: {int((frame['difference'].abs() > 1e-12).sum())} of {len(frame)} "
+            f"numbers differ from the profile's (largest change {frame['difference'].abs().max():.3g}; these numbers "
+            f"are not per-question outcomes, so no paired test)."]
+        caption = (f"{name} of variant {self.variant.name} against profile {self.variant.profile}: each cell's value, "
+                   f"the profile's, the difference"
+                   + (" with its paired 95% bootstrap CI and the exact McNemar p on the same questions; same_run: the "
+                      "override does not change the cell (the profile's run, replayed)" if tested else "")
+                   + ". " + " ".join(sentences))
+        self.ctx.save_table(frame, name + COMPARISON_SUFFIX, caption=caption, float_format="{:.3g}",
+                            compared_with=name, notes=" ".join(sentences))
+        self._say(sentences, frame)
+
+    def _say(self, sentences: list[str], frame: pd.DataFrame | None = None) -> None:
+        self.sentences.extend(sentences)
+        if not self.show:
+            return
+        try:
+            from IPython.display import Markdown, display
+        except ImportError:  # outside a kernel
+            print("\n".join(sentences))
+            return
+        text = "**Compared with the profile.** " + " ".join(sentences)
+        display(Markdown(text))
