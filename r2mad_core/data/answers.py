@@ -38,7 +38,8 @@ unanswered here and as answered in the paper's numbers.
 Equivalence (:func:`answers_equivalent`, :func:`is_correct`): a cheap normal form
 (:func:`canonical_answer`) first, then ``math_verify`` (parse + verify; ``\\frac{1}{2}``, ``0.5`` and
 ``\\dfrac12`` agree; ordered tuples and intervals keep their order). Results are memoised with
-``functools.lru_cache``.
+``functools.lru_cache`` (the symbolic steps, and the public functions, which are pure in their string arguments;
+:func:`clear_caches` empties them all).
 
 Pathological expressions cannot hang a run. (1) A screen (:func:`safe_for_symbolic`): answers longer
 than :data:`MAX_ANSWER_CHARS`, power towers, exponents or factorials of four digits or more, sums,
@@ -150,6 +151,7 @@ def _check_benchmark(benchmark: str) -> bool:
 # ----------------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=CACHE_SIZE)  # pure in its arguments (issue 24: the simulator asks again and again)
 def extract_answer(
     text: str | None, benchmark: str, num_options: int | None = None, *, strict_format: bool = False
 ) -> str | None:
@@ -443,6 +445,7 @@ def _canonical_math(answer: str) -> str:
     return text
 
 
+@functools.lru_cache(maxsize=CACHE_SIZE)
 def canonical_answer(answer: str | None, benchmark: str) -> str:
     """A cheap normal form for grouping votes: equal forms are equivalent answers (not conversely).
 
@@ -597,6 +600,7 @@ def _math_equivalent(gold: str, predicted: str) -> bool | None:
     return _verified(clean_math_answer(gold), clean_math_answer(predicted))
 
 
+@functools.lru_cache(maxsize=CACHE_SIZE)
 def answers_equivalent(a: str | None, b: str | None, benchmark: str) -> bool:
     """Whether two extracted answers are the same answer (symmetric; for votes and consensus).
 
@@ -618,6 +622,7 @@ def answers_equivalent(a: str | None, b: str | None, benchmark: str) -> bool:
     return verdict or bool(_math_equivalent(second, first))
 
 
+@functools.lru_cache(maxsize=CACHE_SIZE)
 def is_correct(predicted: str | None, gold: str, benchmark: str) -> bool:
     """Whether an extracted answer matches the gold answer; a missing answer (None) is never correct."""
     multiple_choice = _check_benchmark(benchmark)
@@ -634,3 +639,5 @@ def clear_caches() -> None:
     """Empty the memo tables (e.g. between experiments that change the cleaning options)."""
     _parse.cache_clear()
     _verified.cache_clear()
+    for memoised in (extract_answer, canonical_answer, answers_equivalent, is_correct):
+        memoised.cache_clear()

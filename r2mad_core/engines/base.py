@@ -15,7 +15,7 @@ import json
 import threading
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
 Message = dict  # {"role": "system" | "user" | "assistant", "content": str}
@@ -53,23 +53,31 @@ class Request:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "messages", tuple(dict(m) for m in self.messages))
+        object.__setattr__(self, "_keys", {})  # key() per (engine identity, model): not a field
 
     def key(self, engine_identity: str, model: str) -> str:
         """Cache key: hash of (engine identity, model, messages, sampling parameters, sample index).
 
         The tag is deliberately not part of the key: the same prompt asked for two purposes is
         the same generation. The seed scheme's version is part of it (:data:`SEED_SCHEME`).
+        Computed once per request and (identity, model): the cache and the simulated engine both ask.
         """
+        cached = self._keys.get((engine_identity, model))  # type: ignore[attr-defined]
+        if cached is not None:
+            return cached
         payload = {
             "seed_scheme": SEED_SCHEME,
             "engine": engine_identity,
             "model": model,
             "messages": [{"role": m["role"], "content": m["content"]} for m in self.messages],
-            "params": asdict(self.params),
+            # the fields are flat scalars: the same dict dataclasses.asdict gives, without its deep copy
+            "params": {f.name: getattr(self.params, f.name) for f in fields(self.params)},
             "sample_index": self.sample_index,
         }
         blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+        key = hashlib.sha256(blob.encode("utf-8")).hexdigest()
+        self._keys[(engine_identity, model)] = key  # type: ignore[attr-defined]
+        return key
 
 
 @dataclass

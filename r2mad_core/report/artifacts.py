@@ -34,6 +34,19 @@ logger = logging.getLogger(__name__)
 
 MANIFEST_NAME = "MANIFEST.json"
 
+#: Significant digits of every float in a table's CSV (issue 24: byte-identical artifacts across machines). What the
+#: numbers support: accuracies are counts over at most a few thousand questions and the theory's figures Monte Carlo
+#: or grid estimates; none is known to better than 1e-4 relative, and 6 digits still tell every k/n with n <= 1000
+#: apart. The 16th-17th digits (``0.06877534159323767`` vs ``...768``) are the machine's floating point, not data.
+TABLE_SIGNIFICANT_DIGITS = 6
+
+#: ``savefig`` metadata per format: no creation time and no software version inside a PNG or PDF, so the same figure
+#: saved twice, or on two machines with the same libraries, gives the same bytes.
+SAVEFIG_METADATA = {
+    "png": {"Software": None},
+    "pdf": {"CreationDate": None, "ModDate": None, "Creator": None, "Producer": None},
+}
+
 
 def artifact_name(paper_label: str) -> str:
     """File stem of a paper label: ``tab:mad-m2`` -> ``tab_mad_m2``."""
@@ -175,6 +188,25 @@ def _record(
     }
 
 
+def round_float(value: float, digits: int = TABLE_SIGNIFICANT_DIGITS) -> float:
+    """``value`` rounded to ``digits`` significant digits (NaN and infinities unchanged)."""
+    return float(f"{value:.{digits}g}") if math.isfinite(value) else value
+
+
+def round_floats(frame: pd.DataFrame, digits: int = TABLE_SIGNIFICANT_DIGITS) -> pd.DataFrame:
+    """A copy of ``frame`` whose floats (float columns and floats inside object columns) carry ``digits``
+    significant digits (:data:`TABLE_SIGNIFICANT_DIGITS`); other cells unchanged."""
+    out = frame.copy()
+    for column in range(out.shape[1]):
+        series = out.iloc[:, column]
+        if pd.api.types.is_float_dtype(series.dtype):
+            out.iloc[:, column] = series.map(lambda v: round_float(float(v), digits))
+        elif series.dtype == object:
+            out.iloc[:, column] = series.map(
+                lambda v: round_float(float(v), digits) if isinstance(v, (float, np.floating)) else v)
+    return out
+
+
 def save_table(
     table: Table | pd.DataFrame,
     name: str,
@@ -196,8 +228,8 @@ def save_table(
     its manifest; return the three paths.
 
     A :class:`Table` gets a tidy CSV (one row per cell, :func:`read_table` rebuilds it). A plain
-    DataFrame is written flat: its CSV is the frame at full precision (no index), Markdown and
-    LaTeX show its cells with ``float_format`` (e.g. ``"{:.4g}"``; default 3 decimals).
+    DataFrame is written flat (no index). CSV floats carry :data:`TABLE_SIGNIFICANT_DIGITS` significant digits;
+    Markdown and LaTeX show the cells with ``float_format`` (e.g. ``"{:.4g}"``; default 3 decimals).
     """
     if isinstance(table, pd.DataFrame):
         spec = float_format.strip("{}").lstrip(":") if float_format else None
@@ -207,7 +239,8 @@ def save_table(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{name}.csv", out_dir / f"{name}.md", out_dir / f"{name}.tex"]
-    csv_text = table_to_tidy(table).to_csv(index=False) if table.show_index else table.values.to_csv(index=False)
+    frame = table_to_tidy(table) if table.show_index else table.values
+    csv_text = round_floats(frame).to_csv(index=False)
     atomic_write(paths[0], csv_text)
     markdown = render_markdown(table)
     if table.caption:
@@ -250,7 +283,9 @@ def save_figure(
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
     for target in paths:
-        atomic_write(target, lambda temporary: fig.savefig(temporary, dpi=dpi, bbox_inches="tight"))
+        kind = target.suffix.lstrip(".")
+        atomic_write(target, lambda temporary, kind=kind: fig.savefig(
+            temporary, format=kind, dpi=dpi, bbox_inches="tight", metadata=SAVEFIG_METADATA[kind]))
     extra = {"labels": figure_texts(fig), **extra}
     record = _record(
         name=name, kind="figure", files=[p.name for p in paths], caption=caption,

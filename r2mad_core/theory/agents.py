@@ -97,16 +97,12 @@ GUESS_STYLE = (
     "The details are ambiguous, so a reasonable assumption fills the gap.",
 )
 REASONING_STYLES = (CAREFUL_STYLE, SHORTCUT_STYLE, GUESS_STYLE)
-_FORMAT_FAILURES = (
-    "I could not settle on a single final result with enough certainty.",
-    "Several candidate results remain plausible and I cannot decide between them.",
-    "The computation is inconclusive without further information.",
-)
-_DEBATE_OPENINGS = (
-    "Taking the other solutions into account,",
-    "After comparing the other agents' reasoning with mine,",
-    "Weighing the arguments presented,",
-)
+_FORMAT_FAILURES = ("I could not settle on a single final result with enough certainty.",
+                    "Several candidate results remain plausible and I cannot decide between them.",
+                    "The computation is inconclusive without further information.")
+_DEBATE_OPENINGS = ("Taking the other solutions into account,", "After comparing the other agents' reasoning with mine,",
+                    "Weighing the arguments presented,")
+_PROFILES: dict[tuple, "SampleProfile"] = {}  # SimulatedEngine.profile's memo: sample_profile is pure
 
 
 @dataclass(frozen=True)
@@ -380,6 +376,7 @@ class SimulatedEngine:
         if not self._by_question:
             raise ValueError("SimulatedEngine: samples is empty; the engine identifies questions by their text")
         self._profiles: dict[str, SampleProfile] = {}
+        self._distributions: dict[tuple, np.ndarray] = {}
         self._lock = threading.Lock()
         self._closed = False
 
@@ -403,7 +400,10 @@ class SimulatedEngine:
         with self._lock:
             cached = self._profiles.get(sample.id)
             if cached is None:
-                cached = self._profiles[sample.id] = sample_profile(sample, self.params)
+                # one process builds each profile once, whichever engine asks (the notebooks build several)
+                key = (sample.id, sample.benchmark, sample.gold, tuple(sample.choices), self.params)
+                cached = _PROFILES.get(key) or _PROFILES.setdefault(key, sample_profile(sample, self.params))
+                self._profiles[sample.id] = cached
         return cached
 
     def concept_model(self, profile: SampleProfile) -> theory.LatentConceptModel:
@@ -525,6 +525,10 @@ class SimulatedEngine:
         counts = {(label, false): 0 for label in (True, False) for false in (True, False)}
         for label, false in zip(experiences_correct, mislabelled):
             counts[(bool(label), bool(false))] += 1
+        key = (profile.sample_id, persona, tuple(codes), tuple(weights), tuple(counts.values()), bool(experiences_correct))
+        cached = self._distributions.get(key)  # pure in the key: round 0 and unanimous rounds repeat states
+        if cached is not None:
+            return cached.copy()
         log_memory = None
         if experiences_correct:
             log_memory = theory.memory_log_likelihood(
@@ -539,7 +543,8 @@ class SimulatedEngine:
             np.array(weights, dtype=float) if codes else None,
             log_memory,
         )
-        return theory.answer_distribution(model, log_post)
+        cached = self._distributions[key] = theory.answer_distribution(model, log_post)
+        return cached.copy()
 
     def _mislabelled(self, experience: prompts.ExperienceView) -> bool:
         """Whether an experience's correctness label is false: its recorded answer checked against its question's
