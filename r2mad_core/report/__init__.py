@@ -6,4 +6,6 @@
 - :mod:`~r2mad_core.report.artifacts`: writing tables and figures with their manifest (what ran, at which commit).
 - :mod:`~r2mad_core.report.findings`: the generated "What this shows" text.
 - :mod:`~r2mad_core.report.comparison`: the reproduction against the paper's numbers, the claims with McNemar.
+- :mod:`~r2mad_core.report.viewer`: a run's debates as one self-contained HTML page (``r2mad view``) or inline in a
+  notebook: rounds x agents, stance changes, retrieved experiences, peer confidences, MAD-M2 masking.
 """
