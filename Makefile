@@ -9,7 +9,7 @@ PIP := $(PY) -m pip
 # printed lines say what that shows). Real models: PROFILE=cpu (SmolLM2 on llama.cpp), PROFILE=api (any
 # OpenAI-compatible endpoint; see README), PROFILE=paper (vLLM on a GPU).
 PROFILE ?= sim
-EXTRAS ?= cpu,notebooks,dev
+EXTRAS ?= cpu,notebooks,dev,docs
 # The benchmark files ship inside the package (r2mad_core/data/packaged); set R2MAD_DATA_DIR to use
 # a folder of your own instead (an empty folder is filled from the Hugging Face Hub: EXTRAS=...,hub).
 
