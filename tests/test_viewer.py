@@ -81,14 +81,17 @@ def test_retrieved_experiences_come_from_the_bank(runs, tmp_path):
         cases[case["case_id"]] = case
     out = viewer.write_page([runs["r2mad"]], tmp_path / "one.html", question=record["sample_id"])
     text = out.read_text()
-    assert text.count('<tr class="case">') == sum(len(a["retrieved"]["case_ids"]) for rnd in record["rounds"][1:]
+    assert text.count('<div class="case"') == sum(len(a["retrieved"]["case_ids"]) for rnd in record["rounds"][1:]
                                                   for a in rnd["agents"])
     for k, case_id in enumerate(info["case_ids"]):
         case = cases[case_id]
-        row = re.search(rf'<tr class="case"><td>{re.escape(case_id)}</td>(.*?)</tr>', text, re.S).group(1)
-        assert viewer._e(case["state"]["question"]) in row  # the case's question
-        assert f'<td>{case["gold"]}</td>' in row  # the reference
-        assert f"<td>{info['rewards'][k]}</td><td>{info['scores'][k]:.3f}</td>" in row  # reward, MMR score
+        block = re.search(rf'<div class="case" data-case="{re.escape(case_id)}">(.*?)</details></div>', text, re.S).group(1)
+        assert f"<pre data-question>{viewer._e(case['state']['question'])}</pre>" in block  # the case's question
+        assert f"<b data-reference>{case['gold']}</b>" in block  # the reference
+        answer = case["answers"][0]
+        assert viewer._answer_badge(answer, case["correct"][0]) in block  # agent 0's answer then
+        assert f"<b data-reward>{info['rewards'][k]}</b>" in block  # the reward the run used
+        assert f"<b data-score>{info['scores'][k]:.3f}</b>" in block  # the MMR score
     assert f"λ_t = {info['lambda']:.2f}" in text
     for peer, label in turn["peer_confidence"].items():
         assert f"agent {peer}: {label} (c = {info['confidence'][peer]:.2f})" in text

@@ -199,19 +199,20 @@ STYLE = """
 .r2v .what{color:#444;margin:2px 0}.r2v .runs{display:flex;flex-wrap:wrap;gap:14px;align-items:flex-start}
 .r2v .run{flex:1 1 520px;min-width:0;border:1px solid #d0d4da;border-radius:6px;padding:8px;background:#fbfcfd}
 .r2v table.grid{border-collapse:collapse;width:100%;table-layout:fixed}
-.r2v table.grid th,.r2v table.grid td{border:1px solid #d0d4da;padding:5px;vertical-align:top;text-align:left}
-.r2v table.grid th{background:#eef1f5;font-weight:600}.r2v td.agent{width:64px;font-weight:600;background:#f4f6f8}
+.r2v table.grid th,.r2v table.grid td{border:1px solid #d0d4da;padding:5px;vertical-align:top;text-align:left;
+ overflow-wrap:anywhere}
+.r2v table.grid th{background:#eef1f5;font-weight:600}.r2v .agent{width:84px;font-weight:600;background:#f4f6f8}
 .r2v .ans{display:inline-block;padding:1px 7px;border-radius:10px;font-weight:700}
 .r2v .ok{background:#d8f3dc;color:#1b5e20}.r2v .bad{background:#fde2e1;color:#9b1c1c}.r2v .none{background:#eee;color:#555}
 .r2v td.w2c{box-shadow:inset 0 0 0 3px #2e7d32}.r2v td.c2w{box-shadow:inset 0 0 0 3px #c62828}
 .r2v td.changed{box-shadow:inset 0 0 0 3px #f0a202}.r2v .flip{font-size:11px;font-weight:600;margin-left:4px}
 .r2v .tag{font-size:11px;color:#555;margin-left:4px}.r2v .peers{margin-top:3px;font-size:12px}
 .r2v .high{color:#1b5e20;font-weight:600}.r2v .low{color:#9b1c1c;font-weight:600}
-.r2v details{margin-top:3px}.r2v summary{cursor:pointer;color:#2457a6}
+.r2v details{margin-top:3px}.r2v summary{cursor:pointer;color:#2457a6;font-size:12px}
 .r2v pre{white-space:pre-wrap;word-break:break-word;margin:3px 0;font-size:12px;background:#fff;
  border:1px solid #e3e6ea;padding:4px;max-height:260px;overflow:auto}
-.r2v table.exp{border-collapse:collapse;width:100%;font-size:11.5px;margin-top:3px}
-.r2v table.exp th,.r2v table.exp td{border:1px solid #e0e3e8;padding:2px 4px;vertical-align:top}
+.r2v .case{border-left:3px solid #9fb3c8;background:#fff;margin:4px 0;padding:2px 5px;font-size:12px;
+ overflow-wrap:anywhere}.r2v .cid{font-family:monospace;font-size:11px;color:#333}
 .r2v .mask{font-size:12px;color:#6a3d00}.r2v .final{margin:4px 0}
 .r2v section.q{border-top:2px solid #c9ced6;padding-top:6px;margin-top:14px}
 .r2v .filters{background:#eef1f5;padding:6px 8px;border-radius:6px;margin:8px 0}
@@ -265,28 +266,35 @@ def _number(value: Any, digits: int = 3) -> str:
 
 
 def _experiences(turn: Mapping[str, Any], run: RunView, expand: bool = False) -> str:
+    """E_i^(t): one block per retrieved case (narrow enough for a grid cell)."""
     info = turn.get("retrieved") or {}
     ids = info.get("case_ids") or []
     if not info:
         return ""
     shown = "shown in the prompt" if info.get("memory_shown", True) else "not shown (w/o Memory: confidence only)"
-    rows = []
-    scores, sims, rewards = (info.get(k) or [None] * len(ids) for k in ("scores", "similarities", "rewards"))
+
+    def at(key: str, k: int) -> Any:
+        values = info.get(key) or []
+        return values[k] if k < len(values) else None
+
+    blocks = []
     for k, case_id in enumerate(ids):
         case = run.cases.get(case_id)
+        numbers = (f'<span class="tag">reward <b data-reward>{_e(at("rewards", k))}</b> · MMR score '
+                   f'<b data-score>{_number(at("scores", k))}</b> · similarity {_number(at("similarities", k))}</span>')
         if case is None:
-            question = answer = reference = "–"
+            detail = '<div class="tag">case text not available (memory bank not found)</div>'
         else:
-            question = f"<pre>{_e(case.state.question)}</pre>"
-            answer = _answer_badge(case.answer, case.is_correct) + f' <span class="tag">round {case.round_index}</span>'
-            reference = _e(case.gold)
-        rows.append(f'<tr class="case"><td>{_e(case_id)}</td><td>{question}</td><td>{answer}</td><td>{reference}</td>'
-                    f"<td>{_e(rewards[k] if k < len(rewards) else None)}</td><td>{_number(scores[k] if k < len(scores) else None)}</td>"
-                    f"<td>{_number(sims[k] if k < len(sims) else None)}</td></tr>")
-    return (f'<details class="experiences"{" open" if expand else ""}><summary>{len(ids)} experiences, λ_t = {_number(info.get("lambda"), 2)} '
-            f'({_e(info.get("policy"))}; {shown})</summary><table class="exp"><tr><th>case</th><th>question</th>'
-            "<th>its answer then</th><th>reference</th><th>reward</th><th>MMR score</th><th>similarity</th></tr>"
-            + "".join(rows) + "</table></details>")
+            stem = case.state.question.strip().split("\n", 1)[0]
+            detail = (f'<div>its answer then {_answer_badge(case.answer, case.is_correct)} '
+                      f'<span class="tag">(round {case.round_index})</span> · reference <b data-reference>'
+                      f'{_e(case.gold)}</b></div><details><summary>{_e(stem[:90] + ("…" if len(stem) > 90 else ""))}'
+                      f'</summary><pre data-question>{_e(case.state.question)}</pre></details>')
+        blocks.append(f'<div class="case" data-case="{_e(case_id)}"><div class="cid">{_e(case_id)}</div>{numbers}'
+                      f"{detail}</div>")
+    return (f'<details class="experiences"{" open" if expand else ""}><summary>{len(ids)} experiences, λ_t = '
+            f'{_number(info.get("lambda"), 2)} ({_e(info.get("policy"))}; {shown})</summary>' + "".join(blocks)
+            + "</details>")
 
 
 def _peers(turn: Mapping[str, Any]) -> str:
