@@ -44,11 +44,17 @@ DOCS = [
     ("protocol.md", "Protocol: paper, authors, ours"),
     ("ablations.md", "Running an ablation"),
     ("paper-run.md", "The paper's run"),
+    ("command-line.md", "The command line and the debate viewer"),
+    ("data.md", "The data"),
     ("engines.md", "Engines and the cache"),
     ("performance.md", "Performance log"),
     ("reliability.md", "Reliability"),
     ("extending.md", "Extending"),
+    ("power.md", "Statistical power of the claims"),
 ]
+
+#: Other Markdown files the pages link to, copied so the links resolve (not in the navigation).
+LINKED = ["notebooks/README.md", "benchmarks/README.md"]
 
 
 def mathjax_dir() -> Path:
@@ -64,7 +70,7 @@ def stage(profile: str, stage_dir: Path) -> list[dict[str, object]]:
         shutil.rmtree(stage_dir)
     (stage_dir / "docs").mkdir(parents=True)
     (stage_dir / "notebooks").mkdir()
-    shutil.copy2(ROOT / "README.md", stage_dir / "index.md")
+    shutil.copy2(ROOT / "README.md", stage_dir / "README.md")  # mkdocs makes it index.html
     # The README links docs/x.md; in the book the index sits beside docs/, so those links resolve as they are.
     executed = ROOT / "notebooks" / "executed" / profile
     nav_notebooks = []
@@ -81,8 +87,12 @@ def stage(profile: str, stage_dir: Path) -> list[dict[str, object]]:
     for name in order:
         shutil.copy2(pages[name], stage_dir / "docs" / name)
         nav_docs.append({titles.get(name, Path(name).stem.replace("-", " ").capitalize()): f"docs/{name}"})
+    for name in LINKED:
+        if (ROOT / name).exists():
+            (stage_dir / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, stage_dir / name)
     shutil.copytree(mathjax_dir(), stage_dir / "assets" / "mathjax")
-    return [{"Home": "index.md"}, {f"Notebooks ({profile} profile)": nav_notebooks}, {"Documentation": nav_docs}]
+    return [{"Home": "README.md"}, {f"Notebooks ({profile} profile)": nav_notebooks}, {"Documentation": nav_docs}]
 
 
 def config(profile: str, stage_dir: Path, site_dir: Path, nav: list[dict[str, object]]) -> dict[str, object]:
