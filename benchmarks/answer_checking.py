@@ -1,7 +1,7 @@
 """Answer checking speed: extract_answer and is_correct on MATH500 and multiple choice.
 
 Usage:
-    R2MAD_DATA_DIR=../shared/data .venv/bin/python benchmarks/answer_checking.py [--pairs 300]
+    .venv/bin/python benchmarks/answer_checking.py [--pairs 300]   # the packaged data; R2MAD_DATA_DIR=DIR for yours
 
 Measures, per call: extraction from the 500 MATH500 reference solutions; is_correct on
 (a) a matching answer in the same form (normal-form fast path), (b) a matching answer in another form

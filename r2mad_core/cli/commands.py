@@ -379,6 +379,37 @@ def score_command(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------------------------
+# view
+# --------------------------------------------------------------------------------------------
+def add_view_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR",
+                        help="a run directory written by r2mad run; a second one (e.g. MAD beside R2-MAD) is shown "
+                        "beside it, question by question")
+    parser.add_argument("--question", metavar="ID", help="only this question (a sample id, e.g. truthfulqa:768)")
+    parser.add_argument("--out", type=Path, metavar="FILE", help="the HTML file to write (default: RUN_DIR/view.html)")
+    parser.add_argument("--memory", type=Path, metavar="DIR",
+                        help="the memory bank of the first run, if it is no longer where its config.json says")
+    parser.add_argument("--shared-only", action="store_true", help="only the shared-misconception questions")
+    parser.add_argument("--differs-only", action="store_true",
+                        help="only the questions where the two runs end differently (one right, one wrong)")
+    parser.add_argument("--limit", type=positive_int, metavar="N", help="at most N questions")
+
+
+def view_command(args: argparse.Namespace) -> int:
+    from r2mad_core.report import viewer
+
+    if args.out is not None and args.out.is_dir():
+        raise UsageError(f"--out {args.out}: is a directory, expected an HTML file name")
+    try:
+        path = viewer.write_page(args.run_dirs, args.out, question=args.question, memory=args.memory,
+                                 shared_only=args.shared_only, differs_only=args.differs_only, limit=args.limit)
+    except viewer.ViewerError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"wrote {path}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
 # Assembly
 # --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -400,6 +431,8 @@ COMMANDS: list[Command] = [
     ),
     Command("audit", "check a memory bank (sizes, balance, duplicates, stale embeddings, labels)",
             memory_cli.add_audit_arguments, memory_cli.audit_command),
+    Command("view", "write a run's debates as one self-contained HTML page (rounds x agents, retrieval, confidence)",
+            add_view_arguments, view_command),
 ]
 
 

@@ -13,7 +13,7 @@ file is located without importing the package (importing it imports the ``llm`` 
 
 Threads: the default is the number of cores this process may use. On a shared machine 1 thread
 is steadier: when another process keeps a core busy, llama.cpp with 2 threads slows 5-20x
-(ENGINE-NOTES.md).
+(measured: docs/performance.md).
 
 The server stops on :meth:`LocalEngine.close`, on leaving a ``with`` block, and at interpreter
 exit.

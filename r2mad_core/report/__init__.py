@@ -12,4 +12,6 @@
 - :mod:`~r2mad_core.report.variants`: a profile plus overrides (an ablation): its own folder, labels, and the
   comparison with the profile's run on the same questions; sweeps drawn against the parameter.
 - :mod:`~r2mad_core.report.ablations`: ``reproduce --set/--variant/--sweep``: the baseline first, then each variant.
+- :mod:`~r2mad_core.report.viewer`: a run's debates as one self-contained HTML page (``r2mad view``) or inline in a
+  notebook: rounds x agents, stance changes, retrieved experiences, peer confidences, MAD-M2 masking.
 """
