@@ -10,11 +10,11 @@ PIP := $(PY) -m pip
 # OpenAI-compatible endpoint; see README), PROFILE=paper (vLLM on a GPU).
 PROFILE ?= sim
 # The extras a venv was built with are remembered in .venv/.extras: a later `make` (e.g. after a pyproject.toml
-# change) reinstalls those, never the CPU ones over a GPU venv. First build: gpu,notebooks,dev,docs for PROFILE=paper,
+# change) reinstalls those, never the CPU ones over a GPU venv. First build: gpu,notebooks,dev for PROFILE=paper,
 # else cpu,notebooks,dev,docs. Naming other EXTRAS on the command line rebuilds the venv's packages with them.
 REMEMBERED_EXTRAS := $(strip $(shell cat $(VENV)/.extras 2>/dev/null))
 ifeq ($(PROFILE),paper)
-DEFAULT_EXTRAS := gpu,notebooks,dev,docs
+DEFAULT_EXTRAS := gpu,notebooks,dev
 else
 DEFAULT_EXTRAS := cpu,notebooks,dev,docs
 endif

@@ -575,8 +575,11 @@ def _ablation_main(args: argparse.Namespace, overrides: Mapping[str, Any], only:
         notebooks = [p.stem for p in discover_notebooks(args.notebooks_dir or default_notebooks_dir(), only)]
         for line in banner(base):
             print(line)
+        # the baseline runs first only where it costs nothing but this machine's time (simulated agents)
+        engines = {m.get("engine") for m in [*base["models"], *(base.fields.get("large_models") or [])]}
         return run_ablation(run, base.name, paths.figures_dir, notebooks, overrides, name=args.variant,
-                            sweep=args.sweep, only=only, engine_note=" ".join(banner(base)[:1]))
+                            sweep=args.sweep, only=only, engine_note=" ".join(banner(base)[:1]),
+                            baseline_first=engines <= {"simulated"} and not args.estimate_only)
     except (FileNotFoundError, ProfileError, ValueError) as exc:
         print(f"reproduce: {exc}", file=sys.stderr)
         return 2

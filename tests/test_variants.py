@@ -43,9 +43,10 @@ def test_the_name_is_sorted_stable_and_filesystem_safe() -> None:
 def test_an_override_equal_to_the_profiles_value_is_no_variant() -> None:
     said: list[str] = []
     assert same_value(1, 1.0) and not same_value(True, 1) and same_value([0.0, 0.5], [0, 0.5])
-    assert plan_variant("tiny", {"gamma": 0.9, "top_k": 3}, echo=said.append) is None
+    # tiny leaves K to its preset (paper: K = 1): top_k=1 is its own value
+    assert plan_variant("tiny", {"gamma": 0.9, "top_k": 1}, echo=said.append) is None
     assert said == ["reproduce: gamma=0.9 is the profile tiny's own value: not a variant",
-                    "reproduce: top_k=3 is the profile tiny's own value: not a variant"]
+                    "reproduce: top_k=1 is the profile tiny's own value: not a variant"]
     with pytest.raises(ValueError, match="--variant mine: no --set value differs from profile tiny"):
         plan_variant("tiny", {"gamma": 0.9}, "mine", echo=said.append)
 
@@ -53,7 +54,7 @@ def test_an_override_equal_to_the_profiles_value_is_no_variant() -> None:
 def test_two_overrides_make_one_variant_and_only_real_changes_count() -> None:
     variant = plan_variant("tiny", {"top_k": 5, "gamma": 0.5, "n_rounds": 3}, echo=lambda line: None)
     assert variant.name == "gamma=0.5,top_k=5"
-    assert variant.describe() == "gamma = 0.5 (profile tiny: 0.9); top_k = 5 (profile tiny: 3)"
+    assert variant.describe() == "gamma = 0.5 (profile tiny: 0.9); top_k = 5 (profile tiny: 1)"
     assert variant_overrides(variant) == {"gamma": 0.5, "top_k": 5}
     named = plan_variant("tiny", {"gamma": 0.5}, "low-gamma", echo=lambda line: None)
     assert named.name == "low-gamma" and named.note() == (

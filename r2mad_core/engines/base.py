@@ -53,7 +53,7 @@ class Request:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "messages", tuple(dict(m) for m in self.messages))
-        object.__setattr__(self, "_keys", {})  # key() per (engine identity, model): not a field
+        object.__setattr__(self, "_keys", {})  # key() per (seed scheme, engine identity, model): not a field
 
     def key(self, engine_identity: str, model: str) -> str:
         """Cache key: hash of (engine identity, model, messages, sampling parameters, sample index).
@@ -62,7 +62,8 @@ class Request:
         the same generation. The seed scheme's version is part of it (:data:`SEED_SCHEME`).
         Computed once per request and (identity, model): the cache and the simulated engine both ask.
         """
-        cached = self._keys.get((engine_identity, model))  # type: ignore[attr-defined]
+        memo = (SEED_SCHEME, engine_identity, model)
+        cached = self._keys.get(memo)  # type: ignore[attr-defined]
         if cached is not None:
             return cached
         payload = {
@@ -76,7 +77,7 @@ class Request:
         }
         blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
         key = hashlib.sha256(blob.encode("utf-8")).hexdigest()
-        self._keys[(engine_identity, model)] = key  # type: ignore[attr-defined]
+        self._keys[memo] = key  # type: ignore[attr-defined]
         return key
 
 

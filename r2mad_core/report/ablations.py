@@ -69,10 +69,17 @@ def comparison_lines(figures_dir: Path) -> list[str]:
 
 
 def ensure_baseline(run: Runner, profile: str, profile_dir: Path, notebooks: Sequence[str],
-                    echo: Callable[[str], None]) -> bool:
-    """Run the profile itself for the notebooks it has not run yet (a variant is compared with it)."""
+                    echo: Callable[[str], None], auto: bool = True) -> bool:
+    """Run the profile itself for the notebooks it has not run yet (a variant is compared with it). ``auto`` False
+    (a profile on paid or GPU engines, or an estimate): say what is missing and go on without it (ours: a variant that
+    shrinks a run, ``--set test_limit=1``, must not start the full profile's run)."""
     missing = notebooks_without_baseline(profile_dir, notebooks)
     if not missing:
+        return True
+    if not auto:
+        echo(f"reproduce: the baseline (profile {profile} itself) has not run {', '.join(missing)}; not running it "
+             f"first (its engines are not the free simulated ones); the variant is compared with it once it has "
+             f"(make reproduce PROFILE={profile})")
         return True
     echo(f"reproduce: the baseline (profile {profile} itself) has not run {', '.join(missing)}: running it first, "
          f"into its own folder, so the variant has something to be compared with")
@@ -81,13 +88,13 @@ def ensure_baseline(run: Runner, profile: str, profile_dir: Path, notebooks: Seq
 
 def run_ablation(run: Runner, profile: str, profile_dir: Path, notebooks: Sequence[str], overrides: Mapping[str, Any],
                  *, name: str | None = None, sweep: str | None = None, only: Sequence[str] | None = None,
-                 engine_note: str = "", echo: Callable[[str], None] = print) -> int:
+                 engine_note: str = "", echo: Callable[[str], None] = print, baseline_first: bool = True) -> int:
     """``reproduce --set ... [--variant NAME] [--sweep KEY=V1,V2,...]``: the exit code."""
     if sweep is None:
         variant = plan_variant(profile, overrides, name, echo)
         if variant is None:
             return 0 if run({}, None, only) is not None else 1
-        if not ensure_baseline(run, profile, profile_dir, notebooks, echo):
+        if not ensure_baseline(run, profile, profile_dir, notebooks, echo, baseline_first):
             return 1
         echo(f"reproduce: variant {variant.name} of profile {profile}: {variant.describe()}; its figures and tables "
              f"go to {variant_dir(profile_dir, variant.name)} (the profile's own are not touched)")
@@ -100,7 +107,7 @@ def run_ablation(run: Runner, profile: str, profile_dir: Path, notebooks: Sequen
     key, values = parse_sweep(sweep)
     fixed = plan_variant(profile, {k: v for k, v in overrides.items() if k != key}, None, echo)
     base = profile_values(profile)
-    if not ensure_baseline(run, profile, profile_dir, notebooks, echo):
+    if not ensure_baseline(run, profile, profile_dir, notebooks, echo, baseline_first):
         return 1
     points = []
     for value in values:

@@ -35,6 +35,8 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from r2mad_core.experiments.protocol import PROFILE_CHOICES
+
 VARIANTS_DIR = "variants"
 SWEEPS_DIR = "sweeps"
 #: The environment variable ``reproduce`` passes the overrides and the chosen name through to the kernels
@@ -151,10 +153,12 @@ class Variant:
 def differences(values: Mapping[str, Any], profile_values: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
     """``field -> (value, profile's value)`` for every parameter in ``values`` that differs from the profile's
     (paths and the profile's name never count; a name the profile does not have is an override of nothing: kept
-    with profile value None)."""
+    with profile value None; a protocol choice given as None is the preset's value, the profile's own)."""
     found = {}
     for key, value in values.items():
         if key in NOT_OVERRIDES or key.startswith("_") or value is Ellipsis:
+            continue
+        if value is None and key in PROFILE_CHOICES:  # a protocol choice left to the preset: the profile's own
             continue
         base = profile_values.get(key)
         if key not in profile_values or not same_value(value, base):
@@ -163,10 +167,16 @@ def differences(values: Mapping[str, Any], profile_values: Mapping[str, Any]) ->
 
 
 def profile_values(profile: str) -> dict[str, Any]:
-    """Every notebook parameter of a profile (the fields, ``extra_parameters`` spread out, optional defaults)."""
+    """Every notebook parameter of a profile (the fields, ``extra_parameters`` spread out, optional defaults), each
+    protocol choice the profile leaves to its preset at the preset's value (``top_k`` of the paper preset: 1)."""
     from r2mad_core.experiments.profiles import load_profile
 
-    return load_profile(profile).parameters({})
+    loaded = load_profile(profile)
+    values = loaded.parameters({})
+    for name, value in loaded.spec.choices.items():
+        if values.get(name) is None:
+            values[name] = value
+    return values
 
 
 def shown_path(path: str | Path) -> str:
@@ -250,10 +260,10 @@ def _pairs(outcomes: Sequence[Any], baseline: Any) -> tuple[dict[str, bool], dic
             return None
         same = same and Path(run_dir).resolve() == Path(outcome.run_dir).resolve()
         for r in outcome.records:
-            mine[f"{outcome.model.label}/{outcome.benchmark}/{r['sample_id']}"] = bool(r["correct"])
+            mine[f"{outcome.model.label}/{outcome.benchmark}/{r.sample_id}"] = bool(r.correct)
         for r in records:
-            theirs[f"{outcome.model.label}/{outcome.benchmark}/{r['sample_id']}"] = bool(r["correct"])
-        accuracies.append(sum(bool(r["correct"]) for r in records) / len(records))
+            theirs[f"{outcome.model.label}/{outcome.benchmark}/{r.sample_id}"] = bool(r.correct)
+        accuracies.append(sum(bool(r.correct) for r in records) / len(records))
     return mine, theirs, accuracies, same
 
 

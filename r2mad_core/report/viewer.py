@@ -119,7 +119,8 @@ def load_view(run_dir: str | Path, memory: str | Path | None = None) -> RunView:
         config, records = load_run(run_dir)
     except (FileNotFoundError, ValueError) as exc:
         raise ViewerError(str(exc)) from None
-    view = RunView(run_dir, config, {r["sample_id"]: r for r in records})
+    # the page shows each line as the file holds it (its JSON: peer keys as strings), read through the typed records
+    view = RunView(run_dir, config, {r.sample_id: r.model_dump(mode="json") for r in records})
     named = memory if memory is not None else config["method"].get("options", {}).get("memory")
     if named is not None:
         bank = _find_bank(run_dir, named)
