@@ -572,11 +572,14 @@ def _ablation_main(args: argparse.Namespace, overrides: Mapping[str, Any], only:
         return ReproductionPaths(args.output_dir, profile.name, variant=name).artifacts_dir if code == 0 else None
 
     try:
+        if not args.sweep:
+            load_profile(args.profile, overrides)  # a bad override is one line now, before any baseline runs
         notebooks = [p.stem for p in discover_notebooks(args.notebooks_dir or default_notebooks_dir(), only)]
         for line in banner(base):
             print(line)
         # the baseline runs first only where it costs nothing but this machine's time (simulated agents)
-        engines = {m.get("engine") for m in [*base["models"], *(base.fields.get("large_models") or [])]}
+        engines = {m.get("engine") for m in [*base["models"], *(base.fields.get("large_models") or [])]
+                   if not m.get("stand_in")}  # a stand-in runs on one of the models
         return run_ablation(run, base.name, paths.figures_dir, notebooks, overrides, name=args.variant,
                             sweep=args.sweep, only=only, engine_note=" ".join(banner(base)[:1]),
                             baseline_first=engines <= {"simulated"} and not args.estimate_only)

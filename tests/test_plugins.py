@@ -174,13 +174,15 @@ def test_a_toy_benchmark_method_policy_and_engine_run_through_every_notebook_of_
         "models": "[{label: Coin, engine: toy_coin}]", "retrieval_models": "[Coin]", "icl_models": "[Coin]",
         "large_models": "[{label: Llama-3.3-70B-Instruct, stand_in: Coin}, {label: GPT-4o-mini, stand_in: Coin}]",
     }
-    command = [sys.executable, "-m", "r2mad_core.reproduce", "--profile", "tiny", "--output-dir", str(tmp_path / "out")]
+    # the overrides make a variant (named toy) of the tiny profile: the profile's own run first, then the variant
+    command = [sys.executable, "-m", "r2mad_core.reproduce", "--profile", "tiny", "--output-dir", str(tmp_path / "out"),
+               "--variant", "toy"]
     for key, value in overrides.items():
         command += ["--set", f"{key}={value}"]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stderr[-3000:]
     assert all(f"[{k}/10]" in result.stdout + result.stderr for k in range(1, 11))
-    figures = tmp_path / "out" / "figures" / "tiny"
+    figures = tmp_path / "out" / "figures" / "tiny" / "variants" / "toy"
 
     def rows(name: str) -> list[dict[str, str]]:
         with open(figures / f"{name}.csv", newline="") as f:
@@ -193,11 +195,13 @@ def test_a_toy_benchmark_method_policy_and_engine_run_through_every_notebook_of_
     ablation = rows("tab_retrieval_ablation")
     assert list(dict.fromkeys(r["method"] for r in ablation)) == ["Similarity-based", "Toy MMR", "Debate-State-Aware"]
     # notebook 01: the toy benchmark's split sizes next to the paper's four (no paper size for it)
-    splits = {r["benchmark"]: r for r in rows("tab_data_splits")}
-    assert splits["Toy quiz"]["test"] == "2" and splits["Toy quiz"]["train"] == "6" and splits["Toy quiz"]["test (paper)"] == ""
-    assert splits["TruthfulQA"]["test (paper)"] == "166"
+    splits = {(r["benchmark"], r["split"]): r["value"] for r in rows("tab_data_splits")}
+    assert (splits["Toy quiz", "test"], splits["Toy quiz", "train"], splits["Toy quiz", "test (paper)"]) == ("2", "6", "")
+    assert splits["TruthfulQA", "test (paper)"] == "166"
+    # the profile's own run came first, beside the variant (the simulated agents: nothing but this machine's time)
+    assert (tmp_path / "out" / "figures" / "tiny" / "tab_main_results.csv").is_file()
     # every run was the toy engine's: its coin-flip text in every transcript
-    every = sorted((tmp_path / "out" / "runs" / "tiny").glob("**/transcripts.jsonl"))
+    every = sorted((tmp_path / "out" / "runs" / "tiny").glob("*/toy_quiz/**/transcripts.jsonl"))
     assert every and all("the answer is ((" in path.read_text() for path in every)
     # the toy method's run is a 2-agent debate of the toy benchmark's 2 test questions
     runs = sorted((tmp_path / "out" / "runs" / "tiny").glob("*/toy_quiz/toy_two_agents-*/transcripts.jsonl"))

@@ -36,6 +36,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from r2mad_core.experiments.protocol import PROFILE_CHOICES
+from r2mad_core.report.tables import Table
 
 VARIANTS_DIR = "variants"
 SWEEPS_DIR = "sweeps"
@@ -275,7 +276,7 @@ def compare_table(table: Any, variant: Variant, baseline: Any, *, bootstrap_resa
     overrides). A cell the profile has not run has no profile value."""
     from r2mad_core.debate.scoring import paired_test
 
-    cells = getattr(table, "cells", None) or {}
+    cells = (table.cells if isinstance(table, Table) else None) or {}  # a DataFrame's "cells" would be a column
     row_names = [n or "row" for n in table.values.index.names]
     column_name = table.values.columns.name or "column"
     rows = []
@@ -410,7 +411,6 @@ def sweep_artifacts(points: Sequence[SweepPoint], key: str, profile: str, profil
     import numpy as np
 
     from r2mad_core.report.artifacts import apply_style, save_figure, save_table
-    from r2mad_core.report.tables import Table
 
     apply_style()
     labels = [show_value(p.value) + (f" (profile {profile})" if p.is_profile else "") for p in points]
@@ -567,7 +567,7 @@ class TableComparer:
                        f"variant's runs and cache)."])
             return
         frame = compare_table(table, self.variant, self.baseline, bootstrap_resamples=self.bootstrap_resamples,
-                              seed=self.seed) if getattr(table, "cells", None) else pd.DataFrame()
+                              seed=self.seed) if isinstance(table, Table) and table.cells else pd.DataFrame()
         tested = not frame.empty
         if not tested:
             frame = compare_files(baseline_dir / f"{name}.csv", Path(self.ctx.out_dir) / f"{name}.csv")
