@@ -148,7 +148,8 @@ SMALL = ["test_limit=1", "train_limit=2", "benchmarks=[truthfulqa]", "retrieval_
 
 
 def _reproduce(out: Path, *extra: str) -> list[str]:
-    argv = ["--profile", "api", "--only", "03", "--output-dir", str(out)]
+    # a smaller run is a variant of the api profile (named small); its baseline is not run first (a paid engine)
+    argv = ["--profile", "api", "--only", "03", "--output-dir", str(out), "--variant", "small"]
     for item in SMALL:
         argv += ["--set", item]
     return argv + list(extra)
@@ -192,5 +193,6 @@ def test_api_profile_estimates_then_stops_at_the_cap_and_resumes(tmp_path: Path,
         assert fresh.requests_served == cap + resumed
         # the estimate is an upper bound: no early stop, every debate runs all rounds
         assert fresh.requests_served <= requests
-    manifest = json.loads((tmp_path / "fresh" / "figures" / "api" / "MANIFEST.json").read_text())
+    assert not (tmp_path / "fresh" / "figures" / "api" / "MANIFEST.json").exists()  # nothing of the profile's own
+    manifest = json.loads((tmp_path / "fresh" / "figures" / "api" / "variants" / "small" / "MANIFEST.json").read_text())
     assert any("fake-model" in json.dumps(record) for record in manifest.values())

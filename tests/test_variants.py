@@ -205,3 +205,14 @@ def test_sweep_artifacts_draw_each_table_against_the_parameter(tmp_path: Path) -
     assert labels["titles"][0] == "tab_t against gamma (profile p: 0.9; dotted line)"
     assert sentences == ["tab_t: over gamma = 0.0, 0.5, 0.9, the cell that moves most is A / TruthfulQA "
                          "(0.000, 0.500, 0.900; range 0.900); the median range over the 2 cells is 0.900."]
+
+
+def test_a_flat_table_with_a_flag_column_is_compared_number_by_number(tmp_path: Path) -> None:
+    """A theory table (flat, with True/False columns): the flags must match as text, the numbers are differenced."""
+    profile, variant = tmp_path / "p.csv", tmp_path / "v.csv"
+    profile.write_text("cell,holds,slack\na,True,0.5\nb,False,0.25\n")
+    variant.write_text("cell,holds,slack\na,True,0.75\nb,False,0.25\n")
+    frame = variants.compare_files(profile, variant)
+    assert list(frame["column"]) == ["slack", "slack"] and list(frame["difference"]) == [0.25, 0.0]
+    variant.write_text("cell,holds,slack\na,False,0.75\nb,False,0.25\n")  # a flag that changed: not comparable
+    assert variants.compare_files(profile, variant) is None

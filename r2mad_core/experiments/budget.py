@@ -279,9 +279,13 @@ class EstimatingGateway(_Gateway):
         with self._lock:
             self.usage.add(Usage(1, prompt_tokens, max_tokens))
             self.models.add(str(request.get("model")))
+            number = int(self.usage.requests)
+        # each reply differs (its number first): two later prompts built from replies are never the same request, so
+        # the response cache cannot fold them into one (summaries of rounds with equal replies did: 6 of 9 counted)
+        text = f"#{number} " + FILLER_TOKEN * max(max_tokens - 1, 0)
         choice: dict[str, Any] = {
             "index": 0,
-            "message": {"role": "assistant", "content": FILLER_TOKEN * max_tokens},
+            "message": {"role": "assistant", "content": text},
             "finish_reason": "length",
         }
         if request.get("logprobs"):

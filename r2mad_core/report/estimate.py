@@ -274,7 +274,9 @@ def estimate_profile(fields: Mapping[str, Any], *, profile: str = "paper", test_
         return {"label": spec.label, "engine": ENGINE_NAME, "model": spec.model or spec.label,
                 "options": {"context": context}}
 
-    estimate = Estimate(profile=profile, gpu_models=[m.label for m in gpu], sample=(test_sample, train_sample))
+    # the evaluated models and a memory-only model on vLLM share the GPU (the paper profile: Qwen3-4B-Instruct-2507)
+    on_gpu = [m.label for m in gpu] + [m.label for m in builders if m.engine == "vllm"]
+    estimate = Estimate(profile=profile, gpu_models=on_gpu, sample=(test_sample, train_sample))
     for spec in [*gpu, *large, *builders]:
         estimate.contexts[spec.label] = spec.options.get("max_model_len")
         estimate.lengths[spec.label] = LengthModel.for_model(spec.model or spec.label)

@@ -526,7 +526,10 @@ def compare_files(profile_csv: Path, variant_csv: Path) -> pd.DataFrame | None:
         return merged.dropna(subset=["variant", "profile"])
     if len(mine) != len(theirs):
         return None
-    numeric = [c for c in mine.columns if pd.api.types.is_numeric_dtype(mine[c]) and pd.api.types.is_numeric_dtype(theirs[c])]
+    def number(frame: pd.DataFrame, column: str) -> bool:  # a flag column (True/False) is text here, not a number
+        return pd.api.types.is_numeric_dtype(frame[column]) and not pd.api.types.is_bool_dtype(frame[column])
+
+    numeric = [c for c in mine.columns if number(mine, c) and number(theirs, c)]
     text = [c for c in mine.columns if c not in numeric]
     if not numeric or not mine[text].astype(str).equals(theirs[text].astype(str)):
         return None
