@@ -80,11 +80,12 @@ def check_choice(owner: str, name: str, value: Any, choices: Sequence[Any]) -> A
 class Spec:
     """What a field of :class:`DebateSettings` accepts: ``kind`` int, float, bool or choice; bounds or vocabulary;
     ``doc`` (one line, the CLI help); ``flag`` (the command-line flag; for a bool the flag that sets the non-default
-    value)."""
+    value, ``flag_doc`` its help)."""
 
     kind: str
     doc: str
     flag: str
+    flag_doc: str = ""
     minimum: float | None = None
     maximum: float | None = None
     low_open: bool = False
@@ -125,9 +126,11 @@ class DebateSettings:
     max_tokens: int = setting(512, "max new tokens per response (default: 512; paper: 6144)", flag="--max-tokens",
                               minimum=1)
     stop_at_unanimity: bool = setting(True, "stop a debate when all agents agree (Cons = 1, Eq. 3; memory "
-                                      "construction debates all rounds, Appendix A)", flag="--no-early-stop")
+                                      "construction debates all rounds, Appendix A)", flag="--no-early-stop",
+                                      flag_doc="debate all rounds even when the agents agree (MAD methods)")
     with_summaries: bool = setting(False, "generate debate summaries h^(t) (Eq. 2; R2-MAD and memory construction "
-                                   "always do)", flag="--with-summaries")
+                                   "always do)", flag="--with-summaries",
+                                   flag_doc="generate debate summaries h^(t) (MAD; Eq. 2)")
     summary_max_tokens: int = setting(128, "max tokens of a debate summary h^(t) (default: 128; the paper does not "
                                       "say)", flag="--summary-max-tokens", minimum=1)
     vote_rule: str = setting("plurality", "final answer rule: plurality over equivalent answers (Appendix A, "
