@@ -62,6 +62,15 @@ from r2mad_core.debate.scheduling import SCHEDULES
 from r2mad_core.debate.scoring import TRUNCATED_ANSWER_POLICIES, VOTE_RULES
 from r2mad_core.memory.hook import EXPERIENCE_REFERENCES
 from r2mad_core.experiments.protocol import PROTOCOLS, help_text as protocol_help, preset as protocol_preset
+from r2mad_core.data import benchmarks
+from r2mad_core.debate import scoring
+from r2mad_core import engines  # engines.make_engine looked up at call time (tests replace it)
+from r2mad_core.engines import EngineError
+from r2mad_core.experiments import cell as experiments
+from r2mad_core.experiments.methods import METHODS, get_method, method_options
+from r2mad_core.experiments.protocol import method_options as preset_options
+from r2mad_core.plugins import PluginError, load_plugins
+from r2mad_core.report import viewer
 
 logger = logging.getLogger(__name__)
 
@@ -69,8 +78,6 @@ logger = logging.getLogger(__name__)
 # run
 # --------------------------------------------------------------------------------------------
 def add_cell_arguments(parser: argparse.ArgumentParser) -> None:
-    from r2mad_core.experiments.methods import METHODS
-
     group = parser.add_argument_group("run cell")
     group.add_argument("--benchmark", required=True, choices=BENCHMARKS, help="benchmark to run")
     group.add_argument("--split", default="test", choices=("test", "train", "all"), help="split (default: test)")
@@ -180,9 +187,6 @@ def method_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def build_method(args: argparse.Namespace) -> Any:
-    from r2mad_core.experiments.methods import get_method, method_options
-    from r2mad_core.experiments.protocol import method_options as preset_options
-
     options = method_options_from_args(args)
     if getattr(args, "protocol", None):  # the preset's choices the method declares; an explicit option beats them
         options = {**preset_options(args.method, args.protocol), **options}
@@ -207,11 +211,6 @@ def build_method(args: argparse.Namespace) -> Any:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from r2mad_core.data import benchmarks
-    from r2mad_core.experiments import cell as experiments
-    from r2mad_core.debate import scoring
-    from r2mad_core.engines import EngineError, make_engine
-
     method = build_method(args)
     check_out_dir(args.out)
     try:
@@ -249,7 +248,7 @@ def run_command(args: argparse.Namespace) -> int:
     if not args.no_cache:
         cache_dir = args.cache_dir or Path(os.environ.get("R2MAD_CACHE_DIR", DEFAULT_CACHE_DIR))
     try:
-        engine = make_engine(args.engine, model=args.model, cache_dir=cache_dir, **engine_options)
+        engine = engines.make_engine(args.engine, model=args.model, cache_dir=cache_dir, **engine_options)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"engine {args.engine}: {exc}") from None
     except EngineError as exc:
@@ -311,9 +310,6 @@ def add_score_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def score_command(args: argparse.Namespace) -> int:
-    from r2mad_core.experiments import cell as experiments
-    from r2mad_core.debate import scoring
-
     try:
         metrics = experiments.score_run(args.run_dir, vote_rule=args.vote_rule, truncated_answers=args.truncated_answers)
     except (FileNotFoundError, experiments.TranscriptError, ValueError) as exc:
@@ -355,8 +351,6 @@ def add_view_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def view_command(args: argparse.Namespace) -> int:
-    from r2mad_core.report import viewer
-
     if args.out is not None and args.out.is_dir():
         raise UsageError(f"--out {args.out}: is a directory, expected an HTML file name")
     try:
@@ -410,8 +404,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from r2mad_core.plugins import PluginError, load_plugins
-
     try:
         load_plugins()  # benchmarks, policies and methods registered from outside the package (R2MAD_PLUGINS)
     except PluginError as exc:

@@ -36,7 +36,7 @@ from r2mad_core.cli.common import (
 )
 from r2mad_core.data import benchmarks
 from r2mad_core.data.benchmarks import BENCHMARKS, SPLIT_RULES
-from r2mad_core.debate.settings import DebateSettings
+from r2mad_core.debate.settings import PROFILE_SETTINGS, DebateSettings
 from r2mad_core.experiments.build_memory import build_memory
 from r2mad_core.experiments.cell import RunConfigMismatch, RunDirectoryBusy
 from r2mad_core.experiments.methods import CONFIDENCE_LABELS, CONFIDENCE_POOLS, PEER_RESPONSE_ROUNDS
@@ -49,7 +49,7 @@ from r2mad_core.memory.retrieval import POLICIES as RETRIEVAL_POLICIES
 
 #: The debate settings ``build-memory`` takes (the rest are fixed by Appendix A: summaries, no early stop, or the
 #: ``--protocol`` preset's loop choices).
-MEMORY_SETTINGS = ("n_agents", "n_rounds", "temperature", "top_p", "max_tokens", "summary_max_tokens")
+MEMORY_SETTINGS = PROFILE_SETTINGS
 
 
 def _unit_float(text: str) -> float:

@@ -197,5 +197,7 @@ DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Debate
 SAMPLING = ("temperature", "top_p", "max_tokens")
 #: The settings a profile states (the notebooks' parameters); the protocol choices come from the preset.
 PROFILE_SETTINGS = ("n_agents", "n_rounds", "temperature", "top_p", "max_tokens", "summary_max_tokens")
+#: The settings that only matter when the debate writes summaries h^(t) (Eq. 2).
+SUMMARY_SETTINGS = ("with_summaries", "summary_max_tokens", "summaries", "summary_agents")
 #: The loop choices of :mod:`r2mad_core.experiments.protocol` (method level) among the settings.
 LOOP_CHOICES = ("summaries", "summary_agents", "empty_peers", "unclosed_thinking")

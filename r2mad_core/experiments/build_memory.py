@@ -91,7 +91,7 @@ def build_memory(
     """Run the memory-construction debates on ``split`` and save the bank set to ``out_dir``.
 
     The debates (MAD with the debate ``settings``, :class:`~r2mad_core.debate.settings.DebateSettings`: ``n_agents``
-    personas, ``n_rounds`` rounds, sampling, ``summary_max_tokens``; always with summaries and no early stop; a
+    personas, ``n_rounds`` rounds, sampling, summary length; always with summaries and no early stop; a
     setting may also be given by name, ``n_agents=3``, on top of ``settings``) go to
     ``run_dir`` (default ``out_dir/debates``), a resumable run directory of :mod:`r2mad_core.experiments.cell`;
     a rerun reuses finished debates. ``embedder`` is an embedder or a name for :func:`get_embedder`.

@@ -47,6 +47,14 @@ options (each with a default, values JSON-serialisable: they go to ``config.json
 
     register_method(MethodSpec("my_method", my_method, label="My method"))
 
+The debate settings (:class:`~r2mad_core.debate.settings.DebateSettings`: agents, rounds, sampling, summaries, the
+loop's protocol choices) are declared once; a builder takes the ones it uses by name with :func:`debate_keywords`,
+which puts them, with their defaults, where the builder declares ``settings`` and checks them::
+
+    @debate_keywords("n_rounds", "temperature", "max_tokens")
+    def my_method(*, width: int = 3, settings: DebateSettings) -> Method:
+        return Method(name="my_method", debate=DebateConfig.from_settings(settings, n_agents=width))
+
 From outside the package, put the registration in a module and name it in ``R2MAD_PLUGINS`` (see
 :mod:`r2mad_core.plugins`): the CLI and the notebooks import it before they read the registry.
 
@@ -82,7 +90,16 @@ from r2mad_core.debate.loop import (
     record_extra_call,
 )
 from r2mad_core.engines.base import Engine, Request, SamplingParams
-from r2mad_core.debate.settings import DEFAULTS, SPECS, VOTE_RULES, DebateSettings, check_choice, check_float, check_int
+from r2mad_core.debate.settings import (
+    DEFAULTS,
+    SPECS,
+    SUMMARY_SETTINGS,
+    VOTE_RULES,
+    DebateSettings,
+    check_choice,
+    check_float,
+    check_int,
+)
 from r2mad_core.memory.banks import bank_digest, read_manifest
 from r2mad_core.memory.confidence import ConfidenceConfig
 from r2mad_core.memory.hook import (
@@ -228,7 +245,7 @@ def debate_keywords(*names: str) -> Callable[[Callable[..., Method]], "MethodBui
 #: The debate settings each built-in method declares (in :data:`SPECS` order, the order of ``config.json``).
 ALL_SETTINGS = tuple(SPECS)
 ONE_AGENT_SETTINGS = ("temperature", "top_p", "max_tokens", "vote_rule", "round0", "task_prompt", "unclosed_thinking")
-MASKING_SETTINGS = tuple(n for n in SPECS if n not in ("with_summaries", "summary_max_tokens", "summaries", "summary_agents"))
+MASKING_SETTINGS = tuple(n for n in SPECS if n not in SUMMARY_SETTINGS)
 R2MAD_SETTINGS = tuple(n for n in SPECS if n != "with_summaries")
 
 

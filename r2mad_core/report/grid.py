@@ -165,8 +165,8 @@ class ExperimentGrid:
         self.test_limit = test_limit
         self.train_limit = train_limit
         self.seed = seed
-        # The debate settings (r2mad_core.debate.settings): ``debate`` with the profile's flat fields (n_agents,
-        # n_rounds, temperature, top_p, max_tokens, summary_max_tokens; PROFILE_SETTINGS) on top. The protocol's loop
+        # The debate settings (r2mad_core.debate.settings): ``debate`` with the profile's flat fields
+        # (PROFILE_SETTINGS: agents, rounds, sampling, summary length) on top. The protocol's loop
         # choices (round0, summaries, ...) stay in ``choices``: a method gets one only when it departs from its default.
         self.debate = (debate or DebateSettings()).replace(
             **{name: choices.pop(name) for name in PROFILE_SETTINGS if name in choices})
@@ -215,10 +215,6 @@ class ExperimentGrid:
     @property
     def n_rounds(self) -> int:
         return self.debate.n_rounds
-
-    @property
-    def summary_max_tokens(self) -> int:
-        return self.debate.summary_max_tokens
 
     @property
     def sampling(self) -> dict[str, Any]:
@@ -400,7 +396,7 @@ class ExperimentGrid:
         spec = self.memory_spec(spec)
         return {
             "benchmark": benchmark, "split": "train", "limit": self.train_limit, "seed": self.seed,
-            "n_agents": self.n_agents, "n_rounds": self.n_rounds, "summary_max_tokens": self.summary_max_tokens,
+            **self.debate.values(("n_agents", "n_rounds", "summary_max_tokens")),
             "embedder": self.embedder, "model": spec.describe(), **self.sampling, **self.memory_options(),
         }
 
