@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Sequence
 
 from r2mad_core.debate import prompts
 
@@ -168,20 +168,11 @@ class DebateSettings:
         """``{name: value}`` of ``names`` (default: every setting), in declaration order when ``names`` is None."""
         return {name: getattr(self, name) for name in (names if names is not None else SPECS)}
 
-    def sampling(self) -> dict[str, Any]:
-        """``temperature``, ``top_p``, ``max_tokens``."""
-        return self.values(SAMPLING)
-
     def replace(self, **changes: Any) -> "DebateSettings":
         unknown = sorted(set(changes) - set(SPECS))
         if unknown:
             raise TypeError(f"DebateSettings: unknown setting(s) {unknown}; expected some of {list(SPECS)}")
         return dataclasses.replace(self, **changes)
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> "DebateSettings":
-        """The settings named in ``values`` (other keys ignored; a None value keeps the default)."""
-        return cls(**{k: v for k, v in values.items() if k in SPECS and v is not None})
 
 
 def specs() -> Iterator[tuple[str, Spec]]:
