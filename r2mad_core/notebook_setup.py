@@ -21,11 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, MutableMapping, Sequence
 
+import pandas as pd
+
 from r2mad_core.report import variants
 from r2mad_core.report.artifacts import ReportContext, apply_style
 from r2mad_core.report.grid import ExperimentGrid
 from r2mad_core.plugins import load_plugins
 from r2mad_core.experiments.model_specs import ModelSpec
+from r2mad_core.report.findings import as_markdown
+from r2mad_core.reproduce import load_profile
 
 #: Libraries whose INFO lines would fill a notebook.
 CHATTY_LOGGERS = ("httpx", "httpcore", "urllib3", "filelock", "huggingface_hub", "sentence_transformers",
@@ -47,8 +51,6 @@ def fill_parameters(namespace: MutableMapping[str, Any], profile: str | None = N
     ``extra_parameters`` entry, or the default path); return the names filled and their values.
 
     An unknown name is an error naming the notebook parameter and the profile file."""
-    from r2mad_core.reproduce import load_profile
-
     name = str(profile or namespace.get("profile") or "tiny")
     pending = [key for key, value in namespace.items() if value is Ellipsis and not key.startswith("_")]
     if not pending:
@@ -86,9 +88,7 @@ class Session:
 
     def what_this_shows(self, sentences: Iterable[str], title: str = "What this shows") -> None:
         """Display the closing "What this shows" section (sentences built from the numbers)."""
-        from IPython.display import Markdown, display
-
-        from r2mad_core.report.findings import as_markdown
+        from IPython.display import Markdown, display  # lazy: IPython only inside a notebook kernel
 
         display(Markdown(as_markdown(list(sentences), title=title)))
 
@@ -97,8 +97,6 @@ def setup(namespace: MutableMapping[str, Any], notebook: str, *, experiment: boo
           progress: bool = True) -> Session:
     """Fill the ``...`` parameters from the profile, quiet the logs, set the figure and display style,
     build the :class:`~r2mad_core.report.grid.ExperimentGrid` (``experiment=True``) and the artifact context."""
-    import pandas as pd
-
     load_plugins()  # a plugin's benchmarks, policies and methods (R2MAD_PLUGINS), as in the runner and the CLI
     filled = fill_parameters(namespace)
     quiet_logging()
@@ -146,7 +144,7 @@ def announce_variant(variant: "variants.Variant", figures_dir: Path, baseline_di
             f"generation the change does not affect is replayed. Each table is compared with the profile's "
             f"(`<table>{variants.COMPARISON_SUFFIX}`).")
     try:
-        from IPython.display import Markdown, display
+        from IPython.display import Markdown, display  # lazy: IPython only inside a notebook kernel
 
         display(Markdown(text))
     except ImportError:

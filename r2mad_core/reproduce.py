@@ -64,6 +64,12 @@ from r2mad_core.experiments.profiles import (  # noqa: F401  (re-exported: repro
 )
 
 from r2mad_core.report.variants import ENVIRONMENT as VARIANT_ENVIRONMENT, VARIANTS_DIR
+from r2mad_core.experiments.budget import BudgetCap, EstimatingGateway, ForwardingGateway, Prices, Usage, format_estimate
+from r2mad_core.report.ablations import run_ablation
+from r2mad_core.report.artifacts import missing_artifacts
+from r2mad_core.report.estimate import estimate_lines, estimate_profile
+from r2mad_core.report.power import claims_power_lines
+from r2mad_core.report.variants import Variant, differences, from_environment, profile_values, shown_path, to_environment
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 KERNEL_NAME = "python3"
@@ -163,7 +169,7 @@ def _portable(value: Any, notebook_dir: Path) -> Any:
 def _strip_machine_paths(executed: Path) -> None:
     """papermill records the input and output paths in the executed notebook's metadata: keep them relative to
     the repository (no machine paths in committed outputs)."""
-    import nbformat
+    import nbformat  # lazy: the notebooks extra (papermill, nbformat) is optional; --help and the estimate work without it
 
     if not executed.is_file():
         return
@@ -181,9 +187,7 @@ def _strip_machine_paths(executed: Path) -> None:
 
 def _mark_variant(executed: Path, profile: str, paths: "ReproductionPaths") -> None:
     """A variant's executed notebook says at its top which variant it is and where its outputs went."""
-    import nbformat
-
-    from r2mad_core.report.variants import Variant, differences, from_environment, profile_values, shown_path
+    import nbformat  # lazy: the notebooks extra (papermill, nbformat) is optional; --help and the estimate work without it
 
     if not executed.is_file():
         return
@@ -201,7 +205,7 @@ def _mark_variant(executed: Path, profile: str, paths: "ReproductionPaths") -> N
 
 def declared_parameters(notebook: Path) -> set[str]:
     """Names assigned in the notebook's ``parameters`` cell (papermill's inspection)."""
-    import papermill
+    import papermill  # lazy: the notebooks extra is optional
 
     return set(papermill.inspect_notebook(str(notebook)).keys())
 
@@ -232,7 +236,7 @@ def run_notebooks(
     """Execute the notebooks in order with papermill; stop at the first failure (returned last,
     with ``error`` set). Writes the executed notebooks and ``timings.json`` into ``executed_dir``.
     ``after_notebook`` is called with each notebook's result (the cost estimate counts per notebook)."""
-    import papermill
+    import papermill  # lazy: the notebooks extra is optional
     from papermill.exceptions import PapermillExecutionError
 
     notebooks = discover_notebooks(notebooks_dir or default_notebooks_dir(), only)
@@ -438,8 +442,6 @@ def estimate_cost(
 ) -> tuple[dict[str, Any], NotebookResult | None]:
     """Run the notebooks once against :class:`~r2mad_core.experiments.budget.EstimatingGateway` (in a scratch
     output folder) and return the usage per notebook, plus the failed notebook if one failed."""
-    from r2mad_core.experiments.budget import EstimatingGateway, Usage
-
     per_notebook: dict[str, Usage] = {}
     with EstimatingGateway() as gateway, tempfile.TemporaryDirectory(prefix="r2mad-estimate-") as scratch:
         before = [gateway.snapshot()]
@@ -463,8 +465,6 @@ def run_guarded(
 ) -> list[NotebookResult]:
     """Run the notebooks with every guarded endpoint behind a :class:`~r2mad_core.experiments.budget.ForwardingGateway`
     sharing the budget ``cap``."""
-    from r2mad_core.experiments.budget import ForwardingGateway
-
     gateways = {variable: ForwardingGateway(urls, cap) for variable, urls in endpoints.items()}
     with contextlib.ExitStack() as stack:
         for gateway in gateways.values():
@@ -478,8 +478,6 @@ def _budget_main(
     only: Sequence[str] | None,
 ) -> int | list[NotebookResult]:
     """The estimate, then the capped run; an exit code when it stops early, else the results."""
-    from r2mad_core.experiments.budget import BudgetCap, Prices, format_estimate
-
     prices = Prices(
         args.price_prompt if args.price_prompt is not None else _env_number("R2MAD_API_PRICE_PROMPT", float),
         args.price_completion if args.price_completion is not None else _env_number("R2MAD_API_PRICE_COMPLETION", float),
@@ -526,9 +524,6 @@ def _budget_main(
 def _gpu_estimate_main(profile: Profile, data_dir: Path | None) -> int:
     """``--estimate-only`` for a profile without a budget gateway (the paper profile): the pre-flight estimate of
     :mod:`r2mad_core.report.estimate`, printed; nothing generated, no notebook run."""
-    from r2mad_core.report.estimate import estimate_lines, estimate_profile
-    from r2mad_core.report.power import claims_power_lines
-
     for line in banner(profile):
         print(line)
     print("reproduce: --estimate-only: building every request of the notebooks' cells on a sample of questions "
@@ -561,9 +556,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _ablation_main(args: argparse.Namespace, overrides: Mapping[str, Any], only: Sequence[str] | None) -> int:
     """``--set``/``--variant``/``--sweep``: each run a variant beside the profile's (r2mad_core.report.ablations)."""
-    from r2mad_core.report.ablations import run_ablation
-    from r2mad_core.report.variants import to_environment
-
     base = load_profile(args.profile)
     paths = ReproductionPaths(args.output_dir, base.name)
 
@@ -616,7 +608,6 @@ def _run_main(args: argparse.Namespace, profile: Profile, only: Sequence[str] | 
         return 130
     if results and results[-1].error:
         return 1
-    from r2mad_core.report.artifacts import missing_artifacts
 
     missing = missing_artifacts(paths.artifacts_dir)
     if missing:

@@ -49,7 +49,7 @@ def test_unknown_method_lists_the_valid_names():
         ("mad", {"top_p": 0.0}, r"top_p must be in \(0.0, 1.0\]"),
         ("mad", {"max_tokens": 0}, "max_tokens must be >= 1"),
         ("mad_m2", {"masking": "random"}, "masking must be one of"),
-        ("mad", {"vote_rule": "median"}, "unknown vote_rule 'median'"),
+        ("mad", {"vote_rule": "median"}, "option vote_rule must be one of"),
         ("cot", {"k_paths": 3}, r"does not take option\(s\) \['k_paths'\]"),
         ("mad", {"masking": "objective"}, r"does not take option\(s\) \['masking'\]"),
     ],

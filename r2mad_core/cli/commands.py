@@ -54,15 +54,23 @@ from r2mad_core.cli.common import (  # noqa: F401  (re-exported: the command-lin
     key_value,
     add_method_option,
     add_engine_arguments,
+    add_setting_arguments,
 )
 from r2mad_core.data.benchmarks import BENCHMARKS, SPLIT_RULES
-from r2mad_core.debate.loop import ROUND0_MODES
 from r2mad_core.experiments.methods import MASKING_STRATEGIES, OBJECTIVE_KEEP
-from r2mad_core.debate.prompts import TASK_PROMPT_WORDINGS
 from r2mad_core.debate.scheduling import SCHEDULES
 from r2mad_core.debate.scoring import TRUNCATED_ANSWER_POLICIES, VOTE_RULES
 from r2mad_core.memory.hook import EXPERIENCE_REFERENCES
 from r2mad_core.experiments.protocol import PROTOCOLS, help_text as protocol_help, preset as protocol_preset
+from r2mad_core.data import benchmarks
+from r2mad_core.debate import scoring
+from r2mad_core import engines  # engines.make_engine looked up at call time (tests replace it)
+from r2mad_core.engines import EngineError
+from r2mad_core.experiments import cell as experiments
+from r2mad_core.experiments.methods import METHODS, get_method, method_options
+from r2mad_core.experiments.protocol import method_options as preset_options
+from r2mad_core.plugins import PluginError, load_plugins
+from r2mad_core.report import viewer
 
 logger = logging.getLogger(__name__)
 
@@ -70,8 +78,6 @@ logger = logging.getLogger(__name__)
 # run
 # --------------------------------------------------------------------------------------------
 def add_cell_arguments(parser: argparse.ArgumentParser) -> None:
-    from r2mad_core.experiments.methods import METHODS
-
     group = parser.add_argument_group("run cell")
     group.add_argument("--benchmark", required=True, choices=BENCHMARKS, help="benchmark to run")
     group.add_argument("--split", default="test", choices=("test", "train", "all"), help="split (default: test)")
@@ -125,11 +131,7 @@ def add_method_arguments(parser: argparse.ArgumentParser) -> None:
         help="any option the method declares (repeatable; the value is read as YAML), e.g. "
         "experience_reference=none or use_confidence=false; the flags below are shortcuts for the common ones",
     )
-    add_method_option(parser, group, "--n-agents", dest="n_agents", type=positive_int, help="agents (MAD methods; paper: 3)")
-    add_method_option(parser, group, "--n-rounds", dest="n_rounds", type=positive_int, help="rounds t = 0..n-1 (MAD methods; paper: 3)")
-    add_method_option(parser, group, "--max-tokens", dest="max_tokens", type=positive_int, help="max new tokens per response (default: 512; paper: 6144)")
-    add_method_option(parser, group, "--temperature", dest="temperature", type=non_negative_float, help="sampling temperature (paper: 1.0)")
-    add_method_option(parser, group, "--top-p", dest="top_p", type=probability, help="nucleus sampling top_p (paper: 1.0)")
+    add_setting_arguments(parser, group)  # the debate settings, one flag each (r2mad_core/debate/settings.py)
     add_method_option(parser, group, "--k-paths", dest="k_paths", type=positive_int, help="Self-Consistency paths (paper: 9)")
     add_method_option(parser, group, "--masking", dest="masking", choices=MASKING_STRATEGIES, help="MAD-M2 masking (default: objective)")
     add_method_option(
@@ -144,24 +146,6 @@ def add_method_arguments(parser: argparse.ArgumentParser) -> None:
     add_method_option(
         parser,
         group,
-        "--round0",
-        dest="round0",
-        choices=ROUND0_MODES,
-        help="round 0: shared (default; ours, the paper is silent) = every method replays MAD's round-0 "
-        "generations (paired comparison); independent = this run draws its own round 0 (the paper's separate runs)",
-    )
-    add_method_option(
-        parser,
-        group,
-        "--task-prompt",
-        dest="task_prompt",
-        choices=TASK_PROMPT_WORDINGS,
-        help="task/debate prompt wording: paper (default; the appendix's one prompt, 'math question' for every "
-        "benchmark) or authors (the authors' code's benchmark-specific wording)",
-    )
-    add_method_option(
-        parser,
-        group,
         "--experience-reference",
         dest="experience_reference",
         choices=EXPERIENCE_REFERENCES,
@@ -170,24 +154,6 @@ def add_method_arguments(parser: argparse.ArgumentParser) -> None:
         "solution; multiple choice falls back to the answer) or none (y hidden; an ablation)",
     )
     add_method_option(parser, group, "--judge-max-tokens", dest="judge_max_tokens", type=positive_int, help="MAD-M2 subjective judge max tokens (default: --max-tokens)")
-    add_method_option(
-        parser,
-        group,
-        "--vote-rule",
-        dest="vote_rule",
-        choices=VOTE_RULES,
-        help="final answer rule (default: plurality over equivalent answers)",
-    )
-    add_method_option(
-        parser,
-        group,
-        "--no-early-stop",
-        dest="stop_at_unanimity",
-        action="store_false",
-        help="debate all rounds even when the agents agree (MAD methods)",
-    )
-    add_method_option(parser, group, "--with-summaries", dest="with_summaries", action="store_true", help="generate debate summaries h^(t) (MAD)")
-    add_method_option(parser, group, "--summary-max-tokens", dest="summary_max_tokens", type=positive_int, help="summary max tokens (default: 128)")
 
 
 RUN_ARGUMENT_GROUPS: list[Callable[[argparse.ArgumentParser], None]] = [
@@ -221,9 +187,6 @@ def method_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def build_method(args: argparse.Namespace) -> Any:
-    from r2mad_core.experiments.methods import get_method, method_options
-    from r2mad_core.experiments.protocol import method_options as preset_options
-
     options = method_options_from_args(args)
     if getattr(args, "protocol", None):  # the preset's choices the method declares; an explicit option beats them
         options = {**preset_options(args.method, args.protocol), **options}
@@ -248,11 +211,6 @@ def build_method(args: argparse.Namespace) -> Any:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from r2mad_core.data import benchmarks
-    from r2mad_core.experiments import cell as experiments
-    from r2mad_core.debate import scoring
-    from r2mad_core.engines import EngineError, make_engine
-
     method = build_method(args)
     check_out_dir(args.out)
     try:
@@ -290,7 +248,7 @@ def run_command(args: argparse.Namespace) -> int:
     if not args.no_cache:
         cache_dir = args.cache_dir or Path(os.environ.get("R2MAD_CACHE_DIR", DEFAULT_CACHE_DIR))
     try:
-        engine = make_engine(args.engine, model=args.model, cache_dir=cache_dir, **engine_options)
+        engine = engines.make_engine(args.engine, model=args.model, cache_dir=cache_dir, **engine_options)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"engine {args.engine}: {exc}") from None
     except EngineError as exc:
@@ -352,9 +310,6 @@ def add_score_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def score_command(args: argparse.Namespace) -> int:
-    from r2mad_core.experiments import cell as experiments
-    from r2mad_core.debate import scoring
-
     try:
         metrics = experiments.score_run(args.run_dir, vote_rule=args.vote_rule, truncated_answers=args.truncated_answers)
     except (FileNotFoundError, experiments.TranscriptError, ValueError) as exc:
@@ -396,8 +351,6 @@ def add_view_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def view_command(args: argparse.Namespace) -> int:
-    from r2mad_core.report import viewer
-
     if args.out is not None and args.out.is_dir():
         raise UsageError(f"--out {args.out}: is a directory, expected an HTML file name")
     try:
@@ -451,8 +404,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from r2mad_core.plugins import PluginError, load_plugins
-
     try:
         load_plugins()  # benchmarks, policies and methods registered from outside the package (R2MAD_PLUGINS)
     except PluginError as exc:

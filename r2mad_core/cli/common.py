@@ -13,6 +13,12 @@ from typing import Any
 
 import yaml
 
+from r2mad_core import engines
+from r2mad_core.data.benchmarks import SPLIT_RULES
+from r2mad_core.debate.settings import DEFAULTS, Spec, specs
+from r2mad_core.experiments.cell import TRANSCRIPTS_FILE, TranscriptStore
+from r2mad_core.experiments.protocol import preset
+
 logger = logging.getLogger(__name__)
 
 EXIT_USAGE = 2
@@ -55,8 +61,6 @@ def check_out_dir(path: Path, option: str = "--out") -> None:
 
 def kept_questions(run_dir: Path) -> int:
     """Finished questions in a run directory's transcripts (0 when there are none or it is unreadable)."""
-    from r2mad_core.experiments.cell import TRANSCRIPTS_FILE, TranscriptStore
-
     try:
         return len(TranscriptStore(Path(run_dir) / TRANSCRIPTS_FILE).load(repair=False))
     except Exception:  # an interrupt must still end with one line
@@ -140,12 +144,42 @@ def add_method_option(
     return action
 
 
-def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    from r2mad_core.engines import engine_names
+def setting_type(spec: Spec) -> Any:
+    """The argparse type of a debate setting (:mod:`r2mad_core.debate.settings`): the CLI's own number checks."""
+    if spec.kind == "int":
+        return positive_int if spec.minimum == 1 else integer
+    if spec.kind == "float":
+        return probability if spec.low_open and spec.maximum == 1.0 else non_negative_float
+    return None
 
+
+def add_setting_arguments(
+    parser: argparse.ArgumentParser, group: Any, names: tuple[str, ...] | None = None, *, forward: bool = True
+) -> None:
+    """One flag per debate setting (:class:`r2mad_core.debate.settings.DebateSettings`; ``names``: some of them),
+    generated from the declaration: flag, type or choices, help = the setting's doc. ``forward``: a method option
+    (default None, forwarded to ``get_method`` when given, :func:`add_method_option`); else a plain argument whose
+    default is the setting's default (``build-memory``)."""
+    for name, spec in specs():
+        if names is not None and name not in names:
+            continue
+        kwargs: dict[str, Any] = {"dest": name, "help": (spec.flag_doc or spec.doc).replace("%", "%%")}
+        if spec.kind == "bool":
+            kwargs["action"] = "store_false" if DEFAULTS[name] else "store_true"
+        elif spec.kind == "choice":
+            kwargs["choices"] = spec.choices
+        else:
+            kwargs["type"], kwargs["metavar"] = setting_type(spec), "N" if spec.kind == "int" else "X"
+        if forward:
+            add_method_option(parser, group, spec.flag, **kwargs)
+        else:
+            group.add_argument(spec.flag, **({} if spec.kind == "bool" else {"default": DEFAULTS[name]}), **kwargs)
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("engine")
     # the registry as it is when the parser is built (after load_plugins): a plugin's engine is a choice
-    group.add_argument("--engine", default="local", choices=engine_names(), help="generation backend (default: local)")
+    group.add_argument("--engine", default="local", choices=engines.engine_names(), help="generation backend (default: local)")
     group.add_argument("--model", default=None, help="model: a .gguf path (local), the served name (openai), an HF id (vllm)")
     group.add_argument(
         "--engine-option",
@@ -168,9 +202,6 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
 
 def split_rule_of(args: argparse.Namespace) -> str:
     """``--split-rule``, else the ``--protocol`` preset's, else ``paper``."""
-    from r2mad_core.data.benchmarks import SPLIT_RULES
-    from r2mad_core.experiments.protocol import preset
-
     if getattr(args, "split_rule", None):
         return args.split_rule
     protocol = getattr(args, "protocol", None)

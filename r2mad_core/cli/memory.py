@@ -20,9 +20,36 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from r2mad_core import engines
+from r2mad_core.cli.common import (
+    DEFAULT_CACHE_DIR,
+    Interrupted,
+    UsageError,
+    add_engine_arguments,
+    add_method_option,
+    add_setting_arguments,
+    check_out_dir,
+    integer,
+    kept_questions,
+    positive_int,
+    split_rule_of,
+)
+from r2mad_core.data import benchmarks
 from r2mad_core.data.benchmarks import BENCHMARKS, SPLIT_RULES
-from r2mad_core.cli.common import split_rule_of
+from r2mad_core.debate.settings import PROFILE_SETTINGS, DebateSettings
+from r2mad_core.experiments.build_memory import build_memory
+from r2mad_core.experiments.cell import RunConfigMismatch, RunDirectoryBusy
+from r2mad_core.experiments.methods import CONFIDENCE_LABELS, CONFIDENCE_POOLS, PEER_RESPONSE_ROUNDS
 from r2mad_core.experiments.protocol import PROTOCOLS, help_text as protocol_help, memory_options
+from r2mad_core.memory.audit import audit_bank_set
+from r2mad_core.memory.banks import MemoryBankError, MemoryBankSet
+from r2mad_core.memory.cases import REWARD_DEFINITIONS, STATE_ENCODINGS, STATE_LAYOUTS
+from r2mad_core.memory.embeddings import get_embedder
+from r2mad_core.memory.retrieval import POLICIES as RETRIEVAL_POLICIES
+
+#: The debate settings ``build-memory`` takes (the rest are fixed by Appendix A: summaries, no early stop, or the
+#: ``--protocol`` preset's loop choices).
+MEMORY_SETTINGS = PROFILE_SETTINGS
 
 
 def _unit_float(text: str) -> float:
@@ -37,10 +64,6 @@ def _unit_float(text: str) -> float:
 
 def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     """R2-MAD / ICL-CoT options of ``r2mad run``."""
-    from r2mad_core.cli.common import add_method_option, integer, positive_int
-    from r2mad_core.experiments.methods import CONFIDENCE_LABELS, CONFIDENCE_POOLS, PEER_RESPONSE_ROUNDS
-    from r2mad_core.memory.retrieval import POLICIES as RETRIEVAL_POLICIES
-
     group = parser.add_argument_group("memory (methods r2mad and icl_cot)")
     add_method_option(parser, group, "--memory", dest="memory", metavar="DIR", help="memory bank directory (r2mad build-memory)")
     add_method_option(parser, group, "--retrieval-policy", dest="retrieval_policy", choices=tuple(RETRIEVAL_POLICIES),
@@ -78,9 +101,6 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
 # build-memory
 # --------------------------------------------------------------------------------------------
 def add_build_memory_arguments(parser: argparse.ArgumentParser) -> None:
-    from r2mad_core.cli.common import add_engine_arguments, integer, positive_int
-    from r2mad_core.memory.cases import REWARD_DEFINITIONS, STATE_ENCODINGS, STATE_LAYOUTS
-
     group = parser.add_argument_group("memory construction")
     group.add_argument("--benchmark", required=True, choices=BENCHMARKS, help="benchmark whose train split is debated")
     group.add_argument("--split", default="train", choices=("train", "test", "all"), help="split (default: train)")
@@ -96,10 +116,7 @@ def add_build_memory_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--embedder", default=None,
                        help="minilm, bge-m3, hashing[-dim], or a model name/folder (default: follows the engine: "
                        "hashing for the simulated engine, as the sim/tiny profiles do; minilm for a real model)")
-    group.add_argument("--n-rounds", type=positive_int, default=3, help="rounds t = 0..n-1 (paper: 3)")
-    group.add_argument("--n-agents", type=positive_int, default=3, help="agents (paper: 3)")
-    group.add_argument("--max-tokens", type=positive_int, default=512, help="max new tokens per response (paper: 6144)")
-    group.add_argument("--summary-max-tokens", type=positive_int, default=128, help="max tokens of a debate summary")
+    add_setting_arguments(parser, group, MEMORY_SETTINGS, forward=False)  # r2mad_core/debate/settings.py
     group.add_argument("--reward-definition", choices=REWARD_DEFINITIONS, default=None,
                        help="outcome reward r_i: final_vote (default; ours, our reading of the paper's 'whether a concluded "
                        "debate reached a good answer'), agent_final (ours) or round_correctness (the authors' code: "
@@ -126,8 +143,6 @@ def check_top_k_fits_bank(hook: Any, method: str, memory: Any) -> None:
     """-K must not exceed what the bank can give: R2-MAD retrieves K cases from each agent's bank,
     ICL-CoT K distinct training questions (``match="question"``) or K cases (``match="state"``).
     A larger K would silently retrieve everything (and blow up the prompt); UsageError instead."""
-    from r2mad_core.cli.common import UsageError
-
     bank_set = getattr(hook, "bank_set", None)
     if bank_set is None:
         return
@@ -154,9 +169,6 @@ def check_top_k_fits_bank(hook: Any, method: str, memory: Any) -> None:
 
 
 def _make_engine(args: argparse.Namespace, samples: Any) -> Any:
-    from r2mad_core.cli.common import DEFAULT_CACHE_DIR, UsageError
-    from r2mad_core.engines import make_engine
-
     engine_options = dict(args.engine_options)
     if args.engine == "simulated":
         engine_options.setdefault("samples", samples)
@@ -164,18 +176,12 @@ def _make_engine(args: argparse.Namespace, samples: Any) -> Any:
     if not args.no_cache:
         cache_dir = args.cache_dir or Path(os.environ.get("R2MAD_CACHE_DIR", DEFAULT_CACHE_DIR))
     try:
-        return make_engine(args.engine, model=args.model, cache_dir=cache_dir, **engine_options)
+        return engines.make_engine(args.engine, model=args.model, cache_dir=cache_dir, **engine_options)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"engine {args.engine}: {exc}") from None
 
 
 def build_memory_command(args: argparse.Namespace) -> int:
-    from r2mad_core.data import benchmarks
-    from r2mad_core.cli.common import Interrupted, UsageError, check_out_dir, kept_questions
-    from r2mad_core.memory.embeddings import get_embedder
-    from r2mad_core.experiments.cell import RunConfigMismatch, RunDirectoryBusy
-    from r2mad_core.experiments.build_memory import build_memory
-
     if (args.out / "manifest.json").exists() and not args.overwrite:
         raise UsageError(f"{args.out} already holds a memory bank (manifest.json); pass --overwrite to rebuild it")
     check_out_dir(args.out)
@@ -203,8 +209,7 @@ def build_memory_command(args: argparse.Namespace) -> int:
     try:
         bank_set = build_memory(
             args.benchmark, engine, embedder, args.out, args.limit,
-            split=args.split, seed=args.seed, n_agents=args.n_agents, n_rounds=args.n_rounds,
-            max_tokens=args.max_tokens, summary_max_tokens=args.summary_max_tokens,
+            split=args.split, seed=args.seed, settings=DebateSettings(**{n: getattr(args, n) for n in MEMORY_SETTINGS}),
             reward_definition=built["reward_definition"], state_layout=built["state_layout"],
             debate_options=built["debate_options"],
             state_encoding=args.state_encoding, run_dir=args.debates_dir, data_dir=args.data_dir,
@@ -233,8 +238,6 @@ def build_memory_command(args: argparse.Namespace) -> int:
 # audit
 # --------------------------------------------------------------------------------------------
 def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
-    from r2mad_core.cli.common import integer, positive_int
-
     parser.add_argument("bank", type=Path, metavar="BANK", help="memory bank directory")
     parser.add_argument("--embedder", default=None, help="embedder to recompute embeddings with (default: the bank's)")
     parser.add_argument("--no-embeddings", action="store_true", help="do not recompute embeddings")
@@ -244,11 +247,6 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def audit_command(args: argparse.Namespace) -> int:
-    from r2mad_core.cli.common import UsageError
-    from r2mad_core.memory.embeddings import get_embedder
-    from r2mad_core.memory.banks import MemoryBankError, MemoryBankSet
-    from r2mad_core.memory.audit import audit_bank_set
-
     try:
         bank_set = MemoryBankSet.load(args.bank)
     except MemoryBankError as exc:

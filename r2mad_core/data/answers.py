@@ -554,7 +554,7 @@ def _with_deadline(function: Callable[[], T], seconds: float, on_timeout: T) -> 
 
 @functools.lru_cache(maxsize=CACHE_SIZE)
 def _parse(cleaned: str) -> tuple:
-    from math_verify import parse
+    from math_verify import parse  # lazy: math_verify (sympy, antlr) takes seconds to import; MATH500 only
 
     def run() -> tuple:
         try:
@@ -575,7 +575,7 @@ def _verified(gold: str, predicted: str) -> bool | None:
     """
     if not (safe_for_symbolic(gold) and safe_for_symbolic(predicted)):
         return False
-    from math_verify import verify
+    from math_verify import verify  # lazy: as above
 
     parsed_gold = _parse(gold)
     parsed_predicted = _parse(predicted)

@@ -189,7 +189,7 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 def _read_parquet(path: Path, category: str | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
     """(1-based row number, row) of a parquet file; only rows of ``category`` when it is given."""
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: pyarrow only when a parquet file is read (the data layer loads with every command)
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -633,7 +633,7 @@ def describe_splits(data_dir: str | os.PathLike[str] | None = None, names: Seque
     ``composition`` is the level histogram of a math benchmark whose questions carry a ``level`` (MATH500) and the
     histogram of the number of options of a multiple-choice benchmark, e.g. ``"options 4:88 5:8 10:647"``.
     """
-    import pandas as pd
+    import pandas as pd  # lazy: pandas only for the split table (the data layer loads with every command)
 
     records = []
     for name in BENCHMARKS if names is None else names:

@@ -77,6 +77,17 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, ru
 from r2mad_core.data import answers
 
 from r2mad_core.debate import prompts
+from r2mad_core.debate.settings import (  # noqa: F401  (the vocabularies, importable from here as before)
+    DEFAULTS,
+    EMPTY_PEER_MODES,
+    LOOP_CHOICES,
+    ROUND0_MODES,
+    SPECS,
+    SUMMARY_AGENT_SLOTS,
+    SUMMARY_SCHEDULES,
+    UNCLOSED_THINKING_MODES,
+    DebateSettings,
+)
 from r2mad_core.records import ExtraCallRecord, RoundRecord, TurnRecord
 from r2mad_core.engines.base import Completion, Engine, Message, Request, SamplingParams
 
@@ -85,17 +96,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 logger = logging.getLogger(__name__)
 
+#: The settings the loop reads (all but the vote rule, which scores the transcript afterwards).
+DEBATE_CONFIG_SETTINGS = tuple(name for name in SPECS if name != "vote_rule")
+
 DEBATE_TAG = "debate"
 SUMMARY_TAG = "summary"
-#: Round 0 (option ``round0``): shared (default; ours, the paper is silent) replays one round 0 across methods
-#: (a paired comparison); independent draws a per-method round 0 (the paper's separate runs).
-ROUND0_MODES = ("shared", "independent")
-#: Summaries (option ``summaries``): after every executed round (the paper and the authors' code) or only before a
-#: next round (ours). The other vocabularies: the summary prompt's agent slot, empty peers, unclosed thinking.
-SUMMARY_SCHEDULES = ("every_round", "before_next_round")
-SUMMARY_AGENT_SLOTS = prompts.SUMMARY_AGENT_SLOTS
-EMPTY_PEER_MODES = ("drop", "show")
-UNCLOSED_THINKING_MODES = ("drop", "keep")
 
 
 # --------------------------------------------------------------------------------------------
@@ -125,50 +130,35 @@ class DebateConfig:
     (the authors' code's benchmark-specific wording, :data:`r2mad_core.debate.prompts.AUTHORS_TASK_TEMPLATES`).
     """
 
-    n_agents: int = 3
-    n_rounds: int = 3
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_tokens: int = 512
+    n_agents: int = DEFAULTS["n_agents"]
+    n_rounds: int = DEFAULTS["n_rounds"]
+    temperature: float = DEFAULTS["temperature"]
+    top_p: float = DEFAULTS["top_p"]
+    max_tokens: int = DEFAULTS["max_tokens"]
     seed: int = 0
     logprobs: bool = False
-    stop_at_unanimity: bool = True
-    with_summaries: bool = False
-    summary_max_tokens: int = 128
+    stop_at_unanimity: bool = DEFAULTS["stop_at_unanimity"]
+    with_summaries: bool = DEFAULTS["with_summaries"]
+    summary_max_tokens: int = DEFAULTS["summary_max_tokens"]
     personas: tuple[int, ...] | None = None
     sample_indices: tuple[int, ...] | None = None
-    round0: str = "shared"
+    round0: str = DEFAULTS["round0"]
     stream: str = ""
-    task_prompt: str = "paper"
-    summaries: str = "before_next_round"
-    summary_agents: str = "responses"
-    empty_peers: str = "show"
-    unclosed_thinking: str = "drop"
+    task_prompt: str = DEFAULTS["task_prompt"]
+    summaries: str = DEFAULTS["summaries"]
+    summary_agents: str = DEFAULTS["summary_agents"]
+    empty_peers: str = DEFAULTS["empty_peers"]
+    unclosed_thinking: str = DEFAULTS["unclosed_thinking"]
 
     def __post_init__(self) -> None:
-        for name, allowed in (("summaries", SUMMARY_SCHEDULES), ("summary_agents", SUMMARY_AGENT_SLOTS),
-                              ("empty_peers", EMPTY_PEER_MODES), ("unclosed_thinking", UNCLOSED_THINKING_MODES)):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"DebateConfig.{name}: expected one of {allowed}, found {getattr(self, name)!r}")
-        if self.task_prompt not in prompts.TASK_PROMPT_WORDINGS:
-            raise ValueError(
-                f"DebateConfig.task_prompt: expected one of {prompts.TASK_PROMPT_WORDINGS}, found {self.task_prompt!r}"
-            )
-        if self.round0 not in ROUND0_MODES:
-            raise ValueError(f"DebateConfig.round0: expected one of {ROUND0_MODES}, found {self.round0!r}")
-        _check_int("n_agents", self.n_agents, minimum=1)
-        _check_int("n_rounds", self.n_rounds, minimum=1)
-        _check_int("max_tokens", self.max_tokens, minimum=1)
-        _check_int("summary_max_tokens", self.summary_max_tokens, minimum=1)
+        for name, spec in SPECS.items():  # the one declaration's bounds and vocabularies (debate/settings.py)
+            if name not in DEBATE_CONFIG_SETTINGS:
+                continue
+            if spec.kind == "int":
+                _check_int(name, getattr(self, name), minimum=int(spec.minimum or 0))
+            else:
+                spec.check("DebateConfig", name, getattr(self, name))
         _check_int("seed", self.seed, minimum=None)
-        if not isinstance(self.temperature, (int, float)) or isinstance(self.temperature, bool) or not (
-            0.0 <= float(self.temperature)
-        ):
-            raise ValueError(f"DebateConfig.temperature: expected a number >= 0, found {self.temperature!r}")
-        if not isinstance(self.top_p, (int, float)) or isinstance(self.top_p, bool) or not (
-            0.0 < float(self.top_p) <= 1.0
-        ):
-            raise ValueError(f"DebateConfig.top_p: expected a number in (0, 1], found {self.top_p!r}")
         personas = tuple(range(self.n_agents)) if self.personas is None else tuple(self.personas)
         indices = (0,) * self.n_agents if self.sample_indices is None else tuple(self.sample_indices)
         if len(personas) != self.n_agents:
@@ -184,6 +174,16 @@ class DebateConfig:
                 _check_int(f"{name} entry", v, minimum=0)
         object.__setattr__(self, "personas", personas)
         object.__setattr__(self, "sample_indices", indices)
+
+    @classmethod
+    def from_settings(cls, settings: DebateSettings, **loop: Any) -> "DebateConfig":
+        """The loop configuration of ``settings`` (temperature and top_p as floats, the flags as bools; the vote rule
+        is the method's, not the loop's) with the loop-only fields in ``loop`` (``personas``, ``sample_indices``,
+        ``logprobs``; or a setting's override, e.g. ``with_summaries=True``)."""
+        values = {**settings.values(DEBATE_CONFIG_SETTINGS), **loop}
+        values["temperature"], values["top_p"] = float(values["temperature"]), float(values["top_p"])
+        values["stop_at_unanimity"], values["with_summaries"] = bool(values["stop_at_unanimity"]), bool(values["with_summaries"])
+        return cls(**values)
 
     def check_benchmark(self, benchmark: str) -> None:
         """Raise ValueError when an agent's persona does not exist for ``benchmark``."""
@@ -234,9 +234,8 @@ class DebateConfig:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for name, default in (("summaries", "before_next_round"), ("summary_agents", "responses"),
-                              ("empty_peers", "show"), ("unclosed_thinking", "drop")):
-            if d[name] == default:  # the earlier default: the config (and the run directory's key) as before
+        for name in LOOP_CHOICES:
+            if d[name] == DEFAULTS[name]:  # the earlier default: the config (and the run directory's key) as before
                 del d[name]
         d["personas"] = list(self.personas or ())
         d["sample_indices"] = list(self.sample_indices or ())

@@ -67,13 +67,13 @@ import numpy as np
 
 from r2mad_core.data import answers
 from r2mad_core.debate.loop import group_answers
+from r2mad_core.debate.settings import VOTE_RULES  # noqa: F401  (the vote rules are a debate setting)
 from r2mad_core.records import (ExtraCallRecord, RoundRecord, TranscriptRecord, TurnRecord, VoteRecord, as_transcript,
                                 as_transcripts)
 
 #: A transcript record, or its JSON object (validated at the door by :func:`r2mad_core.records.as_transcript`).
 Transcript = Union[TranscriptRecord, Mapping[str, Any]]
 
-VOTE_RULES = ("plurality", "authors_majority_correct")
 TRUNCATED_ANSWER_POLICIES = ("keep", "missing")
 TAGS = ("debate", "summary", "judge")
 TRUNCATED_FINISH_REASON = "length"

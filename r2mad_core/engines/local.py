@@ -100,7 +100,7 @@ class LocalEngine:
         server_log_verbosity: int = 0,
     ) -> None:
         try:
-            import xllamacpp
+            import xllamacpp  # lazy: the cpu extra (llama.cpp) is optional
         except ImportError as exc:
             raise EngineError(
                 "local backend: the `xllamacpp` wheel is not installed; install the `cpu` extra "

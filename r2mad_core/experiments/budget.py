@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Sequence
 
+import httpx
+
 #: Characters per token of the estimate (English text and code average about 4 in BPE tokenizers).
 CHARS_PER_TOKEN = 4
 #: Tokens added per chat message (role and separators).
@@ -307,8 +309,6 @@ class ForwardingGateway(_Gateway):
     """
 
     def __init__(self, upstreams: Sequence[str], cap: BudgetCap, *, timeout_seconds: float = 900.0) -> None:
-        import httpx
-
         if not upstreams:
             raise ValueError("ForwardingGateway needs at least one upstream base URL")
         super().__init__()
@@ -346,8 +346,6 @@ class ForwardingGateway(_Gateway):
         return path[len("/v1"):] if path.startswith("/v1") else path
 
     def handle_get(self, path: str, headers: dict[str, str]) -> tuple[int, bytes, dict[str, str]]:
-        import httpx
-
         url = self._pick()
         try:
             response = self._client.get(url + self._suffix(path), headers=self._forwarded_headers(headers))
@@ -358,8 +356,6 @@ class ForwardingGateway(_Gateway):
         return response.status_code, response.content, {"content-type": response.headers.get("content-type", "application/json")}
 
     def handle_post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes, dict[str, str]]:
-        import httpx
-
         try:
             request = json.loads(body)
             prompt_tokens = estimate_tokens(request["messages"])

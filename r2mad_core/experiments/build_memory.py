@@ -15,6 +15,10 @@ import logging
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from r2mad_core.data import benchmarks as benchmark_data
+from r2mad_core.debate.settings import DebateSettings
+from r2mad_core.experiments.cell import load_run, run_cell
+from r2mad_core.experiments.methods import get_method
 from r2mad_core.memory.embeddings import Embedder, get_embedder
 from r2mad_core.memory.banks import MemoryBankSet, build_bank_set
 from r2mad_core.memory.cases import debate_record_from_transcript
@@ -36,9 +40,6 @@ def bank_set_from_run(
 
     The question texts come from the benchmark files (transcripts store sample ids only).
     """
-    from r2mad_core.data import benchmarks as benchmark_data
-    from r2mad_core.experiments.cell import load_run
-
     config, records = load_run(run_dir)
     if isinstance(embedder, str):
         embedder = get_embedder(embedder)
@@ -74,12 +75,7 @@ def build_memory(
     *,
     split: str = "train",
     seed: int = 0,
-    n_agents: int = 3,
-    n_rounds: int = 3,
-    max_tokens: int = 512,
-    summary_max_tokens: int = 128,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
+    settings: DebateSettings | None = None,
     reward_definition: str = "final_vote",
     state_layout: str = "full",
     state_encoding: str = "text",
@@ -90,19 +86,19 @@ def build_memory(
     chunk_size: int = 32,
     progress: bool = True,
     overwrite: bool = False,
+    **setting_values: Any,
 ) -> MemoryBankSet:
     """Run the memory-construction debates on ``split`` and save the bank set to ``out_dir``.
 
-    The debates (MAD, ``n_agents`` personas, ``n_rounds`` rounds, summaries, no early stop) go to
+    The debates (MAD with the debate ``settings``, :class:`~r2mad_core.debate.settings.DebateSettings`: ``n_agents``
+    personas, ``n_rounds`` rounds, sampling, summary length; always with summaries and no early stop; a
+    setting may also be given by name, ``n_agents=3``, on top of ``settings``) go to
     ``run_dir`` (default ``out_dir/debates``), a resumable run directory of :mod:`r2mad_core.experiments.cell`;
     a rerun reuses finished debates. ``embedder`` is an embedder or a name for :func:`get_embedder`.
     ``debate_options``: more options of those MAD debates (the protocol's ``summaries``, ``summary_agents``,
     ``empty_peers``, ``unclosed_thinking``, ``task_prompt``: :func:`r2mad_core.experiments.protocol.memory_options`).
     """
-    from r2mad_core.data import benchmarks as benchmark_data
-    from r2mad_core.experiments.cell import run_cell
-    from r2mad_core.experiments.methods import get_method
-
+    settings = (settings or DebateSettings()).replace(**setting_values)
     if isinstance(embedder, str):
         embedder = get_embedder(embedder)
     out = Path(out_dir)
@@ -113,18 +109,8 @@ def build_memory(
     samples = list(samples)
     if limit is not None:
         samples = samples[:limit]
-    method = get_method(
-        "mad",
-        n_agents=n_agents,
-        n_rounds=n_rounds,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        stop_at_unanimity=False,
-        with_summaries=True,
-        summary_max_tokens=summary_max_tokens,
-        **dict(debate_options or {}),
-    )
+    method = get_method("mad", **{**settings.values(), "stop_at_unanimity": False, "with_summaries": True,
+                                  **dict(debate_options or {})})
     debates_dir = Path(run_dir) if run_dir is not None else out / "debates"
     result = run_cell(
         debates_dir, benchmark=benchmark, split=split, engine=engine, method=method, seed=seed,

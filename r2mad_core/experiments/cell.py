@@ -63,9 +63,11 @@ from r2mad_core.engines.base import Engine
 from r2mad_core.experiments.methods import Method, RunContext, get_method
 from r2mad_core.records import RunConfig, TranscriptRecord, problems
 from pydantic import BaseModel, ValidationError
+from tqdm.auto import tqdm
 from r2mad_core.debate.overflow import DEFAULT_OVERFLOW_POLICY, check_overflow_policy, with_overflow_policy
 from r2mad_core.debate.scheduling import check_schedule, run_scheduled
 from r2mad_core.debate.scoring import compute_metrics, sample_cost, vote
+from r2mad_core.data import benchmarks
 
 logger = logging.getLogger(__name__)
 
@@ -420,9 +422,7 @@ def _select_samples(
     benchmark: str, split: str, samples: Sequence[Any] | None, limit: int | None, data_dir: str | Path | None
 ) -> list[Any]:
     if samples is None:
-        from r2mad_core.data.benchmarks import load
-
-        samples = load(benchmark, split, data_dir=data_dir)
+        samples = benchmarks.load(benchmark, split, data_dir=data_dir)
     samples = list(samples)
     if limit is not None:
         samples = samples[:limit]
@@ -612,8 +612,6 @@ def run_cell(
             logger.info("%s: %d of %d samples already finished; %d to run", run_dir, n_reused, len(samples), len(pending))
         bar = None
         if progress and pending:
-            from tqdm.auto import tqdm
-
             bar = tqdm(total=len(samples), initial=n_reused, desc=f"{method.name} {benchmark}", unit="q")
         def on_round(t: int, n: int, _bar: Any = bar) -> None:
             if _bar is not None:

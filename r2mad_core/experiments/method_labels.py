@@ -8,8 +8,8 @@ debate of Section 5.1, Eq. 8's K and gamma, Eq. 7's thresholds).
 
 A method registered from outside (:func:`r2mad_core.experiments.methods.register_method`, e.g. through a plugin) is
 reached by its ``label``: it receives every setting it declares as an option (``n_agents``, ``n_rounds``,
-``temperature``, ``top_p``, ``max_tokens``, ``top_k``, ``gamma``, ``w_high``, ``w_low``,
-``summary_max_tokens``, ``max_experience_chars`` and, when it declares ``memory``, the model's memory
+``temperature``, ``top_p``, ``max_tokens``, ``summary_max_tokens``: the profile's
+:class:`~r2mad_core.debate.settings.DebateSettings`; ``top_k``, ``gamma``, ``w_high``, ``w_low``, ``max_experience_chars`` and, when it declares ``memory``, the model's memory
 bank), so a new method is one registry entry and appears in the notebooks' grids by its label.
 
 Also here: the rows of each paper table (:data:`MAIN_METHODS`, ...) and the label builders of the
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from r2mad_core.debate.settings import SAMPLING, DebateSettings
 from r2mad_core.experiments.methods import METHOD_SPECS, method_options
 from r2mad_core.memory.retrieval import POLICIES, parse_retrieval_policy, policy_label, policy_spec_of_label
 
@@ -79,21 +80,27 @@ def poisoned_method_label(fraction: float) -> str:
 
 @dataclass(frozen=True)
 class MethodSettings:
-    """The profile's settings every method label is filled from."""
+    """The profile's settings every method label is filled from: the debate (one
+    :class:`~r2mad_core.debate.settings.DebateSettings`), K, gamma, the thresholds, how experiences are shown."""
 
-    n_agents: int = 3
-    n_rounds: int = 3
-    sampling: Mapping[str, Any] = field(default_factory=lambda: {"temperature": 1.0, "top_p": 1.0, "max_tokens": 512})
+    debate_settings: DebateSettings = field(default_factory=DebateSettings)
     top_k: int = 3
     gamma: float = 0.9
     w_high: float = 0.55
     w_low: float = 0.45
-    summary_max_tokens: int = 128
     max_experience_chars: int | None = None
     seed: int = 0
 
+    @property
+    def sampling(self) -> dict[str, Any]:
+        return self.debate_settings.values(SAMPLING)
+
+    @property
+    def n_agents(self) -> int:
+        return self.debate_settings.n_agents
+
     def debate(self) -> dict[str, Any]:
-        return {"n_agents": self.n_agents, "n_rounds": self.n_rounds, **self.sampling}
+        return self.debate_settings.values(("n_agents", "n_rounds", *SAMPLING))
 
     def shown(self) -> dict[str, Any]:
         """Shortened experiences only when the profile asks (small-context models); the paper shows them in full."""
@@ -102,7 +109,7 @@ class MethodSettings:
     def candidates(self, memory: Path | str | None) -> dict[str, Any]:
         """Every setting a registered method may declare as an option."""
         values = {**self.debate(), "top_k": self.top_k, "gamma": self.gamma, "w_high": self.w_high,
-                  "w_low": self.w_low, "summary_max_tokens": self.summary_max_tokens, **self.shown()}
+                  "w_low": self.w_low, "summary_max_tokens": self.debate_settings.summary_max_tokens, **self.shown()}
         if memory is not None:
             values["memory"] = str(memory)
         return values
@@ -146,7 +153,7 @@ def resolve(label: str, settings: MethodSettings, memory: Path | str | None = No
     if label == "CoT":
         return "cot", sampling
     if sc:
-        paths = int(sc.group(1)) if sc.group(1) else settings.n_agents * settings.n_rounds
+        paths = int(sc.group(1)) if sc.group(1) else settings.debate_settings.n_agents * settings.debate_settings.n_rounds
         return "self_consistency", {"k_paths": paths, **sampling}
     if label == "MAD":
         return "mad", settings.debate()
@@ -167,7 +174,7 @@ def resolve(label: str, settings: MethodSettings, memory: Path | str | None = No
 def _r2mad_options(label: str, settings: MethodSettings, memory: Path | str | None) -> dict[str, Any]:
     options: dict[str, Any] = {
         "memory": str(memory), "top_k": settings.top_k, "gamma": settings.gamma, "w_high": settings.w_high,
-        "w_low": settings.w_low, "summary_max_tokens": settings.summary_max_tokens, **settings.shown(),
+        "w_low": settings.w_low, "summary_max_tokens": settings.debate_settings.summary_max_tokens, **settings.shown(),
         **settings.debate(),
     }
     rest = label[len("R2-MAD"):].strip()

@@ -47,6 +47,14 @@ options (each with a default, values JSON-serialisable: they go to ``config.json
 
     register_method(MethodSpec("my_method", my_method, label="My method"))
 
+The debate settings (:class:`~r2mad_core.debate.settings.DebateSettings`: agents, rounds, sampling, summaries, the
+loop's protocol choices) are declared once; a builder takes the ones it uses by name with :func:`debate_keywords`,
+which puts them, with their defaults, where the builder declares ``settings`` and checks them::
+
+    @debate_keywords("n_rounds", "temperature", "max_tokens")
+    def my_method(*, width: int = 3, settings: DebateSettings) -> Method:
+        return Method(name="my_method", debate=DebateConfig.from_settings(settings, n_agents=width))
+
 From outside the package, put the registration in a module and name it in ``R2MAD_PLUGINS`` (see
 :mod:`r2mad_core.plugins`): the CLI and the notebooks import it before they read the registry.
 
@@ -61,10 +69,10 @@ which the run directory records.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import logging
-import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -73,11 +81,6 @@ from r2mad_core.debate import prompts
 
 from r2mad_core.memory import retrieval
 from r2mad_core.debate.loop import (
-    EMPTY_PEER_MODES,
-    ROUND0_MODES,
-    SUMMARY_AGENT_SLOTS,
-    SUMMARY_SCHEDULES,
-    UNCLOSED_THINKING_MODES,
     DebateConfig,
     DebateState,
     ExtraCall,
@@ -87,8 +90,27 @@ from r2mad_core.debate.loop import (
     record_extra_call,
 )
 from r2mad_core.engines.base import Engine, Request, SamplingParams
-from r2mad_core.memory.hook import EXPERIENCE_REFERENCES
-from r2mad_core.debate.scoring import VOTE_RULES
+from r2mad_core.debate.settings import (
+    DEFAULTS,
+    SPECS,
+    SUMMARY_SETTINGS,
+    VOTE_RULES,
+    DebateSettings,
+    check_choice,
+    check_float,
+    check_int,
+)
+from r2mad_core.memory.banks import bank_digest, read_manifest
+from r2mad_core.memory.confidence import ConfidenceConfig
+from r2mad_core.memory.hook import (
+    EXPERIENCE_REFERENCES,
+    IclCotHook,
+    R2MadHook,
+    R2MadSettings,
+    load_memory,
+    reference_solutions,
+)
+from r2mad_core.memory.retrieval import RetrievalConfig
 from r2mad_core.debate.masking import (  # noqa: F401  (MAD-M2's peer selection; names kept importable from here)
     JUDGE_TAG,
     MASKING_STRATEGIES,
@@ -161,190 +183,126 @@ def max_agents() -> int:
 
 
 def _int_option(method: str, name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"method {method!r}: option {name} must be an integer, found {value!r}")
-    if value < minimum or (maximum is not None and value > maximum):
-        bound = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
-        raise ValueError(f"method {method!r}: option {name} must be {bound}, found {value}")
-    return value
+    return check_int(f"method {method!r}", name, value, minimum, maximum)
 
 
 def _float_option(method: str, name: str, value: Any, low: float, high: float, low_open: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(float(value)):
-        raise ValueError(f"method {method!r}: option {name} must be a number, found {value!r}")
-    v = float(value)
-    if v > high or v < low or (low_open and v == low):
-        interval = f"{'(' if low_open else '['}{low}, {high}]"
-        raise ValueError(f"method {method!r}: option {name} must be in {interval}, found {value}")
-    return v
+    return check_float(f"method {method!r}", name, value, low, high, low_open)
 
 
 def _choice_option(method: str, name: str, value: Any, choices: Sequence[str]) -> str:
-    if value not in choices:
-        raise ValueError(f"method {method!r}: option {name} must be one of {tuple(choices)}, found {value!r}")
-    return value
+    return check_choice(f"method {method!r}", name, value, choices)
 
 
-def _sampling(method: str, temperature: Any, top_p: Any, max_tokens: Any) -> dict[str, Any]:
-    return {
-        "temperature": _float_option(method, "temperature", temperature, 0.0, 100.0),
-        "top_p": _float_option(method, "top_p", top_p, 0.0, 1.0, low_open=True),
-        "max_tokens": _int_option(method, "max_tokens", max_tokens, 1),
-    }
-
-
-def _round0(method: str, value: Any) -> str:
-    return _choice_option(method, "round0", value, ROUND0_MODES)
-
-
-def _task_prompt(method: str, value: Any) -> str:
-    return _choice_option(method, "task_prompt", value, prompts.TASK_PROMPT_WORDINGS)
-
-
-def _loop(method: str, **values: Any) -> dict[str, Any]:
-    """The debate-loop protocol choices a method was given (``summaries``, ``summary_agents``, ``empty_peers``,
-    ``unclosed_thinking``; :mod:`r2mad_core.experiments.protocol`), checked."""
-    allowed = {"summaries": SUMMARY_SCHEDULES, "summary_agents": SUMMARY_AGENT_SLOTS, "empty_peers": EMPTY_PEER_MODES,
-               "unclosed_thinking": UNCLOSED_THINKING_MODES}
-    return {name: _choice_option(method, name, value, allowed[name]) for name, value in values.items()}
-
-
-def _agents_rounds(method: str, n_agents: Any, n_rounds: Any) -> tuple[int, int]:
+def _check_agents(method: str, settings: DebateSettings) -> None:
     limit = max_agents()
-    n_agents = _int_option(method, "n_agents", n_agents, 1)
-    if n_agents > limit:
+    if settings.n_agents > limit:
         raise ValueError(
-            f"method {method!r}: n_agents={n_agents} but the paper gives {limit} personas per benchmark "
+            f"method {method!r}: n_agents={settings.n_agents} but the paper gives {limit} personas per benchmark "
             f"(one per agent); use n_agents <= {limit}"
         )
-    n_rounds = _int_option(method, "n_rounds", n_rounds, 1)
-    return n_agents, n_rounds
+
+
+def debate_keywords(*names: str) -> Callable[[Callable[..., Method]], "MethodBuilder"]:
+    """Give a builder the debate settings ``names`` (:class:`~r2mad_core.debate.settings.DebateSettings` fields) as
+    keyword options, each with the settings' default.
+
+    The builder declares ``settings: DebateSettings`` where those keywords go in its signature (the order of a
+    method's options is the order ``config.json`` records them); the decorated builder takes the flat keywords,
+    checks each against the one declaration (:meth:`DebateSettings.check`: ``method 'mad': option n_agents must be
+    >= 1, found 0``) and calls the builder with one settings object. ``inspect.signature`` of the result lists the
+    flat keywords, so :func:`get_method` and :func:`method_options` see them like any other option."""
+    unknown = [n for n in names if n not in SPECS]
+    if unknown:
+        raise ValueError(f"debate_keywords: {unknown} are not debate settings ({list(SPECS)})")
+
+    def decorate(builder: Callable[..., Method]) -> MethodBuilder:
+        signature = inspect.signature(builder)
+        if "settings" not in signature.parameters:
+            raise ValueError(f"debate_keywords: {builder.__name__} must declare a keyword-only `settings` parameter")
+        parameters: list[inspect.Parameter] = []
+        for parameter in signature.parameters.values():
+            if parameter.name != "settings":
+                parameters.append(parameter)
+                continue
+            parameters.extend(
+                inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=DEFAULTS[n], annotation=type(DEFAULTS[n]).__name__)
+                for n in names
+            )
+
+        @functools.wraps(builder)
+        def build(**options: Any) -> Method:
+            owner = f"method {builder.__name__!r}"
+            shared = {n: DebateSettings.check(owner, n, options.pop(n, DEFAULTS[n])) for n in names}
+            return builder(settings=DebateSettings(**shared), **options)
+
+        build.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        return build
+
+    return decorate
+
+
+#: The debate settings each built-in method declares (in :data:`SPECS` order, the order of ``config.json``).
+ALL_SETTINGS = tuple(SPECS)
+ONE_AGENT_SETTINGS = ("temperature", "top_p", "max_tokens", "vote_rule", "round0", "task_prompt", "unclosed_thinking")
+MASKING_SETTINGS = tuple(n for n in SPECS if n not in SUMMARY_SETTINGS)
+R2MAD_SETTINGS = tuple(n for n in SPECS if n != "with_summaries")
 
 
 # --------------------------------------------------------------------------------------------
 # Builders
 # --------------------------------------------------------------------------------------------
-def cot(
-    *,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    max_tokens: int = 512,
-    vote_rule: str = "plurality",
-    round0: str = "shared",
-    task_prompt: str = "paper",
-    unclosed_thinking: str = "drop",
-) -> Method:
+@debate_keywords(*ONE_AGENT_SETTINGS)
+def cot(*, settings: DebateSettings) -> Method:
     """Chain of Thought: one agent (persona 0), one round."""
-    sampling = _sampling("cot", temperature, top_p, max_tokens)
-    debate = DebateConfig(
-        n_agents=1, n_rounds=1, personas=(0,), sample_indices=(0,), round0=_round0("cot", round0),
-        task_prompt=_task_prompt("cot", task_prompt), **_loop("cot", unclosed_thinking=unclosed_thinking), **sampling
-    )
-    return Method(name="cot", debate=debate, vote_rule=vote_rule)
+    debate = DebateConfig.from_settings(settings, n_agents=1, n_rounds=1, personas=(0,), sample_indices=(0,))
+    return Method(name="cot", debate=debate, vote_rule=settings.vote_rule)
 
 
-def self_consistency(
-    *,
-    k_paths: int = 9,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    max_tokens: int = 512,
-    vote_rule: str = "plurality",
-    round0: str = "shared",
-    task_prompt: str = "paper",
-    unclosed_thinking: str = "drop",
-) -> Method:
+@debate_keywords(*ONE_AGENT_SETTINGS)
+def self_consistency(*, k_paths: int = 9, settings: DebateSettings) -> Method:
     """Self-Consistency: k samples of persona 0's task prompt (sample_index 0..k-1), one vote."""
     k = _int_option("self_consistency", "k_paths", k_paths, 1)
-    sampling = _sampling("self_consistency", temperature, top_p, max_tokens)
-    debate = DebateConfig(
-        n_agents=k, n_rounds=1, personas=(0,) * k, sample_indices=tuple(range(k)),
-        round0=_round0("self_consistency", round0), task_prompt=_task_prompt("self_consistency", task_prompt),
-        **_loop("self_consistency", unclosed_thinking=unclosed_thinking), **sampling,
-    )
-    return Method(name="self_consistency", debate=debate, vote_rule=vote_rule)
+    debate = DebateConfig.from_settings(settings, n_agents=k, n_rounds=1, personas=(0,) * k,
+                                        sample_indices=tuple(range(k)))
+    return Method(name="self_consistency", debate=debate, vote_rule=settings.vote_rule)
 
 
-def mad(
-    *,
-    n_agents: int = 3,
-    n_rounds: int = 3,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    max_tokens: int = 512,
-    stop_at_unanimity: bool = True,
-    with_summaries: bool = False,
-    summary_max_tokens: int = 128,
-    vote_rule: str = "plurality",
-    round0: str = "shared",
-    task_prompt: str = "paper",
-    summaries: str = "before_next_round",
-    summary_agents: str = "responses",
-    empty_peers: str = "show",
-    unclosed_thinking: str = "drop",
-) -> Method:
+@debate_keywords(*ALL_SETTINGS)
+def mad(*, settings: DebateSettings) -> Method:
     """Multi-Agent Debate (Du et al.); ``summaries``/``summary_agents`` apply with ``with_summaries`` (memory
     construction)."""
-    n_agents, n_rounds = _agents_rounds("mad", n_agents, n_rounds)
-    sampling = _sampling("mad", temperature, top_p, max_tokens)
-    debate = DebateConfig(
-        n_agents=n_agents,
-        n_rounds=n_rounds,
-        stop_at_unanimity=bool(stop_at_unanimity),
-        with_summaries=bool(with_summaries),
-        summary_max_tokens=_int_option("mad", "summary_max_tokens", summary_max_tokens, 1),
-        round0=_round0("mad", round0), task_prompt=_task_prompt("mad", task_prompt),
-        **_loop("mad", summaries=summaries, summary_agents=summary_agents, empty_peers=empty_peers,
-                unclosed_thinking=unclosed_thinking),
-        **sampling,
-    )
-    return Method(name="mad", debate=debate, vote_rule=vote_rule)
+    _check_agents("mad", settings)
+    return Method(name="mad", debate=DebateConfig.from_settings(settings), vote_rule=settings.vote_rule)
 
 
+@debate_keywords(*MASKING_SETTINGS)
 def mad_m2(
     *,
     masking: str = "objective",
     objective_keep: str = "lowest_perplexity",
     judge_max_tokens: int | None = None,
-    n_agents: int = 3,
-    n_rounds: int = 3,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    max_tokens: int = 512,
-    stop_at_unanimity: bool = True,
-    vote_rule: str = "plurality",
-    round0: str = "shared",
-    task_prompt: str = "paper",
-    empty_peers: str = "show",
-    unclosed_thinking: str = "drop",
+    settings: DebateSettings,
 ) -> Method:
     """MAD with memory masking (Tian et al.); ``masking`` is ``objective`` or ``subjective``."""
     masking = _choice_option("mad_m2", "masking", masking, MASKING_STRATEGIES)
     objective_keep = _choice_option("mad_m2", "objective_keep", objective_keep, OBJECTIVE_KEEP)
-    n_agents, n_rounds = _agents_rounds("mad_m2", n_agents, n_rounds)
-    sampling = _sampling("mad_m2", temperature, top_p, max_tokens)
-    judge_tokens = sampling["max_tokens"] if judge_max_tokens is None else _int_option(
+    _check_agents("mad_m2", settings)
+    judge_tokens = settings.max_tokens if judge_max_tokens is None else _int_option(
         "mad_m2", "judge_max_tokens", judge_max_tokens, 1
     )
-    debate = DebateConfig(
-        n_agents=n_agents,
-        n_rounds=n_rounds,
-        stop_at_unanimity=bool(stop_at_unanimity),
-        logprobs=masking == "objective",
-        round0=_round0("mad_m2", round0), task_prompt=_task_prompt("mad_m2", task_prompt),
-        **_loop("mad_m2", empty_peers=empty_peers, unclosed_thinking=unclosed_thinking),
-        **sampling,
-    )
+    debate = DebateConfig.from_settings(settings, logprobs=masking == "objective")
     selector: PeerSelector
     if masking == "objective":
         selector = ObjectiveMasking(keep=objective_keep)
     else:
         selector = SubjectiveMasking(max_tokens=judge_tokens)
-    return Method(name="mad_m2", debate=debate, vote_rule=vote_rule, make_peer_selector=lambda context: selector)
+    return Method(name="mad_m2", debate=debate, vote_rule=settings.vote_rule,
+                  make_peer_selector=lambda context: selector)
 
 
 # --------------------------------------------------------------------------------------------
-# R2-MAD and ICL-CoT (memory helper; the hooks live in r2mad_core.memory.hook, imported lazily)
+# R2-MAD and ICL-CoT (the hooks live in r2mad_core.memory.hook)
 # --------------------------------------------------------------------------------------------
 CONFIDENCE_LABELS = ("peer_correctness", "retrieving_agent_correctness", "outcome_reward")
 CONFIDENCE_POOLS = ("retrieved", "candidates")
@@ -355,19 +313,16 @@ def _memory_option(method: str, memory: Any) -> str:
     """A bank directory whose manifest reads (arrays are verified when the run starts)."""
     if not isinstance(memory, (str, Path)) or not str(memory):
         raise ValueError(f"method {method!r}: option memory must be a memory bank directory, found {memory!r}")
-    from r2mad_core.memory.banks import read_manifest
-
     read_manifest(memory)  # MemoryBankError (a ValueError) names the problem
     return str(memory)
 
 
 def _memory_inputs(memory: str) -> dict[str, str]:
     """``Method.inputs`` of a method that reads the memory bank in ``memory``."""
-    from r2mad_core.memory.banks import bank_digest
-
     return {"memory_bank_digest": bank_digest(memory)}
 
 
+@debate_keywords(*R2MAD_SETTINGS)
 def r2mad(
     *,
     memory: str,
@@ -387,20 +342,7 @@ def r2mad(
     experience_reference: str = "answer",
     poison_fraction: float = 0.0,
     poison_seed: int = 0,
-    n_agents: int = 3,
-    n_rounds: int = 3,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    max_tokens: int = 512,
-    stop_at_unanimity: bool = True,
-    summary_max_tokens: int = 128,
-    vote_rule: str = "plurality",
-    round0: str = "shared",
-    task_prompt: str = "paper",
-    summaries: str = "before_next_round",
-    summary_agents: str = "responses",
-    empty_peers: str = "show",
-    unclosed_thinking: str = "drop",
+    settings: DebateSettings,
     similarity_match: str = "state",
 ) -> Method:
     """R2-MAD (Section 4): MAD with debate summaries + the memory/confidence round hook.
@@ -422,8 +364,7 @@ def r2mad(
     """
     name = "r2mad"
     memory = _memory_option(name, memory)
-    n_agents, n_rounds = _agents_rounds(name, n_agents, n_rounds)
-    sampling = _sampling(name, temperature, top_p, max_tokens)
+    _check_agents(name, settings)
     policy = _choice_option(name, "retrieval_policy", retrieval_policy, tuple(retrieval.POLICIES))
     k = _int_option(name, "top_k", top_k, 1)
     gamma = _float_option(name, "gamma", gamma, 0.0, 1.0)
@@ -441,24 +382,10 @@ def r2mad(
     reference = _choice_option(name, "experience_reference", experience_reference, EXPERIENCE_REFERENCES)
     poison = _float_option(name, "poison_fraction", poison_fraction, 0.0, 1.0)
     poison_seed = _int_option(name, "poison_seed", poison_seed, 0)
-    debate = DebateConfig(
-        n_agents=n_agents,
-        n_rounds=n_rounds,
-        stop_at_unanimity=bool(stop_at_unanimity),
-        with_summaries=True,
-        summary_max_tokens=_int_option(name, "summary_max_tokens", summary_max_tokens, 1),
-        round0=_round0(name, round0), task_prompt=_task_prompt(name, task_prompt),
-        **_loop(name, summaries=summaries, summary_agents=summary_agents, empty_peers=empty_peers,
-                unclosed_thinking=unclosed_thinking),
-        **sampling,
-    )
+    debate = DebateConfig.from_settings(settings, with_summaries=True)
     match = _choice_option(name, "similarity_match", similarity_match, ("question", "state"))
 
     def make_hook(context: RunContext) -> RoundHook:
-        from r2mad_core.memory.confidence import ConfidenceConfig
-        from r2mad_core.memory.hook import R2MadHook, R2MadSettings, load_memory, reference_solutions
-        from r2mad_core.memory.retrieval import RetrievalConfig
-
         bank_set, bank_embedder = load_memory(memory, context.benchmark, embedder, poison, poison_seed)
         settings = R2MadSettings(
             retrieval=RetrievalConfig(policy=policy, k=k, gamma=gamma, fixed_lambda=fixed, seed=context.seed),
@@ -475,9 +402,11 @@ def r2mad(
         solutions = reference_solutions(context.benchmark, context.data_dir) if reference == "solution" else None
         return R2MadHook(bank_set, bank_embedder, settings, solutions=solutions)
 
-    return Method(name=name, debate=debate, vote_rule=vote_rule, make_hook=make_hook, inputs=_memory_inputs(memory))
+    return Method(name=name, debate=debate, vote_rule=settings.vote_rule, make_hook=make_hook,
+                  inputs=_memory_inputs(memory))
 
 
+@debate_keywords(*(n for n in ONE_AGENT_SETTINGS if n != "round0"))
 def icl_cot(
     *,
     memory: str,
@@ -486,12 +415,7 @@ def icl_cot(
     embedder: str | None = None,
     max_experience_chars: int | None = None,
     experience_reference: str = "answer",
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    max_tokens: int = 512,
-    vote_rule: str = "plurality",
-    task_prompt: str = "paper",
-    unclosed_thinking: str = "drop",
+    settings: DebateSettings,
 ) -> Method:
     """ICL-CoT (Appendix, Table 7): CoT (persona 0, one round) with ``top_k`` experiences of agent 0's bank
     retrieved by question similarity as in-context examples (``match="state"``: the authors' variant,
@@ -504,21 +428,16 @@ def icl_cot(
     experience_chars = None if max_experience_chars is None else _int_option(
         name, "max_experience_chars", max_experience_chars, 1
     )
-    sampling = _sampling(name, temperature, top_p, max_tokens)
-    debate = DebateConfig(
-        n_agents=1, n_rounds=1, personas=(0,), sample_indices=(0,), task_prompt=_task_prompt(name, task_prompt),
-        **_loop(name, unclosed_thinking=unclosed_thinking), **sampling,
-    )
+    debate = DebateConfig.from_settings(settings, n_agents=1, n_rounds=1, personas=(0,), sample_indices=(0,))
 
     def make_hook(context: RunContext) -> RoundHook:
-        from r2mad_core.memory.hook import IclCotHook, load_memory, reference_solutions
-
         bank_set, bank_embedder = load_memory(memory, context.benchmark, embedder)
         solutions = reference_solutions(context.benchmark, context.data_dir) if reference == "solution" else None
         return IclCotHook(bank_set, bank_embedder, top_k=k, match=match, max_experience_chars=experience_chars,
                           experience_reference=reference, solutions=solutions)
 
-    return Method(name=name, debate=debate, vote_rule=vote_rule, make_hook=make_hook, inputs=_memory_inputs(memory))
+    return Method(name=name, debate=debate, vote_rule=settings.vote_rule, make_hook=make_hook,
+                  inputs=_memory_inputs(memory))
 
 
 # --------------------------------------------------------------------------------------------

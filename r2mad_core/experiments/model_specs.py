@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from r2mad_core.theory import agents as simulated_agents
+
 #: Engine options that change how fast generations come, never what they are: they stay out of run
 #: directory keys, so tuning threads or slots keeps every finished run.
 SPEED_OPTIONS = frozenset({
@@ -107,9 +109,8 @@ class ModelSpec:
         if self.engine == "simulated":
             # the simulated agents' behaviour version: a changed simulator gets new run directories
             # (its transcripts are not the old ones); real engines are identified by model and options
-            from r2mad_core.theory.agents import MODEL_VERSION
 
-            described["simulator"] = MODEL_VERSION
+            described["simulator"] = simulated_agents.MODEL_VERSION  # looked up now (tests change it)
         return described
 
 

@@ -20,8 +20,10 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
+from pathlib import Path
 
 from r2mad_core.debate.overflow import OVERFLOW_POLICIES
+from r2mad_core.experiments.methods import method_options as declared
 
 PROTOCOLS = ("paper", "authors")
 DEFAULT_PROTOCOL = "paper"
@@ -223,8 +225,6 @@ def resolve(protocol: str, explicit: Mapping[str, Any] | None = None) -> dict[st
 def method_options(method_name: str, protocol: str, explicit: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The method options a preset sets for a registered method: every ``method``-level choice the method declares
     (``summaries`` and ``summary_agents`` only where it writes summaries), under its option name."""
-    from r2mad_core.experiments.methods import method_options as declared
-
     accepted = declared(method_name)
     values = resolve(protocol, explicit)
     options = {}
@@ -313,7 +313,6 @@ def main(argv: list[str] | None = None) -> int:
     if not args:
         sys.stdout.write(markdown_table())
         return 0
-    from pathlib import Path
 
     path = Path(args[0])
     path.write_text(render_into(path.read_text(encoding="utf-8")), encoding="utf-8")

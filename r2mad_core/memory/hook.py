@@ -47,6 +47,7 @@ from r2mad_core.memory.embeddings import CachedEmbedder, Embedder, get_embedder
 from r2mad_core.memory.banks import MemoryBank, MemoryBankError, MemoryBankSet, poison_bank
 from r2mad_core.memory.cases import AgentDebateState, MemoryCase, encode_states
 from r2mad_core.memory.retrieval import POLICIES, RetrievalConfig, query_seed, retrieve
+from r2mad_core.data import benchmarks
 
 logger = logging.getLogger(__name__)
 
@@ -140,8 +141,6 @@ def experience_view(
 
 def reference_solutions(benchmark: str, data_dir: Any = None) -> dict[str, str]:
     """Sample id -> reference solution for ``experience_reference="solution"`` (MATH500; others: empty)."""
-    from r2mad_core.data import benchmarks
-
     return {
         s.id: str(s.metadata.get("solution") or "")
         for s in benchmarks.load(benchmark, "all", data_dir)

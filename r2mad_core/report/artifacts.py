@@ -473,7 +473,7 @@ class ReportContext:
 
 def apply_style() -> None:
     """The figure style of every notebook: seaborn whitegrid, paper context, readable fonts."""
-    import matplotlib as mpl
+    import matplotlib as mpl  # lazy: matplotlib/seaborn (notebooks extra) only for figures, not for the CLI
     import seaborn as sns
 
     sns.set_theme(style="whitegrid", context="paper", font_scale=1.2)

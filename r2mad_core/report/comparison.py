@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+import sys
 
 import numpy as np
 import pandas as pd
+from tqdm.std import tqdm
 
 from r2mad_core.report.grid import ExperimentGrid
 from r2mad_core.report.results import C_TO_W_METRIC, SUBSET_METRIC, W_TO_C_METRIC, GridResults
@@ -391,10 +393,6 @@ class _OneBar:
         self._exp = exp
         self._bar = None
         if exp.progress:
-            import sys
-
-            from tqdm.std import tqdm
-
             self._bar = tqdm(total=total, desc="collecting the paper's tables", unit="grid", mininterval=2.0,
                              file=sys.stderr)
 

@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
+from statistics import NormalDist
 
 from r2mad_core.engines import ENGINES, EngineSpec, register_engine
 from r2mad_core.engines.base import Completion, Ledger, Request
@@ -48,6 +49,8 @@ from r2mad_core.experiments import protocol as presets
 from r2mad_core.experiments.budget import estimate_tokens
 from r2mad_core.experiments.model_specs import ModelSpec, large_model_plan
 from r2mad_core.report.protocol_notes import LAMBDA_K
+from r2mad_core.data.benchmarks import load
+from r2mad_core.report.grid import ExperimentGrid
 
 #: Generated tokens per second of one GPU (benchmarks/README.md: the throughput model, 8B model, question schedule).
 TOKENS_PER_S = 3754.0
@@ -89,8 +92,6 @@ def _uniform(request: Request, salt: str) -> float:
 
 def _normal(u: float) -> float:
     """The standard normal quantile of ``u``."""
-    from statistics import NormalDist
-
     return NormalDist().inv_cdf(u)
 
 
@@ -261,9 +262,6 @@ def estimate_profile(fields: Mapping[str, Any], *, profile: str = "paper", test_
                      progress: Callable[[str], None] | None = None) -> Estimate:
     """Walk :data:`NOTEBOOK_PLAN` for the profile ``fields`` with every model replaced by an :class:`EstimatingEngine`
     (its context = the model's ``max_model_len``), on the first ``test_sample``/``train_sample`` questions, and scale."""
-    from r2mad_core.data.benchmarks import load
-    from r2mad_core.report.grid import ExperimentGrid
-
     started = time.perf_counter()
     gpu = [ModelSpec.from_entry(m) for m in fields["models"]]
     large = [spec for _, spec in large_model_plan(fields.get("large_models", []), gpu) if spec is not None]

@@ -23,6 +23,7 @@ from r2mad_core.experiments.model_specs import ModelSpec
 from r2mad_core.debate.scoring import AnnotationCounts, annotation_counts, paired_test
 from r2mad_core.report.tables import AVERAGE_LABEL, NOT_RUN, benchmark_label
 from r2mad_core.report.power import power_sentence
+from r2mad_core.theory.agents import SimulatedAgentParams
 
 ALPHA = 0.05
 
@@ -100,8 +101,6 @@ def _simulated(models: Sequence[ModelSpec]) -> bool:
 
 
 def _simulated_params() -> Any:
-    from r2mad_core.theory.agents import SimulatedAgentParams
-
     return SimulatedAgentParams()
 
 

@@ -24,8 +24,18 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import pandas as pd
+from tqdm.std import tqdm
 
+from r2mad_core.data.benchmarks import load as load_benchmark
+from r2mad_core.debate.overflow import check_overflow_policy
+from r2mad_core.debate.scoring import compute_metrics
+from r2mad_core.debate.settings import PROFILE_SETTINGS, SAMPLING, DebateSettings
+from r2mad_core import engines  # engines.make_engine looked up at call time (tests replace it)
 from r2mad_core.experiments import method_labels
+from r2mad_core.experiments.build_memory import build_memory
+from r2mad_core.experiments.cell import CONFIG_FILE, load_run, preflight, run_cell
+from r2mad_core.experiments.methods import get_method
+from r2mad_core.experiments.methods import method_options as declared_options
 from r2mad_core.experiments import protocol as protocol_presets
 from r2mad_core.report.artifacts import ReportContext, display_path, jsonable
 from r2mad_core.files import atomic_write
@@ -86,11 +96,9 @@ def profile_samples(
     """The first ``limit`` questions (None: all) of ``split`` for each benchmark, in the split's
     seeded order (:func:`r2mad_core.data.benchmarks.load`, ``split_rule`` paper or authors), so every notebook uses
     the same subset."""
-    from r2mad_core.data.benchmarks import load
-
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(f"limit: expected a positive integer or None, found {limit!r}")
-    return {name: load(name, split, data_dir, split_rule=split_rule)[:limit] for name in benchmarks}
+    return {name: load_benchmark(name, split, data_dir, split_rule=split_rule)[:limit] for name in benchmarks}
 
 
 def slug(text: str) -> str:
@@ -130,12 +138,7 @@ class ExperimentGrid:
         test_limit: int | None = None,
         train_limit: int | None = None,
         seed: int = 0,
-        n_agents: int = 3,
-        n_rounds: int = 3,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        max_tokens: int = 512,
-        summary_max_tokens: int = 128,
+        debate: DebateSettings | None = None,
         max_experience_chars: int | None = None,
         top_k: int | None = None,
         gamma: float = 0.9,
@@ -162,10 +165,11 @@ class ExperimentGrid:
         self.test_limit = test_limit
         self.train_limit = train_limit
         self.seed = seed
-        self.n_agents = n_agents
-        self.n_rounds = n_rounds
-        self.sampling = {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens}
-        self.summary_max_tokens = summary_max_tokens
+        # The debate settings (r2mad_core.debate.settings): ``debate`` with the profile's flat fields
+        # (PROFILE_SETTINGS: agents, rounds, sampling, summary length) on top. The protocol's loop
+        # choices (round0, summaries, ...) stay in ``choices``: a method gets one only when it departs from its default.
+        self.debate = (debate or DebateSettings()).replace(
+            **{name: choices.pop(name) for name in PROFILE_SETTINGS if name in choices})
         self.max_experience_chars = max_experience_chars
         # The protocol (r2mad_core.experiments.protocol): the preset's bundle with every choice given explicitly
         # (not None) on top; a method gets a choice as an option only when it declares it and the value departs
@@ -186,8 +190,6 @@ class ExperimentGrid:
         self.split_rule = self.choices["split_rule"]
         self.memory_model = memory_model
         # What a prompt that does not fit the context gives (r2mad_core.debate.overflow; default: the authors' code)
-        from r2mad_core.debate.overflow import check_overflow_policy
-
         self.overflow_policy = check_overflow_policy(self.choices["overflow_policy"])
         # Questions in flight on a streaming engine (the question-level schedule): None, STREAMING_WINDOW
         self.window = window
@@ -205,11 +207,24 @@ class ExperimentGrid:
         self._engine_kinds: dict[str, str] = {}
         self._samples: dict[tuple[str, str], list[Any]] = {}
 
+    # The debate settings by name (the notebooks read ``exp.n_agents``, ``exp.n_rounds``).
+    @property
+    def n_agents(self) -> int:
+        return self.debate.n_agents
+
+    @property
+    def n_rounds(self) -> int:
+        return self.debate.n_rounds
+
+    @property
+    def sampling(self) -> dict[str, Any]:
+        """``temperature``, ``top_p``, ``max_tokens``."""
+        return self.debate.values(SAMPLING)
+
     #: Notebook parameters :meth:`from_parameters` reads (the names of the profile fields).
     PARAMETERS = (
         "models", "benchmarks", "runs_dir", "cache_dir", "data_dir", "embedder", "test_limit", "train_limit",
-        "seed", "n_agents", "n_rounds", "temperature", "top_p", "max_tokens", "summary_max_tokens",
-        "max_experience_chars", "top_k",
+        "seed", *PROFILE_SETTINGS, "max_experience_chars", "top_k",
         "gamma", "w_high", "w_low", "bootstrap_resamples",
         "protocol", "memory_model", "memory_models", "overflow_policy", "window",
         *(name for name in protocol_presets.PROFILE_CHOICES if name not in ("top_k", "overflow_policy")),
@@ -323,8 +338,6 @@ class ExperimentGrid:
         ``vllm`` engine closes the previous one: one GPU model in memory at a time. A ``vllm`` model (any backend with
         ``identity_of``) is loaded only when a request misses the cache (``lazy``), so a cell whose generations are all
         cached never loads it."""
-        from r2mad_core.engines import make_engine
-
         key = config_hash({**spec.describe(), "all_options": dict(spec.options)})
         if key not in self._engines:
             if spec.engine == "vllm":
@@ -335,14 +348,12 @@ class ExperimentGrid:
                         self._engines.pop(other).close()
             model, options = spec.resolved()
             if spec.engine == "simulated":
-                from r2mad_core.data.benchmarks import load
-
                 if "samples" not in options:  # every question a debate may ask about, train and test
-                    options["samples"] = [s for b in self.benchmarks for s in load(b, "all", self.data_dir)]
+                    options["samples"] = [s for b in self.benchmarks for s in load_benchmark(b, "all", self.data_dir)]
                 options.setdefault("seed", self.seed)
             logger.info("opening engine %s for %s", spec.engine, spec.label)
             # lazy: a backend that can name its identity unbuilt (vllm) is built on the first cache miss only
-            self._engines[key] = make_engine(spec.engine, model=model, cache_dir=self.cache_dir, lazy=True, **options)
+            self._engines[key] = engines.make_engine(spec.engine, model=model, cache_dir=self.cache_dir, lazy=True, **options)
             self._engine_kinds[key] = spec.engine
         return self._engines[key]
 
@@ -350,18 +361,15 @@ class ExperimentGrid:
     def method_settings(self) -> MethodSettings:
         """The profile's settings every method label is filled from (:mod:`r2mad_core.experiments.method_labels`)."""
         return MethodSettings(
-            n_agents=self.n_agents, n_rounds=self.n_rounds, sampling=dict(self.sampling), top_k=self.top_k,
-            gamma=self.gamma, w_high=self.w_high, w_low=self.w_low, summary_max_tokens=self.summary_max_tokens,
+            debate_settings=self.debate, top_k=self.top_k, gamma=self.gamma, w_high=self.w_high, w_low=self.w_low,
             max_experience_chars=self.max_experience_chars, seed=self.seed,
         )
 
     def method_options(self, method: str, memory: Path | str | None = None) -> tuple[str, dict[str, Any]]:
         """``(registered method name, options)`` of a method label (:func:`r2mad_core.experiments.method_labels.resolve`), with
         the profile's protocol choices (those that depart from the method's defaults and that the method declares)."""
-        from r2mad_core.experiments.methods import method_options as declared
-
         name, options = method_labels.resolve(method, self.method_settings(), memory)
-        accepted = declared(name)
+        accepted = declared_options(name)
         for key, value in self.protocol.items():
             if key in accepted and key not in options and accepted[key] != value:
                 options[key] = value
@@ -388,7 +396,7 @@ class ExperimentGrid:
         spec = self.memory_spec(spec)
         return {
             "benchmark": benchmark, "split": "train", "limit": self.train_limit, "seed": self.seed,
-            "n_agents": self.n_agents, "n_rounds": self.n_rounds, "summary_max_tokens": self.summary_max_tokens,
+            **self.debate.values(("n_agents", "n_rounds", "summary_max_tokens")),
             "embedder": self.embedder, "model": spec.describe(), **self.sampling, **self.memory_options(),
         }
 
@@ -400,8 +408,6 @@ class ExperimentGrid:
     def memory(self, spec: ModelSpec | str, benchmark: str) -> Path:
         """The memory bank directory of (model, benchmark), built from the train split if missing
         (Appendix A: a forced 3-round MAD with summaries on each training question)."""
-        from r2mad_core.experiments.build_memory import build_memory
-
         spec = self.model(spec) if isinstance(spec, str) else spec
         directory = self.memory_dir(spec, benchmark)
         if (directory / "manifest.json").exists():
@@ -410,11 +416,8 @@ class ExperimentGrid:
         atomic_write(directory / "build_config.json", json.dumps(jsonable(self.memory_config(spec, benchmark)), indent=2))
         build_memory(
             benchmark, self.engine(self.memory_spec(spec)), self.embedder, directory, limit=self.train_limit,
-            split="train",
-            seed=self.seed, n_agents=self.n_agents, n_rounds=self.n_rounds,
-            summary_max_tokens=self.summary_max_tokens, data_dir=self.data_dir,
-            samples=self.samples(benchmark, "train"), progress=False, overwrite=True, **self.sampling,
-            **self.memory_options(),
+            split="train", seed=self.seed, settings=self.debate, data_dir=self.data_dir,
+            samples=self.samples(benchmark, "train"), progress=False, overwrite=True, **self.memory_options(),
         )
         return directory
 
@@ -432,9 +435,6 @@ class ExperimentGrid:
 
     def run(self, model: ModelSpec | str, benchmark: str, method: str) -> CellOutcome:
         """Run (or load) one cell on the test split."""
-        from r2mad_core.experiments.cell import run_cell
-        from r2mad_core.debate.scoring import compute_metrics
-
         spec = self.model(model) if isinstance(model, str) else model
         samples = self.samples(benchmark, "test")
         run_dir, name, options = self.run_dir(spec, benchmark, method)
@@ -442,9 +442,6 @@ class ExperimentGrid:
         if done is not None:
             # a finished directory is reused only if it holds this very cell (the method as the code derives it
             # today: options, file digests, sampling stream); otherwise RunConfigMismatch names the difference
-            from r2mad_core.experiments.cell import preflight
-            from r2mad_core.experiments.methods import get_method
-
             method_obj = get_method(name, **options).with_seed(self.seed)
             preflight(run_dir, benchmark=benchmark, split="test", method=method_obj, seed=self.seed,
                       limit=self.test_limit, sample_ids=[s.id for s in samples])
@@ -487,8 +484,6 @@ class ExperimentGrid:
         outcomes = []
         bar = None
         if self.progress:  # one bar for the whole step (a cell loaded from disk just ticks it)
-            from tqdm.std import tqdm
-
             bar = tqdm(total=len(cells), desc=f"{len(cells)} cells", unit="cell", mininterval=2.0, file=sys.stderr)
         try:
             for spec, benchmark, method in cells:
@@ -509,8 +504,6 @@ class ExperimentGrid:
 
 def _finished_records(run_dir: Path, expected: int) -> list[TranscriptRecord] | None:
     """The records of a complete run directory (all ``expected`` samples), else None."""
-    from r2mad_core.experiments.cell import CONFIG_FILE, load_run
-
     if not (run_dir / CONFIG_FILE).exists():
         return None
     _, records = load_run(run_dir)

@@ -78,7 +78,7 @@ PROFILE_FIELDS_USED = ("models", "large_models", "benchmarks", "test_limit", "re
 @functools.lru_cache(maxsize=256)
 def _critical_values(n: int, alpha: float) -> np.ndarray:
     """c_d for d = 0..n: the smallest b > d/2 with two-sided exact p-value < alpha (d + 1: none)."""
-    from scipy.stats import binom
+    from scipy.stats import binom  # lazy: scipy.stats takes seconds to import
 
     critical = np.empty(n + 1, dtype=np.int64)
     for d in range(n + 1):
@@ -107,7 +107,7 @@ def mcnemar_power(n: int, discordance: float, difference: float, alpha: float = 
         raise ValueError(f"power: a difference of {difference:g} needs a discordance of at least that, found {discordance:g}")
     if discordance == 0.0:
         return 0.0
-    from scipy.stats import binom
+    from scipy.stats import binom  # lazy: scipy.stats takes seconds to import
 
     share = min(1.0, max(0.0, (1.0 + difference / discordance) / 2.0))
     d = np.arange(n + 1)
@@ -123,7 +123,7 @@ def minimum_detectable_effect(n: int, discordance: float, alpha: float = ALPHA, 
     _check(n, discordance, alpha)
     if discordance == 0.0 or mcnemar_power(n, discordance, discordance, alpha) < power:
         return math.nan
-    from scipy.optimize import brentq
+    from scipy.optimize import brentq  # lazy: scipy takes seconds to import
 
     return float(brentq(lambda delta: mcnemar_power(n, discordance, delta, alpha) - power, 0.0, discordance, xtol=1e-6))
 
@@ -145,7 +145,7 @@ def planned_minimum_detectable_effect(n: int, p_worse: float, correlation: float
                                       alpha: float = ALPHA, power: float = TARGET_POWER) -> float:
     """Before a run: the smallest difference detectable with ``power`` over a method at accuracy ``p_worse``,
     the discordance moving with the difference (:func:`assumed_discordance`); NaN when none up to 1 - p_worse."""
-    from scipy.optimize import brentq
+    from scipy.optimize import brentq  # lazy: scipy takes seconds to import
 
     def gap(delta: float) -> float:
         return mcnemar_power(n, assumed_discordance(p_worse + delta, p_worse, correlation), delta, alpha) - power
@@ -374,7 +374,7 @@ def plot_claims_power(claims: pd.DataFrame, title: str = "", power: float = TARG
     """One row per distinct claim of :func:`with_power`: the smallest difference the run could detect with
     ``power`` (grey bar; hatched across when none), the paper's difference (x) and the reproduced one (dot,
     filled when significant). Returns the matplotlib figure."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: matplotlib (notebooks extra) only for the figure
 
     rows = claims[claims["duplicate_of"].isna()] if "duplicate_of" in claims.columns else claims
     rows = rows.iloc[::-1]

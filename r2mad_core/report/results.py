@@ -21,6 +21,7 @@ from r2mad_core.experiments.model_specs import ModelSpec
 from r2mad_core.debate.scoring import agents_correct_by_round, mean_accuracy_with_ci, replayed_share
 from r2mad_core.records import TranscriptRecord
 from r2mad_core.report.tables import AVERAGE_LABEL, Best, Table, _is_missing, benchmark_label
+from r2mad_core.debate.scoring import accuracy_with_ci, limit_counts, shared_misconception_subset, stance_transitions
 
 SUBSET_METRIC = "accuracy (shared-misconception subset)"
 C_TO_W_METRIC = "C->W rate (shared-misconception subset)"
@@ -52,8 +53,6 @@ class CellOutcome:
 
 def cell_limits(records: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     """:func:`r2mad_core.debate.scoring.limit_counts` of ``records`` plus ``questions``, the questions with any."""
-    from r2mad_core.debate.scoring import limit_counts
-
     counts = limit_counts(records)
     counts["questions"] = sum(1 for r in records if any(limit_counts([r]).values()))
     return counts
@@ -256,16 +255,12 @@ class GridResults:
     def shared_misconception_subsets(self, reference: str = "MAD") -> dict[tuple[str, str], set[str]]:
         """(model label, benchmark id) -> the sample ids where a strict majority of the ``reference``
         method's agents is wrong at round 0 (:func:`r2mad_core.debate.scoring.shared_misconception_subset`)."""
-        from r2mad_core.debate.scoring import shared_misconception_subset
-
         return {(o.model.label, o.benchmark): shared_misconception_subset(o.records)
                 for o in self.outcomes if o.method == reference}
 
     def subset_accuracy(self, methods: Sequence[str], reference: str = "MAD") -> pd.DataFrame:
         """Accuracy of ``methods`` on the shared-misconception subset of each (model, benchmark):
         model, paper_model, benchmark, method, accuracy, ci_low, ci_high, n (subset size)."""
-        from r2mad_core.debate.scoring import accuracy_with_ci
-
         subsets = self.shared_misconception_subsets(reference)
         rows = []
         for o in self.outcomes:
@@ -295,8 +290,6 @@ class GridResults:
     def transition_rates(self, methods: Sequence[str], reference: str = "MAD") -> pd.DataFrame:
         """C->W and W->C stance-transition rates (Table 4) of ``methods`` on the shared-misconception
         subset: model, paper_model, benchmark, method, c_to_w, w_to_c and their counts."""
-        from r2mad_core.debate.scoring import stance_transitions
-
         subsets = self.shared_misconception_subsets(reference)
         rows = []
         for o in self.outcomes:

@@ -32,10 +32,17 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+import hashlib
 
 import pandas as pd
+import numpy as np
+import yaml
 
 from r2mad_core.experiments.protocol import PROFILE_CHOICES
+from r2mad_core.debate.scoring import paired_test
+from r2mad_core.experiments.profiles import load_profile
+from r2mad_core.report.artifacts import apply_style, display_path, jsonable, read_manifest, save_figure, save_table, update_manifest
+from r2mad_core.report.grid import _finished_records
 from r2mad_core.report.tables import Table
 
 VARIANTS_DIR = "variants"
@@ -85,8 +92,6 @@ def variant_name(overrides: Mapping[str, Any]) -> str:
     text = ",".join(f"{key}={_name_value(_value(overrides[key]))}" for key in sorted(overrides))
     name = _UNSAFE.sub("_", text).strip("._") or "variant"
     if len(name) > MAX_NAME:
-        import hashlib
-
         name = name[: MAX_NAME - 13] + "-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
     return name
 
@@ -140,8 +145,6 @@ class Variant:
 
     def record(self, baseline_dir: str | Path | None = None) -> dict[str, Any]:
         """The manifest's ``variant`` entry."""
-        from r2mad_core.report.artifacts import display_path, jsonable
-
         return {"name": self.name, "profile": self.profile,
                 "overrides": {k: {"value": jsonable(v), "profile_value": jsonable(b)} for k, (v, b) in self.overrides.items()},
                 "baseline": display_path(baseline_dir) if baseline_dir else None}
@@ -170,8 +173,6 @@ def differences(values: Mapping[str, Any], profile_values: Mapping[str, Any]) ->
 def profile_values(profile: str) -> dict[str, Any]:
     """Every notebook parameter of a profile (the fields, ``extra_parameters`` spread out, optional defaults), each
     protocol choice the profile leaves to its preset at the preset's value (``top_k`` of the paper preset: 1)."""
-    from r2mad_core.experiments.profiles import load_profile
-
     loaded = load_profile(profile)
     values = loaded.parameters({})
     for name, value in loaded.spec.choices.items():
@@ -183,8 +184,6 @@ def profile_values(profile: str) -> dict[str, Any]:
 def shown_path(path: str | Path) -> str:
     """A path as a variant's labels show it: relative to the repository when inside it, else from its ``figures``
     (or ``notebooks``) part on (``.../figures/tiny/variants/gamma=0.5``): no machine paths in outputs."""
-    from r2mad_core.report.artifacts import display_path
-
     shown = display_path(path)
     if not shown.startswith(".../"):
         return shown
@@ -207,8 +206,6 @@ def profile_dir_of(directory: str | Path) -> Path:
 
 
 def to_environment(overrides: Mapping[str, Any], name: str | None) -> str:
-    from r2mad_core.report.artifacts import jsonable
-
     return json.dumps({"name": name, "overrides": jsonable({k: _value(v) for k, v in overrides.items()})})
 
 
@@ -244,8 +241,6 @@ def _pairs(outcomes: Sequence[Any], baseline: Any) -> tuple[dict[str, bool], dic
     """Per-question correctness of the variant's cells and the profile's same cells (keyed benchmark/sample),
     the profile's per-cell accuracies, and whether every cell is the very same run; None when the profile has
     not run one of them."""
-    from r2mad_core.report.grid import _finished_records
-
     mine: dict[str, bool] = {}
     theirs: dict[str, bool] = {}
     accuracies: list[float] = []
@@ -274,8 +269,6 @@ def compare_table(table: Any, variant: Variant, baseline: Any, *, bootstrap_resa
     (its same cells, loaded from the shared runs), the difference, its paired 95% CI and the exact McNemar p on
     the same questions, the number of pairs, and whether the cell is the very same run (unchanged by the
     overrides). A cell the profile has not run has no profile value."""
-    from r2mad_core.debate.scoring import paired_test
-
     cells = (table.cells if isinstance(table, Table) else None) or {}  # a DataFrame's "cells" would be a column
     row_names = [n or "row" for n in table.values.index.names]
     column_name = table.values.columns.name or "column"
@@ -338,8 +331,6 @@ def comparison_sentences(frame: pd.DataFrame, variant: Variant, table_name: str)
 def parse_sweep(text: str) -> tuple[str, list[Any]]:
     """``"gamma=0,0.3,0.6"`` -> ``("gamma", [0, 0.3, 0.6])``; values are YAML, split at top-level commas
     (``"top_k=[1, 2],[3]"`` is two lists). A one-line ValueError for anything else."""
-    import yaml
-
     key, sep, rest = text.partition("=")
     key = key.strip()
     if not sep or not key or not rest.strip():
@@ -404,13 +395,10 @@ def sweep_artifacts(points: Sequence[SweepPoint], key: str, profile: str, profil
     """For every table with CIs that each point wrote: a figure of the metric against ``key`` (one panel per
     column, e.g. per benchmark; one line per row, with 95% CIs) and a table of the same numbers, into
     ``out_dir`` (``figures/<profile>/sweeps/<key>/``). Returns the "What this shows" sentences."""
-    import matplotlib
+    import matplotlib  # lazy: matplotlib (notebooks extra) only when a sweep draws its figure
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
-
-    from r2mad_core.report.artifacts import apply_style, save_figure, save_table
 
     apply_style()
     labels = [show_value(p.value) + (f" (profile {profile})" if p.is_profile else "") for p in points]
@@ -493,10 +481,8 @@ def sweep_artifacts(points: Sequence[SweepPoint], key: str, profile: str, profil
                 f"{' / '.join(map(str, widest))} ({', '.join(f'{v:.3f}' for v in series)}; range {spread[widest]:.3f}); "
                 f"the median range over the {len(values)} cells is {spread.median():.3f}.")
         if len(sentences) > before:
-            from r2mad_core.report.artifacts import update_manifest, read_manifest as _read
-
             for stem in (f"tab_sweep_{table}", stem):
-                record = _read(out_dir)["artifacts"][stem]
+                record = read_manifest(out_dir)["artifacts"][stem]
                 update_manifest(out_dir, stem, {**record, "notes": sentences[-1]})
     return sentences
 
@@ -559,8 +545,6 @@ class TableComparer:
     sentences: list[str] = field(default_factory=list)
 
     def __call__(self, table: Any, name: str) -> None:
-        from r2mad_core.report.artifacts import read_manifest
-
         if name.endswith(COMPARISON_SUFFIX):
             return
         baseline_dir = Path(self.ctx.baseline_dir)
@@ -594,7 +578,7 @@ class TableComparer:
         if not self.show:
             return
         try:
-            from IPython.display import Markdown, display
+            from IPython.display import Markdown, display  # lazy: IPython only inside a notebook kernel
         except ImportError:  # outside a kernel
             print("\n".join(sentences))
             return

@@ -31,6 +31,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from r2mad_core.debate import scoring
 from r2mad_core.experiments.cell import load_run
 from r2mad_core.memory.cases import MemoryCase
+from r2mad_core.data import benchmarks
 
 logger = logging.getLogger(__name__)
 
@@ -137,8 +138,6 @@ def load_view(run_dir: str | Path, memory: str | Path | None = None) -> RunView:
 
 def _question_texts(benchmark: str, ids: Iterable[str]) -> dict[str, str]:
     """The question text of each id from the benchmark files ({} when they cannot be read)."""
-    from r2mad_core.data import benchmarks
-
     wanted = set(ids)
     try:
         return {s.id: s.question for s in benchmarks.load(benchmark, "all") if s.id in wanted}
@@ -472,7 +471,7 @@ def show(*run_dirs: str | Path, question: str | None = None, memory: str | Path 
          shared_only: bool = False, differs_only: bool = False, limit: int | None = 1, expand: bool = True) -> Any:
     """The same view inline in a notebook (``IPython.display.HTML``): by default the first selected question, its
     text and retrieved experiences unfolded."""
-    from IPython.display import HTML
+    from IPython.display import HTML  # lazy: IPython only inside a notebook kernel
 
     runs = _load_runs(run_dirs, memory)
     ids = select_questions(runs, question=question, shared_only=shared_only, differs_only=differs_only, limit=limit)
