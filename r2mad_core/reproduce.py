@@ -64,6 +64,7 @@ from r2mad_core.experiments.profiles import (  # noqa: F401  (re-exported: repro
 )
 
 from r2mad_core.report.variants import ENVIRONMENT as VARIANT_ENVIRONMENT, VARIANTS_DIR
+from r2mad_core.data.verdicts import ENVIRONMENT as ANSWER_MEMO_ENVIRONMENT
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 KERNEL_NAME = "python3"
@@ -232,9 +233,6 @@ def run_notebooks(
     """Execute the notebooks in order with papermill; stop at the first failure (returned last,
     with ``error`` set). Writes the executed notebooks and ``timings.json`` into ``executed_dir``.
     ``after_notebook`` is called with each notebook's result (the cost estimate counts per notebook)."""
-    import papermill
-    from papermill.exceptions import PapermillExecutionError
-
     notebooks = discover_notebooks(notebooks_dir or default_notebooks_dir(), only)
     for folder in (paths.figures_dir, paths.runs_dir, paths.cache_dir, paths.executed_dir):
         folder.mkdir(parents=True, exist_ok=True)
@@ -248,6 +246,23 @@ def run_notebooks(
     echo(f"reproduce: profile {profile.name} ({profile.source}); {len(notebooks)} notebooks; "
          f"expected runtime: {profile['expected_runtime']}")
     echo(f"  figures -> {paths.artifacts_dir}\n  executed notebooks -> {paths.executed_dir}")
+    # The kernels share math-verify's verdicts (r2mad_core/data/verdicts.py): each would otherwise compare the same
+    # answers symbolically again. Speed only: a verdict is a pure function of the two answers.
+    memo = {ANSWER_MEMO_ENVIRONMENT: os.environ.get(ANSWER_MEMO_ENVIRONMENT) or str(paths.cache_dir / ANSWER_MEMO_FILE)}
+    with _environment(memo):
+        return _run_each(notebooks, profile, paths, parameters, echo, after_notebook, total_start, results)
+
+
+ANSWER_MEMO_FILE = "answer_verdicts.sqlite"
+
+
+def _run_each(notebooks: Sequence[Path], profile: Profile, paths: ReproductionPaths, parameters: Mapping[str, Any],
+              echo: Callable[[str], None], after_notebook: Callable[[NotebookResult], None] | None,
+              total_start: float, results: list[NotebookResult]) -> list[NotebookResult]:
+    """:func:`run_notebooks`' loop: each notebook through papermill, in order, stopping at the first failure."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
     for position, notebook in enumerate(notebooks, start=1):
         wanted = declared_parameters(notebook)
         passed = {k: _portable(v, notebook.parent) if k in PORTABLE_PATH_PARAMETERS else v
