@@ -249,11 +249,18 @@ def run_notebooks(
     # The kernels share math-verify's verdicts (r2mad_core/data/verdicts.py): each would otherwise compare the same
     # answers symbolically again. Speed only: a verdict is a pure function of the two answers.
     memo = {ANSWER_MEMO_ENVIRONMENT: os.environ.get(ANSWER_MEMO_ENVIRONMENT) or str(paths.cache_dir / ANSWER_MEMO_FILE)}
+    # One BLAS thread per kernel unless the user chose otherwise: retrieval multiplies one query by the whole bank
+    # thousands of times, and OpenBLAS's threads on such small products cost 5x the product on a loaded 2-core
+    # machine (benchmarks/README.md, issue 24); the products are the same to the bit (the CSVs are byte-identical).
+    for variable in BLAS_THREAD_VARIABLES:
+        memo[variable] = os.environ.get(variable) or "1"
     with _environment(memo):
         return _run_each(notebooks, profile, paths, parameters, echo, after_notebook, total_start, results)
 
 
 ANSWER_MEMO_FILE = "answer_verdicts.sqlite"
+#: The thread-count variable of numpy's BLAS (the OpenBLAS of its wheels) set for the kernels.
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS",)
 
 
 def _run_each(notebooks: Sequence[Path], profile: Profile, paths: ReproductionPaths, parameters: Mapping[str, Any],
