@@ -12,10 +12,16 @@ name that no longer exists is an error at collection time, not a silently fast s
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 import pytest
+
+# One OpenBLAS thread, as make reproduce's kernels get (r2mad_core/reproduce.py, BLAS_THREAD_VARIABLES): the tests'
+# small products are slower threaded on a shared 2-core machine, and give the same bytes. Set before numpy loads;
+# the notebook kernels the tests start inherit it. A value the user set is kept.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 HERE = Path(__file__).resolve().parent
 
