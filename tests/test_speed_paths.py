@@ -87,7 +87,8 @@ def test_verdicts_are_shared_through_the_file_the_environment_names(tmp_path: Pa
     monkeypatch.setattr(math_verify, "verify", refuse)
     monkeypatch.setattr(math_verify, "parse", refuse)
     answers.clear_caches()
-    verdicts._state.update(path=None, conn=None, verdicts={})  # as a fresh process finds it
+    verdicts.flush()  # what a process's exit does
+    verdicts._state.update(path=None, conn=None, verdicts={}, pending=[])  # as a fresh process finds it
     assert answers.is_correct("0.5", r"\frac{1}{2}", "math500")
     assert not answers.is_correct("3", r"\frac{1}{2}", "math500")
     monkeypatch.delenv(verdicts.ENVIRONMENT)
@@ -100,6 +101,7 @@ def test_a_comparison_that_ran_out_of_time_is_not_remembered(tmp_path: Path, mon
     answers.clear_caches()
     monkeypatch.setattr(answers, "_with_deadline", lambda function, seconds, on_timeout: on_timeout)
     assert not answers.is_correct("0.5", r"\frac{1}{2}", "math500")  # timed out: counted as different
+    verdicts.flush()
     assert verdicts.lookup(r"\frac{1}{2}", "0.5") is None
     answers.clear_caches()
     monkeypatch.delenv(verdicts.ENVIRONMENT)

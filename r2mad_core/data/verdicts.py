@@ -10,6 +10,7 @@ unset, nothing is read or written. A comparison that ran out of time is never st
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sqlite3
@@ -22,8 +23,12 @@ ENVIRONMENT = "R2MAD_ANSWER_MEMO"
 #: Bumped when the checking around math-verify changes (its cleaning, its screen), so older verdicts are not read.
 VERSION = "1"
 
+#: New verdicts are written in one transaction per this many (and at exit): one commit per verdict cost more than
+#: many of the comparisons it saves.
+FLUSH_EVERY = 256
+
 _lock = threading.Lock()
-_state: dict[str, object] = {"path": None, "conn": None, "verdicts": {}}
+_state: dict[str, object] = {"path": None, "conn": None, "verdicts": {}, "pending": []}
 
 
 def _scope() -> str:
@@ -40,8 +45,9 @@ def _open() -> tuple[sqlite3.Connection | None, dict]:
     path = os.environ.get(ENVIRONMENT) or None
     if path != _state["path"]:
         if _state["conn"] is not None:
+            _flush()
             _state["conn"].close()  # type: ignore[union-attr]
-        _state.update(path=path, conn=None, verdicts={})
+        _state.update(path=path, conn=None, verdicts={}, pending=[])
         if path is not None:
             try:
                 conn = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
@@ -70,7 +76,31 @@ def store(gold: str, predicted: str, verdict: bool) -> None:
         if conn is None:
             return
         verdicts[(gold, predicted)] = verdict
-        try:
-            conn.execute("INSERT OR IGNORE INTO verdicts VALUES (?, ?, ?, ?)", (_scope(), gold, predicted, int(verdict)))
-        except sqlite3.Error as exc:
-            logger.warning("answer verdict memo: could not store a verdict (%s)", exc)
+        pending = _state["pending"]
+        pending.append((gold, predicted, int(verdict)))  # type: ignore[union-attr]
+        if len(pending) >= FLUSH_EVERY:  # type: ignore[arg-type]
+            _flush()
+
+
+def flush() -> None:
+    """Write the verdicts not written yet (also run at exit)."""
+    with _lock:
+        _flush()
+
+
+def _flush() -> None:
+    conn, pending = _state["conn"], _state["pending"]
+    if conn is None or not pending:
+        return
+    scope = _scope()
+    try:
+        with conn:  # one transaction
+            conn.execute("BEGIN")
+            conn.executemany("INSERT OR IGNORE INTO verdicts VALUES (?, ?, ?, ?)",
+                             [(scope, g, p, v) for g, p, v in pending])  # type: ignore[union-attr]
+    except sqlite3.Error as exc:
+        logger.warning("answer verdict memo: could not store %d verdicts (%s)", len(pending), exc)  # type: ignore[arg-type]
+    _state["pending"] = []
+
+
+atexit.register(flush)
