@@ -22,7 +22,7 @@ EXTRAS ?= $(or $(REMEMBERED_EXTRAS),$(DEFAULT_EXTRAS))
 # The benchmark files ship inside the package (r2mad_core/data/packaged); set R2MAD_DATA_DIR to use
 # a folder of your own instead (an empty folder is filled from the Hugging Face Hub: EXTRAS=...,hub).
 
-.PHONY: setup test reproduce lab bench docs clean clean-runs test-engines
+.PHONY: setup test test-slow reproduce lab bench docs clean clean-runs test-engines
 
 setup: $(VENV)/.installed
 
@@ -44,8 +44,13 @@ $(VENV)/.installed: pyproject.toml
 	echo "$(EXTRAS)" > $(VENV)/.extras
 	touch $@
 
+# `make test`: every test but those marked slow (the notebook runs, the fresh clone, the browser, the local model, the
+# budget end to end: tests/conftest.py lists them); `make test-slow` runs those. CI (.ci/run) runs both.
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not slow"
+
+test-slow: setup
+	$(PY) -m pytest -q -m slow
 
 reproduce: setup
 	$(PY) -m r2mad_core.reproduce --profile $(PROFILE) $(ARGS)

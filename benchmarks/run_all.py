@@ -1,7 +1,7 @@
 """Run every performance benchmark with modest sizes and print a summary against the performance targets.
 
 Usage (``make bench`` runs the first form):
-    .venv/bin/python benchmarks/run_all.py [--quick] [--skip-local] [--strict]
+    .venv/bin/python benchmarks/run_all.py [--quick] [--skip-local] [--strict] [--cpu] [--only-timings | --skip-timings]
 
 Steps, each a subprocess (its own output is streamed). Their CSVs go to ``benchmarks/results/run_all/``: the
 files of the same name directly under ``benchmarks/results/`` hold each script's own full-size run (run the
@@ -23,6 +23,12 @@ script by itself to refresh those) and are left as they were.
    R2-MAD / MAD wall under each schedule with the summaries' share of R2-MAD's extra, the engine's idle slots,
    the paper profile's GPU-hours, and llama.cpp's busy share and load average.
 
+6. The four timings of issue 24 ("fast where nothing needs to be slow"), each a subprocess timed by wall clock:
+   ``make reproduce`` of the default profile (sim) from nothing into a scratch folder (target < 2 min), the same
+   command again, replaying everything (< 40 s), ``make test``'s pytest command (``-m "not slow"``; the time pytest
+   reports, target < 2 min) and, with ``--cpu``, ``make reproduce PROFILE=cpu`` from nothing (< 20 min; the real
+   local model, so not run by default). ``--only-timings`` runs just these; ``--skip-timings`` leaves them out.
+
 The summary checks the targets of the performance issue (and issue 17's: ``questions`` >= 1.5x the throughput of
 ``rounds`` for MAD and R2-MAD in the simulation; on llama.cpp a gain, no regression): R2-MAD/MAD wall ratio <= 1.25; non-generation share
 <= 5%; retrieval + confidence < 1 ms per agent-round and question at 10^4 cases (batched figure; since issue 17
@@ -38,7 +44,9 @@ import argparse
 import csv
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 import sys
 import time
 from dataclasses import dataclass, field
@@ -53,6 +61,11 @@ SHARE_TARGET = 5.0  # percent
 RETRIEVAL_TARGET_MS = 1.0
 RETRIEVAL_CASES = 10_000
 SCHEDULE_GAIN_TARGET = 1.5  # issue 17: questions / rounds throughput, simulated paper settings
+# Issue 24's wall-clock targets, seconds.
+SIM_FRESH_TARGET = 120.0
+SIM_RERUN_TARGET = 40.0
+CPU_FRESH_TARGET = 20 * 60.0
+TEST_TARGET = 120.0
 
 
 @dataclass
@@ -115,6 +128,34 @@ def last_text(lines: list[str], label: str) -> str | None:
     return None
 
 
+def pytest_seconds(lines: list[str]) -> float | None:
+    """The time pytest prints on its last line (``... passed ... in 95.12s (0:01:35)``), or None."""
+    for line in reversed(lines):
+        match = re.search(r" in ([0-9.]+)s\b", line)
+        if match and ("passed" in line or "failed" in line):
+            return float(match.group(1))
+    return None
+
+
+def timing_steps(scratch: Path, cpu: bool) -> list[Step]:
+    """Issue 24's timings: sim from nothing, sim rerun, the fast tests, and (``cpu``) the cpu profile from nothing."""
+    reproduce = ["-m", "r2mad_core.reproduce", "--output-dir"]
+    steps = [
+        Step("sim_from_nothing", [*reproduce, str(scratch / "sim"), "--profile", "sim"]),
+        Step("sim_rerun", [*reproduce, str(scratch / "sim"), "--profile", "sim"]),
+        Step("make_test", ["-m", "pytest", "-q", "-m", "not slow", "-p", "no:cacheprovider"]),
+    ]
+    if cpu:
+        steps.append(Step("cpu_from_nothing", [*reproduce, str(scratch / "cpu"), "--profile", "cpu"]))
+    return steps
+
+
+def format_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "n/a"
+    return f"{seconds:.0f} s" if seconds < 120 else f"{int(seconds // 60)} min {seconds % 60:02.0f} s"
+
+
 def retrieval_figures(path: Path, cases: int = RETRIEVAL_CASES) -> list[dict[str, float]]:
     """Rows of retrieval_scaling.csv at ``cases`` cases: dim, queries, ms per agent-round and per question."""
     if not path.exists():
@@ -136,6 +177,11 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller end-to-end run, fewer repeats")
     parser.add_argument("--skip-local", action="store_true", help="skip the local CPU engine (llama.cpp) steps")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a performance target is missed")
+    parser.add_argument("--cpu", action="store_true",
+                        help="also time `make reproduce PROFILE=cpu` from nothing (the local model: ~20 min or more)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--only-timings", action="store_true", help="only issue 24's four timings (reproduce, tests)")
+    which.add_argument("--skip-timings", action="store_true", help="leave issue 24's timings out")
     args = parser.parse_args()
     print(f"{os.cpu_count()} cores, load average {load_average()}")
 
@@ -166,11 +212,20 @@ def main() -> int:
         throughput_args += ["--local", "--local-questions", "2", "--local-rounds", "2", "--local-repeats", "1"]
     steps.append(Step("throughput", throughput_args))
 
+    if args.only_timings:
+        steps = []
+    scratch = Path(tempfile.mkdtemp(prefix="r2mad-bench-"))
+    timings = [] if args.skip_timings else timing_steps(scratch, args.cpu)
     started = time.perf_counter()
-    for step in steps:
-        run_step(step)
+    try:
+        for step in steps + timings:
+            run_step(step)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
-    by_name = {s.name: s for s in steps}
+    by_name = {s.name: s for s in steps + timings}
+    if args.only_timings:
+        return summarise_timings(timings, started, args.strict, args.cpu)
     ratio = last_value(by_name["end_to_end"].output, "r2mad/mad wall ratio")
     share = last_value(by_name["end_to_end"].output, "non-generation share")
     retrieval = retrieval_figures(RUN_ALL_RESULTS / "retrieval_scaling.csv")
@@ -243,6 +298,13 @@ def main() -> int:
     if any(r["queries"] == 1 for r in retrieval):
         print("    (one question per call scans the whole bank alone; the debate loop calls the hook one question at a"
               " time, so that retrieval's floating point does not depend on the batch: this is the figure it pays)")
+    if timings:
+        timing_checks = timing_rows(timings, args.cpu)
+        print("-" * 100)
+        for label, value, target, ok in timing_checks:
+            print(f"  {label:82s} {value:>9s}  target {target:8s} {verdict(ok)}")
+        checks += timing_checks
+    steps = steps + timings
     failed = [s.name for s in steps if s.returncode != 0]
     missed = [label for label, _, _, ok in checks if ok is False]
     if failed:
@@ -250,6 +312,53 @@ def main() -> int:
         return 1
     if missed and args.strict:
         print(f"missed targets (--strict): {', '.join(missed)}")
+        return 1
+    return 0
+
+
+def timing_rows(timings: list[Step], cpu: bool) -> list[tuple[str, str, str, bool | None]]:
+    """Issue 24's four rows: (label, measured, target, met); a step that failed or did not run is n/a."""
+    by_name = {s.name: s for s in timings}
+
+    def row(name: str, label: str, target: float, seconds: float | None = None) -> tuple[str, str, str, bool | None]:
+        step = by_name.get(name)
+        if step is not None and seconds is None and step.returncode == 0:
+            seconds = step.seconds
+        return (label, format_seconds(seconds), f"< {format_seconds(target)}",
+                None if seconds is None else seconds < target)
+
+    test_step = by_name.get("make_test")
+    rows = [
+        row("sim_from_nothing", "make reproduce (profile sim) from nothing", SIM_FRESH_TARGET),
+        row("sim_rerun", "make reproduce (profile sim) again, replaying everything", SIM_RERUN_TARGET),
+        row("make_test", "make test (pytest -m 'not slow'; the time pytest reports)", TEST_TARGET,
+            pytest_seconds(test_step.output) if test_step is not None and test_step.returncode == 0 else None),
+    ]
+    if cpu:
+        rows.append(row("cpu_from_nothing", "make reproduce PROFILE=cpu from nothing", CPU_FRESH_TARGET))
+    else:
+        rows.append(("make reproduce PROFILE=cpu from nothing (run with --cpu)", "not run",
+                     f"< {format_seconds(CPU_FRESH_TARGET)}", None))
+    return rows
+
+
+def summarise_timings(timings: list[Step], started: float, strict: bool, cpu: bool) -> int:
+    """The summary of ``--only-timings``: the four rows, their verdicts, the load average."""
+    rows = timing_rows(timings, cpu)
+    print("\n" + "=" * 100)
+    print(f"SUMMARY  (load average now {load_average()}; {time.perf_counter() - started:.0f} s in all)")
+    print("-" * 100)
+    for step in timings:
+        print(f"  {step.name:20s} exit {step.returncode}  {step.seconds:7.1f} s")
+    print("-" * 100)
+    for label, value, target, ok in rows:
+        verdict = "n/a" if ok is None else ("met" if ok else "MISSED")
+        print(f"  {label:82s} {value:>9s}  target {target:8s} {verdict}")
+    failed = [s.name for s in timings if s.returncode != 0]
+    if failed:
+        print(f"FAILED steps: {', '.join(failed)}")
+        return 1
+    if strict and any(ok is False for _, _, _, ok in rows):
         return 1
     return 0
 

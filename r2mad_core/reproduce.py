@@ -70,6 +70,7 @@ from r2mad_core.report.artifacts import missing_artifacts
 from r2mad_core.report.estimate import estimate_lines, estimate_profile
 from r2mad_core.report.power import claims_power_lines
 from r2mad_core.report.variants import Variant, differences, from_environment, profile_values, shown_path, to_environment
+from r2mad_core.data.verdicts import ENVIRONMENT as ANSWER_MEMO_ENVIRONMENT
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 KERNEL_NAME = "python3"
@@ -236,9 +237,6 @@ def run_notebooks(
     """Execute the notebooks in order with papermill; stop at the first failure (returned last,
     with ``error`` set). Writes the executed notebooks and ``timings.json`` into ``executed_dir``.
     ``after_notebook`` is called with each notebook's result (the cost estimate counts per notebook)."""
-    import papermill  # lazy: the notebooks extra is optional
-    from papermill.exceptions import PapermillExecutionError
-
     notebooks = discover_notebooks(notebooks_dir or default_notebooks_dir(), only)
     for folder in (paths.figures_dir, paths.runs_dir, paths.cache_dir, paths.executed_dir):
         folder.mkdir(parents=True, exist_ok=True)
@@ -252,6 +250,30 @@ def run_notebooks(
     echo(f"reproduce: profile {profile.name} ({profile.source}); {len(notebooks)} notebooks; "
          f"expected runtime: {profile['expected_runtime']}")
     echo(f"  figures -> {paths.artifacts_dir}\n  executed notebooks -> {paths.executed_dir}")
+    # The kernels share math-verify's verdicts (r2mad_core/data/verdicts.py): each would otherwise compare the same
+    # answers symbolically again. Speed only: a verdict is a pure function of the two answers.
+    memo = {ANSWER_MEMO_ENVIRONMENT: os.environ.get(ANSWER_MEMO_ENVIRONMENT) or str(paths.cache_dir / ANSWER_MEMO_FILE)}
+    # One BLAS thread per kernel unless the user chose otherwise: retrieval multiplies one query by the whole bank
+    # thousands of times, and OpenBLAS's threads on such small products cost 5x the product on a loaded 2-core
+    # machine (benchmarks/README.md, issue 24); the products are the same to the bit (the CSVs are byte-identical).
+    for variable in BLAS_THREAD_VARIABLES:
+        memo[variable] = os.environ.get(variable) or "1"
+    with _environment(memo):
+        return _run_each(notebooks, profile, paths, parameters, echo, after_notebook, total_start, results)
+
+
+ANSWER_MEMO_FILE = "answer_verdicts.sqlite"
+#: The thread-count variable of numpy's BLAS (the OpenBLAS of its wheels) set for the kernels.
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS",)
+
+
+def _run_each(notebooks: Sequence[Path], profile: Profile, paths: ReproductionPaths, parameters: Mapping[str, Any],
+              echo: Callable[[str], None], after_notebook: Callable[[NotebookResult], None] | None,
+              total_start: float, results: list[NotebookResult]) -> list[NotebookResult]:
+    """:func:`run_notebooks`' loop: each notebook through papermill, in order, stopping at the first failure."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
     for position, notebook in enumerate(notebooks, start=1):
         wanted = declared_parameters(notebook)
         passed = {k: _portable(v, notebook.parent) if k in PORTABLE_PATH_PARAMETERS else v

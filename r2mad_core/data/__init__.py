@@ -4,6 +4,7 @@
 - :mod:`~r2mad_core.data.benchmarks`: ``Sample``, the train/test splits, ``load`` and the benchmark registry
   (``BENCHMARK_SPECS``, ``register_benchmark``).
 - :mod:`~r2mad_core.data.answers`: answer extraction and checking (``extract_answer``, ``is_correct``).
+- :mod:`~r2mad_core.data.verdicts`: math-verify's verdicts shared between processes (``make reproduce``'s kernels).
 
 The files themselves ship in ``packaged/``; ``reported_results.csv`` holds every number the paper reports.
 """

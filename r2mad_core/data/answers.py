@@ -61,6 +61,7 @@ import unicodedata
 from collections.abc import Callable
 from typing import TypeVar
 
+from r2mad_core.data import verdicts
 from r2mad_core.data.benchmarks import BENCHMARKS, MULTIPLE_CHOICE_BENCHMARKS
 
 logger = logging.getLogger(__name__)
@@ -564,7 +565,14 @@ def _parse(cleaned: str) -> tuple:
             logger.debug("math-verify could not parse %r", cleaned, exc_info=True)
             return ()
 
-    return _with_deadline(run, SYMBOLIC_TIMEOUT_SECONDS, ())
+    return _with_deadline(run, SYMBOLIC_TIMEOUT_SECONDS, _TIMED_OUT)
+
+
+class _TimedOut(tuple):
+    """The empty parse of a parse that ran out of time (falsy like ``()``, but told apart: never memoised on disk)."""
+
+
+_TIMED_OUT = _TimedOut()
 
 
 @functools.lru_cache(maxsize=CACHE_SIZE)
@@ -577,9 +585,14 @@ def _verified(gold: str, predicted: str) -> bool | None:
         return False
     from math_verify import verify  # lazy: as above
 
+    remembered = verdicts.lookup(gold, predicted)  # another process's verdict (make reproduce's kernels share them)
+    if remembered is not None:
+        return remembered
     parsed_gold = _parse(gold)
     parsed_predicted = _parse(predicted)
     if not parsed_gold or not parsed_predicted:
+        if parsed_gold is not _TIMED_OUT and parsed_predicted is not _TIMED_OUT:
+            verdicts.store(gold, predicted, False)
         return False
 
     def run() -> bool:
@@ -589,7 +602,10 @@ def _verified(gold: str, predicted: str) -> bool | None:
             logger.debug("math-verify failed on %r vs %r", gold, predicted, exc_info=True)
             return False
 
-    return _with_deadline(run, SYMBOLIC_TIMEOUT_SECONDS, None)
+    verdict = _with_deadline(run, SYMBOLIC_TIMEOUT_SECONDS, None)
+    if verdict is not None:
+        verdicts.store(gold, predicted, verdict)
+    return verdict
 
 
 def _math_equivalent(gold: str, predicted: str) -> bool | None:

@@ -3,8 +3,8 @@
 Every generation z_i^(t) ~ P(. | x, Z^(t-1), phi_i) (Eq. 1) is stored under a hash of
 (backend identity, model, messages, sampling parameters, sample index) -- ``Request.key``. A rerun
 of a run cell replays its generations exactly; a crashed run resumes where it stopped, because
-each finished completion is committed in its own transaction the moment the backend hands it
-over (backends stream completions with ``generate_iter``).
+each finished completion is committed the moment the backend hands it over: a streaming backend's
+(``generate_iter``) one by one, a non-streaming backend's batch (the simulated engine) in one transaction.
 
 Storage: one SQLite file per cache directory, ``<cache_dir>/responses.sqlite``, in WAL mode, so
 any number of readers (threads or processes) run alongside one writer at a time; writers wait on
@@ -49,7 +49,7 @@ _OPTIONAL_FIELDS = {"cut": None, "unclosed_thinking": False, "thinking_partial":
 
 
 class ResponseCache:
-    """Key -> completion store in ``<cache_dir>/responses.sqlite`` (WAL, one transaction per put).
+    """Key -> completion store in ``<cache_dir>/responses.sqlite`` (WAL, one transaction per put or batch).
 
     Safe to share between threads (one connection guarded by a lock) and between processes (each
     opens its own connection; SQLite's WAL locking does the rest).
@@ -120,32 +120,52 @@ class ResponseCache:
 
         If another writer stored ``key`` first, its completion is kept and returned.
         """
-        stored = {f: getattr(completion, f) for f in _STORED_FIELDS}
-        stored.update({f: getattr(completion, f) for f, unset in _OPTIONAL_FIELDS.items() if getattr(completion, f) != unset})
-        blob = json.dumps(stored, ensure_ascii=False)
+        return self.put_many([(key, completion, tag)], identity=identity, model=model)[0]
+
+    def put_many(
+        self, items: Sequence[tuple[str, Completion, str]], *, identity: str, model: str
+    ) -> list[Completion]:
+        """Store ``(key, completion, tag)`` items in ONE transaction; return what the cache now holds for each.
+
+        For completions a backend hands over together (a non-streaming backend's batch): one commit instead of
+        one per completion (the simulated engine's runs spent a tenth of their time in per-row commits). A key
+        another writer stored first keeps that writer's completion, as in :meth:`put`.
+        """
+        rows = []
+        for key, completion, tag in items:
+            stored = {f: getattr(completion, f) for f in _STORED_FIELDS}
+            stored.update({f: getattr(completion, f) for f, unset in _OPTIONAL_FIELDS.items()
+                           if getattr(completion, f) != unset})
+            rows.append((key, identity, model, tag, json.dumps(stored, ensure_ascii=False)))
+        existing: dict[int, str] = {}
         with self._lock:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
-                cursor = self._conn.execute(
-                    "INSERT OR IGNORE INTO responses VALUES (?, ?, ?, ?, ?, ?)",
-                    (key, identity, model, tag, blob, time.time()),
-                )
-                inserted = cursor.rowcount == 1
-                existing = None
-                if not inserted:
-                    existing = self._conn.execute(
-                        "SELECT completion FROM responses WHERE key = ?", (key,)
-                    ).fetchone()[0]
+                now = time.time()
+                for position, (key, identity_, model_, tag, blob) in enumerate(rows):
+                    cursor = self._conn.execute(
+                        "INSERT OR IGNORE INTO responses VALUES (?, ?, ?, ?, ?, ?)",
+                        (key, identity_, model_, tag, blob, now),
+                    )
+                    if cursor.rowcount != 1:
+                        existing[position] = self._conn.execute(
+                            "SELECT completion FROM responses WHERE key = ?", (key,)
+                        ).fetchone()[0]
                 self._conn.execute("COMMIT")
             except BaseException:
                 if self._conn.in_transaction:
                     self._conn.execute("ROLLBACK")
                 raise
-        if inserted:
-            return completion
-        logger.info("cache %s: key %s was stored by another writer first; using the stored completion", self.path, key)
-        stored = self._decode(key, existing)
-        return replace(stored, cached=completion.cached, seconds=completion.seconds)
+        out = []
+        for position, (key, completion, _) in enumerate(items):
+            if position not in existing:
+                out.append(completion)
+                continue
+            logger.info("cache %s: key %s was stored by another writer first; using the stored completion",
+                        self.path, key)
+            out.append(replace(self._decode(key, existing[position]), cached=completion.cached,
+                               seconds=completion.seconds))
+        return out
 
     def close(self) -> None:
         with self._lock:
@@ -223,15 +243,9 @@ class CachedEngine:
             return
         miss_indices = list(first_of_key.values())
         miss_requests = [requests[i] for i in miss_indices]
-        for sub_index, completion in self._backend_pairs(miss_requests):
+        for sub_index, completion in self._stored_pairs(miss_requests, [keys[i] for i in miss_indices]):
             index = miss_indices[sub_index]
             request = requests[index]
-            if completion.finish_reason == "error":
-                logger.warning("not caching an error completion for request %d (tag %s)", index, request.tag)
-            else:
-                completion = self.cache.put(
-                    keys[index], completion, identity=self.identity, model=self.model, tag=request.tag
-                )
             completion = replace(completion, cached=False)
             self.ledger.record(request, completion)
             with self._stats_lock:
@@ -242,6 +256,33 @@ class CachedEngine:
                 duplicate = replace(completion, cached=True, seconds=0.0)
                 self.ledger.record(requests[copy_index], duplicate)
                 yield copy_index, duplicate
+
+    def _stored_pairs(self, requests: list[Request], keys: list[str]) -> Iterator[tuple[int, Completion]]:
+        """The backend's ``(index, completion)`` pairs, each stored before it is yielded (errors are not stored).
+
+        A streaming backend's completions are committed one by one as they arrive (a crash keeps every finished
+        one); a non-streaming backend hands its batch over at once, and the batch is committed in one transaction.
+        """
+        def storable(index: int, completion: Completion) -> bool:
+            if completion.finish_reason == "error":
+                logger.warning("not caching an error completion for request %d (tag %s)", index, requests[index].tag)
+                return False
+            return True
+
+        if getattr(self.backend, "generate_iter", None) is not None:
+            for index, completion in self._backend_pairs(requests):
+                if storable(index, completion):
+                    completion = self.cache.put(keys[index], completion, identity=self.identity, model=self.model,
+                                                tag=requests[index].tag)
+                yield index, completion
+            return
+        pairs = list(self._backend_pairs(requests))
+        batch = [(position, index) for position, (index, completion) in enumerate(pairs) if storable(index, completion)]
+        stored = self.cache.put_many([(keys[index], pairs[position][1], requests[index].tag) for position, index in batch],
+                                     identity=self.identity, model=self.model)
+        for (position, index), completion in zip(batch, stored):
+            pairs[position] = (index, completion)
+        yield from pairs
 
     def _backend_pairs(self, requests: list[Request]) -> Iterator[tuple[int, Completion]]:
         stream = getattr(self.backend, "generate_iter", None)

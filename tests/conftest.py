@@ -1,0 +1,76 @@
+"""The ``slow`` marker, applied here (issue 24): ``make test`` runs ``-m "not slow"`` (under 2 minutes of test time on a
+quiet machine), ``make test-slow`` runs the rest, and CI (``.ci/run``) runs both, so no test is dropped.
+
+A test is slow for a good reason when it runs every notebook through papermill, clones the repository, drives a
+browser, starts the local llama.cpp model or runs a profile end to end through the budget gateway (measured
+2026-11-24 on the shared 2-core machine: the plugin through every notebook 199 s, the fresh clone 100 s, the budget
+end to end 65 s, the book in Chromium 38 s, of a 572 s suite; a test of a second or two that starts one kernel stays). Some files mark
+their own tests (``@pytest.mark.slow``); the others are listed here, by module, by test function (every
+parametrisation) or by fixture (every test using it), so that no test file needs editing to move a test. A listed
+name that no longer exists is an error at collection time, not a silently fast suite.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+# One OpenBLAS thread, as make reproduce's kernels get (r2mad_core/reproduce.py, BLAS_THREAD_VARIABLES): the tests'
+# small products are slower threaded on a shared 2-core machine, and give the same bytes. Set before numpy loads;
+# the notebook kernels the tests start inherit it. A value the user set is kept.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+HERE = Path(__file__).resolve().parent
+
+#: Whole modules: every test in them is slow.
+SLOW_MODULES = {
+    "test_fresh_clone.py": "clones the repository and runs the tiny profile in the clone",
+    "test_reader_browser.py": "drives headless Chromium over the viewer and the book",
+}
+
+#: Test functions (every parametrisation), by module.
+SLOW_TESTS = {
+    "test_plugins.py": {
+        "test_a_toy_benchmark_method_policy_and_engine_run_through_every_notebook_of_the_tiny_profile":
+            "a plugin through every notebook of the tiny profile",
+    },
+    "test_budget.py": {
+        "test_api_profile_estimates_then_stops_at_the_cap_and_resumes":
+            "the api profile's notebooks three times through the estimating and forwarding gateways",
+    },
+}
+
+#: Fixtures that run notebooks: every test using one is slow.
+SLOW_FIXTURES = {
+    "tiny_run": "tests/test_notebooks.py: every notebook of the tiny profile through papermill",
+    "tiny_variant": "tests/test_notebooks.py: the notebooks of a variant of the tiny profile",
+}
+
+
+def _check_names() -> None:
+    """Every listed module, function and fixture exists (a renamed test must not leave the list stale)."""
+    problems = []
+    for module in [*SLOW_MODULES, *SLOW_TESTS]:
+        if not (HERE / module).is_file():
+            problems.append(f"module {module} (no such file)")
+    for module, tests in SLOW_TESTS.items():
+        path = HERE / module
+        source = path.read_text(encoding="utf-8") if path.is_file() else ""
+        problems += [f"{module}::{name}" for name in tests if not re.search(rf"^(async )?def {name}\(", source, re.M)]
+    sources = "\n".join(p.read_text(encoding="utf-8") for p in HERE.glob("test_*.py"))
+    problems += [f"fixture {name}" for name in SLOW_FIXTURES if not re.search(rf"^def {name}\(", sources, re.M)]
+    if problems:
+        raise pytest.UsageError("tests/conftest.py lists slow tests that do not exist: " + ", ".join(problems))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _check_names()
+    for item in items:
+        module = item.path.name
+        name = getattr(item, "originalname", None) or item.name.split("[", 1)[0]
+        if (module in SLOW_MODULES or name in SLOW_TESTS.get(module, {})
+                or any(f in SLOW_FIXTURES for f in getattr(item, "fixturenames", ()))):
+            item.add_marker(pytest.mark.slow)
