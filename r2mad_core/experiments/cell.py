@@ -63,7 +63,7 @@ from r2mad_core.engines.base import Engine
 from r2mad_core.experiments.methods import Method, RunContext, get_method
 from r2mad_core.records import RunConfig, TranscriptRecord, problems
 from pydantic import BaseModel, ValidationError
-from tqdm.auto import tqdm
+from tqdm.std import tqdm  # not tqdm.auto: in a kernel without ipywidgets it warns at import (a notebook stays quiet)
 from r2mad_core.debate.overflow import DEFAULT_OVERFLOW_POLICY, check_overflow_policy, with_overflow_policy
 from r2mad_core.debate.scheduling import check_schedule, run_scheduled
 from r2mad_core.debate.scoring import compute_metrics, sample_cost, vote
