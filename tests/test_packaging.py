@@ -147,7 +147,10 @@ def _make_setup(folder: Path, *arguments: str) -> list[str]:
     log.write_text("")
     import subprocess
 
-    subprocess.run(["make", "-s", "setup", *arguments], cwd=folder, check=True, capture_output=True, text=True)
+    # a clean make: under `make test VENV=...` (.ci/run's fresh-machine copy) the outer make's variables and -o
+    # reach a child make through MAKEFLAGS, and this folder's fake venv would be ignored
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "VENV")}
+    subprocess.run(["make", "-s", "setup", *arguments], cwd=folder, check=True, capture_output=True, text=True, env=env)
     return [line for line in log.read_text().splitlines() if "install" in line]
 
 
