@@ -22,10 +22,12 @@ import importlib
 import importlib.util
 import logging
 import os
+import re
 import sys
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
+from typing import Any, Mapping
 
 logger = logging.getLogger(__name__)
 
@@ -78,3 +80,21 @@ def plugin_names(environ: dict[str, str] | None = None) -> list[str]:
 def load_plugins(environ: dict[str, str] | None = None) -> list[ModuleType]:
     """Import every plugin module once (idempotent); returns them in order."""
     return [_import(name) for name in plugin_names(environ)]
+
+
+def entry_problem(name: Any, registry: Mapping[str, Any], *, label: Any, label_role: str, label_field: str = "label",
+                  kind: str | None = None, name_note: str = "") -> str | None:
+    """What a registry entry's identity lacks, the same for every extension point (None: nothing): a name of
+    letters, digits, '_' or '-' not registered yet, and a label (``label_field``, shown as ``label_role``) that
+    no other entry of ``kind`` uses (``kind`` None: labels may repeat)."""
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+        return f"needs a name of letters, digits, '_' or '-'{name_note}"
+    if name in registry:
+        return "is already registered"
+    if not isinstance(label, str) or not label.strip():
+        return f"needs a {label_field} ({label_role})"
+    if kind is not None:
+        used = {getattr(entry, label_field): other for other, entry in registry.items()}
+        if label in used:
+            return f"uses the {label_field} {label!r} of {kind} {used[label]!r}"
+    return None

@@ -42,7 +42,6 @@ import json
 import logging
 import os
 import random
-import re
 import string
 import zlib
 from collections import Counter
@@ -55,6 +54,7 @@ import numpy as np
 
 # Re-exported: notebook 01 (resolve_data_dir, verify_checksums), the fresh-clone check (describe_data_source)
 # and callers of load() that catch its errors use them from here.
+from r2mad_core.plugins import entry_problem
 from r2mad_core.data.sources import (  # noqa: F401
     MMLU_PRO_CATEGORY,
     BenchmarkDataError,
@@ -555,12 +555,10 @@ APPENDIX_PERSONA_BENCHMARKS = tuple(PAPER_SPLIT_SIZES)
 
 def _registration_problem(spec: BenchmarkSpec) -> str | None:
     """What ``spec`` lacks to be debated, scored and tabled (None: nothing)."""
-    if not isinstance(spec.name, str) or not re.fullmatch(r"[A-Za-z0-9_-]+", spec.name):
-        return "needs a name of letters, digits, '_' or '-'"
-    if spec.name in BENCHMARK_SPECS:
-        return "is already registered"
-    if not isinstance(spec.display_name, str) or not spec.display_name.strip():
-        return "needs a display_name (its column name in the tables)"
+    problem = entry_problem(spec.name, BENCHMARK_SPECS, label=spec.display_name, label_field="display_name",
+                            label_role="its column name in the tables")
+    if problem is not None:
+        return problem
     for field_name in ("load_questions", "stable_key"):
         if not callable(getattr(spec, field_name)):
             return f"needs {field_name}: a function ({'data_dir -> list[Sample]' if field_name == 'load_questions' else 'Sample -> sort key'})"

@@ -78,6 +78,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from r2mad_core.debate import prompts
+from r2mad_core.plugins import entry_problem
 
 from r2mad_core.memory import retrieval
 from r2mad_core.debate.loop import (
@@ -465,15 +466,10 @@ METHODS: dict[str, MethodBuilder] = {}
 
 def _registration_problem(spec: MethodSpec) -> str | None:
     """What ``spec`` lacks to be run by name and shown in the tables (None: nothing)."""
-    if not isinstance(spec.name, str) or not spec.name or not spec.name.replace("_", "").replace("-", "").isalnum():
-        return "needs a name of letters, digits, '_' or '-'"
-    if spec.name in METHOD_SPECS:
-        return "is already registered"
-    if not isinstance(spec.label, str) or not spec.label.strip():
-        return "needs a label (its row name in the tables)"
-    labels = {s.label: s.name for s in METHOD_SPECS.values()}
-    if spec.label in labels:
-        return f"uses the label {spec.label!r} of method {labels[spec.label]!r}"
+    problem = entry_problem(spec.name, METHOD_SPECS, label=spec.label, label_role="its row name in the tables",
+                            kind="method")
+    if problem is not None:
+        return problem
     if not callable(spec.builder):
         return "needs a builder: a function (**options) -> Method"
     for parameter in inspect.signature(spec.builder).parameters.values():

@@ -49,6 +49,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from r2mad_core.plugins import entry_problem
+
 DEFAULT_K = 3
 DEFAULT_GAMMA = 0.9
 CANDIDATE_FACTOR = 3
@@ -280,15 +282,11 @@ POLICIES: dict[str, PolicySpec] = {}
 
 def _registration_problem(spec: PolicySpec) -> str | None:
     """What ``spec`` lacks to retrieve and to appear in the ablation table (None: nothing)."""
-    if not isinstance(spec.name, str) or not spec.name or not spec.name.replace("_", "").replace("-", "").isalnum():
-        return "needs a name of letters, digits, '_' or '-' (no ':', which separates a value)"
-    if spec.name in POLICIES:
-        return "is already registered"
-    if not isinstance(spec.label, str) or not spec.label.strip():
-        return "needs a label (its row name in the retrieval-ablation table)"
-    used = {p.label: p.name for p in POLICIES.values()}
-    if spec.label in used:
-        return f"uses the label {spec.label!r} of policy {used[spec.label]!r}"
+    problem = entry_problem(spec.name, POLICIES, label=spec.label, kind="policy",
+                            label_role="its row name in the retrieval-ablation table",
+                            name_note=" (no ':', which separates a value)")
+    if problem is not None:
+        return problem
     if not callable(spec.select):
         return "needs select: a function Query -> RetrievalResult (e.g. mmr_policy)"
     if spec.tradeoff is not None and not callable(spec.tradeoff):
