@@ -42,7 +42,9 @@ import math
 import os
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -233,10 +235,12 @@ def run_notebooks(
     echo: Callable[[str], None] = print,
     after_notebook: Callable[[NotebookResult], None] | None = None,
     show_banner: bool = True,
+    jobs: int | None = None,
 ) -> list[NotebookResult]:
-    """Execute the notebooks in order with papermill; stop at the first failure (returned last,
-    with ``error`` set). Writes the executed notebooks and ``timings.json`` into ``executed_dir``.
-    ``after_notebook`` is called with each notebook's result (the cost estimate counts per notebook)."""
+    """Execute the notebooks with papermill, ``jobs`` at a time (default :func:`default_jobs`), each after the
+    notebooks it needs (:func:`prerequisites`); stop at the first failure (returned last, with ``error`` set).
+    Writes the executed notebooks and ``timings.json`` into ``executed_dir``. ``after_notebook`` is called with
+    each notebook's result (the cost estimate counts per notebook)."""
     notebooks = discover_notebooks(notebooks_dir or default_notebooks_dir(), only)
     for folder in (paths.figures_dir, paths.runs_dir, paths.cache_dir, paths.executed_dir):
         folder.mkdir(parents=True, exist_ok=True)
@@ -247,7 +251,9 @@ def run_notebooks(
     total_start = time.perf_counter()
     for line in banner(profile) if show_banner else ():
         echo(line)
-    echo(f"reproduce: profile {profile.name} ({profile.source}); {len(notebooks)} notebooks; "
+    jobs = default_jobs(profile) if jobs is None else max(1, jobs)
+    at_once = f", {jobs} at a time" if jobs > 1 and len(notebooks) > 1 else ""
+    echo(f"reproduce: profile {profile.name} ({profile.source}); {len(notebooks)} notebooks{at_once}; "
          f"expected runtime: {profile['expected_runtime']}")
     echo(f"  figures -> {paths.artifacts_dir}\n  executed notebooks -> {paths.executed_dir}")
     # The kernels share math-verify's verdicts (r2mad_core/data/verdicts.py): each would otherwise compare the same
@@ -259,7 +265,7 @@ def run_notebooks(
     for variable in BLAS_THREAD_VARIABLES:
         memo[variable] = os.environ.get(variable) or "1"
     with _environment(memo):
-        return _run_each(notebooks, profile, paths, parameters, echo, after_notebook, total_start, results)
+        return _run_each(notebooks, profile, paths, parameters, echo, after_notebook, total_start, results, jobs)
 
 
 ANSWER_MEMO_FILE = "answer_verdicts.sqlite"
@@ -269,17 +275,30 @@ BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS",)
 
 def _run_each(notebooks: Sequence[Path], profile: Profile, paths: ReproductionPaths, parameters: Mapping[str, Any],
               echo: Callable[[str], None], after_notebook: Callable[[NotebookResult], None] | None,
-              total_start: float, results: list[NotebookResult]) -> list[NotebookResult]:
-    """:func:`run_notebooks`' loop: each notebook through papermill, in order, stopping at the first failure."""
+              total_start: float, results: list[NotebookResult], jobs: int = 1) -> list[NotebookResult]:
+    """:func:`run_notebooks`' loop: each notebook through papermill, ``jobs`` at a time, a notebook only once the
+    notebooks it needs (:func:`prerequisites`) have succeeded; after a failure nothing new starts (those running
+    finish) and the failed notebook's result is returned last."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
-    for position, notebook in enumerate(notebooks, start=1):
+    total = len(notebooks)
+    position = {notebook: index for index, notebook in enumerate(notebooks, start=1)}
+    needs = {notebook: prerequisites(notebook, notebooks) for notebook in notebooks}
+    hints = _previous_seconds(paths.executed_dir)
+    lock = threading.Lock()  # echo, timings.json and after_notebook, from the worker threads
+
+    def say(line: str) -> None:
+        with lock:
+            echo(line)
+
+    def execute(notebook: Path) -> NotebookResult:
         wanted = declared_parameters(notebook)
         passed = {k: _portable(v, notebook.parent) if k in PORTABLE_PATH_PARAMETERS else v
                   for k, v in parameters.items() if k in wanted}
         output = paths.executed_dir / notebook.name
-        echo(f"[{position}/{len(notebooks)}] {notebook.stem} ...")
+        tag = f"[{position[notebook]}/{total}] {notebook.stem}"
+        say(f"{tag} ...")
         start = time.perf_counter()
         error = None
         try:
@@ -298,17 +317,100 @@ def _run_each(notebooks: Sequence[Path], profile: Profile, paths: ReproductionPa
         if paths.variant:
             _mark_variant(output, profile.name, paths)
         seconds = time.perf_counter() - start
-        results.append(NotebookResult(notebook.stem, seconds, output, error))
-        _record_timing(paths.executed_dir, notebook.stem, seconds, error is None)
-        if after_notebook is not None:
-            after_notebook(results[-1])
-        if error:
-            echo(f"[{position}/{len(notebooks)}] {notebook.stem} FAILED after {seconds:.1f} s in {error}")
-            echo(f"  the partly executed notebook is {output}")
-            return results
-        echo(f"[{position}/{len(notebooks)}] {notebook.stem} done in {_duration(seconds)}")
-    echo(f"reproduce: all {len(notebooks)} notebooks ran in {_duration(time.perf_counter() - total_start)}")
+        result = NotebookResult(notebook.stem, seconds, output, error)
+        with lock:
+            _record_timing(paths.executed_dir, notebook.stem, seconds, error is None)
+            if after_notebook is not None:
+                after_notebook(result)
+            if error:
+                echo(f"{tag} FAILED after {seconds:.1f} s in {error}")
+                echo(f"  the partly executed notebook is {output}")
+            else:
+                echo(f"{tag} done in {_duration(seconds)}")
+        return result
+
+    pending = list(notebooks)
+    succeeded: set[Path] = set()
+    failed: NotebookResult | None = None
+    running: dict[Future, Path] = {}
+    with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="notebook") as pool:
+        while pending or running:
+            if failed is None:
+                # the longest first (its time in the last run's timings.json), else in order: the short ones fill in
+                ready = sorted((n for n in pending if needs[n] <= succeeded),
+                               key=lambda n: (-hints.get(n.stem, 0.0), position[n]))
+                for notebook in ready[:max(1, jobs) - len(running)]:
+                    pending.remove(notebook)
+                    running[pool.submit(execute, notebook)] = notebook
+            if not running:
+                break
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in sorted(finished, key=lambda f: position[running[f]]):
+                notebook = running.pop(future)
+                result = future.result()
+                results.append(result)
+                if result.error:
+                    failed = failed or result
+                else:
+                    succeeded.add(notebook)
+    if failed is not None:
+        results.remove(failed)
+        results.append(failed)
+        return results
+    echo(f"reproduce: all {total} notebooks ran in {_duration(time.perf_counter() - total_start)}")
     return results
+
+
+#: Where a notebook names the notebooks it needs first: ``metadata["r2mad"]["after"]``, a list of their names
+#: (``"02_memory"``); ``[]`` for none. A notebook without it needs every notebook before it.
+AFTER_METADATA = ("r2mad", "after")
+
+
+def prerequisites(notebook: Path, notebooks: Sequence[Path]) -> set[Path]:
+    """The notebooks among ``notebooks`` that must succeed before ``notebook`` starts: those its metadata
+    names (:data:`AFTER_METADATA`, only earlier ones may be named), else every earlier one. What a notebook
+    needs is what it reads that another writes: the memory banks (02), every artifact's manifest entry (10)."""
+    earlier = notebooks[:notebooks.index(notebook)]
+    try:
+        metadata = json.loads(notebook.read_text(encoding="utf-8")).get("metadata", {})
+    except (OSError, json.JSONDecodeError):
+        return set(earlier)  # papermill names what is wrong with the file when it runs it
+    named = metadata.get(AFTER_METADATA[0], {}).get(AFTER_METADATA[1])
+    if named is None:
+        return set(earlier)
+    if not isinstance(named, list) or not all(isinstance(name, str) for name in named):
+        raise ValueError(f"{notebook}: metadata {'.'.join(AFTER_METADATA)}: expected a list of notebook names, "
+                         f"found {named!r}")
+    stems = {p.stem: p for p in notebooks}
+    later = [name for name in named if name in stems and stems[name] not in earlier]
+    if later:
+        raise ValueError(f"{notebook}: metadata {'.'.join(AFTER_METADATA)} names {', '.join(later)}, which "
+                         "does not come before it")
+    return {stems[name] for name in named if name in stems}
+
+
+def _previous_seconds(executed_dir: Path) -> dict[str, float]:
+    """Each notebook's wall seconds in the last run (``timings.json``), to start the longest first."""
+    try:
+        timings = json.loads((executed_dir / "timings.json").read_text(encoding="utf-8"))
+        return {name: float(entry["seconds"]) for name, entry in timings.items()}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return {}
+
+
+def default_jobs(profile: Profile) -> int:
+    """How many notebooks run at once by default: up to :data:`MAX_DEFAULT_JOBS` (one per core) when every agent
+    is simulated, else 1. A real engine holds a model per kernel (a llama.cpp server using every core, a GPU's
+    memory) and a budget-guarded profile counts its cost notebook by notebook."""
+    models = [m for m in [*profile["models"], *(profile.fields.get("large_models") or [])] if not m.get("stand_in")]
+    if profile.fields.get("api_budget") or any(m.get("engine") != "simulated" for m in models):
+        return 1
+    return max(1, min(MAX_DEFAULT_JOBS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                      else os.cpu_count() or 1))
+
+
+#: The most notebooks a simulated profile runs at once by default (``--jobs`` sets any number).
+MAX_DEFAULT_JOBS = 4
 
 
 REAL_MODEL_HINT = (
@@ -368,6 +470,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", type=Path, default=Path.cwd(),
                         help="where figures/, runs/, cache/ and notebooks/executed/ go (default: the working directory)")
     parser.add_argument("--notebooks-dir", type=Path, default=None, help="the notebooks to run (default: the repository's)")
+    parser.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
+                        help="notebooks run at once, each after those it needs (default: one per core up to "
+                        f"{MAX_DEFAULT_JOBS} when the agents are simulated, else 1: a real model holds every core or the GPU)")
     parser.add_argument("--protocol", choices=PROTOCOLS, default=None,
                         help="the protocol preset, as --set protocol=NAME (default: the profile's): "
                         + protocol_help().replace("%", "%%"))
@@ -391,6 +496,16 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument("--estimate-only", action="store_true", help="print the cost estimate and send nothing")
     budget.add_argument("--no-estimate", action="store_true", help="skip the estimate (the cap still applies)")
     return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, found {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, found {text}")
+    return value
 
 
 def _non_negative(kind: type) -> Callable[[str], Any]:
@@ -620,7 +735,8 @@ def _run_main(args: argparse.Namespace, profile: Profile, only: Sequence[str] | 
         elif args.estimate_only:
             return _gpu_estimate_main(profile, data_dir)
         else:
-            results = run_notebooks(profile, paths, notebooks_dir=args.notebooks_dir, only=only, show_banner=show_banner)
+            results = run_notebooks(profile, paths, notebooks_dir=args.notebooks_dir, only=only, show_banner=show_banner,
+                                    jobs=args.jobs)
     except (FileNotFoundError, ProfileError) as exc:
         print(f"reproduce: {exc}", file=sys.stderr)
         return 2

@@ -325,6 +325,105 @@ def test_runner_passes_declared_parameters_and_stops_at_the_first_failure(tmp_pa
     assert timings["01_ok"]["succeeded"] is True and timings["02_fails"]["succeeded"] is False
 
 
+def _after(path: Path, names: list[str] | None) -> None:
+    nb = nbformat.read(path, 4)
+    if names is not None:
+        nb.metadata["r2mad"] = {"after": names}
+    nbformat.write(nb, path)
+
+
+def test_notebooks_run_two_at_a_time_each_after_the_notebooks_it_names(tmp_path: Path) -> None:
+    """01 and 02 need nothing and meet each other (each waits for the other's file: run one after the other, the
+    first would give up), 03 needs 01 only, 04 names nothing and so needs every notebook before it."""
+    notebooks = tmp_path / "nb"
+    notebooks.mkdir()
+    meet = ("import time\nfrom pathlib import Path\nPath(figures_dir, '{mine}').write_text('here')\n"
+            "deadline = time.monotonic() + 60\n"
+            "while not Path(figures_dir, '{other}').exists():\n"
+            "    assert time.monotonic() < deadline, 'the other notebook never ran at the same time'\n"
+            "    time.sleep(0.05)")
+    _notebook(notebooks / "01_a.ipynb", 'figures_dir = ""', [meet.format(mine="a", other="b")])
+    _notebook(notebooks / "02_b.ipynb", 'figures_dir = ""', [meet.format(mine="b", other="a")])
+    _notebook(notebooks / "03_c.ipynb", 'figures_dir = ""',
+              ["from pathlib import Path\nassert Path(figures_dir, 'a').exists()\nPath(figures_dir, 'c').write_text('')"])
+    _notebook(notebooks / "04_d.ipynb", 'figures_dir = ""',
+              ["from pathlib import Path\nassert all(Path(figures_dir, n).exists() for n in 'abc')"])
+    _after(notebooks / "01_a.ipynb", [])
+    _after(notebooks / "02_b.ipynb", [])
+    _after(notebooks / "03_c.ipynb", ["01_a"])
+    profile = load_profile("tiny")
+    paths = ReproductionPaths(tmp_path / "out", profile.name)
+    lines: list[str] = []
+    results = run_notebooks(profile, paths, notebooks_dir=notebooks, echo=lines.append, jobs=2)
+    assert [r.error for r in results] == [None] * 4, [r.error for r in results]
+    assert sorted(r.notebook for r in results) == ["01_a", "02_b", "03_c", "04_d"]
+    assert results[-1].notebook == "04_d"
+    assert any("; 4 notebooks, 2 at a time;" in line for line in lines)
+    assert lines[-1].startswith("reproduce: all 4 notebooks ran in")
+    assert set(json.loads((paths.executed_dir / "timings.json").read_text())) == {"01_a", "02_b", "03_c", "04_d"}
+
+
+def test_after_a_failure_nothing_new_starts_and_the_failure_is_returned_last(tmp_path: Path) -> None:
+    notebooks = tmp_path / "nb"
+    notebooks.mkdir()
+    _notebook(notebooks / "01_fails.ipynb", "seed = 0", ["raise RuntimeError('broken')"])
+    _notebook(notebooks / "02_slow.ipynb", 'figures_dir = ""',
+              ["import time\ntime.sleep(3)\nfrom pathlib import Path\nPath(figures_dir, 'slow').write_text('')"])
+    _notebook(notebooks / "03_never.ipynb", 'figures_dir = ""',
+              ["from pathlib import Path\nPath(figures_dir, 'never').write_text('')"])
+    for name in ("01_fails", "02_slow", "03_never"):
+        _after(notebooks / f"{name}.ipynb", [])
+    profile = load_profile("tiny")
+    paths = ReproductionPaths(tmp_path / "out", profile.name)
+    results = run_notebooks(profile, paths, notebooks_dir=notebooks, echo=lambda line: None, jobs=2)
+    assert [r.notebook for r in results] == ["02_slow", "01_fails"]  # the one running finished; the failure last
+    assert "RuntimeError: broken" in results[-1].error and results[0].error is None
+    assert (paths.figures_dir / "slow").exists() and not (paths.figures_dir / "never").exists()
+    assert reproduce.main(["--profile", "tiny", "--notebooks-dir", str(notebooks), "--jobs", "2",
+                           "--output-dir", str(tmp_path / "cli")]) == 1
+
+
+def test_prerequisites_default_to_every_earlier_notebook_and_may_only_name_earlier_ones(tmp_path: Path) -> None:
+    for name in ("01_a", "02_b", "03_c"):
+        _notebook(tmp_path / f"{name}.ipynb", "seed = 0", [])
+    found = discover_notebooks(tmp_path)
+    assert reproduce.prerequisites(found[2], found) == set(found[:2])
+    _after(tmp_path / "03_c.ipynb", ["02_b", "99_not_selected"])
+    assert reproduce.prerequisites(found[2], found) == {found[1]}
+    assert reproduce.prerequisites(found[2], [found[0], found[2]]) == set()  # --only 01,03: 02 is not run
+    _after(tmp_path / "01_a.ipynb", ["03_c"])
+    with pytest.raises(ValueError, match=r"01_a.ipynb: metadata r2mad.after names 03_c, which does not come before it"):
+        reproduce.prerequisites(found[0], found)
+    _after(tmp_path / "02_b.ipynb", "01_a")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="expected a list of notebook names, found '01_a'"):
+        reproduce.prerequisites(found[1], found)
+
+
+def test_the_repository_notebooks_name_what_they_need() -> None:
+    """Every R2-MAD notebook needs the banks of 02; 01 and 08 need nothing; 10 (the report) needs every other."""
+    found = discover_notebooks(reproduce.default_notebooks_dir())
+    stems = {p.stem: p for p in found}
+    needs = {p.stem: {q.stem for q in reproduce.prerequisites(p, found)} for p in found}
+    assert needs["01_data"] == needs["02_memory"] == needs["08_theory"] == set()
+    for name in ("03_main_results", "04_ablations", "05_baselines", "06_shared_misconception", "07_cost",
+                 "09_poisoned_memory"):
+        assert needs[name] == {"02_memory"}, name
+    assert needs["10_report"] == set(stems) - {"10_report"}
+
+
+def test_default_jobs_runs_simulated_profiles_in_parallel_and_real_models_one_at_a_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reproduce.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert reproduce.default_jobs(load_profile("sim")) == 2
+    assert reproduce.default_jobs(load_profile("tiny")) == 2
+    monkeypatch.setattr(reproduce.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    assert reproduce.default_jobs(load_profile("sim")) == reproduce.MAX_DEFAULT_JOBS
+    assert reproduce.default_jobs(load_profile("cpu")) == 1
+    assert reproduce.default_jobs(load_profile("paper")) == 1
+    monkeypatch.setenv("R2MAD_API_MODEL", "some-model")
+    assert reproduce.default_jobs(load_profile("api")) == 1
+
+
 def test_main_reports_a_bad_profile_without_running(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code = reproduce.main(["--profile", "tiny", "--set", "top_p=7", "--output-dir", str(tmp_path)])
     assert code == 2
