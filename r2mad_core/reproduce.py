@@ -304,7 +304,9 @@ def _run_each(notebooks: Sequence[Path], profile: Profile, paths: ReproductionPa
         try:
             papermill.execute_notebook(
                 str(notebook), str(output), parameters=passed, kernel_name=KERNEL_NAME,
-                cwd=str(notebook.parent), progress_bar=False, log_output=False,
+                # the kernel's working directory, given to the kernel itself: papermill's cwd= changes this
+                # process's directory for the whole run, which two notebooks running at once would race on
+                resources={"metadata": {"path": str(notebook.parent)}}, progress_bar=False, log_output=False,
                 # the kernel's own start-up/shutdown chatter ("running over TCP without encryption", the SIGINT
                 # jupyter_client sends at shutdown) is not the notebook's output: errors still reach the notebook
                 extra_arguments=["--IPKernelApp.log_level=CRITICAL"],

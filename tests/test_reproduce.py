@@ -150,7 +150,8 @@ def test_small_profiles_keep_the_debate_shape_and_stand_in_for_the_large_models(
         assert [e["label"] for e in p["large_models"]] == ["Llama-3.3-70B-Instruct", "GPT-4o-mini"]
         labels = {m["label"] for m in p["models"]}
         assert all(e["stand_in"] in labels for e in p["large_models"])
-        assert set(p["retrieval_policies"]) == PAPER_POLICIES
+        # cpu: the paper's comparison only (the other six policies cost 14 minutes of its run; said in cpu.yaml)
+        assert set(p["retrieval_policies"]) == (PAPER_POLICIES if name != "cpu" else {"similarity", "state_aware"})
     cpu = load_profile("cpu")
     assert [m["engine"] for m in cpu["models"]] == ["local"] and cpu["embedder"] == "minilm"
     assert 1 <= cpu["test_limit"] <= 10 and cpu["max_tokens"] <= 256
