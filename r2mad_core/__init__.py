@@ -11,6 +11,7 @@ Bottom layer first (:data:`ARCHITECTURE`; tests/test_architecture.py holds every
 - ``theory``: Section 4 and Appendix C: the latent-concept model, its checks and simulations, simulated agents.
 - ``experiments``: methods, run cells, memory construction, profiles, budgets.
 - ``report``: the notebooks' run grid, tables, artifacts with manifests, findings, the comparison with the paper.
+- ``notebook_runner``: the notebooks through papermill, each after those it needs, several at once, kernels kept.
 - ``reproduce``, ``notebook_setup``, ``cli``: the entry points (``make reproduce``, the notebooks, ``r2mad``).
 
 docs/design.md describes each package; the method itself (what the paper adds) is ``memory/`` plus the
@@ -29,6 +30,7 @@ ARCHITECTURE: tuple[tuple[str, ...], ...] = (
     ("theory",),
     ("experiments",),
     ("report",),
+    ("notebook_runner",),
     ("reproduce", "cli"),
     ("notebook_setup", "__main__"),
 )

@@ -42,15 +42,20 @@ import math
 import os
 import sys
 import tempfile
-import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 
+from r2mad_core import notebook_runner
 from r2mad_core.files import atomic_write
+from r2mad_core.notebook_runner import (  # noqa: F401  (re-exported: the runner's names as reproduce had them)
+    AFTER_METADATA,
+    KERNEL_NAME,
+    NotebookResult,
+    prerequisites,
+)
 from r2mad_core.experiments.protocol import PROTOCOLS, help_text as protocol_help
 from r2mad_core.experiments.profiles import (  # noqa: F401  (re-exported: reproduce is where users meet profiles)
     OPTIONAL_FIELDS,
@@ -75,7 +80,6 @@ from r2mad_core.report.variants import Variant, differences, from_environment, p
 from r2mad_core.data.verdicts import ENVIRONMENT as ANSWER_MEMO_ENVIRONMENT
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
-KERNEL_NAME = "python3"
 
 
 # --------------------------------------------------------------------------------------------
@@ -106,14 +110,6 @@ def discover_notebooks(notebooks_dir: Path, only: Sequence[str] | None = None) -
             )
         selected.extend(m for m in matches if m not in selected)
     return sorted(selected)
-
-
-@dataclass
-class NotebookResult:
-    notebook: str
-    seconds: float
-    output: Path
-    error: str | None = None
 
 
 @dataclass
@@ -213,19 +209,6 @@ def declared_parameters(notebook: Path) -> set[str]:
     return set(papermill.inspect_notebook(str(notebook)).keys())
 
 
-def _describe_failure(exc: BaseException) -> str:
-    cell = getattr(exc, "cell_index", None)
-    count = getattr(exc, "exec_count", None)
-    ename = getattr(exc, "ename", type(exc).__name__)
-    evalue = getattr(exc, "evalue", str(exc))
-    source = getattr(exc, "source", "") or ""
-    where = f"cell {cell} of the executed notebook" if cell is not None else "a cell"
-    if count is not None:
-        where += f" (execution count {count})"
-    first_lines = "\n".join("      " + line for line in source.strip().splitlines()[:6])
-    return f"{where}: {ename}: {evalue}" + (f"\n    source:\n{first_lines}" if first_lines else "")
-
-
 def run_notebooks(
     profile: Profile,
     paths: ReproductionPaths,
@@ -236,22 +219,25 @@ def run_notebooks(
     after_notebook: Callable[[NotebookResult], None] | None = None,
     show_banner: bool = True,
     jobs: int | None = None,
+    reuse_kernels: bool | None = None,
 ) -> list[NotebookResult]:
     """Execute the notebooks with papermill, ``jobs`` at a time (default :func:`default_jobs`), each after the
     notebooks it needs (:func:`prerequisites`); stop at the first failure (returned last, with ``error`` set).
     Writes the executed notebooks and ``timings.json`` into ``executed_dir``. ``after_notebook`` is called with
-    each notebook's result (the cost estimate counts per notebook)."""
+    each notebook's result (the cost estimate counts per notebook). ``reuse_kernels`` (default: as for ``jobs``,
+    when the agents are simulated) runs a worker's notebooks one after another in one kernel, cleared in between:
+    each kernel imports the libraries once instead of once per notebook."""
     notebooks = discover_notebooks(notebooks_dir or default_notebooks_dir(), only)
     for folder in (paths.figures_dir, paths.runs_dir, paths.cache_dir, paths.executed_dir):
         folder.mkdir(parents=True, exist_ok=True)
     if paths.data_dir:
         os.environ["R2MAD_DATA_DIR"] = str(paths.data_dir)
     parameters = profile.parameters(paths.as_parameters())
-    results: list[NotebookResult] = []
     total_start = time.perf_counter()
     for line in banner(profile) if show_banner else ():
         echo(line)
     jobs = default_jobs(profile) if jobs is None else max(1, jobs)
+    reuse_kernels = _simulated_only(profile) if reuse_kernels is None else reuse_kernels
     at_once = f", {jobs} at a time" if jobs > 1 and len(notebooks) > 1 else ""
     echo(f"reproduce: profile {profile.name} ({profile.source}); {len(notebooks)} notebooks{at_once}; "
          f"expected runtime: {profile['expected_runtime']}")
@@ -264,8 +250,41 @@ def run_notebooks(
     # machine (benchmarks/README.md, issue 24); the products are the same to the bit (the CSVs are byte-identical).
     for variable in BLAS_THREAD_VARIABLES:
         memo[variable] = os.environ.get(variable) or "1"
+    total = len(notebooks)
+    position = {notebook.stem: index for index, notebook in enumerate(notebooks, start=1)}
+
+    def run_one(notebook: Path, kernel: Any, clear: bool) -> NotebookResult:
+        wanted = declared_parameters(notebook)
+        passed = {k: _portable(v, notebook.parent) if k in PORTABLE_PATH_PARAMETERS else v
+                  for k, v in parameters.items() if k in wanted}
+        output = paths.executed_dir / notebook.name
+        start = time.perf_counter()
+        error = notebook_runner.execute(notebook, output, passed, kernel, clear)
+        _strip_machine_paths(output)
+        if paths.variant:
+            _mark_variant(output, profile.name, paths)
+        return NotebookResult(notebook.stem, time.perf_counter() - start, output, error)
+
+    def finish(notebook: Path, result: NotebookResult) -> None:  # under the runner's lock
+        tag = f"[{position[notebook.stem]}/{total}] {notebook.stem}"
+        _record_timing(paths.executed_dir, notebook.stem, result.seconds, result.error is None)
+        if after_notebook is not None:
+            after_notebook(result)
+        if result.error:
+            echo(f"{tag} FAILED after {result.seconds:.1f} s in {result.error}")
+            echo(f"  the partly executed notebook is {result.output}")
+        else:
+            echo(f"{tag} done in {_duration(result.seconds)}")
+
     with _environment(memo):
-        return _run_each(notebooks, profile, paths, parameters, echo, after_notebook, total_start, results, jobs)
+        results = notebook_runner.run_workers(
+            notebooks, run_one, jobs=jobs, reuse_kernels=reuse_kernels,
+            hints=notebook_runner.previous_seconds(paths.executed_dir),
+            on_start=lambda notebook: echo(f"[{position[notebook.stem]}/{total}] {notebook.stem} ..."),
+            on_finish=finish)
+    if not (results and results[-1].error):
+        echo(f"reproduce: all {total} notebooks ran in {_duration(time.perf_counter() - total_start)}")
+    return results
 
 
 ANSWER_MEMO_FILE = "answer_verdicts.sqlite"
@@ -273,142 +292,20 @@ ANSWER_MEMO_FILE = "answer_verdicts.sqlite"
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS",)
 
 
-def _run_each(notebooks: Sequence[Path], profile: Profile, paths: ReproductionPaths, parameters: Mapping[str, Any],
-              echo: Callable[[str], None], after_notebook: Callable[[NotebookResult], None] | None,
-              total_start: float, results: list[NotebookResult], jobs: int = 1) -> list[NotebookResult]:
-    """:func:`run_notebooks`' loop: each notebook through papermill, ``jobs`` at a time, a notebook only once the
-    notebooks it needs (:func:`prerequisites`) have succeeded; after a failure nothing new starts (those running
-    finish) and the failed notebook's result is returned last."""
-    import papermill
-    from papermill.exceptions import PapermillExecutionError
-
-    total = len(notebooks)
-    position = {notebook: index for index, notebook in enumerate(notebooks, start=1)}
-    needs = {notebook: prerequisites(notebook, notebooks) for notebook in notebooks}
-    hints = _previous_seconds(paths.executed_dir)
-    lock = threading.Lock()  # echo, timings.json and after_notebook, from the worker threads
-
-    def say(line: str) -> None:
-        with lock:
-            echo(line)
-
-    def execute(notebook: Path) -> NotebookResult:
-        wanted = declared_parameters(notebook)
-        passed = {k: _portable(v, notebook.parent) if k in PORTABLE_PATH_PARAMETERS else v
-                  for k, v in parameters.items() if k in wanted}
-        output = paths.executed_dir / notebook.name
-        tag = f"[{position[notebook]}/{total}] {notebook.stem}"
-        say(f"{tag} ...")
-        start = time.perf_counter()
-        error = None
-        try:
-            papermill.execute_notebook(
-                str(notebook), str(output), parameters=passed, kernel_name=KERNEL_NAME,
-                # the kernel's working directory, given to the kernel itself: papermill's cwd= changes this
-                # process's directory for the whole run, which two notebooks running at once would race on
-                resources={"metadata": {"path": str(notebook.parent)}}, progress_bar=False, log_output=False,
-                # the kernel's own start-up/shutdown chatter ("running over TCP without encryption", the SIGINT
-                # jupyter_client sends at shutdown) is not the notebook's output: errors still reach the notebook
-                extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
-            )
-        except PapermillExecutionError as exc:
-            error = _describe_failure(exc)
-        except Exception as exc:  # kernel died, notebook unreadable, ...
-            error = f"{type(exc).__name__}: {exc}"
-        _strip_machine_paths(output)
-        if paths.variant:
-            _mark_variant(output, profile.name, paths)
-        seconds = time.perf_counter() - start
-        result = NotebookResult(notebook.stem, seconds, output, error)
-        with lock:
-            _record_timing(paths.executed_dir, notebook.stem, seconds, error is None)
-            if after_notebook is not None:
-                after_notebook(result)
-            if error:
-                echo(f"{tag} FAILED after {seconds:.1f} s in {error}")
-                echo(f"  the partly executed notebook is {output}")
-            else:
-                echo(f"{tag} done in {_duration(seconds)}")
-        return result
-
-    pending = list(notebooks)
-    succeeded: set[Path] = set()
-    failed: NotebookResult | None = None
-    running: dict[Future, Path] = {}
-    with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="notebook") as pool:
-        while pending or running:
-            if failed is None:
-                # the longest first (its time in the last run's timings.json), else in order: the short ones fill in
-                ready = sorted((n for n in pending if needs[n] <= succeeded),
-                               key=lambda n: (-hints.get(n.stem, 0.0), position[n]))
-                for notebook in ready[:max(1, jobs) - len(running)]:
-                    pending.remove(notebook)
-                    running[pool.submit(execute, notebook)] = notebook
-            if not running:
-                break
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in sorted(finished, key=lambda f: position[running[f]]):
-                notebook = running.pop(future)
-                result = future.result()
-                results.append(result)
-                if result.error:
-                    failed = failed or result
-                else:
-                    succeeded.add(notebook)
-    if failed is not None:
-        results.remove(failed)
-        results.append(failed)
-        return results
-    echo(f"reproduce: all {total} notebooks ran in {_duration(time.perf_counter() - total_start)}")
-    return results
-
-
-#: Where a notebook names the notebooks it needs first: ``metadata["r2mad"]["after"]``, a list of their names
-#: (``"02_memory"``); ``[]`` for none. A notebook without it needs every notebook before it.
-AFTER_METADATA = ("r2mad", "after")
-
-
-def prerequisites(notebook: Path, notebooks: Sequence[Path]) -> set[Path]:
-    """The notebooks among ``notebooks`` that must succeed before ``notebook`` starts: those its metadata
-    names (:data:`AFTER_METADATA`, only earlier ones may be named), else every earlier one. What a notebook
-    needs is what it reads that another writes: the memory banks (02), every artifact's manifest entry (10)."""
-    earlier = notebooks[:notebooks.index(notebook)]
-    try:
-        metadata = json.loads(notebook.read_text(encoding="utf-8")).get("metadata", {})
-    except (OSError, json.JSONDecodeError):
-        return set(earlier)  # papermill names what is wrong with the file when it runs it
-    named = metadata.get(AFTER_METADATA[0], {}).get(AFTER_METADATA[1])
-    if named is None:
-        return set(earlier)
-    if not isinstance(named, list) or not all(isinstance(name, str) for name in named):
-        raise ValueError(f"{notebook}: metadata {'.'.join(AFTER_METADATA)}: expected a list of notebook names, "
-                         f"found {named!r}")
-    stems = {p.stem: p for p in notebooks}
-    later = [name for name in named if name in stems and stems[name] not in earlier]
-    if later:
-        raise ValueError(f"{notebook}: metadata {'.'.join(AFTER_METADATA)} names {', '.join(later)}, which "
-                         "does not come before it")
-    return {stems[name] for name in named if name in stems}
-
-
-def _previous_seconds(executed_dir: Path) -> dict[str, float]:
-    """Each notebook's wall seconds in the last run (``timings.json``), to start the longest first."""
-    try:
-        timings = json.loads((executed_dir / "timings.json").read_text(encoding="utf-8"))
-        return {name: float(entry["seconds"]) for name, entry in timings.items()}
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return {}
-
-
 def default_jobs(profile: Profile) -> int:
     """How many notebooks run at once by default: up to :data:`MAX_DEFAULT_JOBS` (one per core) when every agent
     is simulated, else 1. A real engine holds a model per kernel (a llama.cpp server using every core, a GPU's
     memory) and a budget-guarded profile counts its cost notebook by notebook."""
-    models = [m for m in [*profile["models"], *(profile.fields.get("large_models") or [])] if not m.get("stand_in")]
-    if profile.fields.get("api_budget") or any(m.get("engine") != "simulated" for m in models):
+    if not _simulated_only(profile):
         return 1
     return max(1, min(MAX_DEFAULT_JOBS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                       else os.cpu_count() or 1))
+
+
+def _simulated_only(profile: Profile) -> bool:
+    """Whether every agent of ``profile`` is simulated (a stand-in runs on one of the models) and no budget counts."""
+    models = [m for m in [*profile["models"], *(profile.fields.get("large_models") or [])] if not m.get("stand_in")]
+    return not profile.fields.get("api_budget") and all(m.get("engine") == "simulated" for m in models)
 
 
 #: The most notebooks a simulated profile runs at once by default (``--jobs`` sets any number).
@@ -475,6 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
                         help="notebooks run at once, each after those it needs (default: one per core up to "
                         f"{MAX_DEFAULT_JOBS} when the agents are simulated, else 1: a real model holds every core or the GPU)")
+    parser.add_argument("--fresh-kernels", action="store_true",
+                        help="start a new kernel for every notebook (default with simulated agents: each worker "
+                        "clears its kernel and runs its next notebook in it, importing the libraries once)")
     parser.add_argument("--protocol", choices=PROTOCOLS, default=None,
                         help="the protocol preset, as --set protocol=NAME (default: the profile's): "
                         + protocol_help().replace("%", "%%"))
@@ -738,7 +638,7 @@ def _run_main(args: argparse.Namespace, profile: Profile, only: Sequence[str] | 
             return _gpu_estimate_main(profile, data_dir)
         else:
             results = run_notebooks(profile, paths, notebooks_dir=args.notebooks_dir, only=only, show_banner=show_banner,
-                                    jobs=args.jobs)
+                                    jobs=args.jobs, reuse_kernels=False if args.fresh_kernels else None)
     except (FileNotFoundError, ProfileError) as exc:
         print(f"reproduce: {exc}", file=sys.stderr)
         return 2

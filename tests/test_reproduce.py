@@ -4,6 +4,7 @@ messages, notebook discovery, and the papermill runner on small hand-made notebo
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -384,6 +385,42 @@ def test_after_a_failure_nothing_new_starts_and_the_failure_is_returned_last(tmp
                            "--output-dir", str(tmp_path / "cli")]) == 1
 
 
+def test_a_worker_reuses_its_kernel_cleared_and_shuts_it_down_at_the_end(tmp_path: Path) -> None:
+    """One worker, kernels reused: 02 and 03 run in 01's kernel (same process) with nothing of 01 left: no
+    variable, the execution count from 1, matplotlib's settings and open figures as in a fresh kernel. 03 fails:
+    the run stops and the kernel is shut down. With fresh kernels every notebook has its own process."""
+    notebooks = tmp_path / "nb"
+    notebooks.mkdir()
+    pid = "import os\nfrom pathlib import Path\nPath(figures_dir, '{name}').write_text(str(os.getpid()))"
+    _notebook(notebooks / "01_dirty.ipynb", 'figures_dir = ""', [
+        pid.format(name="01"),
+        "import matplotlib as mpl, matplotlib.pyplot as plt\nleft_behind = 42\nmpl.rcParams['lines.linewidth'] = 9.0\n"
+        "figure = plt.figure()"])
+    _notebook(notebooks / "02_clean.ipynb", 'figures_dir = ""', [
+        pid.format(name="02"),
+        "assert 'left_behind' not in globals() and 'figure' not in globals()\n"
+        "import matplotlib as mpl, matplotlib.pyplot as plt\n"
+        "assert mpl.rcParams['lines.linewidth'] == 1.5, mpl.rcParams['lines.linewidth']\n"
+        "assert plt.get_fignums() == []"])
+    _notebook(notebooks / "03_fails.ipynb", 'figures_dir = ""', [pid.format(name="03"), "raise ValueError('no')"])
+    _notebook(notebooks / "04_never.ipynb", 'figures_dir = ""', [pid.format(name="04")])
+    profile = load_profile("tiny")
+    paths = ReproductionPaths(tmp_path / "out", profile.name)
+    results = run_notebooks(profile, paths, notebooks_dir=notebooks, echo=lambda line: None, jobs=1, reuse_kernels=True)
+    assert [(r.notebook, r.error) for r in results[:2]] == [("01_dirty", None), ("02_clean", None)], results
+    assert results[2].notebook == "03_fails" and "ValueError: no" in results[2].error and len(results) == 3
+    pids = {name: (paths.figures_dir / name).read_text() for name in ("01", "02", "03")}
+    assert pids["01"] == pids["02"] == pids["03"]
+    with pytest.raises(ProcessLookupError):  # shut down with the run
+        os.kill(int(pids["01"]), 0)
+    executed = nbformat.read(paths.executed_dir / "02_clean.ipynb", 4)
+    assert [c.execution_count for c in executed.cells if c.cell_type == "code"] == [1, 2, 3, 4]  # parameters injected
+    # the same notebooks with a kernel each: a process each
+    fresh = ReproductionPaths(tmp_path / "fresh", profile.name)
+    run_notebooks(profile, fresh, notebooks_dir=notebooks, echo=lambda line: None, jobs=1, reuse_kernels=False)
+    assert len({(fresh.figures_dir / name).read_text() for name in ("01", "02", "03")}) == 3
+
+
 def test_prerequisites_default_to_every_earlier_notebook_and_may_only_name_earlier_ones(tmp_path: Path) -> None:
     for name in ("01_a", "02_b", "03_c"):
         _notebook(tmp_path / f"{name}.ipynb", "seed = 0", [])
@@ -423,6 +460,13 @@ def test_default_jobs_runs_simulated_profiles_in_parallel_and_real_models_one_at
     assert reproduce.default_jobs(load_profile("paper")) == 1
     monkeypatch.setenv("R2MAD_API_MODEL", "some-model")
     assert reproduce.default_jobs(load_profile("api")) == 1
+
+
+def test_the_command_line_takes_jobs_and_fresh_kernels(tmp_path: Path) -> None:
+    args = reproduce.build_parser().parse_args(["--jobs", "3", "--fresh-kernels"])
+    assert args.jobs == 3 and args.fresh_kernels
+    with pytest.raises(SystemExit):
+        reproduce.build_parser().parse_args(["--jobs", "0"])
 
 
 def test_main_reports_a_bad_profile_without_running(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

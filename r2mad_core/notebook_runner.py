@@ -1,0 +1,291 @@
+"""Running numbered notebooks with papermill: in order of what each needs, several at once, kernels kept.
+
+What ``make reproduce`` (:mod:`r2mad_core.reproduce`) does with the notebooks once the profile has given their
+parameters (docs/design.md "Profiles"; docs/performance.md for the times):
+
+- **What a notebook needs** (:func:`prerequisites`): the notebooks its metadata names under ``r2mad.after``
+  (the R2-MAD notebooks name ``02_memory``, whose banks they read; ``01_data`` and ``08_theory`` name nothing),
+  else every notebook before it (``10_report`` reads every other's manifest entry, and a new notebook is safe).
+- **Several at once** (:func:`run_workers`): ``jobs`` workers take the notebooks whose prerequisites succeeded,
+  the longest first (its time in the last run's ``timings.json``). After a failure nothing new starts; those
+  running finish. Notebooks running at once share runs, the response cache and the manifest through file locks
+  and SQLite (:mod:`r2mad_core.experiments.cell`, :mod:`r2mad_core.engines.cache`), and every generation is a
+  function of its request, so the tables do not depend on the order (tested: byte-identical CSVs).
+- **Kernels kept** (``reuse_kernels``): a worker runs its next notebook in the kernel of its last one, cleared
+  first (:data:`CLEAR_KERNEL`: the namespace, figures, matplotlib's settings and the execution count as in a
+  fresh kernel); the libraries stay imported, which is most of what a kernel costs before a notebook's first
+  result. A failed notebook's kernel is shut down, never reused.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+KERNEL_NAME = "python3"
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class NotebookResult:
+    notebook: str
+    seconds: float
+    output: Path
+    error: str | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# What a notebook needs
+# --------------------------------------------------------------------------------------------
+#: Where a notebook names the notebooks it needs first: ``metadata["r2mad"]["after"]``, a list of their names
+#: (``"02_memory"``); ``[]`` for none. A notebook without it needs every notebook before it.
+AFTER_METADATA = ("r2mad", "after")
+
+
+def prerequisites(notebook: Path, notebooks: Sequence[Path]) -> set[Path]:
+    """The notebooks among ``notebooks`` that must succeed before ``notebook`` starts: those its metadata
+    names (:data:`AFTER_METADATA`, only earlier ones may be named), else every earlier one. What a notebook
+    needs is what it reads that another writes: the memory banks (02), every artifact's manifest entry (10)."""
+    earlier = list(notebooks[:list(notebooks).index(notebook)])
+    try:
+        metadata = json.loads(notebook.read_text(encoding="utf-8")).get("metadata", {})
+    except (OSError, json.JSONDecodeError):
+        return set(earlier)  # papermill names what is wrong with the file when it runs it
+    named = metadata.get(AFTER_METADATA[0], {}).get(AFTER_METADATA[1])
+    if named is None:
+        return set(earlier)
+    if not isinstance(named, list) or not all(isinstance(name, str) for name in named):
+        raise ValueError(f"{notebook}: metadata {'.'.join(AFTER_METADATA)}: expected a list of notebook names, "
+                         f"found {named!r}")
+    stems = {p.stem: p for p in notebooks}
+    later = [name for name in named if name in stems and stems[name] not in earlier]
+    if later:
+        raise ValueError(f"{notebook}: metadata {'.'.join(AFTER_METADATA)} names {', '.join(later)}, which "
+                         "does not come before it")
+    return {stems[name] for name in named if name in stems}
+
+
+def previous_seconds(executed_dir: Path) -> dict[str, float]:
+    """Each notebook's wall seconds in the last run (``timings.json``), to start the longest first."""
+    try:
+        timings = json.loads((executed_dir / "timings.json").read_text(encoding="utf-8"))
+        return {name: float(entry["seconds"]) for name, entry in timings.items()}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return {}
+
+
+# --------------------------------------------------------------------------------------------
+# Several at once
+# --------------------------------------------------------------------------------------------
+def run_workers(
+    notebooks: Sequence[Path],
+    run_one: Callable[[Path, Any, bool], NotebookResult],
+    *,
+    jobs: int = 1,
+    reuse_kernels: bool = False,
+    hints: Mapping[str, float] | None = None,
+    on_start: Callable[[Path], None] = lambda notebook: None,
+    on_finish: Callable[[Path, NotebookResult], None] = lambda notebook, result: None,
+) -> list[NotebookResult]:
+    """Run ``notebooks`` with ``jobs`` workers: a worker takes the next notebook whose :func:`prerequisites`
+    succeeded (the longest by ``hints`` first, else in order) and calls ``run_one(notebook, kernel, clear)``:
+    ``kernel`` is the worker's kept kernel manager (None without ``reuse_kernels``), ``clear`` whether it ran a
+    notebook before. ``on_start``/``on_finish`` are called under one lock. After a failure nothing new starts;
+    the results come in the order they finished, the first failure last."""
+    hints = hints or {}
+    position = {notebook: index for index, notebook in enumerate(notebooks)}
+    needs = {notebook: prerequisites(notebook, notebooks) for notebook in notebooks}
+    lock = threading.Condition()
+    pending = list(notebooks)
+    running: set[Path] = set()
+    succeeded: set[Path] = set()
+    results: list[NotebookResult] = []
+    failed: list[NotebookResult] = []
+
+    def take() -> Path | None:
+        """The next notebook whose prerequisites succeeded (waiting for one), or None when there is none left."""
+        with lock:
+            while True:
+                if failed or not pending:
+                    return None
+                ready = sorted((n for n in pending if needs[n] <= succeeded),
+                               key=lambda n: (-hints.get(n.stem, 0.0), position[n]))
+                if ready:
+                    pending.remove(ready[0])
+                    running.add(ready[0])
+                    on_start(ready[0])
+                    return ready[0]
+                if not running:  # cannot happen: prerequisites only name earlier notebooks
+                    return None
+                lock.wait()
+
+    def finish(notebook: Path, result: NotebookResult) -> None:
+        with lock:
+            running.discard(notebook)
+            results.append(result)
+            if result.error:
+                failed.append(result)
+            else:
+                succeeded.add(notebook)
+            on_finish(notebook, result)
+            lock.notify_all()
+
+    def worker() -> None:
+        kernel = None
+        try:
+            while (notebook := take()) is not None:
+                clear = kernel is not None and kernel.has_kernel
+                if reuse_kernels and kernel is None:
+                    kernel = new_kernel_manager()
+                try:
+                    result = run_one(notebook, kernel, clear)
+                except BaseException as exc:  # never leave the others waiting for this notebook
+                    result = NotebookResult(notebook.stem, 0.0, Path(notebook.name), f"{type(exc).__name__}: {exc}")
+                if result.error and kernel is not None:  # a failed notebook's kernel is not reused
+                    shut_down(kernel)
+                    kernel = None
+                finish(notebook, result)
+        finally:
+            if kernel is not None:
+                shut_down(kernel)
+
+    workers = [threading.Thread(target=worker, name=f"notebook-worker-{k}", daemon=True)
+               for k in range(max(1, min(jobs, len(notebooks))))]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
+    if failed:
+        results.remove(failed[0])
+        results.append(failed[0])
+    return results
+
+
+def execute(notebook: Path, output: Path, parameters: Mapping[str, Any], kernel: Any = None,
+            clear: bool = False) -> str | None:
+    """Run ``notebook`` into ``output`` with papermill, in the notebook's folder; in ``kernel`` (a kept kernel
+    manager, cleared first when ``clear``) or a kernel of its own. Returns the error, or None."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    reuse = {"engine_name": REUSING_ENGINE, "km": kernel, "prologue": CLEAR_KERNEL if clear else START_KERNEL} \
+        if kernel is not None else {}
+    try:
+        papermill.execute_notebook(
+            str(notebook), str(output), parameters=dict(parameters), kernel_name=KERNEL_NAME,
+            # the kernel's working directory, given to the kernel itself: papermill's cwd= changes this
+            # process's directory for the whole run, which two notebooks running at once would race on
+            resources={"metadata": {"path": str(notebook.parent)}}, progress_bar=False, log_output=False,
+            # the kernel's own start-up/shutdown chatter ("running over TCP without encryption", the SIGINT
+            # jupyter_client sends at shutdown) is not the notebook's output: errors still reach the notebook
+            extra_arguments=["--IPKernelApp.log_level=CRITICAL"], **reuse,
+        )
+    except PapermillExecutionError as exc:
+        return describe_failure(exc)
+    except Exception as exc:  # kernel died, notebook unreadable, ...
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def describe_failure(exc: BaseException) -> str:
+    cell = getattr(exc, "cell_index", None)
+    count = getattr(exc, "exec_count", None)
+    ename = getattr(exc, "ename", type(exc).__name__)
+    evalue = getattr(exc, "evalue", str(exc))
+    source = getattr(exc, "source", "") or ""
+    where = f"cell {cell} of the executed notebook" if cell is not None else "a cell"
+    if count is not None:
+        where += f" (execution count {count})"
+    first_lines = "\n".join("      " + line for line in source.strip().splitlines()[:6])
+    return f"{where}: {ename}: {evalue}" + (f"\n    source:\n{first_lines}" if first_lines else "")
+
+
+# --------------------------------------------------------------------------------------------
+# Kernels kept
+# --------------------------------------------------------------------------------------------
+#: Run silently in a worker's kernel before its first notebook: the figure settings a fresh kernel has once
+#: pyplot is loaded (with the inline backend), kept to give every later notebook the same start.
+START_KERNEL = ("import matplotlib as _m, matplotlib.pyplot as _p\n"
+                "_m._r2mad_fresh_rc = dict(_m.rcParams)\n"
+                "del _m, _p")
+#: Run silently before each later notebook in the same kernel: the user namespace and history emptied
+#: (%reset -f), figures closed, matplotlib's settings as in a fresh kernel, the execution count back to 1.
+#: Imported modules stay (that is the point: each kernel imports pandas, matplotlib, scipy and r2mad_core once).
+CLEAR_KERNEL = ("get_ipython().run_line_magic('reset', '-f')\n"
+                "import matplotlib as _m, matplotlib.pyplot as _p\n"
+                "_p.close('all')\n"
+                "dict.update(_m.rcParams, _m._r2mad_fresh_rc)\n"
+                "del _m, _p\n"
+                "get_ipython().execution_count = 1")
+REUSING_ENGINE = "r2mad-reusing"
+_ENGINE_LOCK = threading.Lock()
+
+
+def new_kernel_manager() -> Any:
+    """A kernel manager for a worker that keeps its kernel: started by nbclient on the first notebook (with its
+    working directory and arguments), shut down by :func:`shut_down`. Registers :data:`REUSING_ENGINE` once."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    register_reusing_engine()
+    return AsyncKernelManager(kernel_name=KERNEL_NAME)
+
+
+def shut_down(kernel: Any) -> None:
+    from jupyter_core.utils import run_sync
+
+    try:
+        if kernel.has_kernel:
+            run_sync(kernel.shutdown_kernel)(now=False)
+    except Exception as exc:  # a kernel that is already gone
+        logger.debug("shutting a kernel down: %s", exc)
+
+
+def register_reusing_engine() -> None:
+    """papermill's nbclient engine, with a client that runs a silent ``prologue`` in the kernel before the
+    notebook's first cell and closes its channels afterwards (the kernel, not the client, outlives the notebook)."""
+    from papermill.clientwrap import PapermillNotebookClient
+    from papermill.engines import NBClientEngine, papermill_engines
+
+    with _ENGINE_LOCK:
+        if REUSING_ENGINE in papermill_engines._engines:
+            return
+
+        class ReusingClient(PapermillNotebookClient):
+            def __init__(self, nb_man: Any, prologue: str = "", **kwargs: Any) -> None:
+                super().__init__(nb_man, **kwargs)
+                self.prologue = prologue
+
+            def papermill_execute_cells(self) -> None:
+                if self.prologue:
+                    reply = self.wait_for_reply(self.kc.execute(self.prologue, silent=True, store_history=False))
+                    content = (reply or {}).get("content", {})
+                    if content.get("status") != "ok":
+                        raise RuntimeError(f"preparing the kernel: {content.get('ename')}: {content.get('evalue')}")
+                super().papermill_execute_cells()
+
+            def execute(self, **kwargs: Any) -> Any:
+                try:
+                    return super().execute(**kwargs)
+                finally:
+                    if self.kc is not None:
+                        self.kc.stop_channels()
+                        self.kc = None
+
+        class ReusingEngine(NBClientEngine):
+            @classmethod
+            def execute_managed_notebook(cls, nb_man: Any, kernel_name: str, log_output: bool = False,
+                                         stdout_file: Any = None, stderr_file: Any = None, start_timeout: int = 60,
+                                         execution_timeout: Any = None, **kwargs: Any) -> Any:
+                # NBClientEngine's own method, with ReusingClient in place of PapermillNotebookClient
+                kwargs.pop("input_path", None)
+                timeout = execution_timeout if execution_timeout else kwargs.get("timeout")
+                kwargs = {k: v for k, v in kwargs.items() if k not in ("timeout", "startup_timeout")}
+                return ReusingClient(nb_man, **kwargs, timeout=timeout, startup_timeout=start_timeout,
+                                     kernel_name=kernel_name, log=logging.getLogger("papermill"),
+                                     log_output=log_output, stdout_file=stdout_file, stderr_file=stderr_file).execute()
+
+        papermill_engines.register(REUSING_ENGINE, ReusingEngine)
