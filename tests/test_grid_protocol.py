@@ -122,3 +122,36 @@ def test_an_independent_round0_stream_depends_on_the_bank_content_not_its_folder
     config_path.write_text(json.dumps(config))
     with pytest.raises(RunConfigMismatch, match="stream"):
         exp.run("Sim A", "truthfulqa", "R2-MAD (independent round 0)")
+
+
+def test_a_cell_or_bank_another_process_is_building_is_waited_for_then_loaded(tmp_path: Path) -> None:
+    """make reproduce runs two notebooks at once: a cell whose directory another process holds (its .lock) is
+    waited for and then run or loaded, not refused; so is a memory bank another process is building."""
+    import threading
+    import time
+
+    from r2mad_core.experiments.cell import LOCK_FILE
+    from r2mad_core.files import locked
+
+    exp = experiment(tmp_path, models=[SIM_A], test_limit=3)
+    run_dir, _, _ = exp.run_dir(exp.models[0], "mmlu_pro_engineering", "MAD")
+    bank = exp.memory_dir(exp.models[0], "mmlu_pro_engineering")
+    run_dir.mkdir(parents=True)
+    held = threading.Event()
+
+    def hold(path: Path) -> None:
+        with locked(path):
+            held.set()
+            time.sleep(1.0)
+
+    for path in (run_dir / LOCK_FILE, bank.parent / f".{bank.name}.lock"):
+        held.clear()
+        thread = threading.Thread(target=hold, args=(path,))
+        thread.start()
+        held.wait()
+        if path.name == LOCK_FILE:
+            outcome = exp.run("Sim A", "mmlu_pro_engineering", "MAD")  # RunDirectoryBusy before
+            assert len(outcome.records) == 3 and outcome.n_new == 3
+        else:
+            assert (exp.memory("Sim A", "mmlu_pro_engineering") / "manifest.json").exists()
+        thread.join()

@@ -33,12 +33,12 @@ from r2mad_core.debate.settings import PROFILE_SETTINGS, SAMPLING, DebateSetting
 from r2mad_core import engines  # engines.make_engine looked up at call time (tests replace it)
 from r2mad_core.experiments import method_labels
 from r2mad_core.experiments.build_memory import build_memory
-from r2mad_core.experiments.cell import CONFIG_FILE, load_run, preflight, run_cell
+from r2mad_core.experiments.cell import CONFIG_FILE, LOCK_FILE, RunDirectoryBusy, load_run, preflight, run_cell
 from r2mad_core.experiments.methods import get_method
 from r2mad_core.experiments.methods import method_options as declared_options
 from r2mad_core.experiments import protocol as protocol_presets
 from r2mad_core.report.artifacts import ReportContext, display_path, jsonable
-from r2mad_core.files import atomic_write
+from r2mad_core.files import atomic_write, locked
 from r2mad_core.records import TranscriptRecord
 from r2mad_core.report.tables import benchmark_label
 from r2mad_core.report.results import (  # noqa: F401  (re-exported for the notebooks)
@@ -412,13 +412,19 @@ class ExperimentGrid:
         directory = self.memory_dir(spec, benchmark)
         if (directory / "manifest.json").exists():
             return directory
-        directory.mkdir(parents=True, exist_ok=True)
-        atomic_write(directory / "build_config.json", json.dumps(jsonable(self.memory_config(spec, benchmark)), indent=2))
-        build_memory(
-            benchmark, self.engine(self.memory_spec(spec)), self.embedder, directory, limit=self.train_limit,
-            split="train", seed=self.seed, settings=self.debate, data_dir=self.data_dir,
-            samples=self.samples(benchmark, "train"), progress=False, overwrite=True, **self.memory_options(),
-        )
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        # one builder at a time: a notebook running beside another that builds this bank waits, then loads it
+        with locked(directory.parent / f".{directory.name}.lock"):
+            if (directory / "manifest.json").exists():
+                return directory
+            directory.mkdir(parents=True, exist_ok=True)
+            atomic_write(directory / "build_config.json",
+                         json.dumps(jsonable(self.memory_config(spec, benchmark)), indent=2))
+            build_memory(
+                benchmark, self.engine(self.memory_spec(spec)), self.embedder, directory, limit=self.train_limit,
+                split="train", seed=self.seed, settings=self.debate, data_dir=self.data_dir,
+                samples=self.samples(benchmark, "train"), progress=False, overwrite=True, **self.memory_options(),
+            )
         return directory
 
     # -- cells --------------------------------------------------------------------------------
@@ -449,11 +455,19 @@ class ExperimentGrid:
             return self._seen(CellOutcome(spec, benchmark, method, run_dir, done, metrics, n_new=0))
         if self.needs_memory(method):
             self.memory(spec, benchmark)
-        result = run_cell(
-            run_dir, benchmark=benchmark, split="test", engine=self.engine(spec), method=name,
-            method_options=options, seed=self.seed, limit=self.test_limit, samples=samples,
-            data_dir=self.data_dir, progress=False, overflow_policy=self.overflow_policy, **self.schedule(spec),
-        )
+        try:
+            result = run_cell(
+                run_dir, benchmark=benchmark, split="test", engine=self.engine(spec), method=name,
+                method_options=options, seed=self.seed, limit=self.test_limit, samples=samples,
+                data_dir=self.data_dir, progress=False, overflow_policy=self.overflow_policy, **self.schedule(spec),
+            )
+        except RunDirectoryBusy:
+            # another notebook (make reproduce runs two at once) is running this very cell: wait for it, then
+            # load what it wrote (or go on where it stopped)
+            logger.info("%s: another process is running this cell; waiting for it", run_dir)
+            with locked(run_dir / LOCK_FILE):
+                pass
+            return self.run(spec, benchmark, method)
         metrics = compute_metrics(result.records, n_bootstrap=self.bootstrap_resamples)
         return self._seen(CellOutcome(spec, benchmark, method, run_dir, result.records, metrics, n_new=result.n_new))
 
