@@ -3,11 +3,13 @@
 What ``make reproduce`` (:mod:`r2mad_core.reproduce`) does with the notebooks once the profile has given their
 parameters (docs/design.md "Profiles"; docs/performance.md for the times):
 
-- **What a notebook needs** (:func:`prerequisites`): the notebooks its metadata names under ``r2mad.after``
-  (the R2-MAD notebooks name ``02_memory``, whose banks they read; ``01_data`` and ``08_theory`` name nothing),
-  else every notebook before it (``10_report`` reads every other's manifest entry, and a new notebook is safe).
+- **What a notebook needs** (:func:`prerequisites`): the notebooks its metadata names under ``r2mad.after``,
+  else every notebook before it. ``10_report`` names nothing, so it comes after all (it reads every other's
+  manifest entry); the others name ``[]``: what one needs from another, a memory bank or a run, it waits for
+  under that bank's or run's lock (:meth:`r2mad_core.report.grid.ExperimentGrid.memory` and ``.run``), so
+  ``04_ablations``, the longest, starts at once and builds banks beside ``02_memory``.
 - **Several at once** (:func:`run_workers`): ``jobs`` workers take the notebooks whose prerequisites succeeded,
-  the longest first (its time in the last run's ``timings.json``). After a failure nothing new starts; those
+  the longest first (its time in the last run's ``timings.json``, else in the committed run of the profile). After a failure nothing new starts; those
   running finish. Notebooks running at once share runs, the response cache and the manifest through file locks
   and SQLite (:mod:`r2mad_core.experiments.cell`, :mod:`r2mad_core.engines.cache`), and every generation is a
   function of its request, so the tables do not depend on the order (tested: byte-identical CSVs).

@@ -279,7 +279,9 @@ def run_notebooks(
     with _environment(memo):
         results = notebook_runner.run_workers(
             notebooks, run_one, jobs=jobs, reuse_kernels=reuse_kernels,
-            hints=notebook_runner.previous_seconds(paths.executed_dir),
+            # the longest first: by this folder's last run, else by the committed run of the profile
+            hints=(notebook_runner.previous_seconds(paths.executed_dir)
+                   or notebook_runner.previous_seconds(REPOSITORY / "notebooks" / "executed" / profile.name)),
             on_start=lambda notebook: echo(f"[{position[notebook.stem]}/{total}] {notebook.stem} ..."),
             on_finish=finish)
     if not (results and results[-1].error):
