@@ -4,10 +4,11 @@ What ``make reproduce`` (:mod:`r2mad_core.reproduce`) does with the notebooks on
 parameters (docs/design.md "Profiles"; docs/performance.md for the times):
 
 - **What a notebook needs** (:func:`prerequisites`): the notebooks its metadata names under ``r2mad.after``,
-  else every notebook before it. ``10_report`` names nothing, so it comes after all (it reads every other's
-  manifest entry); the others name ``[]``: what one needs from another, a memory bank or a run, it waits for
-  under that bank's or run's lock (:meth:`r2mad_core.report.grid.ExperimentGrid.memory` and ``.run``), so
-  ``04_ablations``, the longest, starts at once and builds banks beside ``02_memory``.
+  else every notebook before it. The notebooks that read the memory banks name ``02_memory``, except
+  ``04_ablations``, the longest, which names nothing and starts at once: a bank 02 is building it waits for under
+  the bank's lock (:meth:`r2mad_core.report.grid.ExperimentGrid.memory`; so is a run another notebook is running,
+  ``.run``). ``01_data`` and ``08_theory`` name nothing; ``10_report`` names none, so it comes after all (it
+  reads every other's manifest entry).
 - **Several at once** (:func:`run_workers`): ``jobs`` workers take the notebooks whose prerequisites succeeded,
   the longest first (its time in the last run's ``timings.json``, else in the committed run of the profile). After a failure nothing new starts; those
   running finish. Notebooks running at once share runs, the response cache and the manifest through file locks

@@ -438,13 +438,15 @@ def test_prerequisites_default_to_every_earlier_notebook_and_may_only_name_earli
 
 
 def test_the_repository_notebooks_name_what_they_need() -> None:
-    """Only 10 (the report, which reads every artifact's manifest entry) waits for others; the rest start as soon
-    as a worker is free: a bank or cell another notebook is building is waited for under its lock (the grid)."""
+    """The notebooks that read 02's memory banks wait for it, except 04, the longest, which starts at once and
+    waits under a bank's lock for the bank 02 is building (the grid); 01 and 08 need nothing; 10 (the report,
+    which reads every artifact's manifest entry) waits for all."""
     found = discover_notebooks(reproduce.default_notebooks_dir())
     stems = {p.stem: p for p in found}
     needs = {p.stem: {q.stem for q in reproduce.prerequisites(p, found)} for p in found}
-    assert {name: need for name, need in needs.items() if name != "10_report"} == {
-        name: set() for name in stems if name != "10_report"}
+    assert needs["01_data"] == needs["02_memory"] == needs["04_ablations"] == needs["08_theory"] == set()
+    for name in ("03_main_results", "05_baselines", "06_shared_misconception", "07_cost", "09_poisoned_memory"):
+        assert needs[name] == {"02_memory"}, name
     assert needs["10_report"] == set(stems) - {"10_report"}
 
 
