@@ -109,8 +109,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _validated_json(schema: type[TranscriptRecord], raw: bytes) -> TranscriptRecord | None:
-    """``raw`` parsed and validated by ``schema`` straight from JSON, or None when it does not fit (the caller's
-    line-by-line checks then say why)."""
+    """``raw`` parsed and validated by ``schema`` from JSON, or None when it does not fit (the caller says why)."""
     try:
         return schema.model_validate_json(raw)
     except ValidationError:
