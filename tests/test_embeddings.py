@@ -20,48 +20,6 @@ def test_hashing_embedder_is_deterministic_unit_and_word_based():
     assert (vectors >= 0).all()  # alternate_sign=False: cosine similarities are >= 0
 
 
-def _sklearn_rows(texts, dim):
-    """The rows computed directly: scikit-learn's vectorizer on the whole batch, L2-normalised."""
-    from sklearn.feature_extraction.text import HashingVectorizer
-
-    vectorizer = HashingVectorizer(n_features=dim, analyzer="word", ngram_range=(1, 2), lowercase=True,
-                                   alternate_sign=False, norm=None, dtype=np.float32)
-    matrix = vectorizer.transform(texts).toarray().astype(np.float32)
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    np.divide(matrix, norms, out=matrix, where=norms > 0)
-    return matrix
-
-
-def test_hashing_rows_are_remembered_per_text_with_the_same_bytes(monkeypatch):
-    from r2mad_core.memory import embeddings
-
-    monkeypatch.setattr(embeddings, "_HASHED_ROWS", {})
-    monkeypatch.setattr(embeddings, "_HASHED_ROWS_MAX", 50)
-    rng = np.random.default_rng(5)
-    words = ["the", "The", "answer", "is", "(B)", "\\boxed{3/4}", "Ökonomie", "x", "demand", "curve", "12", "日本語"]
-    texts = ["", "x", "The answer is (B)."] + [" ".join(rng.choice(words, size=int(rng.integers(1, 200))))
-                                                for _ in range(60)]
-    expected = _sklearn_rows(texts, 384)
-    embedder = HashingEmbedder()
-    # one by one, in threes, reversed, as one batch (then half remembered: at most 50 rows are kept), and by a
-    # second instance: each row is the bytes of the direct computation
-    assert np.concatenate([embedder.encode([t]) for t in texts]).tobytes() == expected.tobytes()
-    assert np.concatenate([embedder.encode(texts[i:i + 3]) for i in range(0, len(texts), 3)]).tobytes() == expected.tobytes()
-    assert embedder.encode(texts[::-1]).tobytes() == expected[::-1].tobytes()
-    assert len(embeddings._HASHED_ROWS[384]) == 50
-    assert HashingEmbedder().encode(texts + texts[:2]).tobytes() == np.concatenate([expected, expected[:2]]).tobytes()
-    calls = []
-    transform = embedder._vectorizer.transform
-    monkeypatch.setattr(embedder._vectorizer, "transform", lambda batch: calls.append(list(batch)) or transform(batch))
-    embedder.encode(texts[-3:])  # remembered: not hashed again
-    embedder.encode(["a text never seen", texts[-1]])
-    assert calls == [["a text never seen"]]
-    assert HashingEmbedder(16).encode(texts[-1:]).tobytes() == _sklearn_rows(texts[-1:], 16).tobytes()  # per dimension
-    out = embedder.encode(texts[-2:])
-    out[:] = 0.0  # the caller's array is its own
-    assert embedder.encode(texts[-2:]).tobytes() == expected[-2:].tobytes()
-
-
 def test_hashing_dimension_by_name():
     embedder = get_embedder("hashing-1024")
     assert embedder.dim == 1024 and embedder.encode(["a b c"]).shape == (1, 1024)

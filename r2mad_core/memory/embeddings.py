@@ -17,7 +17,7 @@ Embedders (resolved by :func:`get_embedder`):
 - ``"hashing"`` / ``"hashing-<dim>"``: a deterministic, dependency-light **non-semantic** embedder:
   scikit-learn's HashingVectorizer over lower-cased word unigrams and bigrams, L2-normalised, default 384
   dimensions. Two texts are similar only when they share words. For tests and the simulated profile,
-  where it is fast (no model load) and exactly reproducible. Each text's row is computed once per process.
+  where it is fast (no model load) and exactly reproducible.
 - any other string: a sentence-transformers model name or a local model folder.
 
 Models are loaded once per process through an ``functools.lru_cache`` on the loader
@@ -31,10 +31,8 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import itertools
 import logging
 import re
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Sequence, runtime_checkable
@@ -109,36 +107,11 @@ class HashingEmbedder:
         )
 
     def encode(self, texts: Sequence[str], batch_size: int = 1024, show_progress: bool = False) -> np.ndarray:
-        """Unit rows, one per text; each text's row is computed once per process (:data:`_HASHED_ROWS`).
-
-        A row depends on its text alone (hashing and normalisation are per row: the same bytes in any batch, a
-        test checks), so remembering it changes no result; the runs of one notebook embed the same round-1
-        states and responses again and again (round 0 takes no memory, so every policy of the retrieval
-        ablation starts round 1 from the same debate)."""
         texts = _check_texts(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        memo = _HASHED_ROWS.setdefault(self.dim, {})
-        unique = list(dict.fromkeys(texts))
-        with _HASHED_LOCK:
-            rows = {t: memo[t] for t in unique if t in memo}
-        missing = [t for t in unique if t not in rows]
-        if missing:
-            fresh = _normalise_rows(self._vectorizer.transform(missing).toarray())
-            fresh.setflags(write=False)
-            rows.update(zip(missing, fresh))
-            with _HASHED_LOCK:
-                memo.update(zip(missing, fresh))
-                for stale in list(itertools.islice(memo, max(len(memo) - _HASHED_ROWS_MAX, 0))):
-                    del memo[stale]
-        return np.stack([rows[t] for t in texts])
-
-
-#: The rows hashing embedders computed in this process: dimension -> text -> read-only unit row (the most recent
-#: :data:`_HASHED_ROWS_MAX` texts per dimension, ~30 MB at 384-d).
-_HASHED_ROWS: dict[int, dict[str, np.ndarray]] = {}
-_HASHED_ROWS_MAX = 20_000
-_HASHED_LOCK = threading.Lock()
+        sparse = self._vectorizer.transform(texts)
+        return _normalise_rows(sparse.toarray())
 
 
 @functools.lru_cache(maxsize=4)
