@@ -46,14 +46,21 @@ def main() -> int:
     parser.add_argument("--stats", type=Path, default=None, help="also write the pstats file here")
     args = parser.parse_args()
 
+    # The environment make reproduce gives its kernels (reproduce.run_notebooks): one BLAS thread, set before numpy
+    # starts its BLAS (OpenBLAS's two threads on small products made retrieval look five times as costly), and
+    # the answer-verdict memo shared by the notebooks (set below, once the cache folder is known).
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     import matplotlib
 
     matplotlib.use("Agg")
-    from r2mad_core.reproduce import (PORTABLE_PATH_PARAMETERS, ReproductionPaths, _portable, declared_parameters,
+    from r2mad_core.reproduce import (ANSWER_MEMO_ENVIRONMENT, ANSWER_MEMO_FILE, BLAS_THREAD_VARIABLES,
+                                      PORTABLE_PATH_PARAMETERS, ReproductionPaths, _portable, declared_parameters,
                                       default_notebooks_dir, discover_notebooks, load_profile)
 
+    assert BLAS_THREAD_VARIABLES == ("OPENBLAS_NUM_THREADS",), "set the kernels' BLAS variables above"
     profile = load_profile(args.profile)
     paths = ReproductionPaths(args.output_dir, profile.name)
+    os.environ.setdefault(ANSWER_MEMO_ENVIRONMENT, str(paths.cache_dir / ANSWER_MEMO_FILE))
     for folder in (paths.figures_dir, paths.runs_dir, paths.cache_dir):
         folder.mkdir(parents=True, exist_ok=True)
     parameters = profile.parameters(paths.as_parameters())

@@ -599,3 +599,14 @@ def test_answer_sources_of_the_prompt_format_and_the_last_line() -> None:
     assert answers.extract_answer_with_source("no letter here", ECON, 10) == (None, None)
     # A statement naming a letter beyond the options is an invalid answer, not a reason to look further.
     assert answers.extract_answer_with_source("The answer is (E), clearly, given all of the above.\nDone.", TQA, 4) == (None, "statement")
+
+
+def test_answer_sources_are_memoised_and_cleared_with_the_others() -> None:
+    answers.clear_caches()
+    text = "Reasoning...\nThe answer is (B)."
+    direct = answers.extract_answer_with_source.__wrapped__(text, ECON, 10)
+    assert answers.extract_answer_with_source(text, ECON, 10) == direct == ("B", "final_line")
+    assert answers.extract_answer_with_source(text, ECON, 10) == direct
+    assert answers.extract_answer_with_source.cache_info().hits == 1
+    answers.clear_caches()
+    assert answers.extract_answer_with_source.cache_info().currsize == 0

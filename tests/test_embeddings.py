@@ -20,6 +20,29 @@ def test_hashing_embedder_is_deterministic_unit_and_word_based():
     assert (vectors >= 0).all()  # alternate_sign=False: cosine similarities are >= 0
 
 
+def _vectorizer_rows(embedder, texts):
+    """The rows as scikit-learn's HashingVectorizer computes them (what the embedder did before it hashed itself)."""
+    matrix = embedder._vectorizer.transform(texts).toarray().astype(np.float32)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    np.divide(matrix, norms, out=matrix, where=norms > 0)
+    return matrix
+
+
+@pytest.mark.parametrize("dim", [384, 7, 1])
+def test_hashing_embedder_gives_the_vectorizers_bytes(dim):
+    rng = np.random.default_rng(5)
+    words = ["the", "The", "answer", "is", "(B)", "\\boxed{3/4}", "Ökonomie", "naïve", "x", "demand", "curve", "İstanbul",
+             "shifts", "right", "when", "INCOME", "rises", "12", "3.5", "--", "e.g.", "日本語", "don't", "a_b", "\n\n"]
+    texts = ["", "x", "-- !", "The answer is (B).", "the the the the", "ΣΑΣ straße"] + [
+        " ".join(rng.choice(words, size=int(rng.integers(1, 300)))) for _ in range(80)
+    ]
+    embedder = HashingEmbedder(dim)
+    expected = _vectorizer_rows(embedder, texts)
+    assert embedder.encode(texts).tobytes() == expected.tobytes()  # columns hashed afresh
+    assert np.concatenate([embedder.encode([t]) for t in texts]).tobytes() == expected.tobytes()  # remembered
+    assert embedder.encode(texts[::-1]).tobytes() == expected[::-1].tobytes()
+
+
 def test_hashing_dimension_by_name():
     embedder = get_embedder("hashing-1024")
     assert embedder.dim == 1024 and embedder.encode(["a b c"]).shape == (1, 1024)

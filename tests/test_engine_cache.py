@@ -224,6 +224,37 @@ def test_wal_mode_and_corrupt_rows_are_reported(tmp_path: Path) -> None:
     cache.close()
 
 
+def test_a_new_cache_has_16k_pages_and_an_old_4k_cache_still_works(tmp_path: Path) -> None:
+    new = ResponseCache(tmp_path / "new")
+    new.put("k", Completion(text="x" * 2000), identity="i" * 600, model="m", tag="t")
+    new.close()
+    conn = sqlite3.connect(tmp_path / "new" / "responses.sqlite")
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == 16384
+    # a ~2.7 KB row lives in its leaf page, no overflow page: the schema, meta, meta's key index, responses
+    assert conn.execute("PRAGMA page_count").fetchone()[0] == 4
+    conn.close()
+    (tmp_path / "old").mkdir()
+    conn = sqlite3.connect(tmp_path / "old" / "responses.sqlite")
+    conn.execute("PRAGMA page_size = 4096")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("CREATE TABLE responses (key TEXT PRIMARY KEY, identity TEXT NOT NULL, model TEXT NOT NULL,"
+                 " tag TEXT NOT NULL, completion TEXT NOT NULL, created_at REAL NOT NULL) WITHOUT ROWID")
+    conn.execute("CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    conn.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+    conn.execute("INSERT INTO responses VALUES ('old', 'i', 'm', 't', ?, 0)", (json.dumps(
+        {"text": "kept", "prompt_tokens": 1, "completion_tokens": 1, "logprobs": None, "finish_reason": "stop",
+         "seconds": 0.0}),))
+    conn.commit()
+    conn.close()
+    old = ResponseCache(tmp_path / "old")
+    old.put("k", Completion(text="y"), identity="i", model="m", tag="t")
+    assert old.get("old").text == "kept" and old.get("k").text == "y"
+    old.close()
+    conn = sqlite3.connect(tmp_path / "old" / "responses.sqlite")
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == 4096
+    conn.close()
+
+
 def test_a_file_that_is_not_sqlite_is_reported(tmp_path: Path) -> None:
     (tmp_path / "responses.sqlite").write_bytes(b"this is not a database" * 100)
     with pytest.raises(EngineError, match="cannot open as an SQLite response cache"):

@@ -151,3 +151,35 @@ def test_load_rejects_a_bad_case_row_naming_file_and_line(tmp_path, bank_set):
     manifest_path.write_text(json.dumps(manifest))
     with pytest.raises(MemoryBankError, match=r"agent_1/cases\.jsonl:2: not a memory case \(.*'gold'\)"):
         MemoryBankSet.load(root)
+
+
+def test_load_remembers_an_unchanged_folder_and_hands_out_copies(tmp_path, bank_set, monkeypatch):
+    root = bank_set.save(tmp_path / "bank")
+    first = MemoryBankSet.load(root)
+    reads = []
+    original = MemoryBankSet._read_banks
+    monkeypatch.setattr(MemoryBankSet, "_read_banks", staticmethod(lambda *a: reads.append(a) or original(*a)))
+    first.banks[0].state_embeddings[:] = 0.0  # a caller writing into its copy changes no later load
+    second = MemoryBankSet.load(root, embedder=HashingEmbedder(128), benchmark="truthfulqa")
+    assert reads == []  # remembered: no file read again
+    for original_bank, loaded in zip(bank_set.banks, second.banks):
+        assert loaded.cases == original_bank.cases
+        np.testing.assert_array_equal(loaded.state_embeddings, original_bank.state_embeddings)
+        np.testing.assert_array_equal(loaded.previous_response_embeddings, original_bank.previous_response_embeddings)
+        np.testing.assert_array_equal(loaded.rewards, original_bank.rewards)
+    with pytest.raises(MemoryBankError, match="hashing-128.*hashing-384"):  # the checks still run on a hit
+        MemoryBankSet.load(root, embedder=HashingEmbedder(384))
+
+
+def test_load_reverifies_a_folder_changed_after_it_was_remembered(tmp_path, bank_set):
+    root = bank_set.save(tmp_path / "bank")
+    MemoryBankSet.load(root)  # remembered
+    path = root / "agent_2" / "response_embeddings.npy"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF  # same size, other bytes: only the file's times and the checksum tell
+    path.write_bytes(bytes(data))
+    with pytest.raises(MemoryBankError, match=r"agent_2/response_embeddings\.npy: sha256"):
+        MemoryBankSet.load(root)
+    # a rebuild in the same folder (new manifest, other cases) is read, not the remembered set
+    poison_bank(bank_set, 1.0).save(root, overwrite=True)
+    assert MemoryBankSet.load(root).banks[1].rewards.tolist() == (1 - bank_set.banks[1].rewards).tolist()

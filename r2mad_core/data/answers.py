@@ -166,6 +166,7 @@ def extract_answer(
     return extract_answer_with_source(text, benchmark, num_options, strict_format=strict_format)[0]
 
 
+@functools.lru_cache(maxsize=CACHE_SIZE)  # pure too: the metrics of every run cell re-read each response's source
 def extract_answer_with_source(
     text: str | None, benchmark: str, num_options: int | None = None, *, strict_format: bool = False
 ) -> tuple[str | None, str | None]:
@@ -655,5 +656,5 @@ def clear_caches() -> None:
     """Empty the memo tables (e.g. between experiments that change the cleaning options)."""
     _parse.cache_clear()
     _verified.cache_clear()
-    for memoised in (extract_answer, canonical_answer, answers_equivalent, is_correct):
+    for memoised in (extract_answer, extract_answer_with_source, canonical_answer, answers_equivalent, is_correct):
         memoised.cache_clear()

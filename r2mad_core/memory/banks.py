@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -235,7 +236,12 @@ class MemoryBankSet:
         embedder: Embedder | str | None = None,
         benchmark: str | None = None,
     ) -> "MemoryBankSet":
-        """Read and verify a bank set; ``embedder``/``benchmark`` given -> they must match the manifest."""
+        """Read and verify a bank set; ``embedder``/``benchmark`` given -> they must match the manifest.
+
+        Verified banks are remembered per process (:data:`_LOADED`): a second load of an unchanged folder copies
+        them instead of re-reading and re-hashing every file (the ablation notebook loads the same four sets for
+        each of its 42 cells). "Unchanged" is the same manifest and, for every file it lists, the same inode,
+        size, modification and change time; anything else reads and verifies the folder again."""
         root = Path(directory)
         manifest_path = root / MANIFEST_FILE
         manifest = read_manifest(root)
@@ -244,6 +250,39 @@ class MemoryBankSet:
         shell = cls(banks=[], benchmark=manifest["benchmark"], split=manifest.get("split", ""),
                     model=manifest.get("model", ""), embedder_name=embedder_name, embedding_dim=dim)
         shell.check_compatible(embedder, benchmark, where=str(manifest_path))
+        key = _load_key(root, manifest)
+        with _LOADED_LOCK:
+            remembered = _LOADED.get(key) if key is not None else None
+        if remembered is not None:
+            banks = [MemoryBank(b.agent_index, list(b.cases), b.state_embeddings.copy(), b.response_embeddings.copy(),
+                                b.previous_response_embeddings.copy()) for b in remembered]
+        else:
+            banks = cls._read_banks(root, manifest)
+            if key is not None:
+                with _LOADED_LOCK:
+                    _LOADED[key] = [MemoryBank(b.agent_index, list(b.cases), b.state_embeddings.copy(),
+                                               b.response_embeddings.copy(), b.previous_response_embeddings.copy())
+                                    for b in banks]
+                    while len(_LOADED) > _LOADED_MAX:
+                        del _LOADED[next(iter(_LOADED))]
+        return cls(
+            banks=banks,
+            benchmark=manifest["benchmark"],
+            split=manifest.get("split", ""),
+            model=manifest.get("model", ""),
+            embedder_name=embedder_name,
+            embedding_dim=dim,
+            reward_definition=manifest.get("reward_definition", "final_vote"),
+            state_layout=manifest.get("state_layout", "full"),
+            state_encoding=manifest.get("state_encoding", "text"),
+            metadata=manifest.get("metadata", {}),
+        )
+
+    @staticmethod
+    def _read_banks(root: Path, manifest: Mapping[str, Any]) -> list[MemoryBank]:
+        """The verified banks of the folder ``root`` whose parsed manifest is ``manifest``."""
+        manifest_path = root / MANIFEST_FILE
+        dim = int(manifest["embedder"]["dim"])
         n_agents = int(manifest["n_agents"])
         files = manifest["files"]
         banks = []
@@ -280,18 +319,26 @@ class MemoryBankSet:
             ))
         if len(banks) != n_agents:
             raise MemoryBankError(f"{manifest_path}: {len(banks)} agent banks listed, n_agents is {n_agents}")
-        return cls(
-            banks=banks,
-            benchmark=manifest["benchmark"],
-            split=manifest.get("split", ""),
-            model=manifest.get("model", ""),
-            embedder_name=embedder_name,
-            embedding_dim=dim,
-            reward_definition=manifest.get("reward_definition", "final_vote"),
-            state_layout=manifest.get("state_layout", "full"),
-            state_encoding=manifest.get("state_encoding", "text"),
-            metadata=manifest.get("metadata", {}),
-        )
+        return banks
+
+
+#: Verified banks by :func:`_load_key` (the last few bank folders this process loaded; copies are handed out).
+_LOADED: dict[tuple, list[MemoryBank]] = {}
+_LOADED_MAX = 8
+_LOADED_LOCK = threading.Lock()
+
+
+def _load_key(root: Path, manifest: Mapping[str, Any]) -> tuple | None:
+    """What identifies a loaded bank folder: its resolved path, its manifest and, for the manifest and each file
+    it lists, (inode, size, mtime_ns, ctime_ns). None when a file is missing (the full load names it)."""
+    stats = []
+    for rel in (MANIFEST_FILE, *sorted(manifest["files"])):
+        try:
+            st = (root / rel).stat()
+        except OSError:
+            return None
+        stats.append((rel, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return (str(root.resolve()), json.dumps(manifest, sort_keys=True), tuple(stats))
 
 
 def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:

@@ -40,6 +40,7 @@ Randomness: every completion is drawn with a ``numpy`` Generator seeded by the r
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -51,9 +52,7 @@ from typing import Sequence
 import numpy as np
 
 from r2mad_core.data import answers
-
 from r2mad_core.debate import prompts
-
 from r2mad_core.theory import model as theory
 from r2mad_core.data.benchmarks import MULTIPLE_CHOICE_BENCHMARKS, Sample
 from r2mad_core.engines.base import Completion, Ledger, Request
@@ -332,6 +331,7 @@ def _reasoning(rng: np.random.Generator, words: int, concept: int, signal: float
     return " ".join(picked)
 
 
+@functools.lru_cache(maxsize=1 << 16)  # pure: every request repeats its conversation's earlier messages
 def _count_tokens(text: str) -> int:
     return int(round(TOKENS_PER_WORD * len(text.split())))
 
