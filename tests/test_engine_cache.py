@@ -230,8 +230,11 @@ def test_a_new_cache_has_16k_pages_and_an_old_4k_cache_still_works(tmp_path: Pat
     new.close()
     conn = sqlite3.connect(tmp_path / "new" / "responses.sqlite")
     assert conn.execute("PRAGMA page_size").fetchone()[0] == 16384
-    # a ~2.7 KB row lives in its leaf page, no overflow page: the schema, meta, meta's key index, responses
-    assert conn.execute("PRAGMA page_count").fetchone()[0] == 4
+    # a ~2.7 KB row lives in its leaf page, no overflow page: the schema, meta, meta's key index, responses, and
+    # responses' key index (rows in insertion order, found by key: a random key moved no row)
+    assert conn.execute("PRAGMA page_count").fetchone()[0] == 5
+    assert [row[2] for row in conn.execute("PRAGMA index_list(responses)")] == [1]  # unique
+    assert "WITHOUT ROWID" not in conn.execute("SELECT sql FROM sqlite_master WHERE name = 'responses'").fetchone()[0]
     conn.close()
     (tmp_path / "old").mkdir()
     conn = sqlite3.connect(tmp_path / "old" / "responses.sqlite")

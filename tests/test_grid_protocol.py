@@ -155,3 +155,31 @@ def test_a_cell_or_bank_another_process_is_building_is_waited_for_then_loaded(tm
         else:
             assert (exp.memory("Sim A", "mmlu_pro_engineering") / "manifest.json").exists()
         thread.join()
+
+
+def test_a_finished_cell_is_read_once_per_process_until_its_files_change(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report asks for 93 cells of 56 directories: a directory this process ran or read and that has not changed
+    is not read again, and its metrics are the same numbers; a changed transcript file is read again."""
+    import os
+
+    from r2mad_core.experiments.cell import TRANSCRIPTS_FILE
+    from r2mad_core.report import grid as grid_module
+
+    exp = experiment(tmp_path, models=[SIM_A], test_limit=3)
+    first = exp.run("Sim A", "mmlu_pro_engineering", "MAD")
+    assert first.n_new == 3
+    reads = []
+    real_load_run = grid_module.load_run
+    monkeypatch.setattr(grid_module, "load_run", lambda run_dir: reads.append(run_dir) or real_load_run(run_dir))
+    again = exp.run("Sim A", "mmlu_pro_engineering", "MAD")
+    assert reads == [] and again.n_new == 0
+    assert [r.model_dump() for r in again.records] == [r.model_dump() for r in first.records]
+    assert again.metrics == first.metrics and again.metrics is not first.metrics
+    again.metrics["accuracy"] = -1.0  # a caller's change does not reach the next caller
+    assert exp.run("Sim A", "mmlu_pro_engineering", "MAD").metrics == first.metrics
+    transcripts = first.run_dir / TRANSCRIPTS_FILE
+    stat = transcripts.stat()
+    os.utime(transcripts, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    third = exp.run("Sim A", "mmlu_pro_engineering", "MAD")
+    assert reads == [first.run_dir] and third.metrics == first.metrics

@@ -15,11 +15,13 @@ GridResults) are importable from here too.
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 import logging
 import re
 import sys
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -33,7 +35,8 @@ from r2mad_core.debate.settings import PROFILE_SETTINGS, SAMPLING, DebateSetting
 from r2mad_core import engines  # engines.make_engine looked up at call time (tests replace it)
 from r2mad_core.experiments import method_labels
 from r2mad_core.experiments.build_memory import build_memory
-from r2mad_core.experiments.cell import CONFIG_FILE, LOCK_FILE, RunDirectoryBusy, load_run, preflight, run_cell
+from r2mad_core.experiments.cell import (CONFIG_FILE, LOCK_FILE, TRANSCRIPTS_FILE, RunDirectoryBusy, load_run, preflight,
+                                         run_cell)
 from r2mad_core.experiments.methods import get_method
 from r2mad_core.experiments.methods import method_options as declared_options
 from r2mad_core.experiments import protocol as protocol_presets
@@ -451,7 +454,7 @@ class ExperimentGrid:
             method_obj = get_method(name, **options).with_seed(self.seed)
             preflight(run_dir, benchmark=benchmark, split="test", method=method_obj, seed=self.seed,
                       limit=self.test_limit, sample_ids=[s.id for s in samples])
-            metrics = compute_metrics(done, n_bootstrap=self.bootstrap_resamples)
+            metrics = _finished_metrics(run_dir, done, self.bootstrap_resamples)
             return self._seen(CellOutcome(spec, benchmark, method, run_dir, done, metrics, n_new=0))
         if self.needs_memory(method):
             self.memory(spec, benchmark)
@@ -468,7 +471,9 @@ class ExperimentGrid:
             with locked(run_dir / LOCK_FILE):
                 pass
             return self.run(spec, benchmark, method)
-        metrics = compute_metrics(result.records, n_bootstrap=self.bootstrap_resamples)
+        if len(result.records) == len(samples):
+            _remember_finished(run_dir, result.records)
+        metrics = _finished_metrics(run_dir, result.records, self.bootstrap_resamples)
         return self._seen(CellOutcome(spec, benchmark, method, run_dir, result.records, metrics, n_new=result.n_new))
 
     def schedule(self, spec: ModelSpec) -> dict[str, Any]:
@@ -517,8 +522,56 @@ class ExperimentGrid:
 
 
 def _finished_records(run_dir: Path, expected: int) -> list[TranscriptRecord] | None:
-    """The records of a complete run directory (all ``expected`` samples), else None."""
+    """The records of a complete run directory (all ``expected`` samples), else None. A directory this process
+    read or wrote before and that is unchanged since (:func:`_stamp`) is not read again (:data:`_FINISHED`)."""
     if not (run_dir / CONFIG_FILE).exists():
         return None
-    _, records = load_run(run_dir)
+    stamp = _stamp(run_dir)
+    remembered = _FINISHED.get(str(run_dir))
+    if stamp is not None and remembered is not None and remembered[0] == stamp:
+        _FINISHED.move_to_end(str(run_dir))
+        records = list(remembered[1])
+    else:
+        _, records = load_run(run_dir)
+        if len(records) == expected:
+            _remember_finished(run_dir, records, stamp)
     return records if len(records) == expected else None
+
+
+#: Finished run directories this process read or wrote: path -> (stamp, records, {bootstrap resamples: metrics}).
+#: The report notebook asks for 93 cells of 56 directories, and a reused kernel (make reproduce) for cells an
+#: earlier notebook ran; the oldest are dropped beyond :data:`_FINISHED_MAX_RECORDS` records.
+_FINISHED: "OrderedDict[str, tuple[tuple, list[TranscriptRecord], dict[int, dict]]]" = OrderedDict()
+_FINISHED_MAX_RECORDS = 100_000
+
+
+def _stamp(run_dir: Path) -> tuple | None:
+    """(inode, size, mtime_ns, ctime_ns) of the run's configuration and transcripts; None when one is missing."""
+    try:
+        return tuple((st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                     for st in ((run_dir / name).stat() for name in (CONFIG_FILE, TRANSCRIPTS_FILE)))
+    except OSError:
+        return None
+
+
+def _remember_finished(run_dir: Path, records: list[TranscriptRecord], stamp: tuple | None = None) -> None:
+    stamp = stamp if stamp is not None else _stamp(run_dir)
+    if stamp is None:
+        return
+    _FINISHED[str(run_dir)] = (stamp, list(records), {})
+    _FINISHED.move_to_end(str(run_dir))
+    while sum(len(entry[1]) for entry in _FINISHED.values()) > _FINISHED_MAX_RECORDS and len(_FINISHED) > 1:
+        _FINISHED.popitem(last=False)
+
+
+def _finished_metrics(run_dir: Path, records: list[TranscriptRecord], bootstrap_resamples: int) -> dict[str, Any]:
+    """``compute_metrics(records, n_bootstrap=bootstrap_resamples)``, computed once per remembered directory (a
+    copy is handed out: the metrics are a pure function of the records and the resamples)."""
+    remembered = _FINISHED.get(str(run_dir))
+    if remembered is None or len(remembered[1]) != len(records) or any(
+            a is not b for a, b in zip(remembered[1], records)):
+        return compute_metrics(records, n_bootstrap=bootstrap_resamples)
+    metrics = remembered[2].get(bootstrap_resamples)
+    if metrics is None:
+        metrics = remembered[2][bootstrap_resamples] = compute_metrics(records, n_bootstrap=bootstrap_resamples)
+    return copy.deepcopy(metrics)
