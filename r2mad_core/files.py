@@ -6,6 +6,8 @@
 - :func:`locked`: an exclusive ``fcntl.flock`` held for a ``with`` block and released by the kernel if the process
   dies; on a folder itself (no lock file left among the outputs) or on a lock file.
 - :func:`file_sha256`: ``hashlib.file_digest`` of a file.
+- :func:`file_stamps`: what tells a file unchanged without reading it (inode, size, modification and change times),
+  for the per-process memos of verified memory banks and finished runs.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 
 def atomic_write(path: str | Path, data: str | bytes | Callable[[Path], None], *, mode: int = 0o644) -> Path:
@@ -77,3 +79,12 @@ def file_sha256(path: str | Path) -> str:
     """The sha256 hex digest of a file's bytes (read in blocks by ``hashlib.file_digest``)."""
     with open(path, "rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def file_stamps(paths: Iterable[str | Path]) -> tuple[tuple[int, int, int, int], ...] | None:
+    """``(inode, size, mtime_ns, ctime_ns)`` of each path, in order; None when one is missing. Equal stamps mean a
+    file was neither rewritten nor replaced since (an atomic replace gets a new inode)."""
+    try:
+        return tuple((st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) for st in (os.stat(p) for p in paths))
+    except OSError:
+        return None

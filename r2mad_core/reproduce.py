@@ -371,7 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", type=Path, default=Path.cwd(),
                         help="where figures/, runs/, cache/ and notebooks/executed/ go (default: the working directory)")
     parser.add_argument("--notebooks-dir", type=Path, default=None, help="the notebooks to run (default: the repository's)")
-    parser.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
+    parser.add_argument("--jobs", type=_at_least(int, 1), default=None, metavar="N",
                         help="notebooks run at once, each after those it needs (default: one per core up to "
                         f"{MAX_DEFAULT_JOBS} when the agents are simulated, else 1: a real model holds every core or the GPU)")
     parser.add_argument("--fresh-kernels", action="store_true",
@@ -389,37 +389,28 @@ def build_parser() -> argparse.ArgumentParser:
                         help="run each value as a variant and draw the tables' numbers against it, "
                         "e.g. --sweep gamma=0,0.3,0.6,0.9 --only 04")
     budget = parser.add_argument_group("API cost (profiles with api_budget: true, e.g. api)")
-    budget.add_argument("--max-requests", type=_non_negative(int), default=None,
+    budget.add_argument("--max-requests", type=_at_least(int), default=None,
                         help="stop before sending more requests than this (default: $R2MAD_API_MAX_REQUESTS, else no cap)")
-    budget.add_argument("--max-cost", type=_non_negative(float), default=None,
+    budget.add_argument("--max-cost", type=_at_least(float), default=None,
                         help="stop before the money spent could pass this (needs both prices; default: $R2MAD_API_MAX_COST)")
-    budget.add_argument("--price-prompt", type=_non_negative(float), default=None,
+    budget.add_argument("--price-prompt", type=_at_least(float), default=None,
                         help="price per million prompt tokens (default: $R2MAD_API_PRICE_PROMPT)")
-    budget.add_argument("--price-completion", type=_non_negative(float), default=None,
+    budget.add_argument("--price-completion", type=_at_least(float), default=None,
                         help="price per million completion tokens (default: $R2MAD_API_PRICE_COMPLETION)")
     budget.add_argument("--estimate-only", action="store_true", help="print the cost estimate and send nothing")
     budget.add_argument("--no-estimate", action="store_true", help="skip the estimate (the cap still applies)")
     return parser
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, found {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, found {text}")
-    return value
-
-
-def _non_negative(kind: type) -> Callable[[str], Any]:
+def _at_least(kind: type, minimum: int = 0) -> Callable[[str], Any]:
+    """An argparse type: ``kind(text)``, finite and at least ``minimum``."""
     def parse(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number >= 0, found {text!r}") from None
-        if not value >= 0 or (isinstance(value, float) and not math.isfinite(value)):
-            raise argparse.ArgumentTypeError(f"expected a finite number >= 0, found {text}")
+            raise argparse.ArgumentTypeError(f"expected a number >= {minimum}, found {text!r}") from None
+        if not value >= minimum or (isinstance(value, float) and not math.isfinite(value)):
+            raise argparse.ArgumentTypeError(f"expected a finite number >= {minimum}, found {text}")
         return value
 
     return parse

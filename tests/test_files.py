@@ -63,3 +63,21 @@ def test_file_sha256(tmp_path: Path) -> None:
     path = tmp_path / "blob"
     path.write_bytes(os.urandom(3_000_000))
     assert files.file_sha256(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_file_stamps_change_with_a_rewrite_or_a_replace_and_are_none_for_a_missing_file(tmp_path: Path) -> None:
+    from r2mad_core.files import atomic_write, file_stamps
+
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("one")
+    b.write_text("two")
+    first = file_stamps([a, b])
+    assert first is not None and len(first) == 2 and first == file_stamps([a, b])
+    assert first[0][0] == a.stat().st_ino and first[1][1] == 3  # inode, then size
+    stat = a.stat()
+    os.utime(a, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))  # same bytes, touched
+    touched = file_stamps([a, b])
+    assert touched != first and touched[1] == first[1]
+    atomic_write(b, "two")  # same bytes, replaced: a new inode
+    assert file_stamps([a, b])[1][0] != touched[1][0]
+    assert file_stamps([a, tmp_path / "missing"]) is None

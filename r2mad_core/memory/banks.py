@@ -33,7 +33,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from r2mad_core.memory.embeddings import Embedder
-from r2mad_core.files import atomic_write, file_sha256
+from r2mad_core.files import atomic_write, file_sha256, file_stamps
 from r2mad_core.memory.cases import STATE_ENCODINGS, STATE_LAYOUTS, DebateRecord, MemoryCase, cases_from_debate, encode_states
 
 logger = logging.getLogger(__name__)
@@ -254,15 +254,12 @@ class MemoryBankSet:
         with _LOADED_LOCK:
             remembered = _LOADED.get(key) if key is not None else None
         if remembered is not None:
-            banks = [MemoryBank(b.agent_index, list(b.cases), b.state_embeddings.copy(), b.response_embeddings.copy(),
-                                b.previous_response_embeddings.copy()) for b in remembered]
+            banks = _copies(remembered)
         else:
             banks = cls._read_banks(root, manifest)
             if key is not None:
                 with _LOADED_LOCK:
-                    _LOADED[key] = [MemoryBank(b.agent_index, list(b.cases), b.state_embeddings.copy(),
-                                               b.response_embeddings.copy(), b.previous_response_embeddings.copy())
-                                    for b in banks]
+                    _LOADED[key] = _copies(banks)
                     while len(_LOADED) > _LOADED_MAX:
                         del _LOADED[next(iter(_LOADED))]
         return cls(
@@ -329,16 +326,17 @@ _LOADED_LOCK = threading.Lock()
 
 
 def _load_key(root: Path, manifest: Mapping[str, Any]) -> tuple | None:
-    """What identifies a loaded bank folder: its resolved path, its manifest and, for the manifest and each file
-    it lists, (inode, size, mtime_ns, ctime_ns). None when a file is missing (the full load names it)."""
-    stats = []
-    for rel in (MANIFEST_FILE, *sorted(manifest["files"])):
-        try:
-            st = (root / rel).stat()
-        except OSError:
-            return None
-        stats.append((rel, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
-    return (str(root.resolve()), json.dumps(manifest, sort_keys=True), tuple(stats))
+    """What identifies a loaded bank folder: its resolved path, its manifest and the :func:`file_stamps` of the
+    manifest and each file it lists. None when a file is missing (the full load names it)."""
+    names = (MANIFEST_FILE, *sorted(manifest["files"]))
+    stamps = file_stamps(root / name for name in names)
+    return None if stamps is None else (str(root.resolve()), json.dumps(manifest, sort_keys=True), names, stamps)
+
+
+def _copies(banks: Sequence[MemoryBank]) -> list[MemoryBank]:
+    """Banks a caller may change without touching the remembered ones (new case lists, copied arrays)."""
+    return [MemoryBank(b.agent_index, list(b.cases), b.state_embeddings.copy(), b.response_embeddings.copy(),
+                       b.previous_response_embeddings.copy()) for b in banks]
 
 
 def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:

@@ -41,7 +41,7 @@ from r2mad_core.experiments.methods import get_method
 from r2mad_core.experiments.methods import method_options as declared_options
 from r2mad_core.experiments import protocol as protocol_presets
 from r2mad_core.report.artifacts import ReportContext, display_path, jsonable
-from r2mad_core.files import atomic_write, locked
+from r2mad_core.files import atomic_write, file_stamps, locked
 from r2mad_core.records import TranscriptRecord
 from r2mad_core.report.tables import benchmark_label
 from r2mad_core.report.results import (  # noqa: F401  (re-exported for the notebooks)
@@ -546,12 +546,8 @@ _FINISHED_MAX_RECORDS = 100_000
 
 
 def _stamp(run_dir: Path) -> tuple | None:
-    """(inode, size, mtime_ns, ctime_ns) of the run's configuration and transcripts; None when one is missing."""
-    try:
-        return tuple((st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-                     for st in ((run_dir / name).stat() for name in (CONFIG_FILE, TRANSCRIPTS_FILE)))
-    except OSError:
-        return None
+    """The :func:`~r2mad_core.files.file_stamps` of the run's configuration and transcripts."""
+    return file_stamps(run_dir / name for name in (CONFIG_FILE, TRANSCRIPTS_FILE))
 
 
 def _remember_finished(run_dir: Path, records: list[TranscriptRecord], stamp: tuple | None = None) -> None:
