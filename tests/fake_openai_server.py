@@ -14,6 +14,14 @@ Fault kinds (one attempt each):
     ``400``        HTTP 400 (not retryable)
     ``malformed``  HTTP 200 with a body that is not JSON
     ``no_choices`` HTTP 200 with ``{"choices": []}``
+    ``usage_string`` / ``usage_nested``  HTTP 200, a good reply whose ``usage`` is ``"lots"`` / whose token counts
+                   are objects (a paid completion with an unreadable usage)
+    ``trickle``    HTTP 200 headers, then the body one byte every ``trickle_interval`` seconds (for at most
+                   ``trickle_seconds``; a client that gives up ends it)
+    ``hang``       read the request, answer nothing until ``hang_seconds`` passed or the server stops
+    ``reset``      read the request, then reset the connection (TCP RST) without an answer
+``mode``: a fault kind every request gets, every attempt (an endpoint that fails always), e.g.
+``FakeOpenAIServer(mode="500")``. ``requests_served`` counts every request that reached the server, failed or not.
 Reply kinds (a final, successful answer; put last in the plan):
     ``empty``           content ``""``, finish_reason ``stop``
     ``length``          the normal reply with finish_reason ``length``
@@ -24,6 +32,8 @@ Reply kinds (a final, successful answer; put last in the plan):
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import threading
 import time
 from collections import Counter, defaultdict
@@ -31,7 +41,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 FAULTS = frozenset({"slow", "drop", "429", "500", "503", "400", "malformed", "no_choices", "context_overflow",
-                    "vllm_context_overflow"})
+                    "vllm_context_overflow", "usage_string", "usage_nested", "trickle", "hang", "reset"})
 REPLIES = frozenset({"empty", "length", "unclosed_think", "closed_think"})
 
 
@@ -42,9 +52,19 @@ def expected_reply(body: dict[str, Any]) -> str:
 
 
 class FakeOpenAIServer:
-    def __init__(self, *, delay_seconds: float = 0.0, slow_seconds: float = 2.0, owned_by: str | None = None) -> None:
+    def __init__(self, *, delay_seconds: float = 0.0, slow_seconds: float = 2.0, owned_by: str | None = None,
+                 mode: str | None = None, trickle_interval: float = 1.0, trickle_seconds: float = 60.0,
+                 hang_seconds: float = 60.0) -> None:
         """``owned_by``: answer ``GET /v1/models`` as a server of that kind (``"vllm"`` as vLLM's
-        OpenAI server does); ``None``: no ``/models`` route (HTTP 404)."""
+        OpenAI server does); ``None``: no ``/models`` route (HTTP 404). ``mode``: the fault every request gets."""
+        if mode is not None and mode not in FAULTS:
+            raise ValueError(f"unknown fault mode {mode!r}")
+        self.mode = mode
+        self.trickle_interval = trickle_interval
+        self.trickle_seconds = trickle_seconds
+        self.hang_seconds = hang_seconds
+        self.completed = 0  # answers sent to the end (a client that hung up before the last byte does not count)
+        self._stopping = threading.Event()
         self.owned_by = owned_by
         self.get_paths: list[str] = []
         self.delay_seconds = delay_seconds
@@ -86,6 +106,7 @@ class FakeOpenAIServer:
         return self
 
     def stop(self) -> None:
+        self._stopping.set()  # hanging and trickling answers end
         self._httpd.shutdown()
         self._httpd.server_close()
         if self._thread is not None:
@@ -100,6 +121,8 @@ class FakeOpenAIServer:
     # -- serving -----------------------------------------------------------------------------------
 
     def _kind_for(self, body: dict[str, Any]) -> str | None:
+        if self.mode is not None:
+            return self.mode
         last = body["messages"][-1]["content"]
         prompt_key = json.dumps(body["messages"], sort_keys=True)
         with self._lock:
@@ -169,6 +192,27 @@ class FakeOpenAIServer:
                 except (BrokenPipeError, ConnectionResetError):
                     self.close_connection = True
 
+            def _trickle(self, payload: bytes) -> None:
+                """Headers, then one byte per trickle_interval, for at most trickle_seconds or until the client
+                hangs up."""
+                self.close_connection = True
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.flush()
+                    ends = time.monotonic() + server.trickle_seconds
+                    for position in range(len(payload)):
+                        if time.monotonic() > ends or server._stopping.wait(server.trickle_interval):
+                            return
+                        self.wfile.write(payload[position:position + 1])
+                        self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    return
+                with server._lock:
+                    server.completed += 1
+
             def do_GET(self) -> None:
                 with server._lock:
                     server.get_paths.append(self.path)
@@ -224,7 +268,26 @@ class FakeOpenAIServer:
                     elif kind == "no_choices":
                         self._send(200, b'{"choices": []}')
                         return
-                    self._send(200, json.dumps(server._answer(body, kind)).encode())
+                    elif kind == "hang":
+                        server._stopping.wait(server.hang_seconds)
+                        self.close_connection = True
+                        return
+                    elif kind == "reset":
+                        self.close_connection = True
+                        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                        return
+                    answer = server._answer(body, kind)
+                    if kind == "usage_string":
+                        answer["usage"] = "lots"
+                    elif kind == "usage_nested":
+                        answer["usage"] = {"prompt_tokens": {"cached": 3}, "completion_tokens": {"total": 5}}
+                    payload = json.dumps(answer).encode()
+                    if kind == "trickle":
+                        self._trickle(payload)
+                        return
+                    self._send(200, payload)
+                    with server._lock:
+                        server.completed += 1
                 finally:
                     with server._lock:
                         server._current -= 1

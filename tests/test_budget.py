@@ -53,10 +53,10 @@ def test_prices_and_usage_lines() -> None:
 def test_cap_reserves_the_worst_case_and_refuses_request_n_plus_1() -> None:
     cap = BudgetCap(max_requests=2)
     first, second = cap.reserve(100, 10), cap.reserve(100, 10)
-    with pytest.raises(BudgetExceeded, match=r"max_requests 2 reached \(0 sent, 2 in flight\)"):
-        cap.reserve(100, 10)  # two in flight already count
+    with pytest.raises(BudgetExceeded, match=r"max_requests 2 reached \(2 sent, 2 of them in flight\)"):
+        cap.reserve(100, 10)  # two in flight already count as sent
     cap.settle(first, 90, 5)
-    cap.release(second)  # failed: nothing spent, the slot is free again
+    cap.release(second)  # never left the process (no connection): nothing sent, the slot is free again
     assert (cap.spent.requests, cap.spent.prompt_tokens, cap.spent.completion_tokens, cap.refused) == (1, 90, 5, 1)
     cap.settle(cap.reserve(1, 1), 1, 1)
     with pytest.raises(BudgetExceeded):

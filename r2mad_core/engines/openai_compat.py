@@ -10,7 +10,8 @@ derived from (seed, sample index) (:func:`r2mad_core.engines.base.backend_seed`)
 ``logprobs: true`` (the per-token log-probabilities of the sampled tokens come back as a list of
 floats; MAD-M2's objective masking needs them).
 
-Faults: timeouts, connection errors, HTTP 429 and 5xx, and malformed JSON are retried with
+Faults: timeouts, connection errors, HTTP 429 and 5xx, and malformed bodies (not JSON, no choices, a ``usage``
+of the wrong type) are retried with
 exponential backoff and full jitter (a ``Retry-After`` header is honoured up to the backoff
 cap), up to ``max_retries`` retries; then :class:`EngineError` names the URL, the last status or
 exception and the number of attempts. Other HTTP errors (400, 401, 404, ...) fail at once, except
@@ -20,6 +21,11 @@ with ``context_overflow="record"`` (default) it comes back as an empty completio
 outcome (deterministic for that request) is cached; ``context_overflow="raise"`` fails instead.
 When one request fails for good, requests not yet started are cancelled, the ones in flight are
 still collected and yielded (so the cache keeps them), then the error is raised.
+``timeout_seconds`` is a total deadline per attempt: every socket wait is cut into slices of
+:data:`POLL_SECONDS`, so a server that trickles its answer a byte at a time is cut off at the deadline like one
+that hangs. Ctrl-C (a ``KeyboardInterrupt`` while the batch is awaited) and :meth:`close` set a stop flag: nothing
+new is sent, the attempts in flight end within a slice and are not retried, and the completions that came back
+are yielded before the interrupt goes on (the response cache keeps them); the process can exit at once.
 
 Neutral sampling fields: vLLM's OpenAI server fills every sampling field a request leaves out from the
 model's ``generation_config.json`` (seen: ``top_k=20``, ``repetition_penalty=1.05``), while offline vLLM
@@ -39,6 +45,7 @@ this class.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -51,6 +58,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
+import httpcore
 import httpx
 
 from r2mad_core.engines.base import (
@@ -100,6 +108,25 @@ class _RetryableError(Exception):
         self.retry_after = retry_after
 
 
+def usage_tokens(usage: Any) -> tuple[int, int]:
+    """``(prompt_tokens, completion_tokens)`` of a response's ``usage`` (0 for a count it leaves out; no usage at all:
+    ``(0, 0)``). Raises ``ValueError`` naming the field when ``usage`` is not an object or a count is not a whole
+    number >= 0 (a string, a nested object): a malformed response, retried like malformed JSON."""
+    if usage is None:
+        return 0, 0
+    if not isinstance(usage, dict):
+        raise ValueError(f"field usage: expected an object with prompt_tokens and completion_tokens, found {usage!r:.80}")
+    counts = []
+    for name in ("prompt_tokens", "completion_tokens"):
+        value = usage.get(name)
+        if value is None:
+            value = 0
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"field usage.{name}: expected a whole number >= 0, found {value!r:.80}")
+        counts.append(value)
+    return counts[0], counts[1]
+
+
 def parse_chat_completion(data: Any, *, want_logprobs: bool) -> Completion:
     """Map an OpenAI chat-completion JSON body to a :class:`Completion` (before thinking is stripped).
 
@@ -119,7 +146,7 @@ def parse_chat_completion(data: Any, *, want_logprobs: bool) -> Completion:
     if not isinstance(content, str):
         raise ValueError(f"field choices[0].message.content: expected a string, found {type(content).__name__}")
     finish_reason = "length" if choice.get("finish_reason") == "length" else "stop"
-    usage = data.get("usage") or {}
+    prompt_tokens, completion_tokens = usage_tokens(data.get("usage"))
     logprobs: list[float] | None = None
     if want_logprobs:
         block = choice.get("logprobs")
@@ -133,8 +160,8 @@ def parse_chat_completion(data: Any, *, want_logprobs: bool) -> Completion:
             logger.warning("logprobs were requested but the server returned none")
     return Completion(
         text=content,
-        prompt_tokens=int(usage.get("prompt_tokens") or 0),
-        completion_tokens=int(usage.get("completion_tokens") or 0),
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
         logprobs=logprobs,
         finish_reason=finish_reason,
     )
@@ -150,8 +177,8 @@ class OpenAICompatEngine:
         api_key_env: environment variable holding the API key (sent as a Bearer token when set;
             ``None`` sends no key).
         max_concurrency: requests in flight at once over all URLs (one thread each).
-        timeout_seconds: read/write/pool timeout of one attempt; ``connect_timeout_seconds``
-            for connecting.
+        timeout_seconds: the total deadline of one attempt (connecting, sending, and the whole answer: a server
+            that sends a byte a second is cut off too); ``connect_timeout_seconds`` bounds connecting.
         max_retries, initial_backoff_seconds, max_backoff_seconds: see :class:`RetryPolicy`.
         top_logprobs: alternatives per token requested along with ``logprobs`` (llama.cpp's
             server returns no logprobs with 0, so the default is 1; only the sampled token's
@@ -219,7 +246,10 @@ class OpenAICompatEngine:
         api_key = os.environ.get(api_key_env) if api_key_env else None
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        self._client = httpx.Client(
+        self.timeout_seconds = timeout_seconds
+        # set by close() and by Ctrl-C in generate_iter: attempts in flight end within POLL_SECONDS, none is retried
+        self._stop = threading.Event()
+        self._client = bounded_client(
             headers=headers,
             timeout=httpx.Timeout(timeout_seconds, connect=connect_timeout_seconds),
             limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency),
@@ -258,10 +288,25 @@ class OpenAICompatEngine:
             self._executor.submit(self._complete, request): index for index, request in enumerate(requests)
         }
         pending = set(futures)
+        yielded: set[Future[Completion]] = set()
         errors: list[EngineError] = []
         try:
             while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                try:
+                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                except KeyboardInterrupt:
+                    # Ctrl-C: nothing new starts, the attempts in flight end within POLL_SECONDS (not retried), and
+                    # every completion that came back is handed over first (the response cache keeps it)
+                    self._stop.set()
+                    for future in pending:
+                        future.cancel()
+                    finished = sorted((f for f in futures if f.done() and not f.cancelled() and f.exception() is None
+                                       and f not in yielded), key=futures.__getitem__)
+                    for future in finished:
+                        index = futures[future]
+                        self.ledger.record(requests[index], future.result())
+                        yield index, future.result()
+                    raise
                 for future in sorted(done, key=futures.__getitem__):
                     if future.cancelled():
                         continue
@@ -270,6 +315,7 @@ class OpenAICompatEngine:
                         index = futures[future]
                         completion = future.result()
                         self.ledger.record(requests[index], completion)
+                        yielded.add(future)
                         yield index, completion
                     elif isinstance(exc, EngineError):
                         if not errors:
@@ -289,6 +335,7 @@ class OpenAICompatEngine:
         if self._closed:
             return
         self._closed = True
+        self._stop.set()  # attempts still in flight (Ctrl-C, another thread's error) end now, not at their timeout
         self._executor.shutdown(wait=True, cancel_futures=True)
         self._client.close()
 
@@ -360,6 +407,8 @@ class OpenAICompatEngine:
         attempt = 0
         while True:
             attempt += 1
+            if self._stop.is_set():
+                raise EngineError(f"openai backend: stopped (interrupted or closed) before POST to {self.base_urls[0]}")
             url = self._acquire_url()
             endpoint = f"{url}/chat/completions"
             try:
@@ -376,9 +425,8 @@ class OpenAICompatEngine:
                     "POST %s attempt %d/%d failed (%s); retrying in %.2f s",
                     endpoint, attempt, policy.max_retries + 1, fault, delay,
                 )
-                if self._closed:
-                    raise EngineError(f"openai backend: closed while retrying POST {endpoint}") from None
-                time.sleep(delay)
+                if self._stop.wait(delay):
+                    raise EngineError(f"openai backend: stopped (interrupted or closed) while retrying POST {endpoint}") from None
                 continue
             finally:
                 self._release_url(url)
@@ -387,8 +435,11 @@ class OpenAICompatEngine:
 
     def _attempt(self, endpoint: str, body: dict[str, Any], request: Request) -> Completion:
         try:
-            response = self._client.post(endpoint, json=body)
+            with attempt_limits(self.timeout_seconds, self._stop):
+                response = self._client.post(endpoint, json=body)
         except httpx.RequestError as exc:
+            if self._stop.is_set():
+                raise EngineError(f"openai backend: stopped (interrupted or closed) during POST {endpoint}") from None
             raise _RetryableError(f"{type(exc).__name__}: {exc}") from exc
         status = response.status_code
         if status == 429 or status >= 500:
@@ -415,8 +466,135 @@ class OpenAICompatEngine:
                 completion.cut = ("context_capped" if 0 < completion.completion_tokens < request.params.max_tokens
                                   else "max_tokens")
             return completion
-        except ValueError as exc:  # json.JSONDecodeError is a ValueError
-            raise _RetryableError(f"HTTP 200 with malformed JSON ({exc}): {response.text[:120]!r}") from exc
+        except ValueError as exc:  # json.JSONDecodeError is a ValueError; so is a usage of the wrong type
+            raise _RetryableError(f"HTTP 200 with a malformed body ({exc}): {response.text[:120]!r}") from exc
+
+
+# --------------------------------------------------------------------------------------------------
+# One attempt's total deadline, and stopping attempts in flight
+# --------------------------------------------------------------------------------------------------
+#: How long one socket read or write waits before the attempt's deadline and stop flag are looked at again.
+POLL_SECONDS = 0.2
+_attempt = threading.local()  # .deadline (time.monotonic() value or None), .stop (threading.Event or None)
+
+
+class AttemptStopped(httpcore.NetworkError):
+    """An attempt ended by its engine's stop flag (Ctrl-C, close()) while it waited for the server."""
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A network stream whose reads and writes end at the current attempt's total deadline.
+
+    httpx's timeouts bound each socket operation, so a server that sends one byte a second keeps a request alive
+    forever under any read timeout. Every read and write here waits at most :data:`POLL_SECONDS` at a time, and
+    between the waits looks at the attempt's deadline (-> ``ReadTimeout``/``WriteTimeout``) and its engine's stop
+    flag (-> :class:`AttemptStopped`); a socket wait that timed out consumed nothing, so it is simply repeated."""
+
+    def __init__(self, stream: httpcore.NetworkStream) -> None:
+        self._stream = stream
+
+    @staticmethod
+    def _slice(timeout: float | None, expired: type[Exception]) -> tuple[float | None, float | None, bool]:
+        """(how long to wait now, when the whole wait ends, whether the wait is cut in slices)."""
+        deadline = getattr(_attempt, "deadline", None)
+        stop = getattr(_attempt, "stop", None)
+        if stop is not None and stop.is_set():
+            raise AttemptStopped("stopped while waiting for the server")
+        now = time.monotonic()
+        end = None if timeout is None else now + timeout
+        if deadline is not None:
+            if deadline <= now:
+                raise expired("the attempt's total deadline (timeout_seconds) passed")
+            end = deadline if end is None else min(end, deadline)
+        if deadline is None and stop is None:
+            return timeout, end, False
+        return (POLL_SECONDS if end is None else max(0.0, min(POLL_SECONDS, end - now))), end, True
+
+    def _io(self, operation: Any, expired: type[Exception], timeout: float | None) -> Any:
+        while True:
+            wait, end, sliced = self._slice(timeout, expired)
+            try:
+                return operation(wait)
+            except (httpcore.ReadTimeout, httpcore.WriteTimeout):
+                if not sliced:
+                    raise
+                if end is not None and time.monotonic() >= end:
+                    raise expired("no answer within the attempt's deadline (timeout_seconds)") from None
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._io(lambda wait: self._stream.read(max_bytes, wait), httpcore.ReadTimeout, timeout)
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        # in one piece (a request is small; a timed-out sendall leaves unknown how much was sent), up to the deadline
+        _, end, _ = self._slice(timeout, httpcore.WriteTimeout)
+        self._stream.write(buffer, None if end is None else max(0.001, end - time.monotonic()))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
+                  timeout: float | None = None) -> httpcore.NetworkStream:
+        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    """httpcore's network backend with every stream a :class:`_DeadlineStream` (connecting is bounded too)."""
+
+    def __init__(self, backend: httpcore.NetworkBackend) -> None:
+        self._backend = backend
+
+    @staticmethod
+    def _connect_timeout(timeout: float | None) -> float | None:
+        deadline = getattr(_attempt, "deadline", None)
+        if deadline is None:
+            return timeout
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise httpcore.ConnectTimeout("the attempt's total deadline (timeout_seconds) passed")
+        return remaining if timeout is None else min(timeout, remaining)
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                    socket_options: Any = None) -> httpcore.NetworkStream:
+        return _DeadlineStream(self._backend.connect_tcp(host, port, self._connect_timeout(timeout), local_address,
+                                                         socket_options))
+
+    def connect_unix_socket(self, path: str, timeout: float | None = None,
+                            socket_options: Any = None) -> httpcore.NetworkStream:
+        return _DeadlineStream(self._backend.connect_unix_socket(path, self._connect_timeout(timeout), socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._backend.sleep(seconds)
+
+
+def bounded_client(**options: Any) -> httpx.Client:
+    """An ``httpx.Client`` whose requests made inside :func:`attempt_limits` end at that attempt's total deadline or
+    when its stop flag is set (proxies from the environment are kept: every transport of the client is wrapped)."""
+    client = httpx.Client(**options)
+    transports = [client._transport, *client._mounts.values()]  # noqa: SLF001 (httpx has no public hook for this)
+    for transport in transports:
+        pool = getattr(transport, "_pool", None)
+        backend = getattr(pool, "_network_backend", None)
+        if backend is None:
+            raise RuntimeError(f"httpx {httpx.__version__}: cannot bound request times (no network backend found)")
+        if not isinstance(backend, _DeadlineBackend):
+            pool._network_backend = _DeadlineBackend(backend)  # type: ignore[union-attr]
+    return client
+
+
+@contextlib.contextmanager
+def attempt_limits(seconds: float | None, stop: threading.Event | None = None) -> Iterator[None]:
+    """Requests of a :func:`bounded_client` in this thread end ``seconds`` from now (a total deadline: connecting,
+    sending and every byte of the answer) or as soon as ``stop`` is set."""
+    saved = (getattr(_attempt, "deadline", None), getattr(_attempt, "stop", None))
+    _attempt.deadline = None if seconds is None else time.monotonic() + seconds
+    _attempt.stop = stop
+    try:
+        yield
+    finally:
+        _attempt.deadline, _attempt.stop = saved
 
 
 CONTEXT_OVERFLOW_MODES = ("record", "raise")

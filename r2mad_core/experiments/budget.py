@@ -17,7 +17,10 @@ between the notebooks' ``openai`` engine and the endpoint, so no method code cha
   goes through the gateway to the endpoint(s). Before forwarding request N+1 the gateway reserves
   its worst case (1 request, its estimated prompt tokens and ``max_tokens`` completion tokens); when
   that would pass ``max_requests`` or ``max_cost`` the request is refused with HTTP 402 and never
-  sent. The engine does not retry a 402: it stops the batch, keeps every completion that came back
+  sent. A request that left the process counts, whatever came back (an HTTP 500, a reset or timed-out
+  connection, an answer whose ``usage`` cannot be read: the endpoint saw it and may bill it); only one that
+  never reached it (the connection could not be made) is given back. So the printed count of requests sent
+  is what the endpoint saw, and a failing endpoint cannot be sent more than the cap by the engine's retries. The engine does not retry a 402: it stops the batch, keeps every completion that came back
   (the response cache writes each one as it arrives), and the notebook stops. Requests already in
   flight are allowed to finish, so nothing is cut mid-write, and the cap is never passed. A rerun
   with a higher cap resumes: cached completions are not sent again and count nothing.
@@ -38,6 +41,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Sequence
 
 import httpx
+
+from r2mad_core.engines.openai_compat import attempt_limits, bounded_client
 
 #: Characters per token of the estimate (English text and code average about 4 in BPE tokenizers).
 CHARS_PER_TOKEN = 4
@@ -113,8 +118,9 @@ class BudgetCap:
     """``max_requests`` and/or ``max_cost`` over the requests this process sends (None: no limit).
 
     :meth:`reserve` before sending (raises :class:`BudgetExceeded` when the worst case of this
-    request, added to what was spent and what is in flight, passes a limit), :meth:`settle` with
-    the usage the endpoint reported, :meth:`release` when the request failed (nothing spent).
+    request, added to what was spent and what is in flight, passes a limit; the request counts as sent from
+    here on), :meth:`settle` once it is over with the usage the endpoint reported (or the worst case when it
+    reported none it could read), :meth:`release` only when the request never left (nothing sent).
     """
 
     max_requests: int | None = None
@@ -142,11 +148,11 @@ class BudgetCap:
         """Reserve one request's worst case; returns the reserved cost (pass it to settle/release)."""
         worst = self.prices.cost(prompt_tokens, max_tokens) or 0.0
         with self._lock:
-            if self.max_requests is not None and self.spent.requests + self._in_flight_requests + 1 > self.max_requests:
+            if self.max_requests is not None and self.spent.requests + 1 > self.max_requests:
                 self.refused += 1
                 raise BudgetExceeded(
                     f"max_requests {self.max_requests} reached ({self.spent.requests} sent, "
-                    f"{self._in_flight_requests} in flight)"
+                    f"{self._in_flight_requests} of them in flight)"
                 )
             spent_cost = self.spent_cost or 0.0
             if self.max_cost is not None and spent_cost + self._in_flight_cost + worst > self.max_cost:
@@ -157,18 +163,23 @@ class BudgetCap:
                 )
             self._in_flight_requests += 1
             self._in_flight_cost += worst
+            self.spent.requests += 1  # sent from here on, whatever comes back (release() if it never leaves)
         return worst
 
     def settle(self, reserved: float, prompt_tokens: int, completion_tokens: int) -> None:
+        """The request is over: it cost ``prompt_tokens`` and ``completion_tokens`` (what the endpoint reported,
+        else the worst case reserved)."""
         with self._lock:
             self._in_flight_requests -= 1
             self._in_flight_cost -= reserved
-            self.spent.add(Usage(1, prompt_tokens, completion_tokens))
+            self.spent.add(Usage(0, prompt_tokens, completion_tokens))
 
     def release(self, reserved: float) -> None:
+        """The request never left the process (no connection): nothing sent, nothing spent."""
         with self._lock:
             self._in_flight_requests -= 1
             self._in_flight_cost -= reserved
+            self.spent.requests -= 1
 
     def describe(self) -> str:
         limits = []
@@ -316,7 +327,8 @@ class ForwardingGateway(_Gateway):
         self.cap = cap
         self._busy = {u: 0 for u in self.upstreams}
         self._next = 0
-        self._client = httpx.Client(timeout=httpx.Timeout(timeout_seconds, connect=10.0),
+        self.timeout_seconds = timeout_seconds  # a total deadline per forwarded request (a trickle is cut off too)
+        self._client = bounded_client(timeout=httpx.Timeout(timeout_seconds, connect=10.0),
                                     limits=httpx.Limits(max_connections=64, max_keepalive_connections=64))
 
     def stop(self) -> None:
@@ -367,27 +379,50 @@ class ForwardingGateway(_Gateway):
         except BudgetExceeded as exc:
             return _error(REFUSED_STATUS, f"r2mad budget cap: {exc}; request not sent", "budget_cap")
         url = self._pick()
-        settled = False
+        # counted as sent (reserve) unless the connection could not be made; settled with the endpoint's usage when
+        # it reported one that can be read, else with the worst case reserved (an error answer may be billed too)
+        sent, tokens = True, (prompt_tokens, max_tokens)
         try:
-            response = self._client.post(url + self._suffix(path), content=body, headers=self._forwarded_headers(headers))
-            if response.status_code == 200:
-                try:
-                    usage = response.json().get("usage") or {}
-                except ValueError:
-                    usage = {}
-                self.cap.settle(reserved, int(usage.get("prompt_tokens") or prompt_tokens),
-                                int(usage.get("completion_tokens") or max_tokens))
-                settled = True
+            with attempt_limits(self.timeout_seconds):
+                response = self._client.post(url + self._suffix(path), content=body,
+                                             headers=self._forwarded_headers(headers))
+            tokens = _reported_tokens(response, default=tokens)
             extra = {"content-type": response.headers.get("content-type", "application/json")}
             if "retry-after" in response.headers:
                 extra["retry-after"] = response.headers["retry-after"]
             return response.status_code, response.content, extra
         except httpx.RequestError as exc:
-            return _error(502, f"r2mad gateway: {url} unreachable ({type(exc).__name__}: {exc})", "bad_gateway")
+            sent = not isinstance(exc, NOT_SENT_ERRORS)
+            what = "failed after the request was sent" if sent else "unreachable"
+            return _error(502, f"r2mad gateway: {url} {what} ({type(exc).__name__}: {exc})", "bad_gateway")
         finally:
-            if not settled:
+            if sent:
+                self.cap.settle(reserved, *tokens)
+            else:
                 self.cap.release(reserved)
             self._done(url)
+
+
+#: The request errors after which the endpoint has not seen the request: no connection was made.
+NOT_SENT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+
+
+def _reported_tokens(response: httpx.Response, default: tuple[int, int]) -> tuple[int, int]:
+    """``(prompt, completion)`` tokens of an answer's ``usage``, each count the endpoint left out or reported in a
+    form that cannot be read (a string, an object) replaced by ``default``'s."""
+    try:
+        data = response.json()
+    except ValueError:
+        return default
+    usage = data.get("usage") if isinstance(data, dict) else None
+    if not isinstance(usage, dict):
+        return default
+    counts = []
+    for name, fallback in zip(("prompt_tokens", "completion_tokens"), default):
+        value = usage.get(name)
+        ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+        counts.append(value if ok else fallback)
+    return counts[0], counts[1]
 
 
 def format_estimate(per_notebook: dict[str, Usage], prices: Prices) -> list[str]:
