@@ -54,9 +54,11 @@ def expected_reply(body: dict[str, Any]) -> str:
 class FakeOpenAIServer:
     def __init__(self, *, delay_seconds: float = 0.0, slow_seconds: float = 2.0, owned_by: str | None = None,
                  mode: str | None = None, trickle_interval: float = 1.0, trickle_seconds: float = 60.0,
-                 hang_seconds: float = 60.0) -> None:
+                 hang_seconds: float = 60.0, hang_after: int | None = None) -> None:
         """``owned_by``: answer ``GET /v1/models`` as a server of that kind (``"vllm"`` as vLLM's
-        OpenAI server does); ``None``: no ``/models`` route (HTTP 404). ``mode``: the fault every request gets."""
+        OpenAI server does); ``None``: no ``/models`` route (HTTP 404). ``mode``: the fault every request gets.
+        ``hang_after``: the first that many requests are answered, every later one hangs (a batch cut mid-way)."""
+        self.hang_after = hang_after
         if mode is not None and mode not in FAULTS:
             raise ValueError(f"unknown fault mode {mode!r}")
         self.mode = mode
@@ -123,6 +125,9 @@ class FakeOpenAIServer:
     def _kind_for(self, body: dict[str, Any]) -> str | None:
         if self.mode is not None:
             return self.mode
+        if self.hang_after is not None:
+            with self._lock:
+                return "hang" if len(self.bodies) > self.hang_after else None
         last = body["messages"][-1]["content"]
         prompt_key = json.dumps(body["messages"], sort_keys=True)
         with self._lock:

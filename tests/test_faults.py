@@ -87,3 +87,44 @@ def test_a_usage_of_the_wrong_type_is_retried_then_one_line(mode: str, field: st
         engine.close()
         assert server.requests_served == 3
     assert "\n" not in str(caught.value)
+
+
+def test_ctrl_c_during_openai_generation_exits_at_once_and_keeps_every_finished_completion(tmp_path: Path) -> None:
+    """``r2mad run`` on 6 questions, all sent at once: the server answers 3 and leaves the others hanging (60 s).
+    Ctrl-C: exit 130 with one line, long before the hanging requests would end (a generous 30 s bound), and the
+    response cache holds every completion the server finished."""
+    import os
+    import signal
+    import subprocess
+
+    from r2mad_core.engines.cache import ResponseCache
+
+    with FakeOpenAIServer(hang_after=3, hang_seconds=60) as server:
+        command = [sys.executable, "-m", "r2mad_core", "run", "--method", "cot", "--benchmark", "truthfulqa",
+                   "--split", "test", "--limit", "6", "--engine", "openai", "--model", "m",
+                   "--engine-option", f"base_urls=[{server.base_url}]", "--engine-option", "max_concurrency=6",
+                   "--engine-option", "neutral_sampling=false", "--cache-dir", str(tmp_path / "cache"),
+                   "--out", str(tmp_path / "run"), "--no-progress"]
+        environment = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   env=environment)
+        try:
+            deadline = time.monotonic() + 60
+            while not (server.completed >= 3 and server.requests_served >= 6) and process.poll() is None:
+                assert time.monotonic() < deadline, "the run never sent its batch"
+                time.sleep(0.05)
+            time.sleep(0.3)  # the 3 answers reach the engine and the cache
+            process.send_signal(signal.SIGINT)
+            _, stderr = process.communicate(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+        completed = server.completed
+    assert process.returncode == 130, stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("r2mad run: interrupted: 0 of 6 questions are kept in ")
+    assert "Traceback" not in stderr
+    cache = ResponseCache(tmp_path / "cache")
+    assert completed == 3 and len(cache) == 3
+    cache.close()
