@@ -50,6 +50,32 @@ _STORED_FIELDS = ("text", "prompt_tokens", "completion_tokens", "logprobs", "fin
 _OPTIONAL_FIELDS = {"cut": None, "unclosed_thinking": False, "thinking_partial": ""}
 
 
+#: The columns of the ``responses`` table (a file whose ``responses`` table has others is not a response cache).
+COLUMNS = ("key", "identity", "model", "tag", "completion", "created_at")
+
+
+def cache_failure(path: Path, exc: sqlite3.Error, doing: str) -> EngineError:
+    """One line for an SQLite error on the cache file ``path``: what failed, why, and what to do."""
+    name = str(getattr(exc, "sqlite_errorname", "") or "")
+    text = str(exc)
+    if name.startswith("SQLITE_READONLY") or name in ("SQLITE_CANTOPEN", "SQLITE_PERM") or "readonly" in text:
+        advice = ("cannot write the file or its folder: make both writable, or point the cache at another folder "
+                  "(--cache-dir or R2MAD_CACHE_DIR)")
+    elif name == "SQLITE_FULL" or "full" in text:
+        advice = ("the disk is full: free space on it, or point the cache at another disk (--cache-dir or "
+                  "R2MAD_CACHE_DIR); completions stored so far are kept")
+    elif name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or "malformed" in text or "not a database" in text:
+        advice = ("the file is damaged: move it away (a new cache is made and the generations are requested "
+                  "again), or restore it from a copy")
+    elif name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text:
+        advice = "another process holds the file locked: wait for it to finish, or use another cache folder"
+    elif name.startswith("SQLITE_IOERR"):
+        advice = "the disk failed to read or write it: check the disk, or point the cache at another folder"
+    else:
+        advice = "move the file away or point the cache at another folder (--cache-dir or R2MAD_CACHE_DIR)"
+    return EngineError(f"cache {path}: {doing} ({name or type(exc).__name__}: {text}); {advice}")
+
+
 class ResponseCache:
     """Key -> completion store in ``<cache_dir>/responses.sqlite`` (WAL, one transaction per put or batch).
 
@@ -67,6 +93,15 @@ class ResponseCache:
         )
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_seconds * 1000)}")
+            # another program's database that happens to hold a responses table is left as it is (no WAL switch, no
+            # meta table written into it)
+            columns = tuple(row[1] for row in self._conn.execute("PRAGMA table_info(responses)"))
+            if columns and columns != COLUMNS:
+                raise EngineError(
+                    f"cache {self.path}: not an r2mad response cache (its responses table has columns "
+                    f"{list(columns)}, expected {list(COLUMNS)}); point the cache at another folder "
+                    "(--cache-dir or R2MAD_CACHE_DIR) or move the file away"
+                )
             # A new file gets 16 KiB pages (before WAL mode fixes the size; an existing file keeps its own): a row
             # (~1.3 KB, the backend identity included) then fits in its B-tree page, where a 4 KiB page spilled
             # each into an overflow page of its own: the file is a third the size and inserts take ~30% less CPU
@@ -89,9 +124,12 @@ class ResponseCache:
             self._conn.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
             self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
             found = self._conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()[0]
-        except sqlite3.DatabaseError as exc:
+        except sqlite3.Error as exc:
             self._conn.close()
-            raise EngineError(f"cache {self.path}: cannot open as an SQLite response cache: {exc}") from exc
+            raise cache_failure(self.path, exc, "cannot open as an SQLite response cache") from None
+        except EngineError:
+            self._conn.close()
+            raise
         if found != SCHEMA_VERSION:
             self._conn.close()
             raise EngineError(
@@ -108,9 +146,12 @@ class ResponseCache:
             for start in range(0, len(unique), _LOOKUP_CHUNK):
                 chunk = unique[start:start + _LOOKUP_CHUNK]
                 marks = ",".join("?" * len(chunk))
-                rows = self._conn.execute(
-                    f"SELECT key, completion FROM responses WHERE key IN ({marks})", chunk
-                ).fetchall()
+                try:
+                    rows = self._conn.execute(
+                        f"SELECT key, completion FROM responses WHERE key IN ({marks})", chunk
+                    ).fetchall()
+                except sqlite3.Error as exc:
+                    raise cache_failure(self.path, exc, "cannot read stored completions") from None
                 for key, blob in rows:
                     found[key] = self._decode(key, blob)
         return found
@@ -120,7 +161,10 @@ class ResponseCache:
 
     def __len__(self) -> int:
         with self._lock:
-            return int(self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
+            try:
+                return int(self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
+            except sqlite3.Error as exc:
+                raise cache_failure(self.path, exc, "cannot count stored completions") from None
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and self.get(key) is not None
@@ -164,9 +208,14 @@ class ResponseCache:
                             "SELECT completion FROM responses WHERE key = ?", (key,)
                         ).fetchone()[0]
                 self._conn.execute("COMMIT")
-            except BaseException:
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
+            except BaseException as exc:
+                try:
+                    if self._conn.in_transaction:
+                        self._conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass  # the error below says what went wrong; SQLite rolls back what it could not finish
+                if isinstance(exc, sqlite3.Error):
+                    raise cache_failure(self.path, exc, f"cannot store {len(rows)} completion(s)") from None
                 raise
         out = []
         for position, (key, completion, _) in enumerate(items):

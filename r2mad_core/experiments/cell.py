@@ -293,6 +293,24 @@ def transcript_record(state: DebateState, method: Method, *, split: str, seed: i
     )
 
 
+def check_records(path: Path, records: Any, ids: Sequence[str], **cell: Any) -> None:
+    """TranscriptError when stored ``records`` are not this cell's: a sample not among ``ids``, or a record whose
+    method, seed, split or benchmark (each record says them) differs from ``cell``'s. Beside config.json's check,
+    so that no record of another cell is ever counted as this one's."""
+    records = list(records)
+    stray = sorted({r.sample_id for r in records} - set(ids))
+    if stray:
+        raise TranscriptError(f"{path}: holds samples not in this cell, e.g. {stray[:3]}")
+    for record in records:
+        for name, expected in cell.items():
+            found = getattr(record, name)
+            if found != expected:
+                raise TranscriptError(
+                    f"{path}: sample {record.sample_id!r} was run with {name} {found!r}, this cell's is {expected!r}; "
+                    "use another --out directory"
+                )
+
+
 def sample_ids_digest(ids: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(ids).encode("utf-8")).hexdigest()[:16]
 
@@ -339,18 +357,40 @@ def _differences(
     return out
 
 
+def read_config(path: Path) -> dict[str, Any]:
+    """A run directory's ``config.json``, checked against :class:`r2mad_core.records.RunConfig`; RunConfigMismatch
+    naming the file and the first problem when it is not valid JSON or does not fit (hand-edited, damaged)."""
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RunConfigMismatch(f"{path}: not valid JSON ({exc}); restore it or use another --out directory") from None
+    mismatch = problems(RunConfig, found)
+    if mismatch:
+        raise RunConfigMismatch(
+            f"{path}: does not fit the run configuration schema (r2mad_core.records.RunConfig): {mismatch[0]}"
+            + (f"; and {len(mismatch) - 1} more" if len(mismatch) > 1 else "")
+            + "; restore it or use another --out directory"
+        )
+    return found
+
+
 def check_config(run_dir: Path, config: Mapping[str, Any], *, ignore: frozenset[str] = frozenset(), write: bool = True) -> None:
     """Write ``config.json`` for a new run directory or check that it matches ``config``
     (top-level keys in ``ignore`` are not compared)."""
     path = Path(run_dir) / CONFIG_FILE
     if not path.exists():
+        transcripts = Path(run_dir) / TRANSCRIPTS_FILE
+        if transcripts.exists() and transcripts.stat().st_size > 0:
+            # config.json is written before the first transcript line: without it nothing says which cell (method,
+            # options, engine) these debates belong to, so they are never adopted as this cell's
+            raise RunConfigMismatch(
+                f"{path}: missing, but {transcripts} holds finished debates of an unknown cell; restore "
+                f"{CONFIG_FILE}, or use another --out directory (or remove {TRANSCRIPTS_FILE} to start over)"
+            )
         if write:
             write_json_atomic(path, config)
         return
-    try:
-        found = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise RunConfigMismatch(f"{path}: not valid JSON ({exc})") from None
+    found = read_config(path)
     # Round-trip the requested config through JSON so tuples/lists compare equal.
     expected = json.loads(json.dumps(config, default=str))
     legacy = "inputs" in expected and "inputs" not in found  # written before config.json recorded inputs
@@ -513,9 +553,8 @@ def prepare_cell(
     preflight(out_dir, benchmark=benchmark, split=split, method=method, seed=seed, limit=limit, sample_ids=ids)
     stored = TranscriptStore(Path(out_dir) / TRANSCRIPTS_FILE, schema=TranscriptRecord)
     if stored.path.exists():  # a corrupt line (other than a cut-off last one) or samples of another cell
-        stray = sorted({r.sample_id for r in stored.load(repair=False)} - set(ids))
-        if stray:
-            raise TranscriptError(f"{stored.path}: holds samples not in this cell, e.g. {stray[:3]}")
+        check_records(stored.path, stored.load(repair=False), ids, method=method.name, seed=seed, split=split,
+                      benchmark=benchmark)
     hook, selector = _build_hook_and_selector(
         method, benchmark, split, _PreflightEngine(), seed, data_dir, Path(out_dir), samples  # type: ignore[arg-type]
     )
@@ -613,9 +652,8 @@ def run_cell(
         check_config(run_dir, config)
         store = TranscriptStore(run_dir / TRANSCRIPTS_FILE, schema=TranscriptRecord)
         existing = {r.sample_id: r for r in store.load()}
-        stray = sorted(set(existing) - set(ids))
-        if stray:
-            raise TranscriptError(f"{store.path}: holds samples not in this cell, e.g. {stray[:3]}")
+        check_records(store.path, existing.values(), ids, method=method.name, seed=seed, split=split,
+                      benchmark=benchmark)
         pending = [s for s in samples if s.id not in existing]
         n_reused = len(samples) - len(pending)
         if n_reused:
@@ -673,7 +711,10 @@ def load_run(run_dir: str | Path) -> tuple[dict[str, Any], list[TranscriptRecord
     config_path = run_dir / CONFIG_FILE
     if not config_path.exists():
         raise FileNotFoundError(f"{run_dir}: not a run directory (no {CONFIG_FILE})")
-    config = json.loads(config_path.read_text(encoding="utf-8"))
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TranscriptError(f"{config_path}: not valid JSON ({exc})") from None
     mismatch = problems(RunConfig, config)
     if mismatch:
         raise TranscriptError(f"{config_path}: does not fit the run configuration schema (r2mad_core.records.RunConfig): "

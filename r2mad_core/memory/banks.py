@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from r2mad_core.memory.embeddings import Embedder
 from r2mad_core.files import atomic_write, file_sha256, file_stamps
@@ -285,6 +286,9 @@ class MemoryBankSet:
         banks = []
         for entry in sorted(manifest["agents"], key=lambda a: a["agent_index"]):
             sub = entry["directory"]
+            if not (root / sub).resolve().is_relative_to(root.resolve()):  # a symbolic link out of the folder
+                raise MemoryBankError(f"{manifest_path}: agent directory {sub!r} leads out of the bank folder "
+                                      f"(to {(root / sub).resolve()}); a bank's files stay inside it")
             for name in (CASES_FILE, *ARRAY_FILES):
                 rel = f"{sub}/{name}"
                 if rel not in files:
@@ -339,6 +343,70 @@ def _copies(banks: Sequence[MemoryBank]) -> list[MemoryBank]:
                        b.previous_response_embeddings.copy()) for b in banks]
 
 
+def _inside(relative: str) -> str:
+    """A path inside the bank folder: relative, no ``..``, no empty part (a hand-edited manifest must not read or
+    stat files elsewhere)."""
+    parts = relative.replace("\\", "/").split("/")
+    if not relative or relative.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise ValueError(f"a path inside the bank folder (like agent_0), found {relative!r}")
+    return relative
+
+
+class _ManifestRecord(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+class _EmbedderEntry(_ManifestRecord):
+    name: str
+    dim: int = Field(ge=1)
+
+
+class _AgentEntry(_ManifestRecord):
+    agent_index: int = Field(ge=0)
+    directory: str
+    cases: int = Field(ge=0)
+
+    @field_validator("directory")
+    @classmethod
+    def _folder(cls, value: str) -> str:
+        return _inside(value)
+
+
+class _FileEntry(_ManifestRecord):
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    bytes: int | None = Field(default=None, ge=0)
+    rows: int | None = Field(default=None, ge=0)
+    shape: list[int] | None = None
+
+
+class BankManifest(_ManifestRecord):
+    """The schema of a bank folder's ``manifest.json`` (the fields loading reads; others are kept as written)."""
+
+    format: str
+    format_version: int
+    benchmark: str
+    embedder: _EmbedderEntry
+    n_agents: int = Field(ge=1)
+    agents: list[_AgentEntry]
+    files: dict[str, _FileEntry]
+
+    @field_validator("files")
+    @classmethod
+    def _files_inside(cls, value: dict[str, _FileEntry]) -> dict[str, _FileEntry]:
+        for relative in value:
+            _inside(relative)
+        return value
+
+
+def _manifest_problem(error: Mapping[str, Any]) -> str:
+    where = ".".join(str(p) for p in error["loc"]) or "(the manifest)"
+    if error["type"] == "value_error":  # the validator's message says what it found
+        return f"field {where}: expected {str(error['msg']).removeprefix('Value error, ')}"
+    found = "missing" if error["type"] == "missing" else repr(error["input"])[:80]
+    message = "expected an object" if error["type"] in ("model_type", "dict_type") else error["msg"]
+    return f"field {where}: {message} (found {found})"
+
+
 def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
     """The parsed ``manifest.json`` of a bank folder (no array is read); MemoryBankError when unusable."""
     manifest_path = Path(directory) / MANIFEST_FILE
@@ -358,6 +426,15 @@ def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
             f"{manifest_path}: format {manifest['format']!r} version {manifest['format_version']}, "
             f"expected {FORMAT_NAME!r} version {FORMAT_VERSION}"
         )
+    try:
+        BankManifest.model_validate(manifest)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        raise MemoryBankError(
+            f"{manifest_path}: {_manifest_problem(errors[0])}"
+            + (f"; and {len(errors) - 1} more" if len(errors) > 1 else "")
+            + " (a hand-edited or damaged manifest: rebuild the bank with r2mad build-memory)"
+        ) from None
     return manifest
 
 
