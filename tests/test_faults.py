@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -128,3 +129,100 @@ def test_ctrl_c_during_openai_generation_exits_at_once_and_keeps_every_finished_
     cache = ResponseCache(tmp_path / "cache")
     assert completed == 3 and len(cache) == 3
     cache.close()
+
+
+# ----------------------------------------------------------------------------------------------
+# Profiles: no secret expanded into a field, no model label that leaves runs/<profile>/
+# ----------------------------------------------------------------------------------------------
+def _profile_file(tmp_path: Path, edit: "Callable[[dict], None]") -> Path:
+    import yaml
+    from importlib import resources
+
+    data = yaml.safe_load(resources.files("r2mad_core").joinpath("profiles", "tiny.yaml").read_text())
+    edit(data)
+    path = tmp_path / "probe.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _reproduce_refuses(path: Path, capsys: "pytest.CaptureFixture[str]") -> str:
+    from r2mad_core import reproduce
+
+    code = reproduce.main(["--profile", str(path), "--output-dir", str(path.parent / "out"), "--only", "01"])
+    out, err = capsys.readouterr()
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert code == 2 and "Traceback" not in err, err
+    assert not (path.parent / "out").exists()  # refused before anything was written
+    return "\n".join(lines)
+
+
+SECRET = "sk-probe-0123456789abcdef"
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda d: d["models"][0].update(stands_in_for="${OPENAI_API_KEY}"), "which holds a secret"),
+    (lambda d: d["models"][0].update(label="${PROBE_API_KEY}", api_key_env="PROBE_API_KEY"), "which holds a secret"),
+    (lambda d: d["models"][0].update(stands_in_for="${PROBE_MODEL}"), "whose value holds the value of "),
+    (lambda d: d.update(description="see ${PROBE_MODEL}"), "expanded only in the fields naming a model"),
+], ids=["stands_in_for a key", "label an api_key_env", "a model variable holding a key", "description"])
+def test_a_secret_never_expands_into_a_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str], edit: object, expected: str) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("PROBE_API_KEY", SECRET)
+    monkeypatch.setenv("PROBE_TOKEN", SECRET)
+    monkeypatch.setenv("PROBE_MODEL", f"model-{SECRET}")
+    message = _reproduce_refuses(_profile_file(tmp_path, edit), capsys)  # type: ignore[arg-type]
+    assert expected in message and "uses ${" in message
+    assert SECRET not in message  # the refusal names the variable, never its value
+
+
+def test_a_model_name_still_expands_where_models_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from r2mad_core.experiments.profiles import load_profile
+
+    monkeypatch.setenv("PROBE_MODEL", "Qwen3-4B")
+    profile = load_profile(_profile_file(tmp_path, lambda d: d["models"][0].update(stands_in_for="${PROBE_MODEL}")))
+    assert profile["models"][0]["stands_in_for"] == "Qwen3-4B"
+
+
+@pytest.mark.parametrize("label", ["..", ".", "/", "../..", "é"])
+def test_a_model_label_that_would_name_a_folder_outside_runs_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], label: str) -> None:
+    def edit(data: dict) -> None:
+        data["models"][0]["label"] = label
+        for entry in data["large_models"]:
+            entry["stand_in"] = label
+        data["retrieval_models"] = data["icl_models"] = [label]
+
+    message = _reproduce_refuses(_profile_file(tmp_path, edit), capsys)
+    assert "models[0].label" in message and "a label with a letter or digit in it" in message
+
+
+# ----------------------------------------------------------------------------------------------
+# End to end: reproduce --profile api --max-requests 5 against failing endpoints (slow: notebook 02 runs)
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["500", "usage_string", "trickle"])
+def test_reproduce_api_under_max_requests_5_sends_at_most_5_and_prints_what_the_endpoint_saw(
+        mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 33's reproduction (``--only 02 --max-requests 5``, HTTP 500 sent 36): at most 5 requests reach the
+    endpoint, the printed count is what it saw, the run stops with a non-zero exit, and the API key set in the
+    environment is in no file of the output folder."""
+    from r2mad_core import reproduce
+
+    with FakeOpenAIServer(mode=mode, trickle_interval=0.5, trickle_seconds=5) as server:
+        monkeypatch.setenv("R2MAD_API_MODEL", "fake-model")
+        monkeypatch.setenv("R2MAD_API_BASE_URL", server.base_url)
+        monkeypatch.setenv("R2MAD_API_KEY", SECRET)
+        out = tmp_path / "out"
+        argv = ["--profile", "api", "--only", "02", "--output-dir", str(out), "--max-requests", "5", "--no-estimate",
+                "--set", "train_limit=2", "--set", "embedder=hashing", "--set", "benchmarks=[truthfulqa]",
+                "--set", "retrieval_benchmarks=[truthfulqa]", "--set", "icl_benchmarks=[truthfulqa]",
+                "--set", "poison_benchmarks=[truthfulqa]", "--set", "cost_benchmark=truthfulqa",
+                "--variant", "probe"]
+        code = reproduce.main(argv)
+        printed = capsys.readouterr()
+        seen = server.requests_served
+    assert code != 0 and 1 <= seen <= 5
+    assert f"{seen} requests" in printed.err + printed.out, printed.err[-2000:]
+    leaked = [p for p in out.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert leaked == []

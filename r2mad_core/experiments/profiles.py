@@ -17,7 +17,10 @@ choice at once (:mod:`r2mad_core.experiments.protocol`, the one declaration of t
 states explicitly (or ``--set``) beats the preset. :attr:`ProfileSpec.choices` is the resolved bundle.
 
 Strings of the form ``${NAME}`` are replaced by the environment variable ``NAME`` when a profile is
-loaded (:func:`expand_environment`).
+loaded (:func:`expand_environment`), in the fields that name a model only (:data:`EXPANDABLE_FIELDS`), and never
+with a secret: every field of a profile reaches the notebooks' parameters, the executed notebooks and the
+artifacts' manifests, so secrets (API keys) reach an engine by the variable's name (``api_key_env: NAME``), read
+by the engine when it sends a request.
 """
 
 from __future__ import annotations
@@ -129,12 +132,23 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _label(text: str) -> str:
+    """A model label: its folder under ``runs/<profile>/`` is its slug (lower-case letters, digits and dots), so it
+    needs a letter or digit: a label of dots and signs only (``..``) would name a folder outside the profile's."""
+    if not re.search(r"[0-9A-Za-z]", text):
+        raise ValueError(f"a label with a letter or digit in it (it names the model's run folder), found {text!r}")
+    return text
+
+
+Label = Annotated[Text, AfterValidator(_label)]
+
+
 class ModelEntry(_Record):
     """One evaluated model (``models[i]``): its table label, engine, model name and engine options;
     ``stands_in_for`` names the paper model it replaces in a small profile (shown as a stand-in, never
     under that name)."""
 
-    label: Text
+    label: Label
     engine: EngineName
     model: Annotated[Text | None, Field(validate_default=True)] = None
     options: dict[str, Any] = {}
@@ -155,7 +169,7 @@ class LargeModelEntry(_Record):
     """A row of the large-model table (``large_models[i]``): a model of its own, or ``stand_in``, the
     label of a ``models`` entry whose runs fill the row in a small profile (shown as not run)."""
 
-    label: Text
+    label: Label
     stand_in: Text | None = None
     engine: Annotated[EngineName | None, Field(validate_default=True)] = None
     model: Text | None = None
@@ -497,7 +511,7 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ProfileError(f"{source}: not valid YAML: {exc}") from exc
-    data = expand_environment(data, source)
+    data = expand_environment(data, source, secrets=_secret_variables(data))
     if overrides and isinstance(data, dict):
         data = dict(data)
         for key, value in overrides.items():
@@ -516,21 +530,73 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-def expand_environment(data: Any, source: str, where: str = "") -> Any:
-    """Replace ``${NAME}`` in the profile's strings by the environment variable ``NAME``; a variable
-    that is not set is a :class:`ProfileError` naming the file, the field and the variable."""
+#: The fields where ``${NAME}`` is replaced (a model's name and label, and the lists naming models by label): what a
+#: profile of a served model needs to say which model it is. Elsewhere ``${NAME}`` is an error.
+EXPANDABLE_FIELDS = re.compile(
+    r"(models|memory_models|large_models)\[\d+\]\.(label|model|stands_in_for|stand_in)"
+    r"|(retrieval_models|icl_models)\[\d+\]|memory_model"
+)
+#: Variable names that hold secrets (never expanded into a profile: they would reach every artifact).
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
+#: Shortest secret value looked for inside an expanded value (shorter values match too much by chance).
+_MIN_SECRET_CHARS = 8
+
+
+def _secret_variables(data: Any) -> set[str]:
+    """The variables a profile names as holding API keys (every ``api_key_env``), which are never expanded."""
+    found: set[str] = set()
     if isinstance(data, dict):
-        return {key: expand_environment(value, source, f"{where}.{key}" if where else str(key)) for key, value in data.items()}
+        for key, value in data.items():
+            if key == "api_key_env" and isinstance(value, str):
+                found.add(value)
+            else:
+                found |= _secret_variables(value)
+    elif isinstance(data, list):
+        for value in data:
+            found |= _secret_variables(value)
+    return found
+
+
+def expand_environment(data: Any, source: str, where: str = "", secrets: set[str] | frozenset[str] = frozenset()) -> Any:
+    """Replace ``${NAME}`` in the profile's strings by the environment variable ``NAME``.
+
+    Only in :data:`EXPANDABLE_FIELDS`, and never with a secret: ``NAME`` may not be one of ``secrets`` (the
+    profile's ``api_key_env`` variables) nor look like one (:data:`SECRET_NAME`), and the value may not contain the
+    value of such a variable. Each refusal, and a variable that is not set, is a :class:`ProfileError` naming the
+    file, the field and the variable (never its value)."""
+    if isinstance(data, dict):
+        return {key: expand_environment(value, source, f"{where}.{key}" if where else str(key), secrets)
+                for key, value in data.items()}
     if isinstance(data, list):
-        return [expand_environment(value, source, f"{where}[{i}]") for i, value in enumerate(data)]
+        return [expand_environment(value, source, f"{where}[{i}]", secrets) for i, value in enumerate(data)]
     if isinstance(data, str) and "${" in data:
         def value_of(match: re.Match[str]) -> str:
-            value = os.environ.get(match.group(1), "").strip()
+            name = match.group(1)
+            uses = f"{source}: field {where!r} uses ${{{name}}}"
+            if not EXPANDABLE_FIELDS.fullmatch(where):
+                raise ProfileError(
+                    f"{uses}, but environment variables are expanded only in the fields naming a model (models[i]."
+                    "label/model/stands_in_for, large_models[i].label/model/stand_in, retrieval_models, icl_models, "
+                    "memory_model): write the value itself"
+                )
+            if name in secrets or SECRET_NAME.search(name):
+                raise ProfileError(
+                    f"{uses}, which holds a secret: it would be copied into the executed notebooks and every "
+                    "artifact's manifest. Secrets reach an engine by name only (api_key_env: NAME)"
+                )
+            value = os.environ.get(name, "").strip()
             if not value:
                 raise ProfileError(
-                    f"{source}: field {where!r} uses ${{{match.group(1)}}}, but the environment variable "
-                    f"{match.group(1)} is not set (export it, see the comments in the profile file)"
+                    f"{uses}, but the environment variable "
+                    f"{name} is not set (export it, see the comments in the profile file)"
                 )
+            for other in sorted(secrets | {n for n in os.environ if SECRET_NAME.search(n)}):
+                secret = os.environ.get(other, "").strip()
+                if len(secret) >= _MIN_SECRET_CHARS and secret in value:
+                    raise ProfileError(
+                        f"{uses}, whose value holds the value of {other}, a secret: it would be copied into the "
+                        "executed notebooks and every artifact's manifest; set it to the model's name"
+                    )
             return value
 
         return _VARIABLE.sub(value_of, data)
