@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 KERNEL_NAME = "python3"
+#: Run by every kernel at start (issue 33: kernels outlived a killed ``reproduce`` by 1-5 s and kept writing).
+KERNEL_EXITS_WITH_RUNNER = "--IPKernelApp.exec_lines=[\"__import__('r2mad_core.files').files.exit_with_parent()\"]"
 logger = logging.getLogger(__name__)
 
 
@@ -185,7 +187,8 @@ def execute(notebook: Path, output: Path, parameters: Mapping[str, Any], kernel:
             resources={"metadata": {"path": str(notebook.parent)}}, progress_bar=False, log_output=False,
             # the kernel's own start-up/shutdown chatter ("running over TCP without encryption", the SIGINT
             # jupyter_client sends at shutdown) is not the notebook's output: errors still reach the notebook
-            extra_arguments=["--IPKernelApp.log_level=CRITICAL"], **reuse,
+            # the kernel ends the moment this process does, however it ends (r2mad_core.files.exit_with_parent)
+            extra_arguments=["--IPKernelApp.log_level=CRITICAL", KERNEL_EXITS_WITH_RUNNER], **reuse,
         )
     except PapermillExecutionError as exc:
         return describe_failure(exc)

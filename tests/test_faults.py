@@ -226,3 +226,90 @@ def test_reproduce_api_under_max_requests_5_sends_at_most_5_and_prints_what_the_
     assert f"{seen} requests" in printed.err + printed.out, printed.err[-2000:]
     leaked = [p for p in out.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
     assert leaked == []
+
+
+# ----------------------------------------------------------------------------------------------
+# kill -9: stale temporary files, kernels that outlive their runner
+# ----------------------------------------------------------------------------------------------
+def test_a_temporary_file_left_by_a_kill_is_removed_by_the_next_write_and_a_live_ones_is_kept(tmp_path: Path) -> None:
+    import fcntl
+    import os
+
+    from r2mad_core.files import atomic_write, remove_stale_temporaries
+
+    figure = tmp_path / "fig_main.png"
+    stale = tmp_path / ".fig_main.k3j4h5g6.tmp.png"  # what a SIGKILL inside savefig leaves
+    stale.write_bytes(b"half a png")
+    other = tmp_path / ".fig_other.a1b2c3d4.tmp.pdf"  # another figure's: the write of fig_main leaves it
+    other.write_bytes(b"half a pdf")
+    live = tmp_path / ".fig_main.z9y8x7w6.tmp.png"  # a writer in another process, still writing
+    live.write_bytes(b"being written")
+    holder = os.open(live, os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        atomic_write(figure, lambda temporary: temporary.write_bytes(b"a png"))
+        assert figure.read_bytes() == b"a png"
+        assert not stale.exists() and other.exists() and live.exists()
+    finally:
+        os.close(holder)
+    # once its writer is gone (the lock with it), the folder-wide clean takes every leftover and nothing else
+    assert sorted(remove_stale_temporaries(tmp_path)) == sorted([other, live])
+    assert [p.name for p in tmp_path.iterdir()] == ["fig_main.png"]
+
+
+def test_git_ignores_the_temporary_files() -> None:
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    names = ["figures/tiny/.fig_main.k3j4h5g6.tmp.png", "figures/tiny/.table_1.ab12cd34.tmp.csv",
+             "runs/x/.metrics.a1b2c3d4.tmp.json"]
+    result = subprocess.run(["git", "check-ignore", "--no-index", *names], cwd=root, capture_output=True, text=True)
+    assert result.stdout.split() == names
+
+
+def test_a_kernel_ends_when_its_runner_is_killed(tmp_path: Path) -> None:
+    """The runner (a process that starts a child as jupyter_client starts a kernel: its own session,
+    JPY_PARENT_PID) is killed with SIGKILL; the child, which would otherwise sleep 120 s, ends (within a generous
+    30 s bound) because it ran exit_with_parent."""
+    import os
+    import signal
+    import subprocess
+
+    child = ("import os, time; from r2mad_core.files import exit_with_parent; exit_with_parent(); "
+             "open(os.environ['PROBE_PID_FILE'], 'w').write(str(os.getpid())); time.sleep(120)")
+    runner = ("import os, subprocess, sys, time; "
+              f"subprocess.Popen([sys.executable, '-c', {child!r}], start_new_session=True, "
+              "env={**os.environ, 'JPY_PARENT_PID': str(os.getpid())}); time.sleep(120)")
+    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+                   "PROBE_PID_FILE": str(tmp_path / "pid")}
+    process = subprocess.Popen([sys.executable, "-c", runner], env=environment)
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "pid").exists() or not (tmp_path / "pid").read_text():
+            assert time.monotonic() < deadline and process.poll() is None
+            time.sleep(0.05)
+        kernel = int((tmp_path / "pid").read_text())
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+        while _alive(kernel):
+            assert time.monotonic() < deadline + 30, "the child outlived its killed runner"
+            time.sleep(0.05)
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, reaped by nobody here, counts as ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_the_notebook_kernels_run_exit_with_parent() -> None:
+    from r2mad_core import notebook_runner
+
+    assert "exit_with_parent()" in notebook_runner.KERNEL_EXITS_WITH_RUNNER
+    assert notebook_runner.KERNEL_EXITS_WITH_RUNNER.startswith("--IPKernelApp.exec_lines=")
