@@ -15,11 +15,16 @@ reader -- scoring, grid results, findings, memory construction -- gets them back
 naming the file, the line and the field, not an ``AttributeError`` three modules later. Transcripts written
 before these models existed have the same JSON and load unchanged (tests/test_records.py keeps a line of that
 format). :func:`as_transcript` is the door for a hand-made record (a dict).
+
+Reading a run directory back: :func:`read_config` (``config.json`` checked against :class:`RunConfig`) and
+:func:`check_records` (no record of another cell counted as this one's), with their errors.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Literal
+import json
+from pathlib import Path
+from typing import Any, Iterable, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_serializer
 
@@ -225,3 +230,49 @@ def problems(model: type[BaseModel], data: Any) -> list[str]:
             out.append(f"{where}: {error['msg']} (found {found})")
         return out
     return []
+
+
+# ------------------------------------------------------------------------------------------------
+# Reading a run directory's files (r2mad_core.experiments.cell writes them)
+# ------------------------------------------------------------------------------------------------
+class RunConfigMismatch(ValueError):
+    """The run directory holds a different cell than the one requested (or a config.json that cannot be read)."""
+
+
+class TranscriptError(ValueError):
+    """``transcripts.jsonl`` is damaged in a way that is not a truncated last line, or holds another cell's records."""
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """A run directory's ``config.json``, checked against :class:`r2mad_core.records.RunConfig`; RunConfigMismatch
+    naming the file and the first problem when it is not valid JSON or does not fit (hand-edited, damaged)."""
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RunConfigMismatch(f"{path}: not valid JSON ({exc}); restore it or use another --out directory") from None
+    mismatch = problems(RunConfig, found)
+    if mismatch:
+        raise RunConfigMismatch(
+            f"{path}: does not fit the run configuration schema (r2mad_core.records.RunConfig): {mismatch[0]}"
+            + (f"; and {len(mismatch) - 1} more" if len(mismatch) > 1 else "")
+            + "; restore it or use another --out directory"
+        )
+    return found
+
+
+def check_records(path: Path, records: Any, ids: Sequence[str], **cell: Any) -> None:
+    """TranscriptError when stored ``records`` are not this cell's: a sample not among ``ids``, or a record whose
+    method, seed, split or benchmark (each record says them) differs from ``cell``'s. Beside config.json's check,
+    so that no record of another cell is ever counted as this one's."""
+    records = list(records)
+    stray = sorted({r.sample_id for r in records} - set(ids))
+    if stray:
+        raise TranscriptError(f"{path}: holds samples not in this cell, e.g. {stray[:3]}")
+    for record in records:
+        for name, expected in cell.items():
+            found = getattr(record, name)
+            if found != expected:
+                raise TranscriptError(
+                    f"{path}: sample {record.sample_id!r} was run with {name} {found!r}, this cell's is {expected!r}; "
+                    "use another --out directory"
+                )

@@ -76,7 +76,7 @@ class LocalEngine:
         max_concurrency: requests in flight from the client; default ``parallel_slots``.
         model_name: the model name in cache keys; default the GGUF file's stem.
         startup_timeout_seconds: how long to wait for ``/health`` after starting.
-        request_timeout_seconds: per-attempt timeout of the HTTP client.
+        request_timeout_seconds: the total deadline of one request attempt (the answer's last byte included).
         max_retries: HTTP retries (see :class:`OpenAICompatEngine`).
         extra_body: extra JSON fields for every request (e.g. ``chat_template_kwargs``).
         server_log_verbosity: llama.cpp log verbosity (0 = quiet; 3 = every slot event).

@@ -61,7 +61,8 @@ from r2mad_core.files import write_json_atomic
 from r2mad_core.debate.loop import DebateState, score_turns
 from r2mad_core.engines.base import Engine
 from r2mad_core.experiments.methods import Method, RunContext, get_method
-from r2mad_core.records import RunConfig, TranscriptRecord, problems
+from r2mad_core.records import (RunConfig, RunConfigMismatch, TranscriptError, TranscriptRecord, check_records,
+                                problems, read_config)
 from pydantic import BaseModel, ValidationError
 from tqdm.std import tqdm  # not tqdm.auto: in a kernel without ipywidgets it warns at import (a notebook stays quiet)
 from r2mad_core.debate.overflow import DEFAULT_OVERFLOW_POLICY, check_overflow_policy, with_overflow_policy
@@ -78,14 +79,6 @@ LOCK_FILE = ".lock"
 FORMAT_VERSION = 1
 # Keys of config.json that describe the call, not the cell: they may differ between resumes.
 INFORMATIONAL_KEYS = frozenset({"r2mad_version", "chunk_size"})
-
-
-class RunConfigMismatch(ValueError):
-    """The run directory holds a different cell than the one requested."""
-
-
-class TranscriptError(ValueError):
-    """``transcripts.jsonl`` is damaged in a way that is not a truncated last line."""
 
 
 class RunDirectoryBusy(RuntimeError):
@@ -293,24 +286,6 @@ def transcript_record(state: DebateState, method: Method, *, split: str, seed: i
     )
 
 
-def check_records(path: Path, records: Any, ids: Sequence[str], **cell: Any) -> None:
-    """TranscriptError when stored ``records`` are not this cell's: a sample not among ``ids``, or a record whose
-    method, seed, split or benchmark (each record says them) differs from ``cell``'s. Beside config.json's check,
-    so that no record of another cell is ever counted as this one's."""
-    records = list(records)
-    stray = sorted({r.sample_id for r in records} - set(ids))
-    if stray:
-        raise TranscriptError(f"{path}: holds samples not in this cell, e.g. {stray[:3]}")
-    for record in records:
-        for name, expected in cell.items():
-            found = getattr(record, name)
-            if found != expected:
-                raise TranscriptError(
-                    f"{path}: sample {record.sample_id!r} was run with {name} {found!r}, this cell's is {expected!r}; "
-                    "use another --out directory"
-                )
-
-
 def sample_ids_digest(ids: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(ids).encode("utf-8")).hexdigest()[:16]
 
@@ -355,23 +330,6 @@ def _differences(
         elif a != b:
             out.append(f"{prefix}{key}: requested {a!r}, directory has {b!r}")
     return out
-
-
-def read_config(path: Path) -> dict[str, Any]:
-    """A run directory's ``config.json``, checked against :class:`r2mad_core.records.RunConfig`; RunConfigMismatch
-    naming the file and the first problem when it is not valid JSON or does not fit (hand-edited, damaged)."""
-    try:
-        found = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RunConfigMismatch(f"{path}: not valid JSON ({exc}); restore it or use another --out directory") from None
-    mismatch = problems(RunConfig, found)
-    if mismatch:
-        raise RunConfigMismatch(
-            f"{path}: does not fit the run configuration schema (r2mad_core.records.RunConfig): {mismatch[0]}"
-            + (f"; and {len(mismatch) - 1} more" if len(mismatch) > 1 else "")
-            + "; restore it or use another --out directory"
-        )
-    return found
 
 
 def check_config(run_dir: Path, config: Mapping[str, Any], *, ignore: frozenset[str] = frozenset(), write: bool = True) -> None:
