@@ -201,7 +201,7 @@ def test_a_model_label_that_would_name_a_folder_outside_runs_is_refused(
 # End to end: reproduce --profile api --max-requests 5 against failing endpoints (slow: notebook 02 runs)
 # ----------------------------------------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["500", "usage_string", "trickle"])
+@pytest.mark.parametrize("mode", ["500", "usage_string", "trickle", "reset"])
 def test_reproduce_api_under_max_requests_5_sends_at_most_5_and_prints_what_the_endpoint_saw(
         mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 33's reproduction (``--only 02 --max-requests 5``, HTTP 500 sent 36): at most 5 requests reach the

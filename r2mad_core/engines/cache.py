@@ -358,9 +358,12 @@ class CachedEngine:
         yield from enumerate(completions)
 
     def close(self) -> None:
-        self.cache.close()
-        if self._close_backend:
-            self.backend.close()
+        # the backend first: it stops what is in flight (Ctrl-C), while a completion that came back can still be stored
+        try:
+            if self._close_backend:
+                self.backend.close()
+        finally:
+            self.cache.close()
 
     def __enter__(self) -> "CachedEngine":
         return self
