@@ -6,7 +6,7 @@ transcribed from the paper's tables) and puts each reproduced value beside it
 R2-MAD > MAD on average accuracy; full > w/o Confidence > w/o Memory on Qwen2.5-7B-Instruct) on
 the reproduced per-question correctness, with an exact McNemar test on the paired questions.
 :func:`collect_reproduction` runs (or loads) every cell behind the paper's tables
-(:mod:`r2mad_core.report.grid`) and puts each number in the paper's terms.
+(:mod:`r2mad_core.reproduce.grid`) and puts each number in the paper's terms.
 
 Tables are :mod:`r2mad_core.report.tables`, files and manifest :mod:`r2mad_core.report.artifacts`.
 """
@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 from tqdm.std import tqdm
 
-from r2mad_core.report.grid import ExperimentGrid
+from r2mad_core.reproduce.grid import ExperimentGrid
 from r2mad_core.report.results import C_TO_W_METRIC, SUBSET_METRIC, W_TO_C_METRIC, GridResults
 from r2mad_core.experiments.method_labels import (
     ABLATION_METHODS,
@@ -386,7 +386,7 @@ class Reproduction:
 
 
 class _OneBar:
-    """An :class:`~r2mad_core.report.grid.ExperimentGrid` whose ``grid`` calls share one progress bar (each grid's
+    """An :class:`~r2mad_core.reproduce.grid.ExperimentGrid` whose ``grid`` calls share one progress bar (each grid's
     own bar off): :func:`collect_reproduction` is one step of notebook 10."""
 
     def __init__(self, exp: ExperimentGrid, total: int) -> None:
