@@ -224,3 +224,13 @@ def test_every_sub_package_says_what_it_is() -> None:
         assert len(doc.strip()) > 40, f"{init}: the docstring should name the package's concept"
         missing = [p.stem for p in init.parent.glob("*.py") if p.stem != "__init__" and p.stem not in doc]
         assert not missing, f"{init}: the docstring does not name the modules {missing}"
+
+
+def test_r2mad_core_shows_at_most_twelve_units() -> None:
+    """Issue 30: the sub-packages and top-level modules of ARCHITECTURE, ``__main__`` (``python -m r2mad_core``, the
+    package's script, not a unit of code) aside, are at most 12; everything that runs a reproduction is one of them."""
+    from r2mad_core import ARCHITECTURE
+
+    units = [unit for layer in ARCHITECTURE for unit in layer if unit != "__main__"]
+    assert len(units) <= 12, f"r2mad_core shows {len(units)} units: {units}"
+    assert "reproduce" in units and not {"notebook_runner", "notebook_setup"} & set(units)

@@ -10,6 +10,8 @@
 - :mod:`~r2mad_core.reproduce.variants`: a profile plus overrides (an ablation): its own folder, labels, and the
   comparison with the profile's run on the same questions; sweeps drawn against the parameter.
 - :mod:`~r2mad_core.reproduce.ablations`: ``reproduce --set/--variant/--sweep``: the baseline first, then each variant.
+- :mod:`~r2mad_core.reproduce.collect`: every cell behind the paper's tables, run or loaded, in the paper's terms
+  (notebook 10's one step).
 - :mod:`~r2mad_core.reproduce.estimate`: the pre-flight estimate of a GPU profile (requests, tokens, overflows,
   GPU-hours).
 
