@@ -47,6 +47,7 @@ from r2mad_core.engines.base import Completion, Ledger, Request
 from r2mad_core.experiments import method_labels
 from r2mad_core.experiments import protocol as presets
 from r2mad_core.experiments.budget import estimate_tokens
+from r2mad_core.experiments.profiles import load_profile
 from r2mad_core.experiments.model_specs import ModelSpec, large_model_plan
 from r2mad_core.report.protocol_notes import LAMBDA_K
 from r2mad_core.data.benchmarks import load
@@ -234,6 +235,9 @@ class Estimate:
     sample: tuple[int, int] = (0, 0)
     seconds: float = 0.0
     sampled: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)  # requests, overflows, capped, largest
+    #: The grid it walked (:meth:`~r2mad_core.reproduce.grid.ExperimentGrid.settings`): the notebooks' grid, with the
+    #: estimating engines and the sampled sizes in place of the models and the splits.
+    grid_settings: dict[str, Any] = field(default_factory=dict)
 
     @property
     def gpu_tokens(self) -> float:
@@ -257,12 +261,17 @@ def _minus(a: Usage, b: Usage) -> Usage:
     return out
 
 
-def estimate_profile(fields: Mapping[str, Any], *, profile: str = "paper", test_sample: int = 8,
-                     train_sample: int = 8, data_dir: str | Path | None = None,
-                     progress: Callable[[str], None] | None = None) -> Estimate:
-    """Walk :data:`NOTEBOOK_PLAN` for the profile ``fields`` with every model replaced by an :class:`EstimatingEngine`
-    (its context = the model's ``max_model_len``), on the first ``test_sample``/``train_sample`` questions, and scale."""
+def estimate_profile(profile: Any, *, test_sample: int = 8, train_sample: int = 8,
+                     data_dir: str | Path | None = None, progress: Callable[[str], None] | None = None) -> Estimate:
+    """Walk :data:`NOTEBOOK_PLAN` for ``profile`` (a :class:`~r2mad_core.experiments.profiles.Profile` with its
+    overrides, or a packaged name or YAML path) on the notebooks' own grid
+    (:meth:`~r2mad_core.reproduce.grid.ExperimentGrid.from_profile`), every model replaced by an
+    :class:`EstimatingEngine` (its context = the model's ``max_model_len``), on the first ``test_sample``/
+    ``train_sample`` questions, and scale."""
     started = time.perf_counter()
+    loaded = load_profile(profile) if isinstance(profile, (str, Path)) else profile
+    fields = loaded.parameters({})
+    profile = loaded.name
     gpu = [ModelSpec.from_entry(m) for m in fields["models"]]
     large = [spec for _, spec in large_model_plan(fields.get("large_models", []), gpu) if spec is not None]
     builders = [ModelSpec.from_entry(m) for m in fields.get("memory_models") or []]  # build memory only
@@ -278,21 +287,20 @@ def estimate_profile(fields: Mapping[str, Any], *, profile: str = "paper", test_
     for spec in [*gpu, *large, *builders]:
         estimate.contexts[spec.label] = spec.options.get("max_model_len")
         estimate.lengths[spec.label] = LengthModel.for_model(spec.model or spec.label)
-    options = {k: fields[k] for k in ExperimentGrid.PARAMETERS
-               if k in fields and k not in ("models", "memory_models", "window")}
     factors: dict[tuple[str, str], float] = {}
     for benchmark in fields["benchmarks"]:
         for split, sample in (("test", test_sample), ("train", train_sample)):
-            full = len(load(benchmark, split, data_dir, split_rule=fields.get("split_rule", "paper")))
+            full = len(load(benchmark, split, data_dir, split_rule=loaded.spec.choices["split_rule"]))
             limit = fields.get(f"{split}_limit")
             full = min(full, limit) if limit else full
             factors[(benchmark, split)] = full / min(sample, full)
     with tempfile.TemporaryDirectory(prefix="r2mad-gpu-estimate-") as scratch:
-        options.update(models=[stand_in(s) for s in [*gpu, *large]], memory_models=[stand_in(s) for s in builders],
-                       runs_dir=Path(scratch) / "runs",
-                       cache_dir=Path(scratch) / "cache", data_dir=data_dir, embedder="hashing",
-                       test_limit=test_sample, train_limit=train_sample, bootstrap_resamples=100)
-        with ExperimentGrid(**options) as exp:
+        # the notebooks' grid, from the same constructor; only the engines and the sizes are the estimate's
+        with ExperimentGrid.from_profile(
+                loaded, runs_dir=Path(scratch) / "runs", cache_dir=Path(scratch) / "cache", data_dir=data_dir,
+                models=[stand_in(s) for s in [*gpu, *large]], memory_models=[stand_in(s) for s in builders],
+                embedder="hashing", test_limit=test_sample, train_limit=train_sample, bootstrap_resamples=100) as exp:
+            estimate.grid_settings = exp.settings()
             def engine(label: str) -> EstimatingEngine:
                 spec = next((m for m in exp.memory_models if m.label == label), None) or exp.model(label)
                 return exp.engine(spec).backend

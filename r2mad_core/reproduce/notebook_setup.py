@@ -1,12 +1,17 @@
-"""The one setup every notebook runs: parameters from the profile, quiet logging, the experiment.
+"""The one setup every notebook runs: the profile and its overrides -> the experiment grid, quiet logging.
 
-A notebook's ``parameters`` cell names its parameters with ``...`` as the value (and ``profile``
-with the profile's name, ``tiny`` by default); ``make reproduce`` injects the chosen profile's values
-after that cell (papermill). :func:`setup` then fills every parameter still ``...`` from the profile
-named by ``profile`` (``r2mad_core/profiles/<profile>.yaml``, through
-:func:`r2mad_core.reproduce.load_profile`), so the defaults live in one place: the profile files.
-Paths default to ``../figures/<profile>``, ``../runs/<profile>`` and ``../cache/<profile>``
-(notebooks run from ``notebooks/``).
+A notebook's ``parameters`` cell declares only what a reader would edit: ``profile`` (a packaged profile's name,
+``tiny`` by default, or a path to a YAML profile), ``overrides`` (a mapping of profile fields, protocol choices or
+declared extra parameters to change: the run is then a variant) and where things go (``data_dir``, ``figures_dir``,
+``runs_dir``, ``cache_dir``; None: ``../figures/<profile>``, ``../runs/<profile>``, ``../cache/<profile>``, as the
+notebooks run from ``notebooks/``). ``make reproduce`` passes the same names (papermill). A profile field assigned in
+the notebook before :func:`setup` (papermill ``-p top_k 5``, or a line added to the parameters cell) is an override too.
+
+:func:`setup` loads the typed profile with the overrides (:func:`r2mad_core.experiments.profiles.load_profile`: an
+unknown key or a value out of bounds is one line naming it), builds the grid from it
+(:meth:`r2mad_core.reproduce.grid.ExperimentGrid.from_profile`, the one constructor the estimate, the variants and
+the report use too) and puts the profile's values into the notebook's namespace (``benchmarks``, ``sc_paths``,
+...) for the cells that follow.
 
 Logging inside a notebook is quiet: ``r2mad_core`` logs only errors (what a notebook needs to say
 it prints or tabulates from the numbers), chatty libraries only warnings; long steps show one
@@ -19,7 +24,8 @@ import logging
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, MutableMapping, Sequence
+from types import ModuleType
+from typing import Any, Iterable, Mapping, MutableMapping, Sequence
 
 import pandas as pd
 
@@ -29,7 +35,7 @@ from r2mad_core.reproduce.grid import ExperimentGrid
 from r2mad_core.plugins import load_plugins
 from r2mad_core.experiments.model_specs import ModelSpec
 from r2mad_core.report.findings import as_markdown
-from r2mad_core.reproduce import load_profile
+from r2mad_core.experiments.profiles import Profile, ProfileSpec, load_profile
 
 #: Libraries whose INFO lines would fill a notebook.
 CHATTY_LOGGERS = ("httpx", "httpcore", "urllib3", "filelock", "huggingface_hub", "sentence_transformers",
@@ -46,23 +52,34 @@ def quiet_logging() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def fill_parameters(namespace: MutableMapping[str, Any], profile: str | None = None) -> dict[str, Any]:
-    """Replace every ``...`` value in ``namespace`` by the profile's field of that name (or its
-    ``extra_parameters`` entry, or the default path); return the names filled and their values.
+#: The parameters a notebook's parameters cell declares (everything else comes from the profile).
+NOTEBOOK_PARAMETERS = ("profile", "overrides", "data_dir", "figures_dir", "runs_dir", "cache_dir")
+#: Where setup remembers the values it put into a namespace (a rerun of the setup cell does not read them back as
+#: overrides).
+WRITTEN = "_r2mad_written"
 
-    An unknown name is an error naming the notebook parameter and the profile file."""
-    name = str(profile or namespace.get("profile") or "tiny")
-    pending = [key for key, value in namespace.items() if value is Ellipsis and not key.startswith("_")]
-    if not pending:
-        return {}
-    loaded = load_profile(name)
-    values = loaded.parameters({"data_dir": None, **{k: v.format(profile=loaded.name) for k, v in PATH_DEFAULTS.items()}})
-    filled = {}
-    for key in pending:
-        if key not in values:
-            raise KeyError(f"notebook parameter {key!r} = ...: {loaded.source} has no field {key!r} to fill it from")
-        namespace[key] = filled[key] = values[key]
-    return filled
+
+def requested_overrides(namespace: Mapping[str, Any]) -> dict[str, Any]:
+    """The overrides a notebook asks for: its ``overrides`` mapping, plus every profile field assigned in its
+    namespace (papermill ``-p``, an edited parameters cell) that :func:`setup` did not put there itself."""
+    written = namespace.get(WRITTEN) or {}
+    found = dict(namespace.get("overrides") or {})
+    for key in ProfileSpec.model_fields:
+        if key in namespace and key not in found and namespace[key] is not Ellipsis:
+            if not (key in written and written[key] is namespace[key]):
+                found[key] = namespace[key]
+    return found
+
+
+def resolve_profile(namespace: Mapping[str, Any]) -> tuple[Profile, Profile]:
+    """``(the profile with the notebook's overrides, the profile itself)``; the notebook's own parameters (the
+    theory notebook's grid sizes) are valid extra keys."""
+    name = str(namespace.get("profile") or "tiny")
+    requested = requested_overrides(namespace)
+    own = [k for k, v in namespace.items() if not k.startswith("_") and not callable(v)
+           and not isinstance(v, ModuleType) and k not in NOTEBOOK_PARAMETERS]
+    loaded = load_profile(name, requested, extra_keys=own)
+    return loaded, (load_profile(name) if requested else loaded)
 
 
 @dataclass
@@ -77,6 +94,8 @@ class Session:
     filled: dict[str, Any] = field(default_factory=dict)
     #: The variant this run is (its overrides of the profile), or None for the profile itself.
     variant: Any = None
+    #: The typed profile this notebook ran, its overrides applied.
+    loaded: Profile | None = None
 
     @property
     def models(self) -> Sequence[ModelSpec]:
@@ -94,45 +113,53 @@ class Session:
 
 
 def setup(namespace: MutableMapping[str, Any], notebook: str, *, experiment: bool = True,
-          progress: bool = True) -> Session:
-    """Fill the ``...`` parameters from the profile, quiet the logs, set the figure and display style,
-    build the :class:`~r2mad_core.reproduce.grid.ExperimentGrid` (``experiment=True``) and the artifact context."""
+          progress: bool = True, benchmarks: bool = True) -> Session:
+    """Load the profile with the notebook's overrides, quiet the logs, set the figure and display style, build the
+    :class:`~r2mad_core.reproduce.grid.ExperimentGrid` from the profile (``experiment=True``) and the artifact
+    context; the profile's values go into ``namespace`` for the cells that follow. ``benchmarks=False``: a notebook
+    without an experiment that reads no benchmark (the theory) lists none in its manifest."""
     load_plugins()  # a plugin's benchmarks, policies and methods (R2MAD_PLUGINS), as in the runner and the CLI
-    filled = fill_parameters(namespace)
+    loaded, base = resolve_profile(namespace)
     quiet_logging()
     apply_style()
     pd.set_option("display.width", 200)
     pd.set_option("display.max_columns", 40)
     pd.set_option("display.max_colwidth", None)
-    profile = str(namespace.get("profile") or "tiny")
-    figures_dir = Path(namespace.get("figures_dir") or PATH_DEFAULTS["figures_dir"].format(profile=profile))
-    # A value that differs from the profile's (reproduce --set, papermill -p, an edited parameters cell) makes
-    # this run a variant: its artifacts go beside the profile's, never over them (r2mad_core.reproduce.variants).
-    variant = variants.detect(namespace, profile)
+    paths = {key: namespace.get(key) or PATH_DEFAULTS[key].format(profile=loaded.folder) for key in PATH_DEFAULTS}
+    paths["data_dir"] = namespace.get("data_dir") or None
+    values = loaded.parameters(paths)
+    values.pop("profile", None)
+    namespace.update(values)
+    namespace[WRITTEN] = {key: namespace[key] for key in values}
+    profile = loaded.name
+    figures_dir = Path(paths["figures_dir"])
+    # An override that changes what runs (reproduce --set, papermill -p, an edited parameters cell) makes this run a
+    # variant: its artifacts go beside the profile's, never over them (r2mad_core.reproduce.variants).
+    variant = variants.detect(loaded, base)
     baseline_dir = variants.profile_dir_of(figures_dir)
     if variant is not None:
         figures_dir = variants.variant_dir(baseline_dir, variant.name)
         namespace["figures_dir"] = str(figures_dir)
         announce_variant(variant, figures_dir, baseline_dir)
+    grid_paths = {"runs_dir": paths["runs_dir"], "cache_dir": paths["cache_dir"], "data_dir": paths["data_dir"]}
     if experiment:
-        exp = ExperimentGrid.from_parameters(namespace, progress=progress)
+        exp = ExperimentGrid.from_profile(loaded, progress=progress, **grid_paths)
         ctx = exp.report_context(profile, figures_dir, notebook=notebook)
     else:
         exp = None
-        benchmarks = list(namespace.get("benchmarks") or [])
-        ctx = ReportContext(profile=profile, out_dir=figures_dir, notebook=notebook, benchmarks=benchmarks,
-                            seeds=[namespace["seed"]] if "seed" in namespace else [])
+        ctx = ReportContext(profile=profile, out_dir=figures_dir, notebook=notebook,
+                            benchmarks=list(loaded.spec.benchmarks) if benchmarks else [], seeds=[loaded.spec.seed])
     if variant is not None:
         ctx.variant, ctx.baseline_dir = variant, baseline_dir
         baseline = None
         if exp is not None:
             exp.variant = variant
-            reverted = {**namespace, **{k: b for k, (_, b) in variant.overrides.items() if k in namespace}}
-            baseline = ExperimentGrid.from_parameters(reverted)
+            baseline = ExperimentGrid.from_profile(base, **grid_paths)
         ctx.after_table = variants.TableComparer(
             ctx, variant, baseline, notebook_number=notebook.split("_", 1)[0],
-            bootstrap_resamples=int(namespace.get("bootstrap_resamples") or 1000), seed=int(namespace.get("seed") or 0))
-    return Session(profile=profile, notebook=notebook, ctx=ctx, exp=exp, filled=filled, variant=variant)
+            bootstrap_resamples=int(loaded.spec.bootstrap_resamples), seed=int(loaded.spec.seed))
+    return Session(profile=profile, notebook=notebook, ctx=ctx, exp=exp, filled=values, variant=variant,
+                   loaded=loaded)
 
 
 def announce_variant(variant: "variants.Variant", figures_dir: Path, baseline_dir: Path) -> None:

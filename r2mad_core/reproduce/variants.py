@@ -170,10 +170,11 @@ def differences(values: Mapping[str, Any], profile_values: Mapping[str, Any]) ->
     return found
 
 
-def profile_values(profile: str) -> dict[str, Any]:
-    """Every notebook parameter of a profile (the fields, ``extra_parameters`` spread out, optional defaults), each
-    protocol choice the profile leaves to its preset at the preset's value (``top_k`` of the paper preset: 1)."""
-    loaded = load_profile(profile)
+def profile_values(profile: Any) -> dict[str, Any]:
+    """Every notebook parameter of a profile (a :class:`~r2mad_core.experiments.profiles.Profile`, or a name or path
+    to load): the fields, ``extra_parameters`` spread out, optional defaults, each protocol choice the profile leaves
+    to its preset at the preset's value (``top_k`` of the paper preset: 1)."""
+    loaded = load_profile(profile) if isinstance(profile, (str, Path)) else profile
     values = loaded.parameters({})
     for name, value in loaded.spec.choices.items():
         if values.get(name) is None:
@@ -218,18 +219,16 @@ def from_environment() -> tuple[dict[str, Any], str | None]:
     return dict(data.get("overrides") or {}), data.get("name")
 
 
-def detect(namespace: Mapping[str, Any], profile: str, name: str | None = None) -> Variant | None:
-    """The variant a notebook's parameters make (compared with the profile inside the kernel), merged with the
-    overrides ``reproduce`` passed (:data:`ENVIRONMENT`); None when every value is the profile's."""
-    base = profile_values(profile)
-    declared = {k: v for k, v in namespace.items() if k in base or k in NOT_OVERRIDES}
-    passed, passed_name = from_environment()
-    found = {k: (v, base.get(k)) for k, v in passed.items() if not same_value(v, base.get(k))}
-    found.update(differences(declared, base))
-    name = name or namespace.get("variant") or passed_name
+def detect(loaded: Any, base: Any, name: str | None = None) -> Variant | None:
+    """The variant a notebook runs: every resolved value of ``loaded`` (the profile with the notebook's overrides)
+    that differs from ``base`` (the profile itself), compared after the protocol preset is resolved, so an override
+    that equals what the profile resolves to is no variant. The name: ``name``, else the one ``reproduce`` passed
+    (:data:`ENVIRONMENT`), else from the overrides. None when nothing differs."""
+    found = differences(profile_values(loaded), profile_values(base))
     if not found:
         return None
-    return Variant(profile, found, check_name(str(name)) if name else "", frozenset(declared))
+    name = name or from_environment()[1]
+    return Variant(base.name, found, check_name(str(name)) if name else "")
 
 
 # --------------------------------------------------------------------------------------------
