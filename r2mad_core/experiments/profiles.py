@@ -571,9 +571,9 @@ def check_override_keys(overrides: Mapping[str, Any], data: Mapping[str, Any], n
     entry of the profile nor one of ``extra_keys``: one line naming the nearest valid keys (difflib)."""
     valid = [*ProfileSpec.model_fields, *(data.get("extra_parameters") or {}), *extra_keys]
     for key in overrides:
-        if key in valid and key != "extra_parameters":
+        if key in valid:
             continue
-        near = difflib.get_close_matches(str(key), [v for v in valid if v != "extra_parameters"], n=3, cutoff=0.6)
+        near = difflib.get_close_matches(str(key), valid, n=3, cutoff=0.6)
         raise ProfileError(
             f"unknown key {key!r}: not a field of profile {name}, a protocol choice nor a declared extra parameter; "
             + (f"did you mean {', '.join(near)}?" if near else "the fields are ProfileSpec's (r2mad_core/experiments/profiles.py)"))

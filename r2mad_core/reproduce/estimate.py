@@ -261,6 +261,32 @@ def _minus(a: Usage, b: Usage) -> Usage:
     return out
 
 
+def _stand_in(spec: ModelSpec) -> dict[str, Any]:
+    """A model entry that answers through an :class:`EstimatingEngine` with the model's context."""
+    return {"label": spec.label, "engine": ENGINE_NAME, "model": spec.model or spec.label,
+            "options": {"context": spec.options.get("max_model_len")}}
+
+
+#: What the estimate's grid replaces in the notebooks' grid: the engines and the sizes (everything else is the same).
+ESTIMATE_REPLACES = ("models", "memory_models", "embedder", "test_limit", "train_limit", "bootstrap_resamples")
+
+
+def estimate_grid(profile: Any, scratch: Path, *, data_dir: str | Path | None = None, test_sample: int = 8,
+                  train_sample: int = 8) -> ExperimentGrid:
+    """The notebooks' grid of ``profile`` from the same constructor
+    (:meth:`~r2mad_core.reproduce.grid.ExperimentGrid.from_profile`), with only :data:`ESTIMATE_REPLACES` the
+    estimate's: every model (evaluated, large, memory-only) behind an :class:`EstimatingEngine`, the hashing
+    embedder, ``test_sample``/``train_sample`` questions, 100 bootstrap resamples; runs and cache in ``scratch``."""
+    gpu = [ModelSpec.from_entry(m.model_dump()) for m in profile.spec.models]
+    large = [spec for _, spec in large_model_plan([m.model_dump(exclude_none=True) for m in profile.spec.large_models], gpu)
+             if spec is not None]
+    builders = [ModelSpec.from_entry(m.model_dump()) for m in profile.spec.memory_models]
+    return ExperimentGrid.from_profile(
+        profile, runs_dir=scratch / "runs", cache_dir=scratch / "cache", data_dir=data_dir,
+        models=[_stand_in(s) for s in [*gpu, *large]], memory_models=[_stand_in(s) for s in builders],
+        embedder="hashing", test_limit=test_sample, train_limit=train_sample, bootstrap_resamples=100)
+
+
 def estimate_profile(profile: Any, *, test_sample: int = 8, train_sample: int = 8,
                      data_dir: str | Path | None = None, progress: Callable[[str], None] | None = None) -> Estimate:
     """Walk :data:`NOTEBOOK_PLAN` for ``profile`` (a :class:`~r2mad_core.experiments.profiles.Profile` with its
@@ -276,11 +302,6 @@ def estimate_profile(profile: Any, *, test_sample: int = 8, train_sample: int = 
     large = [spec for _, spec in large_model_plan(fields.get("large_models", []), gpu) if spec is not None]
     builders = [ModelSpec.from_entry(m) for m in fields.get("memory_models") or []]  # build memory only
 
-    def stand_in(spec: ModelSpec) -> dict[str, Any]:
-        context = spec.options.get("max_model_len")
-        return {"label": spec.label, "engine": ENGINE_NAME, "model": spec.model or spec.label,
-                "options": {"context": context}}
-
     # the evaluated models and a memory-only model on vLLM share the GPU (the paper profile: Qwen3-4B-Instruct-2507)
     on_gpu = [m.label for m in gpu] + [m.label for m in builders if m.engine == "vllm"]
     estimate = Estimate(profile=profile, gpu_models=on_gpu, sample=(test_sample, train_sample))
@@ -295,11 +316,8 @@ def estimate_profile(profile: Any, *, test_sample: int = 8, train_sample: int = 
             full = min(full, limit) if limit else full
             factors[(benchmark, split)] = full / min(sample, full)
     with tempfile.TemporaryDirectory(prefix="r2mad-gpu-estimate-") as scratch:
-        # the notebooks' grid, from the same constructor; only the engines and the sizes are the estimate's
-        with ExperimentGrid.from_profile(
-                loaded, runs_dir=Path(scratch) / "runs", cache_dir=Path(scratch) / "cache", data_dir=data_dir,
-                models=[stand_in(s) for s in [*gpu, *large]], memory_models=[stand_in(s) for s in builders],
-                embedder="hashing", test_limit=test_sample, train_limit=train_sample, bootstrap_resamples=100) as exp:
+        with estimate_grid(loaded, Path(scratch), data_dir=data_dir, test_sample=test_sample,
+                           train_sample=train_sample) as exp:
             estimate.grid_settings = exp.settings()
             def engine(label: str) -> EstimatingEngine:
                 spec = next((m for m in exp.memory_models if m.label == label), None) or exp.model(label)
