@@ -49,9 +49,10 @@ def check_int(owner: str, name: str, value: Any, minimum: int | None = 1, maximu
     """``value`` if it is an integer within the bounds, else ValueError ``"<owner>: option <name> must be ..."``."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{owner}: option {name} must be an integer, found {value!r}")
-    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        bound = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
-        raise ValueError(f"{owner}: option {name} must be {bound}, found {value}")
+    if minimum is not None and value < minimum:  # the bound it breaks, as the profile's messages name it
+        raise ValueError(f"{owner}: option {name} must be >= {minimum}, found {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{owner}: option {name} must be <= {maximum}, found {value}")
     return value
 
 

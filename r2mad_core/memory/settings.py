@@ -40,9 +40,9 @@ class MemorySettings:
                            minimum=0.0, maximum=1.0)
     fixed_lambda: float = setting(0.5, "lambda of the fixed_lambda retrieval policy (Table 3; paper: 0.5)",
                                   flag="--fixed-lambda", minimum=0.0, maximum=1.0)
-    w_high: float = setting(0.55, "w_h: a peer with confidence c_ji >= w_h is annotated high (Eq. 7; paper: 0.55)",
+    w_high: float = setting(0.55, "w_h: a peer with confidence c_ji > w_h is annotated high (Eq. 7; paper: 0.55)",
                             flag="--w-high", minimum=0.0, maximum=1.0)
-    w_low: float = setting(0.45, "w_l: a peer with confidence c_ji <= w_l is annotated low (Eq. 7; paper: 0.45)",
+    w_low: float = setting(0.45, "w_l: a peer with confidence c_ji < w_l is annotated low (Eq. 7; paper: 0.45)",
                            flag="--w-low", minimum=0.0, maximum=1.0)
     max_experience_chars: int | None = setting(None, "characters of a past response an experience shows (None: in "
                                                "full, the paper; small-context models: ours)", kind="int",
