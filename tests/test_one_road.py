@@ -22,6 +22,8 @@ from r2mad_core.experiments.profiles import ProfileSpec, load_profile, profile_n
 from r2mad_core.experiments.protocol import PROFILE_CHOICES
 from r2mad_core.reproduce import command as reproduce
 from r2mad_core.reproduce import estimate, notebook_setup
+from r2mad_core.report.artifacts import read_manifest, update_manifest
+from r2mad_core.reproduce import variants
 from r2mad_core.reproduce.grid import ExperimentGrid
 
 PROFILES_DIR = reproduce.REPOSITORY / "r2mad_core" / "profiles"
@@ -168,6 +170,30 @@ def test_the_theory_notebooks_own_parameters_are_valid_keys() -> None:
     assert load_profile("sim", {"num_trials": 50}, extra_keys=keys).fields["extra_parameters"] == {"num_trials": 50}
 
 
+def _run_dir(root: Path, name: str, **options: Any) -> Path:
+    folder = root / name
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"limit": 4, "seed": 0, "method": {"name": "r2mad", "options": options}}))
+    return folder
+
+
+def test_a_variants_label_is_read_back_from_the_run_configs(tmp_path: Path) -> None:
+    shared = [_run_dir(tmp_path, f"r{i}", round0="shared", top_k=1) for i in range(3)]
+    cot = _run_dir(tmp_path, "cot")  # a method without round0 records no round0
+    overrides = {"round0": ("shared", "independent"), "top_k": (5, 1), "sc_paths": ([3], [3, 5])}
+    executed = variants.as_executed([*shared, cot], overrides)
+    assert executed["round0"] == {"value": "shared", "cells": 4, "recorded_by": 3, "with_value": 3}
+    assert executed["top_k"]["with_value"] == 0 and executed["sc_paths"]["recorded_by"] == 0
+    sentence = variants.executed_sentence("tab_main_results", executed)
+    assert sentence.startswith("tab_main_results as executed (read back from its 4 run configs): round0 = shared in "
+                               "3 of 3 runs that record it; top_k = 5: in none of the 3 runs")
+    # a variant whose every recorded override is the profile's value changed nothing that ran
+    update_manifest(tmp_path, "tab_a", {"variant_as_executed": variants.as_executed(shared, {"top_k": (5, 1)})})
+    assert variants.changes_nothing(tmp_path)
+    update_manifest(tmp_path, "tab_b", {"variant_as_executed": variants.as_executed(shared, {"round0": ("shared", "x")})})
+    assert not variants.changes_nothing(tmp_path)
+
+
 # ------------------------------------------------------------------------------------------------------------
 # End to end (slow): what the executed cells recorded
 # ------------------------------------------------------------------------------------------------------------
@@ -182,9 +208,11 @@ def test_round0_shared_on_tiny_runs_shared_round0_as_its_label_says(tmp_path: Pa
     out = tmp_path / "out"
     assert reproduce.main(["--profile", "tiny", "--only", "03", "--set", "round0=shared", "--output-dir", str(out)]) == 0
     figures = out / "figures" / "tiny" / "variants" / "round0=shared"
-    manifest = json.loads((figures / "manifest.json").read_text())["artifacts"]
+    manifest = read_manifest(figures)["artifacts"]
     label = manifest["tab_main_results"]["variant"]["overrides"]["round0"]
     assert label == {"value": "shared", "profile_value": "independent"}
+    executed = manifest["tab_main_results"]["variant_as_executed"]["round0"]  # read back from the run configs
+    assert executed["recorded_by"] == executed["with_value"] > 0
     variant = reproduce.load_profile("tiny", {"round0": "shared"})
     grid = ExperimentGrid.from_profile(variant, runs_dir=out / "runs" / "tiny", cache_dir=out / "cache" / "tiny")
     from r2mad_core.experiments.method_labels import MAIN_METHODS
@@ -217,6 +245,6 @@ def test_a_yaml_path_profile_runs_notebooks_01_and_02(tmp_path: Path) -> None:
     shutil.copy(PROFILES_DIR / "tiny.yaml", copy)
     out = tmp_path / "out"
     assert reproduce.main(["--profile", str(copy), "--only", "01,02", "--output-dir", str(out)]) == 0
-    assert (out / "figures" / "mytiny" / "manifest.json").is_file()
+    assert read_manifest(out / "figures" / "mytiny")["artifacts"], "no artifact written under figures/mytiny"
     assert sorted(p.name for p in (out / "notebooks" / "executed" / "mytiny").glob("*.ipynb")) == [
         "01_data.ipynb", "02_memory.ipynb"]

@@ -21,6 +21,7 @@ from r2mad_core.reproduce.variants import (
     SWEEPS_DIR,
     SweepPoint,
     Variant,
+    changes_nothing,
     check_name,
     differences,
     parse_sweep,
@@ -108,6 +109,9 @@ def run_ablation(run: Runner, profile: Any, profile_dir: Path, notebooks: Sequen
             return 1
         for line in comparison_lines(figures):
             echo("  " + line)
+        if changes_nothing(figures):  # read back from the runs' config.json, not from the request
+            echo(f"reproduce: variant {variant.name} changes nothing that ran: no run of these notebooks records "
+                 f"{', '.join(variant.overrides)} with the variant's value; it is the profile's own run")
         return 0
     key, values = parse_sweep(sweep)
     fixed = plan_variant(loaded, {k: v for k, v in overrides.items() if k != key}, None, echo)

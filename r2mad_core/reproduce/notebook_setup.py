@@ -155,9 +155,16 @@ def setup(namespace: MutableMapping[str, Any], notebook: str, *, experiment: boo
         if exp is not None:
             exp.variant = variant
             baseline = ExperimentGrid.from_profile(base, **grid_paths)
-        ctx.after_table = variants.TableComparer(
+        compare = variants.TableComparer(
             ctx, variant, baseline, notebook_number=notebook.split("_", 1)[0],
             bootstrap_resamples=int(loaded.spec.bootstrap_resamples), seed=int(loaded.spec.seed))
+
+        def after_table(table: Any, name: str) -> None:
+            compare(table, name)
+            # the label read back from what ran: each override as the table's cells' config.json recorded it
+            variants.record_executed(ctx, table, name, variant)
+
+        ctx.after_table = after_table
     return Session(profile=profile, notebook=notebook, ctx=ctx, exp=exp, filled=values, variant=variant,
                    loaded=loaded)
 
