@@ -4,11 +4,15 @@ A profile (``r2mad_core/profiles/<name>.yaml``) holds every parameter of a repro
 and their engines, the embedder, the benchmarks and how many of their questions to use, the
 debate hyperparameters of the paper (3 agents, 3 rounds, temperature 1.0, top_p 1.0, max_tokens,
 K, gamma, the thresholds w_l/w_h of Eq. 7's annotations) and which variants each table needs.
-Each top-level field is a papermill parameter: a notebook receives the fields its ``parameters``
-cell declares, plus ``profile`` (the name) and the paths ``data_dir``, ``figures_dir``
-(``<output>/figures/<profile>``), ``runs_dir`` (``<output>/runs/<profile>``) and ``cache_dir``
-(``<output>/cache/<profile>``); ``extra_parameters`` are passed as they are (e.g. the theory
-notebook's grid sizes).
+Every notebook receives the same few papermill parameters (:func:`notebook_parameters`): ``profile`` (the
+packaged name, or the YAML file's absolute path), ``overrides`` (``--set``, a sweep's value) and the paths
+``data_dir``, ``figures_dir`` (``<output>/figures/<profile>``), ``runs_dir`` (``<output>/runs/<profile>``) and
+``cache_dir`` (``<output>/cache/<profile>``), ``<profile>`` being the profile's name as a folder name. Each kernel
+loads the typed profile with the overrides and builds its grid with
+:meth:`~r2mad_core.reproduce.grid.ExperimentGrid.from_profile`, as ``--estimate-only`` does, so no field is dropped
+on the way. Every ``--set``/``--sweep`` key and value is checked before anything runs: a key that is not a profile
+field, a protocol choice nor an extra parameter (of the profile, or declared by a notebook: the theory notebook's
+grid sizes) is one line naming the nearest valid keys.
 
     python -m r2mad_core.reproduce [--profile sim] [--only 03,04] [--data-dir DIR] [--output-dir DIR]
                                    [--set top_k=5 --set gamma=0.5]
