@@ -248,3 +248,46 @@ def test_a_yaml_path_profile_runs_notebooks_01_and_02(tmp_path: Path) -> None:
     assert read_manifest(out / "figures" / "mytiny")["artifacts"], "no artifact written under figures/mytiny"
     assert sorted(p.name for p in (out / "notebooks" / "executed" / "mytiny").glob("*.ipynb")) == [
         "01_data.ipynb", "02_memory.ipynb"]
+
+
+#: Which cell records a field (the method label whose config.json holds it); the rest: R2-MAD.
+RECORDED_BY_METHOD = {"objective_keep": "MAD-M2 (O)", "icl_match": "ICL-CoT"}
+#: Fields a bank's manifest records (memory construction), not a cell's config.json.
+RECORDED_BY_BANK = ("reward_definition", "state_layout")
+#: Fields no run records (they choose which questions or cells run, or how numbers are summarised).
+NOT_RECORDED = {"description", "expected_runtime", "expected_runtime_minutes", "models", "large_models", "embedder",
+                "benchmarks", "train_limit", "sc_paths", "retrieval_policies", "retrieval_models",
+                "retrieval_benchmarks", "icl_models", "icl_benchmarks", "cost_benchmark", "poison_fractions",
+                "poison_benchmarks", "bootstrap_resamples", "extra_parameters", "api_budget", "protocol",
+                "memory_model", "memory_models", "extra_methods", "split_rule"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("field", sorted(set(ALTERNATIVES) - NOT_RECORDED))
+def test_what_one_cell_recorded_is_the_label_of_each_override(field: str, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """For an override of every field a run records, run one small cell on tiny the way a notebook does and read
+    the label (the variant's value) back from what the cell recorded: its config.json (or its bank's manifest)."""
+    monkeypatch.delenv(variants.ENVIRONMENT, raising=False)
+    small = {"benchmarks": ["truthfulqa"], "retrieval_benchmarks": ["truthfulqa"], "icl_benchmarks": ["truthfulqa"],
+             "poison_benchmarks": ["truthfulqa"], "cost_benchmark": "truthfulqa", "test_limit": 1, "train_limit": 2}
+    override = {field: ALTERNATIVES[field]}
+    if field == "test_limit":
+        override = {field: 2}
+    if field == "w_high":
+        override = {"w_high": 0.6}
+    profile = reproduce.load_profile("tiny", {**small, **override})
+    namespace = dict(reproduce.notebook_parameters(profile, reproduce.ReproductionPaths(tmp_path, profile.folder)))
+    loaded, base = notebook_setup.resolve_profile(namespace)
+    variant = variants.detect(loaded, base)
+    label = variant.overrides[field][0]
+    grid = ExperimentGrid.from_profile(loaded, runs_dir=namespace["runs_dir"], cache_dir=namespace["cache_dir"])
+    outcome = grid.run(grid.models[0], "truthfulqa", RECORDED_BY_METHOD.get(field, "R2-MAD"))
+    if field in RECORDED_BY_BANK:
+        bank = grid.memory_dir(grid.models[0], "truthfulqa")
+        recorded = json.loads((bank / "manifest.json").read_text())[field]
+    else:
+        config = json.loads((Path(outcome.run_dir) / "config.json").read_text())
+        ok, recorded = variants.recorded_value(config, field)
+        assert ok, f"{field}: the cell's config.json does not record it"
+    assert variants.same_value(recorded, label), f"{field}: label {label!r}, the run recorded {recorded!r}"

@@ -38,7 +38,7 @@ import pandas as pd
 import numpy as np
 import yaml
 
-from r2mad_core.experiments.protocol import PROFILE_CHOICES
+from r2mad_core.experiments.protocol import BY_NAME, PROFILE_CHOICES
 from r2mad_core.debate.scoring import paired_test
 from r2mad_core.experiments.profiles import load_profile
 from r2mad_core.report.artifacts import apply_style, display_path, jsonable, read_manifest, save_figure, save_table, update_manifest
@@ -596,7 +596,7 @@ RECORDED_AS = {"test_limit": "limit"}
 def recorded_value(config: Mapping[str, Any], key: str) -> tuple[bool, Any]:
     """``(True, value)`` when a run's ``config.json`` records ``key`` (the method's options, the cell, the debate
     settings), else ``(False, None)``."""
-    key = RECORDED_AS.get(key, key)
+    key = RECORDED_AS.get(key) or (BY_NAME[key].method_option if key in BY_NAME else key)  # icl_match: ``match``
     method = config.get("method") or {}
     for where in (method.get("options") or {}, config, method.get("debate") or {}):
         if isinstance(where, Mapping) and key in where:
