@@ -54,16 +54,16 @@ def main() -> int:
 
     matplotlib.use("Agg")
     from r2mad_core.reproduce import (ANSWER_MEMO_ENVIRONMENT, ANSWER_MEMO_FILE, BLAS_THREAD_VARIABLES,
-                                      PORTABLE_PATH_PARAMETERS, ReproductionPaths, _portable, declared_parameters,
-                                      default_notebooks_dir, discover_notebooks, load_profile)
+                                      PORTABLE_PATH_PARAMETERS, ReproductionPaths, _portable,
+                                      default_notebooks_dir, discover_notebooks, load_profile, notebook_parameters)
 
     assert BLAS_THREAD_VARIABLES == ("OPENBLAS_NUM_THREADS",), "set the kernels' BLAS variables above"
     profile = load_profile(args.profile)
-    paths = ReproductionPaths(args.output_dir, profile.name)
+    paths = ReproductionPaths(args.output_dir, profile.folder)
     os.environ.setdefault(ANSWER_MEMO_ENVIRONMENT, str(paths.cache_dir / ANSWER_MEMO_FILE))
     for folder in (paths.figures_dir, paths.runs_dir, paths.cache_dir):
         folder.mkdir(parents=True, exist_ok=True)
-    parameters = profile.parameters(paths.as_parameters())
+    parameters = notebook_parameters(profile, paths)  # what every notebook is given (the profile, overrides, paths)
     only = [t for t in args.only.split(",") if t.strip()] if args.only else None
     notebooks = discover_notebooks(default_notebooks_dir(), only)
     profiler = cProfile.Profile()
@@ -72,9 +72,8 @@ def main() -> int:
     load = " ".join(f"{v:.2f}" for v in os.getloadavg())
     total_start = time.perf_counter()
     for notebook in notebooks:
-        wanted = declared_parameters(notebook)
         passed = {k: _portable(v, notebook.parent) if k in PORTABLE_PATH_PARAMETERS else v
-                  for k, v in parameters.items() if k in wanted}
+                  for k, v in parameters.items()}
         code = compile(notebook_source(notebook, passed), str(notebook), "exec")
         namespace: dict = {"__name__": "__main__"}
         start = time.perf_counter()

@@ -9,6 +9,7 @@ shrinks (issue 13: zero circles).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -23,11 +24,20 @@ KNOWN_CYCLES: list[frozenset[str]] = []
 #: The report layer from the bottom up: a module may import only modules listed before it here (or
 #: below the layer altogether: scoring, experiments, methods, ...), never one after it, nor the
 #: entry points above the layer.
-REPORT_LAYER = ("report.tables", "report.artifacts", "report.results", "report.grid", "report.comparison", "report.findings")
+REPORT_LAYER = ("report.tables", "report.artifacts", "report.results", "report.comparison", "report.findings")
 #: Entry points above everything: the command lines, the notebook runner and the notebooks' setup.
-ENTRY_POINTS = ("reproduce", "cli", "cli.commands", "cli.common", "cli.memory", "__main__", "notebook_setup")
+ENTRY_POINTS = ("reproduce", "reproduce.command", "reproduce.notebook_setup", "reproduce.grid", "cli", "cli.commands",
+                "cli.common", "cli.memory", "__main__")
 #: Upward imports from the report layer that remain (none: keep it so).
 KNOWN_UPWARD: set[tuple[str, str]] = set()
+
+
+#: A lazy reference to a module's attribute by string (an engine registered as "module:Name").
+LAZY_REFERENCE = re.compile(rf"{PACKAGE}(\.[A-Za-z_][A-Za-z0-9_]*)+:[A-Za-z_][A-Za-z0-9_]*")
+#: String references that point up the layers, with the reason they stay: the engine registry (engines, layer 3)
+#: names the simulated agents of the theory (layer 6) so that ``make_engine("simulated")`` works without importing
+#: the theory first; the string is resolved only when a simulated engine is made.
+KNOWN_UPWARD_BY_STRING = {("engines", "theory.agents")}
 
 
 def module_name(path: Path) -> str:
@@ -55,6 +65,10 @@ def imported_modules(path: Path, modules: set[str], source: str | None = None) -
 
     text = path.read_text(encoding="utf-8") if source is None else source
     for node in ast.walk(ast.parse(text, str(path))):
+        # a registration by string ("r2mad_core.engines.local:LocalEngine", resolved by importlib when first used) is
+        # an import too: it counts like one
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and LAZY_REFERENCE.fullmatch(node.value):
+            add(node.value.split(":", 1)[0][len(PACKAGE) + 1:])
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name == PACKAGE or alias.name.startswith(PACKAGE + "."):
@@ -120,14 +134,14 @@ def test_the_walker_sees_function_level_and_relative_imports() -> None:
         "from __future__ import annotations\n"
         "import r2mad_core.report.tables\n"
         "def f():\n"
-        "    from r2mad_core.report.grid import ExperimentGrid\n"
+        "    from r2mad_core.reproduce.grid import ExperimentGrid\n"
         "    from r2mad_core.report import comparison\n"
         "    from ..engines import make_engine\n"
         "    import numpy\n"
     )
-    modules = {"report", "report.tables", "report.grid", "report.comparison", "engines", "debate.scoring"}
+    modules = {"report", "report.tables", "reproduce.grid", "report.comparison", "engines", "debate.scoring"}
     assert imported_modules(PACKAGE_DIR / "debate" / "scoring.py", modules, source) == {
-        "report.tables", "report.grid", "report.comparison", "engines"}
+        "report.tables", "reproduce.grid", "report.comparison", "engines"}
     assert imported_modules(PACKAGE_DIR / "engines" / "base.py", {"engines", "engines.cache"},
                             "from .cache import X\nfrom . import cache\n") == {"engines.cache"}
     assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [frozenset({"a", "b", "c"})]
@@ -203,7 +217,7 @@ def test_every_import_between_packages_points_down_the_layers() -> None:
     layer_of = {unit: index for index, layer in enumerate(ARCHITECTURE) for unit in layer}
     upward = sorted(
         (a, b) for a, targets in import_graph().items() for b in targets
-        if _owner(a) != _owner(b) and layer_of[_owner(b)] >= layer_of[_owner(a)]
+        if _owner(a) != _owner(b) and layer_of[_owner(b)] >= layer_of[_owner(a)] and (a, b) not in KNOWN_UPWARD_BY_STRING
     )
     assert not upward, f"imports that do not point down the layers of r2mad_core.ARCHITECTURE (importer, imported): {upward}"
 
@@ -223,3 +237,27 @@ def test_every_sub_package_says_what_it_is() -> None:
         assert len(doc.strip()) > 40, f"{init}: the docstring should name the package's concept"
         missing = [p.stem for p in init.parent.glob("*.py") if p.stem != "__init__" and p.stem not in doc]
         assert not missing, f"{init}: the docstring does not name the modules {missing}"
+
+
+def test_r2mad_core_shows_at_most_twelve_units() -> None:
+    """Issue 30: the sub-packages and top-level modules of ARCHITECTURE, ``__main__`` (``python -m r2mad_core``, the
+    package's script, not a unit of code) aside, are at most 12; everything that runs a reproduction is one of them."""
+    from r2mad_core import ARCHITECTURE
+
+    units = [unit for layer in ARCHITECTURE for unit in layer if unit != "__main__"]
+    assert len(units) <= 12, f"r2mad_core shows {len(units)} units: {units}"
+    assert "reproduce" in units and not {"notebook_runner", "notebook_setup"} & set(units)
+
+
+def test_an_engine_registered_by_module_and_name_is_an_import_the_layers_see() -> None:
+    """Issue 30: ``EngineSpec("local", "r2mad_core.engines.local:LocalEngine")`` counts as an import of that module;
+    the one that points up the layers is listed, with its reason, in :data:`KNOWN_UPWARD_BY_STRING`."""
+    graph = import_graph()
+    assert {"engines.local", "engines.openai_compat", "engines.vllm_backend", "theory.agents"} <= graph["engines"]
+    assert imported_modules(PACKAGE_DIR / "data" / "x.py", {"memory.hook"}, 'X = "r2mad_core.memory.hook:R2MadHook"\n') == {
+        "memory.hook"}
+    from r2mad_core import ARCHITECTURE
+
+    layer_of = {unit: index for index, layer in enumerate(ARCHITECTURE) for unit in layer}
+    for a, b in KNOWN_UPWARD_BY_STRING:
+        assert b in graph[a] and layer_of[_owner(b)] > layer_of[_owner(a)], "no longer upward: remove it from the list"

@@ -11,7 +11,7 @@ import pytest
 
 from r2mad_core.data.benchmarks import load
 from r2mad_core.engines.base import Request, SamplingParams
-from r2mad_core.report import estimate as est
+from r2mad_core.reproduce import estimate as est
 from r2mad_core.reproduce import load_profile
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
@@ -47,12 +47,12 @@ def test_the_estimating_engine_counts_overflows_caps_and_loops() -> None:
 
 
 def test_the_paper_profile_estimate_scales_each_split_and_prints_one_gpu_figure() -> None:
-    fields = dict(load_profile("paper").fields)
     one = "truthfulqa"
-    fields.update(benchmarks=[one], retrieval_benchmarks=[one], icl_benchmarks=[one], poison_benchmarks=[one],
-                  cost_benchmark=one, large_models=[], retrieval_policies=["random", "state_aware"],
-                  poison_fractions=[0.5], sc_paths=[3])
-    estimate = est.estimate_profile(fields, test_sample=2, train_sample=2)
+    profile = load_profile("paper", dict(
+        benchmarks=[one], retrieval_benchmarks=[one], icl_benchmarks=[one], poison_benchmarks=[one],
+        cost_benchmark=one, large_models=[], retrieval_policies=["random", "state_aware"],
+        poison_fractions=[0.5], sc_paths=[3]))
+    estimate = est.estimate_profile(profile, test_sample=2, train_sample=2)
     assert list(estimate.per_notebook) == list(est.NOTEBOOK_PLAN)
     assert estimate.per_notebook["07_cost"].requests == 0  # SC, MAD and R2-MAD ran in notebook 03 already
     # memory: every train question of the split, 3 agents x 3 forced rounds + a summary after each round, once: the

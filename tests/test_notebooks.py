@@ -15,11 +15,11 @@ import pandas as pd
 import papermill
 import pytest
 
-from r2mad_core import reproduce
+from r2mad_core.reproduce import command as reproduce
 from r2mad_core.report.artifacts import read_manifest
 from r2mad_core.report.tables import NOT_RUN
 from r2mad_core.report.tables import read_table
-from r2mad_core.experiments.profiles import OPTIONAL_FIELDS, PATH_PARAMETERS, TOP_LEVEL_FIELDS, load_profile
+from r2mad_core.experiments.profiles import OPTIONAL_FIELDS, TOP_LEVEL_FIELDS, load_profile
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"
@@ -80,27 +80,25 @@ def test_papermill_reads_every_parameter(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", _notebooks(), ids=lambda p: p.stem)
-def test_parameters_default_from_one_place_the_profile(path: Path) -> None:
-    """Every parameter is a profile field or a path (so a profile fully determines a run) and its default
-    is ``...``: notebook_setup.setup fills it from the profile named by ``profile`` (tiny by default), so
-    the defaults live in the profile files only. The theory notebook's own grid sizes are exempt."""
+def test_parameters_cells_hold_the_profile_and_what_a_reader_edits(path: Path) -> None:
+    """Issue 30: a parameters cell declares the profile, its overrides and the paths (the theory notebook its own
+    grid sizes too), nothing the profile holds: the grid is built from the profile, never from copied fields."""
+    from r2mad_core.reproduce.notebook_setup import NOTEBOOK_PARAMETERS
+
     cell = _parameters_cell(path)
-    names = set()
+    names = []
     for node in ast.parse(cell.source).body:
         if not isinstance(node, ast.Assign):
             continue
         name = node.targets[0].id  # type: ignore[attr-defined]
-        names.add(name)
+        names.append(name)
         if name == "profile":
             assert ast.literal_eval(node.value) == "tiny", f"{path.name}: profile defaults to tiny"
-            continue
-        fields = (*TOP_LEVEL_FIELDS, *OPTIONAL_FIELDS, *PATH_PARAMETERS)
-        if path.stem in OWN_PARAMETERS_ONLY_EXEMPT and name not in fields:
-            continue
-        assert name in fields, f"{path.name}: {name} is not a profile field"
-        assert isinstance(node.value, ast.Constant) and node.value.value is Ellipsis, (
-            f"{path.name}: {name} must default to ... (filled from the profile), found {ast.unparse(node.value)}")
-    assert "profile" in names
+        fields = (*TOP_LEVEL_FIELDS, *OPTIONAL_FIELDS)
+        assert name not in fields, f"{path.name}: {name} is a profile field (the profile holds it; use overrides)"
+        if path.stem not in OWN_PARAMETERS_ONLY_EXEMPT:
+            assert name in NOTEBOOK_PARAMETERS, f"{path.name}: {name} is not one of {NOTEBOOK_PARAMETERS}"
+    assert names[:len(NOTEBOOK_PARAMETERS)] == list(NOTEBOOK_PARAMETERS), f"{path.name}: {names}"
     source = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
     assert "setup(globals()" in source, f"{path.name}: does not use notebook_setup.setup"
     assert "logging.basicConfig" not in source, f"{path.name}: configures logging itself"

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 import yaml
 
-from r2mad_core import reproduce
+from r2mad_core.reproduce import command as reproduce
 
 from r2mad_core.experiments import profiles as profile_schema
 from r2mad_core.data.benchmarks import BENCHMARKS
@@ -92,7 +92,7 @@ def test_default_profile_is_the_simulated_one_and_says_so() -> None:
         "reproduce: profile cpu: agents = SmolLM2-135M-Instruct (local engine, model the packaged default model, "
         "stands in for Qwen2.5-7B-Instruct)"
     ]
-    makefile = (Path(reproduce.__file__).resolve().parent.parent / "Makefile").read_text()
+    makefile = (reproduce.REPOSITORY / "Makefile").read_text()
     assert "\nPROFILE ?= sim\n" in makefile
 
 
@@ -164,7 +164,7 @@ def test_small_profiles_keep_the_debate_shape_and_stand_in_for_the_large_models(
 
 
 def _paper_fields() -> dict:
-    return yaml.safe_load((Path(reproduce.__file__).parent / "profiles" / "paper.yaml").read_text())
+    return yaml.safe_load((reproduce.REPOSITORY / "r2mad_core" / "profiles" / "paper.yaml").read_text())
 
 
 def test_profile_schema_types_the_fields_and_derives_the_protocol_vocabularies() -> None:
@@ -250,7 +250,7 @@ def test_validation_of_model_entries() -> None:
 def test_load_profile_from_a_path_with_overrides(tmp_path: Path) -> None:
     path = tmp_path / "mine.yaml"
     path.write_text(yaml.safe_dump(_paper_fields()))
-    profile = load_profile(path, {"top_k": 5, "num_trials": 10})
+    profile = load_profile(path, {"top_k": 5, "num_trials": 10}, extra_keys={"num_trials"})  # a notebook declares it
     assert profile.name == "mine" and profile["top_k"] == 5
     assert profile["extra_parameters"] == {"num_trials": 10}
     params = profile.parameters({"figures_dir": tmp_path / "f", "data_dir": None})
@@ -258,6 +258,8 @@ def test_load_profile_from_a_path_with_overrides(tmp_path: Path) -> None:
     assert params["figures_dir"] == str(tmp_path / "f") and "extra_parameters" not in params
     with pytest.raises(ProfileError, match="field 'top_k': expected a number >= 1, found 0"):
         load_profile(path, {"top_k": 0})
+    with pytest.raises(ProfileError, match="unknown key 'num_trials'"):  # declared by no notebook nor the profile
+        load_profile(path, {"num_trials": 10})
     with pytest.raises(ProfileError, match=r"unknown profile 'gpu': expected one of \['api', 'cpu', 'paper', 'sim', 'tiny'\]"):
         load_profile("gpu")
     (tmp_path / "broken.yaml").write_text("a: [1,\n")
@@ -298,31 +300,34 @@ def test_discover_notebooks_in_order_and_only(tmp_path: Path) -> None:
         discover_notebooks(tmp_path, ["07"])
 
 
-def test_runner_passes_declared_parameters_and_stops_at_the_first_failure(tmp_path: Path) -> None:
+def test_runner_passes_the_profile_its_overrides_and_paths_and_stops_at_the_first_failure(tmp_path: Path) -> None:
     notebooks = tmp_path / "nb"
     notebooks.mkdir()
-    _notebook(notebooks / "01_ok.ipynb", 'profile = "x"\ntop_k = 0\nfigures_dir = ""\nnum_trials = 0',
+    _notebook(notebooks / "01_ok.ipynb", 'profile = "x"\noverrides = {}\nfigures_dir = ""',
               ["from pathlib import Path\n"
-               "Path(figures_dir, 'seen.txt').write_text(f'{profile} {top_k} {num_trials}')"])
-    _notebook(notebooks / "02_fails.ipynb", "gamma = 0.0", ["a = 1", "raise ValueError(f'bad gamma {gamma}')"])
+               "Path(figures_dir, 'seen.txt').write_text(f'{profile} {overrides}')"])
+    _notebook(notebooks / "02_fails.ipynb", "overrides = {}",
+              ["a = 1", "raise ValueError(f'bad top_k {overrides[\"top_k\"]}')"])
     _notebook(notebooks / "03_never.ipynb", "seed = 0", ["open('never-ran', 'w')"])
     profile = load_profile("tiny", {"top_k": 2})
     paths = ReproductionPaths(tmp_path / "out", profile.name)
     lines: list[str] = []
     results = run_notebooks(profile, paths, notebooks_dir=notebooks, echo=lines.append)
     assert [r.notebook for r in results] == ["01_ok", "02_fails"]
-    assert (paths.figures_dir / "seen.txt").read_text() == "tiny 2 100"  # profile name, override, extra parameter
+    assert (paths.figures_dir / "seen.txt").read_text() == "tiny {'top_k': 2}"  # the profile and its overrides
     assert results[0].error is None
     failure = results[1].error
     assert "cell 4 of the executed notebook (execution count 4)" in failure
-    assert "ValueError: bad gamma 0.9" in failure and "raise ValueError(f'bad gamma {gamma}')" in failure
+    assert "ValueError: bad top_k 2" in failure and "raise ValueError(f'bad top_k" in failure
     assert any("02_fails FAILED" in line for line in lines)
     assert not any("03_never" in line for line in lines) and not (notebooks / "never-ran").exists()
     executed = nbformat.read(paths.executed_dir / "01_ok.ipynb", 4)
     injected = [c for c in executed.cells if "injected-parameters" in c.metadata.get("tags", [])]
     assert len(injected) == 1
-    # only the declared parameters are injected
-    assert "gamma" not in injected[0].source and "top_k = 2" in injected[0].source
+    # the runner's few names, nothing copied field by field from the profile
+    assert "gamma" not in injected[0].source and 'overrides = {"top_k": 2}' in injected[0].source
+    assert {line.split(" = ")[0] for line in injected[0].source.splitlines() if " = " in line} == {
+        "profile", "overrides", "data_dir", "figures_dir", "runs_dir", "cache_dir"}
     timings = json.loads((paths.executed_dir / "timings.json").read_text())
     assert timings["01_ok"]["succeeded"] is True and timings["02_fails"]["succeeded"] is False
 
@@ -532,4 +537,4 @@ def test_paper_profile_runs_each_model_at_its_native_context_and_pinned_revision
 
 
 def _paper_text() -> str:
-    return (Path(reproduce.__file__).parent / "profiles" / "paper.yaml").read_text()
+    return (reproduce.REPOSITORY / "r2mad_core" / "profiles" / "paper.yaml").read_text()

@@ -14,11 +14,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from r2mad_core.report import variants  # noqa: E402
-from r2mad_core.report.ablations import plan_variant, variant_overrides  # noqa: E402
+from r2mad_core.reproduce import variants  # noqa: E402
+from r2mad_core.reproduce.ablations import plan_variant, variant_overrides  # noqa: E402
 from r2mad_core.report.artifacts import ReportContext, read_manifest  # noqa: E402
-from r2mad_core.report.grid import ExperimentGrid  # noqa: E402
-from r2mad_core.report.variants import Variant, detect, parse_sweep, same_value, variant_name  # noqa: E402
+from r2mad_core.reproduce.grid import ExperimentGrid  # noqa: E402
+from r2mad_core.reproduce.variants import Variant, detect, parse_sweep, same_value, variant_name  # noqa: E402
 
 
 # --------------------------------------------------------------------------------------------
@@ -61,29 +61,33 @@ def test_two_overrides_make_one_variant_and_only_real_changes_count() -> None:
         "Variant low-gamma of profile tiny: gamma = 0.5 (profile tiny: 0.9).")
 
 
-def test_the_kernel_compares_its_parameters_with_the_profile(monkeypatch: pytest.MonkeyPatch) -> None:
-    from r2mad_core.notebook_setup import fill_parameters
+def test_the_kernel_compares_its_resolved_profile_with_the_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    from r2mad_core.reproduce.notebook_setup import resolve_profile
 
-    namespace = {"profile": "tiny", "gamma": ..., "top_k": ..., "figures_dir": ..., "pd": pd}
-    fill_parameters(namespace)
     monkeypatch.delenv(variants.ENVIRONMENT, raising=False)
-    assert detect(namespace, "tiny") is None  # the profile's own values (an unrelated global is ignored)
-    namespace["gamma"] = 0.5  # an edited parameters cell, or papermill -p gamma 0.5
-    assert detect(namespace, "tiny").describe() == "gamma = 0.5 (profile tiny: 0.9)"
-    # reproduce passes overrides of fields this notebook does not declare: still part of its variant
-    monkeypatch.setenv(variants.ENVIRONMENT, variants.to_environment({"gamma": 0.5, "n_agents": 5}, None))
-    assert detect(namespace, "tiny").name == "gamma=0.5,n_agents=5"
+    namespace = {"profile": "tiny", "overrides": {}, "pd": pd}
+    assert detect(*resolve_profile(namespace)) is None  # the profile's own values (an unrelated global is ignored)
+    namespace["gamma"] = 0.5  # papermill -p gamma 0.5, or a line added to the parameters cell
+    assert detect(*resolve_profile(namespace)).describe() == "gamma = 0.5 (profile tiny: 0.9)"
+    # reproduce passes its overrides as the notebook's ``overrides``: every one is part of the variant
+    namespace = {"profile": "tiny", "overrides": {"gamma": 0.5, "n_agents": 5}}
+    assert detect(*resolve_profile(namespace)).name == "gamma=0.5,n_agents=5"
     monkeypatch.setenv(variants.ENVIRONMENT, variants.to_environment({"gamma": 0.5}, "mine"))
-    assert detect(namespace, "tiny").name == "mine"
+    assert detect(*resolve_profile({"profile": "tiny", "overrides": {"gamma": 0.5}})).name == "mine"
+    # an override equal to what the profile resolves to (tiny's protocol preset: round0 independent) is no variant
+    monkeypatch.delenv(variants.ENVIRONMENT, raising=False)
+    assert detect(*resolve_profile({"profile": "tiny", "overrides": {"round0": "independent"}})) is None
 
 
 def test_a_variant_of_a_variant_is_a_variant_of_the_profile_with_both_changes(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rerunning a variant's executed notebook with one more edit: its folder is beside the profile's, never nested."""
+    from r2mad_core.reproduce.notebook_setup import resolve_profile
+
     monkeypatch.delenv(variants.ENVIRONMENT, raising=False)
     figures = Path("figures/tiny/variants/gamma=0.5")  # the executed variant notebook's figures_dir
     assert variants.profile_dir_of(figures) == Path("figures/tiny")
-    namespace = {"profile": "tiny", "gamma": 0.5, "top_k": 5, "figures_dir": str(figures)}
-    variant = detect(namespace, "tiny")
+    namespace = {"profile": "tiny", "overrides": {"gamma": 0.5}, "top_k": 5, "figures_dir": str(figures)}
+    variant = detect(*resolve_profile(namespace))
     assert variant.name == "gamma=0.5,top_k=5"
     assert variants.variant_dir(variants.profile_dir_of(figures), variant.name) == Path(
         "figures/tiny/variants/gamma=0.5,top_k=5")

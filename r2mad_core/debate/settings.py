@@ -10,7 +10,7 @@ bounds or vocabulary and a one-line doc (citing the paper where it speaks). Ever
   :func:`check_int`, :func:`check_float`, :func:`check_choice`);
 - :meth:`r2mad_core.debate.loop.DebateConfig.from_settings` builds the loop's configuration (whose defaults and
   checks are these);
-- the grid (:class:`r2mad_core.report.grid.ExperimentGrid`) carries one settings object, memory construction
+- the grid (:class:`r2mad_core.reproduce.grid.ExperimentGrid`) carries one settings object, memory construction
   (:func:`r2mad_core.experiments.build_memory.build_memory`) takes it;
 - the command line generates its flags from the fields (``flag``, help text = ``doc``;
   :func:`r2mad_core.cli.common.add_setting_arguments`).
@@ -49,9 +49,10 @@ def check_int(owner: str, name: str, value: Any, minimum: int | None = 1, maximu
     """``value`` if it is an integer within the bounds, else ValueError ``"<owner>: option <name> must be ..."``."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{owner}: option {name} must be an integer, found {value!r}")
-    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        bound = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
-        raise ValueError(f"{owner}: option {name} must be {bound}, found {value}")
+    if minimum is not None and value < minimum:  # the bound it breaks, as the profile's messages name it
+        raise ValueError(f"{owner}: option {name} must be >= {minimum}, found {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{owner}: option {name} must be <= {maximum}, found {value}")
     return value
 
 
@@ -117,14 +118,16 @@ class DebateSettings:
     """Every setting of the debate loop, with the paper's values as defaults where it gives them (Section 5.1:
     3 agents, 3 rounds, temperature 1.0, top_p 1.0; max_tokens 6144 in the paper, 512 here, the profile sets it)."""
 
-    n_agents: int = setting(3, "agents n, one persona each (Section 5.1; paper: 3)", flag="--n-agents", minimum=1)
-    n_rounds: int = setting(3, "rounds t = 0..T-1 (Section 5.1; paper: 3)", flag="--n-rounds", minimum=1)
-    temperature: float = setting(1.0, "sampling temperature (Appendix A; paper: 1.0)", flag="--temperature",
-                                 minimum=0.0, maximum=100.0)
+    n_agents: int = setting(3, "agents n, one persona each (Section 5.1; paper: 3; at most 64)", flag="--n-agents",
+                            minimum=1, maximum=64)
+    n_rounds: int = setting(3, "rounds t = 0..T-1 (Section 5.1; paper: 3; at most 64)", flag="--n-rounds", minimum=1,
+                            maximum=64)
+    temperature: float = setting(1.0, "sampling temperature (Appendix A; paper: 1.0; at most 2, as OpenAI-compatible "
+                                 "servers accept)", flag="--temperature", minimum=0.0, maximum=2.0)
     top_p: float = setting(1.0, "nucleus sampling top_p (Appendix A; paper: 1.0)", flag="--top-p", minimum=0.0,
                            maximum=1.0, low_open=True)
-    max_tokens: int = setting(512, "max new tokens per response (default: 512; paper: 6144)", flag="--max-tokens",
-                              minimum=1)
+    max_tokens: int = setting(512, "max new tokens per response (default: 512; paper: 6144; at most 1M)",
+                              flag="--max-tokens", minimum=1, maximum=1_048_576)
     stop_at_unanimity: bool = setting(True, "stop a debate when all agents agree (Cons = 1, Eq. 3; memory "
                                       "construction debates all rounds, Appendix A)", flag="--no-early-stop",
                                       flag_doc="debate all rounds even when the agents agree (MAD methods)")
@@ -132,7 +135,7 @@ class DebateSettings:
                                    "always do)", flag="--with-summaries",
                                    flag_doc="generate debate summaries h^(t) (MAD; Eq. 2)")
     summary_max_tokens: int = setting(128, "max tokens of a debate summary h^(t) (default: 128; the paper does not "
-                                      "say)", flag="--summary-max-tokens", minimum=1)
+                                      "say)", flag="--summary-max-tokens", minimum=1, maximum=1_048_576)
     vote_rule: str = setting("plurality", "final answer rule: plurality over equivalent answers (Appendix A, "
                              "default) or authors_majority_correct (the authors' code)", flag="--vote-rule",
                              choices=VOTE_RULES)

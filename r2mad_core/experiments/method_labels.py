@@ -27,6 +27,7 @@ from typing import Any, Mapping, Sequence
 from r2mad_core.debate.settings import SAMPLING, DebateSettings
 from r2mad_core.experiments.methods import METHOD_SPECS, method_options
 from r2mad_core.memory.retrieval import POLICIES, parse_retrieval_policy, policy_label, policy_spec_of_label
+from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS
 
 #: Suffix of a method name whose run draws its own round 0 (``round0="independent"``), and of one that replays MAD's
 #: round 0 (``round0="shared"``, the paired analysis of notebook 06 when the protocol draws round 0 per method).
@@ -84,10 +85,10 @@ class MethodSettings:
     :class:`~r2mad_core.debate.settings.DebateSettings`), K, gamma, the thresholds, how experiences are shown."""
 
     debate_settings: DebateSettings = field(default_factory=DebateSettings)
-    top_k: int = 3
-    gamma: float = 0.9
-    w_high: float = 0.55
-    w_low: float = 0.45
+    top_k: int = MEMORY_DEFAULTS["top_k"]
+    gamma: float = MEMORY_DEFAULTS["gamma"]
+    w_high: float = MEMORY_DEFAULTS["w_high"]
+    w_low: float = MEMORY_DEFAULTS["w_low"]
     max_experience_chars: int | None = None
     seed: int = 0
 

@@ -112,6 +112,7 @@ from r2mad_core.memory.hook import (
     reference_solutions,
 )
 from r2mad_core.memory.retrieval import RetrievalConfig
+from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS
 from r2mad_core.debate.masking import (  # noqa: F401  (MAD-M2's peer selection; names kept importable from here)
     JUDGE_TAG,
     MASKING_STRATEGIES,
@@ -330,11 +331,11 @@ def r2mad(
     use_memory: bool = True,
     use_confidence: bool = True,
     retrieval_policy: str = "state_aware",
-    top_k: int = 3,
-    gamma: float = 0.9,
-    fixed_lambda: float = 0.5,
-    w_high: float = 0.55,
-    w_low: float = 0.45,
+    top_k: int = MEMORY_DEFAULTS["top_k"],
+    gamma: float = MEMORY_DEFAULTS["gamma"],
+    fixed_lambda: float = MEMORY_DEFAULTS["fixed_lambda"],
+    w_high: float = MEMORY_DEFAULTS["w_high"],
+    w_low: float = MEMORY_DEFAULTS["w_low"],
     confidence_label: str = "peer_correctness",
     confidence_pool: str = "retrieved",
     peer_response_round: str = "case",
@@ -480,7 +481,7 @@ def _registration_problem(spec: MethodSpec) -> str | None:
 
 def register_method(spec: MethodSpec) -> MethodSpec:
     """Add a method: it then shows up in ``r2mad run --method``, :func:`get_method`, and the notebooks' grid under
-    ``spec.label`` (see :mod:`r2mad_core.report.grid`)."""
+    ``spec.label`` (see :mod:`r2mad_core.reproduce.grid`)."""
     problem = _registration_problem(spec)
     if problem is not None:
         raise ValueError(f"register_method: method {getattr(spec, 'name', spec)!r} {problem}")

@@ -25,9 +25,10 @@ by the engine when it sends a request.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping
@@ -64,6 +65,9 @@ from r2mad_core.debate.loop import EMPTY_PEER_MODES, SUMMARY_SCHEDULES, SUMMARY_
 from r2mad_core.debate.scoring import VOTE_RULES
 from r2mad_core.memory.cases import REWARD_DEFINITIONS, STATE_LAYOUTS
 from r2mad_core.memory.confidence import EVIDENCE_LABELS, EVIDENCE_POOLS, PEER_RESPONSE_ROUNDS
+from r2mad_core.debate.settings import SPECS as DEBATE_SPECS, Spec
+from r2mad_core.memory.settings import SPECS as MEMORY_SPECS
+from r2mad_core.theory.checks import GRID_PARAMETERS
 
 PROFILE_PACKAGE_DIR = "profiles"
 #: Notebook parameters that are paths or the profile's name, set by the runner, never by a profile field.
@@ -103,9 +107,29 @@ class ProfileError(ValueError):
 # --------------------------------------------------------------------------------------------
 
 Text = Annotated[str, Field(strict=True, pattern=r"\S")]  # a string with something in it
+#: Bounds a run can honour (issue 33, item 9): a number past them is refused before anything runs, naming the bound.
+MAX_QUESTIONS = 1_000_000  # test_limit / train_limit (the largest split has a few thousand questions)
+MAX_SEED = 2**32 - 1  # numpy's seeds
+MAX_SC_PATHS = 256  # Self-Consistency paths per question (Table 5: up to 9)
+MAX_BOOTSTRAP = 100_000  # bootstrap resamples of a CI (the paper's profile: 10,000)
 PositiveInt = Annotated[StrictInt, Field(ge=1)]
+QuestionCount = Annotated[StrictInt, Field(ge=1, le=MAX_QUESTIONS)]
 Number = StrictInt | StrictFloat
 Probability = Annotated[Number, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+
+
+def declared(spec: Spec) -> Any:
+    """The pydantic type of a profile field declared by a setting (:class:`~r2mad_core.debate.settings.Spec` of
+    :class:`~r2mad_core.debate.settings.DebateSettings` or :class:`~r2mad_core.memory.settings.MemorySettings`):
+    its kind and its bounds, taken from the one declaration."""
+    bounds: dict[str, Any] = {}
+    if spec.minimum is not None:
+        bounds["gt" if spec.low_open else "ge"] = spec.minimum
+    if spec.maximum is not None:
+        bounds["le"] = spec.maximum
+    if spec.kind == "int":
+        return Annotated[StrictInt, Field(**bounds)]
+    return Annotated[Number, Field(allow_inf_nan=False, **bounds)]
 
 
 def _registered_engine(name: str) -> str:
@@ -231,24 +255,24 @@ class ProfileSpec(_Record):
     embedder: Text
     # Which questions
     benchmarks: Annotated[list[str], Field(min_length=1)]
-    test_limit: PositiveInt | None
-    train_limit: PositiveInt | None
-    seed: StrictInt
-    # The debate (Section 5.1)
-    n_agents: PositiveInt
-    n_rounds: PositiveInt
-    temperature: Annotated[Number, Field(ge=0.0, le=2.0, allow_inf_nan=False)]
-    top_p: Annotated[Number, Field(gt=0.0, le=1.0, allow_inf_nan=False)]
-    max_tokens: PositiveInt
-    summary_max_tokens: PositiveInt
-    max_experience_chars: PositiveInt | None
-    # Retrieval (Eq. 8) and confidence (Eqs. 5-7)
-    top_k: PositiveInt | None = None  # K; null or left out: the protocol preset's (1)
-    gamma: Probability
-    w_high: Probability
-    w_low: Probability
+    test_limit: QuestionCount | None
+    train_limit: QuestionCount | None
+    seed: Annotated[StrictInt, Field(ge=0, le=MAX_SEED)]
+    # The debate (Section 5.1): kinds and bounds from DebateSettings, the one declaration
+    n_agents: declared(DEBATE_SPECS["n_agents"])  # type: ignore[valid-type]
+    n_rounds: declared(DEBATE_SPECS["n_rounds"])  # type: ignore[valid-type]
+    temperature: declared(DEBATE_SPECS["temperature"])  # type: ignore[valid-type]
+    top_p: declared(DEBATE_SPECS["top_p"])  # type: ignore[valid-type]
+    max_tokens: declared(DEBATE_SPECS["max_tokens"])  # type: ignore[valid-type]
+    summary_max_tokens: declared(DEBATE_SPECS["summary_max_tokens"])  # type: ignore[valid-type]
+    # What R2-MAD adds (Eqs. 5-7): kinds and bounds from MemorySettings, the one declaration
+    max_experience_chars: declared(MEMORY_SPECS["max_experience_chars"]) | None  # type: ignore[valid-type]
+    top_k: declared(MEMORY_SPECS["top_k"]) | None = None  # type: ignore[valid-type]  # K; null: the preset's (1)
+    gamma: declared(MEMORY_SPECS["gamma"])  # type: ignore[valid-type]
+    w_high: declared(MEMORY_SPECS["w_high"])  # type: ignore[valid-type]
+    w_low: declared(MEMORY_SPECS["w_low"])  # type: ignore[valid-type]
     # What each table varies
-    sc_paths: Annotated[list[PositiveInt], Field(min_length=1)]
+    sc_paths: Annotated[list[Annotated[StrictInt, Field(ge=1, le=MAX_SC_PATHS)]], Field(min_length=1, max_length=32)]
     retrieval_policies: Annotated[list[str], Field(min_length=1)]
     retrieval_models: Annotated[list[str], Field(min_length=1)]
     retrieval_benchmarks: Annotated[list[str], Field(min_length=1)]
@@ -257,7 +281,7 @@ class ProfileSpec(_Record):
     cost_benchmark: str
     poison_fractions: Annotated[list[Probability], Field(min_length=1)]
     poison_benchmarks: Annotated[list[str], Field(min_length=1)]
-    bootstrap_resamples: Annotated[StrictInt, Field(ge=100)]
+    bootstrap_resamples: Annotated[StrictInt, Field(ge=100, le=MAX_BOOTSTRAP)]
     extra_parameters: dict[ExtraName, Any]  # more notebook parameters (e.g. the theory notebook's grid sizes)
     # Optional: the API budget guard (r2mad_core.experiments.budget), the protocol preset and its choices (null or
     # left out: the preset's value), the memory model
@@ -422,6 +446,12 @@ def _validated(data: Any, source: str) -> tuple[ProfileSpec | None, list[str]]:
     """``(spec, [])`` for a valid profile, ``(None, problems)`` otherwise (see :func:`validate_profile`)."""
     if not isinstance(data, dict):
         return None, [f"{source}: expected a mapping of fields at the top level, found {type(data).__name__}"]
+    extras = data.get("extra_parameters")
+    for name, (low, high) in GRID_PARAMETERS.items():  # the theory notebook's grid sizes, within their bounds
+        number = extras.get(name, low) if isinstance(extras, dict) else low
+        if isinstance(number, bool) or not isinstance(number, int) or not low <= number <= high:
+            return None, [f"{source}: field 'extra_parameters.{name}': expected an integer between {low} and {high}, "
+                          f"found {number!r}"]
     try:
         return ProfileSpec.model_validate(data), []
     except ValidationError as exc:
@@ -461,6 +491,20 @@ class Profile:
     source: str
     fields: Mapping[str, Any]
     spec: ProfileSpec
+    #: What a kernel is given to load the same profile: the packaged name, or the YAML file's absolute path.
+    location: str = ""
+    #: The overrides it was loaded with (``--set``, ``--sweep``, a notebook's ``overrides``), as given.
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def folder(self) -> str:
+        """The profile's name as a folder name (``figures/<folder>``): letters, digits and ``._-`` only, never
+        ``..`` (a profile given as ``../profiles/tiny`` writes into ``figures/tiny``)."""
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", self.name).strip("._") or "profile"
+
+    def reloaded(self, overrides: Mapping[str, Any] | None = None, extra_keys: Any = ()) -> "Profile":
+        """The same profile file with ``overrides`` instead of this one's (None: none)."""
+        return load_profile(self.location or self.source, overrides, extra_keys=extra_keys)
 
     def __getitem__(self, key: str) -> Any:
         return self.fields[key]
@@ -483,10 +527,14 @@ def profile_names() -> list[str]:
     return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
-def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None) -> Profile:
+def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None, *,
+                 extra_keys: Any = ()) -> Profile:
     """Load and validate a profile by name (a packaged profile) or by path to a YAML file.
 
-    ``overrides`` replace top-level fields (or ``extra_parameters`` entries) before validation.
+    ``overrides`` replace top-level fields (or ``extra_parameters`` entries) before validation. A key that is
+    neither a profile field (every protocol choice is one), an ``extra_parameters`` entry of the profile nor one of
+    ``extra_keys`` (the extra parameters a notebook declares) is refused: one line naming the nearest valid keys
+    (:func:`check_override_keys`).
     The registries the fields are checked against include plugins (:func:`r2mad_core.plugins.load_plugins`:
     ``R2MAD_PLUGINS`` and the ``r2mad.plugins`` entry points), loaded here first, so a plugin's benchmark, policy
     or method label is a valid profile value in the runner and in every notebook's kernel.
@@ -501,8 +549,11 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
         if not candidate.is_file():
             raise ProfileError(f"profile file {candidate} does not exist")
         text, source, name = candidate.read_text(encoding="utf-8"), str(candidate), candidate.stem
+        location = str(candidate.resolve())
     else:
-        name = str(name_or_path)
+        name = location = str(name_or_path)
+        if not re.fullmatch(r"[A-Za-z0-9_-]+", name):  # not a packaged name (``../profiles/tiny``): never a folder
+            raise ProfileError(f"unknown profile {name!r}: expected one of {profile_names()} or a path to a .yaml file")
         resource = resources.files("r2mad_core").joinpath(PROFILE_PACKAGE_DIR, f"{name}.yaml")
         if not resource.is_file():
             raise ProfileError(f"unknown profile {name!r}: expected one of {profile_names()} or a path to a .yaml file")
@@ -513,6 +564,7 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
         raise ProfileError(f"{source}: not valid YAML: {exc}") from exc
     data = expand_environment(data, source, secrets=_secret_variables(data))
     if overrides and isinstance(data, dict):
+        check_override_keys(overrides, data, name, extra_keys)
         data = dict(data)
         for key, value in overrides.items():
             if key in ProfileSpec.model_fields:
@@ -523,8 +575,22 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
                 data["extra_parameters"] = extra
     spec, errors = _validated(data, source)
     if spec is None:
-        raise ProfileError("invalid profile:\n  " + "\n  ".join(errors))
-    return Profile(name=name, source=source, fields=data, spec=spec)
+        raise ProfileError("invalid profile: " + errors[0] if len(errors) == 1 else
+                           "invalid profile:\n  " + "\n  ".join(errors))
+    return Profile(name=name, source=source, fields=data, spec=spec, location=location, overrides=dict(overrides or {}))
+
+
+def check_override_keys(overrides: Mapping[str, Any], data: Mapping[str, Any], name: str, extra_keys: Any = ()) -> None:
+    """Refuse an override key that is not a profile field (every protocol choice is one), an ``extra_parameters``
+    entry of the profile nor one of ``extra_keys``: one line naming the nearest valid keys (difflib)."""
+    valid = [*ProfileSpec.model_fields, *(data.get("extra_parameters") or {}), *extra_keys]
+    for key in overrides:
+        if key in valid:
+            continue
+        near = difflib.get_close_matches(str(key), valid, n=3, cutoff=0.6)
+        raise ProfileError(
+            f"unknown key {key!r}: not a field of profile {name}, a protocol choice nor a declared extra parameter; "
+            + (f"did you mean {', '.join(near)}?" if near else "the fields are ProfileSpec's (r2mad_core/experiments/profiles.py)"))
 
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -615,7 +681,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 __all__ = [
-    "LARGE_MODEL_FIELDS", "MODEL_FIELDS", "OPTIONAL_FIELDS", "PATH_PARAMETERS", "PROTOCOL_FIELDS", "Profile",
+    "LARGE_MODEL_FIELDS", "MODEL_FIELDS", "check_override_keys", "OPTIONAL_FIELDS", "PATH_PARAMETERS", "PROTOCOL_FIELDS", "Profile",
     "ProfileError", "ProfileSpec", "TOP_LEVEL_FIELDS", "expand_environment", "load_profile",
     "parse_override", "profile_names", "validate_profile",
 ]

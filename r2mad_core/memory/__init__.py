@@ -1,5 +1,7 @@
 """R2-MAD's memory: remember past debates, retrieve with the debate state, reweight peers (Sections 3.2-3.4).
 
+- :mod:`~r2mad_core.memory.settings`: what R2-MAD adds, declared once (``MemorySettings``: K, gamma, the fixed
+  lambda, w_h/w_l, experience length), with defaults, bounds and doc lines.
 - :mod:`~r2mad_core.memory.embeddings`: the encoders of states (MiniLM packaged, BGE-M3 by name, a hashing one).
 - :mod:`~r2mad_core.memory.cases`: the debate state s_i^(t) (Eq. 2) and the memory case m (Eq. 4) with reward r_i.
 - :mod:`~r2mad_core.memory.banks`: the per-agent banks M_i: build, poison, save and load.

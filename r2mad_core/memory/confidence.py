@@ -33,11 +33,13 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS
+
 if TYPE_CHECKING:  # pragma: no cover
     from r2mad_core.memory.banks import MemoryBank
 
-W_HIGH = 0.55
-W_LOW = 0.45
+W_HIGH = MEMORY_DEFAULTS["w_high"]
+W_LOW = MEMORY_DEFAULTS["w_low"]
 EVIDENCE_LABELS = ("peer_correctness", "retrieving_agent_correctness", "outcome_reward")
 EVIDENCE_POOLS = ("retrieved", "candidates")
 PEER_RESPONSE_ROUNDS = ("case", "state")

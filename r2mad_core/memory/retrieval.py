@@ -50,9 +50,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from r2mad_core.plugins import entry_problem
+from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS
 
 DEFAULT_K = 3
-DEFAULT_GAMMA = 0.9
+DEFAULT_GAMMA = MEMORY_DEFAULTS["gamma"]
 CANDIDATE_FACTOR = 3
 
 
@@ -63,7 +64,7 @@ class RetrievalConfig:
     policy: str = "state_aware"
     k: int = DEFAULT_K
     gamma: float = DEFAULT_GAMMA
-    fixed_lambda: float = 0.5
+    fixed_lambda: float = MEMORY_DEFAULTS["fixed_lambda"]
     candidate_factor: int = CANDIDATE_FACTOR
     seed: int = 0
 

@@ -4,7 +4,7 @@
 does:
 
 - **The cells the notebooks run** (:data:`NOTEBOOK_PLAN`, mirroring each notebook's ``exp.grid`` calls; a test
-  checks every notebook's calls are in it), through the notebooks' own :class:`~r2mad_core.report.grid.ExperimentGrid`
+  checks every notebook's calls are in it), through the notebooks' own :class:`~r2mad_core.reproduce.grid.ExperimentGrid`
   with the profile's settings (agents, rounds, K, max_tokens, protocol choices, memory model). A cell already run by
   an earlier notebook is not counted again (the run directory is reused, as in the real run), and requests shared
   by two cells (round 0 of every method) are counted once (the response cache).
@@ -47,10 +47,11 @@ from r2mad_core.engines.base import Completion, Ledger, Request
 from r2mad_core.experiments import method_labels
 from r2mad_core.experiments import protocol as presets
 from r2mad_core.experiments.budget import estimate_tokens
+from r2mad_core.experiments.profiles import load_profile
 from r2mad_core.experiments.model_specs import ModelSpec, large_model_plan
 from r2mad_core.report.protocol_notes import LAMBDA_K
 from r2mad_core.data.benchmarks import load
-from r2mad_core.report.grid import ExperimentGrid
+from r2mad_core.reproduce.grid import ExperimentGrid
 
 #: Generated tokens per second of one GPU (benchmarks/README.md: the throughput model, 8B model, question schedule).
 TOKENS_PER_S = 3754.0
@@ -234,6 +235,9 @@ class Estimate:
     sample: tuple[int, int] = (0, 0)
     seconds: float = 0.0
     sampled: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)  # requests, overflows, capped, largest
+    #: The grid it walked (:meth:`~r2mad_core.reproduce.grid.ExperimentGrid.settings`): the notebooks' grid, with the
+    #: estimating engines and the sampled sizes in place of the models and the splits.
+    grid_settings: dict[str, Any] = field(default_factory=dict)
 
     @property
     def gpu_tokens(self) -> float:
@@ -257,20 +261,46 @@ def _minus(a: Usage, b: Usage) -> Usage:
     return out
 
 
-def estimate_profile(fields: Mapping[str, Any], *, profile: str = "paper", test_sample: int = 8,
-                     train_sample: int = 8, data_dir: str | Path | None = None,
-                     progress: Callable[[str], None] | None = None) -> Estimate:
-    """Walk :data:`NOTEBOOK_PLAN` for the profile ``fields`` with every model replaced by an :class:`EstimatingEngine`
-    (its context = the model's ``max_model_len``), on the first ``test_sample``/``train_sample`` questions, and scale."""
+def _stand_in(spec: ModelSpec) -> dict[str, Any]:
+    """A model entry that answers through an :class:`EstimatingEngine` with the model's context."""
+    return {"label": spec.label, "engine": ENGINE_NAME, "model": spec.model or spec.label,
+            "options": {"context": spec.options.get("max_model_len")}}
+
+
+#: What the estimate's grid replaces in the notebooks' grid: the engines and the sizes (everything else is the same).
+ESTIMATE_REPLACES = ("models", "memory_models", "embedder", "test_limit", "train_limit", "bootstrap_resamples")
+
+
+def estimate_grid(profile: Any, scratch: Path, *, data_dir: str | Path | None = None, test_sample: int = 8,
+                  train_sample: int = 8) -> ExperimentGrid:
+    """The notebooks' grid of ``profile`` from the same constructor
+    (:meth:`~r2mad_core.reproduce.grid.ExperimentGrid.from_profile`), with only :data:`ESTIMATE_REPLACES` the
+    estimate's: every model (evaluated, large, memory-only) behind an :class:`EstimatingEngine`, the hashing
+    embedder, ``test_sample``/``train_sample`` questions, 100 bootstrap resamples; runs and cache in ``scratch``."""
+    gpu = [ModelSpec.from_entry(m.model_dump()) for m in profile.spec.models]
+    large = [spec for _, spec in large_model_plan([m.model_dump(exclude_none=True) for m in profile.spec.large_models], gpu)
+             if spec is not None]
+    builders = [ModelSpec.from_entry(m.model_dump()) for m in profile.spec.memory_models]
+    return ExperimentGrid.from_profile(
+        profile, runs_dir=scratch / "runs", cache_dir=scratch / "cache", data_dir=data_dir,
+        models=[_stand_in(s) for s in [*gpu, *large]], memory_models=[_stand_in(s) for s in builders],
+        embedder="hashing", test_limit=test_sample, train_limit=train_sample, bootstrap_resamples=100)
+
+
+def estimate_profile(profile: Any, *, test_sample: int = 8, train_sample: int = 8,
+                     data_dir: str | Path | None = None, progress: Callable[[str], None] | None = None) -> Estimate:
+    """Walk :data:`NOTEBOOK_PLAN` for ``profile`` (a :class:`~r2mad_core.experiments.profiles.Profile` with its
+    overrides, or a packaged name or YAML path) on the notebooks' own grid
+    (:meth:`~r2mad_core.reproduce.grid.ExperimentGrid.from_profile`), every model replaced by an
+    :class:`EstimatingEngine` (its context = the model's ``max_model_len``), on the first ``test_sample``/
+    ``train_sample`` questions, and scale."""
     started = time.perf_counter()
+    loaded = load_profile(profile) if isinstance(profile, (str, Path)) else profile
+    fields = loaded.parameters({})
+    profile = loaded.name
     gpu = [ModelSpec.from_entry(m) for m in fields["models"]]
     large = [spec for _, spec in large_model_plan(fields.get("large_models", []), gpu) if spec is not None]
     builders = [ModelSpec.from_entry(m) for m in fields.get("memory_models") or []]  # build memory only
-
-    def stand_in(spec: ModelSpec) -> dict[str, Any]:
-        context = spec.options.get("max_model_len")
-        return {"label": spec.label, "engine": ENGINE_NAME, "model": spec.model or spec.label,
-                "options": {"context": context}}
 
     # the evaluated models and a memory-only model on vLLM share the GPU (the paper profile: Qwen3-4B-Instruct-2507)
     on_gpu = [m.label for m in gpu] + [m.label for m in builders if m.engine == "vllm"]
@@ -278,21 +308,17 @@ def estimate_profile(fields: Mapping[str, Any], *, profile: str = "paper", test_
     for spec in [*gpu, *large, *builders]:
         estimate.contexts[spec.label] = spec.options.get("max_model_len")
         estimate.lengths[spec.label] = LengthModel.for_model(spec.model or spec.label)
-    options = {k: fields[k] for k in ExperimentGrid.PARAMETERS
-               if k in fields and k not in ("models", "memory_models", "window")}
     factors: dict[tuple[str, str], float] = {}
     for benchmark in fields["benchmarks"]:
         for split, sample in (("test", test_sample), ("train", train_sample)):
-            full = len(load(benchmark, split, data_dir, split_rule=fields.get("split_rule", "paper")))
+            full = len(load(benchmark, split, data_dir, split_rule=loaded.spec.choices["split_rule"]))
             limit = fields.get(f"{split}_limit")
             full = min(full, limit) if limit else full
             factors[(benchmark, split)] = full / min(sample, full)
     with tempfile.TemporaryDirectory(prefix="r2mad-gpu-estimate-") as scratch:
-        options.update(models=[stand_in(s) for s in [*gpu, *large]], memory_models=[stand_in(s) for s in builders],
-                       runs_dir=Path(scratch) / "runs",
-                       cache_dir=Path(scratch) / "cache", data_dir=data_dir, embedder="hashing",
-                       test_limit=test_sample, train_limit=train_sample, bootstrap_resamples=100)
-        with ExperimentGrid(**options) as exp:
+        with estimate_grid(loaded, Path(scratch), data_dir=data_dir, test_sample=test_sample,
+                           train_sample=train_sample) as exp:
+            estimate.grid_settings = exp.settings()
             def engine(label: str) -> EstimatingEngine:
                 spec = next((m for m in exp.memory_models if m.label == label), None) or exp.model(label)
                 return exp.engine(spec).backend

@@ -32,6 +32,7 @@ from r2mad_core.data.benchmarks import load as load_benchmark
 from r2mad_core.debate.overflow import check_overflow_policy
 from r2mad_core.debate.scoring import compute_metrics
 from r2mad_core.debate.settings import PROFILE_SETTINGS, SAMPLING, DebateSettings
+from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS
 from r2mad_core import engines  # engines.make_engine looked up at call time (tests replace it)
 from r2mad_core.experiments import method_labels
 from r2mad_core.experiments.build_memory import build_memory
@@ -144,9 +145,9 @@ class ExperimentGrid:
         debate: DebateSettings | None = None,
         max_experience_chars: int | None = None,
         top_k: int | None = None,
-        gamma: float = 0.9,
-        w_high: float = 0.55,
-        w_low: float = 0.45,
+        gamma: float = MEMORY_DEFAULTS["gamma"],
+        w_high: float = MEMORY_DEFAULTS["w_high"],
+        w_low: float = MEMORY_DEFAULTS["w_low"],
         bootstrap_resamples: int = 10_000,
         progress: bool = False,
         protocol: str = protocol_presets.DEFAULT_PROTOCOL,
@@ -204,7 +205,7 @@ class ExperimentGrid:
         if memory_model is not None and memory_model not in known:
             raise ValueError(f"memory_model {memory_model!r}: expected null or one of the profile's model labels "
                              f"(models or memory_models) {known}")
-        #: The variant these settings make (:mod:`r2mad_core.report.variants`), set by the notebook setup; None: the profile.
+        #: The variant these settings make (:mod:`r2mad_core.reproduce.variants`), set by the notebook setup; None: the profile.
         self.variant: Any = None
         self._engines: dict[str, Any] = {}
         self._engine_kinds: dict[str, str] = {}
@@ -224,25 +225,48 @@ class ExperimentGrid:
         """``temperature``, ``top_p``, ``max_tokens``."""
         return self.debate.values(SAMPLING)
 
-    #: Notebook parameters :meth:`from_parameters` reads (the names of the profile fields).
-    PARAMETERS = (
-        "models", "benchmarks", "runs_dir", "cache_dir", "data_dir", "embedder", "test_limit", "train_limit",
-        "seed", *PROFILE_SETTINGS, "max_experience_chars", "top_k",
-        "gamma", "w_high", "w_low", "bootstrap_resamples",
-        "protocol", "memory_model", "memory_models", "overflow_policy", "window",
-        *(name for name in protocol_presets.PROFILE_CHOICES if name not in ("top_k", "overflow_policy")),
-    )
-
     @classmethod
-    def from_parameters(cls, namespace: Mapping[str, Any], **overrides: Any) -> "ExperimentGrid":
-        """Build from a notebook's parameters (``ExperimentGrid.from_parameters(globals())``): the
-        profile fields named in :data:`PARAMETERS` that the namespace defines, then ``overrides``."""
-        options = {k: namespace[k] for k in cls.PARAMETERS if k in namespace}
-        options.update(overrides)
-        missing = [k for k in ("models", "benchmarks", "runs_dir", "cache_dir") if k not in options]
-        if missing:
-            raise ValueError(f"ExperimentGrid.from_parameters: the notebook defines no {missing}")
+    def from_profile(cls, profile: Any, overrides: Mapping[str, Any] | None = None, *, runs_dir: str | Path,
+                     cache_dir: str | Path, data_dir: str | Path | None = None, progress: bool = False,
+                     **replace: Any) -> "ExperimentGrid":
+        """THE constructor (issue 30): the grid a typed profile (:class:`~r2mad_core.experiments.profiles.Profile`,
+        its overrides applied when it was loaded) runs, with ``overrides`` applied on top (the profile reloaded with
+        them). Every field that shapes a run cell is read from ``profile.spec``: the models and the memory-only
+        models, ``memory_model``, the debate settings, K, gamma, the thresholds, the protocol preset and every
+        choice, the overflow policy. The notebooks (:func:`r2mad_core.reproduce.notebook_setup.setup`), the
+        pre-flight estimate, the variants' baseline and the report all build their grid here. ``replace`` replaces
+        constructor arguments after the profile's (the estimate: its stand-in engines and sampled sizes)."""
+        if overrides:
+            profile = profile.reloaded({**profile.overrides, **overrides})
+        spec = profile.spec
+        options: dict[str, Any] = dict(
+            models=[m.model_dump() for m in spec.models],
+            memory_models=[m.model_dump() for m in spec.memory_models],
+            benchmarks=list(spec.benchmarks), runs_dir=runs_dir, cache_dir=cache_dir, data_dir=data_dir,
+            embedder=spec.embedder, test_limit=spec.test_limit, train_limit=spec.train_limit, seed=spec.seed,
+            debate=DebateSettings().replace(**{name: getattr(spec, name) for name in PROFILE_SETTINGS}),
+            max_experience_chars=spec.max_experience_chars, gamma=spec.gamma, w_high=spec.w_high, w_low=spec.w_low,
+            bootstrap_resamples=spec.bootstrap_resamples, progress=progress, protocol=spec.protocol,
+            memory_model=spec.memory_model,
+            **{name: getattr(spec, name) for name in protocol_presets.PROFILE_CHOICES},
+        )
+        options.update(replace)
         return cls(**options)
+
+    def settings(self) -> dict[str, Any]:
+        """What this grid runs, as plain values: each evaluated model with the model that builds its memory, the
+        questions, the debate settings, what R2-MAD adds, every protocol choice resolved. Two grids with equal
+        settings run the same cells (the test that the notebooks' grid is the estimate's)."""
+        return {
+            "models": [{**m.describe(), "memory_built_by": self.memory_spec(m).label} for m in self.models],
+            "memory_models": [m.describe() for m in self.memory_models],
+            "benchmarks": list(self.benchmarks), "test_limit": self.test_limit, "train_limit": self.train_limit,
+            "seed": self.seed, "embedder": self.embedder, "debate": self.debate.values(),
+            "memory": {"top_k": self.top_k, "gamma": self.gamma, "w_high": self.w_high, "w_low": self.w_low,
+                       "max_experience_chars": self.max_experience_chars},
+            "protocol": self.protocol_name, "choices": dict(self.choices), "memory_model": self.memory_model,
+            "overflow_policy": self.overflow_policy, "bootstrap_resamples": self.bootstrap_resamples,
+        }
 
     def report_context(self, profile: str, figures_dir: str | Path, notebook: str) -> ReportContext:
         """A :class:`ReportContext` whose manifest fields describe this experiment."""

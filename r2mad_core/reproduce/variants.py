@@ -38,11 +38,11 @@ import pandas as pd
 import numpy as np
 import yaml
 
-from r2mad_core.experiments.protocol import PROFILE_CHOICES
+from r2mad_core.experiments.protocol import BY_NAME, PROFILE_CHOICES
 from r2mad_core.debate.scoring import paired_test
 from r2mad_core.experiments.profiles import load_profile
 from r2mad_core.report.artifacts import apply_style, display_path, jsonable, read_manifest, save_figure, save_table, update_manifest
-from r2mad_core.report.grid import _finished_records
+from r2mad_core.reproduce.grid import _finished_records
 from r2mad_core.report.tables import Table
 
 VARIANTS_DIR = "variants"
@@ -170,10 +170,11 @@ def differences(values: Mapping[str, Any], profile_values: Mapping[str, Any]) ->
     return found
 
 
-def profile_values(profile: str) -> dict[str, Any]:
-    """Every notebook parameter of a profile (the fields, ``extra_parameters`` spread out, optional defaults), each
-    protocol choice the profile leaves to its preset at the preset's value (``top_k`` of the paper preset: 1)."""
-    loaded = load_profile(profile)
+def profile_values(profile: Any) -> dict[str, Any]:
+    """Every notebook parameter of a profile (a :class:`~r2mad_core.experiments.profiles.Profile`, or a name or path
+    to load): the fields, ``extra_parameters`` spread out, optional defaults, each protocol choice the profile leaves
+    to its preset at the preset's value (``top_k`` of the paper preset: 1)."""
+    loaded = load_profile(profile) if isinstance(profile, (str, Path)) else profile
     values = loaded.parameters({})
     for name, value in loaded.spec.choices.items():
         if values.get(name) is None:
@@ -218,18 +219,16 @@ def from_environment() -> tuple[dict[str, Any], str | None]:
     return dict(data.get("overrides") or {}), data.get("name")
 
 
-def detect(namespace: Mapping[str, Any], profile: str, name: str | None = None) -> Variant | None:
-    """The variant a notebook's parameters make (compared with the profile inside the kernel), merged with the
-    overrides ``reproduce`` passed (:data:`ENVIRONMENT`); None when every value is the profile's."""
-    base = profile_values(profile)
-    declared = {k: v for k, v in namespace.items() if k in base or k in NOT_OVERRIDES}
-    passed, passed_name = from_environment()
-    found = {k: (v, base.get(k)) for k, v in passed.items() if not same_value(v, base.get(k))}
-    found.update(differences(declared, base))
-    name = name or namespace.get("variant") or passed_name
+def detect(loaded: Any, base: Any, name: str | None = None) -> Variant | None:
+    """The variant a notebook runs: every resolved value of ``loaded`` (the profile with the notebook's overrides)
+    that differs from ``base`` (the profile itself), compared after the protocol preset is resolved, so an override
+    that equals what the profile resolves to is no variant. The name: ``name``, else the one ``reproduce`` passed
+    (:data:`ENVIRONMENT`), else from the overrides. None when nothing differs."""
+    found = differences(profile_values(loaded), profile_values(base))
     if not found:
         return None
-    return Variant(profile, found, check_name(str(name)) if name else "", frozenset(declared))
+    name = name or from_environment()[1]
+    return Variant(base.name, found, check_name(str(name)) if name else "")
 
 
 # --------------------------------------------------------------------------------------------
@@ -532,7 +531,7 @@ def compare_files(profile_csv: Path, variant_csv: Path) -> pd.DataFrame | None:
 class TableComparer:
     """``ReportContext.after_table`` of a variant: compares every table it saves with the profile's copy
     (``baseline_dir``) and saves ``<table>_vs_profile`` with a sentence of "What this shows" (also shown in the
-    notebook). ``baseline`` is the :class:`~r2mad_core.report.grid.ExperimentGrid` of the profile's own values
+    notebook). ``baseline`` is the :class:`~r2mad_core.reproduce.grid.ExperimentGrid` of the profile's own values
     (same runs and cache), used only to find the profile's run cells."""
 
     ctx: Any
@@ -584,3 +583,84 @@ class TableComparer:
             return
         text = "**Compared with the profile.** " + " ".join(sentences)
         display(Markdown(text))
+
+
+# --------------------------------------------------------------------------------------------
+# As executed: the variant's overrides read back from the run configurations its tables came from
+# --------------------------------------------------------------------------------------------
+
+#: Profile fields a run directory's ``config.json`` records under another name.
+RECORDED_AS = {"test_limit": "limit"}
+
+
+def recorded_value(config: Mapping[str, Any], key: str) -> tuple[bool, Any]:
+    """``(True, value)`` when a run's ``config.json`` records ``key`` (the method's options, the cell, the debate
+    settings), else ``(False, None)``."""
+    key = RECORDED_AS.get(key) or (BY_NAME[key].method_option if key in BY_NAME else key)  # icl_match: ``match``
+    method = config.get("method") or {}
+    for where in (method.get("options") or {}, config, method.get("debate") or {}):
+        if isinstance(where, Mapping) and key in where:
+            return True, where[key]
+    return False, None
+
+
+def as_executed(run_dirs: Sequence[str | Path], overrides: Mapping[str, tuple[Any, Any]]) -> dict[str, dict[str, Any]]:
+    """For each override: how many of the runs' ``config.json`` record the key (``recorded_by``) and how many
+    record the override's value (``with_value``), of ``cells`` runs; read back from what executed, not the request."""
+    configs = []
+    for run_dir in dict.fromkeys(str(d) for d in run_dirs):
+        path = Path(run_dir) / "config.json"
+        if path.is_file():
+            configs.append(json.loads(path.read_text(encoding="utf-8")))
+    found = {}
+    for key, (value, _) in overrides.items():
+        values = [v for ok, v in (recorded_value(c, key) for c in configs) if ok]
+        found[key] = {"value": jsonable(value), "cells": len(configs), "recorded_by": len(values),
+                      "with_value": sum(same_value(v, value) for v in values)}
+    return found
+
+
+def executed_sentence(name: str, executed: Mapping[str, Mapping[str, Any]]) -> str:
+    """``tab_x as executed (read back from its 25 run configs): round0 = shared in 25 of 25.``"""
+    cells = max((e["cells"] for e in executed.values()), default=0)
+    parts = []
+    for key, e in executed.items():
+        shown = f"{key} = {show_value(e['value'])}"
+        if not e["recorded_by"]:
+            parts.append(f"{shown}: recorded by no run (it chooses which cells run, or changes nothing here)")
+        elif not e["with_value"]:
+            parts.append(f"{shown}: in none of the {e['recorded_by']} runs that record {key} (the override changes "
+                         f"nothing this table ran)")
+        else:
+            parts.append(f"{shown} in {e['with_value']} of {e['recorded_by']} runs that record it")
+    return f"{name} as executed (read back from its {cells} run configs): " + "; ".join(parts) + "."
+
+
+def record_executed(ctx: Any, table: Any, name: str, variant: Variant) -> str | None:
+    """After a variant's table is saved: its overrides as its cells' run configs recorded them, in the manifest entry
+    (``variant_as_executed``) and shown; None for a table without run cells."""
+    cells = (table.cells if isinstance(table, Table) else None) or {}
+    run_dirs = [o.run_dir for outcomes in cells.values() for o in outcomes]
+    if not run_dirs or name.endswith(COMPARISON_SUFFIX):
+        return None
+    executed = as_executed(run_dirs, variant.overrides)
+    sentence = executed_sentence(name, executed)
+    record = read_manifest(ctx.out_dir)["artifacts"].get(name)
+    if record is not None:
+        update_manifest(ctx.out_dir, name, {**record, "variant_as_executed": executed})
+    try:
+        from IPython.display import Markdown, display  # lazy: IPython only inside a notebook kernel
+
+        display(Markdown(f"**As executed.** {sentence}"))
+    except ImportError:
+        print(sentence)
+    return sentence
+
+
+def changes_nothing(figures_dir: str | Path) -> bool:
+    """Whether a variant's tables show that its overrides changed nothing that ran: every table with run cells
+    records, for every override that any run records, the override's value in none of them."""
+    records = [r.get("variant_as_executed") for r in read_manifest(figures_dir)["artifacts"].values()]
+    records = [r for r in records if r]
+    recorded = [e for r in records for e in r.values() if e["recorded_by"]]
+    return bool(recorded) and not any(e["with_value"] for e in recorded)

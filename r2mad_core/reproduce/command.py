@@ -4,11 +4,15 @@ A profile (``r2mad_core/profiles/<name>.yaml``) holds every parameter of a repro
 and their engines, the embedder, the benchmarks and how many of their questions to use, the
 debate hyperparameters of the paper (3 agents, 3 rounds, temperature 1.0, top_p 1.0, max_tokens,
 K, gamma, the thresholds w_l/w_h of Eq. 7's annotations) and which variants each table needs.
-Each top-level field is a papermill parameter: a notebook receives the fields its ``parameters``
-cell declares, plus ``profile`` (the name) and the paths ``data_dir``, ``figures_dir``
-(``<output>/figures/<profile>``), ``runs_dir`` (``<output>/runs/<profile>``) and ``cache_dir``
-(``<output>/cache/<profile>``); ``extra_parameters`` are passed as they are (e.g. the theory
-notebook's grid sizes).
+Every notebook receives the same few papermill parameters (:func:`notebook_parameters`): ``profile`` (the
+packaged name, or the YAML file's absolute path), ``overrides`` (``--set``, a sweep's value) and the paths
+``data_dir``, ``figures_dir`` (``<output>/figures/<profile>``), ``runs_dir`` (``<output>/runs/<profile>``) and
+``cache_dir`` (``<output>/cache/<profile>``), ``<profile>`` being the profile's name as a folder name. Each kernel
+loads the typed profile with the overrides and builds its grid with
+:meth:`~r2mad_core.reproduce.grid.ExperimentGrid.from_profile`, as ``--estimate-only`` does, so no field is dropped
+on the way. Every ``--set``/``--sweep`` key and value is checked before anything runs: a key that is not a profile
+field, a protocol choice nor an extra parameter (of the profile, or declared by a notebook: the theory notebook's
+grid sizes) is one line naming the nearest valid keys.
 
     python -m r2mad_core.reproduce [--profile sim] [--only 03,04] [--data-dir DIR] [--output-dir DIR]
                                    [--set top_k=5 --set gamma=0.5]
@@ -36,6 +40,7 @@ parameter, only generates what changed.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import json
 import math
@@ -48,9 +53,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 
-from r2mad_core import notebook_runner
+from r2mad_core.reproduce import notebook_runner
 from r2mad_core.files import atomic_write
-from r2mad_core.notebook_runner import (  # noqa: F401  (re-exported: the runner's names as reproduce had them)
+from r2mad_core.reproduce.notebook_runner import (  # noqa: F401  (re-exported: the runner's names as reproduce had them)
     AFTER_METADATA,
     KERNEL_NAME,
     NotebookResult,
@@ -70,13 +75,14 @@ from r2mad_core.experiments.profiles import (  # noqa: F401  (re-exported: repro
     validate_profile,
 )
 
-from r2mad_core.report.variants import ENVIRONMENT as VARIANT_ENVIRONMENT, VARIANTS_DIR
+from r2mad_core.reproduce.variants import ENVIRONMENT as VARIANT_ENVIRONMENT, VARIANTS_DIR
 from r2mad_core.experiments.budget import BudgetCap, EstimatingGateway, ForwardingGateway, Prices, Usage, format_estimate
-from r2mad_core.report.ablations import run_ablation
+from r2mad_core.reproduce.ablations import run_ablation
 from r2mad_core.report.artifacts import missing_artifacts
-from r2mad_core.report.estimate import estimate_lines, estimate_profile
+from r2mad_core.reproduce.estimate import estimate_lines, estimate_profile
 from r2mad_core.report.power import claims_power_lines
-from r2mad_core.report.variants import Variant, differences, from_environment, profile_values, shown_path, to_environment
+from r2mad_core.reproduce.variants import (Variant, differences, parse_sweep, profile_values, shown_path,
+                                          to_environment)
 from r2mad_core.data.verdicts import ENVIRONMENT as ANSWER_MEMO_ENVIRONMENT
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
@@ -89,7 +95,7 @@ NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 
 def default_notebooks_dir() -> Path:
     """``notebooks/`` of the repository this package lives in (else of the working directory)."""
-    beside = Path(__file__).resolve().parent.parent / "notebooks"
+    beside = Path(__file__).resolve().parents[2] / "notebooks"
     return beside if beside.is_dir() else Path.cwd() / "notebooks"
 
 
@@ -117,7 +123,7 @@ class ReproductionPaths:
     output_dir: Path
     profile: str
     data_dir: Path | None = None
-    #: A variant's name (:mod:`r2mad_core.report.variants`): its executed notebooks and artifacts go to
+    #: A variant's name (:mod:`r2mad_core.reproduce.variants`): its executed notebooks and artifacts go to
     #: ``.../variants/<name>/``; the kernels get the profile's ``figures_dir`` and put the variant's beside it.
     variant: str | None = None
     figures_dir: Path = field(init=False)
@@ -152,7 +158,7 @@ class ReproductionPaths:
 #: lie inside the repository, so committed executed notebooks hold no machine paths.
 #: Path parameters passed relative to the notebooks' folder when they lie inside the repository.
 PORTABLE_PATH_PARAMETERS = frozenset({"data_dir", "figures_dir", "runs_dir", "cache_dir"})
-REPOSITORY = Path(__file__).resolve().parent.parent
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 def _portable(value: Any, notebook_dir: Path) -> Any:
@@ -184,17 +190,17 @@ def _strip_machine_paths(executed: Path) -> None:
         atomic_write(executed, nbformat.writes(notebook) + "\n")
 
 
-def _mark_variant(executed: Path, profile: str, paths: "ReproductionPaths") -> None:
+def _mark_variant(executed: Path, profile: Profile, paths: "ReproductionPaths") -> None:
     """A variant's executed notebook says at its top which variant it is and where its outputs went."""
     import nbformat  # lazy: the notebooks extra (papermill, nbformat) is optional; --help and the estimate work without it
 
     if not executed.is_file():
         return
-    values, _ = from_environment()
-    variant = Variant(profile, differences(values, profile_values(profile)) or {"?": (None, None)}, paths.variant or "")
+    found = differences(profile_values(profile), profile_values(profile.reloaded()))
+    variant = Variant(profile.name, found or {"?": (None, None)}, paths.variant or "")
     notebook = nbformat.read(executed, as_version=4)
     cell = nbformat.v4.new_markdown_cell(
-        f"**Variant `{variant.name}` of profile {profile}**: {variant.describe()}. Its figures and tables are in "
+        f"**Variant `{variant.name}` of profile {profile.name}**: {variant.describe()}. Its figures and tables are in "
         f"`{shown_path(paths.artifacts_dir)}/`, each compared with the profile's (`*_vs_profile`); the profile's "
         f"own artifacts are in `{shown_path(paths.figures_dir)}/`.")
     cell.metadata["tags"] = ["variant"]
@@ -203,10 +209,31 @@ def _mark_variant(executed: Path, profile: str, paths: "ReproductionPaths") -> N
 
 
 def declared_parameters(notebook: Path) -> set[str]:
-    """Names assigned in the notebook's ``parameters`` cell (papermill's inspection)."""
-    import papermill  # lazy: the notebooks extra is optional
+    """Names assigned in the notebook's ``parameters`` cell (read as papermill reads it: the cell tagged
+    ``parameters``); no papermill needed, so ``--estimate-only`` checks overrides without the notebooks extra."""
+    cells = json.loads(Path(notebook).read_text(encoding="utf-8")).get("cells", [])
+    for cell in cells:
+        if "parameters" in (cell.get("metadata") or {}).get("tags", []):
+            source = "".join(cell.get("source") or [])
+            return {target.id for node in ast.parse(source).body if isinstance(node, ast.Assign)
+                    for target in node.targets if isinstance(target, ast.Name)}
+    return set()
 
-    return set(papermill.inspect_notebook(str(notebook)).keys())
+
+def extra_keys(notebooks: Sequence[Path]) -> set[str]:
+    """The extra parameters the notebooks declare (the theory notebook's grid sizes): valid ``--set``/``--sweep``
+    keys besides the profile's fields and its own ``extra_parameters``."""
+    found: set[str] = set()
+    for notebook in notebooks:
+        found |= declared_parameters(notebook)
+    return found - set(PATH_PARAMETERS) - {"overrides"}
+
+
+def notebook_parameters(profile: Profile, paths: "ReproductionPaths") -> dict[str, Any]:
+    """What every notebook is given: the profile (its packaged name, or the YAML file's absolute path), the
+    overrides it was loaded with, and where things go. Nothing else: each notebook builds its grid from these
+    (:func:`r2mad_core.reproduce.notebook_setup.setup`), so no field can be dropped on the way."""
+    return {"profile": profile.location or profile.name, "overrides": dict(profile.overrides), **paths.as_parameters()}
 
 
 def run_notebooks(
@@ -232,7 +259,7 @@ def run_notebooks(
         folder.mkdir(parents=True, exist_ok=True)
     if paths.data_dir:
         os.environ["R2MAD_DATA_DIR"] = str(paths.data_dir)
-    parameters = profile.parameters(paths.as_parameters())
+    parameters = notebook_parameters(profile, paths)
     total_start = time.perf_counter()
     for line in banner(profile) if show_banner else ():
         echo(line)
@@ -254,15 +281,14 @@ def run_notebooks(
     position = {notebook.stem: index for index, notebook in enumerate(notebooks, start=1)}
 
     def run_one(notebook: Path, kernel: Any, clear: bool) -> NotebookResult:
-        wanted = declared_parameters(notebook)
         passed = {k: _portable(v, notebook.parent) if k in PORTABLE_PATH_PARAMETERS else v
-                  for k, v in parameters.items() if k in wanted}
+                  for k, v in parameters.items()}
         output = paths.executed_dir / notebook.name
         start = time.perf_counter()
         error = notebook_runner.execute(notebook, output, passed, kernel, clear)
         _strip_machine_paths(output)
         if paths.variant:
-            _mark_variant(output, profile.name, paths)
+            _mark_variant(output, profile, paths)
         return NotebookResult(notebook.stem, time.perf_counter() - start, output, error)
 
     def finish(notebook: Path, result: NotebookResult) -> None:  # under the runner's lock
@@ -281,7 +307,7 @@ def run_notebooks(
             notebooks, run_one, jobs=jobs, reuse_kernels=reuse_kernels,
             # the longest first: by this folder's last run, else by the committed run of the profile
             hints=(notebook_runner.previous_seconds(paths.executed_dir)
-                   or notebook_runner.previous_seconds(REPOSITORY / "notebooks" / "executed" / profile.name)),
+                   or notebook_runner.previous_seconds(REPOSITORY / "notebooks" / "executed" / profile.folder)),
             on_start=lambda notebook: echo(f"[{position[notebook.stem]}/{total}] {notebook.stem} ..."),
             on_finish=finish)
     if not (results and results[-1].error):
@@ -483,7 +509,7 @@ def estimate_cost(
             per_notebook[result.notebook] = now.minus(before[0])
             before[0] = now
 
-        scratch_paths = ReproductionPaths(Path(scratch), profile.name, paths.data_dir)
+        scratch_paths = ReproductionPaths(Path(scratch), profile.folder, paths.data_dir)
         with _environment({variable: gateway.base_url for variable in endpoints}):
             results = run_notebooks(profile, scratch_paths, notebooks_dir=notebooks_dir, only=only,
                                     echo=lambda line: None, after_notebook=record)
@@ -555,12 +581,12 @@ def _budget_main(
 
 def _gpu_estimate_main(profile: Profile, data_dir: Path | None) -> int:
     """``--estimate-only`` for a profile without a budget gateway (the paper profile): the pre-flight estimate of
-    :mod:`r2mad_core.report.estimate`, printed; nothing generated, no notebook run."""
+    :mod:`r2mad_core.reproduce.estimate`, printed; nothing generated, no notebook run."""
     for line in banner(profile):
         print(line)
     print("reproduce: --estimate-only: building every request of the notebooks' cells on a sample of questions "
           "(no model is loaded) ...", flush=True)
-    estimate = estimate_profile(profile.fields, profile=profile.name, data_dir=data_dir,
+    estimate = estimate_profile(profile, data_dir=data_dir,
                                 progress=lambda notebook: print(f"  ... {notebook}", flush=True))
     for line in estimate_lines(estimate):
         print(line)
@@ -572,43 +598,52 @@ def _gpu_estimate_main(profile: Profile, data_dir: Path | None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    only = [t for t in args.only.split(",") if t.strip()] if args.only else None
     try:
         overrides = dict(parse_override(text) for text in args.overrides)
         if args.protocol is not None:
             overrides.setdefault("protocol", args.protocol)
-        profile = load_profile(args.profile, overrides)
-    except ProfileError as exc:
-        print(f"reproduce: {exc}", file=sys.stderr)
+        # every key and value checked before anything runs: a profile field, a protocol choice or an extra parameter
+        # of the profile or of the notebooks chosen, within its bounds (one line naming the nearest keys)
+        keys = extra_keys(discover_notebooks(args.notebooks_dir or default_notebooks_dir()))
+        profile = load_profile(args.profile, overrides, extra_keys=keys)
+        if args.sweep:
+            key, values = parse_sweep(args.sweep)
+            for value in values:
+                load_profile(args.profile, {**overrides, key: value}, extra_keys=keys)
+    except (FileNotFoundError, ProfileError, ValueError) as exc:
+        print(f"reproduce: {exc}" + (f" (--sweep {args.sweep})" if args.sweep and "--sweep" not in str(exc) else ""),
+              file=sys.stderr)
         return 2
-    only = [t for t in args.only.split(",") if t.strip()] if args.only else None
     if overrides or args.sweep or args.variant:
         return _ablation_main(args, overrides, only)
     return _run_main(args, profile, only)
 
 
 def _ablation_main(args: argparse.Namespace, overrides: Mapping[str, Any], only: Sequence[str] | None) -> int:
-    """``--set``/``--variant``/``--sweep``: each run a variant beside the profile's (r2mad_core.report.ablations)."""
+    """``--set``/``--variant``/``--sweep``: each run a variant beside the profile's (r2mad_core.reproduce.ablations)."""
+    keys = extra_keys(discover_notebooks(args.notebooks_dir or default_notebooks_dir()))
     base = load_profile(args.profile)
-    paths = ReproductionPaths(args.output_dir, base.name)
+    paths = ReproductionPaths(args.output_dir, base.folder)
 
     def run(values: Mapping[str, Any], variant: Any, chosen: Sequence[str] | None) -> Path | None:
-        profile = load_profile(args.profile, values)
+        profile = load_profile(args.profile, values, extra_keys=keys)
         name = variant.name if variant is not None else None
         environment = {VARIANT_ENVIRONMENT: to_environment(values, name)} if variant is not None else {}
         with _environment(environment):
             code = _run_main(args, profile, chosen, variant=name, show_banner=False)
-        return ReproductionPaths(args.output_dir, profile.name, variant=name).artifacts_dir if code == 0 else None
+        return ReproductionPaths(args.output_dir, profile.folder, variant=name).artifacts_dir if code == 0 else None
 
     try:
         if not args.sweep:
-            load_profile(args.profile, overrides)  # a bad override is one line now, before any baseline runs
+            load_profile(args.profile, overrides, extra_keys=keys)  # a bad override: one line, before anything runs
         notebooks = [p.stem for p in discover_notebooks(args.notebooks_dir or default_notebooks_dir(), only)]
         for line in banner(base):
             print(line)
         # the baseline runs first only where it costs nothing but this machine's time (simulated agents)
         engines = {m.get("engine") for m in [*base["models"], *(base.fields.get("large_models") or [])]
                    if not m.get("stand_in")}  # a stand-in runs on one of the models
-        return run_ablation(run, base.name, paths.figures_dir, notebooks, overrides, name=args.variant,
+        return run_ablation(run, base, paths.figures_dir, notebooks, overrides, name=args.variant,
                             sweep=args.sweep, only=only, engine_note=" ".join(banner(base)[:1]),
                             baseline_first=engines <= {"simulated"} and not args.estimate_only)
     except (FileNotFoundError, ProfileError, ValueError) as exc:
@@ -619,7 +654,7 @@ def _ablation_main(args: argparse.Namespace, overrides: Mapping[str, Any], only:
 def _run_main(args: argparse.Namespace, profile: Profile, only: Sequence[str] | None, *, variant: str | None = None,
               show_banner: bool = True) -> int:
     data_dir = args.data_dir or (Path(os.environ["R2MAD_DATA_DIR"]) if os.environ.get("R2MAD_DATA_DIR") else None)
-    paths = ReproductionPaths(args.output_dir, profile.name, data_dir.resolve() if data_dir else None, variant=variant)
+    paths = ReproductionPaths(args.output_dir, profile.folder, data_dir.resolve() if data_dir else None, variant=variant)
     try:
         endpoints = guarded_endpoints(profile)
         if endpoints:

@@ -1,11 +1,11 @@
 """Ablation runs: ``reproduce --set``, ``--variant`` and ``--sweep`` as variants of a profile, each beside its baseline.
 
 The paper's ablations (Section 5.3, Tables 2-3 and the hyperparameter study of K, gamma, w_l/w_h) change one value
-of the setup. :func:`run_ablation` turns the runner's overrides into a :class:`~r2mad_core.report.variants.Variant`
+of the setup. :func:`run_ablation` turns the runner's overrides into a :class:`~r2mad_core.reproduce.variants.Variant`
 (no variant when every override equals the profile's value), makes sure the profile itself (the baseline) has run
 the chosen notebooks first (it runs them when it has not), runs the variant into its own folders, and prints each
 comparison with the baseline; a sweep runs every value as a variant and draws the metric against the parameter
-(:func:`r2mad_core.report.variants.sweep_artifacts`). The runner (:mod:`r2mad_core.reproduce`) passes the function
+(:func:`r2mad_core.reproduce.variants.sweep_artifacts`). The runner (:mod:`r2mad_core.reproduce`) passes the function
 that executes notebooks (``run``), so this module stays below it.
 """
 
@@ -14,12 +14,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from r2mad_core.experiments.profiles import load_profile
 from r2mad_core.report.artifacts import read_manifest
-from r2mad_core.report.variants import (
+from r2mad_core.reproduce.variants import (
     COMPARISON_SUFFIX,
     SWEEPS_DIR,
     SweepPoint,
     Variant,
+    changes_nothing,
     check_name,
     differences,
     parse_sweep,
@@ -34,15 +36,16 @@ from r2mad_core.report.variants import (
 Runner = Callable[[Mapping[str, Any], "Variant | None", "Sequence[str] | None"], "Path | None"]
 
 
-def plan_variant(profile: str, overrides: Mapping[str, Any], name: str | None = None,
+def plan_variant(profile: Any, overrides: Mapping[str, Any], name: str | None = None,
                  echo: Callable[[str], None] = print) -> Variant | None:
-    """The variant ``--set`` overrides make (None: every override is the profile's value, said so)."""
-    base = profile_values(profile)
+    """The variant ``--set`` overrides make (None: every override is the profile's value, said so). ``profile``: a
+    :class:`~r2mad_core.experiments.profiles.Profile` or a name; the keys were checked when the runner loaded it
+    with the overrides (an unknown key never gets here)."""
+    loaded = load_profile(profile) if isinstance(profile, (str, Path)) else profile
+    base = profile_values(loaded)
     found = differences(dict(overrides), base)
+    profile = loaded.name
     for key in overrides:
-        if key not in base:
-            echo(f"reproduce: warning: {key} is not a field of profile {profile} (nor one of its extra_parameters); "
-                 f"it reaches only notebooks whose parameters cell declares {key}")
         if key not in found:
             echo(f"reproduce: {key}={show_value(overrides[key])} is the profile {profile}'s own value: not a variant")
     if name is not None:
@@ -86,12 +89,15 @@ def ensure_baseline(run: Runner, profile: str, profile_dir: Path, notebooks: Seq
     return run({}, None, [m.split("_", 1)[0] for m in missing]) is not None
 
 
-def run_ablation(run: Runner, profile: str, profile_dir: Path, notebooks: Sequence[str], overrides: Mapping[str, Any],
+def run_ablation(run: Runner, profile: Any, profile_dir: Path, notebooks: Sequence[str], overrides: Mapping[str, Any],
                  *, name: str | None = None, sweep: str | None = None, only: Sequence[str] | None = None,
                  engine_note: str = "", echo: Callable[[str], None] = print, baseline_first: bool = True) -> int:
-    """``reproduce --set ... [--variant NAME] [--sweep KEY=V1,V2,...]``: the exit code."""
+    """``reproduce --set ... [--variant NAME] [--sweep KEY=V1,V2,...]``: the exit code. ``profile``: the
+    :class:`~r2mad_core.experiments.profiles.Profile` (or a packaged name)."""
+    loaded = load_profile(profile) if isinstance(profile, (str, Path)) else profile
+    profile = loaded.name
     if sweep is None:
-        variant = plan_variant(profile, overrides, name, echo)
+        variant = plan_variant(loaded, overrides, name, echo)
         if variant is None:
             return 0 if run({}, None, only) is not None else 1
         if not ensure_baseline(run, profile, profile_dir, notebooks, echo, baseline_first):
@@ -103,15 +109,18 @@ def run_ablation(run: Runner, profile: str, profile_dir: Path, notebooks: Sequen
             return 1
         for line in comparison_lines(figures):
             echo("  " + line)
+        if changes_nothing(figures):  # read back from the runs' config.json, not from the request
+            echo(f"reproduce: variant {variant.name} changes nothing that ran: no run of these notebooks records "
+                 f"{', '.join(variant.overrides)} with the variant's value; it is the profile's own run")
         return 0
     key, values = parse_sweep(sweep)
-    fixed = plan_variant(profile, {k: v for k, v in overrides.items() if k != key}, None, echo)
-    base = profile_values(profile)
+    fixed = plan_variant(loaded, {k: v for k, v in overrides.items() if k != key}, None, echo)
+    base = profile_values(loaded)
     if not ensure_baseline(run, profile, profile_dir, notebooks, echo, baseline_first):
         return 1
     points = []
     for value in values:
-        point = plan_variant(profile, {**(variant_overrides(fixed) if fixed else {}), key: value}, None,
+        point = plan_variant(loaded, {**(variant_overrides(fixed) if fixed else {}), key: value}, None,
                              echo=lambda line: None)
         echo(f"reproduce: sweep {key} = {show_value(value)}"
              + (f" (variant {point.name})" if point else f" (the profile's own value: its own run)"))

@@ -1,0 +1,73 @@
+"""What R2-MAD adds to the debate, declared once: K (Eq. 5), gamma (Eq. 6), the fixed lambda, the thresholds w_h/w_l
+(Eq. 7) and how much of a past response an experience shows.
+
+:class:`MemorySettings` is to the method what :class:`~r2mad_core.debate.settings.DebateSettings` is to the debate: a
+frozen dataclass whose fields are declared with :func:`~r2mad_core.debate.settings.setting` (default, bounds, one-line
+doc citing the paper, the authors' code or "ours"). Everything else reads it:
+
+- the profile schema (:class:`r2mad_core.experiments.profiles.ProfileSpec`) takes these fields' bounds (a bound a
+  run can honour: ``top_k=1000000000`` is refused before anything runs, with the bound);
+- the ``r2mad`` method's builder (:func:`r2mad_core.experiments.methods.r2mad`) and the method labels' settings
+  (:class:`r2mad_core.experiments.method_labels.MethodSettings`) take their defaults from :data:`DEFAULTS`;
+- the run grid (:class:`r2mad_core.reproduce.grid.ExperimentGrid`) takes its defaults from here too.
+
+``top_k``'s default is the method's (3, ours); a profile's ``top_k: null`` takes the protocol preset's K
+(:mod:`r2mad_core.experiments.protocol`: the paper preset 1, as the authors' run script).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from r2mad_core.debate.settings import Spec, setting
+
+#: The largest K a run can honour: every agent's prompt holds K experiences per round (a bank holds at most
+#: train questions x rounds cases per agent; beyond a few dozen no prompt fits a context).
+MAX_TOP_K = 64
+#: The longest past response an experience may show, in characters (a 128K-token context is ~512K characters).
+MAX_EXPERIENCE_CHARS = 1_000_000
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    """The settings R2-MAD adds to the debate (Section 4), with the paper's values where it gives them."""
+
+    top_k: int = setting(3, "K, experiences retrieved per agent and round by MMR (Eq. 5; the paper does not say; the "
+                         "authors' run script: 1; default 3 is ours)", flag="--top-k", minimum=1, maximum=MAX_TOP_K)
+    gamma: float = setting(0.9, "gamma of lambda_t = 1 - gamma * Cons(Z^(t-1)) (Eq. 6; paper: 0.9)", flag="--gamma",
+                           minimum=0.0, maximum=1.0)
+    fixed_lambda: float = setting(0.5, "lambda of the fixed_lambda retrieval policy (Table 3; paper: 0.5)",
+                                  flag="--fixed-lambda", minimum=0.0, maximum=1.0)
+    w_high: float = setting(0.55, "w_h: a peer with confidence c_ji > w_h is annotated high (Eq. 7; paper: 0.55)",
+                            flag="--w-high", minimum=0.0, maximum=1.0)
+    w_low: float = setting(0.45, "w_l: a peer with confidence c_ji < w_l is annotated low (Eq. 7; paper: 0.45)",
+                           flag="--w-low", minimum=0.0, maximum=1.0)
+    max_experience_chars: int | None = setting(None, "characters of a past response an experience shows (None: in "
+                                               "full, the paper; small-context models: ours)", kind="int",
+                                               flag="--max-experience-chars", minimum=1,
+                                               maximum=MAX_EXPERIENCE_CHARS)
+
+    def __post_init__(self) -> None:
+        for name, spec in specs():
+            value = getattr(self, name)
+            if value is not None:
+                spec.check("MemorySettings", name, value)
+        if self.w_low > self.w_high:
+            raise ValueError(f"MemorySettings: w_low ({self.w_low}) must be <= w_high ({self.w_high})")
+
+    def values(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in SPECS}
+
+
+def specs() -> Iterator[tuple[str, Spec]]:
+    """``(name, spec)`` of every setting, in declaration order."""
+    for f in dataclasses.fields(MemorySettings):
+        yield f.name, f.metadata["spec"]
+
+
+#: name -> :class:`~r2mad_core.debate.settings.Spec`, in declaration order.
+SPECS: dict[str, Spec] = dict(specs())
+#: Every setting's default (``DEFAULTS["gamma"]`` is the one place gamma's 0.9 is written).
+DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(MemorySettings)}
