@@ -43,6 +43,7 @@ from r2mad_core.debate.scoring import paired_test
 from r2mad_core.experiments.profiles import load_profile
 from r2mad_core.report.artifacts import apply_style, display_path, jsonable, read_manifest, save_figure, save_table, update_manifest
 from r2mad_core.report.grid import _finished_records
+from r2mad_core.report import multiplicity
 from r2mad_core.report.tables import Table
 
 VARIANTS_DIR = "variants"
@@ -236,15 +237,45 @@ def detect(namespace: Mapping[str, Any], profile: str, name: str | None = None) 
 # Comparison with the profile's run
 # --------------------------------------------------------------------------------------------
 
+#: The columns of a ``_vs_profile`` table that are not the cell's labels.
+COMPARISON_COLUMNS = ("variant", "profile", "difference", "ci_low", "ci_high", "p_mcnemar", "p_holm", "pairs",
+                      "same_run", "round0_unchanged", "round0_shared")
 
-def _pairs(outcomes: Sequence[Any], baseline: Any) -> tuple[dict[str, bool], dict[str, bool], list[float], bool] | None:
+
+def _round0(record: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A debate's round-0 requests (their prompt ids) and generations."""
+    turns = record.rounds[0].turns if record.rounds else []
+    return tuple(t.prompt_id for t in turns), tuple(t.response for t in turns)
+
+
+def round0_sharing(mine: Sequence[Any], theirs: Sequence[Any]) -> tuple[int, int, int]:
+    """(debates compared, debates whose round-0 requests are unchanged, debates whose round-0 generations are the
+    same) between a variant's records and the profile's, matched by question: under common random numbers
+    (docs/ablations.md) the last two are equal."""
+    by_id = {r.sample_id: r for r in theirs}
+    compared = unchanged = shared = 0
+    for record in mine:
+        other = by_id.get(record.sample_id)
+        if other is None:
+            continue
+        compared += 1
+        (requests, responses), (their_requests, their_responses) = _round0(record), _round0(other)
+        if requests == their_requests:
+            unchanged += 1
+            shared += responses == their_responses
+    return compared, unchanged, shared
+
+
+def _pairs(outcomes: Sequence[Any], baseline: Any) -> tuple[dict[str, bool], dict[str, bool], list[float], bool,
+                                                            tuple[int, int, int]] | None:
     """Per-question correctness of the variant's cells and the profile's same cells (keyed benchmark/sample),
-    the profile's per-cell accuracies, and whether every cell is the very same run; None when the profile has
-    not run one of them."""
+    the profile's per-cell accuracies, whether every cell is the very same run, and the round-0 sharing counts
+    (:func:`round0_sharing`); None when the profile has not run one of them."""
     mine: dict[str, bool] = {}
     theirs: dict[str, bool] = {}
     accuracies: list[float] = []
     same = True
+    sharing = [0, 0, 0]
     for outcome in outcomes:
         try:
             spec = baseline.model(outcome.model.label)
@@ -260,7 +291,8 @@ def _pairs(outcomes: Sequence[Any], baseline: Any) -> tuple[dict[str, bool], dic
         for r in records:
             theirs[f"{outcome.model.label}/{outcome.benchmark}/{r.sample_id}"] = bool(r.correct)
         accuracies.append(sum(bool(r.correct) for r in records) / len(records))
-    return mine, theirs, accuracies, same
+        sharing = [a + b for a, b in zip(sharing, round0_sharing(outcome.records, records))]
+    return mine, theirs, accuracies, same, (sharing[0], sharing[1], sharing[2])
 
 
 def compare_table(table: Any, variant: Variant, baseline: Any, *, bootstrap_resamples: int = 1000,
@@ -282,17 +314,28 @@ def compare_table(table: Any, variant: Variant, baseline: Any, *, bootstrap_resa
             value = table.values.at[row, column]
             entry = {**labels, column_name: column, "variant": float(value), "profile": math.nan,
                      "difference": math.nan, "ci_low": math.nan, "ci_high": math.nan, "p_mcnemar": math.nan,
-                     "pairs": 0, "same_run": False}
+                     "p_holm": math.nan, "pairs": 0, "same_run": False, "round0_unchanged": 0, "round0_shared": 0}
             paired = _pairs(outcomes, baseline) if baseline is not None else None
             if paired is not None:
-                mine, theirs, accuracies, same = paired
+                mine, theirs, accuracies, same, (_, unchanged, shared) = paired
                 test = paired_test(mine, theirs, n_bootstrap=bootstrap_resamples, seed=seed)
                 profile_value = sum(accuracies) / len(accuracies)  # a mean of cells, as the tables' Average
                 entry.update(profile=profile_value, difference=float(value) - profile_value,
                              ci_low=test.difference_low, ci_high=test.difference_high, p_mcnemar=test.p_value,
-                             pairs=test.n, same_run=same)
+                             pairs=test.n, same_run=same, round0_unchanged=unchanged, round0_shared=shared)
             rows.append(entry)
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    if not frame.empty:
+        # Every cell is tested at once: a cell is significant only by its Holm-adjusted p (report/multiplicity.py).
+        # A cell that is the very same run is no test (its difference is 0 by construction) and does not count.
+        tested = frame["p_mcnemar"].where(~frame["same_run"].astype(bool))
+        frame["p_holm"] = multiplicity.holm(tested)
+    return frame
+
+
+def significant_cells(frame: pd.DataFrame, alpha: float = multiplicity.ALPHA) -> pd.DataFrame:
+    """The cells of a comparison called significant: Holm-adjusted p below ``alpha``, never the unadjusted p."""
+    return frame[frame["p_holm"] < alpha]
 
 
 def comparison_sentences(frame: pd.DataFrame, variant: Variant, table_name: str) -> list[str]:
@@ -304,20 +347,25 @@ def comparison_sentences(frame: pd.DataFrame, variant: Variant, table_name: str)
     if compared.empty:
         return [f"{table_name}: the profile {variant.profile} has not run these cells yet, so nothing is compared; "
                 f"run `{variant.command()}` first (it shares this variant's runs and cache)."]
-    labels = [c for c in frame.columns if c not in ("variant", "profile", "difference", "ci_low", "ci_high",
-                                                     "p_mcnemar", "pairs", "same_run")]
+    labels = [c for c in frame.columns if c not in COMPARISON_COLUMNS]
     changed = compared[compared["difference"].abs() > 1e-12]
-    significant = compared[compared["p_mcnemar"] < 0.05]
+    significant = significant_cells(compared)
     same = int(compared["same_run"].sum())
+    tests = int(compared["p_holm"].notna().sum())
     text = (f"{table_name}, {variant.describe()}: {len(changed)} of {len(compared)} cells differ from the profile's "
             f"({same} are the very same runs, unchanged by the override), {len(significant)} of them significantly "
-            f"(exact McNemar on the same questions, p < 0.05).")
+            f"(exact McNemar on the same questions, {multiplicity.describe(tests)}).")
+    if "round0_unchanged" in compared:
+        unchanged, shared = int(compared["round0_unchanged"].sum()), int(compared["round0_shared"].sum())
+        text += (f" Round 0: {shared} of the {unchanged} debates whose round-0 requests the change leaves unchanged "
+                 f"drew the very same generations (common random numbers).")
     if not changed.empty:
         top = changed.loc[changed["difference"].abs().idxmax()]
         where = " / ".join(str(top[c]) for c in labels)
         text += (f" The largest change is {where}: {top['profile']:.3f} -> {top['variant']:.3f} "
                  f"({top['difference']:+.3f}, 95% CI [{top['ci_low']:+.3f}, {top['ci_high']:+.3f}], "
-                 f"p = {top['p_mcnemar']:.2g}, {int(top['pairs'])} paired questions).")
+                 f"p = {top['p_mcnemar']:.2g} unadjusted, {top['p_holm']:.2g} {multiplicity.RULE}-adjusted, "
+                 f"{int(top['pairs'])} paired questions).")
     if missing:
         text += f" {missing} cells have no profile value yet (run `{variant.command()}`)."
     return [text]
@@ -566,8 +614,11 @@ class TableComparer:
             f"are not per-question outcomes, so no paired test)."]
         caption = (f"{name} of variant {self.variant.name} against profile {self.variant.profile}: each cell's value, "
                    f"the profile's, the difference"
-                   + (" with its paired 95% bootstrap CI and the exact McNemar p on the same questions; same_run: the "
-                      "override does not change the cell (the profile's run, replayed)" if tested else "")
+                   + (" with its paired 95% bootstrap CI and the exact McNemar p on the same questions (p_holm: "
+                      "Holm-adjusted over the table's cells, the p that decides significance); same_run: the "
+                      "override does not change the cell (the profile's run, replayed); round0_unchanged / "
+                      "round0_shared: debates whose round-0 requests are unchanged / whose round-0 generations are "
+                      "the very same" if tested else "")
                    + ". " + " ".join(sentences))
         self.ctx.save_table(frame, name + COMPARISON_SUFFIX, caption=caption, float_format="{:.3g}",
                             compared_with=name, notes=" ".join(sentences))

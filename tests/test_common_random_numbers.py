@@ -1,0 +1,135 @@
+"""Ablations that measure the change (issue 32): a variant draws the profile run's samples wherever it sends the
+same request (common random numbers), a cell the change does not reach is the very same run, and a comparison of
+many cells calls a cell significant only after Holm's adjustment (report/multiplicity.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from r2mad_core.data.benchmarks import load
+from r2mad_core.debate.scoring import paired_test
+from r2mad_core.engines import make_engine
+from r2mad_core.experiments.build_memory import build_memory
+from r2mad_core.experiments.cell import run_cell
+from r2mad_core.experiments.method_labels import MethodSettings, resolve
+from r2mad_core.experiments.methods import get_method
+from r2mad_core.report import multiplicity
+from r2mad_core.report.variants import Variant, comparison_sentences, round0_sharing
+
+
+@pytest.fixture(scope="module")
+def banks(tmp_path_factory) -> tuple[str, str]:
+    """Two memory banks of different content (simulated agents, hashing embedder)."""
+    root = tmp_path_factory.mktemp("banks")
+    train = load("truthfulqa", "train")[:6]
+    engine = make_engine("simulated", samples=train)
+    for name, part in (("bank", train[:3]), ("another-bank", train[3:])):
+        build_memory("truthfulqa", engine, "hashing", root / name, samples=part, progress=False)
+    return str(root / "bank"), str(root / "another-bank")
+
+
+def _stream(name: str, **options) -> str:
+    return get_method(name, round0="independent", **options).debate.stream
+
+
+def test_the_stream_is_named_by_the_row_not_by_the_settings_the_rows_share(banks) -> None:
+    bank, another = banks  # a stream does not depend on the bank (what a request retrieves is in its bytes)
+    r2mad = _stream("r2mad", memory=bank)
+    # settings every row of a profile shares: the same draws (a variant of the row)
+    for setting in ({"gamma": 0.5}, {"top_k": 1}, {"w_high": 0.7}, {"max_tokens": 64}, {"n_rounds": 2},
+                    {"confidence_pool": "candidates"}, {"memory": another}):
+        assert _stream("r2mad", **{"memory": bank, **setting}) == r2mad, setting
+    # options that make the run another row of the paper's tables: its own draws, as the paper's separate runs
+    rows = [r2mad, _stream("r2mad", memory=bank, use_confidence=False), _stream("r2mad", memory=bank, use_memory=False),
+            _stream("r2mad", memory=bank, retrieval_policy="random"),
+            _stream("r2mad", memory=bank, retrieval_policy="fixed_lambda", fixed_lambda=0.25),
+            _stream("r2mad", memory=bank, retrieval_policy="fixed_lambda", fixed_lambda=0.75),
+            _stream("r2mad", memory=bank, poison_fraction=0.5), _stream("mad"), _stream("cot"),
+            _stream("mad_m2"), _stream("mad_m2", masking="subjective"), _stream("self_consistency", k_paths=3),
+            _stream("self_consistency", k_paths=9)]
+    assert len(set(rows)) == len(rows)
+    # a policy's value counts only with its policy: the fixed lambda does not name a state-aware run's stream
+    assert _stream("r2mad", memory=bank, fixed_lambda=0.25) == r2mad
+    assert _stream("mad", temperature=0.7) == _stream("mad")
+
+
+def test_a_setting_the_policy_does_not_read_is_not_recorded(banks) -> None:
+    bank = banks[0]
+    random_9 = get_method("r2mad", memory=bank, retrieval_policy="random", gamma=0.9)
+    random_5 = get_method("r2mad", memory=bank, retrieval_policy="random", gamma=0.5)
+    assert random_9.to_dict() == random_5.to_dict() and "gamma" not in random_9.options
+    state = get_method("r2mad", memory=bank, gamma=0.5)
+    assert state.options["gamma"] == 0.5 and "fixed_lambda" not in state.options
+    fixed = get_method("r2mad", memory=bank, retrieval_policy="fixed_lambda", fixed_lambda=0.25)
+    assert fixed.options["fixed_lambda"] == 0.25 and "gamma" not in fixed.options
+    # the grid's cell key agrees: the Random row's options are the same under gamma 0.9 and 0.5
+    rows = {g: resolve("R2-MAD retrieval=Random", MethodSettings(gamma=g), "bank")[1] for g in (0.9, 0.5)}
+    assert rows[0.9] == rows[0.5] and "gamma" not in rows[0.9]
+    assert resolve("R2-MAD", MethodSettings(gamma=0.5), "bank")[1]["gamma"] == 0.5
+
+
+def test_a_gamma_variant_draws_the_profile_runs_round0_and_moves_only_what_gamma_reaches(tmp_path) -> None:
+    train, test = load("truthfulqa", "train")[:6], load("truthfulqa", "test")[:4]
+    engine = make_engine("simulated", samples=train + test)
+    build_memory("truthfulqa", engine, "hashing", tmp_path / "bank", samples=train, progress=False)
+
+    def run(name: str, **options):
+        return run_cell(tmp_path / name, benchmark="truthfulqa", split="test", engine=engine, method="r2mad",
+                        method_options={"memory": str(tmp_path / "bank"), "round0": "independent", "top_k": 3,
+                                        **options}, samples=test, progress=False).records
+
+    profile, variant = run("gamma-0.9", gamma=0.9), run("gamma-0.0", gamma=0.0)
+    compared, unchanged, shared = round0_sharing(variant, profile)
+    assert compared == unchanged == shared == len(test)  # every round-0 request and generation the same
+    # at K = 3 gamma reaches the later rounds: a later request differs somewhere (the change acts)
+    later = lambda records: [t.prompt_id for r in records for rd in r.rounds[1:] for t in rd.turns]  # noqa: E731
+    assert later(profile) != later(variant)
+    # another row (w/o Confidence) draws its own round 0, as the paper's separate runs
+    other = run("no-confidence", gamma=0.9, use_confidence=False)
+    assert round0_sharing(other, profile)[2] < len(test)
+
+
+def test_holm_on_a_hand_computed_example() -> None:
+    # sorted: 0.005*4 = 0.02, 0.01*3 = 0.03, 0.03*2 = 0.06, max(0.06, 0.04*1) = 0.06
+    assert multiplicity.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    adjusted = multiplicity.holm([0.2, math.nan, 0.01])
+    assert math.isnan(adjusted[1]) and adjusted[2] == pytest.approx(0.02) and adjusted[0] == pytest.approx(0.2)
+    assert multiplicity.holm([0.6, 0.7]) == pytest.approx([1.0, 1.0])
+
+
+def test_null_comparisons_call_a_cell_significant_at_most_at_the_stated_level() -> None:
+    """The same configuration under two run seeds, many cells at once: with Holm's adjustment the share of
+    comparisons that call any cell significant stays at or under alpha; without it, it does not (the check bites)."""
+    from scipy.stats import binom
+
+    rng = np.random.default_rng(2026)
+    trials, cells, questions = 400, 20, 80
+    difficulty = rng.uniform(0.2, 0.8, size=(trials, cells, questions))
+    a = rng.random(difficulty.shape) < difficulty  # the same configuration under two run seeds: no effect
+    b = rng.random(difficulty.shape) < difficulty
+    only_a, only_b = (a & ~b).sum(axis=2), (~a & b).sum(axis=2)
+    # the exact McNemar p of paired_test, vectorised (checked against it on the first trial's cells)
+    p = np.minimum(1.0, 2.0 * binom.cdf(np.minimum(only_a, only_b), only_a + only_b, 0.5))
+    p[(only_a + only_b) == 0] = 1.0
+    for cell in range(cells):
+        assert p[0, cell] == pytest.approx(paired_test(a[0, cell], b[0, cell], n_bootstrap=1).p_value)
+    any_raw = float((p.min(axis=1) < multiplicity.ALPHA).mean())
+    any_adjusted = float((multiplicity.holm_array(p, axis=1).min(axis=1) < multiplicity.ALPHA).mean())
+    assert any_adjusted <= multiplicity.ALPHA
+    assert any_raw > 2 * multiplicity.ALPHA
+
+
+def test_generated_text_never_calls_an_unadjusted_p_significant() -> None:
+    rows = [{"method": f"m{i}", "benchmark": "TruthfulQA", "variant": 0.5, "profile": 0.6, "difference": -0.1,
+             "ci_low": -0.2, "ci_high": -0.01, "p_mcnemar": 0.01 if i == 0 else 0.5, "pairs": 100,
+             "same_run": False, "round0_unchanged": 100, "round0_shared": 100} for i in range(20)]
+    frame = pd.DataFrame(rows)
+    frame["p_holm"] = multiplicity.holm(frame["p_mcnemar"])  # as compare_table writes it
+    variant = Variant(profile="tiny", overrides={"gamma": (0.5, 0.9)}, name="gamma=0.5")
+    text = comparison_sentences(frame, variant, "tab_ablation")[0]
+    assert "20 of 20 cells differ" in text and "0 of them significantly" in text and "Holm-adjusted over the 20" in text
+    assert "Round 0: 2000 of the 2000 debates" in text
