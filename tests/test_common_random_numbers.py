@@ -133,3 +133,14 @@ def test_generated_text_never_calls_an_unadjusted_p_significant() -> None:
     text = comparison_sentences(frame, variant, "tab_ablation")[0]
     assert "20 of 20 cells differ" in text and "0 of them significantly" in text and "Holm-adjusted over the 20" in text
     assert "Round 0: 2000 of the 2000 debates" in text
+
+
+def test_a_change_that_cannot_act_is_said_before_the_run() -> None:
+    from r2mad_core.report.ablations import plan_variant
+
+    lines: list[str] = []
+    variant = plan_variant("sim", {"gamma": 0.5}, echo=lines.append)  # sim's K is the protocol's 1
+    assert variant is not None and len(lines) == 1 and "at K = 1 cannot change the pick" in lines[0]
+    lines.clear()
+    plan_variant("sim", {"gamma": 0.5, "top_k": 3}, echo=lines.append)
+    assert lines == []

@@ -22,6 +22,7 @@ from r2mad_core.report.variants import (
     Variant,
     check_name,
     differences,
+    inert_notes,
     parse_sweep,
     profile_values,
     show_value,
@@ -47,6 +48,8 @@ def plan_variant(profile: str, overrides: Mapping[str, Any], name: str | None = 
             echo(f"reproduce: {key}={show_value(overrides[key])} is the profile {profile}'s own value: not a variant")
     if name is not None:
         check_name(name)
+    for note in inert_notes({k: v for k, v in overrides.items() if k in found}, base):
+        echo(note)
     if not found:
         if name is not None:
             raise ValueError(f"--variant {name}: no --set value differs from profile {profile}, so there is no variant "
@@ -107,6 +110,8 @@ def run_ablation(run: Runner, profile: str, profile_dir: Path, notebooks: Sequen
     key, values = parse_sweep(sweep)
     fixed = plan_variant(profile, {k: v for k, v in overrides.items() if k != key}, None, echo)
     base = profile_values(profile)
+    for note in inert_notes({**(variant_overrides(fixed) if fixed else {}), key: values[0]}, base):
+        echo(note)
     if not ensure_baseline(run, profile, profile_dir, notebooks, echo, baseline_first):
         return 1
     points = []

@@ -171,6 +171,22 @@ def differences(values: Mapping[str, Any], profile_values: Mapping[str, Any]) ->
     return found
 
 
+def inert_notes(overrides: Mapping[str, Any], profile_values: Mapping[str, Any]) -> list[str]:
+    """One line per override that cannot act where the run would spend its time, said before it runs: gamma (and a
+    fixed lambda) act only through lambda_t of the MMR pick (Eqs. 5-6), which at K = 1 cannot change the pick (the
+    first pick is the most relevant candidate whatever lambda_t; memory/retrieval.py), so at the profile's K = 1 a
+    gamma change reaches only the rows that set their own K (notebook 04's "(K=3)" retrieval ablation)."""
+    values = {**profile_values, **overrides}
+    notes = []
+    for key in ("gamma",):
+        if key in overrides and int(values.get("top_k") or 1) == 1:
+            notes.append(f"reproduce: note: {key} acts only through lambda_t, which at K = 1 cannot change the pick "
+                         f"(Eqs. 5-6): with top_k = 1 it reaches only rows that set their own K (notebook 04's "
+                         f"retrieval ablation at K = 3); every other cell is the profile's run. To see it act: "
+                         f"--set top_k=3 --sweep {key}=...")
+    return notes
+
+
 def profile_values(profile: str) -> dict[str, Any]:
     """Every notebook parameter of a profile (the fields, ``extra_parameters`` spread out, optional defaults), each
     protocol choice the profile leaves to its preset at the preset's value (``top_k`` of the paper preset: 1)."""
