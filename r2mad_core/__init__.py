@@ -10,9 +10,11 @@ Bottom layer first (:data:`ARCHITECTURE`; tests/test_architecture.py holds every
 - ``memory``: what R2-MAD adds: cases (Eqs. 2, 4), banks, MMR retrieval (Eqs. 5-6), confidence (Eq. 7), the round hook.
 - ``theory``: Section 4 and Appendix C: the latent-concept model, its checks and simulations, simulated agents.
 - ``experiments``: methods, run cells, memory construction, profiles, budgets.
-- ``report``: the notebooks' run grid, tables, artifacts with manifests, findings, the comparison with the paper.
-- ``notebook_runner``: the notebooks through papermill, each after those it needs, several at once, kernels kept.
-- ``reproduce``, ``notebook_setup``, ``cli``: the entry points (``make reproduce``, the notebooks, ``r2mad``).
+- ``report``: results into tables, figures and text: tables, artifacts with manifests, findings, the comparison with
+  the paper (it runs nothing).
+- ``reproduce``: running a reproduction: ``make reproduce``, the notebooks through papermill, what each notebook runs
+  first, the run grid, variants and sweeps, the pre-flight estimate.
+- ``cli``, ``__main__``: the ``r2mad`` command (``python -m r2mad_core``).
 
 docs/design.md describes each package; the method itself (what the paper adds) is ``memory/`` plus the
 ``r2mad`` method in ``experiments/methods.py``.
@@ -30,7 +32,6 @@ ARCHITECTURE: tuple[tuple[str, ...], ...] = (
     ("theory",),
     ("experiments",),
     ("report",),
-    ("notebook_runner",),
     ("reproduce", "cli"),
-    ("notebook_setup", "__main__"),
+    ("__main__",),
 )

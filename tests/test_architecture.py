@@ -23,9 +23,10 @@ KNOWN_CYCLES: list[frozenset[str]] = []
 #: The report layer from the bottom up: a module may import only modules listed before it here (or
 #: below the layer altogether: scoring, experiments, methods, ...), never one after it, nor the
 #: entry points above the layer.
-REPORT_LAYER = ("report.tables", "report.artifacts", "report.results", "report.grid", "report.comparison", "report.findings")
+REPORT_LAYER = ("report.tables", "report.artifacts", "report.results", "report.comparison", "report.findings")
 #: Entry points above everything: the command lines, the notebook runner and the notebooks' setup.
-ENTRY_POINTS = ("reproduce", "cli", "cli.commands", "cli.common", "cli.memory", "__main__", "notebook_setup")
+ENTRY_POINTS = ("reproduce", "reproduce.command", "reproduce.notebook_setup", "reproduce.grid", "cli", "cli.commands",
+                "cli.common", "cli.memory", "__main__")
 #: Upward imports from the report layer that remain (none: keep it so).
 KNOWN_UPWARD: set[tuple[str, str]] = set()
 
@@ -120,14 +121,14 @@ def test_the_walker_sees_function_level_and_relative_imports() -> None:
         "from __future__ import annotations\n"
         "import r2mad_core.report.tables\n"
         "def f():\n"
-        "    from r2mad_core.report.grid import ExperimentGrid\n"
+        "    from r2mad_core.reproduce.grid import ExperimentGrid\n"
         "    from r2mad_core.report import comparison\n"
         "    from ..engines import make_engine\n"
         "    import numpy\n"
     )
-    modules = {"report", "report.tables", "report.grid", "report.comparison", "engines", "debate.scoring"}
+    modules = {"report", "report.tables", "reproduce.grid", "report.comparison", "engines", "debate.scoring"}
     assert imported_modules(PACKAGE_DIR / "debate" / "scoring.py", modules, source) == {
-        "report.tables", "report.grid", "report.comparison", "engines"}
+        "report.tables", "reproduce.grid", "report.comparison", "engines"}
     assert imported_modules(PACKAGE_DIR / "engines" / "base.py", {"engines", "engines.cache"},
                             "from .cache import X\nfrom . import cache\n") == {"engines.cache"}
     assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [frozenset({"a", "b", "c"})]
@@ -223,3 +224,13 @@ def test_every_sub_package_says_what_it_is() -> None:
         assert len(doc.strip()) > 40, f"{init}: the docstring should name the package's concept"
         missing = [p.stem for p in init.parent.glob("*.py") if p.stem != "__init__" and p.stem not in doc]
         assert not missing, f"{init}: the docstring does not name the modules {missing}"
+
+
+def test_r2mad_core_shows_at_most_twelve_units() -> None:
+    """Issue 30: the sub-packages and top-level modules of ARCHITECTURE, ``__main__`` (``python -m r2mad_core``, the
+    package's script, not a unit of code) aside, are at most 12; everything that runs a reproduction is one of them."""
+    from r2mad_core import ARCHITECTURE
+
+    units = [unit for layer in ARCHITECTURE for unit in layer if unit != "__main__"]
+    assert len(units) <= 12, f"r2mad_core shows {len(units)} units: {units}"
+    assert "reproduce" in units and not {"notebook_runner", "notebook_setup"} & set(units)

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from r2mad_core import reproduce
+from r2mad_core.reproduce import command as reproduce
 from r2mad_core.experiments.budget import (
     BudgetCap,
     BudgetExceeded,

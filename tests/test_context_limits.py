@@ -18,7 +18,7 @@ from r2mad_core.engines import ENGINES, EngineSpec, register_engine
 from r2mad_core.engines.base import Completion, EngineError, Ledger, Request, classify_cut
 from r2mad_core.engines.thinking import apply_thinking
 from r2mad_core.report.artifacts import limits_footnote, limits_summary, read_manifest
-from r2mad_core.report.grid import ExperimentGrid
+from r2mad_core.reproduce.grid import ExperimentGrid
 
 CONTEXT = 1000  # tokens (words) of the fake model's context
 MAX_TOKENS = 600

@@ -13,7 +13,7 @@ from r2mad_core.debate.loop import DebateConfig
 from r2mad_core.debate.settings import DEFAULTS, SPECS, DebateSettings
 from r2mad_core.experiments import build_memory
 from r2mad_core.experiments.methods import debate_keywords, get_method, method_options, Method
-from r2mad_core.report.grid import ExperimentGrid
+from r2mad_core.reproduce.grid import ExperimentGrid
 
 
 def test_mad_declares_every_setting_in_declaration_order_with_its_default():

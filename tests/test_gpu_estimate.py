@@ -11,7 +11,7 @@ import pytest
 
 from r2mad_core.data.benchmarks import load
 from r2mad_core.engines.base import Request, SamplingParams
-from r2mad_core.report import estimate as est
+from r2mad_core.reproduce import estimate as est
 from r2mad_core.reproduce import load_profile
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"

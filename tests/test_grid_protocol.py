@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from r2mad_core.report import findings
-from r2mad_core.report.grid import ExperimentGrid
+from r2mad_core.reproduce.grid import ExperimentGrid
 from r2mad_core.reproduce import load_profile
 
 SIM_A = {"label": "Sim A", "engine": "simulated", "model": None, "options": {}}
@@ -165,7 +165,7 @@ def test_a_finished_cell_is_read_once_per_process_until_its_files_change(tmp_pat
     import os
 
     from r2mad_core.experiments.cell import TRANSCRIPTS_FILE
-    from r2mad_core.report import grid as grid_module
+    from r2mad_core.reproduce import grid as grid_module
 
     exp = experiment(tmp_path, models=[SIM_A], test_limit=3)
     first = exp.run("Sim A", "mmlu_pro_engineering", "MAD")

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from r2mad_core import notebook_setup
+from r2mad_core.reproduce import notebook_setup
 from r2mad_core.reproduce import load_profile
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 import papermill
 import pytest
 
-from r2mad_core import reproduce
+from r2mad_core.reproduce import command as reproduce
 from r2mad_core.report.artifacts import read_manifest
 from r2mad_core.report.tables import NOT_RUN
 from r2mad_core.report.tables import read_table

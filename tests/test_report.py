@@ -18,7 +18,7 @@ from r2mad_core.report import tables  # noqa: E402
 
 from r2mad_core.report import artifacts
 
-from r2mad_core.report import grid
+from r2mad_core.reproduce import grid
 
 from r2mad_core.report import comparison as report
 
@@ -355,7 +355,7 @@ def test_artifact_names_follow_the_paper_labels() -> None:
 # --------------------------------------------------------------------------------------------
 
 from r2mad_core.experiments.methods import get_method  # noqa: E402
-from r2mad_core.report.grid import ExperimentGrid  # noqa: E402
+from r2mad_core.reproduce.grid import ExperimentGrid  # noqa: E402
 from r2mad_core.report.results import CellOutcome, GridResults  # noqa: E402
 from r2mad_core.records import TranscriptRecord, as_transcript  # noqa: E402
 from hand_transcripts import transcript  # noqa: E402

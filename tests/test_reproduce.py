@@ -13,7 +13,7 @@ import nbformat
 import pytest
 import yaml
 
-from r2mad_core import reproduce
+from r2mad_core.reproduce import command as reproduce
 
 from r2mad_core.experiments import profiles as profile_schema
 from r2mad_core.data.benchmarks import BENCHMARKS
@@ -92,7 +92,7 @@ def test_default_profile_is_the_simulated_one_and_says_so() -> None:
         "reproduce: profile cpu: agents = SmolLM2-135M-Instruct (local engine, model the packaged default model, "
         "stands in for Qwen2.5-7B-Instruct)"
     ]
-    makefile = (Path(reproduce.__file__).resolve().parent.parent / "Makefile").read_text()
+    makefile = (reproduce.REPOSITORY / "Makefile").read_text()
     assert "\nPROFILE ?= sim\n" in makefile
 
 
@@ -164,7 +164,7 @@ def test_small_profiles_keep_the_debate_shape_and_stand_in_for_the_large_models(
 
 
 def _paper_fields() -> dict:
-    return yaml.safe_load((Path(reproduce.__file__).parent / "profiles" / "paper.yaml").read_text())
+    return yaml.safe_load((reproduce.REPOSITORY / "r2mad_core" / "profiles" / "paper.yaml").read_text())
 
 
 def test_profile_schema_types_the_fields_and_derives_the_protocol_vocabularies() -> None:
@@ -532,4 +532,4 @@ def test_paper_profile_runs_each_model_at_its_native_context_and_pinned_revision
 
 
 def _paper_text() -> str:
-    return (Path(reproduce.__file__).parent / "profiles" / "paper.yaml").read_text()
+    return (reproduce.REPOSITORY / "r2mad_core" / "profiles" / "paper.yaml").read_text()

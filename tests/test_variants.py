@@ -14,11 +14,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from r2mad_core.report import variants  # noqa: E402
-from r2mad_core.report.ablations import plan_variant, variant_overrides  # noqa: E402
+from r2mad_core.reproduce import variants  # noqa: E402
+from r2mad_core.reproduce.ablations import plan_variant, variant_overrides  # noqa: E402
 from r2mad_core.report.artifacts import ReportContext, read_manifest  # noqa: E402
-from r2mad_core.report.grid import ExperimentGrid  # noqa: E402
-from r2mad_core.report.variants import Variant, detect, parse_sweep, same_value, variant_name  # noqa: E402
+from r2mad_core.reproduce.grid import ExperimentGrid  # noqa: E402
+from r2mad_core.reproduce.variants import Variant, detect, parse_sweep, same_value, variant_name  # noqa: E402
 
 
 # --------------------------------------------------------------------------------------------
@@ -62,7 +62,7 @@ def test_two_overrides_make_one_variant_and_only_real_changes_count() -> None:
 
 
 def test_the_kernel_compares_its_parameters_with_the_profile(monkeypatch: pytest.MonkeyPatch) -> None:
-    from r2mad_core.notebook_setup import fill_parameters
+    from r2mad_core.reproduce.notebook_setup import fill_parameters
 
     namespace = {"profile": "tiny", "gamma": ..., "top_k": ..., "figures_dir": ..., "pd": pd}
     fill_parameters(namespace)

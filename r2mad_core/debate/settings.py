@@ -10,7 +10,7 @@ bounds or vocabulary and a one-line doc (citing the paper where it speaks). Ever
   :func:`check_int`, :func:`check_float`, :func:`check_choice`);
 - :meth:`r2mad_core.debate.loop.DebateConfig.from_settings` builds the loop's configuration (whose defaults and
   checks are these);
-- the grid (:class:`r2mad_core.report.grid.ExperimentGrid`) carries one settings object, memory construction
+- the grid (:class:`r2mad_core.reproduce.grid.ExperimentGrid`) carries one settings object, memory construction
   (:func:`r2mad_core.experiments.build_memory.build_memory`) takes it;
 - the command line generates its flags from the fields (``flag``, help text = ``doc``;
   :func:`r2mad_core.cli.common.add_setting_arguments`).

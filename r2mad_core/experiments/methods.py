@@ -489,7 +489,7 @@ def _registration_problem(spec: MethodSpec) -> str | None:
 
 def register_method(spec: MethodSpec) -> MethodSpec:
     """Add a method: it then shows up in ``r2mad run --method``, :func:`get_method`, and the notebooks' grid under
-    ``spec.label`` (see :mod:`r2mad_core.report.grid`)."""
+    ``spec.label`` (see :mod:`r2mad_core.reproduce.grid`)."""
     problem = _registration_problem(spec)
     if problem is not None:
         raise ValueError(f"register_method: method {getattr(spec, 'name', spec)!r} {problem}")

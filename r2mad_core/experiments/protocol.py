@@ -10,7 +10,7 @@ was run. Our own choice only where neither says, and labelled ours. Two presets 
 
 :data:`CHOICES` is the one declaration: one :class:`Choice` per row, with the value under each preset and the
 evidence. The profile defaults (:class:`r2mad_core.experiments.profiles.ProfileSpec`: a choice left out of a profile
-takes the value of its ``protocol``), the grid (:class:`r2mad_core.report.grid.ExperimentGrid`), ``r2mad run
+takes the value of its ``protocol``), the grid (:class:`r2mad_core.reproduce.grid.ExperimentGrid`), ``r2mad run
 --protocol`` and ``docs/protocol.md`` (:func:`markdown_table`, ``python -m r2mad_core.experiments.protocol``) all
 read it. An individual choice set explicitly (a profile field, ``--set``, a method option) beats the preset.
 """

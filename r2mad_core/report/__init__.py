@@ -1,6 +1,6 @@
-"""The report: what the notebooks show (the paper's tables and figures, the claims, the comparison).
+"""The report: results turned into what the notebooks show (the paper's tables and figures, the claims, the
+comparison); it runs nothing (the cells are run by :mod:`r2mad_core.reproduce`).
 
-- :mod:`~r2mad_core.report.grid`: the run cells a notebook asks for (``ExperimentGrid``), run or replayed.
 - :mod:`~r2mad_core.report.results`: a grid's results as tables and plot frames (``GridResults``).
 - :mod:`~r2mad_core.report.tables`: one ``Table`` type rendered as CSV, Markdown and LaTeX.
 - :mod:`~r2mad_core.report.artifacts`: writing tables and figures with their manifest (what ran, at which commit).
@@ -8,10 +8,6 @@
 - :mod:`~r2mad_core.report.protocol_notes`: the generated text on what the protocol preset changed.
 - :mod:`~r2mad_core.report.comparison`: the reproduction against the paper's numbers, the claims with McNemar.
 - :mod:`~r2mad_core.report.power`: the claims' power: the smallest difference a run can detect (exact McNemar), before and after a run.
-- :mod:`~r2mad_core.report.estimate`: the pre-flight estimate of a GPU profile (requests, tokens, overflows, GPU-hours).
-- :mod:`~r2mad_core.report.variants`: a profile plus overrides (an ablation): its own folder, labels, and the
-  comparison with the profile's run on the same questions; sweeps drawn against the parameter.
-- :mod:`~r2mad_core.report.ablations`: ``reproduce --set/--variant/--sweep``: the baseline first, then each variant.
 - :mod:`~r2mad_core.report.viewer`: a run's debates as one self-contained HTML page (``r2mad view``) or inline in a
   notebook: rounds x agents, stance changes, retrieved experiences, peer confidences, MAD-M2 masking.
 """

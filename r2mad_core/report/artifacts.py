@@ -395,7 +395,7 @@ class ReportContext:
     #: returning ``GridResults.limits()``-style entries (the grid: every cell it ran or loaded so far). A save may
     #: pass ``limit_cells=`` (entries or a GridResults) to name its own cells; ``None`` here: no limits recorded.
     limit_cells: Any = None
-    #: A variant of the profile (:class:`r2mad_core.report.variants.Variant`): every caption ends with its note
+    #: A variant of the profile (:class:`r2mad_core.reproduce.variants.Variant`): every caption ends with its note
     #: ("gamma = 0.5 (profile tiny: 0.9)"), every figure shows it, every manifest entry records it, and
     #: ``after_table(table, name)`` compares each table with the profile's (in ``baseline_dir``).
     variant: Any = None

@@ -1,7 +1,7 @@
 """What the protocol preset changed, in the notebooks' generated text (issue 22 section 1).
 
 Every sentence is built from the run's resolved protocol choices (:attr:`ExperimentGrid.choices
-<r2mad_core.report.grid.ExperimentGrid>`, read from :mod:`r2mad_core.experiments.protocol`, the one declaration of
+<r2mad_core.reproduce.grid.ExperimentGrid>`, read from :mod:`r2mad_core.experiments.protocol`, the one declaration of
 the presets and their evidence) and from the numbers of the run: notebook 04 (the retrieval ablation at the preset's
 K and at K = 3), 06 (round 0 per method, the paired analysis kept), 07 (summaries after every executed round: the
 summary requests per query against the rounds per query) and 10 (which choices the report's numbers ran under).

@@ -1,6 +1,6 @@
 """Grid results: the finished (model, benchmark, method) cells of the notebooks and their tidy views.
 
-:class:`GridResults` holds the cells :meth:`r2mad_core.report.grid.ExperimentGrid.grid` ran or loaded
+:class:`GridResults` holds the cells :meth:`r2mad_core.reproduce.grid.ExperimentGrid.grid` ran or loaded
 (:class:`CellOutcome`) with the views the tables need: accuracy with 95% bootstrap CIs, the paper's
 ``Average`` column (mean of the per-benchmark accuracies, :func:`r2mad_core.debate.scoring.mean_accuracy_with_ci`),
 the shared-misconception subset (RQ4: questions where MAD's agents agree on a wrong answer), stance transitions

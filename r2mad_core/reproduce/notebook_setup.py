@@ -10,7 +10,7 @@ Paths default to ``../figures/<profile>``, ``../runs/<profile>`` and ``../cache/
 
 Logging inside a notebook is quiet: ``r2mad_core`` logs only errors (what a notebook needs to say
 it prints or tabulates from the numbers), chatty libraries only warnings; long steps show one
-progress bar each (:meth:`r2mad_core.report.grid.ExperimentGrid.grid`).
+progress bar each (:meth:`r2mad_core.reproduce.grid.ExperimentGrid.grid`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import Any, Iterable, MutableMapping, Sequence
 
 import pandas as pd
 
-from r2mad_core.report import variants
+from r2mad_core.reproduce import variants
 from r2mad_core.report.artifacts import ReportContext, apply_style
-from r2mad_core.report.grid import ExperimentGrid
+from r2mad_core.reproduce.grid import ExperimentGrid
 from r2mad_core.plugins import load_plugins
 from r2mad_core.experiments.model_specs import ModelSpec
 from r2mad_core.report.findings import as_markdown
@@ -96,7 +96,7 @@ class Session:
 def setup(namespace: MutableMapping[str, Any], notebook: str, *, experiment: bool = True,
           progress: bool = True) -> Session:
     """Fill the ``...`` parameters from the profile, quiet the logs, set the figure and display style,
-    build the :class:`~r2mad_core.report.grid.ExperimentGrid` (``experiment=True``) and the artifact context."""
+    build the :class:`~r2mad_core.reproduce.grid.ExperimentGrid` (``experiment=True``) and the artifact context."""
     load_plugins()  # a plugin's benchmarks, policies and methods (R2MAD_PLUGINS), as in the runner and the CLI
     filled = fill_parameters(namespace)
     quiet_logging()
@@ -107,7 +107,7 @@ def setup(namespace: MutableMapping[str, Any], notebook: str, *, experiment: boo
     profile = str(namespace.get("profile") or "tiny")
     figures_dir = Path(namespace.get("figures_dir") or PATH_DEFAULTS["figures_dir"].format(profile=profile))
     # A value that differs from the profile's (reproduce --set, papermill -p, an edited parameters cell) makes
-    # this run a variant: its artifacts go beside the profile's, never over them (r2mad_core.report.variants).
+    # this run a variant: its artifacts go beside the profile's, never over them (r2mad_core.reproduce.variants).
     variant = variants.detect(namespace, profile)
     baseline_dir = variants.profile_dir_of(figures_dir)
     if variant is not None:

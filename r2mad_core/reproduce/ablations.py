@@ -1,11 +1,11 @@
 """Ablation runs: ``reproduce --set``, ``--variant`` and ``--sweep`` as variants of a profile, each beside its baseline.
 
 The paper's ablations (Section 5.3, Tables 2-3 and the hyperparameter study of K, gamma, w_l/w_h) change one value
-of the setup. :func:`run_ablation` turns the runner's overrides into a :class:`~r2mad_core.report.variants.Variant`
+of the setup. :func:`run_ablation` turns the runner's overrides into a :class:`~r2mad_core.reproduce.variants.Variant`
 (no variant when every override equals the profile's value), makes sure the profile itself (the baseline) has run
 the chosen notebooks first (it runs them when it has not), runs the variant into its own folders, and prints each
 comparison with the baseline; a sweep runs every value as a variant and draws the metric against the parameter
-(:func:`r2mad_core.report.variants.sweep_artifacts`). The runner (:mod:`r2mad_core.reproduce`) passes the function
+(:func:`r2mad_core.reproduce.variants.sweep_artifacts`). The runner (:mod:`r2mad_core.reproduce`) passes the function
 that executes notebooks (``run``), so this module stays below it.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from r2mad_core.report.artifacts import read_manifest
-from r2mad_core.report.variants import (
+from r2mad_core.reproduce.variants import (
     COMPARISON_SUFFIX,
     SWEEPS_DIR,
     SweepPoint,

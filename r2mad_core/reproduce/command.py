@@ -48,9 +48,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 
-from r2mad_core import notebook_runner
+from r2mad_core.reproduce import notebook_runner
 from r2mad_core.files import atomic_write
-from r2mad_core.notebook_runner import (  # noqa: F401  (re-exported: the runner's names as reproduce had them)
+from r2mad_core.reproduce.notebook_runner import (  # noqa: F401  (re-exported: the runner's names as reproduce had them)
     AFTER_METADATA,
     KERNEL_NAME,
     NotebookResult,
@@ -70,13 +70,13 @@ from r2mad_core.experiments.profiles import (  # noqa: F401  (re-exported: repro
     validate_profile,
 )
 
-from r2mad_core.report.variants import ENVIRONMENT as VARIANT_ENVIRONMENT, VARIANTS_DIR
+from r2mad_core.reproduce.variants import ENVIRONMENT as VARIANT_ENVIRONMENT, VARIANTS_DIR
 from r2mad_core.experiments.budget import BudgetCap, EstimatingGateway, ForwardingGateway, Prices, Usage, format_estimate
-from r2mad_core.report.ablations import run_ablation
+from r2mad_core.reproduce.ablations import run_ablation
 from r2mad_core.report.artifacts import missing_artifacts
-from r2mad_core.report.estimate import estimate_lines, estimate_profile
+from r2mad_core.reproduce.estimate import estimate_lines, estimate_profile
 from r2mad_core.report.power import claims_power_lines
-from r2mad_core.report.variants import Variant, differences, from_environment, profile_values, shown_path, to_environment
+from r2mad_core.reproduce.variants import Variant, differences, from_environment, profile_values, shown_path, to_environment
 from r2mad_core.data.verdicts import ENVIRONMENT as ANSWER_MEMO_ENVIRONMENT
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
@@ -89,7 +89,7 @@ NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 
 def default_notebooks_dir() -> Path:
     """``notebooks/`` of the repository this package lives in (else of the working directory)."""
-    beside = Path(__file__).resolve().parent.parent / "notebooks"
+    beside = Path(__file__).resolve().parents[2] / "notebooks"
     return beside if beside.is_dir() else Path.cwd() / "notebooks"
 
 
@@ -117,7 +117,7 @@ class ReproductionPaths:
     output_dir: Path
     profile: str
     data_dir: Path | None = None
-    #: A variant's name (:mod:`r2mad_core.report.variants`): its executed notebooks and artifacts go to
+    #: A variant's name (:mod:`r2mad_core.reproduce.variants`): its executed notebooks and artifacts go to
     #: ``.../variants/<name>/``; the kernels get the profile's ``figures_dir`` and put the variant's beside it.
     variant: str | None = None
     figures_dir: Path = field(init=False)
@@ -152,7 +152,7 @@ class ReproductionPaths:
 #: lie inside the repository, so committed executed notebooks hold no machine paths.
 #: Path parameters passed relative to the notebooks' folder when they lie inside the repository.
 PORTABLE_PATH_PARAMETERS = frozenset({"data_dir", "figures_dir", "runs_dir", "cache_dir"})
-REPOSITORY = Path(__file__).resolve().parent.parent
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 def _portable(value: Any, notebook_dir: Path) -> Any:
@@ -555,7 +555,7 @@ def _budget_main(
 
 def _gpu_estimate_main(profile: Profile, data_dir: Path | None) -> int:
     """``--estimate-only`` for a profile without a budget gateway (the paper profile): the pre-flight estimate of
-    :mod:`r2mad_core.report.estimate`, printed; nothing generated, no notebook run."""
+    :mod:`r2mad_core.reproduce.estimate`, printed; nothing generated, no notebook run."""
     for line in banner(profile):
         print(line)
     print("reproduce: --estimate-only: building every request of the notebooks' cells on a sample of questions "
@@ -587,7 +587,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _ablation_main(args: argparse.Namespace, overrides: Mapping[str, Any], only: Sequence[str] | None) -> int:
-    """``--set``/``--variant``/``--sweep``: each run a variant beside the profile's (r2mad_core.report.ablations)."""
+    """``--set``/``--variant``/``--sweep``: each run a variant beside the profile's (r2mad_core.reproduce.ablations)."""
     base = load_profile(args.profile)
     paths = ReproductionPaths(args.output_dir, base.name)
 

@@ -42,7 +42,7 @@ from r2mad_core.experiments.protocol import PROFILE_CHOICES
 from r2mad_core.debate.scoring import paired_test
 from r2mad_core.experiments.profiles import load_profile
 from r2mad_core.report.artifacts import apply_style, display_path, jsonable, read_manifest, save_figure, save_table, update_manifest
-from r2mad_core.report.grid import _finished_records
+from r2mad_core.reproduce.grid import _finished_records
 from r2mad_core.report import multiplicity
 from r2mad_core.report.tables import Table
 
@@ -596,7 +596,7 @@ def compare_files(profile_csv: Path, variant_csv: Path) -> pd.DataFrame | None:
 class TableComparer:
     """``ReportContext.after_table`` of a variant: compares every table it saves with the profile's copy
     (``baseline_dir``) and saves ``<table>_vs_profile`` with a sentence of "What this shows" (also shown in the
-    notebook). ``baseline`` is the :class:`~r2mad_core.report.grid.ExperimentGrid` of the profile's own values
+    notebook). ``baseline`` is the :class:`~r2mad_core.reproduce.grid.ExperimentGrid` of the profile's own values
     (same runs and cache), used only to find the profile's run cells."""
 
     ctx: Any

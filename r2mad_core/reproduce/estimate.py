@@ -4,7 +4,7 @@
 does:
 
 - **The cells the notebooks run** (:data:`NOTEBOOK_PLAN`, mirroring each notebook's ``exp.grid`` calls; a test
-  checks every notebook's calls are in it), through the notebooks' own :class:`~r2mad_core.report.grid.ExperimentGrid`
+  checks every notebook's calls are in it), through the notebooks' own :class:`~r2mad_core.reproduce.grid.ExperimentGrid`
   with the profile's settings (agents, rounds, K, max_tokens, protocol choices, memory model). A cell already run by
   an earlier notebook is not counted again (the run directory is reused, as in the real run), and requests shared
   by two cells (round 0 of every method) are counted once (the response cache).
@@ -50,7 +50,7 @@ from r2mad_core.experiments.budget import estimate_tokens
 from r2mad_core.experiments.model_specs import ModelSpec, large_model_plan
 from r2mad_core.report.protocol_notes import LAMBDA_K
 from r2mad_core.data.benchmarks import load
-from r2mad_core.report.grid import ExperimentGrid
+from r2mad_core.reproduce.grid import ExperimentGrid
 
 #: Generated tokens per second of one GPU (benchmarks/README.md: the throughput model, 8B model, question schedule).
 TOKENS_PER_S = 3754.0

@@ -1,0 +1,36 @@
+"""Running a reproduction: from one profile (plus the user's overrides) to the notebooks that ran and what they wrote.
+
+- :mod:`~r2mad_core.reproduce.command` (run by ``__main__``): ``python -m r2mad_core.reproduce`` / ``make reproduce``: the command line,
+  the banner, the API budget guard, the run of the notebooks.
+- :mod:`~r2mad_core.reproduce.notebook_runner`: the notebooks through papermill, each after those it needs,
+  several at once, kernels kept.
+- :mod:`~r2mad_core.reproduce.notebook_setup`: what every notebook runs first (the profile, the experiment grid,
+  quiet logs).
+- :mod:`~r2mad_core.reproduce.grid`: the run cells a notebook asks for (``ExperimentGrid``), run or replayed.
+- :mod:`~r2mad_core.reproduce.variants`: a profile plus overrides (an ablation): its own folder, labels, and the
+  comparison with the profile's run on the same questions; sweeps drawn against the parameter.
+- :mod:`~r2mad_core.reproduce.ablations`: ``reproduce --set/--variant/--sweep``: the baseline first, then each variant.
+- :mod:`~r2mad_core.reproduce.collect`: every cell behind the paper's tables, run or loaded, in the paper's terms
+  (notebook 10's one step).
+- :mod:`~r2mad_core.reproduce.estimate`: the pre-flight estimate of a GPU profile (requests, tokens, overflows,
+  GPU-hours).
+
+The command line's public names (``main``, ``load_profile``, ``run_notebooks``, ...) are importable from here, as
+they were from the module ``r2mad_core.reproduce`` before it became this package.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    """``from r2mad_core.reproduce import main`` (and every other name of :mod:`.command`), loaded on first use."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    command = importlib.import_module("r2mad_core.reproduce.command")
+    try:
+        return getattr(command, name)
+    except AttributeError:
+        raise AttributeError(f"module 'r2mad_core.reproduce' has no attribute {name!r}") from None
