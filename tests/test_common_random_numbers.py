@@ -18,7 +18,7 @@ from r2mad_core.experiments.cell import run_cell
 from r2mad_core.experiments.method_labels import MethodSettings, resolve
 from r2mad_core.experiments.methods import get_method
 from r2mad_core.report import multiplicity
-from r2mad_core.report.variants import Variant, comparison_sentences, round0_sharing
+from r2mad_core.reproduce.variants import Variant, comparison_sentences, round0_sharing
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +136,7 @@ def test_generated_text_never_calls_an_unadjusted_p_significant() -> None:
 
 
 def test_a_change_that_cannot_act_is_said_before_the_run() -> None:
-    from r2mad_core.report.ablations import plan_variant
+    from r2mad_core.reproduce.ablations import plan_variant
 
     lines: list[str] = []
     variant = plan_variant("sim", {"gamma": 0.5}, echo=lines.append)  # sim's K is the protocol's 1
