@@ -144,3 +144,69 @@ def test_a_change_that_cannot_act_is_said_before_the_run() -> None:
     lines.clear()
     plan_variant("sim", {"gamma": 0.5, "top_k": 3}, echo=lines.append)
     assert lines == []
+
+
+def _tidy_table(folder, name: str, values: dict, caption: str = "Main results: accuracy") -> None:
+    from r2mad_core.report.artifacts import save_table
+    from r2mad_core.report.tables import Table
+
+    frame = pd.DataFrame(values, index=pd.Index(list(next(iter(values.values())).keys()), name="method")).T
+    frame = pd.DataFrame({b: {m: values[m][b] for m in values} for b in next(iter(values.values()))})
+    frame.index.name, frame.columns.name = "method", "benchmark"
+    save_table(Table(values=frame, ci_low=frame - 0.1, ci_high=frame + 0.1, caption=caption), name, folder,
+               caption=caption, profile="tiny")
+
+
+def test_sweep_points_are_the_cartesian_product_and_a_repeated_axis_is_refused() -> None:
+    from r2mad_core.reproduce.sweeps import sweep_points
+
+    assert sweep_points([("gamma", [0, 0.9]), ("top_k", [1, 3])]) == [
+        {"gamma": 0, "top_k": 1}, {"gamma": 0, "top_k": 3}, {"gamma": 0.9, "top_k": 1}, {"gamma": 0.9, "top_k": 3}]
+    with pytest.raises(ValueError, match="--sweep gamma is given twice"):
+        sweep_points([("gamma", [0, 0.9]), ("gamma", [0.5, 1])])
+
+
+def test_a_two_axis_sweep_draws_every_point_on_one_figure(tmp_path) -> None:
+    from r2mad_core.report.artifacts import read_manifest
+    from r2mad_core.reproduce.sweeps import SweepPoint, sweep_artifacts
+
+    points = []
+    for i, setting in enumerate([{"gamma": 0, "top_k": 1}, {"gamma": 0, "top_k": 3}, {"gamma": 0.9, "top_k": 1},
+                                 {"gamma": 0.9, "top_k": 3}]):
+        folder = tmp_path / f"p{i}"
+        _tidy_table(folder, "tab_main_results", {"MAD": {"MATH500": 0.5, "TruthfulQA": 0.4},
+                                                 "R2-MAD": {"MATH500": 0.5 + 0.1 * i, "TruthfulQA": 0.4}})
+        points.append(SweepPoint(setting, folder, setting == {"gamma": 0.9, "top_k": 1}))
+    out = tmp_path / "sweep"
+    sentences = sweep_artifacts(points, ["gamma", "top_k"], "tiny", {"gamma": 0.9, "top_k": 1}, out)
+    record = read_manifest(out)["artifacts"]["fig_sweep_tab_main_results"]
+    assert record["labels"]["titles"][0] == "Main results against gamma and top_k (profile tiny: gamma = 0.9; top_k = 1; dotted line)"
+    assert "R2-MAD (top_k=3)" in record["labels"]["legends"] and "R2-MAD (top_k=1)" in record["labels"]["legends"]
+    table = pd.read_csv(out / "tab_sweep_tab_main_results.csv")
+    assert list(pd.unique(table["setting"])) == ["gamma=0, top_k=1", "gamma=0, top_k=3",
+                                                 "gamma=0.9, top_k=1 (profile tiny)", "gamma=0.9, top_k=3"]
+    assert "R2-MAD / MATH500 (0.500, 0.600, 0.700, 0.800; range 0.300)" in sentences[0]
+
+
+def test_replicates_report_mean_spread_and_the_seed_by_seed_comparison(tmp_path) -> None:
+    from r2mad_core.reproduce.replicates import Replicate, replicate_artifacts, replicate_comparison, replicate_seeds
+
+    assert replicate_seeds(3, 3) == [3, 4, 5]
+    with pytest.raises(ValueError, match="--replicates"):
+        replicate_seeds(0, 0)
+    profile, variant = [], []
+    for seed, (p, v) in enumerate([(0.5, 0.6), (0.6, 0.65), (0.7, 0.9)]):
+        _tidy_table(tmp_path / f"profile{seed}", "tab_main_results", {"R2-MAD": {"MATH500": p}})
+        _tidy_table(tmp_path / f"variant{seed}", "tab_main_results", {"R2-MAD": {"MATH500": v}})
+        profile.append(Replicate(seed, tmp_path / f"profile{seed}"))
+        variant.append(Replicate(seed, tmp_path / f"variant{seed}"))
+    sentences = replicate_artifacts(profile, tmp_path / "out", "tiny", "profile tiny")
+    summary = pd.read_csv(tmp_path / "out" / "tab_replicates_tab_main_results.csv").iloc[0]
+    assert summary["mean"] == pytest.approx(0.6) and summary["sd"] == pytest.approx(0.1)
+    assert (summary["min"], summary["max"]) == pytest.approx((0.5, 0.7))
+    assert (summary["seed=0 ci_low"], summary["seed=0 ci_high"]) == pytest.approx((0.4, 0.6))
+    assert "median sd of a cell across seeds is 0.100" in sentences[0]
+    compared = replicate_comparison(profile, variant, tmp_path / "out", "tiny", "gamma=0.5")
+    row = pd.read_csv(tmp_path / "out" / "tab_replicates_tab_main_results_vs_profile.csv").iloc[0]
+    assert row["mean difference"] == pytest.approx((0.1 + 0.05 + 0.2) / 3, abs=1e-5) and row["seeds up"] == 3
+    assert "1 of 1 cells move the same way under every seed" in compared[0]

@@ -40,6 +40,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 import time
@@ -385,9 +386,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "to figures/<profile>/variants/<name>/ and compared with the profile's own run (docs/ablations.md)")
     parser.add_argument("--variant", default=None, metavar="NAME",
                         help="the variant's folder name (default: from the overrides, e.g. gamma=0.5)")
-    parser.add_argument("--sweep", default=None, metavar="KEY=V1,V2,...",
+    parser.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2,...",
                         help="run each value as a variant and draw the tables' numbers against it, "
-                        "e.g. --sweep gamma=0,0.3,0.6,0.9 --only 04")
+                        "e.g. --sweep gamma=0,0.3,0.6,0.9 --only 04; several --sweep flags run their Cartesian "
+                        "product (--sweep gamma=0,0.9 --sweep top_k=1,3: 4 points on one figure)")
+    parser.add_argument("--replicates", type=_at_least(int, 1), default=1, metavar="N",
+                        help="run the profile (and the variant of --set) under N run seeds (seed, seed+1, ...) and "
+                        "report each table's mean and spread across seeds beside the single-seed CI "
+                        "(figures/<profile>/replicates/)")
     budget = parser.add_argument_group("API cost (profiles with api_budget: true, e.g. api)")
     budget.add_argument("--max-requests", type=_at_least(int), default=None,
                         help="stop before sending more requests than this (default: $R2MAD_API_MAX_REQUESTS, else no cap)")
@@ -581,9 +587,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"reproduce: {exc}", file=sys.stderr)
         return 2
     only = [t for t in args.only.split(",") if t.strip()] if args.only else None
-    if overrides or args.sweep or args.variant:
+    if overrides or args.sweep or args.variant or args.replicates > 1:
         return _ablation_main(args, overrides, only)
     return _run_main(args, profile, only)
+
+
+def caption_note(lines: Sequence[str]) -> str:
+    """A console banner line as a caption's sentence: no ``reproduce: profile NAME:`` prefix, no shouting."""
+    text = " ".join(lines)
+    text = re.sub(r"^reproduce: (profile [^:]+: )?", "", text).replace("SIMULATED", "simulated")
+    return text[:1].upper() + text[1:]
 
 
 def _ablation_main(args: argparse.Namespace, overrides: Mapping[str, Any], only: Sequence[str] | None) -> int:
@@ -609,8 +622,9 @@ def _ablation_main(args: argparse.Namespace, overrides: Mapping[str, Any], only:
         engines = {m.get("engine") for m in [*base["models"], *(base.fields.get("large_models") or [])]
                    if not m.get("stand_in")}  # a stand-in runs on one of the models
         return run_ablation(run, base.name, paths.figures_dir, notebooks, overrides, name=args.variant,
-                            sweep=args.sweep, only=only, engine_note=" ".join(banner(base)[:1]),
-                            baseline_first=engines <= {"simulated"} and not args.estimate_only)
+                            sweep=args.sweep, only=only, engine_note=caption_note(banner(base)[:1]),
+                            baseline_first=engines <= {"simulated"} and not args.estimate_only,
+                            replicates=args.replicates)
     except (FileNotFoundError, ProfileError, ValueError) as exc:
         print(f"reproduce: {exc}", file=sys.stderr)
         return 2
