@@ -210,3 +210,30 @@ def test_replicates_report_mean_spread_and_the_seed_by_seed_comparison(tmp_path)
     row = pd.read_csv(tmp_path / "out" / "tab_replicates_tab_main_results_vs_profile.csv").iloc[0]
     assert row["mean difference"] == pytest.approx((0.1 + 0.05 + 0.2) / 3, abs=1e-5) and row["seeds up"] == 3
     assert "1 of 1 cells move the same way under every seed" in compared[0]
+
+
+def test_a_variant_folder_is_marked_incomplete_until_it_finishes_and_a_name_is_not_reused(tmp_path) -> None:
+    from r2mad_core.report.artifacts import save_table
+    from r2mad_core.reproduce.ablations import INCOMPLETE_MARKER, run_ablation
+    from r2mad_core.reproduce.variants import variant_dir
+
+    profile_dir = tmp_path / "figures" / "tiny"
+    seen: list[bool] = []
+
+    def run(values, variant, only, fail: bool = False):
+        folder = profile_dir if variant is None else variant_dir(profile_dir, variant.name)
+        if variant is not None:
+            seen.append((folder / INCOMPLETE_MARKER).is_file())  # marked while it runs
+            save_table(pd.DataFrame({"x": [1]}), "tab_x", folder, profile="tiny", variant=variant.record())
+        else:
+            save_table(pd.DataFrame({"x": [1]}), "tab_x", folder, profile="tiny", notebook="04_ablations")
+        return None if fail else folder
+
+    assert run_ablation(run, "tiny", profile_dir, ["04_ablations"], {"gamma": 0.5}, name="mine",
+                        echo=lambda line: None) == 0
+    assert seen == [True] and not (profile_dir / "variants" / "mine" / INCOMPLETE_MARKER).exists()
+    with pytest.raises(ValueError, match="already holds variant mine with other overrides"):
+        run_ablation(run, "tiny", profile_dir, ["04_ablations"], {"gamma": 0.7}, name="mine", echo=lambda line: None)
+    failing = lambda values, variant, only: run(values, variant, only, fail=True)  # noqa: E731
+    assert run_ablation(failing, "tiny", profile_dir, ["04_ablations"], {"gamma": 0.3}, echo=lambda line: None) == 1
+    assert (profile_dir / "variants" / "gamma=0.3" / INCOMPLETE_MARKER).is_file()

@@ -98,6 +98,7 @@ def run_ablation(run: Runner, profile: str, profile_dir: Path, notebooks: Sequen
     Several ``--sweep`` axes run their Cartesian product; ``replicates`` > 1 runs the profile (and the variant) under
     that many run seeds (:mod:`r2mad_core.reproduce.replicates`)."""
     sweeps = [sweep] if isinstance(sweep, str) else list(sweep or [])
+    run = marking_incomplete(run, profile_dir)
     base = profile_values(profile)
     seeds = replicate_seeds(int(base.get("seed") or 0), replicates)
     if sweeps and replicates > 1:
@@ -105,6 +106,8 @@ def run_ablation(run: Runner, profile: str, profile_dir: Path, notebooks: Sequen
                          "--set KEY=VALUE --replicates N")
     if not sweeps:
         variant = plan_variant(profile, overrides, name, echo)
+        if variant is not None and name is not None:
+            check_reuse(variant_dir(profile_dir, variant.name), variant)
         if variant is None and replicates == 1:
             return 0 if run({}, None, only) is not None else 1
         if not ensure_baseline(run, profile, profile_dir, notebooks, echo, baseline_first):
@@ -184,6 +187,39 @@ def _replicates(run: Runner, profile: str, profile_dir: Path, seeds: Sequence[in
     for line in sentences:
         echo("  " + line)
     return 0
+
+
+#: The file a variant's folder holds while its run has not finished (a crash, a kill or a failed notebook leave it).
+INCOMPLETE_MARKER = "INCOMPLETE"
+
+
+def marking_incomplete(run: Runner, profile_dir: Path) -> Runner:
+    """``run`` that marks a variant's folder :data:`INCOMPLETE_MARKER` until the variant's notebooks all finished."""
+    def wrapped(values: Mapping[str, Any], variant: Variant | None, only: Sequence[str] | None) -> Path | None:
+        if variant is None:
+            return run(values, variant, only)
+        folder = variant_dir(profile_dir, variant.name)
+        folder.mkdir(parents=True, exist_ok=True)
+        marker = folder / INCOMPLETE_MARKER
+        marker.write_text(f"variant {variant.name} of profile {variant.profile} started and has not finished: its tables "
+                          f"may be partial. Run the same reproduce command again to complete it.\n", encoding="utf-8")
+        figures = run(values, variant, only)
+        if figures is not None:
+            marker.unlink(missing_ok=True)
+        return figures
+
+    return wrapped
+
+
+def check_reuse(folder: Path, variant: Variant) -> None:
+    """``--variant NAME`` names a folder that holds another variant (other overrides): a one-line ValueError."""
+    wanted = variant.record()["overrides"]
+    for record in read_manifest(folder)["artifacts"].values():
+        found = (record.get("variant") or {}).get("overrides")
+        if found is not None and found != wanted:
+            shown = ", ".join(f"{k}={show_value(v.get('value'))}" for k, v in found.items())
+            raise ValueError(f"--variant {variant.name}: {folder} already holds variant {variant.name} with other "
+                             f"overrides ({shown}); choose another --variant name or remove that folder")
 
 
 def variant_overrides(variant: Variant | None) -> dict[str, Any]:
