@@ -483,3 +483,18 @@ def test_replicates_give_the_mean_and_spread_over_seeds(tiny_run: Path) -> None:
     assert row["mean"] == pytest.approx((row["seed=0"] + row["seed=1"] + row["seed=2"]) / 3)
     # the other seeds drew other samples: somewhere a cell differs between seeds
     assert (summary["sd"] > 0).any()
+
+
+def test_a_gamma_variant_shares_every_unchanged_round0_and_says_so(tiny_variant: dict) -> None:
+    """Common random numbers: every debate whose round-0 requests gamma leaves unchanged drew the very same round 0,
+    the cells whose policy does not read gamma are the profile's own runs, and the sentence says both."""
+    folder = tiny_variant["folder"]
+    for table in ("tab_ablation", "tab_retrieval_ablation"):
+        frame = pd.read_csv(folder / f"{table}_vs_profile.csv")
+        assert (frame["round0_unchanged"] > 0).all() and (frame["round0_unchanged"] == frame["round0_shared"]).all()
+        assert "p_holm" in frame
+    retrieval = pd.read_csv(folder / "tab_retrieval_ablation_vs_profile.csv")
+    not_reading_gamma = retrieval[~retrieval["method"].str.contains("Debate-State-Aware")]
+    assert len(not_reading_gamma) > 0 and not_reading_gamma["same_run"].astype(bool).all()
+    notes = read_manifest(folder)["artifacts"]["tab_ablation_vs_profile"]["notes"]
+    assert "drew the very same generations (common random numbers)" in notes and "Holm-adjusted" in notes

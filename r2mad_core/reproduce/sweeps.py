@@ -73,6 +73,10 @@ class SweepPoint:
         return ", ".join(f"{k}={show_value(self.setting[k])}" for k in keys)
 
 
+#: The line styles that tell the values of the second and later sweep axes apart.
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
 def sweep_points(axes: Sequence[tuple[str, Sequence[Any]]]) -> list[dict[str, Any]]:
     """The Cartesian product of the swept axes (``[("gamma", [0, 0.9]), ("top_k", [1, 3])]`` -> 4 settings), first
     axis outermost. A key swept twice is a one-line ValueError."""
@@ -158,6 +162,7 @@ def sweep_artifacts(points: Sequence[SweepPoint], key: str | Sequence[str], prof
         frame["_line"] = [f"{r} ({s})" if s else r for r, s in zip(frame["_row"], frame["_series"])]
         panels = list(pd.unique(frame[panel_column]))
         lines = list(pd.unique(frame["_line"]))
+        rows, series = list(pd.unique(frame["_row"])), list(pd.unique(frame["_series"]))
         width = min(len(panels), 4)
         height = math.ceil(len(panels) / width)
         fig, axes = plt.subplots(height, width, figsize=(4.2 * width, 3.4 * height), squeeze=False, sharey=True,
@@ -174,8 +179,11 @@ def sweep_artifacts(points: Sequence[SweepPoint], key: str | Sequence[str], prof
                 y = line["value"].to_numpy(float)
                 err = np.vstack([np.clip(y - line["ci_low"].to_numpy(float), 0, None),
                                  np.clip(line["ci_high"].to_numpy(float) - y, 0, None)])
-                style = "--" if other_keys and lines.index(line_name) % 2 else "-"
-                ax.errorbar(x, y, yerr=np.nan_to_num(err), marker="o", capsize=3, linestyle=style, label=str(line_name))
+                # one colour per table row, one line style per value of the other axes
+                row_index = rows.index(line["_row"].iloc[0])
+                style = LINE_STYLES[series.index(line["_series"].iloc[0]) % len(LINE_STYLES)]
+                ax.errorbar(x, y, yerr=np.nan_to_num(err), marker="o", capsize=3, linestyle=style,
+                            color=f"C{row_index % 10}", label=str(line_name))
             if x_key in profile_values_:
                 at_profile = [xs[v] for v in x_values if same_value(x_of[v], profile_values_[x_key])]
                 if at_profile:
