@@ -443,6 +443,56 @@ def test_a_gamma_sweep_draws_the_tables_against_gamma(tiny_variant: dict) -> Non
     at_profile = table[table["setting"] == "gamma=0.9 (profile tiny)"].set_index(["row", "benchmark"])["value"]
     profile = read_table(tiny_run / "figures" / "tiny" / "tab_ablation.csv").values
     assert at_profile[("R2-MAD", "MATH500")] == pytest.approx(float(profile.at["R2-MAD", "MATH500"]))
-    assert manifest["fig_sweep_tab_ablation"]["labels"]["titles"][0].startswith("tab_ablation against gamma")
+    # the title names the quantity, not the table's file name; the caption carries no console line
+    assert manifest["fig_sweep_tab_ablation"]["labels"]["titles"][0].startswith("Ablation of R2-MAD against gamma")
+    assert "reproduce:" not in manifest["fig_sweep_tab_ablation"]["caption"]
     assert _hashes(tiny_run / "figures" / "tiny") == {k: v for k, v in tiny_variant["before"].items()
                                                        if "/figures/" in k}
+
+
+def test_two_sweep_axes_run_their_product_on_one_figure(tiny_variant: dict) -> None:
+    tiny_run = tiny_variant["folder"].parents[3]
+    code = reproduce.main(["--profile", "tiny", "--output-dir", str(tiny_run), "--data-dir", str(_data_dir()),
+                           "--only", "04", "--sweep", "gamma=0,0.9", "--sweep", "top_k=1,3"])
+    assert code == 0
+    sweep = tiny_run / "figures" / "tiny" / "sweeps" / "gamma__top_k"
+    manifest = read_manifest(sweep)["artifacts"]
+    figure = manifest["fig_sweep_tab_ablation"]
+    assert figure["sweep"]["parameters"] == ["gamma", "top_k"]
+    assert figure["sweep"]["points"] == [{"gamma": 0, "top_k": 1}, {"gamma": 0, "top_k": 3},
+                                         {"gamma": 0.9, "top_k": 1}, {"gamma": 0.9, "top_k": 3}]
+    table = pd.read_csv(sweep / "tab_sweep_tab_ablation.csv")
+    assert list(pd.unique(table["setting"])) == ["gamma=0, top_k=1", "gamma=0, top_k=3", "gamma=0.9, top_k=1 (profile tiny)",
+                                                 "gamma=0.9, top_k=3"]
+    assert figure["labels"]["titles"][0].startswith("Ablation of R2-MAD against gamma and top_k")
+
+
+def test_replicates_give_the_mean_and_spread_over_seeds(tiny_run: Path) -> None:
+    code = reproduce.main(["--profile", "tiny", "--output-dir", str(tiny_run), "--data-dir", str(_data_dir()),
+                           "--only", "03", "--replicates", "3"])
+    assert code == 0
+    folder = tiny_run / "figures" / "tiny" / "replicates" / "seeds=0-2"
+    summary = pd.read_csv(folder / "tab_replicates_tab_main_results.csv")
+    assert {"seed=0", "seed=1", "seed=2", "mean", "sd", "min", "max", "seed=0 ci_low", "seed=0 ci_high"} <= set(summary)
+    assert (summary["seeds"] == 3).all()
+    profile = read_table(tiny_run / "figures" / "tiny" / "tab_main_results.csv").values
+    row = summary[(summary["method"] == "R2-MAD") & (summary["benchmark"] == "MATH500")].iloc[0]
+    assert row["seed=0"] == pytest.approx(float(profile.at["R2-MAD", "MATH500"]))
+    assert row["mean"] == pytest.approx((row["seed=0"] + row["seed=1"] + row["seed=2"]) / 3)
+    # the other seeds drew other samples: somewhere a cell differs between seeds
+    assert (summary["sd"] > 0).any()
+
+
+def test_a_gamma_variant_shares_every_unchanged_round0_and_says_so(tiny_variant: dict) -> None:
+    """Common random numbers: every debate whose round-0 requests gamma leaves unchanged drew the very same round 0,
+    the cells whose policy does not read gamma are the profile's own runs, and the sentence says both."""
+    folder = tiny_variant["folder"]
+    for table in ("tab_ablation", "tab_retrieval_ablation"):
+        frame = pd.read_csv(folder / f"{table}_vs_profile.csv")
+        assert (frame["round0_unchanged"] > 0).all() and (frame["round0_unchanged"] == frame["round0_shared"]).all()
+        assert "p_holm" in frame
+    retrieval = pd.read_csv(folder / "tab_retrieval_ablation_vs_profile.csv")
+    not_reading_gamma = retrieval[~retrieval["method"].str.contains("Debate-State-Aware")]
+    assert len(not_reading_gamma) > 0 and not_reading_gamma["same_run"].astype(bool).all()
+    notes = read_manifest(folder)["artifacts"]["tab_ablation_vs_profile"]["notes"]
+    assert "drew the very same generations (common random numbers)" in notes and "Holm-adjusted" in notes

@@ -14,11 +14,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from r2mad_core.reproduce import variants  # noqa: E402
+from r2mad_core.reproduce import sweeps, variants  # noqa: E402
 from r2mad_core.reproduce.ablations import plan_variant, variant_overrides  # noqa: E402
 from r2mad_core.report.artifacts import ReportContext, read_manifest  # noqa: E402
 from r2mad_core.reproduce.grid import ExperimentGrid  # noqa: E402
-from r2mad_core.reproduce.variants import Variant, detect, parse_sweep, same_value, variant_name  # noqa: E402
+from r2mad_core.reproduce.sweeps import parse_sweep
+from r2mad_core.reproduce.variants import Variant, detect, same_value, variant_name  # noqa: E402
 
 
 # --------------------------------------------------------------------------------------------
@@ -198,15 +199,15 @@ def test_sweep_artifacts_draw_each_table_against_the_parameter(tmp_path: Path) -
         values = pd.DataFrame({"TruthfulQA": [value, 1 - value]}, index=pd.Index(["A", "B"], name="method"))
         values.columns.name = "benchmark"
         save_table(Table(values=values, ci_low=values - 0.1, ci_high=values + 0.1), "tab_t", folder, profile="p")
-        points.append(variants.SweepPoint(value, folder, value == 0.9))
+        points.append(sweeps.SweepPoint({"gamma": value}, folder, value == 0.9))
     out = tmp_path / "sweep"
-    sentences = variants.sweep_artifacts(points, "gamma", "p", 0.9, out)
+    sentences = sweeps.sweep_artifacts(points, "gamma", "p", 0.9, out)
     assert {p.name for p in out.iterdir()} >= {"fig_sweep_tab_t.png", "tab_sweep_tab_t.csv", "MANIFEST.json"}
     table = pd.read_csv(out / "tab_sweep_tab_t.csv")
     assert list(pd.unique(table["setting"])) == ["gamma=0.0", "gamma=0.5", "gamma=0.9 (profile p)"]
     assert table[table["row"] == "B"]["value"].tolist() == pytest.approx([1.0, 0.5, 0.1])
     labels = read_manifest(out)["artifacts"]["fig_sweep_tab_t"]["labels"]
-    assert labels["titles"][0] == "tab_t against gamma (profile p: 0.9; dotted line)"
+    assert labels["titles"][0] == "tab_t against gamma (profile p: gamma = 0.9; dotted line)"
     assert sentences == ["tab_t: over gamma = 0.0, 0.5, 0.9, the cell that moves most is A / TruthfulQA "
                          "(0.000, 0.500, 0.900; range 0.900); the median range over the 2 cells is 0.900."]
 

@@ -196,4 +196,8 @@ def _r2mad_options(label: str, settings: MethodSettings, memory: Path | str | No
             options["poison_seed"] = settings.seed
     elif rest:
         raise ValueError(f"unknown R2-MAD variant {label!r}: expected {GRAMMAR}")
+    # A setting the row's policy does not read (gamma for Random) is not part of the cell: a change of it leaves the
+    # cell the very same run (methods.get_method records the same options).
+    for unread in POLICIES[options.get("retrieval_policy", "state_aware")].unread:
+        options.pop(unread, None)
     return options

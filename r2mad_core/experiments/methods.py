@@ -154,6 +154,9 @@ class Method:
     # memory.bank_digest). A run's config.json records them, so resuming a run after its memory bank was
     # rebuilt is a RunConfigMismatch instead of a transcript that mixes two banks.
     inputs: Mapping[str, str] = field(default_factory=dict)
+    # Options this configuration does not read (R2-MAD's gamma under a policy that does not use it): not recorded in
+    # config.json, so changing one leaves the run the very same run (:func:`get_method`).
+    unread_options: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if self.vote_rule not in VOTE_RULES:
@@ -405,7 +408,7 @@ def r2mad(
         return R2MadHook(bank_set, bank_embedder, settings, solutions=solutions)
 
     return Method(name=name, debate=debate, vote_rule=settings.vote_rule, make_hook=make_hook,
-                  inputs=_memory_inputs(memory))
+                  inputs=_memory_inputs(memory), unread_options=frozenset(retrieval.POLICIES[policy].unread))
 
 
 @debate_keywords(*(n for n in ONE_AGENT_SETTINGS if n != "round0"))
@@ -458,6 +461,12 @@ class MethodSpec:
     builder: MethodBuilder
     label: str
     summary: str = ""
+    #: The options that make a run another method, a row of the paper's tables (R2-MAD's ``use_confidence``,
+    #: ``retrieval_policy``, ...), as opposed to the settings every row of a profile shares (the debate settings, K,
+    #: gamma, the thresholds, the protocol choices, the files): they name the run's random stream under
+    #: ``round0="independent"`` (:func:`stream_identity`). None: every option that is not a debate setting, a file
+    #: or one of :data:`SHARED_SETTINGS` (a registered method's own options).
+    stream_options: tuple[str, ...] | None = None
 
 
 #: name -> spec; :data:`METHODS` is the same registry as name -> builder.
@@ -497,12 +506,16 @@ def unregister_method(name: str) -> None:
 
 
 for _spec in (
-    MethodSpec("cot", cot, "CoT", "Chain of Thought: one agent, one round"),
-    MethodSpec("self_consistency", self_consistency, "Self-Consistency", "k samples of one agent, plurality vote"),
-    MethodSpec("mad", mad, "MAD", "multi-agent debate (Du et al.)"),
-    MethodSpec("mad_m2", mad_m2, "MAD-M2", "MAD with memory masking (Tian et al.)"),
-    MethodSpec("r2mad", r2mad, "R2-MAD", "MAD + experience memory + confidence (Section 4)"),
-    MethodSpec("icl_cot", icl_cot, "ICL-CoT", "CoT with retrieved experiences as in-context examples"),
+    MethodSpec("cot", cot, "CoT", "Chain of Thought: one agent, one round", stream_options=()),
+    MethodSpec("self_consistency", self_consistency, "Self-Consistency", "k samples of one agent, plurality vote",
+               stream_options=("k_paths",)),
+    MethodSpec("mad", mad, "MAD", "multi-agent debate (Du et al.)", stream_options=()),
+    MethodSpec("mad_m2", mad_m2, "MAD-M2", "MAD with memory masking (Tian et al.)",
+               stream_options=("masking", "objective_keep")),
+    MethodSpec("r2mad", r2mad, "R2-MAD", "MAD + experience memory + confidence (Section 4)",
+               stream_options=("use_memory", "use_confidence", "retrieval_policy", "poison_fraction", "poison_seed")),
+    MethodSpec("icl_cot", icl_cot, "ICL-CoT", "CoT with retrieved experiences as in-context examples",
+               stream_options=()),
 ):
     register_method(_spec)
 
@@ -535,11 +548,41 @@ def get_method(name: str, **options: Any) -> Method:
     bound.apply_defaults()
     method = builder(**bound.arguments)
     if method.debate.round0 == "independent":
-        # The run's own sampling stream: the method and every option that is not round0 (so R2-MAD and each
-        # ablation draw different samples, as separate runs do). A file input counts by its content digest
-        # (Method.inputs), not its path: the same bank in another folder or clone gives the same draws.
-        identity = {k: v for k, v in bound.arguments.items() if k != "round0" and k not in FILE_OPTIONS}
-        identity.update(method.inputs)
-        stream = name + ":" + json.dumps(identity, sort_keys=True, default=str)
+        # The run's own sampling stream, named by the method and the options that make it another method (its row:
+        # R2-MAD and each ablation draw different samples, as the paper's separate runs do), never by a setting the
+        # rows share: a variant (gamma=0.5) draws what the profile's run drew wherever it sends the same request
+        # (common random numbers, docs/ablations.md).
+        stream = name + ":" + json.dumps(stream_identity(name, bound.arguments), sort_keys=True, default=str)
         method = replace(method, debate=replace(method.debate, stream=stream))
-    return replace(method, options=dict(bound.arguments))
+    options = {k: v for k, v in bound.arguments.items() if k not in method.unread_options}
+    return replace(method, options=options)
+
+
+#: Options every row of a profile shares (the profile's settings and protocol choices, not a row of a table): they
+#: never name a random stream, also for a registered method that declares them.
+SHARED_SETTINGS = frozenset({
+    "top_k", "gamma", "w_high", "w_low", "max_experience_chars", "embedder", "experience_reference",
+    "confidence_label", "confidence_pool", "peer_response_round", "similarity_match", "match", "judge_max_tokens",
+})
+
+
+def stream_identity(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options that name a run's random stream under ``round0="independent"``: those that make it another
+    method (:attr:`MethodSpec.stream_options`; a retrieval policy's own value, e.g. the Fixed-lambda row's lambda,
+    counts with its policy), never a shared setting (:data:`SHARED_SETTINGS`), a debate setting (temperature,
+    max_tokens, n_rounds, ...: a request that depends on one says so in its own bytes) or a file (the memory bank:
+    what a request retrieves from it is in its bytes).
+
+    So two runs draw the same samples exactly when they are the same row of the paper's tables, and a variant's
+    request that equals the profile run's request gets the same generation: the rule of docs/ablations.md."""
+    spec = METHOD_SPECS[name]
+    if spec.stream_options is None:
+        keys = [k for k in options if k not in SPECS and k not in FILE_OPTIONS and k not in SHARED_SETTINGS]
+    else:
+        keys = list(spec.stream_options)
+    identity = {k: options[k] for k in keys if k in options}
+    policy = options.get("retrieval_policy")
+    parameter = retrieval.POLICIES[policy].parameter if policy in retrieval.POLICIES else None
+    if parameter is not None and parameter in options:
+        identity[parameter] = options[parameter]
+    return identity

@@ -268,7 +268,12 @@ class Query:
 class PolicySpec:
     """One retrieval policy: ``select(query) -> RetrievalResult``; ``label`` is its Table 3 row name;
     ``parameter`` names the config field a spec string sets (``fixed_lambda:0.25``); ``seeded`` policies get
-    per-query seeds; ``tradeoff(consensus, config)`` gives lambda_t per query for the MMR policies."""
+    per-query seeds; ``tradeoff(consensus, config)`` gives lambda_t per query for the MMR policies.
+
+    ``reads``: the tuning fields of :class:`RetrievalConfig` (:data:`TUNING_FIELDS`: ``gamma``, ``fixed_lambda``)
+    the policy reads besides K (None: all of them, the safe default for a registered policy). A run of a policy that
+    does not read gamma does not record gamma, so a change of gamma leaves it the very same run
+    (:func:`r2mad_core.experiments.methods.get_method`)."""
 
     name: str
     label: str
@@ -276,6 +281,16 @@ class PolicySpec:
     parameter: str | None = None
     seeded: bool = False
     tradeoff: Callable[[np.ndarray, RetrievalConfig], np.ndarray] | None = None
+    reads: tuple[str, ...] | None = None
+
+    @property
+    def unread(self) -> tuple[str, ...]:
+        """The tuning fields this policy does not read (:attr:`reads`)."""
+        return () if self.reads is None else tuple(f for f in TUNING_FIELDS if f not in self.reads)
+
+
+#: The RetrievalConfig fields only some policies read (Eq. 6's gamma; the fixed lambda of the Fixed-lambda rows).
+TUNING_FIELDS = ("gamma", "fixed_lambda")
 
 
 POLICIES: dict[str, PolicySpec] = {}
@@ -417,14 +432,15 @@ def mmr_policy(query: Query) -> RetrievalResult:
 
 for _spec in (
     PolicySpec("state_aware", "Debate-State-Aware", mmr_policy,
-               tradeoff=lambda cons, config: mmr_tradeoff(cons, config.gamma)),
+               tradeoff=lambda cons, config: mmr_tradeoff(cons, config.gamma), reads=("gamma",)),
     PolicySpec("fixed_lambda", "Fixed-lambda", mmr_policy, parameter="fixed_lambda",
-               tradeoff=lambda cons, config: np.full(cons.shape[0], config.fixed_lambda, dtype=np.float32)),
-    PolicySpec("similarity", "Similarity-based", _top_by_similarity),
-    PolicySpec("positive_only", "Positive-only", lambda query: _top_by_similarity(query, positive_only=True)),
+               tradeoff=lambda cons, config: np.full(cons.shape[0], config.fixed_lambda, dtype=np.float32),
+               reads=("fixed_lambda",)),
+    PolicySpec("similarity", "Similarity-based", _top_by_similarity, reads=()),
+    PolicySpec("positive_only", "Positive-only", lambda query: _top_by_similarity(query, positive_only=True), reads=()),
     PolicySpec("diversity_only", "Diversity-only", mmr_policy, seeded=True,
-               tradeoff=lambda cons, config: np.zeros(cons.shape[0], dtype=np.float32)),
-    PolicySpec("random", "Random", _random_draw, seeded=True),
+               tradeoff=lambda cons, config: np.zeros(cons.shape[0], dtype=np.float32), reads=()),
+    PolicySpec("random", "Random", _random_draw, seeded=True, reads=()),
 ):
     register_policy(_spec)
 

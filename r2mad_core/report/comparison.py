@@ -26,6 +26,7 @@ import pandas as pd
 from r2mad_core.report.results import GridResults
 from r2mad_core.debate.scoring import mean_accuracy_with_ci, paired_test
 from r2mad_core.report.tables import AVERAGE_LABEL
+from r2mad_core.report import multiplicity
 
 REPORTED_RESULTS_RESOURCE = "reported_results.csv"
 #: The paper's "(both)" rows average over Qwen2.5-7B-Instruct and Gemma-3-4B-IT.
@@ -212,7 +213,8 @@ def check_orderings(
     ``paper_worse``, ``holds_in_paper``, ``reproduced_better``, ``reproduced_worse``,
     ``outcome`` (``holds``: the reproduced ordering is strict; ``tie``: equal values; ``reversed``),
     ``holds_here`` (outcome is ``holds``), ``n_pairs``, ``better_only``, ``worse_only``,
-    ``p_value``, ``significant`` (holds here and p < alpha), ``runs`` (the reproduced (model,
+    ``p_value``, ``p_holm`` (Holm-adjusted over the distinct comparisons), ``significant`` (holds here and
+    p_holm < alpha), ``runs`` (the reproduced (model,
     benchmark) cells the comparison read) and ``duplicate_of`` (the index of an earlier row that
     compared the very same runs: two paper claims checked on one comparison, e.g. two paper models
     with one stand-in; :func:`claims_summary` counts it once).
@@ -275,11 +277,20 @@ def check_orderings(
             "paper_better": paper_better, "paper_worse": paper_worse, "holds_in_paper": holds_in_paper,
             "reproduced_better": reproduced_better, "reproduced_worse": reproduced_worse,
             "outcome": outcome, "holds_here": holds_here, "n_pairs": len(paired), "better_only": better_only,
-            "worse_only": worse_only, "p_value": p_value, "significant": bool(holds_here and p_value < alpha),
+            "worse_only": worse_only, "p_value": p_value, "p_holm": math.nan, "significant": False,
             "claim": claim.text, "runs": "; ".join(f"{m} / {b}" for m, b in runs),
             "duplicate_of": None if duplicate_of == len(rows) else duplicate_of,
         })
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    if not frame.empty:
+        # Every distinct comparison is tested at once: significant only by its Holm-adjusted p (report/multiplicity.py);
+        # a repeated claim (same runs) is no further test and takes its first row's adjusted p.
+        distinct = frame["duplicate_of"].isna().to_numpy()
+        adjusted = multiplicity.holm(frame["p_value"].where(distinct))
+        frame["p_holm"] = [adjusted[i] if distinct[i] else adjusted[int(frame.at[i, "duplicate_of"])]
+                           for i in range(len(frame))]
+        frame["significant"] = frame["holds_here"].astype(bool) & (frame["p_holm"] < alpha)
+    return frame
 
 
 
@@ -289,7 +300,7 @@ class ClaimsSummary:
 
     checked: int  # distinct comparisons (a claim repeating an earlier comparison's runs is not counted)
     holds: int  # strict reproduced ordering in the claimed direction
-    significant: int  # of those, exact McNemar p < alpha
+    significant: int  # of those, Holm-adjusted exact McNemar p < alpha
     ties: int
     reversed: int
     repeated: int  # claim rows that repeat an earlier comparison
@@ -302,7 +313,8 @@ class ClaimsSummary:
             return "No claimed ordering could be checked with the methods this profile ran."
         parts = [f"Of the {self.checked} distinct comparisons the paper claims and this profile could check, "
                  f"{self.holds} hold here (strictly better)",
-                 f"{self.significant} of them significantly (exact McNemar test, p < {self.alpha:g})"]
+                 f"{self.significant} of them significantly (exact McNemar test, {multiplicity.RULE}-adjusted over "
+                 f"the {self.checked} comparisons, p < {self.alpha:g})"]
         text = ", ".join(parts)
         others = []
         if self.ties:

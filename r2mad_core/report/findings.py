@@ -12,6 +12,7 @@ the mechanism (e.g. how often a correct and a wrong peer were annotated "high co
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -22,6 +23,7 @@ from r2mad_core.report.results import GridResults
 from r2mad_core.experiments.model_specs import ModelSpec
 from r2mad_core.debate.scoring import AnnotationCounts, annotation_counts, paired_test
 from r2mad_core.report.tables import AVERAGE_LABEL, NOT_RUN, benchmark_label
+from r2mad_core.report import multiplicity
 from r2mad_core.report.power import power_sentence
 from r2mad_core.theory.agents import SimulatedAgentParams
 
@@ -50,6 +52,9 @@ class Comparison:
     worse_only: int
     p_value: float
     scope: str  # e.g. "on average over 4 benchmarks" or "on Economics"
+    #: Holm-adjusted p within the family of comparisons one sentence makes (:func:`holm_family`); ``family`` its size.
+    p_adjusted: float | None = None
+    family: int = 1
 
     @property
     def difference(self) -> float:
@@ -64,13 +69,25 @@ class Comparison:
 
     @property
     def significant(self) -> bool:
-        return self.p_value < ALPHA
+        """p (Holm-adjusted within its family when it is one of several, :func:`holm_family`) below alpha."""
+        return (self.p_value if self.p_adjusted is None else self.p_adjusted) < ALPHA
 
     def clause(self) -> str:
         """``R2-MAD 0.710 vs MAD 0.590 (+0.120; p = 1.2e-10, exact McNemar on 753 paired questions)``."""
+        adjusted = "" if self.p_adjusted is None or self.family < 2 else (
+            f", Holm-adjusted over {self.family} comparisons {fmt_p(self.p_adjusted)}")
         return (f"{self.better} {self.value_better:.3f} vs {self.worse} {self.value_worse:.3f} "
-                f"({self.difference:+.3f}; {fmt_p(self.p_value)}, exact McNemar on {self.n_pairs} paired questions, "
-                f"{'significant' if self.significant else 'not significant'} at {ALPHA:g})")
+                f"({self.difference:+.3f}; {fmt_p(self.p_value)}, exact McNemar on {self.n_pairs} paired questions"
+                f"{adjusted}, {'significant' if self.significant else 'not significant'} at {ALPHA:g})")
+
+
+def holm_family(comparisons: Sequence[Comparison | None]) -> list[Comparison | None]:
+    """The comparisons one sentence makes at once, each with its Holm-adjusted p (report/multiplicity.py): a
+    comparison of such a family is called significant only by the adjusted p. None entries stay None."""
+    present = [c for c in comparisons if c is not None]
+    adjusted = iter(multiplicity.holm([c.p_value for c in present]))
+    return [None if c is None else dataclasses.replace(c, p_adjusted=next(adjusted), family=len(present))
+            for c in comparisons]
 
 
 def compare(results: GridResults | pd.DataFrame, better: str, worse: str, *, model: str | None = None,
@@ -144,7 +161,7 @@ def main_results(results: GridResults, models: Sequence[ModelSpec], baselines: S
     """RQ1: does R2-MAD beat every baseline on average, strictly, and how significantly?"""
     sentences = [what_ran(models)]
     for spec in models:
-        comparisons = [c for c in (compare(results, "R2-MAD", b, model=spec.label) for b in baselines) if c]
+        comparisons = holm_family([c for c in (compare(results, "R2-MAD", b, model=spec.label) for b in baselines) if c])
         if not comparisons:
             continue
         held = [c for c in comparisons if c.outcome == "holds"]
@@ -184,8 +201,8 @@ def ablation(results: GridResults, models: Sequence[ModelSpec]) -> list[str]:
     """RQ2: R2-MAD > w/o Confidence > w/o Memory (the paper's Qwen2.5-7B numbers: 0.607 > 0.585 > 0.576)."""
     sentences = [what_ran(models)]
     for spec in models:
-        full_conf = compare(results, "R2-MAD", "R2-MAD w/o Confidence", model=spec.label)
-        conf_mem = compare(results, "R2-MAD w/o Confidence", "R2-MAD w/o Memory", model=spec.label)
+        full_conf, conf_mem = holm_family([compare(results, "R2-MAD", "R2-MAD w/o Confidence", model=spec.label),
+                                           compare(results, "R2-MAD w/o Confidence", "R2-MAD w/o Memory", model=spec.label)])
         if full_conf is None or conf_mem is None:
             continue
         verdict = ("holds" if full_conf.outcome == "holds" and conf_mem.outcome == "holds" else "does not hold")

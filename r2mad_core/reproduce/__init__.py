@@ -8,8 +8,11 @@
   quiet logs).
 - :mod:`~r2mad_core.reproduce.grid`: the run cells a notebook asks for (``ExperimentGrid``), run or replayed.
 - :mod:`~r2mad_core.reproduce.variants`: a profile plus overrides (an ablation): its own folder, labels, and the
-  comparison with the profile's run on the same questions; sweeps drawn against the parameter.
-- :mod:`~r2mad_core.reproduce.ablations`: ``reproduce --set/--variant/--sweep``: the baseline first, then each variant.
+  comparison with the profile's run on the same questions (common random numbers, Holm-adjusted).
+- :mod:`~r2mad_core.reproduce.sweeps`: ``--sweep`` (several: their product), each point a variant, drawn against the axes.
+- :mod:`~r2mad_core.reproduce.replicates`: ``--replicates N``: the same runs under N seeds, mean and spread across seeds.
+- :mod:`~r2mad_core.reproduce.ablations`: ``reproduce --set/--variant/--sweep/--replicates``: the baseline first, then
+  each variant.
 - :mod:`~r2mad_core.reproduce.collect`: every cell behind the paper's tables, run or loaded, in the paper's terms
   (notebook 10's one step).
 - :mod:`~r2mad_core.reproduce.estimate`: the pre-flight estimate of a GPU profile (requests, tokens, overflows,

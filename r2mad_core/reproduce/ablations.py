@@ -5,7 +5,7 @@ of the setup. :func:`run_ablation` turns the runner's overrides into a :class:`~
 (no variant when every override equals the profile's value), makes sure the profile itself (the baseline) has run
 the chosen notebooks first (it runs them when it has not), runs the variant into its own folders, and prints each
 comparison with the baseline; a sweep runs every value as a variant and draws the metric against the parameter
-(:func:`r2mad_core.reproduce.variants.sweep_artifacts`). The runner (:mod:`r2mad_core.reproduce`) passes the function
+(:func:`r2mad_core.reproduce.sweeps.sweep_artifacts`). The runner (:mod:`r2mad_core.reproduce`) passes the function
 that executes notebooks (``run``), so this module stays below it.
 """
 
@@ -19,18 +19,19 @@ from r2mad_core.report.artifacts import read_manifest
 from r2mad_core.reproduce.variants import (
     COMPARISON_SUFFIX,
     SWEEPS_DIR,
-    SweepPoint,
     Variant,
     changes_nothing,
     check_name,
     differences,
-    parse_sweep,
+    inert_notes,
     profile_values,
     show_value,
-    sweep_artifacts,
     variant_dir,
     variant_name,
 )
+
+from r2mad_core.reproduce.sweeps import SweepPoint, parse_sweep, sweep_artifacts, sweep_points
+from r2mad_core.reproduce.replicates import REPLICATES_DIR, Replicate, replicate_artifacts, replicate_comparison, replicate_seeds
 
 #: ``run(overrides, variant, only) -> figures folder or None (a notebook failed)``: the runner's notebook execution.
 Runner = Callable[[Mapping[str, Any], "Variant | None", "Sequence[str] | None"], "Path | None"]
@@ -50,6 +51,8 @@ def plan_variant(profile: Any, overrides: Mapping[str, Any], name: str | None = 
             echo(f"reproduce: {key}={show_value(overrides[key])} is the profile {profile}'s own value: not a variant")
     if name is not None:
         check_name(name)
+    for note in inert_notes({k: v for k, v in overrides.items() if k in found}, base):
+        echo(note)
     if not found:
         if name is not None:
             raise ValueError(f"--variant {name}: no --set value differs from profile {profile}, so there is no variant "
@@ -90,52 +93,143 @@ def ensure_baseline(run: Runner, profile: str, profile_dir: Path, notebooks: Seq
 
 
 def run_ablation(run: Runner, profile: Any, profile_dir: Path, notebooks: Sequence[str], overrides: Mapping[str, Any],
-                 *, name: str | None = None, sweep: str | None = None, only: Sequence[str] | None = None,
-                 engine_note: str = "", echo: Callable[[str], None] = print, baseline_first: bool = True) -> int:
-    """``reproduce --set ... [--variant NAME] [--sweep KEY=V1,V2,...]``: the exit code. ``profile``: the
-    :class:`~r2mad_core.experiments.profiles.Profile` (or a packaged name)."""
+                 *, name: str | None = None, sweep: str | Sequence[str] | None = None,
+                 only: Sequence[str] | None = None, engine_note: str = "", echo: Callable[[str], None] = print,
+                 baseline_first: bool = True, replicates: int = 1) -> int:
+    """``reproduce --set ... [--variant NAME] [--sweep KEY=V1,V2,... ...] [--replicates N]``: the exit code.
+    ``profile``: the :class:`~r2mad_core.experiments.profiles.Profile` (or a packaged name).
+
+    Several ``--sweep`` axes run their Cartesian product; ``replicates`` > 1 runs the profile (and the variant) under
+    that many run seeds (:mod:`r2mad_core.reproduce.replicates`)."""
     loaded = load_profile(profile) if isinstance(profile, (str, Path)) else profile
     profile = loaded.name
-    if sweep is None:
+    sweeps = [sweep] if isinstance(sweep, str) else list(sweep or [])
+    run = marking_incomplete(run, profile_dir)
+    base = profile_values(loaded)
+    seeds = replicate_seeds(int(base.get("seed") or 0), replicates)
+    if sweeps and replicates > 1:
+        raise ValueError("--replicates with --sweep is not supported yet: run each sweep point with "
+                         "--set KEY=VALUE --replicates N")
+    if not sweeps:
         variant = plan_variant(loaded, overrides, name, echo)
-        if variant is None:
+        if variant is not None and name is not None:
+            check_reuse(variant_dir(profile_dir, variant.name), variant)
+        if variant is None and replicates == 1:
             return 0 if run({}, None, only) is not None else 1
         if not ensure_baseline(run, profile, profile_dir, notebooks, echo, baseline_first):
             return 1
-        echo(f"reproduce: variant {variant.name} of profile {profile}: {variant.describe()}; its figures and tables "
-             f"go to {variant_dir(profile_dir, variant.name)} (the profile's own are not touched)")
-        figures = run(variant_overrides(variant), variant, only)
-        if figures is None:
-            return 1
-        for line in comparison_lines(figures):
-            echo("  " + line)
-        if changes_nothing(figures):  # read back from the runs' config.json, not from the request
-            echo(f"reproduce: variant {variant.name} changes nothing that ran: no run of these notebooks records "
-                 f"{', '.join(variant.overrides)} with the variant's value; it is the profile's own run")
+        variant_figures = None
+        if variant is not None:
+            echo(f"reproduce: variant {variant.name} of profile {profile}: {variant.describe()}; its figures and "
+                 f"tables go to {variant_dir(profile_dir, variant.name)} (the profile's own are not touched)")
+            variant_figures = run(variant_overrides(variant), variant, only)
+            if variant_figures is None:
+                return 1
+            for line in comparison_lines(variant_figures):
+                echo("  " + line)
+            if changes_nothing(variant_figures):  # read back from the runs' config.json, not from the request
+                echo(f"reproduce: variant {variant.name} changes nothing that ran: no run of these notebooks records "
+                     f"{', '.join(variant.overrides)} with the variant's value; it is the profile's own run")
+        if replicates > 1:
+            return _replicates(run, loaded, profile_dir, seeds, variant, variant_figures, only, echo)
         return 0
-    key, values = parse_sweep(sweep)
-    fixed = plan_variant(loaded, {k: v for k, v in overrides.items() if k != key}, None, echo)
-    base = profile_values(loaded)
+    axes = [parse_sweep(text) for text in sweeps]
+    keys = [key for key, _ in axes]
+    settings = sweep_points(axes)
+    fixed = plan_variant(loaded, {k: v for k, v in overrides.items() if k not in keys}, None, echo)
+    for note in inert_notes({**(variant_overrides(fixed) if fixed else {}), **settings[0]}, base):
+        echo(note)
     if not ensure_baseline(run, profile, profile_dir, notebooks, echo, baseline_first):
         return 1
     points = []
-    for value in values:
-        point = plan_variant(loaded, {**(variant_overrides(fixed) if fixed else {}), key: value}, None,
+    for setting in settings:
+        point = plan_variant(loaded, {**(variant_overrides(fixed) if fixed else {}), **setting}, None,
                              echo=lambda line: None)
-        echo(f"reproduce: sweep {key} = {show_value(value)}"
-             + (f" (variant {point.name})" if point else f" (the profile's own value: its own run)"))
+        shown = ", ".join(f"{k} = {show_value(v)}" for k, v in setting.items())
+        echo(f"reproduce: sweep {shown}"
+             + (f" (variant {point.name})" if point else " (the profile's own values: its own run)"))
         figures = run(variant_overrides(point), point, only) if point is not None else profile_dir
         if figures is None:
             return 1
-        points.append(SweepPoint(value, figures, point is None))
-    folder = profile_dir / SWEEPS_DIR / (key if fixed is None else f"{key}__{fixed.name}")
-    sentences = sweep_artifacts(points, key, profile, base.get(key), folder, fixed=fixed, engine_note=engine_note)
-    echo(f"reproduce: sweep of {key} over {len(values)} values: figures and tables in {folder}")
+        points.append(SweepPoint(dict(setting), figures, point is None))
+    folder_name = "__".join(keys) if fixed is None else f"{'__'.join(keys)}__{fixed.name}"
+    folder = profile_dir / SWEEPS_DIR / folder_name
+    sentences = sweep_artifacts(points, keys, profile, {k: base.get(k) for k in keys}, folder, fixed=fixed,
+                                engine_note=engine_note)
+    echo(f"reproduce: sweep of {' x '.join(keys)} over {len(points)} points: figures and tables in {folder}")
     for line in sentences:
         echo("  " + line)
     if not sentences:
-        echo(f"reproduce: the notebooks chosen wrote no table with confidence intervals to draw against {key}")
+        echo(f"reproduce: the notebooks chosen wrote no table with confidence intervals to draw against "
+             f"{' and '.join(keys)}")
     return 0
+
+
+def _replicates(run: Runner, loaded: Any, profile_dir: Path, seeds: Sequence[int], variant: Variant | None,
+                variant_figures: Path | None, only: Sequence[str] | None, echo: Callable[[str], None]) -> int:
+    """The extra seeds of ``--replicates``: the profile (and the variant) under each, then the summaries."""
+    profile = loaded.name
+    profile_runs = [Replicate(seeds[0], profile_dir)]
+    variant_runs = [Replicate(seeds[0], variant_figures)] if variant is not None and variant_figures else []
+    for seed in seeds[1:]:
+        echo(f"reproduce: replicate seed = {seed}")
+        plain = plan_variant(loaded, {"seed": seed}, None, echo=lambda line: None)
+        figures = run(variant_overrides(plain), plain, only)
+        if figures is None:
+            return 1
+        profile_runs.append(Replicate(seed, figures))
+        if variant is not None:
+            seeded = plan_variant(loaded, {**variant_overrides(variant), "seed": seed}, None, echo=lambda line: None)
+            figures = run(variant_overrides(seeded), seeded, only)
+            if figures is None:
+                return 1
+            variant_runs.append(Replicate(seed, figures))
+    tag = f"seeds={seeds[0]}-{seeds[-1]}"
+    folder = profile_dir / REPLICATES_DIR / tag
+    sentences = replicate_artifacts(profile_runs, folder, profile, f"profile {profile}")
+    if variant is not None:
+        variant_folder = profile_dir / REPLICATES_DIR / f"{variant.name}__{tag}"
+        sentences += replicate_artifacts(variant_runs, variant_folder, profile, f"variant {variant.name}")
+        sentences += replicate_comparison(profile_runs, variant_runs, variant_folder, profile, variant.name)
+        folder = variant_folder
+    echo(f"reproduce: {len(seeds)} replicates (run seeds {', '.join(map(str, seeds))}): mean and spread across "
+         f"seeds in {folder}")
+    for line in sentences:
+        echo("  " + line)
+    return 0
+
+
+#: The file a variant's folder holds while its run has not finished (a crash, a kill or a failed notebook leave it).
+INCOMPLETE_MARKER = "INCOMPLETE"
+
+
+def marking_incomplete(run: Runner, profile_dir: Path) -> Runner:
+    """``run`` that marks a variant's folder :data:`INCOMPLETE_MARKER` until the variant's notebooks all finished."""
+    def wrapped(values: Mapping[str, Any], variant: Variant | None, only: Sequence[str] | None) -> Path | None:
+        if variant is None:
+            return run(values, variant, only)
+        folder = variant_dir(profile_dir, variant.name)
+        folder.mkdir(parents=True, exist_ok=True)
+        marker = folder / INCOMPLETE_MARKER
+        marker.write_text(f"variant {variant.name} of profile {variant.profile} started and has not finished: its tables "
+                          f"may be partial. Run the same reproduce command again to complete it.\n", encoding="utf-8")
+        figures = run(values, variant, only)
+        if figures is not None:
+            marker.unlink(missing_ok=True)
+        return figures
+
+    return wrapped
+
+
+def check_reuse(folder: Path, variant: Variant) -> None:
+    """``--variant NAME`` names a folder that holds another variant (other overrides): a one-line ValueError."""
+    wanted = variant.record()["overrides"]
+    for record in read_manifest(folder)["artifacts"].values():
+        found = (record.get("variant") or {}).get("overrides")
+        if found is not None and found != wanted:
+            shown = ", ".join(f"{k}={show_value(v.get('value'))}" for k, v in found.items())
+            raise ValueError(f"--variant {variant.name}: {folder} already holds variant {variant.name} with other "
+                             f"overrides ({shown}); choose another --variant name or remove that folder")
 
 
 def variant_overrides(variant: Variant | None) -> dict[str, Any]:

@@ -81,8 +81,8 @@ from r2mad_core.reproduce.ablations import run_ablation
 from r2mad_core.report.artifacts import missing_artifacts
 from r2mad_core.reproduce.estimate import estimate_lines, estimate_profile
 from r2mad_core.report.power import claims_power_lines
-from r2mad_core.reproduce.variants import (Variant, differences, parse_sweep, profile_values, shown_path,
-                                          to_environment)
+from r2mad_core.reproduce.sweeps import caption_note, parse_sweep
+from r2mad_core.reproduce.variants import Variant, differences, profile_values, shown_path, to_environment
 from r2mad_core.data.verdicts import ENVIRONMENT as ANSWER_MEMO_ENVIRONMENT
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
@@ -411,9 +411,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "to figures/<profile>/variants/<name>/ and compared with the profile's own run (docs/ablations.md)")
     parser.add_argument("--variant", default=None, metavar="NAME",
                         help="the variant's folder name (default: from the overrides, e.g. gamma=0.5)")
-    parser.add_argument("--sweep", default=None, metavar="KEY=V1,V2,...",
+    parser.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2,...",
                         help="run each value as a variant and draw the tables' numbers against it, "
-                        "e.g. --sweep gamma=0,0.3,0.6,0.9 --only 04")
+                        "e.g. --sweep gamma=0,0.3,0.6,0.9 --only 04; several --sweep flags run their Cartesian "
+                        "product (--sweep gamma=0,0.9 --sweep top_k=1,3: 4 points on one figure)")
+    parser.add_argument("--replicates", type=_at_least(int, 1), default=1, metavar="N",
+                        help="run the profile (and the variant of --set) under N run seeds (seed, seed+1, ...) and "
+                        "report each table's mean and spread across seeds beside the single-seed CI "
+                        "(figures/<profile>/replicates/)")
     budget = parser.add_argument_group("API cost (profiles with api_budget: true, e.g. api)")
     budget.add_argument("--max-requests", type=_at_least(int), default=None,
                         help="stop before sending more requests than this (default: $R2MAD_API_MAX_REQUESTS, else no cap)")
@@ -607,15 +612,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         # of the profile or of the notebooks chosen, within its bounds (one line naming the nearest keys)
         keys = extra_keys(discover_notebooks(args.notebooks_dir or default_notebooks_dir()))
         profile = load_profile(args.profile, overrides, extra_keys=keys)
-        if args.sweep:
-            key, values = parse_sweep(args.sweep)
+        for sweep in args.sweep:  # every value of every swept axis
+            key, values = parse_sweep(sweep)
             for value in values:
-                load_profile(args.profile, {**overrides, key: value}, extra_keys=keys)
+                try:
+                    load_profile(args.profile, {**overrides, key: value}, extra_keys=keys)
+                except (ProfileError, ValueError) as exc:
+                    raise ValueError(f"{exc} (--sweep {sweep})" if "--sweep" not in str(exc) else str(exc)) from None
     except (FileNotFoundError, ProfileError, ValueError) as exc:
-        print(f"reproduce: {exc}" + (f" (--sweep {args.sweep})" if args.sweep and "--sweep" not in str(exc) else ""),
-              file=sys.stderr)
+        print(f"reproduce: {exc}", file=sys.stderr)
         return 2
-    if overrides or args.sweep or args.variant:
+    if overrides or args.sweep or args.variant or args.replicates > 1:
         return _ablation_main(args, overrides, only)
     return _run_main(args, profile, only)
 
@@ -644,8 +651,9 @@ def _ablation_main(args: argparse.Namespace, overrides: Mapping[str, Any], only:
         engines = {m.get("engine") for m in [*base["models"], *(base.fields.get("large_models") or [])]
                    if not m.get("stand_in")}  # a stand-in runs on one of the models
         return run_ablation(run, base, paths.figures_dir, notebooks, overrides, name=args.variant,
-                            sweep=args.sweep, only=only, engine_note=" ".join(banner(base)[:1]),
-                            baseline_first=engines <= {"simulated"} and not args.estimate_only)
+                            sweep=args.sweep, only=only, engine_note=caption_note(banner(base)[:1]),
+                            baseline_first=engines <= {"simulated"} and not args.estimate_only,
+                            replicates=args.replicates)
     except (FileNotFoundError, ProfileError, ValueError) as exc:
         print(f"reproduce: {exc}", file=sys.stderr)
         return 2

@@ -15,7 +15,7 @@ retrieval policy of Table 3, n_agents, n_rounds, train_limit, ...). A run whose 
 - every table it shares with the profile is compared cell by cell with the profile's: the difference, a paired
   test on the same questions (exact McNemar, :func:`r2mad_core.debate.scoring.paired_test`) and a generated
   sentence of "What this shows", saved as ``<table>_vs_profile`` (:func:`compare_table`);
-- a sweep (``--sweep gamma=0,0.3,0.6,0.9``) runs each value as a variant and draws each table's metric against
+- a sweep (``--sweep gamma=0,0.3,0.6,0.9``, :mod:`r2mad_core.reproduce.sweeps`) runs each value as a variant and draws each table's metric against
   the parameter with its 95% CIs, per benchmark column (:func:`sweep_artifacts`).
 
 An override equal to the profile's value is no override (no variant); overrides of a variant run again with
@@ -43,6 +43,7 @@ from r2mad_core.debate.scoring import paired_test
 from r2mad_core.experiments.profiles import load_profile
 from r2mad_core.report.artifacts import apply_style, display_path, jsonable, read_manifest, save_figure, save_table, update_manifest
 from r2mad_core.reproduce.grid import _finished_records
+from r2mad_core.report import multiplicity
 from r2mad_core.report.tables import Table
 
 VARIANTS_DIR = "variants"
@@ -170,6 +171,22 @@ def differences(values: Mapping[str, Any], profile_values: Mapping[str, Any]) ->
     return found
 
 
+def inert_notes(overrides: Mapping[str, Any], profile_values: Mapping[str, Any]) -> list[str]:
+    """One line per override that cannot act where the run would spend its time, said before it runs: gamma (and a
+    fixed lambda) act only through lambda_t of the MMR pick (Eqs. 5-6), which at K = 1 cannot change the pick (the
+    first pick is the most relevant candidate whatever lambda_t; memory/retrieval.py), so at the profile's K = 1 a
+    gamma change reaches only the rows that set their own K (notebook 04's "(K=3)" retrieval ablation)."""
+    values = {**profile_values, **overrides}
+    notes = []
+    for key in ("gamma",):
+        if key in overrides and int(values.get("top_k") or 1) == 1:
+            notes.append(f"reproduce: note: {key} acts only through lambda_t, which at K = 1 cannot change the pick "
+                         f"(Eqs. 5-6): with top_k = 1 it reaches only rows that set their own K (notebook 04's "
+                         f"retrieval ablation at K = 3); every other cell is the profile's run. To see it act: "
+                         f"--set top_k=3 --sweep {key}=...")
+    return notes
+
+
 def profile_values(profile: Any) -> dict[str, Any]:
     """Every notebook parameter of a profile (a :class:`~r2mad_core.experiments.profiles.Profile`, or a name or path
     to load): the fields, ``extra_parameters`` spread out, optional defaults, each protocol choice the profile leaves
@@ -235,15 +252,45 @@ def detect(loaded: Any, base: Any, name: str | None = None) -> Variant | None:
 # Comparison with the profile's run
 # --------------------------------------------------------------------------------------------
 
+#: The columns of a ``_vs_profile`` table that are not the cell's labels.
+COMPARISON_COLUMNS = ("variant", "profile", "difference", "ci_low", "ci_high", "p_mcnemar", "p_holm", "pairs",
+                      "same_run", "round0_unchanged", "round0_shared")
 
-def _pairs(outcomes: Sequence[Any], baseline: Any) -> tuple[dict[str, bool], dict[str, bool], list[float], bool] | None:
+
+def _round0(record: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A debate's round-0 requests (their prompt ids) and generations."""
+    turns = record.rounds[0].turns if record.rounds else []
+    return tuple(t.prompt_id for t in turns), tuple(t.response for t in turns)
+
+
+def round0_sharing(mine: Sequence[Any], theirs: Sequence[Any]) -> tuple[int, int, int]:
+    """(debates compared, debates whose round-0 requests are unchanged, debates whose round-0 generations are the
+    same) between a variant's records and the profile's, matched by question: under common random numbers
+    (docs/ablations.md) the last two are equal."""
+    by_id = {r.sample_id: r for r in theirs}
+    compared = unchanged = shared = 0
+    for record in mine:
+        other = by_id.get(record.sample_id)
+        if other is None:
+            continue
+        compared += 1
+        (requests, responses), (their_requests, their_responses) = _round0(record), _round0(other)
+        if requests == their_requests:
+            unchanged += 1
+            shared += responses == their_responses
+    return compared, unchanged, shared
+
+
+def _pairs(outcomes: Sequence[Any], baseline: Any) -> tuple[dict[str, bool], dict[str, bool], list[float], bool,
+                                                            tuple[int, int, int]] | None:
     """Per-question correctness of the variant's cells and the profile's same cells (keyed benchmark/sample),
-    the profile's per-cell accuracies, and whether every cell is the very same run; None when the profile has
-    not run one of them."""
+    the profile's per-cell accuracies, whether every cell is the very same run, and the round-0 sharing counts
+    (:func:`round0_sharing`); None when the profile has not run one of them."""
     mine: dict[str, bool] = {}
     theirs: dict[str, bool] = {}
     accuracies: list[float] = []
     same = True
+    sharing = [0, 0, 0]
     for outcome in outcomes:
         try:
             spec = baseline.model(outcome.model.label)
@@ -259,7 +306,8 @@ def _pairs(outcomes: Sequence[Any], baseline: Any) -> tuple[dict[str, bool], dic
         for r in records:
             theirs[f"{outcome.model.label}/{outcome.benchmark}/{r.sample_id}"] = bool(r.correct)
         accuracies.append(sum(bool(r.correct) for r in records) / len(records))
-    return mine, theirs, accuracies, same
+        sharing = [a + b for a, b in zip(sharing, round0_sharing(outcome.records, records))]
+    return mine, theirs, accuracies, same, (sharing[0], sharing[1], sharing[2])
 
 
 def compare_table(table: Any, variant: Variant, baseline: Any, *, bootstrap_resamples: int = 1000,
@@ -281,17 +329,28 @@ def compare_table(table: Any, variant: Variant, baseline: Any, *, bootstrap_resa
             value = table.values.at[row, column]
             entry = {**labels, column_name: column, "variant": float(value), "profile": math.nan,
                      "difference": math.nan, "ci_low": math.nan, "ci_high": math.nan, "p_mcnemar": math.nan,
-                     "pairs": 0, "same_run": False}
+                     "p_holm": math.nan, "pairs": 0, "same_run": False, "round0_unchanged": 0, "round0_shared": 0}
             paired = _pairs(outcomes, baseline) if baseline is not None else None
             if paired is not None:
-                mine, theirs, accuracies, same = paired
+                mine, theirs, accuracies, same, (_, unchanged, shared) = paired
                 test = paired_test(mine, theirs, n_bootstrap=bootstrap_resamples, seed=seed)
                 profile_value = sum(accuracies) / len(accuracies)  # a mean of cells, as the tables' Average
                 entry.update(profile=profile_value, difference=float(value) - profile_value,
                              ci_low=test.difference_low, ci_high=test.difference_high, p_mcnemar=test.p_value,
-                             pairs=test.n, same_run=same)
+                             pairs=test.n, same_run=same, round0_unchanged=unchanged, round0_shared=shared)
             rows.append(entry)
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    if not frame.empty:
+        # Every cell is tested at once: a cell is significant only by its Holm-adjusted p (report/multiplicity.py).
+        # A cell that is the very same run is no test (its difference is 0 by construction) and does not count.
+        tested = frame["p_mcnemar"].where(~frame["same_run"].astype(bool))
+        frame["p_holm"] = multiplicity.holm(tested)
+    return frame
+
+
+def significant_cells(frame: pd.DataFrame, alpha: float = multiplicity.ALPHA) -> pd.DataFrame:
+    """The cells of a comparison called significant: Holm-adjusted p below ``alpha``, never the unadjusted p."""
+    return frame[frame["p_holm"] < alpha]
 
 
 def comparison_sentences(frame: pd.DataFrame, variant: Variant, table_name: str) -> list[str]:
@@ -303,187 +362,28 @@ def comparison_sentences(frame: pd.DataFrame, variant: Variant, table_name: str)
     if compared.empty:
         return [f"{table_name}: the profile {variant.profile} has not run these cells yet, so nothing is compared; "
                 f"run `{variant.command()}` first (it shares this variant's runs and cache)."]
-    labels = [c for c in frame.columns if c not in ("variant", "profile", "difference", "ci_low", "ci_high",
-                                                     "p_mcnemar", "pairs", "same_run")]
+    labels = [c for c in frame.columns if c not in COMPARISON_COLUMNS]
     changed = compared[compared["difference"].abs() > 1e-12]
-    significant = compared[compared["p_mcnemar"] < 0.05]
+    significant = significant_cells(compared)
     same = int(compared["same_run"].sum())
+    tests = int(compared["p_holm"].notna().sum())
     text = (f"{table_name}, {variant.describe()}: {len(changed)} of {len(compared)} cells differ from the profile's "
             f"({same} are the very same runs, unchanged by the override), {len(significant)} of them significantly "
-            f"(exact McNemar on the same questions, p < 0.05).")
+            f"(exact McNemar on the same questions, {multiplicity.describe(tests)}).")
+    if "round0_unchanged" in compared:
+        unchanged, shared = int(compared["round0_unchanged"].sum()), int(compared["round0_shared"].sum())
+        text += (f" Round 0: {shared} of the {unchanged} debates whose round-0 requests the change leaves unchanged "
+                 f"drew the very same generations (common random numbers).")
     if not changed.empty:
         top = changed.loc[changed["difference"].abs().idxmax()]
         where = " / ".join(str(top[c]) for c in labels)
         text += (f" The largest change is {where}: {top['profile']:.3f} -> {top['variant']:.3f} "
                  f"({top['difference']:+.3f}, 95% CI [{top['ci_low']:+.3f}, {top['ci_high']:+.3f}], "
-                 f"p = {top['p_mcnemar']:.2g}, {int(top['pairs'])} paired questions).")
+                 f"p = {top['p_mcnemar']:.2g} unadjusted, {top['p_holm']:.2g} {multiplicity.RULE}-adjusted, "
+                 f"{int(top['pairs'])} paired questions).")
     if missing:
         text += f" {missing} cells have no profile value yet (run `{variant.command()}`)."
     return [text]
-
-
-# --------------------------------------------------------------------------------------------
-# Sweeps
-# --------------------------------------------------------------------------------------------
-
-
-def parse_sweep(text: str) -> tuple[str, list[Any]]:
-    """``"gamma=0,0.3,0.6"`` -> ``("gamma", [0, 0.3, 0.6])``; values are YAML, split at top-level commas
-    (``"top_k=[1, 2],[3]"`` is two lists). A one-line ValueError for anything else."""
-    key, sep, rest = text.partition("=")
-    key = key.strip()
-    if not sep or not key or not rest.strip():
-        raise ValueError(f"--sweep {text!r}: expected KEY=V1,V2,..., e.g. --sweep gamma=0,0.3,0.6,0.9")
-    parts, depth, current = [], 0, ""
-    for char in rest:
-        if char in "[{":
-            depth += 1
-        elif char in "]}":
-            depth -= 1
-        if char == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += char
-    parts.append(current)
-    try:
-        values = [yaml.safe_load(p) for p in parts if p.strip()]
-    except yaml.YAMLError as exc:
-        raise ValueError(f"--sweep {text!r}: a value is not valid YAML: {exc}") from None
-    if len(values) < 2:
-        raise ValueError(f"--sweep {text!r}: expected at least two values, e.g. --sweep {key}=0,0.5")
-    if len({json.dumps(v, sort_keys=True, default=str) for v in values}) != len(values):
-        raise ValueError(f"--sweep {text!r}: a value repeats")
-    return key, values
-
-
-@dataclass
-class SweepPoint:
-    """One value of a sweep: where its artifacts are (the profile's own folder for the profile's value)."""
-
-    value: Any
-    figures_dir: Path
-    is_profile: bool
-
-
-def _tidy(path: Path) -> pd.DataFrame | None:
-    if not path.is_file():
-        return None
-    frame = pd.read_csv(path)
-    if list(frame.columns[-3:]) != ["value", "ci_low", "ci_high"]:
-        return None
-    frame["value"] = pd.to_numeric(frame["value"], errors="coerce")
-    return frame if frame["value"].notna().any() and frame["ci_low"].notna().any() else None
-
-
-def sweep_frame(points: Sequence[SweepPoint], table: str) -> pd.DataFrame | None:
-    """The table's cells at every sweep value, one row per (value, cell): labels, value, ci_low, ci_high."""
-    frames = []
-    for position, point in enumerate(points):
-        tidy = _tidy(point.figures_dir / f"{table}.csv")
-        if tidy is None:
-            return None
-        tidy = tidy.dropna(subset=["value"]).copy()
-        tidy.insert(0, "_position", position)
-        frames.append(tidy)
-    return pd.concat(frames, ignore_index=True)
-
-
-def sweep_artifacts(points: Sequence[SweepPoint], key: str, profile: str, profile_value: Any, out_dir: Path,
-                    *, fixed: Variant | None = None, engine_note: str = "") -> list[str]:
-    """For every table with CIs that each point wrote: a figure of the metric against ``key`` (one panel per
-    column, e.g. per benchmark; one line per row, with 95% CIs) and a table of the same numbers, into
-    ``out_dir`` (``figures/<profile>/sweeps/<key>/``). Returns the "What this shows" sentences."""
-    import matplotlib  # lazy: matplotlib (notebooks extra) only when a sweep draws its figure
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    apply_style()
-    labels = [show_value(p.value) + (f" (profile {profile})" if p.is_profile else "") for p in points]
-    tables = sorted({p.stem for p in points[0].figures_dir.glob("tab_*.csv")} - {""})
-    tables = [t for t in tables if not t.endswith(COMPARISON_SUFFIX)]
-    numeric = all(isinstance(p.value, (int, float)) and not isinstance(p.value, bool) for p in points)
-    xs = [float(p.value) for p in points] if numeric else list(range(len(points)))
-    fixed_note = f" Every point also has {fixed.describe()}." if fixed else ""
-    sentences = []
-    for table in tables:
-        frame = sweep_frame(points, table)
-        if frame is None:
-            continue
-        label_columns = [c for c in frame.columns if c not in ("_position", "value", "ci_low", "ci_high")]
-        row_columns, panel_column = label_columns[:-1], label_columns[-1]
-        frame["_row"] = frame[row_columns].astype(str).agg(" / ".join, axis=1) if row_columns else table
-        panels = list(pd.unique(frame[panel_column]))
-        rows = list(pd.unique(frame["_row"]))
-        width = min(len(panels), 4)
-        height = math.ceil(len(panels) / width)
-        fig, axes = plt.subplots(height, width, figsize=(4.2 * width, 3.4 * height), squeeze=False, sharey=True)
-        for ax, panel in zip(axes.flat, panels):
-            part = frame[frame[panel_column] == panel]
-            step = (max(xs) - min(xs) or 1.0) * 0.012  # lines side by side, so their CIs stay readable
-            for offset, row in enumerate(rows):
-                line = part[part["_row"] == row].sort_values("_position")
-                if line.empty:
-                    continue
-                x = [xs[i] + (offset - (len(rows) - 1) / 2) * step for i in line["_position"]]
-                y = line["value"].to_numpy(float)
-                err = np.vstack([np.clip(y - line["ci_low"].to_numpy(float), 0, None),
-                                 np.clip(line["ci_high"].to_numpy(float) - y, 0, None)])
-                ax.errorbar(x, y, yerr=np.nan_to_num(err), marker="o", capsize=3, label=str(row))
-            at_profile = [x for x, p in zip(xs, points) if same_value(p.value, profile_value)]
-            if at_profile:
-                ax.axvline(at_profile[0], color="grey", linestyle=":", linewidth=1)
-            ax.set_title(str(panel), fontsize=10)
-            ax.set_xlabel(key)
-            if not numeric:
-                ax.set_xticks(xs)
-                ax.set_xticklabels([show_value(p.value) for p in points], rotation=30, ha="right")
-        for ax in list(axes.flat)[len(panels):]:
-            ax.set_visible(False)
-        axes[0][0].set_ylabel("accuracy" if "accuracy" not in table else "value")
-        handles, names = axes[0][0].get_legend_handles_labels()
-        fig.legend(handles, names, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=8)
-        fig.suptitle(f"{table} against {key} (profile {profile}: {show_value(profile_value)}"
-                     + ("; dotted line)" if any(same_value(p.value, profile_value) for p in points) else ")"), fontsize=11)
-        fig.tight_layout()
-        stem = f"fig_sweep_{table}"
-        caption = (f"{table} of profile {profile} with {key} swept over {', '.join(labels)} (each value a variant of "
-                   f"the profile; 95% bootstrap CIs; one panel per {panel_column}).{fixed_note} {engine_note}").strip()
-        save_figure(fig, stem, out_dir, caption=caption, profile=profile, notebook="reproduce --sweep",
-                    sweep={"parameter": key, "values": [p.value for p in points], "profile_value": profile_value})
-        plt.close(fig)
-        # the same numbers as a table: rows = (row, panel), columns = the values of the parameter
-        keys = list(dict.fromkeys(zip(frame["_row"], frame[panel_column])))
-        index = pd.MultiIndex.from_tuples(keys, names=["row", panel_column])
-        columns = pd.Index([f"{key}={label}" for label in labels], name="setting")
-        values = pd.DataFrame(np.nan, index=index, columns=columns)
-        low, high = values.copy(), values.copy()
-        for record in frame.to_dict("records"):
-            cell, column = (record["_row"], record[panel_column]), columns[record["_position"]]
-            values.at[cell, column] = record["value"]
-            low.at[cell, column] = record["ci_low"]
-            high.at[cell, column] = record["ci_high"]
-        sweep_table = Table(values=values, ci_low=low, ci_high=high, caption=caption, best=None)
-        save_table(sweep_table, f"tab_sweep_{table}", out_dir, profile=profile, notebook="reproduce --sweep",
-                   sweep={"parameter": key, "values": [p.value for p in points], "profile_value": profile_value})
-        spread = values.max(axis=1) - values.min(axis=1)
-        widest = spread.idxmax() if spread.notna().any() else None
-        before = len(sentences)
-        if widest is not None and spread[widest] == 0:
-            sentences.append(f"{table}: no cell changes over {key} = {', '.join(show_value(p.value) for p in points)} "
-                             f"(all {len(values)} cells are the same at every value).")
-        elif widest is not None:
-            series = values.loc[widest]
-            sentences.append(
-                f"{table}: over {key} = {', '.join(show_value(p.value) for p in points)}, the cell that moves most is "
-                f"{' / '.join(map(str, widest))} ({', '.join(f'{v:.3f}' for v in series)}; range {spread[widest]:.3f}); "
-                f"the median range over the {len(values)} cells is {spread.median():.3f}.")
-        if len(sentences) > before:
-            for stem in (f"tab_sweep_{table}", stem):
-                record = read_manifest(out_dir)["artifacts"][stem]
-                update_manifest(out_dir, stem, {**record, "notes": sentences[-1]})
-    return sentences
 
 
 # --------------------------------------------------------------------------------------------
@@ -565,8 +465,11 @@ class TableComparer:
             f"are not per-question outcomes, so no paired test)."]
         caption = (f"{name} of variant {self.variant.name} against profile {self.variant.profile}: each cell's value, "
                    f"the profile's, the difference"
-                   + (" with its paired 95% bootstrap CI and the exact McNemar p on the same questions; same_run: the "
-                      "override does not change the cell (the profile's run, replayed)" if tested else "")
+                   + (" with its paired 95% bootstrap CI and the exact McNemar p on the same questions (p_holm: "
+                      "Holm-adjusted over the table's cells, the p that decides significance); same_run: the "
+                      "override does not change the cell (the profile's run, replayed); round0_unchanged / "
+                      "round0_shared: debates whose round-0 requests are unchanged / whose round-0 generations are "
+                      "the very same" if tested else "")
                    + ". " + " ".join(sentences))
         self.ctx.save_table(frame, name + COMPARISON_SUFFIX, caption=caption, float_format="{:.3g}",
                             compared_with=name, notes=" ".join(sentences))

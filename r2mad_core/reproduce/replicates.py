@@ -1,0 +1,157 @@
+"""Seed replicates: the same configuration under several run seeds, the spread across seeds beside one seed's CI.
+
+One run's 95% bootstrap CI (Section 5's tables) measures the uncertainty over the questions for *one* draw of the
+agents' samples; a second run seed draws other samples. ``reproduce --replicates N`` runs the profile (and a variant,
+when one is asked for) under the run seeds ``seed, seed + 1, ..., seed + N - 1`` (each extra seed a variant
+``seed=<s>`` beside the profile's run) and writes, for every table with CIs, the per-cell mean over the seeds, the
+spread (standard deviation, min and max) and the first seed's CI (:func:`replicate_artifacts`). A variant compared
+across replicates is compared seed by seed (the same seed shares its random draws with the profile's run: common
+random numbers) and over the seeds' mean (:func:`replicate_comparison`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from r2mad_core.report.artifacts import save_table
+from r2mad_core.reproduce.sweeps import _tidy, quantity_of
+from r2mad_core.reproduce.variants import COMPARISON_SUFFIX
+
+#: Where a replicate summary goes, under the profile's figures folder.
+REPLICATES_DIR = "replicates"
+#: The most seeds ``--replicates`` takes (each a whole run of the chosen notebooks).
+MAX_REPLICATES = 20
+
+
+def replicate_seeds(seed: int, replicates: int) -> list[int]:
+    """``seed, seed + 1, ..., seed + replicates - 1`` (a one-line ValueError for a count out of range)."""
+    if isinstance(replicates, bool) or not isinstance(replicates, int) or not 1 <= replicates <= MAX_REPLICATES:
+        raise ValueError(f"--replicates: expected a whole number from 1 to {MAX_REPLICATES}, found {replicates!r}")
+    return [int(seed) + i for i in range(replicates)]
+
+
+@dataclass
+class Replicate:
+    """One seed's run: its seed and where its tables are."""
+
+    seed: int
+    figures_dir: Path
+
+
+def _cells(replicates: Sequence[Replicate], table: str) -> pd.DataFrame | None:
+    """One row per cell, one ``seed=<s>`` column per replicate, plus the first seed's CI; None when a replicate has
+    not written the table (or it has no CIs)."""
+    merged = None
+    for i, rep in enumerate(replicates):
+        tidy = _tidy(rep.figures_dir / f"{table}.csv")
+        if tidy is None:
+            return None
+        labels = [c for c in tidy.columns if c not in ("value", "ci_low", "ci_high")]
+        keep = tidy[labels + ["value"] + (["ci_low", "ci_high"] if i == 0 else [])].rename(
+            columns={"value": f"seed={rep.seed}"})
+        if i == 0:
+            keep = keep.rename(columns={"ci_low": f"seed={rep.seed} ci_low", "ci_high": f"seed={rep.seed} ci_high"})
+        merged = keep if merged is None else merged.merge(keep, on=labels, how="inner")
+    return merged
+
+
+def replicate_summary(replicates: Sequence[Replicate], table: str) -> pd.DataFrame | None:
+    """Per cell of ``table``: the value under each seed, the mean, sd (ddof 1), min and max over the seeds, and the
+    first seed's 95% CI."""
+    cells = _cells(replicates, table)
+    if cells is None or cells.empty:
+        return None
+    seeds = [f"seed={r.seed}" for r in replicates]
+    values = cells[seeds].apply(pd.to_numeric, errors="coerce")
+    cells["mean"] = values.mean(axis=1)
+    cells["sd"] = values.std(axis=1, ddof=1)
+    cells["min"] = values.min(axis=1)
+    cells["max"] = values.max(axis=1)
+    cells["seeds"] = len(replicates)
+    return cells
+
+
+def _tables(replicates: Sequence[Replicate]) -> list[str]:
+    stems = sorted(p.stem for p in replicates[0].figures_dir.glob("tab_*.csv"))
+    return [s for s in stems if not s.endswith(COMPARISON_SUFFIX) and not s.startswith("tab_replicates_")]
+
+
+def replicate_artifacts(replicates: Sequence[Replicate], out_dir: Path, profile: str, what: str) -> list[str]:
+    """``tab_replicates_<table>`` for every table with CIs all replicates wrote, into ``out_dir``; the "What this
+    shows" sentences (one per table: the median and the widest spread across seeds beside the single-seed CI)."""
+    sentences = []
+    seeds = [r.seed for r in replicates]
+    for table in _tables(replicates):
+        summary = replicate_summary(replicates, table)
+        if summary is None:
+            continue
+        quantity = quantity_of(table, replicates[0].figures_dir)
+        first = f"seed={seeds[0]}"
+        width = (summary[f"{first} ci_high"] - summary[f"{first} ci_low"]).astype(float)
+        caption = (f"{quantity} ({table}) of {what} under the run seeds {', '.join(map(str, seeds))}: per cell the "
+                   f"value under each seed, the mean over the seeds, their spread (sd, min, max) and the seed-{seeds[0]} "
+                   f"run's 95% bootstrap CI over the questions.")
+        sd = summary["sd"].astype(float)
+        if sd.notna().any():
+            widest = int(sd.idxmax())
+            labels = [c for c in summary.columns if not c.startswith("seed") and c not in
+                      ("mean", "sd", "min", "max", "seeds")]
+            where = " / ".join(str(summary.at[widest, c]) for c in labels)
+            sentence = (f"{quantity} ({table}), {what}, over {len(seeds)} seeds: the median sd of a cell across seeds "
+                        f"is {float(sd.median()):.3f} (the median single-seed 95% CI is {float(width.median()):.3f} "
+                        f"wide); the cell that varies most is {where} (mean {float(summary.at[widest, 'mean']):.3f}, "
+                        f"sd {float(sd[widest]):.3f}, range {float(summary.at[widest, 'min']):.3f}-"
+                        f"{float(summary.at[widest, 'max']):.3f}).")
+            sentences.append(sentence)
+        else:
+            sentence = ""
+        save_table(summary, f"tab_replicates_{table}", out_dir, caption=caption + (" " + sentence if sentence else ""),
+                   profile=profile, notebook="reproduce --replicates", float_format="{:.4g}",
+                   replicates={"seeds": seeds, "what": what}, notes=sentence)
+    return sentences
+
+
+def replicate_comparison(profile_runs: Sequence[Replicate], variant_runs: Sequence[Replicate], out_dir: Path,
+                         profile: str, variant_name: str) -> list[str]:
+    """A variant against its profile across the seeds: per cell the difference under each seed (the same seed shares
+    its draws), the mean difference, its sd across seeds and how many seeds moved each way;
+    ``tab_replicates_<table>_vs_profile``."""
+    sentences = []
+    seeds = [r.seed for r in profile_runs]
+    for table in _tables(profile_runs):
+        mine, theirs = replicate_summary(variant_runs, table), replicate_summary(profile_runs, table)
+        if mine is None or theirs is None:
+            continue
+        labels = [c for c in theirs.columns if not c.startswith("seed") and c not in ("mean", "sd", "min", "max", "seeds")]
+        merged = theirs[labels + [f"seed={s}" for s in seeds]].merge(
+            mine[labels + [f"seed={s}" for s in seeds]], on=labels, suffixes=(" profile", " variant"))
+        if merged.empty:
+            continue
+        differences = np.column_stack([pd.to_numeric(merged[f"seed={s} variant"], errors="coerce")
+                                       - pd.to_numeric(merged[f"seed={s} profile"], errors="coerce") for s in seeds])
+        frame = merged[labels].copy()
+        for i, s in enumerate(seeds):
+            frame[f"difference seed={s}"] = differences[:, i]
+        frame["mean difference"] = differences.mean(axis=1)
+        frame["sd"] = differences.std(axis=1, ddof=1) if len(seeds) > 1 else np.nan
+        frame["seeds up"] = (differences > 1e-12).sum(axis=1)
+        frame["seeds down"] = (differences < -1e-12).sum(axis=1)
+        quantity = quantity_of(table, profile_runs[0].figures_dir)
+        moved = frame[(frame["seeds up"] == len(seeds)) | (frame["seeds down"] == len(seeds))]
+        sentence = (f"{quantity} ({table}), variant {variant_name} against profile {profile} over {len(seeds)} seeds: "
+                    f"{len(moved)} of {len(frame)} cells move the same way under every seed; the largest mean "
+                    f"difference is {float(frame['mean difference'].abs().max()):.3f} (sd across seeds "
+                    f"{float(frame.loc[frame['mean difference'].abs().idxmax(), 'sd']):.3f}).")
+        save_table(frame, f"tab_replicates_{table}{COMPARISON_SUFFIX}", out_dir,
+                   caption=(f"{quantity} ({table}): variant {variant_name} minus profile {profile}, seed by seed (each "
+                            f"seed shares its random draws with the profile's run of that seed), the mean difference "
+                            f"and its sd across the seeds. {sentence}"),
+                   profile=profile, notebook="reproduce --replicates", float_format="{:.4g}",
+                   replicates={"seeds": seeds, "variant": variant_name}, notes=sentence)
+        sentences.append(sentence)
+    return sentences
