@@ -54,7 +54,7 @@ def test_every_preset_value_is_in_its_vocabulary_and_k_is_one_under_both() -> No
     differ = {c.name for c in protocol.CHOICES if c.paper != c.authors}
     assert differ == {"unclosed_thinking", "reward_definition", "state_layout", "similarity_match", "icl_match",
                       "vote_rule", "confidence_label", "confidence_pool", "peer_response_round", "task_prompt",
-                      "split_rule"}
+                      "split_rule", "consensus_rule"}
 
 
 def test_an_individual_choice_beats_the_preset() -> None:

@@ -75,6 +75,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from r2mad_core.data import answers
+from r2mad_core.data.benchmarks import MULTIPLE_CHOICE_BENCHMARKS
 
 from r2mad_core.debate import prompts
 from r2mad_core.debate.settings import (  # noqa: F401  (the vocabularies, importable from here as before)
@@ -149,6 +150,7 @@ class DebateConfig:
     summary_agents: str = DEFAULTS["summary_agents"]
     empty_peers: str = DEFAULTS["empty_peers"]
     unclosed_thinking: str = DEFAULTS["unclosed_thinking"]
+    consensus_rule: str = DEFAULTS["consensus_rule"]
 
     def __post_init__(self) -> None:
         for name, spec in SPECS.items():  # the one declaration's bounds and vocabularies (debate/settings.py)
@@ -277,7 +279,9 @@ class DebateState:
 
     @property
     def question(self) -> str:
-        return self.sample.question
+        """x as every prompt and the debate state show it (``task_prompt="authors"``: a multiple-choice question
+        prefixed ``Question: ``, :func:`r2mad_core.debate.prompts.question_text`)."""
+        return prompts.question_text(self.sample.question, bool(self.sample.choices), self.config.task_prompt)
 
     @property
     def next_round(self) -> int:
@@ -413,6 +417,33 @@ def is_unanimous(values: Sequence[str | None], benchmark: str) -> bool:
     return bool(values) and all(v is not None for v in values) and len(group_answers(values, benchmark)) == 1
 
 
+#: ``consensus_rule="authors_reads_gold"``: the authors' consensus threshold (run_mad.py, --consensus_threshold 0.8).
+AUTHORS_CONSENSUS_THRESHOLD = 0.8
+
+
+def authors_answer_text(value: str | None, benchmark: str) -> str:
+    """An extracted answer as the authors' checkers return it (src/checker.py): a missing answer is ``""``; a
+    multiple-choice letter is lower case (``MMLUProChecker.parse_answer``)."""
+    if value is None:
+        return ""
+    return value.lower() if benchmark in MULTIPLE_CHOICE_BENCHMARKS else value
+
+
+def authors_consensus(values: Sequence[str | None], gold: str, benchmark: str) -> tuple[float, bool]:
+    """Cons(Z) and the early stop as the authors' code has them (src/multi_agent_debate.py, ``_check_consensus``):
+    **reads the gold answer**: every agent correct is consensus (ratio 1.0) whatever the answers; otherwise the
+    share of the most common lower-cased, stripped answer string (a missing answer is ``""``, so missing answers
+    agree with each other), consensus when it is at least :data:`AUTHORS_CONSENSUS_THRESHOLD`."""
+    if not values:
+        raise ValueError("authors_consensus: no answers given")
+    if all(v is not None and answers.is_correct(v, gold, benchmark) for v in values):
+        return 1.0, True
+    normalized = [authors_answer_text(v, benchmark).lower().strip() for v in values]
+    top = max(normalized.count(v) for v in normalized)
+    ratio = top / len(values)
+    return ratio, ratio >= AUTHORS_CONSENSUS_THRESHOLD
+
+
 # --------------------------------------------------------------------------------------------
 # The loop
 # --------------------------------------------------------------------------------------------
@@ -461,7 +492,7 @@ def new_states(samples: Sequence["Sample"], benchmark: str, config: DebateConfig
                 f"the debate runs {benchmark!r}"
             )
         conversations = [
-            [{"role": "system", "content": prompts.system_prompt(benchmark, persona)}]
+            [{"role": "system", "content": prompts.system_prompt(benchmark, persona, config.task_prompt)}]
             for persona in (config.personas or ())
         ]
         states.append(DebateState(sample=sample, benchmark=benchmark, config=config, conversations=conversations))
@@ -604,7 +635,8 @@ def round_requests(
                         for j in visible
                     ]
                     user = prompts.debate_prompt(
-                        state.benchmark, state.question, peers, context.experiences, wording=config.task_prompt
+                        state.benchmark, state.question, peers, context.experiences, wording=config.task_prompt,
+                        weighted=bool(context.peer_confidence),
                     )
                 else:
                     user = prompts.task_prompt(
@@ -665,12 +697,15 @@ def record_round(
         )
     for state, selection in zip(states, selections):
         values = [t.answer for t in turns[id(state)]]
-        unanimous = is_unanimous(values, state.benchmark)
+        if config.consensus_rule == "authors_reads_gold":
+            ratio, unanimous = authors_consensus(values, state.sample.gold, state.benchmark)
+        else:
+            ratio, unanimous = consensus_ratio(values, state.benchmark), is_unanimous(values, state.benchmark)
         state.rounds.append(
             RoundRecord(
                 round=round_index,
                 agents=turns[id(state)],
-                consensus_ratio=consensus_ratio(values, state.benchmark),
+                consensus_ratio=ratio,
                 unanimous=unanimous,
                 summary=None,
                 masking=dict(selection.record) if selection is not None else None,
@@ -705,9 +740,14 @@ def summarize(engine: Engine, config: DebateConfig, states: Sequence[DebateState
         current = state.rounds[-1]
         previous_summary = state.rounds[-2].summary if len(state.rounds) > 1 else None
         previous_answers = state.rounds[-2].answers if len(state.rounds) > 1 else None
+        shown, shown_before = current.answers, previous_answers
+        if config.task_prompt == "authors":
+            shown = [authors_answer_text(a, state.benchmark) for a in current.answers]
+            if previous_answers is not None:
+                shown_before = [authors_answer_text(a, state.benchmark) for a in previous_answers]
         text = prompts.summary_prompt(state.question, previous_summary, current.responses, current.consensus_ratio,
-                                      answers=current.answers, previous_answers=previous_answers,
-                                      slot=config.summary_agents)
+                                      answers=shown, previous_answers=shown_before,
+                                      slot=config.summary_agents, wording=config.task_prompt)
         requests.append(Request(messages=({"role": "user", "content": text},), params=params, tag=SUMMARY_TAG))
     for state, completion in zip(states, generate_checked(engine, requests)):
         state.rounds[-1].summary = (completion.text or "").strip()

@@ -214,6 +214,42 @@ AUTHORS_DEBATE_TEMPLATES: dict[str, str] = {
 }
 
 
+#: ``task_prompt="authors"``: the MATH500 personas of the authors' code end with this sentence, a plain string that is
+#: never formatted (src/prompts.py, MATH500_SYS_PROMPTS; src/agent.py, ``self._system_prompt``), so the model reads
+#: the doubled braces. The paper's appendix (and ``task_prompt="paper"``) writes ``\boxed{[answer]}``.
+AUTHORS_MATH_SYSTEM_FORMAT = (
+    "Provide the final answer in the following format at the end of your response: The answer is \\boxed{{answer}}."
+)
+#: ``task_prompt="authors"``: every multiple-choice question is written ``Question: {question}\n\n{options}``
+#: (src/utils/data_utils.py, ``DataLoader.format_question``), in every prompt and in the embedded state text.
+AUTHORS_QUESTION_PREFIX = "Question: "
+#: ``task_prompt="authors"``: the peers header and the confidence annotations of src/agent.py (``_build_prompt``).
+AUTHORS_PEERS_HEADER_WITH_CONFIDENCE = "These are the solutions to the problem from other agents with your confidences:"
+AUTHORS_CONFIDENCE_TEXT = {
+    "high": "High, historically reliable on relative problems.",
+    "low": "Low, low historical accuracy on relative problems.",
+}
+#: ``task_prompt="authors"``: the block of retrieved experiences (src/agent.py, ``_build_prompt``) and each
+#: experience's text (src/utils/memory_utils.py, ``_build_value_text``).
+AUTHORS_EXPERIENCES_HEADER = "Here are some examples:"
+AUTHORS_STANCE_TEXT = {None: "N/A (initial round)", True: "The agent changed its stance.",
+                       False: "The agent did not change its stance."}
+AUTHORS_CORRECTNESS_TEXT = {True: "The response is correct.", False: "The response is incorrect."}
+
+
+def question_text(question: str, multiple_choice: bool, wording: str = "paper") -> str:
+    """The text of the prompts' ``{QUESTION}`` slot: the sample's question (``paper``), or under ``authors`` a
+    multiple-choice question prefixed ``Question: `` (:data:`AUTHORS_QUESTION_PREFIX`)."""
+    if _wording(wording) == "authors" and multiple_choice:
+        return AUTHORS_QUESTION_PREFIX + question
+    return question
+
+
+def strip_question_prefix(question: str) -> str:
+    """The sample's question from a ``{QUESTION}`` slot written by :func:`question_text` under either wording."""
+    return question[len(AUTHORS_QUESTION_PREFIX):] if question.startswith(AUTHORS_QUESTION_PREFIX) else question
+
+
 def _authors_template(templates: dict[str, str], benchmark: str) -> str:
     if benchmark not in templates:
         raise ValueError(f"task_prompt='authors': the authors' code has no wording for {benchmark!r} "
@@ -286,6 +322,55 @@ Note:
 
 - Only output the debate summary."""
 
+# ``task_prompt="authors"``: the summary prompt of the authors' code (src/prompts.py, DEBATE_SUMMARY_PROMPT),
+# verbatim: the appendix's words with other line breaks and indentation, ending with a newline.
+AUTHORS_SUMMARY_TEMPLATE = """You are an expert analyst observing a multi-agent debate. Your task is to generate a concise debate summary that captures the key dynamics of the current round.
+
+Given Information:
+<question>
+{QUESTION}
+</question>
+
+<previous_summary>
+{PREV_SUMMARY}
+</previous_summary>
+
+<agent_responses>
+{AGENT_RESPONSES}
+</agent_responses>
+
+<consensus_ratio>
+{CONSENSUS_RATIO}
+</consensus_ratio>
+
+Analysis Framework:
+1. Stance Dynamics:
+   - Identify the current stance distribution: how many distinct positions exist and how many agents hold each
+   - If any agent shifted stance from the previous round, determine what argument or reasoning drove the change
+   - If no agent shifted, analyze what sustains the current agreement or disagreement
+
+2. Debate Direction:
+   - Assess whether the debate is converging (consensus forming), diverging (new disagreements emerging), or stagnating (no movement)
+   - Distinguish between shifts driven by substantive arguments (an agent adopted a position after being presented with stronger reasoning) and shifts driven by consensus pressure (an agent abandoned a unique position without being refuted on substance)
+   - Identify the most influential argument or unresolved point of contention shaping the current trajectory
+
+Output Requirements:
+Generate a debate summary in exactly this format:
+"Dynamic: [1 sentence on stance distribution, consensus pattern, and any stance transitions since the previous round]
+Insight: [1 sentence on the most influential argument, unresolved contention, or social dynamic driving the debate's current trajectory]"
+
+Each sentence must be:
+- Objective (describe what happened without judging which side is correct)
+- Abstract, Strategy-focused (describe reasoning strategies and debate patterns, never mention specific numbers, formulas, variable names, or answer values from the task)
+- Stance-neutral (use "majority/minority" or descriptive stance labels instead of agent IDs)
+
+Note:
+- CRITICAL: Do not include any problem-specific content such as numbers, equations, formulas, variable names, answer choices, or concrete solution details. Describe reasoning approaches abstractly.
+- Do not judge or speculate on which stance is correct.
+- If a previous summary is provided, do not repeat information already covered in it.
+- Do not include any preamble or explanation.
+- Only output the debate summary.
+"""
 SUMMARY_OPENING = "You are an expert analyst observing a multi-agent debate."
 NO_PREVIOUS_SUMMARY = "None"
 
@@ -344,6 +429,7 @@ class ExperienceView:
     consensus_ratio: float | None = None
     reference: str = ""
     reference_is_solution: bool = False
+    stance_changed: bool | None = None  # a(z_i^(t)) != a(z_i^(t-1)); None: not known (shown only by the authors' layout)
 
 
 @dataclass
@@ -395,14 +481,41 @@ def _persona_index(benchmark: str, agent_index: int) -> int:
     return agent_index
 
 
-def system_prompt(benchmark: str, agent_index: int) -> str:
-    """Agent i's persona phi_i (Appendix "System Prompts")."""
+def system_prompt(benchmark: str, agent_index: int, wording: str = "paper") -> str:
+    """Agent i's persona phi_i (Appendix "System Prompts"). ``wording="authors"``: a MATH500 persona ends with the
+    authors' unformatted ``\\boxed{{answer}}`` sentence (:data:`AUTHORS_MATH_SYSTEM_FORMAT`)."""
     index = _persona_index(benchmark, agent_index)
-    return personas(benchmark)[index][1]
+    text = personas(benchmark)[index][1]
+    if _wording(wording) == "authors" and benchmark == "math500" and text.endswith(MATH_FORMAT):
+        text = text[: -len(MATH_FORMAT)] + AUTHORS_MATH_SYSTEM_FORMAT
+    return text
 
 
-def format_experiences(experiences: Sequence[ExperienceView], max_response_chars: int | None = None) -> str:
-    """The block of retrieved experiences E_i^(t) shown before the task/debate text."""
+def _authors_experience(e: ExperienceView, response: str) -> str:
+    """One experience as the authors' code writes it (src/utils/memory_utils.py, ``_build_value_text``): the
+    question, y as ``<example_solution>``, the agent's response, the stance change, the response's correctness."""
+    return (
+        f"<example_question>\n{e.question}\n</example_question>\n\n"
+        f"<example_solution>\n{e.reference}\n</example_solution>\n\n"
+        f"<example_agent_response>\n{response}\n</example_agent_response>\n\n"
+        f"<example_agent_stance_changed>\n{AUTHORS_STANCE_TEXT[e.stance_changed]}\n</example_agent_stance_changed>\n\n"
+        f"<example_agent_response_correctness>\n{AUTHORS_CORRECTNESS_TEXT[bool(e.correct)]}\n"
+        "</example_agent_response_correctness>"
+    )
+
+
+def format_experiences(experiences: Sequence[ExperienceView], max_response_chars: int | None = None,
+                       wording: str = "paper") -> str:
+    """The block of retrieved experiences E_i^(t) shown before the task/debate text (``wording="authors"``: the
+    authors' ``<examples>`` block, src/agent.py ``_build_prompt``, each :func:`_authors_experience`)."""
+    if _wording(wording) == "authors":
+        text = AUTHORS_EXPERIENCES_HEADER + "\n\n<examples>\n"
+        for k, e in enumerate(experiences):
+            response = e.response
+            if max_response_chars is not None and len(response) > max_response_chars:
+                response = response[: max_response_chars].rstrip() + " [...]"
+            text += f'<example index="{k}">\n{_authors_experience(e, response)}\n</example>\n'
+        return text + "</examples>\n\n"
     lines = [EXPERIENCES_HEADER, "", "<experiences>"]
     for k, e in enumerate(experiences):
         response = e.response
@@ -444,20 +557,31 @@ def task_prompt(
     else:
         text = TASK_TEMPLATE.format(QUESTION=question, FORMAT=answer_format(benchmark))
     if experiences:
-        text = format_experiences(experiences, max_response_chars) + text
+        text = format_experiences(experiences, max_response_chars, wording) + text
     return text
 
 
-def format_peers(peers: Sequence[PeerResponse]) -> str:
+def format_peers(peers: Sequence[PeerResponse], wording: str = "paper", weighted: bool | None = None) -> str:
+    """The peers' responses Z^(t-1) with their annotations. The confidence header: ``paper``, when a peer is
+    annotated; ``authors`` (src/agent.py, ``_build_prompt``), when confidences were estimated (``weighted``: the
+    agent weights its peers and has a confidence for them), annotated or not."""
+    authors = _wording(wording) == "authors"
     annotated = any(p.confidence is not None for p in peers)
-    lines = [PEERS_HEADER_WITH_CONFIDENCE if annotated else PEERS_HEADER, "", "<other_solutions>"]
+    if authors:
+        header = AUTHORS_PEERS_HEADER_WITH_CONFIDENCE if (annotated if weighted is None else weighted) else PEERS_HEADER
+    else:
+        header = PEERS_HEADER_WITH_CONFIDENCE if annotated else PEERS_HEADER
+    lines = [header, "", "<other_solutions>"]
     for k, p in enumerate(peers):
         lines.append(f'<other_solution index="{k}">')
         lines.append(p.text)
         if p.confidence is not None:
             if p.confidence not in CONFIDENCE_TEXT:
                 raise ValueError(f"confidence annotation must be 'high', 'low' or None, found {p.confidence!r}")
-            lines.append(f"<confidence>{CONFIDENCE_TEXT[p.confidence]}</confidence>")
+            if authors:
+                lines.append(f"<confidence>\n{AUTHORS_CONFIDENCE_TEXT[p.confidence]}\n</confidence>")
+            else:
+                lines.append(f"<confidence>{CONFIDENCE_TEXT[p.confidence]}</confidence>")
         lines.append("</other_solution>")
     lines.append("</other_solutions>")
     return "\n".join(lines) + "\n\n"
@@ -470,17 +594,18 @@ def debate_prompt(
     experiences: Sequence[ExperienceView] = (),
     max_response_chars: int | None = None,
     wording: str = "paper",
+    weighted: bool | None = None,
 ) -> str:
     """Round-t user turn (t > 0): [experiences] + peers' responses Z^(t-1) (+ annotations) + the appendix text
-    (``wording="authors"``: :data:`AUTHORS_DEBATE_TEMPLATES`)."""
+    (``wording="authors"``: :data:`AUTHORS_DEBATE_TEMPLATES`; ``weighted``: :func:`format_peers`)."""
     if _wording(wording) == "authors":
         _check_benchmark(benchmark)
         text = _authors_template(AUTHORS_DEBATE_TEMPLATES, benchmark).format(QUESTION=question)
     else:
         text = DEBATE_TEMPLATE.format(QUESTION=question, FORMAT=answer_format(benchmark))
-    text = format_peers(peers) + text
+    text = format_peers(peers, wording, weighted) + text
     if experiences:
-        text = format_experiences(experiences, max_response_chars) + text
+        text = format_experiences(experiences, max_response_chars, wording) + text
     return text
 
 
@@ -507,12 +632,14 @@ def summary_prompt(
     answers: Sequence[str | None] | None = None,
     previous_answers: Sequence[str | None] | None = None,
     slot: str = "responses",
+    wording: str = "paper",
 ) -> str:
     """The debate summary prompt producing h^(t) (Eq. 2), verbatim from the appendix.
 
     The appendix shows the ``{AGENT_RESPONSES}`` slot, not what fills it (protocol choice ``summary_agents``):
     ``authors`` (the authors' code) gives each agent's response, its extracted answer and, after round 0, its
-    previous answer and whether its stance changed; ``responses`` (ours) the responses only."""
+    previous answer and whether its stance changed; ``responses`` (ours) the responses only.
+    ``wording="authors"``: the authors' template (:data:`AUTHORS_SUMMARY_TEMPLATE`)."""
     if slot not in SUMMARY_AGENT_SLOTS:
         raise ValueError(f"summary_agents must be one of {SUMMARY_AGENT_SLOTS}, found {slot!r}")
     if slot == "authors":
@@ -528,7 +655,8 @@ def summary_prompt(
         responses = "\n".join(
             f'<agent_response index="{k}">\n{r}\n</agent_response>' for k, r in enumerate(agent_responses)
         )
-    return SUMMARY_TEMPLATE.format(
+    template = AUTHORS_SUMMARY_TEMPLATE if _wording(wording) == "authors" else SUMMARY_TEMPLATE
+    return template.format(
         QUESTION=question,
         PREV_SUMMARY=previous_summary or NO_PREVIOUS_SUMMARY,
         AGENT_RESPONSES=responses,
@@ -571,7 +699,33 @@ def _tag(text: str, name: str) -> str | None:
     return m.group(1) if m else None
 
 
+_EXAMPLES = re.compile(r"<examples>\n(.*?)</examples>", re.DOTALL)
+_EXAMPLE = re.compile(r'<example index="\d+">\n(.*?)\n</example>\n', re.DOTALL)
+
+
+def _parse_authors_experiences(block: str) -> list[ExperienceView]:
+    views = []
+    for body in _EXAMPLE.findall(block):
+        stance = _tag(body, "example_agent_stance_changed")
+        views.append(
+            ExperienceView(
+                question=_tag(body, "example_question") or "",
+                response=_tag(body, "example_agent_response") or "",
+                answer=None,
+                correct=_tag(body, "example_agent_response_correctness") == AUTHORS_CORRECTNESS_TEXT[True],
+                outcome_correct=False,
+                reference=_tag(body, "example_solution") or "",
+                stance_changed={v: k for k, v in AUTHORS_STANCE_TEXT.items()}.get(stance or ""),
+            )
+        )
+    return views
+
+
 def _parse_experiences(text: str) -> tuple[list[ExperienceView], str]:
+    if text.startswith(AUTHORS_EXPERIENCES_HEADER):
+        found = _EXAMPLES.search(text)
+        if found:
+            return _parse_authors_experiences(found.group(1)), text[found.end():]
     m = _EXPERIENCES.search(text)
     if not m:
         return [], text
@@ -629,8 +783,8 @@ def parse_prompt(user_text: str) -> ParsedPrompt:
             confidence = None
             if conf_match:
                 body = body[: conf_match.start()]
-                label = conf_match.group(1)
-                confidence = "high" if label == CONFIDENCE_TEXT["high"] else "low"
+                label = conf_match.group(1).strip()
+                confidence = "high" if label in (CONFIDENCE_TEXT["high"], AUTHORS_CONFIDENCE_TEXT["high"]) else "low"
             peers.append(PeerResponse(text=body, confidence=confidence))
         rest = rest[rest.index("</other_solutions>") :]
     q = _QUESTION.search(rest)

@@ -519,6 +519,11 @@ def _builder(name: str) -> MethodBuilder:
         raise ValueError(f"unknown method {name!r}; expected one of {sorted(METHODS)}") from None
 
 
+#: Options added after the sampling streams were fixed: at their default they stay out of a run's stream (so the
+#: runs that do not set them draw as before); set to another value they count like every option.
+STREAM_NEUTRAL_DEFAULTS = ("consensus_rule",)
+
+
 def get_method(name: str, **options: Any) -> Method:
     """Build method ``name`` with ``options`` (unknown names and bad values raise ValueError)."""
     builder = _builder(name)
@@ -537,7 +542,8 @@ def get_method(name: str, **options: Any) -> Method:
         # The run's own sampling stream: the method and every option that is not round0 (so R2-MAD and each
         # ablation draw different samples, as separate runs do). A file input counts by its content digest
         # (Method.inputs), not its path: the same bank in another folder or clone gives the same draws.
-        identity = {k: v for k, v in bound.arguments.items() if k != "round0" and k not in FILE_OPTIONS}
+        identity = {k: v for k, v in bound.arguments.items() if k != "round0" and k not in FILE_OPTIONS
+                    and not (k in STREAM_NEUTRAL_DEFAULTS and v == DEFAULTS[k])}
         identity.update(method.inputs)
         stream = name + ":" + json.dumps(identity, sort_keys=True, default=str)
         method = replace(method, debate=replace(method.debate, stream=stream))

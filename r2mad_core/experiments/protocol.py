@@ -167,6 +167,18 @@ CHOICES: tuple[Choice, ...] = (
         "src/prompts.py (TASK_PROMPT, DEBATE_PROMPT: per-benchmark wording)", values=("paper", "authors"),
     ),
     Choice(
+        "consensus_rule", "the consensus ratio Cons(Z) (Eq. 3, lambda_t, the summary prompt) and the early stop",
+        "equivalent_answers", "authors_reads_gold", "paper",
+        "Eq. 3: the fraction agreeing on the most frequent extracted answer; Appendix A: 'early stopping is applied "
+        "if all agents reach consensus'",
+        "src/multi_agent_debate.py (_check_consensus: reads the gold answer -- every agent correct is consensus 1.0; "
+        "else the lower-cased answer strings, a missing answer is '' and agrees with the other missing ones, "
+        "consensus at ratio >= 0.8)",
+        values=("equivalent_answers", "authors_reads_gold"),
+        note="equivalent_answers: checker-equivalent answers agree, a missing answer agrees with nothing, stop at "
+             "unanimity; the gold answer is never read during a debate",
+    ),
+    Choice(
         "split_rule", "which questions are train and test", "paper", "authors", "paper",
         "Section 5.1 and Appendix A: MATH500 level 5 = test; the counts of the benchmark table (Engineering 727/242)",
         "prepare_data.py (random.seed(42), first 75% train: Engineering 726/243)", values=("paper", "authors"),
@@ -242,7 +254,7 @@ def memory_options(protocol: str, explicit: Mapping[str, Any] | None = None) -> 
         "reward_definition": values["reward_definition"],
         "state_layout": values["state_layout"],
         "debate_options": {k: values[k] for k in ("summaries", "summary_agents", "empty_peers", "unclosed_thinking",
-                                                   "task_prompt")},
+                                                   "task_prompt", "consensus_rule")},
     }
 
 

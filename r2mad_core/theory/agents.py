@@ -384,7 +384,7 @@ class SimulatedEngine:
 
     def sample_for(self, question: str) -> Sample:
         """The sample whose question text is ``question``; ValueError when unknown."""
-        sample = self._by_question.get(question.strip())
+        sample = self._by_question.get(prompts.strip_question_prefix(question.strip()))
         if sample is None:
             preview = question.strip().replace("\n", " ")[:80]
             raise ValueError(
@@ -549,10 +549,13 @@ class SimulatedEngine:
     def _mislabelled(self, experience: prompts.ExperienceView) -> bool:
         """Whether an experience's correctness label is false: its recorded answer checked against its question's
         gold (False when the engine does not know that question: the label is then taken at its word)."""
-        past = self._by_question.get(experience.question.strip())
+        past = self._by_question.get(prompts.strip_question_prefix(experience.question.strip()))
         if past is None:
             return False
-        truly_correct = answers.is_correct(experience.answer, past.gold, past.benchmark)
+        answer = experience.answer
+        if answer is None and experience.stance_changed is not None:  # the authors' layout shows no parsed answer
+            answer = answers.extract_answer(experience.response, past.benchmark, len(past.choices) or None)
+        truly_correct = answers.is_correct(answer, past.gold, past.benchmark)
         return truly_correct != bool(experience.correct)
 
     def _persona(self, messages: Sequence[dict], benchmark: str) -> int | None:
@@ -560,7 +563,8 @@ class SimulatedEngine:
             if message.get("role") == "system":
                 text = message.get("content", "")
                 for index, (_, persona_text) in enumerate(prompts.personas(benchmark)):
-                    if text.strip() == persona_text.strip():
+                    authors = prompts.system_prompt(benchmark, index, "authors")
+                    if text.strip() in (persona_text.strip(), authors.strip()):
                         return index
                 return None
         return None
