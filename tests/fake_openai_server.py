@@ -42,10 +42,13 @@ def expected_reply(body: dict[str, Any]) -> str:
 
 
 class FakeOpenAIServer:
-    def __init__(self, *, delay_seconds: float = 0.0, slow_seconds: float = 2.0, owned_by: str | None = None) -> None:
+    def __init__(self, *, delay_seconds: float = 0.0, slow_seconds: float = 2.0, owned_by: str | None = None,
+                 responder: Any = None) -> None:
         """``owned_by``: answer ``GET /v1/models`` as a server of that kind (``"vllm"`` as vLLM's
-        OpenAI server does); ``None``: no ``/models`` route (HTTP 404)."""
+        OpenAI server does); ``None``: no ``/models`` route (HTTP 404). ``responder(body) -> str``: the reply text
+        (default :func:`expected_reply`)."""
         self.owned_by = owned_by
+        self.responder = responder or expected_reply
         self.get_paths: list[str] = []
         self.delay_seconds = delay_seconds
         self.slow_seconds = slow_seconds
@@ -113,7 +116,7 @@ class FakeOpenAIServer:
         return None
 
     def _answer(self, body: dict[str, Any], kind: str | None) -> dict[str, Any]:
-        text = expected_reply(body)
+        text = self.responder(body)
         finish_reason = "stop"
         if kind == "empty":
             text = ""

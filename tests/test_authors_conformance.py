@@ -447,3 +447,70 @@ def test_a_debate_whose_first_answers_are_all_missing_stops(tmp_path):
     run_cell(tmp_path / "paper", benchmark="truthfulqa", split="test", engine=paper, method="mad",
              method_options=protocol.method_options("mad", "paper"), samples=[w.test], progress=False)
     assert len(paper.requests) == 9
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The command line against a recording OpenAI-compatible server: `r2mad build-memory/run --protocol authors`
+# ------------------------------------------------------------------------------------------------------------------
+def _letter_by_persona(body: dict) -> str:
+    """Agents 0 and 2 answer A, agent 1 answers B, in every round; summaries are plain text; a CoT or any other
+    request without a known persona answers A."""
+    first = body["messages"][0]
+    if first["role"] != "system":
+        return "Dynamic: a split. Insight: one view leads."
+    letter = "B" if "epistemologist" in first["content"] else "A"
+    return f"I weigh the options. The answer is (({letter}))."
+
+
+def _cli(argv: list[str]) -> int:
+    from r2mad_core.cli import commands as cli
+
+    return cli.main(argv)
+
+
+def _openai(server) -> list[str]:
+    return ["--engine", "openai", "--model", "fake-model", "--engine-option", f"base_urls={server.base_url}",
+            "--engine-option", "api_key_env=null", "--no-cache", "--no-progress"]
+
+
+def test_cli_authors_sends_the_authors_requests_to_a_server(tmp_path, monkeypatch):
+    from fake_openai_server import FakeOpenAIServer
+
+    with FakeOpenAIServer(responder=_letter_by_persona) as server:
+        assert _cli(["build-memory", "--benchmark", "truthfulqa", "--protocol", "authors", "--limit", "1",
+                     "--embedder", "hashing", "--out", str(tmp_path / "bank"), *_openai(server)]) == 0
+        memory_bodies = list(server.bodies)
+        assert _cli(["run", "--benchmark", "truthfulqa", "--protocol", "authors", "--method", "r2mad", "--limit", "1",
+                     "--memory", str(tmp_path / "bank"), "--embedder", "hashing", "--out", str(tmp_path / "run"),
+                     *_openai(server)]) == 0
+        run_bodies = server.bodies[len(memory_bodies):]
+    assert len(memory_bodies) == 3 * 3 + 3  # 3 rounds forced (training) + a summary after each
+    bodies = memory_bodies + run_bodies
+    assert {b["max_tokens"] for b in bodies} == {6144}  # src/models.py: one SamplingParams for every call
+    debate = [b for b in bodies if b["messages"][0]["role"] == "system"]
+    assert all(b["messages"][1]["content"].count("<question>\nQuestion: ") == 1 for b in debate)
+    summaries = [b for b in bodies if b["messages"][0]["role"] == "user"]
+    assert summaries and all("<question>\nQuestion: " in b["messages"][0]["content"] for b in summaries)
+    round1 = [b["messages"][-1]["content"] for b in run_bodies if len(b["messages"]) == 4]
+    assert len(round1) == 3
+    for text in round1:
+        assert "These are the solutions to the problem from other agents with your confidences:\n\n" in text
+        assert ("<confidence>\nHigh, historically reliable on relative problems.\n</confidence>\n</other_solution>"
+                in text or "<confidence>\nLow, low historical accuracy on relative problems.\n</confidence>\n"
+                "</other_solution>" in text)
+        assert text.startswith("Here are some examples:\n\n<examples>\n<example index=\"0\">\n<example_question>\n"
+                               "Question: ")
+
+
+def test_cli_authors_math500_system_prompt_and_empty_answers_stop(tmp_path):
+    from fake_openai_server import FakeOpenAIServer, expected_reply
+
+    with FakeOpenAIServer(responder=expected_reply) as server:  # replies that give no answer at all
+        assert _cli(["run", "--benchmark", "math500", "--protocol", "authors", "--method", "mad", "--limit", "1",
+                     "--out", str(tmp_path / "run"), *_openai(server)]) == 0
+        bodies = list(server.bodies)
+    # round 0's three answers are all missing: the authors' _check_consensus sees three "" and stops
+    assert len(bodies) == 3
+    assert all(b["max_tokens"] == 6144 for b in bodies)
+    assert all(b["messages"][0]["content"].endswith("The answer is \\boxed{{answer}}.") for b in bodies)
+    assert all(b["messages"][1]["content"].endswith("The answer is \\boxed{answer}.") for b in bodies)

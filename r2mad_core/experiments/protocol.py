@@ -206,6 +206,22 @@ CHOICES: tuple[Choice, ...] = (
     ),
 )
 
+#: The generation lengths a preset sets where no profile does (``r2mad run`` / ``r2mad build-memory``): the authors'
+#: code generates every call, debate turns and summaries alike, with one ``SamplingParams(max_tokens=6144)``
+#: (src/models.py, ``LanguageModel.__init__``; configs.yaml sets no max_tokens). ``paper``: the command's own
+#: defaults (512 / 128, sized for a CPU; the paper profile sets 6144 / 6144).
+AUTHORS_MAX_TOKENS = 6144
+SAMPLING_LENGTHS: dict[str, dict[str, int]] = {
+    "paper": {},
+    "authors": {"max_tokens": AUTHORS_MAX_TOKENS, "summary_max_tokens": AUTHORS_MAX_TOKENS},
+}
+
+
+def sampling_lengths(protocol: str) -> dict[str, int]:
+    """The max_tokens / summary_max_tokens a preset sets on the command line (:data:`SAMPLING_LENGTHS`)."""
+    return dict(SAMPLING_LENGTHS[check_protocol(protocol)])
+
+
 BY_NAME: dict[str, Choice] = {choice.name: choice for choice in CHOICES}
 #: Choices a profile sets as its own fields (None in a profile: the preset's value).
 PROFILE_CHOICES = tuple(c.name for c in CHOICES if c.name != "memory_model")
