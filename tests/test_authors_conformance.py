@@ -375,7 +375,7 @@ def run_authors(method: str, w: World, tmp_path: Path, **extra) -> RecordingEngi
     engine = RecordingEngine(w)
     options = {**protocol.method_options(method, "authors"), **SETTINGS.values(("max_tokens", "summary_max_tokens")),
                **extra}
-    if method == "mad":
+    if method != "r2mad":
         options.pop("summary_max_tokens")
     run_cell(tmp_path / f"run-{method}", benchmark=w.benchmark, split="test", engine=engine, method=method,
              method_options=options, samples=[w.test], progress=False)
@@ -514,3 +514,20 @@ def test_cli_authors_math500_system_prompt_and_empty_answers_stop(tmp_path):
     assert all(b["max_tokens"] == 6144 for b in bodies)
     assert all(b["messages"][0]["content"].endswith("The answer is \\boxed{{answer}}.") for b in bodies)
     assert all(b["messages"][1]["content"].endswith("The answer is \\boxed{answer}.") for b in bodies)
+
+
+COT_SUFFIX = "\nPlease solve the problem step by step."  # src/chain_of_thought.py, ChainOfThought._build_cot_messages
+
+
+@pytest.mark.parametrize("benchmark", sorted(WORLDS))
+def test_cot_and_icl_cot_send_the_authors_requests(benchmark, tmp_path, monkeypatch, solutions):
+    """run_cot.py: agent "CoT-0" has persona 0's system prompt; its task prompt ends with the step-by-step line.
+    With --if_use_memory (ICL-CoT: similarity policy, --n_retrieval 1, Debater-0's memory, retrieval on round 0
+    keyed on the question alone) the one case of agent 0's bank comes first, as an <examples> block."""
+    w = WORLDS[benchmark]()
+    engine = run_authors("cot", w, tmp_path)
+    assert sent(engine) == [[system(w, 0), user(task_prompt(w.benchmark, w.test_content) + COT_SUFFIX)]]
+    bank, _ = build_authors_memory(w, tmp_path, monkeypatch)
+    engine = run_authors("icl_cot", w, tmp_path, memory=str(bank), top_k=1)
+    shown = example(w.train_content, w.solution, w.train_round1[0], changed=False, correct=True)
+    assert sent(engine) == [[system(w, 0), user(shown + task_prompt(w.benchmark, w.test_content) + COT_SUFFIX)]]

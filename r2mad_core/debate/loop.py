@@ -151,6 +151,7 @@ class DebateConfig:
     empty_peers: str = DEFAULTS["empty_peers"]
     unclosed_thinking: str = DEFAULTS["unclosed_thinking"]
     consensus_rule: str = DEFAULTS["consensus_rule"]
+    task_suffix: str = ""  # appended to round 0's task prompt (the authors' CoT: prompts.AUTHORS_COT_SUFFIX)
 
     def __post_init__(self) -> None:
         for name, spec in SPECS.items():  # the one declaration's bounds and vocabularies (debate/settings.py)
@@ -239,6 +240,8 @@ class DebateConfig:
         for name in LOOP_CHOICES:
             if d[name] == DEFAULTS[name]:  # the earlier default: the config (and the run directory's key) as before
                 del d[name]
+        if not d["task_suffix"]:  # the earlier configs (and run keys) had no suffix
+            del d["task_suffix"]
         d["personas"] = list(self.personas or ())
         d["sample_indices"] = list(self.sample_indices or ())
         return d
@@ -619,7 +622,7 @@ def round_requests(
             if round_index == 0:
                 user = prompts.task_prompt(
                     state.benchmark, state.question, context.experiences, wording=config.task_prompt
-                )
+                ) + config.task_suffix
             else:
                 visible = tuple(visible_all[agent])
                 bad = [j for j in visible if j == agent or not 0 <= j < config.n_agents]

@@ -232,6 +232,9 @@ AUTHORS_CONFIDENCE_TEXT = {
 #: ``task_prompt="authors"``: the block of retrieved experiences (src/agent.py, ``_build_prompt``) and each
 #: experience's text (src/utils/memory_utils.py, ``_build_value_text``).
 AUTHORS_EXPERIENCES_HEADER = "Here are some examples:"
+#: ``task_prompt="authors"``: CoT, Self-Consistency and ICL-CoT append this line to the task prompt
+#: (src/chain_of_thought.py, ``ChainOfThought._build_cot_messages``).
+AUTHORS_COT_SUFFIX = "\nPlease solve the problem step by step."
 AUTHORS_STANCE_TEXT = {None: "N/A (initial round)", True: "The agent changed its stance.",
                        False: "The agent did not change its stance."}
 AUTHORS_CORRECTNESS_TEXT = {True: "The response is correct.", False: "The response is incorrect."}

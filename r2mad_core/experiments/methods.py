@@ -253,10 +253,16 @@ R2MAD_SETTINGS = tuple(n for n in SPECS if n != "with_summaries")
 # --------------------------------------------------------------------------------------------
 # Builders
 # --------------------------------------------------------------------------------------------
+def _cot_suffix(settings: DebateSettings) -> str:
+    """The authors' prompts end a CoT task prompt with a step-by-step line (``task_prompt="authors"``)."""
+    return prompts.AUTHORS_COT_SUFFIX if settings.task_prompt == "authors" else ""
+
+
 @debate_keywords(*ONE_AGENT_SETTINGS)
 def cot(*, settings: DebateSettings) -> Method:
     """Chain of Thought: one agent (persona 0), one round."""
-    debate = DebateConfig.from_settings(settings, n_agents=1, n_rounds=1, personas=(0,), sample_indices=(0,))
+    debate = DebateConfig.from_settings(settings, n_agents=1, n_rounds=1, personas=(0,), sample_indices=(0,),
+                                        task_suffix=_cot_suffix(settings))
     return Method(name="cot", debate=debate, vote_rule=settings.vote_rule)
 
 
@@ -265,7 +271,7 @@ def self_consistency(*, k_paths: int = 9, settings: DebateSettings) -> Method:
     """Self-Consistency: k samples of persona 0's task prompt (sample_index 0..k-1), one vote."""
     k = _int_option("self_consistency", "k_paths", k_paths, 1)
     debate = DebateConfig.from_settings(settings, n_agents=k, n_rounds=1, personas=(0,) * k,
-                                        sample_indices=tuple(range(k)))
+                                        sample_indices=tuple(range(k)), task_suffix=_cot_suffix(settings))
     return Method(name="self_consistency", debate=debate, vote_rule=settings.vote_rule)
 
 
@@ -429,7 +435,8 @@ def icl_cot(
     experience_chars = None if max_experience_chars is None else _int_option(
         name, "max_experience_chars", max_experience_chars, 1
     )
-    debate = DebateConfig.from_settings(settings, n_agents=1, n_rounds=1, personas=(0,), sample_indices=(0,))
+    debate = DebateConfig.from_settings(settings, n_agents=1, n_rounds=1, personas=(0,), sample_indices=(0,),
+                                        task_suffix=_cot_suffix(settings))
 
     def make_hook(context: RunContext) -> RoundHook:
         bank_set, bank_embedder = load_memory(memory, context.benchmark, embedder)
