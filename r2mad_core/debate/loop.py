@@ -34,7 +34,14 @@ Rounds are ``t = 0 .. n_rounds - 1`` (the paper's "3 agents over 3 rounds" is t 
   response whose ``<think>`` never closed as the text before the tag; ``keep`` (the authors' code) keeps the partial
   reasoning as the response (:attr:`r2mad_core.engines.base.Completion.unclosed_thinking`).
 - Gold answers never steer the loop: stopping, consensus, hooks and masking see extracted answers
-  only. Per-agent correctness is filled in by :func:`score_turns` after the debate, for scoring.
+  only. Per-agent correctness is filled in by :func:`score_turns` after the debate, for scoring. The one
+  exception is labelled as such: ``consensus_rule="authors_reads_gold"`` (the authors' ``_check_consensus``,
+  :func:`authors_consensus`) declares consensus when every agent is correct by the gold answer, and otherwise
+  compares lower-cased answer strings (three missing answers agree, and the debate stops).
+- ``task_prompt="authors"``: every prompt byte as the authors' code writes it (:mod:`r2mad_core.debate.prompts`:
+  the ``Question: `` of a multiple-choice question, also in the embedded state; MATH500's unformatted
+  ``\\boxed{{answer}}`` system prompts; their peers header, annotations, experiences and summary prompt, whose
+  answers are written as their checker returns them, :func:`authors_answer_text`).
 
 Schedules: the loop above is ``schedule="rounds"`` (every phase of a round waits for the slowest sequence of
 the whole batch). ``schedule="questions"`` (:mod:`r2mad_core.debate.scheduling`) runs the same phases -- the functions
