@@ -24,6 +24,13 @@ from dataclasses import dataclass, field
 from typing import Literal, Mapping, Sequence
 
 from r2mad_core.data import benchmarks
+from r2mad_core.data.answers import extract_answer
+from r2mad_core.debate.authors_prompts import (  # noqa: F401  (the authors' text, importable from here as before)
+    _AUTHORS_DEBATE_OPENING, _AUTHORS_MATH_FORMAT, _AUTHORS_MC_FORMAT, AUTHORS_CONFIDENCE_TEXT, AUTHORS_COT_SUFFIX,
+    AUTHORS_DEBATE_TEMPLATES, AUTHORS_EXPERIENCES_HEADER, AUTHORS_MATH_SYSTEM_FORMAT, AUTHORS_QUESTION_PREFIX,
+    AUTHORS_PEERS_HEADER_WITH_CONFIDENCE, AUTHORS_STANCE_TEXT, AUTHORS_SUMMARY_TEMPLATE, AUTHORS_TASK_TEMPLATES,
+    TASK_PROMPT_WORDINGS, AUTHORS_CORRECTNESS_TEXT, authors_experience_text, strip_question_prefix,
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -167,90 +174,12 @@ DEBATE_TEMPLATE = (
     "<question>\n{QUESTION}\n</question>\n\n"
     "{FORMAT}"
 )
-# ``task_prompt="authors"``: the benchmark-specific wording of the authors' public code (KylJin/R2-MAD,
-# src/prompts.py, TASK_PROMPT and DEBATE_PROMPT), verbatim. The paper's appendix gives one task prompt ("math
-# question" for every benchmark, only the answer format differs): that is the default, ``task_prompt="paper"``.
-TASK_PROMPT_WORDINGS = ("paper", "authors")
-_AUTHORS_MC_FORMAT = "Provide the final answer in double parentheses at the end of your response: The answer is ((answer))."
-_AUTHORS_MATH_FORMAT = (
-    "Provide the final answer in the following format at the end of your response: The answer is \\boxed{{answer}}."
-)
-AUTHORS_TASK_TEMPLATES: dict[str, str] = {
-    "math500": (
-        "Can you solve the following math question as accurately as possible?\n\n"
-        "<question>\n{QUESTION}\n</question>\n\n"
-        "Present your analysis concisely using only essential reasoning steps. " + _AUTHORS_MATH_FORMAT
-    ),
-    "mmlu_pro_engineering": (
-        "Please analyze the following engineering question:\n\n"
-        "<question>\n{QUESTION}\n</question>\n\n"
-        "Present your analysis concisely using only essential reasoning steps and select the correct answer. "
-        + _AUTHORS_MC_FORMAT
-    ),
-    "mmlu_pro_economics": (
-        "Please analyze the following economics question:\n\n"
-        "<question>\n{QUESTION}\n</question>\n\n"
-        "Present your analysis concisely using only essential reasoning steps and select the correct answer. "
-        + _AUTHORS_MC_FORMAT
-    ),
-    "truthfulqa": (
-        "Please carefully evaluate the following question and select the most truthful answer:\n\n"
-        "<question>\n{QUESTION}\n</question>\n\n"
-        "Be wary of options that sound plausible but reflect common misconceptions. Present your analysis concisely "
-        "and focus only on what is factually accurate. " + _AUTHORS_MC_FORMAT
-    ),
-}
-_AUTHORS_DEBATE_OPENING = (
-    "Use the solutions from other agents as additional information, can you give an updated answer? "
-    "The original question is: \n\n<question>\n{QUESTION}\n</question>\n\n"
-)
-AUTHORS_DEBATE_TEMPLATES: dict[str, str] = {
-    "math500": _AUTHORS_DEBATE_OPENING + _AUTHORS_MATH_FORMAT,
-    "mmlu_pro_engineering": _AUTHORS_DEBATE_OPENING
-    + "Provide the final answer in the following format at the end of your response: The answer is ((answer)).",
-    "mmlu_pro_economics": _AUTHORS_DEBATE_OPENING
-    + "Provide the final answer in the following format at the end of your response: The answer is ((answer)).",
-    "truthfulqa": _AUTHORS_DEBATE_OPENING + _AUTHORS_MC_FORMAT,
-}
-
-
-#: ``task_prompt="authors"``: the MATH500 personas of the authors' code end with this sentence, a plain string that is
-#: never formatted (src/prompts.py, MATH500_SYS_PROMPTS; src/agent.py, ``self._system_prompt``), so the model reads
-#: the doubled braces. The paper's appendix (and ``task_prompt="paper"``) writes ``\boxed{[answer]}``.
-AUTHORS_MATH_SYSTEM_FORMAT = (
-    "Provide the final answer in the following format at the end of your response: The answer is \\boxed{{answer}}."
-)
-#: ``task_prompt="authors"``: every multiple-choice question is written ``Question: {question}\n\n{options}``
-#: (src/utils/data_utils.py, ``DataLoader.format_question``), in every prompt and in the embedded state text.
-AUTHORS_QUESTION_PREFIX = "Question: "
-#: ``task_prompt="authors"``: the peers header and the confidence annotations of src/agent.py (``_build_prompt``).
-AUTHORS_PEERS_HEADER_WITH_CONFIDENCE = "These are the solutions to the problem from other agents with your confidences:"
-AUTHORS_CONFIDENCE_TEXT = {
-    "high": "High, historically reliable on relative problems.",
-    "low": "Low, low historical accuracy on relative problems.",
-}
-#: ``task_prompt="authors"``: the block of retrieved experiences (src/agent.py, ``_build_prompt``) and each
-#: experience's text (src/utils/memory_utils.py, ``_build_value_text``).
-AUTHORS_EXPERIENCES_HEADER = "Here are some examples:"
-#: ``task_prompt="authors"``: CoT, Self-Consistency and ICL-CoT append this line to the task prompt
-#: (src/chain_of_thought.py, ``ChainOfThought._build_cot_messages``).
-AUTHORS_COT_SUFFIX = "\nPlease solve the problem step by step."
-AUTHORS_STANCE_TEXT = {None: "N/A (initial round)", True: "The agent changed its stance.",
-                       False: "The agent did not change its stance."}
-AUTHORS_CORRECTNESS_TEXT = {True: "The response is correct.", False: "The response is incorrect."}
-
-
 def question_text(question: str, multiple_choice: bool, wording: str = "paper") -> str:
     """The text of the prompts' ``{QUESTION}`` slot: the sample's question (``paper``), or under ``authors`` a
     multiple-choice question prefixed ``Question: `` (:data:`AUTHORS_QUESTION_PREFIX`)."""
     if _wording(wording) == "authors" and multiple_choice:
         return AUTHORS_QUESTION_PREFIX + question
     return question
-
-
-def strip_question_prefix(question: str) -> str:
-    """The sample's question from a ``{QUESTION}`` slot written by :func:`question_text` under either wording."""
-    return question[len(AUTHORS_QUESTION_PREFIX):] if question.startswith(AUTHORS_QUESTION_PREFIX) else question
 
 
 def _authors_template(templates: dict[str, str], benchmark: str) -> str:
@@ -325,55 +254,6 @@ Note:
 
 - Only output the debate summary."""
 
-# ``task_prompt="authors"``: the summary prompt of the authors' code (src/prompts.py, DEBATE_SUMMARY_PROMPT),
-# verbatim: the appendix's words with other line breaks and indentation, ending with a newline.
-AUTHORS_SUMMARY_TEMPLATE = """You are an expert analyst observing a multi-agent debate. Your task is to generate a concise debate summary that captures the key dynamics of the current round.
-
-Given Information:
-<question>
-{QUESTION}
-</question>
-
-<previous_summary>
-{PREV_SUMMARY}
-</previous_summary>
-
-<agent_responses>
-{AGENT_RESPONSES}
-</agent_responses>
-
-<consensus_ratio>
-{CONSENSUS_RATIO}
-</consensus_ratio>
-
-Analysis Framework:
-1. Stance Dynamics:
-   - Identify the current stance distribution: how many distinct positions exist and how many agents hold each
-   - If any agent shifted stance from the previous round, determine what argument or reasoning drove the change
-   - If no agent shifted, analyze what sustains the current agreement or disagreement
-
-2. Debate Direction:
-   - Assess whether the debate is converging (consensus forming), diverging (new disagreements emerging), or stagnating (no movement)
-   - Distinguish between shifts driven by substantive arguments (an agent adopted a position after being presented with stronger reasoning) and shifts driven by consensus pressure (an agent abandoned a unique position without being refuted on substance)
-   - Identify the most influential argument or unresolved point of contention shaping the current trajectory
-
-Output Requirements:
-Generate a debate summary in exactly this format:
-"Dynamic: [1 sentence on stance distribution, consensus pattern, and any stance transitions since the previous round]
-Insight: [1 sentence on the most influential argument, unresolved contention, or social dynamic driving the debate's current trajectory]"
-
-Each sentence must be:
-- Objective (describe what happened without judging which side is correct)
-- Abstract, Strategy-focused (describe reasoning strategies and debate patterns, never mention specific numbers, formulas, variable names, or answer values from the task)
-- Stance-neutral (use "majority/minority" or descriptive stance labels instead of agent IDs)
-
-Note:
-- CRITICAL: Do not include any problem-specific content such as numbers, equations, formulas, variable names, answer choices, or concrete solution details. Describe reasoning approaches abstractly.
-- Do not judge or speculate on which stance is correct.
-- If a previous summary is provided, do not repeat information already covered in it.
-- Do not include any preamble or explanation.
-- Only output the debate summary.
-"""
 SUMMARY_OPENING = "You are an expert analyst observing a multi-agent debate."
 NO_PREVIOUS_SUMMARY = "None"
 
@@ -432,7 +312,7 @@ class ExperienceView:
     consensus_ratio: float | None = None
     reference: str = ""
     reference_is_solution: bool = False
-    stance_changed: bool | None = None  # a(z_i^(t)) != a(z_i^(t-1)); None: not known (shown only by the authors' layout)
+    stance_changed: bool | None = None  # a(z_i^(t)) != a(z_i^(t-1)); None: unknown (the authors' layout shows it)
 
 
 @dataclass
@@ -494,30 +374,18 @@ def system_prompt(benchmark: str, agent_index: int, wording: str = "paper") -> s
     return text
 
 
-def _authors_experience(e: ExperienceView, response: str) -> str:
-    """One experience as the authors' code writes it (src/utils/memory_utils.py, ``_build_value_text``): the
-    question, y as ``<example_solution>``, the agent's response, the stance change, the response's correctness."""
-    return (
-        f"<example_question>\n{e.question}\n</example_question>\n\n"
-        f"<example_solution>\n{e.reference}\n</example_solution>\n\n"
-        f"<example_agent_response>\n{response}\n</example_agent_response>\n\n"
-        f"<example_agent_stance_changed>\n{AUTHORS_STANCE_TEXT[e.stance_changed]}\n</example_agent_stance_changed>\n\n"
-        f"<example_agent_response_correctness>\n{AUTHORS_CORRECTNESS_TEXT[bool(e.correct)]}\n"
-        "</example_agent_response_correctness>"
-    )
-
-
 def format_experiences(experiences: Sequence[ExperienceView], max_response_chars: int | None = None,
                        wording: str = "paper") -> str:
     """The block of retrieved experiences E_i^(t) shown before the task/debate text (``wording="authors"``: the
-    authors' ``<examples>`` block, src/agent.py ``_build_prompt``, each :func:`_authors_experience`)."""
+    authors' ``<examples>`` block, src/agent.py ``_build_prompt``; :func:`authors_experience_text`)."""
     if _wording(wording) == "authors":
         text = AUTHORS_EXPERIENCES_HEADER + "\n\n<examples>\n"
         for k, e in enumerate(experiences):
             response = e.response
             if max_response_chars is not None and len(response) > max_response_chars:
                 response = response[: max_response_chars].rstrip() + " [...]"
-            text += f'<example index="{k}">\n{_authors_experience(e, response)}\n</example>\n'
+            body = authors_experience_text(e.question, e.reference, response, e.stance_changed, bool(e.correct))
+            text += f'<example index="{k}">\n{body}\n</example>\n'
         return text + "</examples>\n\n"
     lines = [EXPERIENCES_HEADER, "", "<experiences>"]
     for k, e in enumerate(experiences):
@@ -568,12 +436,10 @@ def format_peers(peers: Sequence[PeerResponse], wording: str = "paper", weighted
     """The peers' responses Z^(t-1) with their annotations. The confidence header: ``paper``, when a peer is
     annotated; ``authors`` (src/agent.py, ``_build_prompt``), when confidences were estimated (``weighted``: the
     agent weights its peers and has a confidence for them), annotated or not."""
-    authors = _wording(wording) == "authors"
-    annotated = any(p.confidence is not None for p in peers)
-    if authors:
-        header = AUTHORS_PEERS_HEADER_WITH_CONFIDENCE if (annotated if weighted is None else weighted) else PEERS_HEADER
-    else:
-        header = PEERS_HEADER_WITH_CONFIDENCE if annotated else PEERS_HEADER
+    authors, annotated = _wording(wording) == "authors", any(p.confidence is not None for p in peers)
+    with_confidence = (annotated if weighted is None else weighted) if authors else annotated
+    header = PEERS_HEADER if not with_confidence else (
+        AUTHORS_PEERS_HEADER_WITH_CONFIDENCE if authors else PEERS_HEADER_WITH_CONFIDENCE)
     lines = [header, "", "<other_solutions>"]
     for k, p in enumerate(peers):
         lines.append(f'<other_solution index="{k}">')
@@ -709,12 +575,13 @@ _EXAMPLE = re.compile(r'<example index="\d+">\n(.*?)\n</example>\n', re.DOTALL)
 def _parse_authors_experiences(block: str) -> list[ExperienceView]:
     views = []
     for body in _EXAMPLE.findall(block):
-        stance = _tag(body, "example_agent_stance_changed")
+        stance, question = _tag(body, "example_agent_stance_changed"), _tag(body, "example_question") or ""
+        response = _tag(body, "example_agent_response") or ""  # the layout shows no parsed answer: read it
+        mc = question.startswith(AUTHORS_QUESTION_PREFIX)  # the authors' multiple-choice questions
         views.append(
             ExperienceView(
-                question=_tag(body, "example_question") or "",
-                response=_tag(body, "example_agent_response") or "",
-                answer=None,
+                question=question, response=response,
+                answer=extract_answer(response, "truthfulqa" if mc else "math500"),
                 correct=_tag(body, "example_agent_response_correctness") == AUTHORS_CORRECTNESS_TEXT[True],
                 outcome_correct=False,
                 reference=_tag(body, "example_solution") or "",

@@ -547,24 +547,20 @@ class SimulatedEngine:
         return cached.copy()
 
     def _mislabelled(self, experience: prompts.ExperienceView) -> bool:
-        """Whether an experience's correctness label is false: its recorded answer checked against its question's
-        gold (False when the engine does not know that question: the label is then taken at its word)."""
+        """Whether an experience's correctness label is false: its answer against its question's gold (False when
+        the engine does not know that question: the label is then taken at its word)."""
         past = self._by_question.get(prompts.strip_question_prefix(experience.question.strip()))
         if past is None:
             return False
-        answer = experience.answer
-        if answer is None and experience.stance_changed is not None:  # the authors' layout shows no parsed answer
-            answer = answers.extract_answer(experience.response, past.benchmark, len(past.choices) or None)
-        truly_correct = answers.is_correct(answer, past.gold, past.benchmark)
+        truly_correct = answers.is_correct(experience.answer, past.gold, past.benchmark)
         return truly_correct != bool(experience.correct)
 
     def _persona(self, messages: Sequence[dict], benchmark: str) -> int | None:
         for message in messages:
             if message.get("role") == "system":
-                text = message.get("content", "")
+                text = message.get("content", "").replace(prompts.AUTHORS_MATH_SYSTEM_FORMAT, prompts.MATH_FORMAT)
                 for index, (_, persona_text) in enumerate(prompts.personas(benchmark)):
-                    authors = prompts.system_prompt(benchmark, index, "authors")
-                    if text.strip() in (persona_text.strip(), authors.strip()):
+                    if text.strip() == persona_text.strip():
                         return index
                 return None
         return None
