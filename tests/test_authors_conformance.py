@@ -531,3 +531,19 @@ def test_cot_and_icl_cot_send_the_authors_requests(benchmark, tmp_path, monkeypa
     engine = run_authors("icl_cot", w, tmp_path, memory=str(bank), top_k=1)
     shown = example(w.train_content, w.solution, w.train_round1[0], changed=False, correct=True)
     assert sent(engine) == [[system(w, 0), user(shown + task_prompt(w.benchmark, w.test_content) + COT_SUFFIX)]]
+
+
+def test_the_authors_consensus_reads_the_gold_and_compares_strings():
+    """src/multi_agent_debate.py _check_consensus, with --consensus_threshold 0.8 (run_mad.py)."""
+    from r2mad_core.debate.loop import authors_consensus, consensus_ratio
+
+    # every agent correct: consensus 1.0 whatever the strings (the gold answer is read)
+    assert authors_consensus(["\\frac{1}{2}", "0.5", "1/2"], "\\frac12", "math500") == (1.0, True)
+    # three missing answers agree on "": consensus; Eq. 3 over extracted answers has none
+    assert authors_consensus([None, None, None], "A", "truthfulqa") == (1.0, True)
+    assert consensus_ratio([None, None, None], "truthfulqa") == 0.0
+    # otherwise the lower-cased strings: 2 of 3 is below 0.8
+    assert authors_consensus(["B", "b", None], "A", "truthfulqa") == (pytest.approx(2 / 3), False)
+    assert authors_consensus(["B", "b", "B"], "A", "truthfulqa") == (1.0, True)
+    # equivalent answers written differently (both wrong) do not agree as strings
+    assert authors_consensus(["0.25", "\\frac{1}{4}", "0.25"], "1", "math500") == (pytest.approx(2 / 3), False)
