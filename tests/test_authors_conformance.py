@@ -284,7 +284,7 @@ class RecordingEngine:
         out = []
         for request in requests:
             self.requests.append(request)
-            text = self._reply(request)
+            text = self._reply(request) + "\n"  # their _run_debate_round and _summarize_debate_state strip replies
             completion = Completion(text=text, prompt_tokens=10, completion_tokens=len(text.split()))
             self.ledger.record(request, completion)
             out.append(completion)

@@ -679,6 +679,8 @@ def record_round(
         text = completion.text or ""
         if config.unclosed_thinking == "keep" and getattr(completion, "thinking_partial", ""):
             text = (text + completion.thinking_partial).strip()  # the authors' code: the partial reasoning stays
+        if config.task_prompt == "authors":  # src/multi_agent_debate.py: remove_think_tags(r).strip()
+            text = text.strip()
         answer = answers.extract_answer(text, state.benchmark, num_options=state.num_options)
         state.conversations[agent] = [*messages, {"role": "assistant", "content": text}]
         turns[id(state)].append(
