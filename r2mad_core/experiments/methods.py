@@ -526,8 +526,9 @@ def _builder(name: str) -> MethodBuilder:
         raise ValueError(f"unknown method {name!r}; expected one of {sorted(METHODS)}") from None
 
 
-#: Options added after the sampling streams were fixed: at their default they stay out of a run's stream (so the
-#: runs that do not set them draw as before); set to another value they count like every option.
+#: Options added after the run keys were fixed: at their default they stay out of a run's stream and of its recorded
+#: options (config.json, a memory bank's manifest), so the runs that do not set them keep their keys, their draws
+#: and their banks' digests; set to another value they count like every option.
 STREAM_NEUTRAL_DEFAULTS = ("consensus_rule",)
 
 
@@ -554,4 +555,6 @@ def get_method(name: str, **options: Any) -> Method:
         identity.update(method.inputs)
         stream = name + ":" + json.dumps(identity, sort_keys=True, default=str)
         method = replace(method, debate=replace(method.debate, stream=stream))
-    return replace(method, options=dict(bound.arguments))
+    recorded = {k: v for k, v in bound.arguments.items()
+                if not (k in STREAM_NEUTRAL_DEFAULTS and v == DEFAULTS[k])}
+    return replace(method, options=recorded)

@@ -295,11 +295,13 @@ def memory_options(protocol: str, explicit: Mapping[str, Any] | None = None) -> 
     """How the memory banks are built under a preset: the bank options (reward, state layout) and the options of
     the memory-construction debates (summaries, prompts, empty peers, thinking)."""
     values = resolve(protocol, explicit)
+    debate = {k: values[k] for k in ("summaries", "summary_agents", "empty_peers", "unclosed_thinking", "task_prompt")}
+    if values["consensus_rule"] != BY_NAME["consensus_rule"].paper:  # a later choice: the paper's keeps bank keys
+        debate["consensus_rule"] = values["consensus_rule"]
     return {
         "reward_definition": values["reward_definition"],
         "state_layout": values["state_layout"],
-        "debate_options": {k: values[k] for k in ("summaries", "summary_agents", "empty_peers", "unclosed_thinking",
-                                                   "task_prompt", "consensus_rule")},
+        "debate_options": debate,
     }
 
 
