@@ -54,10 +54,11 @@ def expected_reply(body: dict[str, Any]) -> str:
 class FakeOpenAIServer:
     def __init__(self, *, delay_seconds: float = 0.0, slow_seconds: float = 2.0, owned_by: str | None = None,
                  mode: str | None = None, trickle_interval: float = 1.0, trickle_seconds: float = 60.0,
-                 hang_seconds: float = 60.0, hang_after: int | None = None) -> None:
+                 hang_seconds: float = 60.0, hang_after: int | None = None, responder: Any = None) -> None:
         """``owned_by``: answer ``GET /v1/models`` as a server of that kind (``"vllm"`` as vLLM's
         OpenAI server does); ``None``: no ``/models`` route (HTTP 404). ``mode``: the fault every request gets.
-        ``hang_after``: the first that many requests are answered, every later one hangs (a batch cut mid-way)."""
+        ``hang_after``: the first that many requests are answered, every later one hangs (a batch cut mid-way).
+        ``responder(body) -> str``: the reply text (default :func:`expected_reply`)."""
         self.hang_after = hang_after
         if mode is not None and mode not in FAULTS:
             raise ValueError(f"unknown fault mode {mode!r}")
@@ -68,6 +69,7 @@ class FakeOpenAIServer:
         self.completed = 0  # answers sent to the end (a client that hung up before the last byte does not count)
         self._stopping = threading.Event()
         self.owned_by = owned_by
+        self.responder = responder or expected_reply
         self.get_paths: list[str] = []
         self.delay_seconds = delay_seconds
         self.slow_seconds = slow_seconds
@@ -141,7 +143,7 @@ class FakeOpenAIServer:
         return None
 
     def _answer(self, body: dict[str, Any], kind: str | None) -> dict[str, Any]:
-        text = expected_reply(body)
+        text = self.responder(body)
         finish_reason = "stop"
         if kind == "empty":
             text = ""

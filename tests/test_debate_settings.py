@@ -72,7 +72,17 @@ def test_run_and_build_memory_flags_come_from_the_declaration():
         assert action.help == (spec.flag_doc or spec.doc)
     assert run["round0"].choices == SPECS["round0"].choices
     build = _flags(memory_cli.add_build_memory_arguments)
-    assert {n: build[n].default for n in memory_cli.MEMORY_SETTINGS} == {n: DEFAULTS[n] for n in memory_cli.MEMORY_SETTINGS}
+    lengths = memory_cli.LENGTHS  # not given: --protocol's (authors: 6144), else the declaration's default
+    assert {n: build[n].default for n in memory_cli.MEMORY_SETTINGS} == {
+        n: None if n in lengths else DEFAULTS[n] for n in memory_cli.MEMORY_SETTINGS}
+    parser = argparse.ArgumentParser()
+    memory_cli.add_build_memory_arguments(parser)
+    base = ["--benchmark", "truthfulqa", "--out", "x"]
+    assert memory_cli._memory_settings(parser.parse_args(base)).values(lengths) == {n: DEFAULTS[n] for n in lengths}
+    authors = memory_cli._memory_settings(parser.parse_args([*base, "--protocol", "authors"]))
+    assert authors.values(lengths) == {"max_tokens": 6144, "summary_max_tokens": 6144}
+    given = memory_cli._memory_settings(parser.parse_args([*base, "--protocol", "authors", "--max-tokens", "300"]))
+    assert given.values(lengths) == {"max_tokens": 300, "summary_max_tokens": 6144}
 
 
 def test_the_grid_carries_one_settings_object(tmp_path):

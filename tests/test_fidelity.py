@@ -188,10 +188,10 @@ def test_task_prompt_authors_uses_the_authors_benchmark_specific_wording() -> No
     text = last_user(engine.batches[0][0])
     assert text == (
         "Please carefully evaluate the following question and select the most truthful answer:\n\n"
-        f"<question>\n{QUESTIONS[0].question}\n</question>\n\n"
+        f"<question>\nQuestion: {QUESTIONS[0].question}\n</question>\n\n"  # data_utils.py, format_question
         "Be wary of options that sound plausible but reflect common misconceptions. Present your analysis concisely "
         "and focus only on what is factually accurate. Provide the final answer in double parentheses at the end of "
-        "your response: The answer is ((answer))."
+        "your response: The answer is ((answer)).\nPlease solve the problem step by step."  # chain_of_thought.py
     )
     engine = ScriptedEngine(lambda question, persona, t, request: mc_answer("A"))
     run_debate(QUESTIONS[:1], engine, get_method("cot").debate)

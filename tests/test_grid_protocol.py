@@ -41,7 +41,8 @@ def test_the_preset_reaches_every_method_and_an_individual_choice_beats_it(tmp_p
     assert authors.memory_options() == {"reward_definition": "round_correctness", "state_layout": "authors",
                                         "debate_options": {"summaries": "before_next_round", "summary_agents": "authors",
                                                            "empty_peers": "drop", "unclosed_thinking": "keep",
-                                                           "task_prompt": "authors"}}
+                                                           "task_prompt": "authors",
+                                                           "consensus_rule": "authors_reads_gold"}}
     assert authors.samples("mmlu_pro_engineering", "test") and len(authors.samples("mmlu_pro_engineering", "test")) == 243
     _, options = exp.method_options("R2-MAD retrieval=Random (K=3)", memory=tmp_path / "bank")
     assert (options["top_k"], options["retrieval_policy"]) == (3, "random")

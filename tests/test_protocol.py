@@ -54,7 +54,7 @@ def test_every_preset_value_is_in_its_vocabulary_and_k_is_one_under_both() -> No
     differ = {c.name for c in protocol.CHOICES if c.paper != c.authors}
     assert differ == {"unclosed_thinking", "reward_definition", "state_layout", "similarity_match", "icl_match",
                       "vote_rule", "confidence_label", "confidence_pool", "peer_response_round", "task_prompt",
-                      "split_rule"}
+                      "split_rule", "consensus_rule"}
 
 
 def test_an_individual_choice_beats_the_preset() -> None:
@@ -197,3 +197,19 @@ def test_the_similarity_policy_compares_questions_under_paper_and_debate_states_
             assert retrieved["similarities"] == pytest.approx([1.0, 1.0], abs=1e-5)
         else:  # the state (question, response, summary) differs from every stored state: below 1
             assert max(retrieved["similarities"]) < 0.999
+
+
+def test_a_later_choice_at_its_default_keeps_the_run_keys() -> None:
+    """consensus_rule came after the runs were keyed: at the paper's value it is neither in a method's recorded
+    options (config.json, the bank manifest, the sampling stream) nor in the memory-construction options (the bank
+    directory's key), so a paper run keeps its folder, draws and bank digest; the authors' value is recorded."""
+    from r2mad_core.experiments.methods import get_method
+
+    assert "consensus_rule" not in protocol.memory_options("paper")["debate_options"]
+    assert protocol.memory_options("authors")["debate_options"]["consensus_rule"] == "authors_reads_gold"
+    paper, explicit = get_method("mad"), get_method("mad", consensus_rule="equivalent_answers")
+    assert "consensus_rule" not in paper.options and paper.to_dict() == explicit.to_dict()
+    assert paper.debate.sampling_seed == explicit.debate.sampling_seed
+    authors = get_method("mad", consensus_rule="authors_reads_gold", round0="independent")
+    assert authors.options["consensus_rule"] == "authors_reads_gold"
+    assert authors.debate.sampling_seed != get_method("mad", round0="independent").debate.sampling_seed

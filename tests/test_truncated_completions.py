@@ -160,6 +160,23 @@ def test_the_debate_records_finish_reasons_truncated_and_empty_turns(tmp_path):
     assert missing["completion_health"]["no_answer"] == 9 + 3  # 9 truncated + 3 empty
 
 
+def test_summary_line_names_the_cause_of_the_cuts():
+    """A run whose 9 cuts were all context overflows says so (metrics: max_tokens_cut 0, context_overflow 9)."""
+    def metrics(**limits):
+        health = {"completions": 27, "truncated": 9, "no_answer": 0, "max_tokens_cut": 0, "context_overflow": 0,
+                  "context_capped": 0, **limits}
+        return {"accuracy": 0.5, "ci_low": 0.3, "ci_high": 0.7, "n": 9, "seconds_per_query": 1.0,
+                "tokens_per_query": {}, "completion_health": health, "truncated_answers": "keep"}
+
+    line = scoring.summary_line(metrics(context_overflow=9))
+    assert "truncated 9/27 (33.3% context overflow; their answers count as written)" in line
+    assert "max_tokens" not in line
+    line = scoring.summary_line(metrics(max_tokens_cut=9))
+    assert "truncated 9/27 (33.3% cut off at max_tokens; their answers count as written)" in line
+    line = scoring.summary_line(metrics(max_tokens_cut=6, context_overflow=3))
+    assert "(33.3% by cause: cut off at max_tokens 6, context overflow 3;" in line
+
+
 def test_summary_line_is_quiet_without_truncations():
     metrics = compute_metrics([RECORDS[2]])
     line = scoring.summary_line(metrics)

@@ -68,7 +68,7 @@ from r2mad_core import engines  # engines.make_engine looked up at call time (te
 from r2mad_core.engines import EngineError
 from r2mad_core.experiments import cell as experiments
 from r2mad_core.experiments.methods import METHODS, get_method, method_options
-from r2mad_core.experiments.protocol import method_options as preset_options
+from r2mad_core.experiments.protocol import method_options as preset_options, sampling_lengths
 from r2mad_core.plugins import PluginError, load_plugins
 from r2mad_core.report import viewer
 
@@ -188,10 +188,11 @@ def method_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def build_method(args: argparse.Namespace) -> Any:
     options = method_options_from_args(args)
-    if getattr(args, "protocol", None):  # the preset's choices the method declares; an explicit option beats them
-        options = {**preset_options(args.method, args.protocol), **options}
     flags = dict(getattr(args, METHOD_OPTION_DESTS, []))
     accepted = method_options(args.method)
+    if getattr(args, "protocol", None):  # the preset's choices the method declares; an explicit option beats them
+        lengths = {k: v for k, v in sampling_lengths(args.protocol).items() if k in accepted}
+        options = {**lengths, **preset_options(args.method, args.protocol), **options}
     as_pairs = {key.replace("-", "_") for key, _ in getattr(args, "method_option_pairs", None) or []}
     unknown = [f"--method-option {dest}" if dest in as_pairs else flags.get(dest, dest)
                for dest in options if dest not in accepted]

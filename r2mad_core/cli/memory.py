@@ -36,11 +36,11 @@ from r2mad_core.cli.common import (
 )
 from r2mad_core.data import benchmarks
 from r2mad_core.data.benchmarks import BENCHMARKS, SPLIT_RULES
-from r2mad_core.debate.settings import PROFILE_SETTINGS, DebateSettings
+from r2mad_core.debate.settings import DEFAULTS, PROFILE_SETTINGS, DebateSettings
 from r2mad_core.experiments.build_memory import build_memory
 from r2mad_core.experiments.cell import RunConfigMismatch, RunDirectoryBusy
 from r2mad_core.experiments.methods import CONFIDENCE_LABELS, CONFIDENCE_POOLS, PEER_RESPONSE_ROUNDS
-from r2mad_core.experiments.protocol import PROTOCOLS, help_text as protocol_help, memory_options
+from r2mad_core.experiments.protocol import PROTOCOLS, help_text as protocol_help, memory_options, sampling_lengths
 from r2mad_core.memory.audit import audit_bank_set
 from r2mad_core.memory.banks import MemoryBankError, MemoryBankSet
 from r2mad_core.memory.cases import REWARD_DEFINITIONS, STATE_ENCODINGS, STATE_LAYOUTS
@@ -117,6 +117,8 @@ def add_build_memory_arguments(parser: argparse.ArgumentParser) -> None:
                        help="minilm, bge-m3, hashing[-dim], or a model name/folder (default: follows the engine: "
                        "hashing for the simulated engine, as the sim/tiny profiles do; minilm for a real model)")
     add_setting_arguments(parser, group, MEMORY_SETTINGS, forward=False)  # r2mad_core/debate/settings.py
+    # the generation lengths: given, else --protocol's (authors: 6144 for every call), else the settings' defaults
+    parser.set_defaults(**{name: None for name in LENGTHS})
     group.add_argument("--reward-definition", choices=REWARD_DEFINITIONS, default=None,
                        help="outcome reward r_i: final_vote (default; ours, our reading of the paper's 'whether a concluded "
                        "debate reached a good answer'), agent_final (ours) or round_correctness (the authors' code: "
@@ -181,6 +183,19 @@ def _make_engine(args: argparse.Namespace, samples: Any) -> Any:
         raise UsageError(f"engine {args.engine}: {exc}") from None
 
 
+LENGTHS = ("max_tokens", "summary_max_tokens")
+
+
+def _memory_settings(args: argparse.Namespace) -> DebateSettings:
+    """The debates' settings: the flags; a length not given is ``--protocol``'s (authors: 6144), else the default."""
+    preset_lengths = sampling_lengths(args.protocol) if args.protocol else {}
+    values = {n: getattr(args, n) for n in MEMORY_SETTINGS}
+    for name in LENGTHS:
+        if values.get(name) is None:
+            values[name] = preset_lengths.get(name, DEFAULTS[name])
+    return DebateSettings(**values)
+
+
 def build_memory_command(args: argparse.Namespace) -> int:
     if (args.out / "manifest.json").exists() and not args.overwrite:
         raise UsageError(f"{args.out} already holds a memory bank (manifest.json); pass --overwrite to rebuild it")
@@ -209,7 +224,7 @@ def build_memory_command(args: argparse.Namespace) -> int:
     try:
         bank_set = build_memory(
             args.benchmark, engine, embedder, args.out, args.limit,
-            split=args.split, seed=args.seed, settings=DebateSettings(**{n: getattr(args, n) for n in MEMORY_SETTINGS}),
+            split=args.split, seed=args.seed, settings=_memory_settings(args),
             reward_definition=built["reward_definition"], state_layout=built["state_layout"],
             debate_options=built["debate_options"],
             state_encoding=args.state_encoding, run_dir=args.debates_dir, data_dir=args.data_dir,

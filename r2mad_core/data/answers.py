@@ -20,9 +20,10 @@ Extraction (:func:`extract_answer`):
   ``((B. text))`` / ``((B) text))``), restricted to the question's option letters; an out-of-range last
   letter gives None. With no ``((X))`` and unless ``strict_format=True``, three fallbacks in turn:
   a "The answer is (B)" / ``\\boxed{B}`` on the last line; the last such statement anywhere (a long last
-  line, an explanation after it); the last single-parenthesised letter ``(X)``, X in A-J, anywhere:
+  line, an explanation after it); the last single-parenthesised capital letter ``(X)``, X in A-J, anywhere:
   the rule of the authors' checker (KylJin/R2-MAD ``src/checker.py``, ``MMLUProChecker.parse_answer``),
-  so that every response the authors' code grades gets an answer here too.
+  except that a lower-case ``(a)`` there is an enumeration or a mention, not an answer
+  (``Option (a) is wrong because ...; I am unsure.`` has none; theirs reads ``a``).
 * :func:`extract_answer_with_source` also says which rule gave the answer (:data:`ANSWER_SOURCES`);
   answers from a fallback are counted per run cell (``completion_health``: ``answer_fallback``).
 * Text after a closing ``</think>`` is searched first; the whole text only if it holds no answer.
@@ -31,9 +32,9 @@ The authors' checker (KylJin/R2-MAD ``src/checker.py``) used a greedy one-line r
 ``\\\\boxed\\{(.*)\\}`` (so ``\\boxed{2}, actually \\boxed{3}`` gives ``2}, actually \\boxed{3``), no
 option-range check, and an *unordered* tuple comparison (so ``(1,2)`` equals ``(2,1)`` and ``[1,2)``
 equals ``(1,2]``). This module does none of those; the tests show each case. Its single-parenthesis
-fallback ``(X)`` anywhere in the text is kept, last and counted: it takes "option (a)" in the reasoning
-as an answer, but without it a response that states its letter without ``((X))`` would count as
-unanswered here and as answered in the paper's numbers.
+fallback ``(X)`` anywhere in the text is kept, last and counted, for capital letters: without it a response
+that states its letter without ``((X))`` would count as unanswered here and as answered in the paper's
+numbers; a lower-case "option (a)" in hedging prose is not read as an answer.
 
 Equivalence (:func:`answers_equivalent`, :func:`is_correct`): a cheap normal form
 (:func:`canonical_answer`) first, then ``math_verify`` (parse + verify; ``\\frac{1}{2}``, ``0.5`` and
@@ -42,9 +43,9 @@ Equivalence (:func:`answers_equivalent`, :func:`is_correct`): a cheap normal for
 :func:`clear_caches` empties them all).
 
 Pathological expressions cannot hang a run. (1) A screen (:func:`safe_for_symbolic`): answers longer
-than :data:`MAX_ANSWER_CHARS`, power towers, exponents or factorials of four digits or more, sums,
-products, integrals, limits (also with a subscript: ``\\sum_{k=1}^n``) and deep nesting are compared
-by normal form only. (2) Every math-verify parse and comparison has a deadline of
+than :data:`MAX_ANSWER_CHARS`, power towers, exponents or factorials of four digits or more and deep nesting
+are compared by normal form only (sums, products, integrals and limits are compared symbolically, under the
+deadline). (2) Every math-verify parse and comparison has a deadline of
 :data:`SYMBOLIC_TIMEOUT_SECONDS`. math-verify's own timeouts use ``signal.alarm`` and raise ValueError
 outside the main thread, so they are switched off (``parsing_timeout=None``, ``timeout_seconds=None``)
 and replaced by a deadline that works in any thread (:func:`_with_deadline`); a comparison that runs out of time counts as "not equivalent".
@@ -126,7 +127,9 @@ _CHOICE_STATEMENT = re.compile(
     r"(?:\(\s*([A-Za-z])\s*\)|\[\s*([A-Za-z])\s*\]|([A-Z])(?=[ \t]*(?:[.):,;]|$)))",
     re.MULTILINE,
 )
-_PARENTHESISED_LETTER = re.compile(r"\(([A-Ja-j])\)")
+# The last resort: an upper-case letter in single parentheses. A lower-case "(a)" with no answer statement is an
+# enumeration or a mention ("Option (a) is wrong because ...; I am unsure."), not a final answer.
+_PARENTHESISED_LETTER = re.compile(r"\(([A-J])\)")
 # What may stand between two boxes of one answer: spaces, math delimiters, LaTeX spacing, commas,
 # "and"/"or" (bare or in \text{}), alignment marks.
 _BOX_SEPARATOR = re.compile(
@@ -384,8 +387,8 @@ def _extract_choice(text: str, letters: str, strict_format: bool) -> tuple[str |
     if stated:
         letter = max(stated)[1].upper()
         return (letter if letter in letters else None), "statement"
-    # Fallback 3, the authors' checker (KylJin/R2-MAD src/checker.py, MMLUProChecker.parse_answer):
-    # the last single-parenthesised letter A-J anywhere in the text.
+    # Fallback 3, after the authors' checker (KylJin/R2-MAD src/checker.py, MMLUProChecker.parse_answer):
+    # the last single-parenthesised letter A-J anywhere in the text; upper case only (theirs takes a-j too).
     bare = _PARENTHESISED_LETTER.findall(normalized)
     if bare:
         letter = bare[-1].upper()
@@ -410,6 +413,8 @@ def clean_math_answer(answer: str) -> str:
         text = text.rstrip(".,;:").strip()
         if text == before:
             break
+    # ",\!" is MATH's thousands separator (11,\! 111,\! 100), whatever spacing follows it: one comma, no space.
+    text = re.sub(r",\s*\\!\s*", ",", text)
     # LaTeX spacing: \! disappears, \, \; \: and "\ " become a space; a row break \\ is kept.
     text = re.sub(r"\\\\|\\[!,;: ]", lambda m: {"\\\\": "\\\\", "\\!": ""}.get(m.group(0), " "), text)
     text = re.sub(r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|°|\\degree", "", text)
@@ -474,12 +479,11 @@ def safe_for_symbolic(answer: str) -> bool:
     """False for answers whose symbolic evaluation could take unbounded time or memory.
 
     Rejects long answers, power towers (an exponent holding ``^``), exponents above 10**4, factorials
-    of more than three digits or of an expression, sums, products, integrals, limits and nesting deeper
-    than :data:`MAX_NESTING`.
+    of more than three digits or of an expression, and nesting deeper than :data:`MAX_NESTING`. Sums, products,
+    integrals and limits are compared, under the deadline (``F_n = \\sum_{k=0}^{n-1} F_k F_{n-k-1}`` equals the
+    same sum with the factors swapped).
     """
     if len(answer) > MAX_ANSWER_CHARS:
-        return False
-    if re.search(r"\\(?:sum|prod|int|iint|oint|lim|binom|choose)(?![A-Za-z])", answer):
         return False
     if re.search(r"\d{4,}\s*!|[)}\]]\s*!|!\s*!", answer):
         return False

@@ -1,6 +1,7 @@
 """The debate (Du et al.'s multi-agent debate; paper Eqs. 1-2, Appendix A prompts).
 
 - :mod:`~r2mad_core.debate.prompts`: every prompt an agent receives, rendered and parsed back.
+- :mod:`~r2mad_core.debate.authors_prompts`: the authors' code's prompt text, verbatim (``task_prompt="authors"``).
 - :mod:`~r2mad_core.debate.settings`: the debate settings (``DebateSettings``), declared once: defaults, bounds,
   vocabularies and docs that the methods, the grid, memory construction and the CLI read.
 - :mod:`~r2mad_core.debate.loop`: the round loop (``run_debate``), its state and per-turn records, round hooks.

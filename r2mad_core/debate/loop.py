@@ -34,7 +34,14 @@ Rounds are ``t = 0 .. n_rounds - 1`` (the paper's "3 agents over 3 rounds" is t 
   response whose ``<think>`` never closed as the text before the tag; ``keep`` (the authors' code) keeps the partial
   reasoning as the response (:attr:`r2mad_core.engines.base.Completion.unclosed_thinking`).
 - Gold answers never steer the loop: stopping, consensus, hooks and masking see extracted answers
-  only. Per-agent correctness is filled in by :func:`score_turns` after the debate, for scoring.
+  only. Per-agent correctness is filled in by :func:`score_turns` after the debate, for scoring. The one
+  exception is labelled as such: ``consensus_rule="authors_reads_gold"`` (the authors' ``_check_consensus``,
+  :func:`authors_consensus`) declares consensus when every agent is correct by the gold answer, and otherwise
+  compares lower-cased answer strings (three missing answers agree, and the debate stops).
+- ``task_prompt="authors"``: every prompt byte as the authors' code writes it (:mod:`r2mad_core.debate.prompts`:
+  the ``Question: `` of a multiple-choice question, also in the embedded state; MATH500's unformatted
+  ``\\boxed{{answer}}`` system prompts; their peers header, annotations, experiences and summary prompt, whose
+  answers are written as their checker returns them, :func:`authors_answer_text`).
 
 Schedules: the loop above is ``schedule="rounds"`` (every phase of a round waits for the slowest sequence of
 the whole batch). ``schedule="questions"`` (:mod:`r2mad_core.debate.scheduling`) runs the same phases -- the functions
@@ -75,6 +82,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from r2mad_core.data import answers
+from r2mad_core.data.benchmarks import MULTIPLE_CHOICE_BENCHMARKS
 
 from r2mad_core.debate import prompts
 from r2mad_core.debate.settings import (  # noqa: F401  (the vocabularies, importable from here as before)
@@ -149,6 +157,8 @@ class DebateConfig:
     summary_agents: str = DEFAULTS["summary_agents"]
     empty_peers: str = DEFAULTS["empty_peers"]
     unclosed_thinking: str = DEFAULTS["unclosed_thinking"]
+    consensus_rule: str = DEFAULTS["consensus_rule"]
+    task_suffix: str = ""  # appended to round 0's task prompt (the authors' CoT: prompts.AUTHORS_COT_SUFFIX)
 
     def __post_init__(self) -> None:
         for name, spec in SPECS.items():  # the one declaration's bounds and vocabularies (debate/settings.py)
@@ -237,6 +247,8 @@ class DebateConfig:
         for name in LOOP_CHOICES:
             if d[name] == DEFAULTS[name]:  # the earlier default: the config (and the run directory's key) as before
                 del d[name]
+        if not d["task_suffix"]:  # the earlier configs (and run keys) had no suffix
+            del d["task_suffix"]
         d["personas"] = list(self.personas or ())
         d["sample_indices"] = list(self.sample_indices or ())
         return d
@@ -277,7 +289,9 @@ class DebateState:
 
     @property
     def question(self) -> str:
-        return self.sample.question
+        """x as every prompt and the debate state show it (``task_prompt="authors"``: a multiple-choice question
+        prefixed ``Question: ``, :func:`r2mad_core.debate.prompts.question_text`)."""
+        return prompts.question_text(self.sample.question, bool(self.sample.choices), self.config.task_prompt)
 
     @property
     def next_round(self) -> int:
@@ -413,6 +427,33 @@ def is_unanimous(values: Sequence[str | None], benchmark: str) -> bool:
     return bool(values) and all(v is not None for v in values) and len(group_answers(values, benchmark)) == 1
 
 
+#: ``consensus_rule="authors_reads_gold"``: the authors' consensus threshold (run_mad.py, --consensus_threshold 0.8).
+AUTHORS_CONSENSUS_THRESHOLD = 0.8
+
+
+def authors_answer_text(value: str | None, benchmark: str) -> str:
+    """An extracted answer as the authors' checkers return it (src/checker.py): a missing answer is ``""``; a
+    multiple-choice letter is lower case (``MMLUProChecker.parse_answer``)."""
+    if value is None:
+        return ""
+    return value.lower() if benchmark in MULTIPLE_CHOICE_BENCHMARKS else value
+
+
+def authors_consensus(values: Sequence[str | None], gold: str, benchmark: str) -> tuple[float, bool]:
+    """Cons(Z) and the early stop as the authors' code has them (src/multi_agent_debate.py, ``_check_consensus``):
+    **reads the gold answer**: every agent correct is consensus (ratio 1.0) whatever the answers; otherwise the
+    share of the most common lower-cased, stripped answer string (a missing answer is ``""``, so missing answers
+    agree with each other), consensus when it is at least :data:`AUTHORS_CONSENSUS_THRESHOLD`."""
+    if not values:
+        raise ValueError("authors_consensus: no answers given")
+    if all(v is not None and answers.is_correct(v, gold, benchmark) for v in values):
+        return 1.0, True
+    normalized = [authors_answer_text(v, benchmark).lower().strip() for v in values]
+    top = max(normalized.count(v) for v in normalized)
+    ratio = top / len(values)
+    return ratio, ratio >= AUTHORS_CONSENSUS_THRESHOLD
+
+
 # --------------------------------------------------------------------------------------------
 # The loop
 # --------------------------------------------------------------------------------------------
@@ -461,7 +502,7 @@ def new_states(samples: Sequence["Sample"], benchmark: str, config: DebateConfig
                 f"the debate runs {benchmark!r}"
             )
         conversations = [
-            [{"role": "system", "content": prompts.system_prompt(benchmark, persona)}]
+            [{"role": "system", "content": prompts.system_prompt(benchmark, persona, config.task_prompt)}]
             for persona in (config.personas or ())
         ]
         states.append(DebateState(sample=sample, benchmark=benchmark, config=config, conversations=conversations))
@@ -588,7 +629,7 @@ def round_requests(
             if round_index == 0:
                 user = prompts.task_prompt(
                     state.benchmark, state.question, context.experiences, wording=config.task_prompt
-                )
+                ) + config.task_suffix
             else:
                 visible = tuple(visible_all[agent])
                 bad = [j for j in visible if j == agent or not 0 <= j < config.n_agents]
@@ -604,7 +645,8 @@ def round_requests(
                         for j in visible
                     ]
                     user = prompts.debate_prompt(
-                        state.benchmark, state.question, peers, context.experiences, wording=config.task_prompt
+                        state.benchmark, state.question, peers, context.experiences, wording=config.task_prompt,
+                        weighted=bool(context.peer_confidence),
                     )
                 else:
                     user = prompts.task_prompt(
@@ -637,6 +679,8 @@ def record_round(
         text = completion.text or ""
         if config.unclosed_thinking == "keep" and getattr(completion, "thinking_partial", ""):
             text = (text + completion.thinking_partial).strip()  # the authors' code: the partial reasoning stays
+        if config.task_prompt == "authors":  # src/multi_agent_debate.py: remove_think_tags(r).strip()
+            text = text.strip()
         answer = answers.extract_answer(text, state.benchmark, num_options=state.num_options)
         state.conversations[agent] = [*messages, {"role": "assistant", "content": text}]
         turns[id(state)].append(
@@ -665,12 +709,15 @@ def record_round(
         )
     for state, selection in zip(states, selections):
         values = [t.answer for t in turns[id(state)]]
-        unanimous = is_unanimous(values, state.benchmark)
+        if config.consensus_rule == "authors_reads_gold":
+            ratio, unanimous = authors_consensus(values, state.sample.gold, state.benchmark)
+        else:
+            ratio, unanimous = consensus_ratio(values, state.benchmark), is_unanimous(values, state.benchmark)
         state.rounds.append(
             RoundRecord(
                 round=round_index,
                 agents=turns[id(state)],
-                consensus_ratio=consensus_ratio(values, state.benchmark),
+                consensus_ratio=ratio,
                 unanimous=unanimous,
                 summary=None,
                 masking=dict(selection.record) if selection is not None else None,
@@ -705,9 +752,14 @@ def summarize(engine: Engine, config: DebateConfig, states: Sequence[DebateState
         current = state.rounds[-1]
         previous_summary = state.rounds[-2].summary if len(state.rounds) > 1 else None
         previous_answers = state.rounds[-2].answers if len(state.rounds) > 1 else None
+        shown, shown_before = current.answers, previous_answers
+        if config.task_prompt == "authors":
+            shown = [authors_answer_text(a, state.benchmark) for a in current.answers]
+            if previous_answers is not None:
+                shown_before = [authors_answer_text(a, state.benchmark) for a in previous_answers]
         text = prompts.summary_prompt(state.question, previous_summary, current.responses, current.consensus_ratio,
-                                      answers=current.answers, previous_answers=previous_answers,
-                                      slot=config.summary_agents)
+                                      answers=shown, previous_answers=shown_before,
+                                      slot=config.summary_agents, wording=config.task_prompt)
         requests.append(Request(messages=({"role": "user", "content": text},), params=params, tag=SUMMARY_TAG))
     for state, completion in zip(states, generate_checked(engine, requests)):
         state.rounds[-1].summary = (completion.text or "").strip()

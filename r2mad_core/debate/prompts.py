@@ -24,6 +24,13 @@ from dataclasses import dataclass, field
 from typing import Literal, Mapping, Sequence
 
 from r2mad_core.data import benchmarks
+from r2mad_core.data.answers import extract_answer
+from r2mad_core.debate.authors_prompts import (  # noqa: F401  (the authors' text, importable from here as before)
+    _AUTHORS_DEBATE_OPENING, _AUTHORS_MATH_FORMAT, _AUTHORS_MC_FORMAT, AUTHORS_CONFIDENCE_TEXT, AUTHORS_COT_SUFFIX,
+    AUTHORS_DEBATE_TEMPLATES, AUTHORS_EXPERIENCES_HEADER, AUTHORS_MATH_SYSTEM_FORMAT, AUTHORS_QUESTION_PREFIX,
+    AUTHORS_PEERS_HEADER_WITH_CONFIDENCE, AUTHORS_STANCE_TEXT, AUTHORS_SUMMARY_TEMPLATE, AUTHORS_TASK_TEMPLATES,
+    TASK_PROMPT_WORDINGS, AUTHORS_CORRECTNESS_TEXT, authors_experience_text, strip_question_prefix,
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -167,51 +174,12 @@ DEBATE_TEMPLATE = (
     "<question>\n{QUESTION}\n</question>\n\n"
     "{FORMAT}"
 )
-# ``task_prompt="authors"``: the benchmark-specific wording of the authors' public code (KylJin/R2-MAD,
-# src/prompts.py, TASK_PROMPT and DEBATE_PROMPT), verbatim. The paper's appendix gives one task prompt ("math
-# question" for every benchmark, only the answer format differs): that is the default, ``task_prompt="paper"``.
-TASK_PROMPT_WORDINGS = ("paper", "authors")
-_AUTHORS_MC_FORMAT = "Provide the final answer in double parentheses at the end of your response: The answer is ((answer))."
-_AUTHORS_MATH_FORMAT = (
-    "Provide the final answer in the following format at the end of your response: The answer is \\boxed{{answer}}."
-)
-AUTHORS_TASK_TEMPLATES: dict[str, str] = {
-    "math500": (
-        "Can you solve the following math question as accurately as possible?\n\n"
-        "<question>\n{QUESTION}\n</question>\n\n"
-        "Present your analysis concisely using only essential reasoning steps. " + _AUTHORS_MATH_FORMAT
-    ),
-    "mmlu_pro_engineering": (
-        "Please analyze the following engineering question:\n\n"
-        "<question>\n{QUESTION}\n</question>\n\n"
-        "Present your analysis concisely using only essential reasoning steps and select the correct answer. "
-        + _AUTHORS_MC_FORMAT
-    ),
-    "mmlu_pro_economics": (
-        "Please analyze the following economics question:\n\n"
-        "<question>\n{QUESTION}\n</question>\n\n"
-        "Present your analysis concisely using only essential reasoning steps and select the correct answer. "
-        + _AUTHORS_MC_FORMAT
-    ),
-    "truthfulqa": (
-        "Please carefully evaluate the following question and select the most truthful answer:\n\n"
-        "<question>\n{QUESTION}\n</question>\n\n"
-        "Be wary of options that sound plausible but reflect common misconceptions. Present your analysis concisely "
-        "and focus only on what is factually accurate. " + _AUTHORS_MC_FORMAT
-    ),
-}
-_AUTHORS_DEBATE_OPENING = (
-    "Use the solutions from other agents as additional information, can you give an updated answer? "
-    "The original question is: \n\n<question>\n{QUESTION}\n</question>\n\n"
-)
-AUTHORS_DEBATE_TEMPLATES: dict[str, str] = {
-    "math500": _AUTHORS_DEBATE_OPENING + _AUTHORS_MATH_FORMAT,
-    "mmlu_pro_engineering": _AUTHORS_DEBATE_OPENING
-    + "Provide the final answer in the following format at the end of your response: The answer is ((answer)).",
-    "mmlu_pro_economics": _AUTHORS_DEBATE_OPENING
-    + "Provide the final answer in the following format at the end of your response: The answer is ((answer)).",
-    "truthfulqa": _AUTHORS_DEBATE_OPENING + _AUTHORS_MC_FORMAT,
-}
+def question_text(question: str, multiple_choice: bool, wording: str = "paper") -> str:
+    """The text of the prompts' ``{QUESTION}`` slot: the sample's question (``paper``), or under ``authors`` a
+    multiple-choice question prefixed ``Question: `` (:data:`AUTHORS_QUESTION_PREFIX`)."""
+    if _wording(wording) == "authors" and multiple_choice:
+        return AUTHORS_QUESTION_PREFIX + question
+    return question
 
 
 def _authors_template(templates: dict[str, str], benchmark: str) -> str:
@@ -344,6 +312,7 @@ class ExperienceView:
     consensus_ratio: float | None = None
     reference: str = ""
     reference_is_solution: bool = False
+    stance_changed: bool | None = None  # a(z_i^(t)) != a(z_i^(t-1)); None: unknown (the authors' layout shows it)
 
 
 @dataclass
@@ -395,14 +364,29 @@ def _persona_index(benchmark: str, agent_index: int) -> int:
     return agent_index
 
 
-def system_prompt(benchmark: str, agent_index: int) -> str:
-    """Agent i's persona phi_i (Appendix "System Prompts")."""
+def system_prompt(benchmark: str, agent_index: int, wording: str = "paper") -> str:
+    """Agent i's persona phi_i (Appendix "System Prompts"). ``wording="authors"``: a MATH500 persona ends with the
+    authors' unformatted ``\\boxed{{answer}}`` sentence (:data:`AUTHORS_MATH_SYSTEM_FORMAT`)."""
     index = _persona_index(benchmark, agent_index)
-    return personas(benchmark)[index][1]
+    text = personas(benchmark)[index][1]
+    if _wording(wording) == "authors" and benchmark == "math500" and text.endswith(MATH_FORMAT):
+        text = text[: -len(MATH_FORMAT)] + AUTHORS_MATH_SYSTEM_FORMAT
+    return text
 
 
-def format_experiences(experiences: Sequence[ExperienceView], max_response_chars: int | None = None) -> str:
-    """The block of retrieved experiences E_i^(t) shown before the task/debate text."""
+def format_experiences(experiences: Sequence[ExperienceView], max_response_chars: int | None = None,
+                       wording: str = "paper") -> str:
+    """The block of retrieved experiences E_i^(t) shown before the task/debate text (``wording="authors"``: the
+    authors' ``<examples>`` block, src/agent.py ``_build_prompt``; :func:`authors_experience_text`)."""
+    if _wording(wording) == "authors":
+        text = AUTHORS_EXPERIENCES_HEADER + "\n\n<examples>\n"
+        for k, e in enumerate(experiences):
+            response = e.response
+            if max_response_chars is not None and len(response) > max_response_chars:
+                response = response[: max_response_chars].rstrip() + " [...]"
+            body = authors_experience_text(e.question, e.reference, response, e.stance_changed, bool(e.correct))
+            text += f'<example index="{k}">\n{body}\n</example>\n'
+        return text + "</examples>\n\n"
     lines = [EXPERIENCES_HEADER, "", "<experiences>"]
     for k, e in enumerate(experiences):
         response = e.response
@@ -444,20 +428,29 @@ def task_prompt(
     else:
         text = TASK_TEMPLATE.format(QUESTION=question, FORMAT=answer_format(benchmark))
     if experiences:
-        text = format_experiences(experiences, max_response_chars) + text
+        text = format_experiences(experiences, max_response_chars, wording) + text
     return text
 
 
-def format_peers(peers: Sequence[PeerResponse]) -> str:
-    annotated = any(p.confidence is not None for p in peers)
-    lines = [PEERS_HEADER_WITH_CONFIDENCE if annotated else PEERS_HEADER, "", "<other_solutions>"]
+def format_peers(peers: Sequence[PeerResponse], wording: str = "paper", weighted: bool | None = None) -> str:
+    """The peers' responses Z^(t-1) with their annotations. The confidence header: ``paper``, when a peer is
+    annotated; ``authors`` (src/agent.py, ``_build_prompt``), when confidences were estimated (``weighted``: the
+    agent weights its peers and has a confidence for them), annotated or not."""
+    authors, annotated = _wording(wording) == "authors", any(p.confidence is not None for p in peers)
+    with_confidence = (annotated if weighted is None else weighted) if authors else annotated
+    header = PEERS_HEADER if not with_confidence else (
+        AUTHORS_PEERS_HEADER_WITH_CONFIDENCE if authors else PEERS_HEADER_WITH_CONFIDENCE)
+    lines = [header, "", "<other_solutions>"]
     for k, p in enumerate(peers):
         lines.append(f'<other_solution index="{k}">')
         lines.append(p.text)
         if p.confidence is not None:
             if p.confidence not in CONFIDENCE_TEXT:
                 raise ValueError(f"confidence annotation must be 'high', 'low' or None, found {p.confidence!r}")
-            lines.append(f"<confidence>{CONFIDENCE_TEXT[p.confidence]}</confidence>")
+            if authors:
+                lines.append(f"<confidence>\n{AUTHORS_CONFIDENCE_TEXT[p.confidence]}\n</confidence>")
+            else:
+                lines.append(f"<confidence>{CONFIDENCE_TEXT[p.confidence]}</confidence>")
         lines.append("</other_solution>")
     lines.append("</other_solutions>")
     return "\n".join(lines) + "\n\n"
@@ -470,17 +463,18 @@ def debate_prompt(
     experiences: Sequence[ExperienceView] = (),
     max_response_chars: int | None = None,
     wording: str = "paper",
+    weighted: bool | None = None,
 ) -> str:
     """Round-t user turn (t > 0): [experiences] + peers' responses Z^(t-1) (+ annotations) + the appendix text
-    (``wording="authors"``: :data:`AUTHORS_DEBATE_TEMPLATES`)."""
+    (``wording="authors"``: :data:`AUTHORS_DEBATE_TEMPLATES`; ``weighted``: :func:`format_peers`)."""
     if _wording(wording) == "authors":
         _check_benchmark(benchmark)
         text = _authors_template(AUTHORS_DEBATE_TEMPLATES, benchmark).format(QUESTION=question)
     else:
         text = DEBATE_TEMPLATE.format(QUESTION=question, FORMAT=answer_format(benchmark))
-    text = format_peers(peers) + text
+    text = format_peers(peers, wording, weighted) + text
     if experiences:
-        text = format_experiences(experiences, max_response_chars) + text
+        text = format_experiences(experiences, max_response_chars, wording) + text
     return text
 
 
@@ -507,12 +501,14 @@ def summary_prompt(
     answers: Sequence[str | None] | None = None,
     previous_answers: Sequence[str | None] | None = None,
     slot: str = "responses",
+    wording: str = "paper",
 ) -> str:
     """The debate summary prompt producing h^(t) (Eq. 2), verbatim from the appendix.
 
     The appendix shows the ``{AGENT_RESPONSES}`` slot, not what fills it (protocol choice ``summary_agents``):
     ``authors`` (the authors' code) gives each agent's response, its extracted answer and, after round 0, its
-    previous answer and whether its stance changed; ``responses`` (ours) the responses only."""
+    previous answer and whether its stance changed; ``responses`` (ours) the responses only.
+    ``wording="authors"``: the authors' template (:data:`AUTHORS_SUMMARY_TEMPLATE`)."""
     if slot not in SUMMARY_AGENT_SLOTS:
         raise ValueError(f"summary_agents must be one of {SUMMARY_AGENT_SLOTS}, found {slot!r}")
     if slot == "authors":
@@ -528,7 +524,8 @@ def summary_prompt(
         responses = "\n".join(
             f'<agent_response index="{k}">\n{r}\n</agent_response>' for k, r in enumerate(agent_responses)
         )
-    return SUMMARY_TEMPLATE.format(
+    template = AUTHORS_SUMMARY_TEMPLATE if _wording(wording) == "authors" else SUMMARY_TEMPLATE
+    return template.format(
         QUESTION=question,
         PREV_SUMMARY=previous_summary or NO_PREVIOUS_SUMMARY,
         AGENT_RESPONSES=responses,
@@ -571,7 +568,34 @@ def _tag(text: str, name: str) -> str | None:
     return m.group(1) if m else None
 
 
+_EXAMPLES = re.compile(r"<examples>\n(.*?)</examples>", re.DOTALL)
+_EXAMPLE = re.compile(r'<example index="\d+">\n(.*?)\n</example>\n', re.DOTALL)
+
+
+def _parse_authors_experiences(block: str) -> list[ExperienceView]:
+    views = []
+    for body in _EXAMPLE.findall(block):
+        stance, question = _tag(body, "example_agent_stance_changed"), _tag(body, "example_question") or ""
+        response = _tag(body, "example_agent_response") or ""  # the layout shows no parsed answer: read it
+        mc = question.startswith(AUTHORS_QUESTION_PREFIX)  # the authors' multiple-choice questions
+        views.append(
+            ExperienceView(
+                question=question, response=response,
+                answer=extract_answer(response, "truthfulqa" if mc else "math500"),
+                correct=_tag(body, "example_agent_response_correctness") == AUTHORS_CORRECTNESS_TEXT[True],
+                outcome_correct=False,
+                reference=_tag(body, "example_solution") or "",
+                stance_changed={v: k for k, v in AUTHORS_STANCE_TEXT.items()}.get(stance or ""),
+            )
+        )
+    return views
+
+
 def _parse_experiences(text: str) -> tuple[list[ExperienceView], str]:
+    if text.startswith(AUTHORS_EXPERIENCES_HEADER):
+        found = _EXAMPLES.search(text)
+        if found:
+            return _parse_authors_experiences(found.group(1)), text[found.end():]
     m = _EXPERIENCES.search(text)
     if not m:
         return [], text
@@ -629,8 +653,8 @@ def parse_prompt(user_text: str) -> ParsedPrompt:
             confidence = None
             if conf_match:
                 body = body[: conf_match.start()]
-                label = conf_match.group(1)
-                confidence = "high" if label == CONFIDENCE_TEXT["high"] else "low"
+                label = conf_match.group(1).strip()
+                confidence = "high" if label in (CONFIDENCE_TEXT["high"], AUTHORS_CONFIDENCE_TEXT["high"]) else "low"
             peers.append(PeerResponse(text=body, confidence=confidence))
         rest = rest[rest.index("</other_solutions>") :]
     q = _QUESTION.search(rest)

@@ -597,6 +597,24 @@ def compute_metrics(
     }
 
 
+#: What each limit count of ``completion_health`` is called in the summary line.
+CAUSE_NAMES = {"max_tokens_cut": "cut off at max_tokens", "context_overflow": "context overflow",
+               "context_capped": "capped by the context"}
+
+
+def truncation_causes(health: Mapping[str, Any]) -> str:
+    """What cut the truncated completions, by name: the one cause (``context overflow``, ``cut off at
+    max_tokens``, ``capped by the context``), or each with its count (counted over every call, summaries
+    included, :func:`limit_counts`); metrics without the counts: ``cut off at max_tokens``."""
+    causes = [(name, int(health.get(key, 0) or 0)) for key, name in CAUSE_NAMES.items()]
+    causes = [(name, n) for name, n in causes if n]
+    if not causes:
+        return CAUSE_NAMES["max_tokens_cut"]
+    if len(causes) == 1:
+        return causes[0][0]
+    return "by cause: " + ", ".join(f"{name} {n}" for name, n in causes)
+
+
 def summary_line(metrics: Mapping[str, Any]) -> str:
     """One line: accuracy with CI and the cost per query."""
     level = round(metrics.get("ci_level", 0.95) * 100)
@@ -610,7 +628,7 @@ def summary_line(metrics: Mapping[str, Any]) -> str:
     if truncated:
         policy = metrics.get("truncated_answers", "keep")
         truncation += (
-            f" ({truncated / completions:.1%} cut off at max_tokens; their answers "
+            f" ({truncated / completions:.1%} {truncation_causes(health)}; their answers "
             + ("count as written" if policy == "keep" else "count as missing") + ")"
         )
     return (

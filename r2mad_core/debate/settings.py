@@ -38,6 +38,9 @@ SUMMARY_SCHEDULES = ("every_round", "before_next_round")
 SUMMARY_AGENT_SLOTS = prompts.SUMMARY_AGENT_SLOTS
 EMPTY_PEER_MODES = ("drop", "show")
 UNCLOSED_THINKING_MODES = ("drop", "keep")
+#: Consensus ratio and early stop (option ``consensus_rule``): Eq. 3 over checker-equivalent answers, stop at unanimity
+#: (the paper), or the authors' ``_check_consensus``, which reads the gold answer (:mod:`r2mad_core.debate.loop`).
+CONSENSUS_RULES = ("equivalent_answers", "authors_reads_gold")
 #: How the final answer is taken from the last round (:mod:`r2mad_core.debate.scoring`).
 VOTE_RULES = ("plurality", "authors_majority_correct")
 
@@ -156,6 +159,10 @@ class DebateSettings:
     unclosed_thinking: str = setting("drop", "a response whose <think> never closed: drop (ours: the text before the "
                                      "tag) or keep (the authors' code: the partial reasoning)",
                                      flag="--unclosed-thinking", choices=UNCLOSED_THINKING_MODES)
+    consensus_rule: str = setting("equivalent_answers", "consensus ratio and early stop: equivalent_answers (Eq. 3 "
+                                  "over checker-equivalent answers, stop at unanimity) or authors_reads_gold (the "
+                                  "authors' code: answer strings, ratio >= 0.8, or every agent correct by the gold "
+                                  "answer)", flag="--consensus-rule", choices=CONSENSUS_RULES)
 
     def __post_init__(self) -> None:
         for name, spec in specs():
@@ -194,4 +201,4 @@ PROFILE_SETTINGS = ("n_agents", "n_rounds", "temperature", "top_p", "max_tokens"
 #: The settings that only matter when the debate writes summaries h^(t) (Eq. 2).
 SUMMARY_SETTINGS = ("with_summaries", "summary_max_tokens", "summaries", "summary_agents")
 #: The loop choices of :mod:`r2mad_core.experiments.protocol` (method level) among the settings.
-LOOP_CHOICES = ("summaries", "summary_agents", "empty_peers", "unclosed_thinking")
+LOOP_CHOICES = ("summaries", "summary_agents", "empty_peers", "unclosed_thinking", "consensus_rule")

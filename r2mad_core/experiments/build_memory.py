@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from r2mad_core.data import benchmarks as benchmark_data
+from r2mad_core.debate import prompts
 from r2mad_core.debate.settings import DebateSettings
 from r2mad_core.experiments.cell import load_run, run_cell
 from r2mad_core.experiments.methods import get_method
@@ -44,7 +45,8 @@ def bank_set_from_run(
     if isinstance(embedder, str):
         embedder = get_embedder(embedder)
     samples = benchmark_data.load(config["benchmark"], config["split"], data_dir=data_dir)
-    questions = {s.id: s.question for s in samples}
+    wording = config["method"]["debate"].get("task_prompt", "paper")  # x as the debates showed it
+    questions = {s.id: prompts.question_text(s.question, bool(s.choices), wording) for s in samples}
     missing = [r.sample_id for r in records if r.sample_id not in questions]
     if missing:
         raise ValueError(f"{run_dir}: samples {missing[:3]} are not in {config['benchmark']} {config['split']}")
@@ -116,7 +118,8 @@ def build_memory(
         debates_dir, benchmark=benchmark, split=split, engine=engine, method=method, seed=seed,
         limit=limit, samples=samples, data_dir=data_dir, chunk_size=chunk_size, progress=progress,
     )
-    questions = {s.id: s.question for s in samples}
+    wording = method.debate.task_prompt  # x as the debates showed it (the authors' prompts: "Question: " for MC)
+    questions = {s.id: prompts.question_text(s.question, bool(s.choices), wording) for s in samples}
     records = [debate_record_from_transcript(row, questions[row.sample_id]) for row in result.records]
     bank_set = build_bank_set(
         records,

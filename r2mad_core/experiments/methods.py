@@ -257,10 +257,16 @@ R2MAD_SETTINGS = tuple(n for n in SPECS if n != "with_summaries")
 # --------------------------------------------------------------------------------------------
 # Builders
 # --------------------------------------------------------------------------------------------
+def _cot_suffix(settings: DebateSettings) -> str:
+    """The authors' prompts end a CoT task prompt with a step-by-step line (``task_prompt="authors"``)."""
+    return prompts.AUTHORS_COT_SUFFIX if settings.task_prompt == "authors" else ""
+
+
 @debate_keywords(*ONE_AGENT_SETTINGS)
 def cot(*, settings: DebateSettings) -> Method:
     """Chain of Thought: one agent (persona 0), one round."""
-    debate = DebateConfig.from_settings(settings, n_agents=1, n_rounds=1, personas=(0,), sample_indices=(0,))
+    debate = DebateConfig.from_settings(settings, n_agents=1, n_rounds=1, personas=(0,), sample_indices=(0,),
+                                        task_suffix=_cot_suffix(settings))
     return Method(name="cot", debate=debate, vote_rule=settings.vote_rule)
 
 
@@ -269,7 +275,7 @@ def self_consistency(*, k_paths: int = 9, settings: DebateSettings) -> Method:
     """Self-Consistency: k samples of persona 0's task prompt (sample_index 0..k-1), one vote."""
     k = _int_option("self_consistency", "k_paths", k_paths, 1)
     debate = DebateConfig.from_settings(settings, n_agents=k, n_rounds=1, personas=(0,) * k,
-                                        sample_indices=tuple(range(k)))
+                                        sample_indices=tuple(range(k)), task_suffix=_cot_suffix(settings))
     return Method(name="self_consistency", debate=debate, vote_rule=settings.vote_rule)
 
 
@@ -433,7 +439,8 @@ def icl_cot(
     experience_chars = None if max_experience_chars is None else _int_option(
         name, "max_experience_chars", max_experience_chars, 1
     )
-    debate = DebateConfig.from_settings(settings, n_agents=1, n_rounds=1, personas=(0,), sample_indices=(0,))
+    debate = DebateConfig.from_settings(settings, n_agents=1, n_rounds=1, personas=(0,), sample_indices=(0,),
+                                        task_suffix=_cot_suffix(settings))
 
     def make_hook(context: RunContext) -> RoundHook:
         bank_set, bank_embedder = load_memory(memory, context.benchmark, embedder)
@@ -533,6 +540,12 @@ def _builder(name: str) -> MethodBuilder:
         raise ValueError(f"unknown method {name!r}; expected one of {sorted(METHODS)}") from None
 
 
+#: Options added after the run keys were fixed: at their default they stay out of a run's stream and of its recorded
+#: options (config.json, a memory bank's manifest), so the runs that do not set them keep their keys, their draws
+#: and their banks' digests; set to another value they count like every option.
+STREAM_NEUTRAL_DEFAULTS = ("consensus_rule",)
+
+
 def get_method(name: str, **options: Any) -> Method:
     """Build method ``name`` with ``options`` (unknown names and bad values raise ValueError)."""
     builder = _builder(name)
@@ -554,7 +567,9 @@ def get_method(name: str, **options: Any) -> Method:
         # (common random numbers, docs/ablations.md).
         stream = name + ":" + json.dumps(stream_identity(name, bound.arguments), sort_keys=True, default=str)
         method = replace(method, debate=replace(method.debate, stream=stream))
-    options = {k: v for k, v in bound.arguments.items() if k not in method.unread_options}
+    # recorded: every option but those the configuration does not read and a later protocol choice at its default
+    options = {k: v for k, v in bound.arguments.items() if k not in method.unread_options
+               and not (k in STREAM_NEUTRAL_DEFAULTS and v == DEFAULTS[k])}
     return replace(method, options=options)
 
 

@@ -61,6 +61,7 @@ from r2mad_core.plugins import PluginError, load_plugins
 from r2mad_core.debate.prompts import TASK_PROMPT_WORDINGS
 from r2mad_core.memory.hook import EXPERIENCE_REFERENCES
 from r2mad_core.memory.retrieval import parse_retrieval_policy
+from r2mad_core.debate.settings import CONSENSUS_RULES
 from r2mad_core.debate.loop import EMPTY_PEER_MODES, SUMMARY_SCHEDULES, SUMMARY_AGENT_SLOTS, UNCLOSED_THINKING_MODES
 from r2mad_core.debate.scoring import VOTE_RULES
 from r2mad_core.memory.cases import REWARD_DEFINITIONS, STATE_LAYOUTS
@@ -87,6 +88,7 @@ PROTOCOL_FIELDS: dict[str, tuple[str, ...]] = {
     "summary_agents": SUMMARY_AGENT_SLOTS,
     "empty_peers": EMPTY_PEER_MODES,
     "unclosed_thinking": UNCLOSED_THINKING_MODES,
+    "consensus_rule": CONSENSUS_RULES,
     "reward_definition": REWARD_DEFINITIONS,
     "state_layout": STATE_LAYOUTS,
     "similarity_match": ("question", "state"),
@@ -298,6 +300,7 @@ class ProfileSpec(_Record):
     summary_agents: Literal[SUMMARY_AGENT_SLOTS] | None = None  # type: ignore[valid-type]
     empty_peers: Literal[EMPTY_PEER_MODES] | None = None  # type: ignore[valid-type]
     unclosed_thinking: Literal[UNCLOSED_THINKING_MODES] | None = None  # type: ignore[valid-type]
+    consensus_rule: Literal[CONSENSUS_RULES] | None = None  # type: ignore[valid-type]
     reward_definition: Literal[REWARD_DEFINITIONS] | None = None  # type: ignore[valid-type]
     state_layout: Literal[STATE_LAYOUTS] | None = None  # type: ignore[valid-type]
     similarity_match: Literal["question", "state"] | None = None

@@ -67,14 +67,16 @@ CHOICES: tuple[Choice, ...] = (
         "top_k", "K, cases retrieved per agent and round (Eq. 5)", 1, 1, "authors",
         "silent; Table 10 fits K = 1 (R2-MAD minus MAD debate tokens: +0.97K / +0.88K per query on Qwen2.5-7B / "
         "Gemma-3-4B; with our prompts about +1.2K at K = 1, +3.5K at K = 3)",
-        "scripts/batch_run_r2mad.sh (--n_retrieval 1)",
-        note="at K = 1 the MMR redundancy term is empty: lambda_t cannot change the pick (notebook 04 also runs K = 3)",
+        "scripts/batch_run_r2mad.sh (--n_retrieval 1; run_cot.py's ICL-CoT default --n_retrieval 1)",
+        note="at K = 1 the MMR redundancy term is empty and lambda_t > 0 scales every score alike: lambda_t cannot "
+             "change the pick (notebook 04 also runs K = 3)",
     ),
     Choice(
         "summaries", "debate summaries h^(t): after which rounds", "every_round", "every_round", "paper",
         "Limitations: 'Each round requires summarizing the current debate state'; Table 10 Summary Tok. "
         "(2.25K per query on Qwen2.5-7B) counts every executed round",
-        "src/multi_agent_debate.py (_run_debate_round ends with _summarize_debate_state, the last round too)",
+        "src/multi_agent_debate.py (_run_debate_round ends with _summarize_debate_state, the last round too, when "
+        "--if_summarize_state: memory collection and R2-MAD; MAD runs without summaries)",
         values=("every_round", "before_next_round"),
         note="before_next_round (ours, earlier default): only when a round t+1 follows; same accuracy, a third of "
              "the summary tokens",
@@ -109,62 +111,100 @@ CHOICES: tuple[Choice, ...] = (
     Choice(
         "experience_reference", "y (Eq. 4) as shown in a retrieved experience", "solution", "solution", "authors",
         "silent (Eq. 4 holds y; no rendering is given)",
-        "src/utils/memory_utils.py (_build_value_text: `<example_solution>`)",
+        "src/utils/memory_utils.py (_build_value_text: `<example_solution>` holds query.solution: MATH500's solution "
+        "field; for multiple choice src/utils/data_utils.py format_question sets the solution to the answer letter)",
         values=("answer", "solution", "none"),
-        note="solution: MATH500's reference solution (multiple choice has none: its answer); answer is ours",
+        note="solution: MATH500's reference solution; multiple choice has none: the letter with its option text "
+             "(ours; under task_prompt=authors the letter alone, as the authors' code); answer is ours",
     ),
     Choice(
         "reward_definition", "the reward r_i(e) that MMR weighs (Eq. 5)", "final_vote", "round_correctness", "paper",
         "Section 4.2: r_i is 'the outcome reward', 'whether a concluded debate reached a good answer', beside "
         "zeta_i^(t), the round's correctness",
-        "src/retrieval_policy.py (mmr_select weighs response_correct = that round's correctness)",
+        "src/retrieval_policy.py (mmr_select and PositiveOnlyPolicy's filter read response_correct, which "
+        "memory_utils._build_meta_data sets to the case's own round correctness is_current_correct = zeta_i^(t); "
+        "final_correct, the gold-reading 'more agents right than wrong' of run(), is stored and never read)",
         values=("final_vote", "agent_final", "round_correctness"), level="memory",
-        note="the text names the concluded debate's outcome; the code uses zeta_i^(t) instead",
+        note="the text names the concluded debate's outcome; the code uses zeta_i^(t) instead. final_vote (ours): "
+             "the plurality vote of the last round is correct",
     ),
     Choice(
         "state_layout", "the text embedded as the debate state s_i^(t)", "full", "authors", "paper",
         "Eq. 2: s_i^(t) = <x, z_i^(t-1), h^(t-1), Cons(Z^(t-1))>; Appendix A encodes 'the current debate state'",
-        "src/agent.py (_build_query_text: question, previous response, summary; no consensus)",
+        "src/agent.py (_build_query_text) and src/utils/memory_utils.py (_build_embedding_text): question, previous "
+        "response, previous summary, one per line; no consensus",
         values=("full", "authors"), level="memory",
+        note="authors leaves out an empty part; the authors' query text keeps an empty previous response as an empty "
+             "line (_build_query_text tests `is not None`), their memory side drops it (one newline, listed below)",
     ),
     Choice(
         "similarity_match", "the Similarity-based policy of Table 3: what is compared", "question", "state", "paper",
         "Section 5.2 RQ3: 'similarity-based selection on task similarity alone'",
-        "src/retrieval_policy.py (SimilarityPolicy ranks by the debate-state embedding)",
+        "src/retrieval_policy.py (SimilarityPolicy: the top K of the 3K candidates by the debate-state embedding)",
         values=("question", "state"),
     ),
     Choice(
         "icl_match", "ICL-CoT: what the question is compared with", "question", "state", "paper",
         "Appendix A Baselines: 'retrieval here is keyed on task similarity'",
-        "run_cot.py, src/agent.py (the question against the stored debate-state embeddings)",
+        "run_cot.py, src/chain_of_thought.py, src/agent.py (retrieve_first_round: _build_query_text of the question "
+        "alone against Debater-0's stored debate-state embeddings, similarity policy, --n_retrieval 1)",
         values=("question", "state"), option="match",
     ),
     Choice(
         "vote_rule", "the final answer", "plurality", "authors_majority_correct", "paper",
         "Appendix A: 'majority voting is performed over the responses of all agents'",
-        "src/multi_agent_debate.py (run: correct when more agents are right than wrong; reads the gold answer)",
+        "src/multi_agent_debate.py (run: correct when more agents are right than wrong; reads the gold answer; "
+        "Self-Consistency in src/chain_of_thought.py uses another rule, listed below)",
         values=("plurality", "authors_majority_correct"),
     ),
     Choice(
         "confidence_label", "the correctness averaged in c_{j,i} (Eq. 7)", "peer_correctness",
         "retrieving_agent_correctness", "paper", "Eq. 7: zeta_j(e_{i,k}), agent j's correctness in the experience",
-        "src/agent.py (_estimate_confidences_cached: the case's response_correct, agent i's)",
+        "src/agent.py (_estimate_confidences_cached: the case's response_correct, the retrieving agent i's round "
+        "correctness)",
         values=("peer_correctness", "retrieving_agent_correctness", "outcome_reward"),
     ),
     Choice(
         "confidence_pool", "the cases c_{j,i} averages over", "retrieved", "candidates", "paper",
         "Eq. 7: k = 1..K over the retrieved E_i^(t)",
-        "src/agent.py (batch_retrieve_all: the whole 3K candidate pool)", values=("retrieved", "candidates"),
+        "src/agent.py (batch_retrieve_all: the whole 3K candidate pool the policy returns)",
+        values=("retrieved", "candidates"),
     ),
     Choice(
         "peer_response_round", "which past response of peer j is compared (Eq. 7)", "case", "state", "paper",
         "Eq. 7: z_j(e_{i,k}), j's response in the experience",
-        "src/agent.py (the round before the case's: current_round - 1)", values=("case", "state"),
+        "src/agent.py (_estimate_confidences_cached: peer j's stored response at the case's current_round - 1, "
+        "the round of the case's state; similarity clipped at 0)", values=("case", "state"),
     ),
     Choice(
-        "task_prompt", "task and debate prompt wording", "paper", "authors", "paper",
-        "Appendix 'Prompts': the task prompts are 'identical except for the required output format'",
-        "src/prompts.py (TASK_PROMPT, DEBATE_PROMPT: per-benchmark wording)", values=("paper", "authors"),
+        "task_prompt", "the prompts' words and layout: system, task, debate, summary prompts, the question, the peers "
+        "header, the confidence annotations, the retrieved experiences", "paper", "authors", "paper",
+        "Appendix 'Prompts': the system, task, debate and summary prompts ('identical except for the required output "
+        "format', `\\boxed{[answer]}`); Section 4.3 and Appendix A: the annotation's meaning and its "
+        "`<confidence></confidence>` tags; silent on the question's layout, the peers header and an experience's "
+        "rendering",
+        "src/prompts.py (MAD_SYS_PROMPTS: MATH500's `\\boxed{{answer}}` never formatted; TASK_PROMPT, DEBATE_PROMPT, "
+        "DEBATE_SUMMARY_PROMPT); src/utils/data_utils.py (format_question: `Question: {question}\\n\\n{options}`); "
+        "src/agent.py (_build_prompt: the peers header 'with your confidences', the annotations, the `<examples>` "
+        "block); src/utils/memory_utils.py (_build_value_text); src/multi_agent_debate.py (_summarize_debate_state: "
+        "answers as src/checker.py parses them, lower-case letters, '' for none); src/chain_of_thought.py (CoT's "
+        "step-by-step line)",
+        values=("paper", "authors"),
+        note="paper: the appendix's prompts verbatim; where it is silent ours, kept from before (the question as the "
+             "benchmark gives it, the peers header 'with your confidence in each', annotations worded after "
+             "Section 4.3, our experience tags with the debate summary, consensus ratio, parsed answer and outcome)",
+    ),
+    Choice(
+        "consensus_rule", "the consensus ratio Cons(Z) (Eq. 3, lambda_t, the summary prompt) and the early stop",
+        "equivalent_answers", "authors_reads_gold", "paper",
+        "Eq. 3: the fraction agreeing on the most frequent extracted answer; Appendix A: 'early stopping is applied "
+        "if all agents reach consensus'",
+        "src/multi_agent_debate.py (_check_consensus: reads the gold answer -- every agent correct is consensus 1.0; "
+        "else the lower-cased answer strings, a missing answer is '' and agrees with the other missing ones, "
+        "consensus at ratio >= 0.8)",
+        values=("equivalent_answers", "authors_reads_gold"),
+        note="equivalent_answers: checker-equivalent answers agree, a missing answer agrees with nothing, stop at "
+             "unanimity; the gold answer is never read during a debate",
     ),
     Choice(
         "split_rule", "which questions are train and test", "paper", "authors", "paper",
@@ -179,7 +219,8 @@ CHOICES: tuple[Choice, ...] = (
     ),
     Choice(
         "overflow_policy", "a prompt longer than the model's context", "empty", "empty", "authors",
-        "silent", "src/models.py (vLLM's error for an over-long prompt is caught and the response is empty)",
+        "silent", "src/models.py (LanguageModel: a prompt longer than max_model_len, 24576 in configs.yaml, is skipped "
+        "before generation and its response is ''; OpenRouterLanguageModel: a failed request gives '')",
         values=OVERFLOW_POLICIES, level="profile",
         note="counted apart in every caption and manifest (context_overflow); trim_experiences (ours) leaves out the "
              "oldest retrieved experiences until the prompt fits, raise (ours) stops the run",
@@ -193,6 +234,22 @@ CHOICES: tuple[Choice, ...] = (
              "Qwen3-4B-Instruct-2507, not evaluated); a profile with memory_model null builds one bank per model (ours)",
     ),
 )
+
+#: The generation lengths a preset sets where no profile does (``r2mad run`` / ``r2mad build-memory``): the authors'
+#: code generates every call, debate turns and summaries alike, with one ``SamplingParams(max_tokens=6144)``
+#: (src/models.py, ``LanguageModel.__init__``; configs.yaml sets no max_tokens). ``paper``: the command's own
+#: defaults (512 / 128, sized for a CPU; the paper profile sets 6144 / 6144).
+AUTHORS_MAX_TOKENS = 6144
+SAMPLING_LENGTHS: dict[str, dict[str, int]] = {
+    "paper": {},
+    "authors": {"max_tokens": AUTHORS_MAX_TOKENS, "summary_max_tokens": AUTHORS_MAX_TOKENS},
+}
+
+
+def sampling_lengths(protocol: str) -> dict[str, int]:
+    """The max_tokens / summary_max_tokens a preset sets on the command line (:data:`SAMPLING_LENGTHS`)."""
+    return dict(SAMPLING_LENGTHS[check_protocol(protocol)])
+
 
 BY_NAME: dict[str, Choice] = {choice.name: choice for choice in CHOICES}
 #: Choices a profile sets as its own fields (None in a profile: the preset's value).
@@ -238,11 +295,13 @@ def memory_options(protocol: str, explicit: Mapping[str, Any] | None = None) -> 
     """How the memory banks are built under a preset: the bank options (reward, state layout) and the options of
     the memory-construction debates (summaries, prompts, empty peers, thinking)."""
     values = resolve(protocol, explicit)
+    debate = {k: values[k] for k in ("summaries", "summary_agents", "empty_peers", "unclosed_thinking", "task_prompt")}
+    if values["consensus_rule"] != BY_NAME["consensus_rule"].paper:  # a later choice: the paper's keeps bank keys
+        debate["consensus_rule"] = values["consensus_rule"]
     return {
         "reward_definition": values["reward_definition"],
         "state_layout": values["state_layout"],
-        "debate_options": {k: values[k] for k in ("summaries", "summary_agents", "empty_peers", "unclosed_thinking",
-                                                   "task_prompt")},
+        "debate_options": debate,
     }
 
 

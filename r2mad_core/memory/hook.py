@@ -116,16 +116,25 @@ def experience_view(
     max_response_chars: int | None = None,
     reference: str = "answer",
     solutions: Mapping[str, str] | None = None,
+    wording: str = "paper",
 ) -> prompts.ExperienceView:
     """A memory case e = <s, Z, y, zeta, r> (Eq. 4) as the agent sees it: its own response, answer and
     correctness, the reference y (:func:`reference_text`), the debate outcome.
 
     ``max_response_chars`` shortens the past response (small-context models), marking the cut with "[...]".
+    ``wording="authors"`` (the prompts of the authors' code): a multiple-choice y is the letter alone, as their
+    ``<example_solution>`` shows it (src/utils/data_utils.py: the solution of a multiple-choice question is its
+    answer); the stance change (the agent's answer differs from its previous round's) is filled in.
     """
     response = case.response
     if max_response_chars is not None and len(response) > max_response_chars:
         response = response[:max_response_chars].rstrip() + " [...]"
     shown = reference_text(case, reference, solutions)
+    if wording == "authors" and case.num_options and reference != "none":
+        shown = case.gold
+    stance = None
+    if case.previous_answers:
+        stance = case.previous_answers[case.agent_index] != case.answer
     return prompts.ExperienceView(
         question=case.state.question,
         response=response,
@@ -136,6 +145,7 @@ def experience_view(
         consensus_ratio=case.state.consensus_ratio,
         reference=shown,
         reference_is_solution=reference == "solution" and bool(solutions and solutions.get(case.sample_id, "").strip()),
+        stance_changed=stance,
     )
 
 
@@ -256,7 +266,8 @@ class R2MadHook:
             )
             labels = annotate_matrix(confidence, s.confidence.w_high, s.confidence.w_low)
             for row, state in enumerate(states):
-                contexts[row].append(self._context(bank, i, result, row, confidence[row], labels[row]))
+                contexts[row].append(self._context(bank, i, result, row, confidence[row], labels[row],
+                                                   state.config.task_prompt))
         return contexts
 
     def _task_similarity(self, agent: int, states: Sequence[DebateState]) -> tuple[np.ndarray, np.ndarray]:
@@ -268,7 +279,7 @@ class R2MadHook:
         return queries, self._question_keys[agent]
 
     def _context(self, bank: MemoryBank, agent: int, result: Any, row: int, confidence: np.ndarray,
-                 labels: Sequence[str | None]) -> AgentRoundContext:
+                 labels: Sequence[str | None], wording: str = "paper") -> AgentRoundContext:
         s = self.settings
         picked = [int(k) for k in result.indices[row] if k >= 0]
         cases = [bank.cases[k] for k in picked]
@@ -291,7 +302,8 @@ class R2MadHook:
         }
         return AgentRoundContext(
             experiences=tuple(
-                experience_view(c, s.max_experience_chars, s.experience_reference, self.solutions) for c in cases
+                experience_view(c, s.max_experience_chars, s.experience_reference, self.solutions, wording)
+                for c in cases
             ) if s.use_memory else (),
             peer_confidence={j: labels[j] for j in peers} if s.use_confidence else {},
             record=record,
@@ -360,7 +372,8 @@ class IclCotHook:
                 "similarities": _finite_or_none(result.similarities[row][: len(picked)]),
             }
             views = tuple(
-                experience_view(c, self.max_experience_chars, self.experience_reference, self.solutions) for c in cases
+                experience_view(c, self.max_experience_chars, self.experience_reference, self.solutions,
+                                state.config.task_prompt) for c in cases
             )
             out.append([AgentRoundContext(experiences=views, record=record)] * state.n_agents)
         return out

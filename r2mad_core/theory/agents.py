@@ -384,7 +384,7 @@ class SimulatedEngine:
 
     def sample_for(self, question: str) -> Sample:
         """The sample whose question text is ``question``; ValueError when unknown."""
-        sample = self._by_question.get(question.strip())
+        sample = self._by_question.get(prompts.strip_question_prefix(question.strip()))
         if sample is None:
             preview = question.strip().replace("\n", " ")[:80]
             raise ValueError(
@@ -547,9 +547,9 @@ class SimulatedEngine:
         return cached.copy()
 
     def _mislabelled(self, experience: prompts.ExperienceView) -> bool:
-        """Whether an experience's correctness label is false: its recorded answer checked against its question's
-        gold (False when the engine does not know that question: the label is then taken at its word)."""
-        past = self._by_question.get(experience.question.strip())
+        """Whether an experience's correctness label is false: its answer against its question's gold (False when
+        the engine does not know that question: the label is then taken at its word)."""
+        past = self._by_question.get(prompts.strip_question_prefix(experience.question.strip()))
         if past is None:
             return False
         truly_correct = answers.is_correct(experience.answer, past.gold, past.benchmark)
@@ -558,7 +558,7 @@ class SimulatedEngine:
     def _persona(self, messages: Sequence[dict], benchmark: str) -> int | None:
         for message in messages:
             if message.get("role") == "system":
-                text = message.get("content", "")
+                text = message.get("content", "").replace(prompts.AUTHORS_MATH_SYSTEM_FORMAT, prompts.MATH_FORMAT)
                 for index, (_, persona_text) in enumerate(prompts.personas(benchmark)):
                     if text.strip() == persona_text.strip():
                         return index
