@@ -212,4 +212,6 @@ def test_a_later_choice_at_its_default_keeps_the_run_keys() -> None:
     assert paper.debate.sampling_seed == explicit.debate.sampling_seed
     authors = get_method("mad", consensus_rule="authors_reads_gold", round0="independent")
     assert authors.options["consensus_rule"] == "authors_reads_gold"
-    assert authors.debate.sampling_seed != get_method("mad", round0="independent").debate.sampling_seed
+    # a protocol choice is a setting every row shares, not another row: it never names the random stream (common
+    # random numbers, methods.stream_identity); the requests it changes say so in their own bytes
+    assert authors.debate.sampling_seed == get_method("mad", round0="independent").debate.sampling_seed
