@@ -15,6 +15,7 @@ import pandas as pd
 import papermill
 import pytest
 
+from benchmark_data import configured_data_dir
 from r2mad_core import reproduce
 from r2mad_core.report.artifacts import read_manifest
 from r2mad_core.report.tables import NOT_RUN
@@ -43,13 +44,10 @@ PAPER_ARTIFACTS = {
 }
 
 
-def _data_dir() -> Path | None:
-    candidates = [Path(os.environ["R2MAD_DATA_DIR"])] if os.environ.get("R2MAD_DATA_DIR") else []
-    candidates += [REPO.parent / "shared" / "data", REPO / "data"]
-    for directory in candidates:
-        if (directory / "truthfulqa" / "raw" / "mc_task.json").is_file():
-            return directory
-    return None
+def _data_args() -> list[str]:
+    """``--data-dir $R2MAD_DATA_DIR`` when set; none (the packaged files) otherwise."""
+    data_dir = configured_data_dir()
+    return ["--data-dir", str(data_dir)] if data_dir else []
 
 
 def _notebooks() -> list[Path]:
@@ -108,11 +106,8 @@ def test_parameters_default_from_one_place_the_profile(path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    data_dir = _data_dir()
-    if data_dir is None:
-        pytest.skip("benchmark data not found (set R2MAD_DATA_DIR to the shared data folder)")
-    out = tmp_path_factory.mktemp("reproduce")
-    code = reproduce.main(["--profile", "tiny", "--output-dir", str(out), "--data-dir", str(data_dir)])
+    out = tmp_path_factory.mktemp("reproduce")  # the packaged data unless $R2MAD_DATA_DIR (tests/benchmark_data.py)
+    code = reproduce.main(["--profile", "tiny", "--output-dir", str(out), *_data_args()])
     assert code == 0, "make reproduce PROFILE=tiny failed (see the output above)"
     return out
 
@@ -182,9 +177,7 @@ def test_a_second_run_generates_nothing_new(tiny_run: Path) -> None:
 
     before = state()
     assert before[0] > 0 and before[1] > 0
-    data_dir = _data_dir()
-    code = reproduce.main(["--profile", "tiny", "--output-dir", str(tiny_run), "--data-dir", str(data_dir),
-                           "--only", "03,06"])
+    code = reproduce.main(["--profile", "tiny", "--output-dir", str(tiny_run), *_data_args(), "--only", "03,06"])
     assert code == 0
     assert state() == before
 
@@ -369,14 +362,14 @@ def tiny_variant(tiny_run: Path) -> dict[str, object]:
     """``--set gamma=0.5 --only 04`` after the profile's own run, then the same through papermill ``-p``."""
     own = [tiny_run / "figures" / "tiny", tiny_run / "notebooks" / "executed" / "tiny"]
     before = _hashes(*own)
-    code = reproduce.main(["--profile", "tiny", "--output-dir", str(tiny_run), "--data-dir", str(_data_dir()),
+    code = reproduce.main(["--profile", "tiny", "--output-dir", str(tiny_run), *_data_args(),
                            "--only", "04", "--set", "gamma=0.5"])
     assert code == 0
     after_reproduce = _hashes(*own)
     notebook = NOTEBOOKS / "04_ablations.ipynb"
     papermill.execute_notebook(
         str(notebook), str(tiny_run / "papermill_04.ipynb"), cwd=str(NOTEBOOKS), progress_bar=False,
-        parameters={"gamma": 0.5, "data_dir": str(_data_dir()), "figures_dir": str(own[0]),
+        parameters={"gamma": 0.5, "data_dir": str(configured_data_dir()) if configured_data_dir() else None, "figures_dir": str(own[0]),
                     "runs_dir": str(tiny_run / "runs" / "tiny"), "cache_dir": str(tiny_run / "cache" / "tiny")})
     return {"before": before, "after_reproduce": after_reproduce, "after_papermill": _hashes(*own),
             "folder": own[0] / "variants" / "gamma=0.5"}
@@ -433,7 +426,7 @@ def test_every_label_of_a_variant_says_what_ran_and_which_variant(tiny_variant: 
 
 def test_a_gamma_sweep_draws_the_tables_against_gamma(tiny_variant: dict) -> None:
     tiny_run = tiny_variant["folder"].parents[3]
-    code = reproduce.main(["--profile", "tiny", "--output-dir", str(tiny_run), "--data-dir", str(_data_dir()),
+    code = reproduce.main(["--profile", "tiny", "--output-dir", str(tiny_run), *_data_args(),
                            "--only", "04", "--sweep", "gamma=0.5,0.7,0.9"])
     assert code == 0
     sweep = tiny_run / "figures" / "tiny" / "sweeps" / "gamma"
