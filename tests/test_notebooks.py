@@ -17,6 +17,7 @@ import pytest
 
 from benchmark_data import configured_data_dir
 from r2mad_core import reproduce
+from r2mad_core.notebook_runner import KERNEL_START_TIMEOUT
 from r2mad_core.report.artifacts import read_manifest
 from r2mad_core.report.tables import NOT_RUN
 from r2mad_core.report.tables import read_table
@@ -369,6 +370,7 @@ def tiny_variant(tiny_run: Path) -> dict[str, object]:
     notebook = NOTEBOOKS / "04_ablations.ipynb"
     papermill.execute_notebook(
         str(notebook), str(tiny_run / "papermill_04.ipynb"), cwd=str(NOTEBOOKS), progress_bar=False,
+        start_timeout=KERNEL_START_TIMEOUT,
         parameters={"gamma": 0.5, "data_dir": str(configured_data_dir()) if configured_data_dir() else None, "figures_dir": str(own[0]),
                     "runs_dir": str(tiny_run / "runs" / "tiny"), "cache_dir": str(tiny_run / "cache" / "tiny")})
     return {"before": before, "after_reproduce": after_reproduce, "after_papermill": _hashes(*own),
