@@ -443,3 +443,23 @@ def test_a_gamma_sweep_draws_the_tables_against_gamma(tiny_variant: dict) -> Non
     assert manifest["fig_sweep_tab_ablation"]["labels"]["titles"][0].startswith("tab_ablation against gamma")
     assert _hashes(tiny_run / "figures" / "tiny") == {k: v for k, v in tiny_variant["before"].items()
                                                        if "/figures/" in k}
+
+
+def test_the_run_index_lists_every_run_of_the_manifest_with_its_debate_page(tiny_run: Path) -> None:
+    """Issue 36: `r2mad runs tiny` lists every run any artifact of figures/tiny names (its manifest entry's ``runs``),
+    each linking to a debate page that exists; every table a grid built names exactly its own cells."""
+    import re
+
+    from r2mad_core.cli import main as cli_main
+
+    assert cli_main(["runs", "tiny", "--root", str(tiny_run), "--quiet"]) == 0
+    artifacts = read_manifest(tiny_run / "figures" / "tiny")["artifacts"]
+    named = {run for record in artifacts.values() for run in record.get("runs", [])}
+    assert artifacts["tab_main_results"]["runs_from"] == "the table's cells" and artifacts["tab_main_results"]["runs"]
+    assert len(named) > 20 and all(run.startswith("runs/tiny/") for run in named)
+    index = tiny_run / "runs" / "tiny" / "index.html"
+    rows = dict(re.findall(r'<tr data-run="([^"]+)"><td><a href="([^"]+)"', index.read_text()))
+    assert named <= set(rows)
+    for run in named:
+        page = index.parent / rows[run]
+        assert page.resolve() == (tiny_run / run / "view.html").resolve() and '<section class="q"' in page.read_text()

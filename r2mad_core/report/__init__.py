@@ -14,4 +14,6 @@
 - :mod:`~r2mad_core.report.ablations`: ``reproduce --set/--variant/--sweep``: the baseline first, then each variant.
 - :mod:`~r2mad_core.report.viewer`: a run's debates as one self-contained HTML page (``r2mad view``) or inline in a
   notebook: rounds x agents, stance changes, retrieved experiences, peer confidences, MAD-M2 masking.
+- :mod:`~r2mad_core.report.run_index`: every run of a profile (``r2mad runs``): method, benchmark, model, protocol,
+  n, accuracy with CI, tokens, the artifacts it feeds (the manifests' ``runs``), a link to its debate page.
 """

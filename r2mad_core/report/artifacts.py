@@ -350,7 +350,7 @@ LIMIT_PHRASES = {
 def limits_summary(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Totals of the per-cell limit counts (``GridResults.limits()`` entries) for a manifest: every count,
     ``cells`` (how many), ``questions`` (questions with any limit) and ``hit``, the cells with any."""
-    cells = [dict(c) for c in cells]
+    cells = [{k: v for k, v in dict(c).items() if k != "run_dir"} for c in cells]  # the runs: run_paths
     totals = {key: sum(int(c.get(key, 0)) for c in cells) for key in [*LIMIT_PHRASES, "questions"]}
     hit = [c for c in cells if any(int(c.get(key, 0)) for key in LIMIT_PHRASES)]
     return {"cells": len(cells), **totals, "cells_hit": len(hit), "hit": hit}
@@ -371,6 +371,38 @@ def limits_footnote(summary: Mapping[str, Any]) -> str:
     questions = int(summary.get("questions", 0))
     return (f"Limits: in {summary.get('cells_hit', 0)} of {summary.get('cells', 0)} cells "
             f"({questions:,} question{'' if questions == 1 else 's'}), {listed} (counted apart; see the manifest).")
+
+
+#: What a manifest entry's ``runs`` lists (``runs_from``): the cells of the table itself, or, for a figure or a table
+#: no grid built, every cell the notebook had run or loaded when it was saved (a superset of what it shows).
+RUNS_FROM_TABLE = "the table's cells"
+RUNS_FROM_NOTEBOOK = "every cell the notebook had run or loaded when this was saved"
+
+
+def run_paths(run_dirs: Any, out_dir: str | Path) -> list[str]:
+    """The run directories an artifact came from, as its manifest entry names them (``runs``): relative to the folder
+    that holds ``figures/`` (``runs/sim/simulated/truthfulqa/<hash>``), sorted, each once; a run elsewhere is
+    shown as :func:`display_path` does (no machine paths)."""
+    out_dir = Path(out_dir).resolve()
+    root = next((parent.parent for parent in [out_dir, *out_dir.parents] if parent.name == "figures"), None)
+    paths = set()
+    for run_dir in run_dirs:
+        resolved = Path(run_dir).resolve()
+        if root is not None and resolved.is_relative_to(root):
+            paths.add(resolved.relative_to(root).as_posix())
+        else:
+            paths.add(display_path(run_dir))
+    return sorted(paths)
+
+
+def table_run_dirs(table: Any) -> list[Path] | None:
+    """The run directories of the cells a grid built ``table`` from (:attr:`Table.cells`), or None (no cells known)."""
+    cells = table.cells if isinstance(table, Table) else None  # a DataFrame's .cells would be a column
+    if not cells:
+        return None
+    return [Path(outcome.run_dir) for outcomes in cells.values()
+            for outcome in (outcomes if isinstance(outcomes, (list, tuple)) else [outcomes])
+            if getattr(outcome, "run_dir", None) is not None]
 
 
 @dataclass
@@ -415,6 +447,9 @@ class ReportContext:
             return caption
         if hasattr(cells, "limits"):
             cells = cells.limits()
+        if "runs" not in overrides:
+            overrides["runs"] = run_paths([c["run_dir"] for c in cells if c.get("run_dir")], self.out_dir)
+            overrides["runs_from"] = RUNS_FROM_NOTEBOOK
         summary = limits_summary(cells)
         overrides["limits"] = summary
         note = limits_footnote(summary)
@@ -450,6 +485,9 @@ class ReportContext:
     def save_table(self, table: Table | pd.DataFrame, name: str, **overrides: Any) -> list[Path]:
         own = table.caption if isinstance(table, Table) else None
         caption = self.with_engine_note(overrides.get("caption", own))
+        own_runs = table_run_dirs(table)
+        if own_runs is not None and "runs" not in overrides:
+            overrides["runs"], overrides["runs_from"] = run_paths(own_runs, self.out_dir), RUNS_FROM_TABLE
         overrides["caption"] = self.with_limits(caption, overrides)
         paths = save_table(table, name, self.out_dir, **self._fields(overrides))
         if self.after_table is not None:
