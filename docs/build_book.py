@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's r2mad_core (its definition of progress output)
 
 #: The notebooks in the paper's order, with their titles in the navigation.
 NOTEBOOKS = [
@@ -88,18 +88,13 @@ BOOK_CSS = """.jupyter-wrapper .jp-OutputArea-output, .jupyter-wrapper .jp-Rende
 .jupyter-wrapper .jp-RenderedHTMLCommon table { display: block; max-width: 100%; overflow-x: auto; }
 .md-typeset table:not([class]) { display: block; max-width: 100%; overflow-x: auto; }
 """
-#: A stderr stream that is only progress output: tqdm's bars ("\r12 cells:  50%|#####     | 6/12 [00:02<...]").
-PROGRESS_LINE = re.compile(r"^.*\d+%\|.*\|\s*\d+/\d+ \[.*$|^\s*$")
 
 
 def is_progress(output: dict) -> bool:
     """Whether a notebook output is progress on stderr (a tqdm bar), which the book leaves out."""
-    if output.get("output_type") != "stream" or output.get("name") != "stderr":
-        return False
-    text = output.get("text", "")
-    text = "".join(text) if isinstance(text, list) else text
-    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text)  # tqdm's cursor movements between nested bars
-    return all(PROGRESS_LINE.match(part) for part in re.split(r"[\r\n]", text))
+    from r2mad_core.report.volatile import is_progress as progress  # the one definition (a rerun ignores them too)
+
+    return progress(output)
 
 
 def without_progress(source: Path, target: Path) -> int:

@@ -238,9 +238,10 @@ def test_book_in_chromium(chromium, tmp_path):
               "09_poisoned_memory", "10_report")]
     assert all(titles) and [m.start() for m in titles] == sorted(m.start() for m in titles)  # the paper's order
 
-    _, _, dom = check_page(chromium, site, site / "notebooks" / "04_ablations.html", tmp_path)
+    found, _, dom = check_page(chromium, site, site / "notebooks" / "04_ablations.html", tmp_path)
     assert "Ablations (Table 2)" in dom and 'class="MathJax"' in dom  # the executed notebook, its maths typeset
-    assert "Math Processing Error" not in dom
+    assert found["math_errors"] == [] and found["mathjax"] == "typeset"  # the MMR equations (Eqs. 5-6) among them
+    assert "arg" in dom and "mathcal" in dom  # the MMR equation's source is on the page, typeset without an error
     design = (site / "docs" / "design.html").read_text()
     assert 'src="import-graph.png"' in design and (site / "docs" / "import-graph.png").is_file()
 

@@ -15,6 +15,7 @@ side never leave a file half written.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import logging
 import math
@@ -29,6 +30,7 @@ import pandas as pd
 
 from r2mad_core.files import atomic_write, locked
 from r2mad_core.report.tables import Table, render_latex, render_markdown, table_to_tidy
+from r2mad_core.report.volatile import same_but_volatile
 
 logger = logging.getLogger(__name__)
 
@@ -125,12 +127,22 @@ def read_manifest(out_dir: str | Path) -> dict[str, Any]:
 
 
 def update_manifest(out_dir: str | Path, name: str, record: Mapping[str, Any]) -> Path:
-    """Set ``artifacts[name] = record`` in ``out_dir/MANIFEST.json``, atomically (lock + replace)."""
+    """Set ``artifacts[name] = record`` in ``out_dir/MANIFEST.json``, atomically (lock + replace). The entry
+    records the sha256 of each of its files (``sha256``); an entry whose files and fields are those of the one it
+    replaces but for when and at which commit it was written (:data:`r2mad_core.report.volatile.MANIFEST_VOLATILE`)
+    is kept as it was, and the file is not rewritten: a rerun that changes no result leaves the manifest's bytes
+    (issue 36). ``created`` and ``git`` are thus those of the run that last changed the artifact."""
     out_dir = Path(out_dir)
     path = out_dir / MANIFEST_NAME
+    entry = jsonable(dict(record))
+    entry["sha256"] = {f: hashlib.sha256((out_dir / f).read_bytes()).hexdigest()
+                       for f in entry.get("files", []) if (out_dir / f).is_file()}
     with locked(out_dir):
         manifest = read_manifest(out_dir)
-        manifest["artifacts"][name] = jsonable(dict(record))
+        old = manifest["artifacts"].get(name)
+        if old is not None and path.exists() and same_but_volatile(old, entry):
+            return path
+        manifest["artifacts"][name] = entry
         manifest["artifacts"] = dict(sorted(manifest["artifacts"].items()))
         manifest["updated"] = _now()
         atomic_write(path, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
