@@ -345,6 +345,27 @@ def test_executed_notebooks_are_quiet_and_end_with_what_this_shows(tiny_run: Pat
 VARIANT_NOTE = "Variant gamma=0.5 of profile tiny: gamma = 0.5 (profile tiny: 0.9)."
 
 
+def test_a_rerun_from_nothing_writes_the_same_bytes(tiny_run: Path, capsys: pytest.CaptureFixture) -> None:
+    """Issue 36: the profile run again from nothing (no runs, no cache: what a fresh clone does) with the same
+    results leaves every file of the profile's run byte for byte as it was: the executed notebooks (papermill's
+    clocks, the injected cell's id, progress bars), MANIFEST.json (created, git) and timings.json (this run's
+    times go to the untracked timings.last.json). The run ends with the paper's Table 1 beside its values."""
+    import shutil
+
+    own = [tiny_run / "figures" / "tiny", tiny_run / "notebooks" / "executed" / "tiny"]
+    before = {k: v for k, v in _hashes(*own).items() if not k.endswith("timings.last.json")}
+    shutil.rmtree(tiny_run / "runs" / "tiny")
+    shutil.rmtree(tiny_run / "cache" / "tiny")
+    capsys.readouterr()
+    assert reproduce.main(["--profile", "tiny", "--output-dir", str(tiny_run), *_data_args()]) == 0
+    out = capsys.readouterr().out
+    after = {k: v for k, v in _hashes(*own).items() if not k.endswith("timings.last.json")}
+    assert [k for k in before if before[k] != after.get(k)] == [] and set(after) == set(before)
+    assert (own[1] / "timings.last.json").is_file()
+    assert "reproduce: the paper's Table 1 (accuracy; each cell: this run / the paper" in out
+    assert out.rstrip().splitlines()[-1].startswith("  every number against the paper: ")
+
+
 def _hashes(*folders: Path) -> dict[str, str]:
     """sha256 of every file of the profile's own run (its variants/ and sweeps/ folders are not part of it)."""
     import hashlib
