@@ -135,8 +135,10 @@ def update_manifest(out_dir: str | Path, name: str, record: Mapping[str, Any]) -
     out_dir = Path(out_dir)
     path = out_dir / MANIFEST_NAME
     entry = jsonable(dict(record))
-    entry["sha256"] = {f: hashlib.sha256((out_dir / f).read_bytes()).hexdigest()
-                       for f in entry.get("files", []) if (out_dir / f).is_file()}
+    digests = {f: hashlib.sha256((out_dir / f).read_bytes()).hexdigest()
+               for f in entry.get("files", []) if (out_dir / f).is_file()}
+    if digests:
+        entry["sha256"] = digests
     with locked(out_dir):
         manifest = read_manifest(out_dir)
         old = manifest["artifacts"].get(name)
