@@ -5,7 +5,6 @@ summary slot, empty peers dropped, unclosed thinking kept), each individual choi
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections import Counter
 from pathlib import Path
 

@@ -4,8 +4,6 @@ ICL-CoT, audits and the command line (scripted and simulated engines, hashing em
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,7 +19,6 @@ from r2mad_core.memory.banks import MemoryBankError, MemoryBankSet, poison_bank
 from r2mad_core.memory.audit import audit_bank_set
 from r2mad_core.experiments.methods import get_method
 from r2mad_core.experiments.build_memory import build_memory
-
 
 
 # Persona 0 answers A (correct: gold is A), persona 1 answers B (wrong), persona 2 answers A, in every round.

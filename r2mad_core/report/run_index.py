@@ -18,6 +18,7 @@ import html
 import json
 import logging
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -222,8 +223,6 @@ def render_index(entries: Sequence[RunEntry], index: Path, title: str) -> str:
 
 
 def _relative(path: Path, start: Path) -> str:
-    import os
-
     return os.path.relpath(path, start)
 
 
