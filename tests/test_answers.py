@@ -4,12 +4,10 @@ math-verify equivalence, thread safety, the deadline, and a property test on ran
 from __future__ import annotations
 
 import json
-import os
 import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -333,24 +331,18 @@ def test_clean_math_answer_keeps_whole_text_answers_and_strips_wrappers() -> Non
 # ---------------------------------------------------------------------------------------------------
 
 
-def _math500_file() -> Path | None:
-    candidates = []
-    if os.environ.get("R2MAD_DATA_DIR"):
-        candidates.append(Path(os.environ["R2MAD_DATA_DIR"]))
-    repo = Path(__file__).resolve().parent.parent
-    candidates += [repo.parent / "shared" / "data", repo / "data"]
-    for directory in candidates:
-        path = directory / "math500" / "raw" / "test.jsonl"
-        if path.is_file():
-            return path
-    return None
+def _math500_rows() -> list[dict]:
+    """MATH500's 500 rows: from $R2MAD_DATA_DIR when set, else the file shipped in the package (sha256-checked)."""
+    from r2mad_core.data import sources
+
+    data_dir = sources.resolve_data_dir()
+    _, path = sources.locate("math500", data_dir)
+    with sources.open_text(path) as handle:
+        return [json.loads(line) for line in handle.read().splitlines() if line.strip()]
 
 
 def test_every_math500_solution_yields_its_answer() -> None:
-    path = _math500_file()
-    if path is None:
-        pytest.skip("MATH500 data not found (set R2MAD_DATA_DIR to the shared data folder)")
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    rows = _math500_rows()
     assert len(rows) == 500
     failures = []
     for row in rows:

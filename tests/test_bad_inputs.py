@@ -22,14 +22,7 @@ from r2mad_core.experiments.cell import CONFIG_FILE, TRANSCRIPTS_FILE
 from r2mad_core.memory.banks import bank_digest, build_bank_set
 from r2mad_core.memory.cases import DebateRecord, DebateRound
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 EMBEDDER_DIM = 64
-
-
-@pytest.fixture(autouse=True)
-def data_dir(monkeypatch):
-    if "R2MAD_DATA_DIR" not in os.environ and DATA_DIR.is_dir():  # else: the data shipped in the package
-        monkeypatch.setenv("R2MAD_DATA_DIR", str(DATA_DIR))
 
 
 def make_bank(directory: Path, samples, *, benchmark: str = "truthfulqa", wording: str = "") -> Path:

@@ -18,6 +18,7 @@ import pytest
 from r2mad_core.data import sources as benchmark_files
 
 from r2mad_core.data import benchmarks
+from benchmark_data import data_dir_for_tests
 from r2mad_core.data.sources import BenchmarkFilesNotFound, resolve_data_dir, verify_checksums
 from r2mad_core.data.benchmarks import (
     BENCHMARKS,
@@ -37,21 +38,10 @@ PAPER = {
 }
 
 
-def _shared_data_dir() -> Path | None:
-    candidates = [Path(os.environ["R2MAD_DATA_DIR"])] if os.environ.get("R2MAD_DATA_DIR") else []
-    candidates += [REPO.parent / "shared" / "data", REPO / "data"]
-    for directory in candidates:
-        if (directory / "truthfulqa" / "raw" / "mc_task.json").is_file():
-            return directory
-    return None
-
-
 @pytest.fixture(scope="module")
-def data_dir() -> Path:
-    directory = _shared_data_dir()
-    if directory is None:
-        pytest.skip("benchmark data not found (set R2MAD_DATA_DIR to the shared data folder)")
-    return directory
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """$R2MAD_DATA_DIR when set, else the packaged files unpacked in the shared folder's layout (tests/benchmark_data.py)."""
+    return data_dir_for_tests(tmp_path_factory.mktemp("benchmark_data"))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -132,7 +122,17 @@ def test_parquet_and_derived_jsonl_give_identical_samples(name: str, data_dir: P
     jsonl_dir = tmp_path / "jsonl" / "mmlu_pro" / "derived"
     parquet_dir.mkdir(parents=True)
     jsonl_dir.mkdir(parents=True)
-    (parquet_dir / benchmark_files.MMLU_PRO_PARQUET).symlink_to(data_dir / "mmlu_pro/raw/data" / benchmark_files.MMLU_PRO_PARQUET)
+    upstream = data_dir / "mmlu_pro/raw/data" / benchmark_files.MMLU_PRO_PARQUET
+    if upstream.is_file():  # the shared data folder ($R2MAD_DATA_DIR): MMLU-Pro's own parquet
+        (parquet_dir / benchmark_files.MMLU_PRO_PARQUET).symlink_to(upstream)
+    else:  # the packaged files: a parquet of both categories' rows, interleaved, so the category filter is tested
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        rows = [[json.loads(line) for line in (data_dir / f"mmlu_pro/derived/test_{c}.jsonl").read_text().splitlines()]
+                for c in ("economics", "engineering")]
+        mixed = [row for pair in zip(*rows) for row in pair] + rows[0][len(rows[1]):] + rows[1][len(rows[0]):]
+        pq.write_table(pa.Table.from_pylist(mixed), parquet_dir / benchmark_files.MMLU_PRO_PARQUET)
     (jsonl_dir / f"test_{category}.jsonl").symlink_to(data_dir / f"mmlu_pro/derived/test_{category}.jsonl")
     from_parquet = load(name, "all", tmp_path / "parquet")
     from_jsonl = load(name, "all", tmp_path / "jsonl")
@@ -232,7 +232,13 @@ def test_authors_split_rule_reproduces_random_seed_42(data_dir: Path) -> None:
 
 
 def test_checksums_of_shared_files(data_dir: Path) -> None:
-    assert verify_checksums(data_dir) == {path: True for path in benchmark_files.CHECKSUMS}
+    """Every file present matches the shared folder's sha256; the unpacked packaged files are all but MMLU-Pro's
+    upstream parquet (the package ships its two categories as jsonl)."""
+    expected = {path: True for path in benchmark_files.CHECKSUMS}
+    if not (data_dir / next(p for p in benchmark_files.CHECKSUMS if p.endswith(".parquet"))).is_file():
+        expected = {path: (None if path.endswith(".parquet") else True) for path in expected}
+    assert verify_checksums(data_dir) == expected
+    assert verify_checksums(benchmark_files.PACKAGED_DATA_DIR) == {p: True for p in benchmark_files.packaged_manifest()}  # the packaged files
 
 
 def test_command_line_count(data_dir: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import importlib.util
-import os
 import re
 import sys
 from pathlib import Path
@@ -15,7 +14,6 @@ import pytest
 from r2mad_core.engines.base import Completion, Ledger, Request
 
 BENCHMARKS_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def load_script(name: str):
@@ -28,12 +26,6 @@ def load_script(name: str):
 
 end_to_end = load_script("end_to_end")
 run_all = load_script("run_all")
-
-
-@pytest.fixture(autouse=True)
-def data_dir(monkeypatch):
-    if "R2MAD_DATA_DIR" not in os.environ and DATA_DIR.is_dir():  # else: the data shipped in the package
-        monkeypatch.setenv("R2MAD_DATA_DIR", str(DATA_DIR))
 
 
 class FixedEngine:

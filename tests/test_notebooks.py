@@ -15,7 +15,9 @@ import pandas as pd
 import papermill
 import pytest
 
+from benchmark_data import configured_data_dir
 from r2mad_core.reproduce import command as reproduce
+from r2mad_core.reproduce.notebook_runner import KERNEL_START_TIMEOUT
 from r2mad_core.report.artifacts import read_manifest
 from r2mad_core.report.tables import NOT_RUN
 from r2mad_core.report.tables import read_table
@@ -43,13 +45,10 @@ PAPER_ARTIFACTS = {
 }
 
 
-def _data_dir() -> Path | None:
-    candidates = [Path(os.environ["R2MAD_DATA_DIR"])] if os.environ.get("R2MAD_DATA_DIR") else []
-    candidates += [REPO.parent / "shared" / "data", REPO / "data"]
-    for directory in candidates:
-        if (directory / "truthfulqa" / "raw" / "mc_task.json").is_file():
-            return directory
-    return None
+def _data_args() -> list[str]:
+    """``--data-dir $R2MAD_DATA_DIR`` when set; none (the packaged files) otherwise."""
+    data_dir = configured_data_dir()
+    return ["--data-dir", str(data_dir)] if data_dir else []
 
 
 def _notebooks() -> list[Path]:
@@ -106,11 +105,8 @@ def test_parameters_cells_hold_the_profile_and_what_a_reader_edits(path: Path) -
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    data_dir = _data_dir()
-    if data_dir is None:
-        pytest.skip("benchmark data not found (set R2MAD_DATA_DIR to the shared data folder)")
-    out = tmp_path_factory.mktemp("reproduce")
-    code = reproduce.main(["--profile", "tiny", "--output-dir", str(out), "--data-dir", str(data_dir)])
+    out = tmp_path_factory.mktemp("reproduce")  # the packaged data unless $R2MAD_DATA_DIR (tests/benchmark_data.py)
+    code = reproduce.main(["--profile", "tiny", "--output-dir", str(out), *_data_args()])
     assert code == 0, "make reproduce PROFILE=tiny failed (see the output above)"
     return out
 
@@ -180,9 +176,7 @@ def test_a_second_run_generates_nothing_new(tiny_run: Path) -> None:
 
     before = state()
     assert before[0] > 0 and before[1] > 0
-    data_dir = _data_dir()
-    code = reproduce.main(["--profile", "tiny", "--output-dir", str(tiny_run), "--data-dir", str(data_dir),
-                           "--only", "03,06"])
+    code = reproduce.main(["--profile", "tiny", "--output-dir", str(tiny_run), *_data_args(), "--only", "03,06"])
     assert code == 0
     assert state() == before
 
@@ -349,6 +343,27 @@ def test_executed_notebooks_are_quiet_and_end_with_what_this_shows(tiny_run: Pat
 VARIANT_NOTE = "Variant gamma=0.5 of profile tiny: gamma = 0.5 (profile tiny: 0.9)."
 
 
+def test_a_rerun_from_nothing_writes_the_same_bytes(tiny_run: Path, capsys: pytest.CaptureFixture) -> None:
+    """Issue 36: the profile run again from nothing (no runs, no cache: what a fresh clone does) with the same
+    results leaves every file of the profile's run byte for byte as it was: the executed notebooks (papermill's
+    clocks, the injected cell's id, progress bars), MANIFEST.json (created, git) and timings.json (this run's
+    times go to the untracked timings.last.json). The run ends with the paper's Table 1 beside its values."""
+    import shutil
+
+    own = [tiny_run / "figures" / "tiny", tiny_run / "notebooks" / "executed" / "tiny"]
+    before = {k: v for k, v in _hashes(*own).items() if not k.endswith("timings.last.json")}
+    shutil.rmtree(tiny_run / "runs" / "tiny")
+    shutil.rmtree(tiny_run / "cache" / "tiny")
+    capsys.readouterr()
+    assert reproduce.main(["--profile", "tiny", "--output-dir", str(tiny_run), *_data_args()]) == 0
+    out = capsys.readouterr().out
+    after = {k: v for k, v in _hashes(*own).items() if not k.endswith("timings.last.json")}
+    assert [k for k in before if before[k] != after.get(k)] == [] and set(after) == set(before)
+    assert (own[1] / "timings.last.json").is_file()
+    assert "reproduce: the paper's Table 1 (accuracy; each cell: this run / the paper" in out
+    assert out.rstrip().splitlines()[-1].startswith("  every number against the paper: ")
+
+
 def _hashes(*folders: Path) -> dict[str, str]:
     """sha256 of every file of the profile's own run (its variants/ and sweeps/ folders are not part of it)."""
     import hashlib
@@ -367,14 +382,15 @@ def tiny_variant(tiny_run: Path) -> dict[str, object]:
     """``--set gamma=0.5 --only 04`` after the profile's own run, then the same through papermill ``-p``."""
     own = [tiny_run / "figures" / "tiny", tiny_run / "notebooks" / "executed" / "tiny"]
     before = _hashes(*own)
-    code = reproduce.main(["--profile", "tiny", "--output-dir", str(tiny_run), "--data-dir", str(_data_dir()),
+    code = reproduce.main(["--profile", "tiny", "--output-dir", str(tiny_run), *_data_args(),
                            "--only", "04", "--set", "gamma=0.5"])
     assert code == 0
     after_reproduce = _hashes(*own)
     notebook = NOTEBOOKS / "04_ablations.ipynb"
     papermill.execute_notebook(
         str(notebook), str(tiny_run / "papermill_04.ipynb"), cwd=str(NOTEBOOKS), progress_bar=False,
-        parameters={"gamma": 0.5, "data_dir": str(_data_dir()), "figures_dir": str(own[0]),
+        start_timeout=KERNEL_START_TIMEOUT,
+        parameters={"gamma": 0.5, "data_dir": str(configured_data_dir()) if configured_data_dir() else None, "figures_dir": str(own[0]),
                     "runs_dir": str(tiny_run / "runs" / "tiny"), "cache_dir": str(tiny_run / "cache" / "tiny")})
     return {"before": before, "after_reproduce": after_reproduce, "after_papermill": _hashes(*own),
             "folder": own[0] / "variants" / "gamma=0.5"}
@@ -431,7 +447,7 @@ def test_every_label_of_a_variant_says_what_ran_and_which_variant(tiny_variant: 
 
 def test_a_gamma_sweep_draws_the_tables_against_gamma(tiny_variant: dict) -> None:
     tiny_run = tiny_variant["folder"].parents[3]
-    code = reproduce.main(["--profile", "tiny", "--output-dir", str(tiny_run), "--data-dir", str(_data_dir()),
+    code = reproduce.main(["--profile", "tiny", "--output-dir", str(tiny_run), *_data_args(),
                            "--only", "04", "--sweep", "gamma=0.5,0.7,0.9"])
     assert code == 0
     sweep = tiny_run / "figures" / "tiny" / "sweeps" / "gamma"
@@ -452,7 +468,7 @@ def test_a_gamma_sweep_draws_the_tables_against_gamma(tiny_variant: dict) -> Non
 
 def test_two_sweep_axes_run_their_product_on_one_figure(tiny_variant: dict) -> None:
     tiny_run = tiny_variant["folder"].parents[3]
-    code = reproduce.main(["--profile", "tiny", "--output-dir", str(tiny_run), "--data-dir", str(_data_dir()),
+    code = reproduce.main(["--profile", "tiny", "--output-dir", str(tiny_run), *_data_args(),
                            "--only", "04", "--sweep", "gamma=0,0.9", "--sweep", "top_k=1,3"])
     assert code == 0
     sweep = tiny_run / "figures" / "tiny" / "sweeps" / "gamma__top_k"
@@ -468,7 +484,7 @@ def test_two_sweep_axes_run_their_product_on_one_figure(tiny_variant: dict) -> N
 
 
 def test_replicates_give_the_mean_and_spread_over_seeds(tiny_run: Path) -> None:
-    code = reproduce.main(["--profile", "tiny", "--output-dir", str(tiny_run), "--data-dir", str(_data_dir()),
+    code = reproduce.main(["--profile", "tiny", "--output-dir", str(tiny_run), *_data_args(),
                            "--only", "03", "--replicates", "3"])
     assert code == 0
     folder = tiny_run / "figures" / "tiny" / "replicates" / "seeds=0-2"
@@ -496,3 +512,23 @@ def test_a_gamma_variant_shares_every_unchanged_round0_and_says_so(tiny_variant:
     assert len(not_reading_gamma) > 0 and not_reading_gamma["same_run"].astype(bool).all()
     notes = read_manifest(folder)["artifacts"]["tab_ablation_vs_profile"]["notes"]
     assert "drew the very same generations (common random numbers)" in notes and "Holm-adjusted" in notes
+
+
+def test_the_run_index_lists_every_run_of_the_manifest_with_its_debate_page(tiny_run: Path) -> None:
+    """Issue 36: `r2mad runs tiny` lists every run any artifact of figures/tiny names (its manifest entry's ``runs``),
+    each linking to a debate page that exists; every table a grid built names exactly its own cells."""
+    import re
+
+    from r2mad_core.cli import main as cli_main
+
+    assert cli_main(["runs", "tiny", "--root", str(tiny_run), "--quiet"]) == 0
+    artifacts = read_manifest(tiny_run / "figures" / "tiny")["artifacts"]
+    named = {run for record in artifacts.values() for run in record.get("runs", [])}
+    assert artifacts["tab_main_results"]["runs_from"] == "the table's cells" and artifacts["tab_main_results"]["runs"]
+    assert len(named) > 20 and all(run.startswith("runs/tiny/") for run in named)
+    index = tiny_run / "runs" / "tiny" / "index.html"
+    rows = dict(re.findall(r'<tr data-run="([^"]+)"><td><a href="([^"]+)"', index.read_text()))
+    assert named <= set(rows)
+    for run in named:
+        page = index.parent / rows[run]
+        assert page.resolve() == (tiny_run / run / "view.html").resolve() and '<section class="q"' in page.read_text()

@@ -10,12 +10,29 @@ import pytest
 from r2mad_core.debate import prompts
 
 PAPER = Path(__file__).resolve().parents[1].parent / "shared" / "paper" / "r2mad_paper.tex"
+#: The appendix's prompt boxes, cut verbatim from the paper's source, so that a fresh clone tests the prompts too.
+BOXES = Path(__file__).resolve().parent / "data" / "paper_prompt_boxes.tex"
 
 
 def _paper() -> str:
+    """The prompt boxes of the paper (tests/data/paper_prompt_boxes.tex; the paper itself is not shipped)."""
+    return BOXES.read_text(encoding="utf-8")
+
+
+def _boxes() -> list[str]:
+    text = _paper()
+    starts = [i for i in range(len(text)) if text.startswith("\\begin{tcolorbox}", i)]
+    return [text[i:text.index("\\end{tcolorbox}", i) + len("\\end{tcolorbox}")] for i in starts]
+
+
+def test_the_packaged_prompt_boxes_are_the_papers_verbatim() -> None:
+    """Each box of tests/data is a verbatim part of the paper's source, when it is beside the repository."""
+    boxes = _boxes()
+    assert len(boxes) == 7
     if not PAPER.exists():
-        pytest.skip(f"paper not found at {PAPER} (../shared is beside the repo in CI)")
-    return PAPER.read_text(encoding="utf-8")
+        pytest.skip("the paper's source is not shipped (../shared/paper beside the repository, as in CI)")
+    paper = PAPER.read_text(encoding="utf-8")
+    assert all(box in paper for box in boxes)
 
 
 def _plain(latex: str) -> str:

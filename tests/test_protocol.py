@@ -5,7 +5,6 @@ summary slot, empty peers dropped, unclosed thinking kept), each individual choi
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections import Counter
 from pathlib import Path
 
@@ -24,13 +23,6 @@ from r2mad_core.experiments.profiles import PROTOCOL_FIELDS, load_profile
 from r2mad_core.memory.embeddings import HashingEmbedder
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
-@pytest.fixture(autouse=True)
-def data_dir(monkeypatch):
-    if "R2MAD_DATA_DIR" not in os.environ and DATA_DIR.is_dir():
-        monkeypatch.setenv("R2MAD_DATA_DIR", str(DATA_DIR))
 
 
 def test_the_doc_table_is_the_declaration() -> None:

@@ -4,8 +4,6 @@ ICL-CoT, audits and the command line (scripted and simulated engines, hashing em
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,14 +19,6 @@ from r2mad_core.memory.banks import MemoryBankError, MemoryBankSet, poison_bank
 from r2mad_core.memory.audit import audit_bank_set
 from r2mad_core.experiments.methods import get_method
 from r2mad_core.experiments.build_memory import build_memory
-
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
-@pytest.fixture(autouse=True)
-def data_dir(monkeypatch):
-    if "R2MAD_DATA_DIR" not in os.environ and DATA_DIR.is_dir():  # else: the data shipped in the package
-        monkeypatch.setenv("R2MAD_DATA_DIR", str(DATA_DIR))
 
 
 # Persona 0 answers A (correct: gold is A), persona 1 answers B (wrong), persona 2 answers A, in every round.

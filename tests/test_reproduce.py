@@ -371,21 +371,41 @@ def test_notebooks_run_two_at_a_time_each_after_the_notebooks_it_names(tmp_path:
 
 
 def test_after_a_failure_nothing_new_starts_and_the_failure_is_returned_last(tmp_path: Path) -> None:
+    """Scheduling, with a fake runner (no kernel: how fast one starts on a loaded machine is not under test).
+    01 fails while 02 is running; 02 finishes only after 01 failed, and 03 never starts; then the same through
+    ``reproduce`` with real kernels: exit code 1."""
+    import threading
+
+    from r2mad_core.reproduce.notebook_runner import NotebookResult, run_workers
+
     notebooks = tmp_path / "nb"
     notebooks.mkdir()
     _notebook(notebooks / "01_fails.ipynb", "seed = 0", ["raise RuntimeError('broken')"])
-    _notebook(notebooks / "02_slow.ipynb", 'figures_dir = ""',
-              ["import time\ntime.sleep(3)\nfrom pathlib import Path\nPath(figures_dir, 'slow').write_text('')"])
-    _notebook(notebooks / "03_never.ipynb", 'figures_dir = ""',
-              ["from pathlib import Path\nPath(figures_dir, 'never').write_text('')"])
+    _notebook(notebooks / "02_slow.ipynb", 'figures_dir = ""', ["pass"])
+    _notebook(notebooks / "03_never.ipynb", 'figures_dir = ""', ["pass"])
     for name in ("01_fails", "02_slow", "03_never"):
         _after(notebooks / f"{name}.ipynb", [])
-    profile = load_profile("tiny")
-    paths = ReproductionPaths(tmp_path / "out", profile.name)
-    results = run_notebooks(profile, paths, notebooks_dir=notebooks, echo=lambda line: None, jobs=2)
+    started: list[str] = []
+    slow_started, failure_finished = threading.Event(), threading.Event()
+
+    def run_one(notebook: Path, kernel: object, clear: bool) -> NotebookResult:
+        started.append(notebook.stem)
+        if notebook.stem == "01_fails":
+            assert slow_started.wait(60)  # both run at once
+            return NotebookResult(notebook.stem, 0.0, notebook, "RuntimeError: broken")
+        if notebook.stem == "02_slow":
+            slow_started.set()
+            assert failure_finished.wait(60)  # still running when 01 fails
+        return NotebookResult(notebook.stem, 0.0, notebook)
+
+    def on_finish(notebook: Path, result: NotebookResult) -> None:
+        if result.error:
+            failure_finished.set()
+
+    results = run_workers(sorted(notebooks.glob("*.ipynb")), run_one, jobs=2, on_finish=on_finish)
     assert [r.notebook for r in results] == ["02_slow", "01_fails"]  # the one running finished; the failure last
     assert "RuntimeError: broken" in results[-1].error and results[0].error is None
-    assert (paths.figures_dir / "slow").exists() and not (paths.figures_dir / "never").exists()
+    assert sorted(started) == ["01_fails", "02_slow"]  # 03 never started
     assert reproduce.main(["--profile", "tiny", "--notebooks-dir", str(notebooks), "--jobs", "2",
                            "--output-dir", str(tmp_path / "cli")]) == 1
 

@@ -185,12 +185,6 @@ def test_summary_line_is_quiet_without_truncations():
 
 
 def test_r2mad_run_summary_mentions_truncations(tmp_path, capsys, monkeypatch):
-    import os
-    from pathlib import Path
-
-    shared = Path(__file__).resolve().parents[2] / "shared" / "data"
-    if "R2MAD_DATA_DIR" not in os.environ and shared.is_dir():  # else: the data shipped in the package
-        monkeypatch.setenv("R2MAD_DATA_DIR", str(shared))
     argv = ["run", "--benchmark", "truthfulqa", "--engine", "simulated", "--method", "cot", "--limit", "2",
             "--no-cache", "--no-progress"]
     assert cli.main([*argv, "--out", str(tmp_path / "short"), "--max-tokens", "3"]) == 0

@@ -11,6 +11,7 @@ import pytest
 
 from r2mad_core.cli import main
 from r2mad_core.debate import scoring
+from r2mad_core.records import TurnRecord
 from r2mad_core.report import viewer
 
 N = 12
@@ -110,12 +111,15 @@ def test_bank_that_moved_is_named_not_fatal(runs, tmp_path):
 
 
 def test_stance_changes():
-    assert viewer._stance({"answer": "A", "correct": False}, {"answer": "B", "correct": True})[0] == "w2c"
-    assert viewer._stance({"answer": "B", "correct": True}, {"answer": "A", "correct": False})[0] == "c2w"
-    assert viewer._stance({"answer": "A", "correct": False}, {"answer": "C", "correct": False}) == (
-        "changed", "changed from A")
-    assert viewer._stance({"answer": "A", "correct": True}, {"answer": "A", "correct": True}) == ("", "")
-    assert viewer._stance(None, {"answer": "A", "correct": True}) == ("", "")
+    def turn(answer: str, correct: bool) -> TurnRecord:
+        return TurnRecord(agent=0, response=f"(({answer}))", answer=answer, correct=correct, finish_reason="stop",
+                          truncated=False, empty=False, prompt_tokens=1, completion_tokens=1, cached=False, seconds=0.0)
+
+    assert viewer._stance(turn("A", False), turn("B", True))[0] == "w2c"
+    assert viewer._stance(turn("B", True), turn("A", False))[0] == "c2w"
+    assert viewer._stance(turn("A", False), turn("C", False)) == ("changed", "changed from A")
+    assert viewer._stance(turn("A", True), turn("A", True)) == ("", "")
+    assert viewer._stance(None, turn("A", True)) == ("", "")
 
 
 def test_filters_shared_misconception_and_differing(runs, tmp_path):

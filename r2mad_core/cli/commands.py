@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from r2mad_core.cli import memory as memory_cli
+from r2mad_core.cli import runs as runs_cli
 from r2mad_core.cli.common import (  # noqa: F401  (re-exported: the command-line vocabulary)
     split_rule_of,
     EXIT_USAGE,
@@ -387,6 +388,8 @@ COMMANDS: list[Command] = [
             memory_cli.add_audit_arguments, memory_cli.audit_command),
     Command("view", "write a run's debates as one self-contained HTML page (rounds x agents, retrieval, confidence)",
             add_view_arguments, view_command),
+    Command("runs", "list every run of a profile (or folder): a table here, an index page linking each debate page",
+            runs_cli.add_runs_arguments, runs_cli.runs_command),
 ]
 
 

@@ -15,6 +15,7 @@ side never leave a file half written.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import logging
 import math
@@ -29,6 +30,7 @@ import pandas as pd
 
 from r2mad_core.files import atomic_write, locked
 from r2mad_core.report.tables import Table, render_latex, render_markdown, table_to_tidy
+from r2mad_core.report.volatile import same_but_volatile
 
 logger = logging.getLogger(__name__)
 
@@ -125,12 +127,24 @@ def read_manifest(out_dir: str | Path) -> dict[str, Any]:
 
 
 def update_manifest(out_dir: str | Path, name: str, record: Mapping[str, Any]) -> Path:
-    """Set ``artifacts[name] = record`` in ``out_dir/MANIFEST.json``, atomically (lock + replace)."""
+    """Set ``artifacts[name] = record`` in ``out_dir/MANIFEST.json``, atomically (lock + replace). The entry
+    records the sha256 of each of its files (``sha256``); an entry whose files and fields are those of the one it
+    replaces but for when and at which commit it was written (:data:`r2mad_core.report.volatile.MANIFEST_VOLATILE`)
+    is kept as it was, and the file is not rewritten: a rerun that changes no result leaves the manifest's bytes
+    (issue 36). ``created`` and ``git`` are thus those of the run that last changed the artifact."""
     out_dir = Path(out_dir)
     path = out_dir / MANIFEST_NAME
+    entry = jsonable(dict(record))
+    digests = {f: hashlib.sha256((out_dir / f).read_bytes()).hexdigest()
+               for f in entry.get("files", []) if (out_dir / f).is_file()}
+    if digests:
+        entry["sha256"] = digests
     with locked(out_dir):
         manifest = read_manifest(out_dir)
-        manifest["artifacts"][name] = jsonable(dict(record))
+        old = manifest["artifacts"].get(name)
+        if old is not None and path.exists() and same_but_volatile(old, entry):
+            return path
+        manifest["artifacts"][name] = entry
         manifest["artifacts"] = dict(sorted(manifest["artifacts"].items()))
         manifest["updated"] = _now()
         atomic_write(path, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
@@ -350,7 +364,7 @@ LIMIT_PHRASES = {
 def limits_summary(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Totals of the per-cell limit counts (``GridResults.limits()`` entries) for a manifest: every count,
     ``cells`` (how many), ``questions`` (questions with any limit) and ``hit``, the cells with any."""
-    cells = [dict(c) for c in cells]
+    cells = [{k: v for k, v in dict(c).items() if k != "run_dir"} for c in cells]  # the runs: run_paths
     totals = {key: sum(int(c.get(key, 0)) for c in cells) for key in [*LIMIT_PHRASES, "questions"]}
     hit = [c for c in cells if any(int(c.get(key, 0)) for key in LIMIT_PHRASES)]
     return {"cells": len(cells), **totals, "cells_hit": len(hit), "hit": hit}
@@ -371,6 +385,38 @@ def limits_footnote(summary: Mapping[str, Any]) -> str:
     questions = int(summary.get("questions", 0))
     return (f"Limits: in {summary.get('cells_hit', 0)} of {summary.get('cells', 0)} cells "
             f"({questions:,} question{'' if questions == 1 else 's'}), {listed} (counted apart; see the manifest).")
+
+
+#: What a manifest entry's ``runs`` lists (``runs_from``): the cells of the table itself, or, for a figure or a table
+#: no grid built, every cell the notebook had run or loaded when it was saved (a superset of what it shows).
+RUNS_FROM_TABLE = "the table's cells"
+RUNS_FROM_NOTEBOOK = "every cell the notebook had run or loaded when this was saved"
+
+
+def run_paths(run_dirs: Any, out_dir: str | Path) -> list[str]:
+    """The run directories an artifact came from, as its manifest entry names them (``runs``): relative to the folder
+    that holds ``figures/`` (``runs/sim/simulated/truthfulqa/<hash>``), sorted, each once; a run elsewhere is
+    shown as :func:`display_path` does (no machine paths)."""
+    out_dir = Path(out_dir).resolve()
+    root = next((parent.parent for parent in [out_dir, *out_dir.parents] if parent.name == "figures"), None)
+    paths = set()
+    for run_dir in run_dirs:
+        resolved = Path(run_dir).resolve()
+        if root is not None and resolved.is_relative_to(root):
+            paths.add(resolved.relative_to(root).as_posix())
+        else:
+            paths.add(display_path(run_dir))
+    return sorted(paths)
+
+
+def table_run_dirs(table: Any) -> list[Path] | None:
+    """The run directories of the cells a grid built ``table`` from (:attr:`Table.cells`), or None (no cells known)."""
+    cells = table.cells if isinstance(table, Table) else None  # a DataFrame's .cells would be a column
+    if not cells:
+        return None
+    return [Path(outcome.run_dir) for outcomes in cells.values()
+            for outcome in (outcomes if isinstance(outcomes, (list, tuple)) else [outcomes])
+            if getattr(outcome, "run_dir", None) is not None]
 
 
 @dataclass
@@ -415,6 +461,9 @@ class ReportContext:
             return caption
         if hasattr(cells, "limits"):
             cells = cells.limits()
+        if "runs" not in overrides:
+            overrides["runs"] = run_paths([c["run_dir"] for c in cells if c.get("run_dir")], self.out_dir)
+            overrides["runs_from"] = RUNS_FROM_NOTEBOOK
         summary = limits_summary(cells)
         overrides["limits"] = summary
         note = limits_footnote(summary)
@@ -450,6 +499,9 @@ class ReportContext:
     def save_table(self, table: Table | pd.DataFrame, name: str, **overrides: Any) -> list[Path]:
         own = table.caption if isinstance(table, Table) else None
         caption = self.with_engine_note(overrides.get("caption", own))
+        own_runs = table_run_dirs(table)
+        if own_runs is not None and "runs" not in overrides:
+            overrides["runs"], overrides["runs_from"] = run_paths(own_runs, self.out_dir), RUNS_FROM_TABLE
         overrides["caption"] = self.with_limits(caption, overrides)
         paths = save_table(table, name, self.out_dir, **self._fields(overrides))
         if self.after_table is not None:

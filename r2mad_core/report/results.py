@@ -46,9 +46,10 @@ class CellOutcome:
 
     def limits(self) -> dict[str, Any]:
         """The limits its completions hit, each counted apart (:data:`r2mad_core.debate.scoring.LIMIT_COUNTS`), and
-        ``questions``: how many of its questions had at least one such completion; with the cell's names."""
+        ``questions``: how many of its questions had at least one such completion; with the cell's names and its run
+        directory (``run_dir``: the manifest names the runs an artifact came from, not the machine's path)."""
         return {"model": self.model.label, "benchmark": self.benchmark, "method": self.method,
-                **cell_limits(self.records)}
+                **cell_limits(self.records), "run_dir": str(self.run_dir)}
 
 
 def cell_limits(records: Sequence[Mapping[str, Any]]) -> dict[str, int]:

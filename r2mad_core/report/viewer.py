@@ -26,12 +26,13 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
 from r2mad_core.debate import scoring
 from r2mad_core.experiments.cell import load_run
 from r2mad_core.memory.cases import MemoryCase
 from r2mad_core.data import benchmarks
+from r2mad_core.records import RoundRecord, RunConfig, TranscriptRecord, TurnRecord
 
 logger = logging.getLogger(__name__)
 
@@ -49,18 +50,18 @@ class RunView:
     """One run directory as the viewer reads it."""
 
     run_dir: Path
-    config: dict[str, Any]
-    records: dict[str, dict[str, Any]]  # sample id -> transcript record, file order
+    config: RunConfig
+    records: dict[str, TranscriptRecord]  # sample id -> transcript record (typed: r2mad_core.records), file order
     cases: dict[str, MemoryCase] = field(default_factory=dict)  # case id -> case of the run's memory bank
     bank_note: str = ""  # where the cases came from, or why there are none
 
     @property
     def method(self) -> str:
-        return str(self.config["method"]["name"])
+        return str(self.config.method["name"])
 
     @property
     def label(self) -> str:
-        options = self.config["method"].get("options", {})
+        options = self.config.method.get("options", {})
         name = METHOD_NAMES.get(self.method, self.method)
         extras = []
         if self.method == "mad_m2":
@@ -81,11 +82,11 @@ class RunView:
     def describe(self) -> str:
         c = self.config
         n = len(self.records)
-        correct = sum(bool(r["correct"]) for r in self.records.values())
+        correct = sum(bool(r.correct) for r in self.records.values())
         accuracy = f"accuracy {correct}/{n} = {correct / n:.3f}" if n else "no finished questions"
-        return (f"{self.label} on {c['benchmark']} {c['split']} ({n} questions, {accuracy}); model "
-                f"{c['engine'].get('model')} (engine {str(c['engine'].get('identity', '')).split(':', 1)[0]}), "
-                f"seed {c['seed']}, r2mad {c.get('r2mad_version', '?')}; run directory {self.run_dir.name}")
+        return (f"{self.label} on {c.benchmark} {c.split} ({n} questions, {accuracy}); model "
+                f"{c.engine.get('model')} (engine {str(c.engine.get('identity', '')).split(':', 1)[0]}), "
+                f"seed {c.seed}, r2mad {c.r2mad_version}; run directory {self.run_dir.name}")
 
 
 def _find_bank(run_dir: Path, memory: str | Path | None) -> Path | None:
@@ -120,9 +121,8 @@ def load_view(run_dir: str | Path, memory: str | Path | None = None) -> RunView:
         config, records = load_run(run_dir)
     except (FileNotFoundError, ValueError) as exc:
         raise ViewerError(str(exc)) from None
-    # the page shows each line as the file holds it (its JSON: peer keys as strings), read through the typed records
-    view = RunView(run_dir, config, {r.sample_id: r.model_dump(mode="json") for r in records})
-    named = memory if memory is not None else config["method"].get("options", {}).get("memory")
+    view = RunView(run_dir, RunConfig.model_validate(config), {r.sample_id: r for r in records})
+    named = memory if memory is not None else view.config.method.get("options", {}).get("memory")
     if named is not None:
         bank = _find_bank(run_dir, named)
         if bank is None:
@@ -162,7 +162,7 @@ def differing_ids(runs: Sequence[RunView]) -> set[str]:
     if len(runs) < 2:
         return set()
     first, second = runs[0].records, runs[1].records
-    return {q for q in first if q in second and bool(first[q]["correct"]) != bool(second[q]["correct"])}
+    return {q for q in first if q in second and bool(first[q].correct) != bool(second[q].correct)}
 
 
 def select_questions(runs: Sequence[RunView], *, question: str | None = None, shared_only: bool = False,
@@ -249,25 +249,26 @@ def _answer_badge(answer: Any, correct: Any) -> str:
     return f'<span class="ans {cls}" title="{"right" if correct else "wrong"}">{_e(answer)} {mark}</span>'
 
 
-def _stance(previous: Mapping[str, Any] | None, turn: Mapping[str, Any]) -> tuple[str, str]:
+def _stance(previous: TurnRecord | None, turn: TurnRecord) -> tuple[str, str]:
     """(cell class, label) of agent i's change from round t-1 to t."""
-    if previous is None or previous.get("answer") == turn.get("answer"):
+    if previous is None or previous.answer == turn.answer:
         return "", ""
-    was, now = bool(previous.get("correct")), bool(turn.get("correct"))
+    was, now = bool(previous.correct), bool(turn.correct)
     if not was and now:
-        return "w2c", f"wrong → right (was {previous.get('answer')})"
+        return "w2c", f"wrong → right (was {previous.answer})"
     if was and not now:
-        return "c2w", f"right → wrong (was {previous.get('answer')})"
-    return "changed", f"changed from {previous.get('answer')}"
+        return "c2w", f"right → wrong (was {previous.answer})"
+    return "changed", f"changed from {previous.answer}"
 
 
 def _number(value: Any, digits: int = 3) -> str:
     return "–" if value is None else f"{float(value):.{digits}f}"
 
 
-def _experiences(turn: Mapping[str, Any], run: RunView, expand: bool = False) -> str:
-    """E_i^(t): one block per retrieved case (narrow enough for a grid cell)."""
-    info = turn.get("retrieved") or {}
+def _experiences(turn: TurnRecord, run: RunView, expand: bool = False) -> str:
+    """E_i^(t): one block per retrieved case (narrow enough for a grid cell); ``retrieved`` is the round hook's record
+    (policy, case ids, scores, lambda_t, confidence), a JSON object in the typed turn."""
+    info = turn.retrieved or {}
     ids = info.get("case_ids") or []
     if not info:
         return ""
@@ -297,12 +298,13 @@ def _experiences(turn: Mapping[str, Any], run: RunView, expand: bool = False) ->
             + "</details>")
 
 
-def _peers(turn: Mapping[str, Any]) -> str:
-    info = turn.get("retrieved") or {}
-    confidence = info.get("confidence") or {}
-    annotations = turn.get("peer_confidence") or info.get("annotation") or {}
+def _peers(turn: TurnRecord) -> str:
+    info = turn.retrieved or {}
+    # peer j -> c_ji and its annotation; the hook's JSON has string keys, the typed turn's peer_confidence int keys
+    confidence = {int(k): v for k, v in (info.get("confidence") or {}).items()}
+    annotations = {int(k): v for k, v in (turn.peer_confidence or info.get("annotation") or {}).items()}
     parts = []
-    for peer in sorted(set(confidence) | set(annotations), key=int):
+    for peer in sorted(set(confidence) | set(annotations)):
         label = annotations.get(peer)
         text = f"agent {peer}: {label or 'no annotation'} (c = {_number(confidence.get(peer), 2)})"
         parts.append(f'<span class="{_e(label or "")}">{_e(text)}</span>')
@@ -312,29 +314,29 @@ def _peers(turn: Mapping[str, Any]) -> str:
     return f'<div class="peers">confidence in peers{shown}: ' + "; ".join(parts) + "</div>"
 
 
-def _turn_cell(turn: Mapping[str, Any], previous: Mapping[str, Any] | None, rnd: Mapping[str, Any],
-               run: RunView, expand: bool = False) -> str:
+def _turn_cell(turn: TurnRecord, previous: TurnRecord | None, rnd: RoundRecord, run: RunView,
+               expand: bool = False) -> str:
     cls, flip = _stance(previous, turn)
     tags = []
-    if turn.get("truncated"):
+    if turn.truncated:
         tags.append("cut at max_tokens")
-    visible = turn.get("visible_peers")
-    if visible is not None and rnd.get("masking"):
+    visible = turn.visible_peers
+    if visible is not None and rnd.masking:
         tags.append("saw agents " + (", ".join(str(v) for v in visible) or "none"))
-    body = [_answer_badge(turn.get("answer"), turn.get("correct"))]
+    body = [_answer_badge(turn.answer, turn.correct)]
     if flip:
         body.append(f'<span class="flip">{_e(flip)}</span>')
     body += [f'<span class="tag">{_e(t)}</span>' for t in tags]
-    body.append(f'<details><summary>response</summary><pre>{_e(turn.get("response"))}</pre></details>')
+    body.append(f'<details><summary>response</summary><pre>{_e(turn.response)}</pre></details>')
     body.append(_peers(turn))
     body.append(_experiences(turn, run, expand))
-    return (f'<td class="turn {cls}" data-round="{int(rnd["round"])}" data-agent="{int(turn["agent"])}" '
-            f'data-answer="{_e(turn.get("answer"))}" data-correct="{int(bool(turn.get("correct")))}">'
+    return (f'<td class="turn {cls}" data-round="{rnd.round}" data-agent="{turn.agent}" '
+            f'data-answer="{_e(turn.answer)}" data-correct="{int(bool(turn.correct))}">'
             + "".join(body) + "</td>")
 
 
-def _masking(rnd: Mapping[str, Any], n_agents: int) -> str:
-    info = rnd.get("masking") or {}
+def _masking(rnd: RoundRecord, n_agents: int) -> str:
+    info = rnd.masking or {}  # MAD-M2's record: strategy, kept, verdicts, mean_logprob (a JSON object)
     if not info:
         return ""
     kept = [int(k) for k in info.get("kept") or []]
@@ -347,31 +349,30 @@ def _masking(rnd: Mapping[str, Any], n_agents: int) -> str:
     return f'<div class="mask">{_e(text)}</div>'
 
 
-def debate_grid(record: Mapping[str, Any], run: RunView, expand: bool = False) -> str:
+def debate_grid(record: TranscriptRecord, run: RunView, expand: bool = False) -> str:
     """One debate: rounds as columns, agents as rows, then the consensus ratio and summary of each round."""
-    rounds = record["rounds"]
-    n_agents = max((len(r["agents"]) for r in rounds), default=0)
-    head = "".join(
-        f'<th data-round="{int(r["round"])}">round {int(r["round"])}{_masking(r, n_agents)}</th>' for r in rounds)
+    rounds = record.rounds
+    n_agents = max((len(r.agents) for r in rounds), default=0)
+    head = "".join(f'<th data-round="{r.round}">round {r.round}{_masking(r, n_agents)}</th>' for r in rounds)
     rows = []
     for i in range(n_agents):
         cells = []
         for t, rnd in enumerate(rounds):
-            turn = next((a for a in rnd["agents"] if int(a["agent"]) == i), None)
-            previous = None if t == 0 else next((a for a in rounds[t - 1]["agents"] if int(a["agent"]) == i), None)
+            turn = next((a for a in rnd.agents if a.agent == i), None)
+            previous = None if t == 0 else next((a for a in rounds[t - 1].agents if a.agent == i), None)
             cells.append(_turn_cell(turn, previous, rnd, run, expand) if turn else "<td>–</td>")
         rows.append(f'<tr><td class="agent">agent {i}</td>{"".join(cells)}</tr>')
-    consensus = "".join(f"<td>{_number(r['consensus_ratio'], 2)}{' (unanimous)' if r.get('unanimous') else ''}</td>"
+    consensus = "".join(f"<td>{_number(r.consensus_ratio, 2)}{' (unanimous)' if r.unanimous else ''}</td>"
                         for r in rounds)
-    summaries = "".join(f"<td><pre>{_e(r.get('summary'))}</pre></td>" if r.get("summary") else "<td>–</td>"
-                        for r in rounds)
+    summaries = "".join(f"<td><pre>{_e(r.summary)}</pre></td>" if r.summary else "<td>–</td>" for r in rounds)
     rows.append(f'<tr><td class="agent">consensus</td>{consensus}</tr>')
-    if any(r.get("summary") for r in rounds):
+    if any(r.summary for r in rounds):
         rows.append(f'<tr><td class="agent">summary</td>{summaries}</tr>')
-    vote = record.get("vote") or {}
-    stopped = (f"; stopped after round {rounds[-1]['round']} (unanimous)" if record.get("stopped_early") else "")
-    final = (f'<div class="final">final answer {_answer_badge(record.get("final_answer"), record.get("correct"))} '
-             f'by {_e(vote.get("rule"))} vote (groups {_e(vote.get("group_sizes"))}{", tie broken" if vote.get("tied") else ""})'
+    vote = record.vote
+    groups = list(vote.group_sizes)
+    stopped = (f"; stopped after round {rounds[-1].round} (unanimous)" if record.stopped_early else "")
+    final = (f'<div class="final">final answer {_answer_badge(record.final_answer, record.correct)} '
+             f'by {_e(vote.rule)} vote (groups {_e(groups)}{", tie broken" if vote.tied else ""})'
              f"{_e(stopped)}</div>")
     return (f'<table class="grid"><tr><th class="agent">agent</th>{head}</tr>{"".join(rows)}</table>{final}')
 
@@ -385,7 +386,7 @@ def question_section(qid: str, runs: Sequence[RunView], question_text: str | Non
     if qid in differ:
         flags.append("the runs end differently")
     parts = [f'<section class="q" id="{_e(_anchor(qid))}" data-q="{_e(qid)}" data-shared="{int(qid in shared)}" '
-             f'data-differs="{int(qid in differ)}"><h2>{_e(qid)} · reference {_e(first["gold"])}'
+             f'data-differs="{int(qid in differ)}"><h2>{_e(qid)} · reference {_e(first.gold)}'
              + (f' <span class="tag">{_e("; ".join(flags))}</span>' if flags else "") + "</h2>"]
     if question_text:
         parts.append(f"<details{' open' if expand else ''}><summary>question</summary><pre>{_e(question_text)}</pre></details>")
@@ -407,7 +408,7 @@ def render(runs: Sequence[RunView], ids: Sequence[str], *, page: bool = True, ex
     question and the retrieved experiences (the responses stay folded)."""
     shared, shared_source = shared_misconception_ids(runs)
     differ = differing_ids(runs)
-    texts = _question_texts(runs[0].config["benchmark"], ids)
+    texts = _question_texts(runs[0].config.benchmark, ids)
     body = ['<div class="r2v">']
     if page:
         body.append("<h1>Debates: " + _e(" vs ".join(r.label for r in runs)) + "</h1>")
@@ -425,7 +426,7 @@ def render(runs: Sequence[RunView], ids: Sequence[str], *, page: bool = True, ex
         rows = []
         for qid in ids:
             finals = "".join(
-                f"<td>{_answer_badge(r.records[qid].get('final_answer'), r.records[qid].get('correct'))}</td>"
+                f"<td>{_answer_badge(r.records[qid].final_answer, r.records[qid].correct)}</td>"
                 if qid in r.records else "<td>–</td>" for r in runs)
             rows.append(f'<tr data-q="{_e(qid)}" data-shared="{int(qid in shared)}" data-differs="{int(qid in differ)}">'
                         f'<td><a href="#{_e(_anchor(qid))}">{_e(qid)}</a></td>{finals}'
@@ -448,7 +449,7 @@ def _load_runs(run_dirs: Sequence[str | Path], memory: str | Path | None) -> lis
     if not 1 <= len(run_dirs) <= MAX_RUNS:
         raise ViewerError(f"give one or two run directories, found {len(run_dirs)}")
     runs = [load_view(d, memory if i == 0 else None) for i, d in enumerate(run_dirs)]
-    benchmarks = {r.config["benchmark"] for r in runs}
+    benchmarks = {r.config.benchmark for r in runs}
     if len(benchmarks) > 1:
         raise ViewerError(f"the runs are on different benchmarks ({', '.join(sorted(benchmarks))}): compare runs of one")
     return runs

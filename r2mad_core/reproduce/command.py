@@ -80,6 +80,8 @@ from r2mad_core.experiments.budget import BudgetCap, EstimatingGateway, Forwardi
 from r2mad_core.reproduce.ablations import run_ablation
 from r2mad_core.report.artifacts import missing_artifacts
 from r2mad_core.reproduce.estimate import estimate_lines, estimate_profile
+from r2mad_core.report.headline import print_headline
+from r2mad_core.report.volatile import ExecutedSnapshot
 from r2mad_core.report.power import claims_power_lines
 from r2mad_core.reproduce.sweeps import caption_note, parse_sweep
 from r2mad_core.reproduce.variants import Variant, differences, profile_values, shown_path, to_environment
@@ -260,6 +262,7 @@ def run_notebooks(
     if paths.data_dir:
         os.environ["R2MAD_DATA_DIR"] = str(paths.data_dir)
     parameters = notebook_parameters(profile, paths)
+    executed_before = ExecutedSnapshot(paths.executed_dir)  # a notebook whose results are unchanged keeps its bytes
     total_start = time.perf_counter()
     for line in banner(profile) if show_banner else ():
         echo(line)
@@ -310,6 +313,7 @@ def run_notebooks(
                    or notebook_runner.previous_seconds(REPOSITORY / "notebooks" / "executed" / profile.folder)),
             on_start=lambda notebook: echo(f"[{position[notebook.stem]}/{total}] {notebook.stem} ..."),
             on_finish=finish)
+    executed_before.settle()
     if not (results and results[-1].error):
         echo(f"reproduce: all {total} notebooks ran in {_duration(time.perf_counter() - total_start)}")
     return results
@@ -689,6 +693,7 @@ def _run_main(args: argparse.Namespace, profile: Profile, only: Sequence[str] | 
     if missing:
         print("reproduce: artifacts listed in the manifest are missing:\n  " + "\n  ".join(missing), file=sys.stderr)
         return 1
+    print_headline(paths.artifacts_dir, ran=[r.notebook for r in results])
     return 0
 
 

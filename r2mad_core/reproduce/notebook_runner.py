@@ -32,6 +32,8 @@ from typing import Any, Callable, Mapping, Sequence
 KERNEL_NAME = "python3"
 #: Run by every kernel at start (issue 33: kernels outlived a killed ``reproduce`` by 1-5 s and kept writing).
 KERNEL_EXITS_WITH_RUNNER = "--IPKernelApp.exec_lines=[\"__import__('r2mad_core.files').files.exit_with_parent()\"]"
+#: Seconds a kernel may take to start (papermill's default is 60): on a loaded machine a start can take longer, slow not broken.
+KERNEL_START_TIMEOUT = 600
 logger = logging.getLogger(__name__)
 
 
@@ -185,6 +187,7 @@ def execute(notebook: Path, output: Path, parameters: Mapping[str, Any], kernel:
             # the kernel's working directory, given to the kernel itself: papermill's cwd= changes this
             # process's directory for the whole run, which two notebooks running at once would race on
             resources={"metadata": {"path": str(notebook.parent)}}, progress_bar=False, log_output=False,
+            start_timeout=KERNEL_START_TIMEOUT,
             # the kernel's own start-up/shutdown chatter ("running over TCP without encryption", the SIGINT
             # jupyter_client sends at shutdown) is not the notebook's output: errors still reach the notebook
             # the kernel ends the moment this process does, however it ends (r2mad_core.files.exit_with_parent)
