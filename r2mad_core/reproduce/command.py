@@ -81,7 +81,7 @@ from r2mad_core.reproduce.ablations import run_ablation
 from r2mad_core.report.artifacts import missing_artifacts
 from r2mad_core.reproduce.estimate import estimate_lines, estimate_profile
 from r2mad_core.report.headline import print_headline
-from r2mad_core.report.volatile import ExecutedSnapshot
+from r2mad_core.report.volatile import ExecutedSnapshot  # noqa: E501
 from r2mad_core.report.power import claims_power_lines
 from r2mad_core.reproduce.sweeps import caption_note, parse_sweep
 from r2mad_core.reproduce.variants import Variant, differences, profile_values, shown_path, to_environment
@@ -296,7 +296,7 @@ def run_notebooks(
 
     def finish(notebook: Path, result: NotebookResult) -> None:  # under the runner's lock
         tag = f"[{position[notebook.stem]}/{total}] {notebook.stem}"
-        _record_timing(paths.executed_dir, notebook.stem, result.seconds, result.error is None)
+        notebook_runner.record_timing(paths.executed_dir, notebook.stem, result.seconds, result.error is None)
         if after_notebook is not None:
             after_notebook(result)
         if result.error:
@@ -374,17 +374,6 @@ def _duration(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.1f} s"
     return f"{int(seconds // 60)} min {seconds % 60:02.0f} s"
-
-
-def _record_timing(executed_dir: Path, notebook: str, seconds: float, succeeded: bool) -> None:
-    path = executed_dir / "timings.json"
-    try:
-        timings = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    except json.JSONDecodeError:
-        timings = {}
-    timings[notebook] = {"seconds": round(seconds, 2), "succeeded": succeeded,
-                         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    atomic_write(path, json.dumps(dict(sorted(timings.items())), indent=2) + "\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

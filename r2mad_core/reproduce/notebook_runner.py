@@ -25,9 +25,12 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
+
+from r2mad_core.files import atomic_write
 
 KERNEL_NAME = "python3"
 #: Run by every kernel at start (issue 33: kernels outlived a killed ``reproduce`` by 1-5 s and kept writing).
@@ -298,3 +301,15 @@ def register_reusing_engine() -> None:
                                      log_output=log_output, stdout_file=stdout_file, stderr_file=stderr_file).execute()
 
         papermill_engines.register(REUSING_ENGINE, ReusingEngine)
+
+
+def record_timing(executed_dir: Path, notebook: str, seconds: float, succeeded: bool) -> None:
+    """Record one notebook's wall time in ``executed_dir/timings.json`` (the longest-first hints read it back)."""
+    path = executed_dir / "timings.json"
+    try:
+        timings = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    except json.JSONDecodeError:
+        timings = {}
+    timings[notebook] = {"seconds": round(seconds, 2), "succeeded": succeeded,
+                         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    atomic_write(path, json.dumps(dict(sorted(timings.items())), indent=2) + "\n")
