@@ -607,6 +607,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if paper_run.wanted(args):  # the paper run's rehearsal, pre-flight and calibration
         return paper_run.main(args, profile, only, run_notebooks, ReproductionPaths)
+    if not args.estimate_only and paper_run.gpu_models(profile) and paper_run.preflight_failed(profile):
+        return 1  # a GPU profile: gated access, disk, memory checked before any GPU work (one line each)
     if overrides or args.sweep or args.variant or args.replicates > 1:
         return _ablation_main(args, overrides, only)
     return _run_main(args, profile, only)

@@ -16,6 +16,7 @@ import argparse
 import datetime as _dt
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -86,6 +87,16 @@ def main(args: argparse.Namespace, profile: Profile, only: Sequence[str] | None,
             print(line)
         return 0
     return 0
+
+
+def preflight_failed(profile: Profile) -> bool:
+    """Run the pre-flight before a real GPU run; print each failure (one line) and say whether any failed."""
+    kind = calibrate.gpu_kind(calibrate.cuda_device())  # the card here; memory unchecked on a card not modelled
+    failures = preflight.check(profile, gpu_kind=kind) if kind in throughput.GPUS else [
+        *preflight.check_gated(profile), *preflight.check_disk(profile), *preflight.check_api(profile)]
+    for line in failures:
+        print(f"preflight: {line}", file=sys.stderr)
+    return bool(failures)
 
 
 def scale_factors(profile: Profile, summary: Mapping[str, Any], data_dir: Path | None = None) -> dict[tuple[str, str], float]:
