@@ -182,6 +182,10 @@ def estimate_lines(profile: Profile, usage: Mapping[str, Mapping[str, Any]], *, 
             totals[kind][1] += hours[1]
             lines.append(f"    {kind}: {low:,.0f}-{high:,.0f} tokens/s modelled -> "
                          f"{hours[0]:,.1f}-{hours[1]:,.1f} GPU-hours")
+    absent = [label for label in [*on_gpu, *(e["label"] for e in profile.fields.get("large_models") or [] if "stand_in" not in e)]
+              if label not in usage]
+    if absent:
+        lines.append(f"  not in the rehearsal's log (not counted; rehearse every notebook): {', '.join(absent)}")
     for kind, (low, high) in totals.items():
         lines.append(f"  total on {kind}: {low:,.1f}-{high:,.1f} GPU-hours for the {len(on_gpu)} vLLM models, one after "
                      f"another; on {gpus} GPU{'s' if gpus != 1 else ''}: wall-clock {low / gpus:,.1f}-{high / gpus:,.1f} h "
