@@ -59,7 +59,7 @@ def _questions(profile: Profile, test_limit: int, train_limit: int, data_dir: Pa
 def _entry(entry: Mapping[str, Any], questions: Mapping[str, Any]) -> dict[str, Any]:
     """A model entry of the profile as its rehearsal stand-in: same label and model id, its context."""
     options = dict(entry.get("options") or {})
-    model = entry.get("model") or entry.get("model_env") or entry["label"]
+    model = entry.get("model") or entry["label"]  # an API model named by an environment variable: its label
     return {"label": entry["label"], "engine": stand_in.ENGINE_NAME, "model": str(model),
             "options": {"label": entry["label"], "context": options.get("max_model_len"), "questions": questions}}
 
