@@ -164,3 +164,45 @@ def test_rehearsal_of_notebooks_01_02(tmp_path):
     assert len(banks) == 4 and {json.loads(p.read_text())["model"] for p in banks} == {"Qwen/Qwen3-4B-Instruct-2507"}
     rows = [json.loads(line) for line in (tmp_path / "runs" / "paper-rehearsal" / "requests.jsonl").read_text().splitlines()]
     assert rows and {r["label"] for r in rows} == {"Qwen3-4B-Instruct-2507"} and {r["split"] for r in rows} == {"train"}
+
+
+def _faked_rehearsal(out: Path, paper) -> None:
+    """A small faked rehearsal: its log and summary where `--rehearse` writes them."""
+    runs = out / "runs" / "paper-rehearsal"
+    runs.mkdir(parents=True)
+    rows = [_row(label, model, "truthfulqa", "test", 1200, 400) for label, model in paper_run.gpu_models(paper).items()]
+    rows.append(_row("GPT-4o-mini", "GPT-4o-mini", "truthfulqa", "test", 1200, 400, context=None))
+    (runs / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    figures = out / "figures" / "paper-rehearsal"
+    figures.mkdir(parents=True)
+    (figures / "REHEARSAL.json").write_text(json.dumps({"test_limit": 2, "train_limit": 4}))
+
+
+def test_estimate_only_reads_the_rehearsal_log_and_a_calibration(paper, tmp_path, capsys):
+    from r2mad_core import reproduce
+
+    _faked_rehearsal(tmp_path, paper)
+    assert reproduce.main(["--profile", "paper", "--estimate-only", "--gpus", "8", "--output-dir", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "measured" not in printed.lower()
+    # truthfulqa: 166 test questions over the 2 rehearsed -> each request counts 83 times
+    assert "Qwen3-8B (Qwen/Qwen3-8B, GPU): rehearsal 1 requests" in printed and "scaled: 83 requests" in printed
+    assert "on 8 GPUs: wall-clock" in printed and "not in the rehearsal's log" in printed  # Llama is absent
+    cache = tmp_path / "cache" / "paper"
+    cache.mkdir(parents=True)
+    (cache / calibrate.FILE_NAME).write_text(json.dumps({"models": {"Qwen3-8B": {
+        "tokens_per_s": 83 * 400 / 3600.0, "gpu_kind": "A100-80GB", "device": "NVIDIA A100-SXM4-80GB", "when": "now"}}}))
+    assert reproduce.main(["--profile", "paper", "--estimate-only", "--output-dir", str(tmp_path)]) == 0
+    measured = [line for line in capsys.readouterr().out.splitlines() if "measured" in line]
+    assert measured == ["    A100-80GB: 1.0 GPU-hours at 9 tokens/s, measured on NVIDIA A100-SXM4-80GB by --calibrate (now)"]
+
+
+def test_a_real_gpu_run_stops_at_the_preflight(tmp_path, capsys, monkeypatch):
+    from r2mad_core import reproduce
+
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(preflight, "hub_token", lambda: None)
+    assert reproduce.main(["--profile", "paper", "--output-dir", str(tmp_path)]) == 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("preflight: ")]
+    assert any("HF_TOKEN" in line for line in lines) and any("R2MAD_LLAMA_MODEL" in line for line in lines)
+    assert not (tmp_path / "notebooks").exists()  # nothing ran
