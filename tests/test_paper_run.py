@@ -206,3 +206,15 @@ def test_a_real_gpu_run_stops_at_the_preflight(tmp_path, capsys, monkeypatch):
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("preflight: ")]
     assert any("HF_TOKEN" in line for line in lines) and any("R2MAD_LLAMA_MODEL" in line for line in lines)
     assert not (tmp_path / "notebooks").exists()  # nothing ran
+
+
+def test_the_grid_keeps_enough_requests_in_flight_for_several_replicas(tmp_path):
+    from r2mad_core.experiments.model_specs import ModelSpec
+    from r2mad_core.reproduce.grid import STREAMING_WINDOW, ExperimentGrid
+
+    exp = ExperimentGrid.from_profile(load_profile("tiny"), runs_dir=tmp_path / "runs", cache_dir=tmp_path / "cache")
+    eight = ModelSpec("Q", "openai", "Qwen/Qwen2.5-7B-Instruct", {"max_concurrency": 1536})  # 192 in flight x 8 GPUs
+    assert exp.schedule(eight) == {"schedule": "questions", "window": 1536 // 3}
+    one = ModelSpec("Q", "openai", "Qwen/Qwen2.5-7B-Instruct", {"max_concurrency": 8})
+    assert exp.schedule(one)["window"] == STREAMING_WINDOW
+    exp.close()

@@ -75,7 +75,7 @@ class LengthModel:
     def for_model(cls, model: str | None) -> "LengthModel":
         """Qwen3 thinks (benchmarks/throughput.py: median 1200 debate tokens, 400 for a summary); the others
         answer in ~400 tokens (the paper profile's estimate)."""
-        if model and "qwen3" in model.lower():
+        if model and "qwen3" in model.lower() and "instruct-2507" not in model.lower():  # Instruct-2507: non-thinking
             return cls(debate_median=1200.0, summary_median=400.0, visible_share=0.25, thinking=True)
         return cls()
 
