@@ -76,6 +76,9 @@ def main(args: argparse.Namespace, profile: Profile, only: Sequence[str] | None,
             run=lambda rehearsed, paths: run_notebooks(rehearsed, paths, notebooks_dir=args.notebooks_dir, only=only,
                                                        jobs=args.jobs, reuse_kernels=False if args.fresh_kernels else None),
             paths_of=lambda out, name, data=None: paths_of(out, name, data.resolve() if data else None))
+        if not code and not args.preflight:  # what the GPU machine must also pass (not the rehearsal's to fail)
+            for line in preflight.check_gated(profile) + preflight.check_api(profile):
+                print(f"rehearse: note for the real run (pre-flight here): {line}")
         if code or not args.estimate_only:
             return code
         return estimate_main(args, profile, only, run_notebooks, paths_of)
