@@ -218,3 +218,26 @@ def test_the_grid_keeps_enough_requests_in_flight_for_several_replicas(tmp_path)
     one = ModelSpec("Q", "openai", "Qwen/Qwen2.5-7B-Instruct", {"max_concurrency": 8})
     assert exp.schedule(one)["window"] == STREAMING_WINDOW
     exp.close()
+
+
+def test_the_rehearsal_fails_on_a_prompt_over_a_context(paper, tmp_path):
+    """A faked runner (no notebooks): a logged overflow is one failure line naming the model, exit 1."""
+    import os
+
+    from r2mad_core.reproduce import rehearsal
+    from r2mad_core.reproduce.command import NotebookResult, ReproductionPaths
+
+    def run(profile, paths):
+        assert profile.name == "paper-rehearsal" and all(m.engine == "rehearsal" for m in profile.spec.models)
+        row = _row("Qwen3-8B", "Qwen/Qwen3-8B", "math500", "test", 41000, 0, cut="context_overflow", context=40960)
+        Path(os.environ[LOG_ENVIRONMENT]).write_text(json.dumps(row) + "\n")
+        return [NotebookResult("01_data", 0.1, paths.executed_dir / "01_data.ipynb", None)]
+
+    said = []
+    code = rehearsal.rehearse(paper, tmp_path, run=run, paths_of=lambda out, name, data=None: ReproductionPaths(out, name),
+                              only=["01"], echo=said.append)
+    assert code == 1
+    assert [line for line in said if "FAILED" in line] == [
+        "rehearse: FAILED: Qwen3-8B: 1 of 1 prompts over its context of 40,960 tokens (longest 41,000): the real run "
+        "would answer them empty"]
+    assert not (tmp_path / "figures" / "paper").exists()
