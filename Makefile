@@ -13,8 +13,9 @@ PROFILE ?= sim
 # change) reinstalls those, never the CPU ones over a GPU venv. First build: gpu,notebooks,dev for PROFILE=paper,
 # else cpu,notebooks,dev,docs. Naming other EXTRAS on the command line rebuilds the venv's packages with them.
 REMEMBERED_EXTRAS := $(strip $(shell cat $(VENV)/.extras 2>/dev/null))
-ifeq ($(PROFILE),paper)
+ifeq ($(PROFILE)$(findstring --rehearse,$(ARGS))$(findstring --estimate-only,$(ARGS)),paper)
 DEFAULT_EXTRAS := gpu,notebooks,dev
+# every other profile, and the paper run's rehearsal and estimate (on the CPU: no vLLM)
 else
 DEFAULT_EXTRAS := cpu,notebooks,dev,docs
 endif

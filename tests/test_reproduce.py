@@ -129,7 +129,7 @@ def test_paper_profile_has_the_papers_hyperparameters() -> None:
     assert p["icl_models"] == ["Qwen2.5-7B-Instruct", "Gemma-3-4B-IT"]
     assert p["icl_benchmarks"] == ["mmlu_pro_economics", "truthfulqa"]
     assert p["cost_benchmark"] == "mmlu_pro_economics"
-    # GPU-hours, stated in the file: the --estimate-only figure (18.1 GPU-hours on 2026-11-24), not a guess
+    # GPU-hours, stated in the file: the --estimate-only range's H100 upper end (20.6 GPU-hours on 2026-11-25), not a guess
     assert 12 * 60 < p["expected_runtime_minutes"] < 24 * 60 and "estimate-only" in p["expected_runtime"]
 
 

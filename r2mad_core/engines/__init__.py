@@ -19,6 +19,8 @@ Underneath: :mod:`~r2mad_core.engines.base` (requests, completions, the ``Engine
 :mod:`~r2mad_core.engines.cache` (the persistent response cache), :mod:`~r2mad_core.engines.thinking` (the
 ``<think>`` part of a completion), :mod:`~r2mad_core.engines.vllm_loop` (the vLLM engine thread).
 
+- ``rehearsal``: :class:`~r2mad_core.engines.rehearsal.RehearsalEngine` -- the paper run's dress rehearsal
+  (a model's context and reply lengths, every request logged; unlisted).
 - ``simulated``: ``r2mad_core.theory.agents.SimulatedEngine`` -- latent-concept agents for
   tests and the theory (options forwarded as they are; it needs ``samples=...``).
 """
@@ -107,6 +109,9 @@ for _spec in (
     EngineSpec("simulated", "r2mad_core.theory.agents:SimulatedEngine",
                "latent-concept agents for tests, the sim profile and the theory (needs samples=...)",
                model_option=None, concurrent=True),
+    EngineSpec("rehearsal", "r2mad_core.engines.rehearsal:RehearsalEngine",
+               "the dress rehearsal's stand-in: a model's context and reply lengths, no language model",
+               concurrent=True, listed=False),
 ):
     register_engine(_spec)
 

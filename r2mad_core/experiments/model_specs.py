@@ -26,7 +26,7 @@ SPEED_OPTIONS = frozenset({
 
 #: How a figure names the engine a model ran on (``ModelSpec.title``).
 ENGINE_TITLES = {"simulated": "simulated agents", "local": "local engine, llama.cpp", "vllm": "vLLM",
-                 "openai": "OpenAI-compatible API"}
+                 "openai": "OpenAI-compatible API", "rehearsal": "REHEARSAL stand-in, not this model's answers"}
 
 
 @dataclass(frozen=True)

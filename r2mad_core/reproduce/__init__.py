@@ -15,8 +15,16 @@
   each variant.
 - :mod:`~r2mad_core.reproduce.collect`: every cell behind the paper's tables, run or loaded, in the paper's terms
   (notebook 10's one step).
-- :mod:`~r2mad_core.reproduce.estimate`: the pre-flight estimate of a GPU profile (requests, tokens, overflows,
-  GPU-hours).
+- :mod:`~r2mad_core.reproduce.estimate`: the older pre-flight estimate of a GPU profile (requests built by the grid on
+  a sample, a counting engine), kept for its library users.
+- :mod:`~r2mad_core.reproduce.rehearsal`: ``--rehearse``: every notebook of a GPU profile with each model behind a
+  stand-in (its context and reply lengths), on the CPU, every request logged.
+- :mod:`~r2mad_core.reproduce.paper_run`: the paper run's options (``--rehearse``, ``--estimate-only`` as the rehearsal
+  scaled, ``--gpus``, ``--calibrate``, ``--preflight``).
+- :mod:`~r2mad_core.reproduce.throughput`: the modelled tokens/s per model and GPU kind (KV-cache capacity,
+  bandwidth, prefill), with sources.
+- :mod:`~r2mad_core.reproduce.calibrate`: ``--calibrate``: tokens/s measured on the user's GPU, stored beside the cache.
+- :mod:`~r2mad_core.reproduce.preflight`: gated access, disk, GPU memory and API variables, before any GPU work.
 
 The command line's public names (``main``, ``load_profile``, ``run_notebooks``, ...) are importable from here, as
 they were from the module ``r2mad_core.reproduce`` before it became this package.

@@ -79,10 +79,9 @@ from r2mad_core.reproduce.variants import ENVIRONMENT as VARIANT_ENVIRONMENT, VA
 from r2mad_core.experiments.budget import BudgetCap, EstimatingGateway, ForwardingGateway, Prices, Usage, format_estimate
 from r2mad_core.reproduce.ablations import run_ablation
 from r2mad_core.report.artifacts import missing_artifacts
-from r2mad_core.reproduce.estimate import estimate_lines, estimate_profile
 from r2mad_core.report.headline import print_headline
-from r2mad_core.report.volatile import ExecutedSnapshot  # noqa: E501
-from r2mad_core.report.power import claims_power_lines
+from r2mad_core.report.volatile import ExecutedSnapshot
+from r2mad_core.reproduce import paper_run
 from r2mad_core.reproduce.sweeps import caption_note, parse_sweep
 from r2mad_core.reproduce.variants import Variant, differences, profile_values, shown_path, to_environment
 from r2mad_core.data.verdicts import ENVIRONMENT as ANSWER_MEMO_ENVIRONMENT
@@ -423,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="price per million completion tokens (default: $R2MAD_API_PRICE_COMPLETION)")
     budget.add_argument("--estimate-only", action="store_true", help="print the cost estimate and send nothing")
     budget.add_argument("--no-estimate", action="store_true", help="skip the estimate (the cap still applies)")
+    paper_run.add_arguments(parser)  # --rehearse, --gpus, --calibrate, --preflight (r2mad_core/reproduce/paper_run.py)
     return parser
 
 
@@ -577,23 +577,6 @@ def _budget_main(
     return results
 
 
-def _gpu_estimate_main(profile: Profile, data_dir: Path | None) -> int:
-    """``--estimate-only`` for a profile without a budget gateway (the paper profile): the pre-flight estimate of
-    :mod:`r2mad_core.reproduce.estimate`, printed; nothing generated, no notebook run."""
-    for line in banner(profile):
-        print(line)
-    print("reproduce: --estimate-only: building every request of the notebooks' cells on a sample of questions "
-          "(no model is loaded) ...", flush=True)
-    estimate = estimate_profile(profile, data_dir=data_dir,
-                                progress=lambda notebook: print(f"  ... {notebook}", flush=True))
-    for line in estimate_lines(estimate):
-        print(line)
-    # what the run can test: the paper's claims this profile's sizes confirm with 80% power (r2mad_core.report.power)
-    for line in claims_power_lines(profile.fields, name=profile.name):
-        print(line)
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     only = [t for t in args.only.split(",") if t.strip()] if args.only else None
@@ -615,6 +598,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, ProfileError, ValueError) as exc:
         print(f"reproduce: {exc}", file=sys.stderr)
         return 2
+    if paper_run.wanted(args):  # the paper run's rehearsal, pre-flight and calibration
+        return paper_run.main(args, profile, only, run_notebooks, ReproductionPaths)
+    if not args.estimate_only and paper_run.gpu_models(profile) and paper_run.preflight_failed(profile):
+        return 1  # a GPU profile: gated access, disk, memory checked before any GPU work (one line each)
     if overrides or args.sweep or args.variant or args.replicates > 1:
         return _ablation_main(args, overrides, only)
     return _run_main(args, profile, only)
@@ -664,7 +651,7 @@ def _run_main(args: argparse.Namespace, profile: Profile, only: Sequence[str] | 
                 return outcome
             results = outcome
         elif args.estimate_only:
-            return _gpu_estimate_main(profile, data_dir)
+            return paper_run.estimate_main(args, profile, only, run_notebooks, ReproductionPaths)
         else:
             results = run_notebooks(profile, paths, notebooks_dir=args.notebooks_dir, only=only, show_banner=show_banner,
                                     jobs=args.jobs, reuse_kernels=False if args.fresh_kernels else None)

@@ -23,8 +23,8 @@ does:
   three agents that agree with that probability do.
 - **The share of requests that would overflow** each model's context (the prompt alone does not fit: answered
   empty under ``overflow_policy: empty``) and of outputs the context would cap.
-- **GPU-hours** = generated tokens / :data:`TOKENS_PER_S`, the throughput model's rate for an 8B model under the
-  question schedule (benchmarks/throughput.py, benchmarks/README.md: 3754 tokens/s, window 64; 11.3 GPU-hours for
+- **GPU-hours** = generated tokens / :data:`TOKENS_PER_S`, a simulated rate (benchmarks/throughput.py's virtual GPU
+  with assumed step costs; not measured on any GPU) for an 8B model under the question schedule (benchmarks/throughput.py, benchmarks/README.md: 3754 tokens/s, window 64; 11.3 GPU-hours for
   Qwen3-8B's 153M tokens there). The same rate for the 4B and 7B models (an upper bound for them). API models
   (``large_models``) are counted in requests and tokens, not GPU-hours.
 
@@ -53,7 +53,8 @@ from r2mad_core.report.protocol_notes import LAMBDA_K
 from r2mad_core.data.benchmarks import load
 from r2mad_core.reproduce.grid import ExperimentGrid
 
-#: Generated tokens per second of one GPU (benchmarks/README.md: the throughput model, 8B model, question schedule).
+#: Generated tokens per second of one GPU: simulated, not measured (benchmarks/throughput.py's virtual GPU, 8B model,
+#: question schedule). ``reproduce --estimate-only`` no longer uses it (r2mad_core/reproduce/paper_run.py).
 TOKENS_PER_S = 3754.0
 ENGINE_NAME = "estimating"
 
@@ -74,7 +75,7 @@ class LengthModel:
     def for_model(cls, model: str | None) -> "LengthModel":
         """Qwen3 thinks (benchmarks/throughput.py: median 1200 debate tokens, 400 for a summary); the others
         answer in ~400 tokens (the paper profile's estimate)."""
-        if model and "qwen3" in model.lower():
+        if model and "qwen3" in model.lower() and "instruct-2507" not in model.lower():  # Instruct-2507: non-thinking
             return cls(debate_median=1200.0, summary_median=400.0, visible_share=0.25, thinking=True)
         return cls()
 
@@ -391,7 +392,7 @@ def estimate_lines(estimate: Estimate) -> list[str]:
     lines.append(
         f"  GPU time: {estimate.gpu_hours:,.1f} GPU-hours (~{estimate.gpu_hours / 24:.1f} GPU-days) on one GPU for the "
         f"{len(estimate.gpu_models)} vLLM models: {_tokens(estimate.gpu_tokens)} generated tokens at "
-        f"{TOKENS_PER_S:,.0f} tokens/s (benchmarks/throughput.py's 8B-model rate, question schedule, window 64; "
+        f"{TOKENS_PER_S:,.0f} tokens/s (simulated, not measured: benchmarks/throughput.py's virtual-GPU 8B-model rate, window 64; "
         f"the same rate for every model), every cell generated once, none in the cache")
     lines.append(f"  (estimated in {estimate.seconds:.0f} s; prompt tokens = characters/4 + 4 per message)")
     return lines

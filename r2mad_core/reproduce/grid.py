@@ -507,7 +507,10 @@ class ExperimentGrid:
         cache exactly), so the schedule is not part of a cell's key."""
         if spec.engine not in STREAMING_ENGINES:
             return {}
-        return {"schedule": "questions", "window": self.window or STREAMING_WINDOW}
+        # several replicas behind one model (base URLs, vllm serve --data-parallel-size N): its max_concurrency
+        # requests in flight fill them all, so at least that many questions' worth (docs/paper-run.md)
+        filled = -(-int(spec.options.get("max_concurrency") or 0) // max(1, self.n_agents))
+        return {"schedule": "questions", "window": self.window or max(STREAMING_WINDOW, filled)}
 
     def _seen(self, outcome: CellOutcome) -> CellOutcome:
         self._limits[(outcome.model.label, outcome.benchmark, outcome.method)] = outcome.limits()
