@@ -391,6 +391,18 @@ def test_deadline_interrupts_a_runaway_computation_in_main_and_worker_threads() 
         if thread.name.startswith("r2mad-symbolic"):
             thread.join(10)
             assert not thread.is_alive()
+    # ... and the next call gets a fresh verifier thread that answers in time.
+    assert answers._with_deadline(lambda: "after", 5, "gave up") == "after"
+
+
+def test_one_long_lived_verifier_thread_serves_every_call() -> None:
+    """No thread per call (issue 35): the same verifier thread runs consecutive jobs, from any caller thread."""
+    names = [answers._with_deadline(lambda: threading.current_thread(), 5, None) for _ in range(3)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        names += list(pool.map(lambda _: answers._with_deadline(lambda: threading.current_thread(), 5, None), range(4)))
+    assert len(set(names)) == 1 and names[0].name == "r2mad-verifier" and names[0] is not threading.main_thread()
+    # A job that asks for another runs it in place rather than waiting on itself.
+    assert answers._with_deadline(lambda: answers._with_deadline(lambda: 7, 5, -1), 5, -2) == 7
 
 
 def test_deadline_passes_results_and_errors_through() -> None:
