@@ -309,7 +309,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_the_notebook_kernels_run_exit_with_parent() -> None:
-    from r2mad_core import notebook_runner
+    from r2mad_core.reproduce import notebook_runner
 
     assert "exit_with_parent()" in notebook_runner.KERNEL_EXITS_WITH_RUNNER
     assert notebook_runner.KERNEL_EXITS_WITH_RUNNER.startswith("--IPKernelApp.exec_lines=")
