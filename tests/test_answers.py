@@ -622,3 +622,14 @@ def test_answer_sources_are_memoised_and_cleared_with_the_others() -> None:
     assert answers.extract_answer_with_source.cache_info().hits == 1
     answers.clear_caches()
     assert answers.extract_answer_with_source.cache_info().currsize == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_forked_child_gets_its_own_verifier_thread() -> None:
+    """The verifier thread is not copied by fork: a child's first symbolic call starts its own (not a dead wait)."""
+    assert answers._with_deadline(lambda: 1, 5, -1) == 1  # the parent's thread exists
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if the call is answered by a live thread
+        os._exit(0 if answers._with_deadline(lambda: 2, 5, -1) == 2 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

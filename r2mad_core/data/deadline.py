@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -77,6 +78,10 @@ class _Verifier:
     """
 
     def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        """No thread and a free lock: at start, and in a forked child (the parent's thread and lock holder are not there)."""
         self._lock = threading.Lock()  # one job at a time: a caller's deadline starts when its job is handed over
         self._worker: threading.Thread | None = None
         self._jobs: "queue.SimpleQueue[_Job | None] | None" = None
@@ -105,6 +110,8 @@ class _Verifier:
 
 
 _VERIFIER = _Verifier()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_VERIFIER._reset)
 
 
 def with_deadline(function: Callable[[], T], seconds: float, on_timeout: T) -> T:
