@@ -47,8 +47,12 @@ $(VENV)/.installed: pyproject.toml
 
 # `make test`: every test but those marked slow (the notebook runs, the fresh clone, the browser, the local model, the
 # budget end to end: tests/conftest.py lists them); `make test-slow` runs those. CI (.ci/run) runs both.
+# `make test` runs on TEST_WORKERS cores (pytest-xdist, the dev extra), a test file to a worker (--dist loadfile: a
+# module's tests share module-level state and run in their order); TEST_WORKERS=0 runs in this process.
+# `make test-slow` stays in one process: its notebook fixtures run every notebook once per session, not per worker.
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow

@@ -388,6 +388,18 @@ def test_deadline_interrupts_a_runaway_computation_in_main_and_worker_threads() 
         if thread.name.startswith("r2mad-symbolic"):
             thread.join(10)
             assert not thread.is_alive()
+    # ... and the next call gets a fresh verifier thread that answers in time.
+    assert answers._with_deadline(lambda: "after", 5, "gave up") == "after"
+
+
+def test_one_long_lived_verifier_thread_serves_every_call() -> None:
+    """No thread per call (issue 35): the same verifier thread runs consecutive jobs, from any caller thread."""
+    names = [answers._with_deadline(lambda: threading.current_thread(), 5, None) for _ in range(3)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        names += list(pool.map(lambda _: answers._with_deadline(lambda: threading.current_thread(), 5, None), range(4)))
+    assert len(set(names)) == 1 and names[0].name == "r2mad-verifier" and names[0] is not threading.main_thread()
+    # A job that asks for another runs it in place rather than waiting on itself.
+    assert answers._with_deadline(lambda: answers._with_deadline(lambda: 7, 5, -1), 5, -2) == 7
 
 
 def test_deadline_passes_results_and_errors_through() -> None:
@@ -616,3 +628,14 @@ def test_answer_sources_are_memoised_and_cleared_with_the_others() -> None:
     assert answers.extract_answer_with_source.cache_info().hits == 1
     answers.clear_caches()
     assert answers.extract_answer_with_source.cache_info().currsize == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_forked_child_gets_its_own_verifier_thread() -> None:
+    """The verifier thread is not copied by fork: a child's first symbolic call starts its own (not a dead wait)."""
+    assert answers._with_deadline(lambda: 1, 5, -1) == 1  # the parent's thread exists
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if the call is answered by a live thread
+        os._exit(0 if answers._with_deadline(lambda: 2, 5, -1) == 2 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -177,3 +179,26 @@ def test_a_gpu_venv_gets_no_cpu_torch_and_keeps_its_extras_when_pyproject_change
     assert not any(TORCH_PIN in line for line in again) and any("gpu,notebooks,dev" in line for line in again), again
     cpu = _make_setup(tmp_path, "EXTRAS=cpu,notebooks,dev")  # asking for other extras installs them
     assert any(TORCH_PIN in line for line in cpu) and any("-e .[cpu,notebooks,dev]" in line for line in cpu), cpu
+
+
+def test_make_test_runs_on_both_cores_a_file_per_worker_and_make_test_slow_in_one_process() -> None:
+    """Issue 35: ``make test`` runs pytest-xdist (the dev extra) with ``-n 2 --dist loadfile`` (a module's tests share
+    module-level state, so a file stays on one worker); ``TEST_WORKERS=0`` runs in one process; ``make test-slow``
+    stays in one process (its notebook fixtures would run once per worker)."""
+    import shutil
+
+    if shutil.which("make") is None:
+        pytest.skip("no make on this machine")
+    venv = Path(sys.prefix)  # the dry run names this venv; -o: it counts as set up
+
+    def dry_run(*args: str) -> str:
+        command = ["make", "-s", "-n", *args, f"VENV={venv}", "-o", f"{venv}/.installed"]
+        return subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=True, timeout=60).stdout
+
+    fast = [line for line in dry_run("test").splitlines() if "pytest" in line]
+    assert len(fast) == 1 and fast[0].split()[-5:] == ['slow"', "-n", "2", "--dist", "loadfile"], fast
+    assert "-n" not in dry_run("test", "TEST_WORKERS=0").split()
+    slow = [line for line in dry_run("test-slow").splitlines() if "pytest" in line]
+    assert len(slow) == 1 and "-n" not in slow[0].split(), slow
+    dev = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]["dev"]
+    assert any(requirement.startswith("pytest-xdist") for requirement in dev), dev

@@ -112,6 +112,12 @@ class ConcurrentScripted(ScriptedEngine):
     concurrent_generate = True
 
 
+#: How long a gated or staggered question waits for another at most: a bound against a hang, never reached on a working
+#: scheduler; generous, because on a loaded 2-core machine (make test on both cores, other jobs) a thread can wait
+#: many seconds for the CPU, and a wait cut short lets the questions finish out of the order the test checks.
+WAIT_BOUND = 120
+
+
 class GatedEngine(ConcurrentScripted):
     """q001's round-0 call waits until q000's round-1 requests have arrived: only a schedule without round
     barriers can finish (under ``rounds``, q000 cannot reach round 1 before q001's round 0 is back)."""
@@ -126,7 +132,7 @@ class GatedEngine(ConcurrentScripted):
             if "Question q000?" in text and round_of(requests[0]) == 1:
                 self.q000_round1.set()
             if "Question q001?" in text and round_of(requests[0]) == 0:
-                if not self.q000_round1.wait(timeout=20):
+                if not self.q000_round1.wait(timeout=WAIT_BOUND):
                     raise EngineError("q000 never reached round 1 while q001's round 0 was pending: a round barrier")
         return super().generate(requests)
 
@@ -169,13 +175,13 @@ class StaggeredEngine(ConcurrentScripted):
             self.max_debating = max(self.max_debating, len(self.started) - len(self.finished))
         self.started_events[qid].set()
         if qid == "q000" and self.head_waits_for:
-            self.started_events[self.head_waits_for].wait(timeout=20)
+            self.started_events[self.head_waits_for].wait(timeout=WAIT_BOUND)
         index = int(qid[1:])
         successor = f"q{index + 1:03d}"
         # the last question of each window finishes first; the others wait for their successor
         last_of_window = index % self.window == self.window - 1 or index == self.n - 1
         if not last_of_window:
-            self.events[successor].wait(timeout=20)
+            self.events[successor].wait(timeout=WAIT_BOUND)
         out = super().generate(requests)
         if round_of(requests[0]) == 2 and requests[0].tag == "debate":
             with self.lock:

@@ -48,25 +48,21 @@ are compared by normal form only (sums, products, integrals and limits are compa
 deadline). (2) Every math-verify parse and comparison has a deadline of
 :data:`SYMBOLIC_TIMEOUT_SECONDS`. math-verify's own timeouts use ``signal.alarm`` and raise ValueError
 outside the main thread, so they are switched off (``parsing_timeout=None``, ``timeout_seconds=None``)
-and replaced by a deadline that works in any thread (:func:`_with_deadline`); a comparison that runs out of time counts as "not equivalent".
+and replaced by a deadline that works in any thread (:func:`r2mad_core.data.deadline.with_deadline`, one long-lived verifier thread); a comparison that runs out of time counts as "not equivalent".
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import logging
 import re
-import threading
 import unicodedata
-from collections.abc import Callable
-from typing import TypeVar
 
 from r2mad_core.data import verdicts
+from r2mad_core.data.deadline import SymbolicTimeout, with_deadline as _with_deadline  # noqa: F401 - SymbolicTimeout: re-exported
 from r2mad_core.data.benchmarks import BENCHMARKS, MULTIPLE_CHOICE_BENCHMARKS
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 class _DropTimeoutDisabledWarning(logging.Filter):
@@ -509,53 +505,6 @@ def safe_for_symbolic(answer: str) -> bool:
         elif char in ")}]":
             depth -= 1
     return deepest <= MAX_NESTING
-
-
-class SymbolicTimeout(BaseException):
-    """Raised inside a symbolic computation that ran past its deadline, to stop it (a BaseException, so
-    that the ``except Exception`` blocks of sympy and math-verify do not swallow it)."""
-
-
-def _stop_thread(worker: threading.Thread) -> None:
-    """Raise :class:`SymbolicTimeout` in ``worker`` until it ends (runs in a daemon reaper thread).
-
-    ``PyThreadState_SetAsyncExc`` makes Python raise the exception in that thread at its next
-    bytecode boundary, as a signal handler would; it is repeated because an exception that lands in a
-    finaliser or a bare ``except`` can be swallowed, and because long C calls delay it.
-    """
-    while worker.is_alive() and worker.ident is not None:
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(SymbolicTimeout))
-        worker.join(0.1)
-
-
-def _with_deadline(function: Callable[[], T], seconds: float, on_timeout: T) -> T:
-    """``function()``, or ``on_timeout`` when it runs longer than ``seconds``; safe in any thread.
-
-    math-verify's own timeouts use ``signal.alarm``, which works only in the main thread (elsewhere it
-    raises ValueError). Here the work runs in a short-lived daemon thread; the caller waits at most
-    ``seconds`` and is never interrupted itself. A worker that overruns is stopped by
-    :func:`_stop_thread` in the background.
-    """
-    outcome: dict[str, object] = {}
-
-    def target() -> None:
-        try:
-            outcome["value"] = function()
-        except SymbolicTimeout:
-            pass
-        except BaseException as error:  # noqa: BLE001 - handed to the caller below
-            outcome["error"] = error
-
-    worker = threading.Thread(target=target, name="r2mad-symbolic", daemon=True)
-    worker.start()
-    worker.join(seconds)
-    if worker.is_alive():
-        logger.warning("symbolic comparison gave up after %.1f s", seconds)
-        threading.Thread(target=_stop_thread, args=(worker,), name="r2mad-symbolic-reaper", daemon=True).start()
-        return on_timeout
-    if "error" in outcome:
-        raise outcome["error"]  # type: ignore[misc]
-    return outcome.get("value", on_timeout)  # type: ignore[return-value]
 
 
 @functools.lru_cache(maxsize=CACHE_SIZE)

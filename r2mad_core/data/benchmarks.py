@@ -494,14 +494,31 @@ def load(
     return selected
 
 
+#: Parsed questions per (benchmark, format, file, its size and mtime): a file is parsed once per process (a notebook
+#: loads each benchmark's splits several times; re-reading them was ~4% of the default run's CPU, issue 35). A file
+#: changed on disk has another key. Samples are frozen; each caller gets its own list.
+_PARSED: dict[tuple[Any, ...], tuple[Sample, ...]] = {}
+
+
 def _read_packaged_or_local(name: str, directory: Path) -> list[Sample]:
     """The paper's four benchmarks: find the file (packaged, local layouts, else the Hub) and parse it."""
     file_format, path = locate(name, directory)
+    try:
+        stat = path.stat()
+        memo_key: tuple[Any, ...] | None = (name, file_format, str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    except OSError:
+        memo_key = None
+    if memo_key is not None and memo_key in _PARSED:
+        return list(_PARSED[memo_key])
     if file_format == "math500_jsonl":
-        return _math500_samples(path)
-    if file_format == "truthfulqa_json":
-        return _truthfulqa_samples(path)
-    return _mmlu_pro_samples(name, path, file_format)
+        samples = _math500_samples(path)
+    elif file_format == "truthfulqa_json":
+        samples = _truthfulqa_samples(path)
+    else:
+        samples = _mmlu_pro_samples(name, path, file_format)
+    if memo_key is not None:
+        _PARSED[memo_key] = tuple(samples)
+    return samples
 
 
 # ----------------------------------------------------------------------------------------------------

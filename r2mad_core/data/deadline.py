@@ -1,0 +1,125 @@
+"""A deadline for symbolic work that works in any thread: one long-lived verifier thread (issue 35).
+
+math-verify's own timeouts use ``signal.alarm``, which works only in the main thread (elsewhere it raises
+ValueError), so :mod:`r2mad_core.data.answers` switches them off and runs every parse and comparison through
+:func:`with_deadline`: the work runs in one long-lived daemon thread (a thread per call cost ~4% of the
+default run's CPU), the caller waits at most ``seconds`` and is never interrupted itself, and a computation
+that overruns is abandoned with its thread, which :func:`_stop_thread` stops in the background.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import queue
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+logger = logging.getLogger("r2mad_core.data.answers")  # the messages read as before
+T = TypeVar("T")
+
+
+class SymbolicTimeout(BaseException):
+    """Raised inside a symbolic computation that ran past its deadline, to stop it (a BaseException, so
+    that the ``except Exception`` blocks of sympy and math-verify do not swallow it)."""
+
+
+def _stop_thread(worker: threading.Thread) -> None:
+    """Raise :class:`SymbolicTimeout` in ``worker`` until it ends (runs in a daemon reaper thread).
+
+    ``PyThreadState_SetAsyncExc`` makes Python raise the exception in that thread at its next
+    bytecode boundary, as a signal handler would; it is repeated because an exception that lands in a
+    finaliser or a bare ``except`` can be swallowed, and because long C calls delay it.
+    """
+    while worker.is_alive() and worker.ident is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(SymbolicTimeout))
+        worker.join(0.1)
+
+
+class _Job:
+    """One call handed to the verifier thread: the function, then its value or error."""
+
+    __slots__ = ("function", "value", "error", "done")
+
+    def __init__(self, function: Callable[[], object]) -> None:
+        self.function = function
+        self.value: object = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+
+def _serve(jobs: "queue.SimpleQueue[_Job | None]") -> None:
+    """The verifier thread's loop: run each job; end on ``None`` (abandoned) or when stopped."""
+    try:
+        while True:
+            job = jobs.get()
+            if job is None:
+                return
+            try:
+                job.value = job.function()
+            except SymbolicTimeout:
+                return
+            except BaseException as error:  # noqa: BLE001 - handed to the caller
+                job.error = error
+            job.done.set()
+    except SymbolicTimeout:  # landed between jobs: this thread was abandoned anyway
+        return
+
+
+class _Verifier:
+    """One long-lived daemon thread that runs every symbolic parse and comparison, one at a time.
+
+    A thread per call cost ~4% of the default run's CPU (issue 35). The deadline is as before: the caller
+    waits at most ``seconds`` for its job; a job that overruns gets ``on_timeout`` and its thread is
+    abandoned (renamed ``r2mad-symbolic-overrun``, stopped in the background by :func:`_stop_thread`, and
+    told to end by a ``None`` job should it finish first); the next call starts a new thread.
+    """
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        """No thread and a free lock: at start, and in a forked child (the parent's thread and lock holder are not there)."""
+        self._lock = threading.Lock()  # one job at a time: a caller's deadline starts when its job is handed over
+        self._worker: threading.Thread | None = None
+        self._jobs: "queue.SimpleQueue[_Job | None] | None" = None
+
+    def run(self, function: Callable[[], T], seconds: float, on_timeout: T) -> T:
+        if threading.current_thread() is self._worker:  # a job asking for another: run it here
+            return function()
+        with self._lock:
+            if self._worker is None or not self._worker.is_alive():  # first call, after an overrun or a fork
+                self._jobs = queue.SimpleQueue()
+                self._worker = threading.Thread(target=_serve, args=(self._jobs,), name="r2mad-verifier", daemon=True)
+                self._worker.start()
+            job = _Job(function)
+            self._jobs.put(job)  # type: ignore[union-attr]
+            if not job.done.wait(seconds):
+                worker, jobs = self._worker, self._jobs
+                self._worker = self._jobs = None
+                logger.warning("symbolic comparison gave up after %.1f s", seconds)
+                worker.name = "r2mad-symbolic-overrun"
+                jobs.put(None)  # type: ignore[union-attr]
+                threading.Thread(target=_stop_thread, args=(worker,), name="r2mad-symbolic-reaper", daemon=True).start()
+                return on_timeout
+        if job.error is not None:
+            raise job.error
+        return job.value  # type: ignore[return-value]
+
+
+_VERIFIER = _Verifier()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_VERIFIER._reset)
+
+
+def with_deadline(function: Callable[[], T], seconds: float, on_timeout: T) -> T:
+    """``function()``, or ``on_timeout`` when it runs longer than ``seconds``; safe in any thread.
+
+    math-verify's own timeouts use ``signal.alarm``, which works only in the main thread (elsewhere it
+    raises ValueError). Here the work runs in one long-lived daemon thread (:class:`_Verifier`); the caller
+    waits at most ``seconds`` and is never interrupted itself. A worker that overruns is stopped by
+    :func:`_stop_thread` in the background.
+    """
+    return _VERIFIER.run(function, seconds, on_timeout)
