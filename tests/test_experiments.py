@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from debate_fakes import ScriptedEngine, mc_answer, mc_sample, question_key
+from hand_transcripts import transcript
 from r2mad_core.engines.cache import CachedEngine
 from r2mad_core.experiments.cell import (
     METRICS_FILE,
@@ -174,59 +175,68 @@ def test_truncated_last_line_is_dropped_and_the_sample_rerun(tmp_path, caplog):
     assert [stable(r) for r in resumed.records] == [stable(r) for r in reference.records]
 
 
+def _line(sample_id: str, **fields) -> bytes:
+    """One complete transcript line (a typed record's JSON; hand_transcripts fills the neutral fields)."""
+    return json.dumps(transcript(sample_id, **fields), separators=(",", ":")).encode() + b"\n"
+
+
 def test_invalid_json_on_the_last_complete_line_is_repaired(tmp_path):
     path = tmp_path / TRANSCRIPTS_FILE
-    path.write_bytes(b'{"sample_id": "a"}\n{"sample_id": "b", "rou\n')
+    path.write_bytes(_line("a") + b'{"sample_id": "b", "rou\n')
     store = TranscriptStore(path)
-    assert [r["sample_id"] for r in store.load()] == ["a"]
-    assert path.read_bytes() == b'{"sample_id": "a"}\n'
+    assert [r.sample_id for r in store.load()] == ["a"]
+    assert path.read_bytes() == _line("a")
 
 
 def test_load_without_repair_leaves_the_file_alone(tmp_path):
     path = tmp_path / TRANSCRIPTS_FILE
-    path.write_bytes(b'{"sample_id": "a"}\n{"sample')
-    assert [r["sample_id"] for r in TranscriptStore(path).load(repair=False)] == ["a"]
-    assert path.read_bytes() == b'{"sample_id": "a"}\n{"sample'
+    path.write_bytes(_line("a") + b'{"sample')
+    assert [r.sample_id for r in TranscriptStore(path).load(repair=False)] == ["a"]
+    assert path.read_bytes() == _line("a") + b'{"sample'
 
 
 def test_corrupt_middle_line_and_duplicates_are_errors(tmp_path):
     path = tmp_path / TRANSCRIPTS_FILE
-    path.write_bytes(b'{"sample_id": "a"}\nnot json\n{"sample_id": "c"}\n')
+    path.write_bytes(_line("a") + b"not json\n" + _line("c"))
     with pytest.raises(TranscriptError, match=r"transcripts.jsonl, line 2: invalid JSON"):
         TranscriptStore(path).load()
-    path.write_bytes(b'{"sample_id": "a"}\n{"sample_id": "a"}\n')
+    path.write_bytes(_line("a") + _line("a"))
     with pytest.raises(TranscriptError, match="line 2: sample_id 'a' appears twice"):
+        TranscriptStore(path).load()
+    path.write_bytes(_line("a") + b'{"sample_id": "b", "x": 1}\n' + _line("c"))
+    with pytest.raises(TranscriptError, match="line 2: does not fit the transcript schema"):
         TranscriptStore(path).load()
 
 
 def test_append_never_writes_a_sample_twice(tmp_path):
     store = TranscriptStore(tmp_path / TRANSCRIPTS_FILE)
-    assert store.append({"sample_id": "a", "x": 1})
-    assert not store.append({"sample_id": "a", "x": 2})
-    assert TranscriptStore(tmp_path / TRANSCRIPTS_FILE).load() == [{"sample_id": "a", "x": 1}]
+    assert store.append(transcript("a", seed=1))
+    assert not store.append(transcript("a", seed=2))
+    assert [(r.sample_id, r.seed) for r in TranscriptStore(tmp_path / TRANSCRIPTS_FILE).load()] == [("a", 1)]
+    with pytest.raises(ValueError, match="not a transcript record"):
+        store.append({"sample_id": "b", "x": 1})  # a record that does not fit is refused at the door
 
 
 def test_append_many_writes_a_chunk_with_one_fsync_and_skips_repeats(tmp_path, monkeypatch):
     import os as os_module
 
     store = TranscriptStore(tmp_path / TRANSCRIPTS_FILE)
-    assert store.append({"sample_id": "a", "x": 0})
+    assert store.append(transcript("a", seed=0))
     synced = []
     real_fsync = os_module.fsync
     monkeypatch.setattr(os_module, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
-    chunk = [{"sample_id": "b", "x": 1}, {"sample_id": "a", "x": 2}, {"sample_id": "c", "x": 3},
-             {"sample_id": "b", "x": 4}]
+    chunk = [transcript("b", seed=1), transcript("a", seed=2), transcript("c", seed=3), transcript("b", seed=4)]
     assert store.append_many(chunk) == 2  # "a" is stored already, the second "b" repeats the first
     assert len(synced) == 1  # one fsync for the chunk (the file existed: no directory fsync)
     assert store.append_many([]) == 0 and len(synced) == 1
-    assert TranscriptStore(tmp_path / TRANSCRIPTS_FILE).load() == [
-        {"sample_id": "a", "x": 0}, {"sample_id": "b", "x": 1}, {"sample_id": "c", "x": 3}
+    assert [(r.sample_id, r.seed) for r in TranscriptStore(tmp_path / TRANSCRIPTS_FILE).load()] == [
+        ("a", 0), ("b", 1), ("c", 3)
     ]
     # A crash in the middle of a chunk's write leaves whole lines and one cut-off line: load keeps the whole ones.
     path = tmp_path / TRANSCRIPTS_FILE
     data = path.read_bytes()
     path.write_bytes(data[: data.index(b'{"sample_id":"c"') + 10])
-    assert [r["sample_id"] for r in TranscriptStore(path).load()] == ["a", "b"]
+    assert [r.sample_id for r in TranscriptStore(path).load()] == ["a", "b"]
 
 
 def test_score_run_recomputes_metrics_from_transcripts(tmp_path):

@@ -61,9 +61,9 @@ from r2mad_core.files import write_json_atomic
 from r2mad_core.debate.loop import DebateState, score_turns
 from r2mad_core.engines.base import Engine
 from r2mad_core.experiments.methods import Method, RunContext, get_method
-from r2mad_core.records import (RunConfig, RunConfigMismatch, TranscriptError, TranscriptRecord, check_records,
+from r2mad_core.records import (RunConfig, RunConfigMismatch, TranscriptError, TranscriptRecord, as_transcripts, check_records,
                                 problems, read_config)
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from tqdm.std import tqdm  # not tqdm.auto: in a kernel without ipywidgets it warns at import (a notebook stays quiet)
 from r2mad_core.debate.overflow import DEFAULT_OVERFLOW_POLICY, check_overflow_policy, with_overflow_policy
 from r2mad_core.debate.scheduling import check_schedule, run_scheduled
@@ -110,11 +110,12 @@ def _validated_json(schema: type[TranscriptRecord], raw: bytes) -> TranscriptRec
 
 
 class TranscriptStore:
-    """The append-only ``transcripts.jsonl`` of a run directory (see the module docstring). With ``schema``
-    (:class:`r2mad_core.records.TranscriptRecord`) every complete line read is validated into it and
-    :meth:`load` returns the records; without, the JSON objects as written (the store's mechanics only)."""
+    """The append-only ``transcripts.jsonl`` of a run directory (see the module docstring): every complete line
+    read is validated into ``schema`` (:class:`r2mad_core.records.TranscriptRecord`, the one transcript type) and
+    :meth:`load` returns the typed records; :meth:`append` takes typed records (or a record's JSON object, validated
+    at the door by :func:`~r2mad_core.records.as_transcript`)."""
 
-    def __init__(self, path: str | Path, schema: type[TranscriptRecord] | None = None) -> None:
+    def __init__(self, path: str | Path, schema: type[TranscriptRecord] = TranscriptRecord) -> None:
         self.path = Path(path)
         self.schema = schema
         self._ids: set[str] | None = None
@@ -141,14 +142,15 @@ class TranscriptStore:
             record = None
             if newline == -1:
                 problem = "no trailing newline (the write was cut off)"
-            elif self.schema is not None and (record := _validated_json(self.schema, raw)) is not None:
+            elif (record := _validated_json(self.schema, raw)) is not None:
                 pass  # a line that fits: parsed and validated in one step (pydantic-core; 1.7x json.loads + validate)
-            else:  # the slow path names what is wrong (or finds that a dict without the schema is fine)
+            else:  # the slow path names what is wrong
                 try:
                     record = json.loads(raw.decode("utf-8"))
                     if not isinstance(record, dict) or "sample_id" not in record:
                         problem = "not a transcript record (no sample_id)"
-                    elif self.schema is not None:
+                        record = None
+                    else:
                         try:
                             record = self.schema.model_validate(record)
                         except ValidationError:
@@ -181,7 +183,7 @@ class TranscriptStore:
                         os.fsync(f.fileno())
                 break
             assert record is not None
-            sample_id = record["sample_id"] if isinstance(record, dict) else record.sample_id
+            sample_id = record.sample_id
             if sample_id in ids:
                 raise TranscriptError(f"{self.path}, line {line_number}: sample_id {sample_id!r} appears twice")
             ids.add(sample_id)
@@ -214,14 +216,14 @@ class TranscriptStore:
         """
         lines = []
         fresh: list[str] = []
-        for record in records:
-            data = record.model_dump() if isinstance(record, BaseModel) else record
-            sample_id = data["sample_id"]
+        for record in as_transcripts(records):
+            sample_id = record.sample_id
             if sample_id in self.ids or sample_id in fresh:
                 logger.warning("%s: sample %r is already stored; not writing it again", self.path, sample_id)
                 continue
             fresh.append(sample_id)
-            lines.append(json.dumps(data, ensure_ascii=False, allow_nan=True, separators=(",", ":")) + "\n")
+            lines.append(json.dumps(record.model_dump(), ensure_ascii=False, allow_nan=True, separators=(",", ":"))
+                         + "\n")
         if not lines:
             return 0
         created = not self.path.exists()
@@ -509,7 +511,7 @@ def prepare_cell(
     samples = _select_samples(benchmark, split, samples, limit, data_dir)
     ids = [s.id for s in samples]
     preflight(out_dir, benchmark=benchmark, split=split, method=method, seed=seed, limit=limit, sample_ids=ids)
-    stored = TranscriptStore(Path(out_dir) / TRANSCRIPTS_FILE, schema=TranscriptRecord)
+    stored = TranscriptStore(Path(out_dir) / TRANSCRIPTS_FILE)
     if stored.path.exists():  # a corrupt line (other than a cut-off last one) or samples of another cell
         check_records(stored.path, stored.load(repair=False), ids, method=method.name, seed=seed, split=split,
                       benchmark=benchmark)
@@ -608,7 +610,7 @@ def run_cell(
     engine = with_overflow_policy(engine, overflow_policy)
     with locked(run_dir):
         check_config(run_dir, config)
-        store = TranscriptStore(run_dir / TRANSCRIPTS_FILE, schema=TranscriptRecord)
+        store = TranscriptStore(run_dir / TRANSCRIPTS_FILE)
         existing = {r.sample_id: r for r in store.load()}
         check_records(store.path, existing.values(), ids, method=method.name, seed=seed, split=split,
                       benchmark=benchmark)
@@ -677,7 +679,7 @@ def load_run(run_dir: str | Path) -> tuple[dict[str, Any], list[TranscriptRecord
     if mismatch:
         raise TranscriptError(f"{config_path}: does not fit the run configuration schema (r2mad_core.records.RunConfig): "
                               f"{mismatch[0]}")
-    records = TranscriptStore(run_dir / TRANSCRIPTS_FILE, schema=TranscriptRecord).load(repair=False)
+    records = TranscriptStore(run_dir / TRANSCRIPTS_FILE).load(repair=False)
     return config, records
 
 
