@@ -4,6 +4,7 @@ math-verify equivalence, thread safety, the deadline, and a property test on ran
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
