@@ -147,9 +147,12 @@ class Replay:
 
 
 def before_run(profile: Profile, paths: Any, *, fresh: bool = False, echo: Callable[[str], None] = print,
-               published_dir: Path = PUBLISHED_DIR, repository: Path = REPOSITORY) -> Replay:
-    """``make reproduce``'s hook before the notebooks run: seed ``paths.cache_dir`` from the published cache unless
-    ``fresh``; say in one line what the run replays. A variant run seeds the shared cache but compares nothing."""
+               published_dir: Path | None = None, repository: Path | None = None) -> Replay:
+    """``make reproduce``'s hook before the notebooks run: seed ``paths.cache_dir`` from the published cache
+    (``published_dir``, default :data:`PUBLISHED_DIR`) unless ``fresh``; say in one line what the run replays. A
+    variant run seeds the shared cache but compares nothing."""
+    published_dir = Path(published_dir) if published_dir is not None else PUBLISHED_DIR
+    repository = Path(repository) if repository is not None else REPOSITORY
     folder = profile.folder
     replay = Replay(folder, fresh=fresh)
     published = Path(published_dir) / folder / CACHE_FILENAME
@@ -228,7 +231,8 @@ def table_changes(committed: str, current: str, largest: int = LARGEST) -> tuple
                 + f"; {only_old} committed rows not in this run, {only_new} new")
     header, changes, cells = old[0], [], 0
     for before, after in zip(old[1:], new[1:]):
-        label = "/".join(v for v in before if v and _number(v) is None)[:60] or "row"
+        # the row's label: its words that this run kept (method, benchmark, quantity), not the numbers
+        label = "/".join(a for a, b in zip(before, after) if a and a == b and _number(a) is None)[:60] or "row"
         for column, a, b in zip(header, before, after):
             cells += 1
             if a == b:
@@ -237,7 +241,7 @@ def table_changes(committed: str, current: str, largest: int = LARGEST) -> tuple
             size = abs(y - x) if x is not None and y is not None and math.isfinite(y - x) else math.inf
             delta = f" ({y - x:+.4g})" if size != math.inf else ""
             changes.append((size, f"{label} / {column}: {a or '(empty)'} -> {b or '(empty)'}{delta}"))
-    changes.sort(key=lambda c: -c[0] if c[0] != math.inf else -1e300)
+    changes.sort(key=lambda c: (c[0] == math.inf, -c[0] if c[0] != math.inf else 0.0))  # text changes last
     return len(changes), cells, [text for _, text in changes[:largest]]
 
 
