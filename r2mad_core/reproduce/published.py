@@ -138,7 +138,10 @@ class Replay:
 
     def after_run(self, artifacts_dir: Path, echo: Callable[[str], None] = print) -> None:
         """After ``--fresh`` or a seeded run: the committed tables against this run's (one line each that moved)."""
-        if not (self.fresh or self.seeded) or not self.committed:
+        if not (self.fresh or self.seeded) or self.reference == "":
+            return
+        if not self.committed:
+            echo(f"reproduce: no committed tables in {self.reference} to compare this run with")
             return
         current = {p.name: p.read_text(encoding="utf-8") for p in sorted(Path(artifacts_dir).glob("*.csv"))}
         what = "this fresh run" if self.fresh else "this replay of the published generations"
