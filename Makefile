@@ -23,7 +23,7 @@ EXTRAS ?= $(or $(REMEMBERED_EXTRAS),$(DEFAULT_EXTRAS))
 # The benchmark files ship inside the package (r2mad_core/data/packaged); set R2MAD_DATA_DIR to use
 # a folder of your own instead (an empty folder is filled from the Hugging Face Hub: EXTRAS=...,hub).
 
-.PHONY: setup test test-slow reproduce lab bench docs clean clean-runs test-engines
+.PHONY: setup test test-slow reproduce publish lab bench docs clean clean-runs test-engines
 
 setup: $(VENV)/.installed
 
@@ -59,6 +59,12 @@ test-slow: setup
 
 reproduce: setup
 	$(PY) -m r2mad_core.reproduce --profile $(PROFILE) $(ARGS)
+
+# After regenerating a real-engine profile (make reproduce PROFILE=cpu from an empty cache/cpu): its response cache,
+# compacted, to published/$(PROFILE)/ with manifest.json; commit both with figures/$(PROFILE)/. A later
+# `make reproduce PROFILE=$(PROFILE)` with no cache/$(PROFILE)/ replays it (docs/engines.md, "Published runs").
+publish: setup
+	$(PY) -m r2mad_core.reproduce.published --profile $(PROFILE) $(ARGS)
 
 # JupyterLab on notebooks/ with this environment's kernel, on localhost only, with its token (the URL to open,
 # token included, is the one line it prints). Edit a parameters cell and run: the run is a variant (docs/ablations.md).

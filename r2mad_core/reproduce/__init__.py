@@ -25,6 +25,9 @@
   bandwidth, prefill), with sources.
 - :mod:`~r2mad_core.reproduce.calibrate`: ``--calibrate``: tokens/s measured on the user's GPU, stored beside the cache.
 - :mod:`~r2mad_core.reproduce.preflight`: gated access, disk, GPU memory and API variables, before any GPU work.
+- :mod:`~r2mad_core.reproduce.published`: published runs replay: a real-engine profile's response cache committed in
+  ``published/<profile>/`` seeds an empty ``cache/<profile>/``; ``--fresh`` says which committed tables moved;
+  ``make publish`` writes it.
 
 The command line's public names (``main``, ``load_profile``, ``run_notebooks``, ...) are importable from here, as
 they were from the module ``r2mad_core.reproduce`` before it became this package.

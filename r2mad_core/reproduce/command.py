@@ -81,7 +81,7 @@ from r2mad_core.reproduce.ablations import run_ablation
 from r2mad_core.report.artifacts import missing_artifacts
 from r2mad_core.report.headline import print_headline
 from r2mad_core.report.volatile import ExecutedSnapshot
-from r2mad_core.reproduce import paper_run
+from r2mad_core.reproduce import paper_run, published
 from r2mad_core.reproduce.sweeps import caption_note, parse_sweep
 from r2mad_core.reproduce.variants import Variant, differences, profile_values, shown_path, to_environment
 from r2mad_core.data.verdicts import ENVIRONMENT as ANSWER_MEMO_ENVIRONMENT
@@ -422,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="price per million completion tokens (default: $R2MAD_API_PRICE_COMPLETION)")
     budget.add_argument("--estimate-only", action="store_true", help="print the cost estimate and send nothing")
     budget.add_argument("--no-estimate", action="store_true", help="skip the estimate (the cap still applies)")
+    published.add_arguments(parser)  # --fresh: no replay of published/<profile>/ (r2mad_core/reproduce/published.py)
     paper_run.add_arguments(parser)  # --rehearse, --gpus, --calibrate, --preflight (r2mad_core/reproduce/paper_run.py)
     return parser
 
@@ -644,6 +645,7 @@ def _run_main(args: argparse.Namespace, profile: Profile, only: Sequence[str] | 
     data_dir = args.data_dir or (Path(os.environ["R2MAD_DATA_DIR"]) if os.environ.get("R2MAD_DATA_DIR") else None)
     paths = ReproductionPaths(args.output_dir, profile.folder, data_dir.resolve() if data_dir else None, variant=variant)
     try:
+        replay = published.before_run(profile, paths, fresh=args.fresh)  # seeds cache/<profile>/ from published/
         endpoints = guarded_endpoints(profile)
         if endpoints:
             outcome = _budget_main(args, profile, paths, endpoints, only)
@@ -670,6 +672,7 @@ def _run_main(args: argparse.Namespace, profile: Profile, only: Sequence[str] | 
         print("reproduce: artifacts listed in the manifest are missing:\n  " + "\n  ".join(missing), file=sys.stderr)
         return 1
     print_headline(paths.artifacts_dir, ran=[r.notebook for r in results])
+    replay.after_run(paths.artifacts_dir)  # --fresh or just seeded: which committed tables moved, by how much
     return 0
 
 
