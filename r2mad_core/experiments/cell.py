@@ -217,8 +217,7 @@ class TranscriptStore:
         lines = []
         fresh: list[str] = []
         for record in as_transcripts(records):
-            sample_id = record.sample_id
-            if sample_id in self.ids or sample_id in fresh:
+            if (sample_id := record.sample_id) in self.ids or sample_id in fresh:
                 logger.warning("%s: sample %r is already stored; not writing it again", self.path, sample_id)
                 continue
             fresh.append(sample_id)
