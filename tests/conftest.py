@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,9 @@ import pytest
 # small products are slower threaded on a shared 2-core machine, and give the same bytes. Set before numpy loads;
 # the notebook kernels the tests start inherit it. A value the user set is kept.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# As r2mad_core/reproduce/__init__.py: nbformat's jsonschema would compile rfc3987_syntax's 38 grammars (3.2 s) in each
+# test process; no notebook schema uses the formats they check.
+sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 
 HERE = Path(__file__).resolve().parent
 

@@ -36,7 +36,15 @@ they were from the module ``r2mad_core.reproduce`` before it became this package
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
+
+#: nbformat (papermill's, the notebooks') validates with jsonschema, whose format checkers import ``rfc3987_syntax``
+#: when it is installed (jupyterlab's jsonschema[format-nongpl] brings it): that import compiles 38 lark grammars, 3.2 s
+#: of CPU in every process that reads a notebook (measured here), for "iri" string formats no notebook schema uses.
+#: Marked absent (the import raises ImportError, which jsonschema expects) unless something imported it already.
+#: Our choice (docs/performance.md); tests/conftest.py does the same for the test processes.
+sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 
 
 def __getattr__(name: str) -> Any:
