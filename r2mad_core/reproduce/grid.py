@@ -361,7 +361,8 @@ class ExperimentGrid:
         return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
     def engine(self, spec: ModelSpec) -> Any:
-        """The engine of a model, opened once (behind the response cache in ``cache_dir``). Opening a
+        """The engine of a model, opened once (behind the response cache in ``cache_dir``, unless the backend's
+        ``worth_caching(**options)`` says no). Opening a
         ``vllm`` engine closes the previous one: one GPU model in memory at a time. A ``vllm`` model (any backend with
         ``identity_of``) is loaded only when a request misses the cache (``lazy``), so a cell whose generations are all
         cached never loads it."""
@@ -379,8 +380,13 @@ class ExperimentGrid:
                     options["samples"] = [s for b in self.benchmarks for s in load_benchmark(b, "all", self.data_dir)]
                 options.setdefault("seed", self.seed)
             logger.info("opening engine %s for %s", spec.engine, spec.label)
+            # a backend that says a generation costs less than the cache's lookup and store (the simulated agents
+            # with no modelled latency: deterministic, a function of the request) is not cached: its completions
+            # are never "cached" (issue 35: the cache was 9% of the default run's CPU)
+            worth_caching = getattr(engines.ENGINES[spec.engine].resolve(), "worth_caching", None)
+            cache_dir = self.cache_dir if worth_caching is None or worth_caching(**options) else None
             # lazy: a backend that can name its identity unbuilt (vllm) is built on the first cache miss only
-            self._engines[key] = engines.make_engine(spec.engine, model=model, cache_dir=self.cache_dir, lazy=True, **options)
+            self._engines[key] = engines.make_engine(spec.engine, model=model, cache_dir=cache_dir, lazy=True, **options)
             self._engine_kinds[key] = spec.engine
         return self._engines[key]
 
@@ -431,6 +437,38 @@ class ExperimentGrid:
         config = self.memory_config(spec, benchmark)
         builder = self.memory_spec(spec)
         return self.runs_dir / slug(builder.label) / benchmark / f"memory-{config_hash(config)}"
+
+    def memories(self, pairs: Sequence[tuple[ModelSpec | str, str]]) -> dict[tuple[str, str], Path]:
+        """The memory bank of every (model, benchmark) of ``pairs``, built where missing, by ``(label, benchmark)``:
+        the banks no other process is building first, those another is building last (:func:`_held_elsewhere`), so
+        two notebooks that need banks build different ones at once instead of one waiting for the other (issue 35)."""
+        specs = [(self.model(m) if isinstance(m, str) else m, benchmark) for m, benchmark in pairs]
+        bar = None
+        if self.progress:
+            bar = tqdm(total=len(specs), desc=f"{len(specs)} memory bank sets", unit="set", mininterval=2.0,
+                       file=sys.stderr)
+        try:
+            built = {}
+            for spec, benchmark in _least_waiting(specs, lambda item: self._bank_busy(*item)):
+                built[(spec.label, benchmark)] = self.memory(spec, benchmark)
+                if bar is not None:
+                    bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
+        return {(spec.label, benchmark): built[(spec.label, benchmark)] for spec, benchmark in specs}
+
+    def _bank_busy(self, spec: ModelSpec, benchmark: str) -> bool:
+        """Whether asking for this bank now would wait: missing, and another process holds its lock (building it)."""
+        directory = self.memory_dir(spec, benchmark)
+        return not (directory / "manifest.json").exists() and _held_elsewhere(directory.parent / f".{directory.name}.lock")
+
+    def _cell_busy(self, spec: ModelSpec, benchmark: str, method: str) -> bool:
+        """Whether running this cell now would wait: another process runs it, or builds the bank it needs."""
+        if self.needs_memory(method) and self._bank_busy(spec, benchmark):
+            return True
+        run_dir = self.run_dir(spec, benchmark, method)[0]
+        return run_dir.is_dir() and _held_elsewhere(run_dir / LOCK_FILE)
 
     def memory(self, spec: ModelSpec | str, benchmark: str) -> Path:
         """The memory bank directory of (model, benchmark), built from the train split if missing
@@ -523,29 +561,55 @@ class ExperimentGrid:
         models: Sequence[ModelSpec | str] | None = None,
         benchmarks: Sequence[str] | None = None,
     ) -> "GridResults":
-        """Every (model, benchmark, method) cell, model by model, benchmark by benchmark."""
+        """Every (model, benchmark, method) cell, model by model, benchmark by benchmark (the results' order). They
+        run in that order too, except that a cell another process is running, or whose bank it is building, waits
+        until no other cell can run without waiting (:func:`_least_waiting`; issue 35): notebooks running at once
+        then build different banks and run different cells instead of one waiting on the other's lock. Every cell
+        is a function of its configuration, so the order changes no result."""
         specs = [self.model(m) if isinstance(m, str) else m for m in (models or self.models)]
         cells = [(spec, benchmark, method) for spec in specs for benchmark in (benchmarks or self.benchmarks)
                  for method in methods]
-        outcomes = []
+        by_cell: dict[tuple[str, str, str], CellOutcome] = {}
         bar = None
         if self.progress:  # one bar for the whole step (a cell loaded from disk just ticks it)
             bar = tqdm(total=len(cells), desc=f"{len(cells)} cells", unit="cell", mininterval=2.0, file=sys.stderr)
         try:
-            for spec, benchmark, method in cells:
+            for spec, benchmark, method in _least_waiting(cells, lambda cell: self._cell_busy(*cell)):
                 if bar is not None:
                     bar.set_postfix_str(f"{spec.label} / {benchmark} / {method}", refresh=False)
                 outcome = self.run(spec, benchmark, method)
                 logger.info("%s / %s / %s: accuracy %.3f (n=%d, %d new)", spec.label, benchmark, method,
                             outcome.metrics["accuracy"], len(outcome.records), outcome.n_new)
-                outcomes.append(outcome)
+                by_cell[(spec.label, benchmark, method)] = outcome
                 if bar is not None:
                     bar.update(1)
         finally:
             if bar is not None:
                 bar.set_postfix_str("", refresh=False)
                 bar.close()
+        outcomes = [by_cell[(spec.label, benchmark, method)] for spec, benchmark, method in cells]
         return GridResults(outcomes, bootstrap_resamples=self.bootstrap_resamples, seed=self.seed)
+
+
+def _held_elsewhere(lock_file: Path) -> bool:
+    """Whether another process holds the ``flock`` of ``lock_file`` now (a missing file: nobody). A moment later it may
+    not: the answer only orders work (:func:`_least_waiting`), it never decides what is built or run."""
+    if not lock_file.exists():
+        return False
+    try:
+        with locked(lock_file, blocking=False):
+            return False
+    except BlockingIOError:
+        return True
+
+
+def _least_waiting(items: Sequence[Any], busy: Any) -> Any:
+    """Yield every item of ``items`` once: in order, except that an item ``busy(item)`` says would wait now is put off
+    while another can go; when every one left would wait, the first left goes (and waits)."""
+    left = list(items)
+    while left:
+        index = next((k for k, item in enumerate(left) if not busy(item)), 0)
+        yield left.pop(index)
 
 
 def _finished_records(run_dir: Path, expected: int) -> list[TranscriptRecord] | None:

@@ -47,7 +47,7 @@ import logging
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -368,10 +368,8 @@ class SimulatedEngine:
             key = sample.question.strip()
             known = self._by_question.get(key)
             if known is not None and known.gold != sample.gold:
-                raise ValueError(
-                    f"SimulatedEngine: samples {known.id!r} and {sample.id!r} share a question text but have "
-                    f"different gold answers ({known.gold!r} vs {sample.gold!r})"
-                )
+                raise ValueError(f"SimulatedEngine: samples {known.id!r} and {sample.id!r} share a question text but "
+                                 f"have different gold answers ({known.gold!r} vs {sample.gold!r})")
             self._by_question.setdefault(key, sample)
         if not self._by_question:
             raise ValueError("SimulatedEngine: samples is empty; the engine identifies questions by their text")
@@ -380,17 +378,21 @@ class SimulatedEngine:
         self._lock = threading.Lock()
         self._closed = False
 
-    # ------------------------------------------------------------------------------ public helpers
+    @staticmethod
+    def worth_caching(params: Any = None, **_options: Any) -> bool:
+        """A response cache saves time only with a modelled decode time (``token_latency_ms > 0``); without, a
+        completion (a function of its request) costs less than keying, looking up and storing it (issue 35)."""
+        get = params.get if isinstance(params, Mapping) else lambda name, default: getattr(params, name, default)
+        return float(get("token_latency_ms", 0.0)) > 0
 
+    # ------------------------------------------------------------------------------ public helpers
     def sample_for(self, question: str) -> Sample:
         """The sample whose question text is ``question``; ValueError when unknown."""
         sample = self._by_question.get(prompts.strip_question_prefix(question.strip()))
         if sample is None:
             preview = question.strip().replace("\n", " ")[:80]
-            raise ValueError(
-                f"SimulatedEngine: unknown question {preview!r}: not among the {len(self._by_question)} samples "
-                "the engine was built with (pass every sample the run asks about)"
-            )
+            raise ValueError(f"SimulatedEngine: unknown question {preview!r}: not among the {len(self._by_question)} "
+                             "samples the engine was built with (pass every sample the run asks about)")
         return sample
 
     def profile(self, sample: Sample | str) -> SampleProfile:
@@ -448,7 +450,6 @@ class SimulatedEngine:
         return {concept: float(p) for concept, p in zip(profile.concepts, probabilities)}
 
     # ------------------------------------------------------------------------------ Engine protocol
-
     def generate(self, requests: Sequence[Request]) -> list[Completion]:
         if self._closed:
             raise RuntimeError("SimulatedEngine: generate() called after close()")
@@ -468,7 +469,6 @@ class SimulatedEngine:
         self.close()
 
     # ------------------------------------------------------------------------------ internals
-
     def _simulate_latency(self, completions: list[Completion]) -> None:
         latency = self.params.token_latency_ms / 1000.0
         if latency <= 0 or not completions:
