@@ -159,6 +159,76 @@ def test_a_cell_or_bank_another_process_is_building_is_waited_for_then_loaded(tm
         thread.join()
 
 
+def _hold_lock(path: Path) -> int:
+    """Another process's lock on ``path`` (flock belongs to an open file: a second open of it conflicts)."""
+    import fcntl
+    import os
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(descriptor, fcntl.LOCK_EX)
+    return descriptor
+
+
+def test_cells_whose_bank_another_process_builds_go_last_and_the_results_keep_their_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 35: notebook 04 no longer waits ~52 s on the bank 02 is building while cells it could run wait: a cell
+    whose bank another process holds is put off while another cell can run; the results come in the declared order."""
+    import os
+
+    from r2mad_core.reproduce.grid import _held_elsewhere
+
+    exp = experiment(tmp_path, models=[SIM_A], benchmarks=["truthfulqa", "mmlu_pro_economics"], test_limit=2)
+    bank = exp.memory_dir(exp.models[0], "truthfulqa")
+    lock = bank.parent / f".{bank.name}.lock"
+    assert not _held_elsewhere(lock)
+    descriptor = _hold_lock(lock)
+    assert _held_elsewhere(lock)
+    order: list[tuple[str, str]] = []
+    run = exp.run
+
+    def recording_run(model: str, benchmark: str, method: str):
+        order.append((benchmark, method))
+        assert (benchmark, method) != ("truthfulqa", "R2-MAD") or len(order) > 3, f"waits on the held bank: {order}"
+        if len(order) == 3:  # the other process is done with the bank (without building it: this grid then does)
+            os.close(descriptor)
+        return run(model, benchmark, method)
+
+    monkeypatch.setattr(exp, "run", recording_run)
+    results = exp.grid(["R2-MAD", "MAD"])
+    assert order == [("truthfulqa", "MAD"), ("mmlu_pro_economics", "R2-MAD"), ("mmlu_pro_economics", "MAD"),
+                     ("truthfulqa", "R2-MAD")]
+    assert [(o.benchmark, o.method) for o in results.outcomes] == [
+        ("truthfulqa", "R2-MAD"), ("truthfulqa", "MAD"), ("mmlu_pro_economics", "R2-MAD"), ("mmlu_pro_economics", "MAD")]
+    assert all(len(o.records) == 2 for o in results.outcomes)
+
+
+def test_memories_builds_the_banks_nobody_else_is_building_first(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Notebooks 02 and 04 both need the four banks: each builds those the other is not building."""
+    import os
+
+    exp = experiment(tmp_path, models=[SIM_A], benchmarks=["truthfulqa", "mmlu_pro_economics", "math500"])
+    bank = exp.memory_dir(exp.models[0], "truthfulqa")
+    descriptor = _hold_lock(bank.parent / f".{bank.name}.lock")
+    built: list[str] = []
+    memory = exp.memory
+
+    def recording_memory(spec, benchmark: str) -> Path:
+        built.append(benchmark)
+        assert benchmark != "truthfulqa" or len(built) > 2, f"waits on the bank another process builds: {built}"
+        if len(built) == 2:
+            os.close(descriptor)
+        return memory(spec, benchmark)
+
+    monkeypatch.setattr(exp, "memory", recording_memory)
+    pairs = [("Sim A", b) for b in ("truthfulqa", "mmlu_pro_economics", "math500")]
+    directories = exp.memories(pairs)
+    assert built == ["mmlu_pro_economics", "math500", "truthfulqa"]
+    assert list(directories) == [("Sim A", "truthfulqa"), ("Sim A", "mmlu_pro_economics"), ("Sim A", "math500")]
+    assert all((d / "manifest.json").exists() for d in directories.values())
+
+
 def test_a_finished_cell_is_read_once_per_process_until_its_files_change(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """The report asks for 93 cells of 56 directories: a directory this process ran or read and that has not changed
@@ -185,3 +255,20 @@ def test_a_finished_cell_is_read_once_per_process_until_its_files_change(tmp_pat
     os.utime(transcripts, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
     third = exp.run("Sim A", "mmlu_pro_engineering", "MAD")
     assert reads == [first.run_dir] and third.metrics == first.metrics
+
+
+def test_the_simulated_agents_run_uncached_unless_they_model_a_latency(tmp_path: Path) -> None:
+    """Issue 35: the response cache was 9% of the default run's CPU in front of agents that compute a completion
+    faster than the cache keys, looks up and stores it; they run uncached, so nothing they answer is "cached"."""
+    from r2mad_core.engines import CachedEngine
+    from r2mad_core.theory.agents import SimulatedAgentParams, SimulatedEngine
+
+    assert not SimulatedEngine.worth_caching() and not SimulatedEngine.worth_caching(params={})
+    assert SimulatedEngine.worth_caching(params=SimulatedAgentParams(token_latency_ms=5.0))
+    assert SimulatedEngine.worth_caching(params={"token_latency_ms": 5.0})
+    exp = experiment(tmp_path, models=[SIM_A], test_limit=2)
+    assert not isinstance(exp.engine(exp.models[0]), CachedEngine)
+    outcome = exp.run("Sim A", "mmlu_pro_engineering", "MAD")
+    turns = [item for record in outcome.records for rnd in record.rounds for item in rnd.agents]
+    assert len(turns) >= 6 and not any(item.cached for item in turns)
+    assert not (tmp_path / "cache" / "responses.sqlite").exists()

@@ -5,9 +5,9 @@ parameters (docs/design.md "Profiles"; docs/performance.md for the times):
 
 - **What a notebook needs** (:func:`prerequisites`): the notebooks its metadata names under ``r2mad.after``,
   else every notebook before it. The notebooks that read the memory banks name ``02_memory``, except
-  ``04_ablations``, the longest, which names nothing and starts at once: a bank 02 is building it waits for under
-  the bank's lock (:meth:`r2mad_core.reproduce.grid.ExperimentGrid.memory`; so is a run another notebook is running,
-  ``.run``). ``01_data`` and ``08_theory`` name nothing; ``10_report`` names none, so it comes after all (it
+  ``04_ablations``, the longest, which names nothing and starts at once: it builds the banks 02 is not building and
+  runs the cells whose banks are ready, and waits under a bank's lock only when nothing else is left
+  (:meth:`r2mad_core.reproduce.grid.ExperimentGrid.grid`, ``.memories``; so for a run another notebook is running). ``01_data`` and ``08_theory`` name nothing; ``10_report`` names none, so it comes after all (it
   reads every other's manifest entry).
 - **Several at once** (:func:`run_workers`): ``jobs`` workers take the notebooks whose prerequisites succeeded,
   the longest first (its time in the last run's ``timings.json``, else in the committed run of the profile). After a failure nothing new starts; those
