@@ -537,11 +537,11 @@ def _verified(gold: str, predicted: str) -> bool | None:
     """
     if not (safe_for_symbolic(gold) and safe_for_symbolic(predicted)):
         return False
-    from math_verify import verify  # lazy: as above
-
     remembered = verdicts.lookup(gold, predicted)  # another process's verdict (make reproduce's kernels share them)
     if remembered is not None:
-        return remembered
+        return remembered  # before math-verify's import (2.5 s): a rerun whose verdicts are all remembered skips it
+    from math_verify import verify  # lazy: as above
+
     parsed_gold = _parse(gold)
     parsed_predicted = _parse(predicted)
     if not parsed_gold or not parsed_predicted:
