@@ -61,7 +61,7 @@ from r2mad_core.files import write_json_atomic
 from r2mad_core.debate.loop import DebateState, score_turns
 from r2mad_core.engines.base import Engine
 from r2mad_core.experiments.methods import Method, RunContext, get_method
-from r2mad_core.records import (RunConfig, RunConfigMismatch, TranscriptError, TranscriptRecord, as_transcripts, check_records,
+from r2mad_core.records import (RunConfigMismatch, TranscriptError, TranscriptRecord, as_transcripts, check_records,
                                 problems, read_config)
 from pydantic import ValidationError
 from tqdm.std import tqdm  # not tqdm.auto: in a kernel without ipywidgets it warns at import (a notebook stays quiet)
@@ -671,13 +671,9 @@ def load_run(run_dir: str | Path) -> tuple[dict[str, Any], list[TranscriptRecord
     if not config_path.exists():
         raise FileNotFoundError(f"{run_dir}: not a run directory (no {CONFIG_FILE})")
     try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TranscriptError(f"{config_path}: not valid JSON ({exc})") from None
-    mismatch = problems(RunConfig, config)
-    if mismatch:
-        raise TranscriptError(f"{config_path}: does not fit the run configuration schema (r2mad_core.records.RunConfig): "
-                              f"{mismatch[0]}")
+        config = read_config(config_path)  # the same check as a run's (records.read_config), as a TranscriptError
+    except RunConfigMismatch as exc:
+        raise TranscriptError(str(exc)) from None
     records = TranscriptStore(run_dir / TRANSCRIPTS_FILE).load(repair=False)
     return config, records
 
