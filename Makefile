@@ -49,8 +49,9 @@ $(VENV)/.installed: pyproject.toml
 	echo "$(EXTRAS)" > $(VENV)/.extras
 	touch $@
 
-# `make test`: every test but those marked slow (the notebook runs, the fresh clone, the browser, the local model, the
-# budget end to end: tests/conftest.py lists them); `make test-slow` runs those. CI (.ci/run) runs both.
+# `make test`: every test but those marked slow (the notebook runs, every test that starts a Jupyter kernel, the fresh
+# clone, the browser, the local model, the budget end to end: tests/conftest.py lists them); `make test-slow` runs
+# those. CI (.ci/run) runs both.
 # `make test` runs on TEST_WORKERS cores (pytest-xdist, the dev extra), a test file to a worker (--dist loadfile: a
 # module's tests share module-level state and run in their order); TEST_WORKERS=0 runs in this process.
 # `make test-slow` stays in one process: its notebook fixtures run every notebook once per session, not per worker.

@@ -1,13 +1,16 @@
-"""The ``slow`` marker, applied here (issue 24): ``make test`` runs ``-m "not slow"`` (under 2 minutes of test time on a
-quiet machine), ``make test-slow`` runs the rest, and CI (``.ci/run``) runs both, so no test is dropped.
+"""The ``slow`` marker, applied here (issues 24, 35): ``make test`` runs ``-m "not slow"`` on both cores (under 50 s of
+test time on a quiet 2-core machine), ``make test-slow`` runs the rest, and CI (``.ci/run``) runs both, so no test is
+dropped.
 
 A test is slow for a good reason when it runs every notebook through papermill, clones the repository, drives a
 browser, starts the local llama.cpp model or runs a profile end to end through the budget gateway (measured
 2026-11-24 on the shared 2-core machine: the plugin through every notebook 199 s, the fresh clone 100 s, the budget
-end to end 65 s, the book in Chromium 38 s, of a 572 s suite; a test of a second or two that starts one kernel stays). Some files mark
-their own tests (``@pytest.mark.slow``); the others are listed here, by module, by test function (every
-parametrisation) or by fixture (every test using it), so that no test file needs editing to move a test. A listed
-name that no longer exists is an error at collection time, not a silently fast suite.
+end to end 65 s, the book in Chromium 38 s, of a 572 s suite), and any test that starts a Jupyter kernel (papermill or
+jupyter_client), however small its notebook: a kernel's start costs seconds of CPU and its time swings with the
+machine's load (issue 35: tests/test_reproduce.py's six, 24 s of a 134 s fast suite). Some files mark their own tests
+(``@pytest.mark.slow``); the others are listed here, by module, by test function (every parametrisation) or by fixture
+(every test using it), so that no test file needs editing to move a test. A listed name that no longer exists is an
+error at collection time, not a silently fast suite.
 """
 
 from __future__ import annotations
@@ -40,6 +43,16 @@ SLOW_TESTS = {
     "test_plugins.py": {
         "test_a_toy_benchmark_method_policy_and_engine_run_through_every_notebook_of_the_tiny_profile":
             "a plugin through every notebook of the tiny profile",
+    },
+    "test_reproduce.py": {
+        name: "starts a Jupyter kernel" for name in (
+            "test_runner_passes_the_profile_its_overrides_and_paths_and_stops_at_the_first_failure",
+            "test_notebooks_run_two_at_a_time_each_after_the_notebooks_it_names",
+            "test_after_a_failure_nothing_new_starts_and_the_failure_is_returned_last",
+            "test_a_worker_reuses_its_kernel_cleared_and_shuts_it_down_at_the_end",
+            "test_the_kernel_says_nothing_of_its_own",
+            "test_executed_notebooks_inside_the_repository_hold_no_machine_paths",
+        )
     },
     "test_budget.py": {
         "test_api_profile_estimates_then_stops_at_the_cap_and_resumes":

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Callable, Sequence
 
@@ -132,3 +133,15 @@ def math_sample(sample_id: str, gold: str, question: str | None = None) -> Sampl
 def question_key(question: str) -> str:
     """The first line of a formatted question (the text before the options)."""
     return question.split("\n", 1)[0]
+
+
+def hashed_respond(question, persona, t, request):
+    """Deterministic answers that depend on the question, the persona, the round and the sample index."""
+    key = f"{question_key(question)}|{persona}|{t}|{request.sample_index}|{len(request.messages)}"
+    letter = "ABCD"[hashlib.sha256(key.encode()).digest()[0] % 4]
+    return mc_answer(letter, reasoning=f"Reasoning {key}.")
+
+
+def samples(n: int):
+    """``n`` multiple-choice samples q000, q001, ... with golds A, B, C, D in turn."""
+    return [mc_sample(f"q{i:03d}", gold="ABCD"[i % 4]) for i in range(n)]

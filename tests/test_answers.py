@@ -412,10 +412,11 @@ def test_deadline_passes_results_and_errors_through() -> None:
 def test_deadline_never_fires_after_the_block() -> None:
     # a deadline long enough for a loaded machine to run the block (the verifier thread may wait for a core)
     assert answers._with_deadline(lambda: "done", 1.0, "gave up") == "done"
-    # Python code keeps running past the deadline without a stray exception.
+    # Python code keeps running past the deadline without a stray exception (in short sleeps: a stray exception or
+    # signal would land between them, or cut one short, as in a busy loop, without a core spun for 1.5 s).
     end = time.monotonic() + 1.5
     while time.monotonic() < end:
-        pass
+        time.sleep(0.01)
 
 
 def test_slow_symbolic_comparison_gives_up(monkeypatch: pytest.MonkeyPatch) -> None:

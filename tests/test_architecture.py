@@ -9,6 +9,7 @@ shrinks (issue 13: zero circles).
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -88,9 +89,16 @@ def imported_modules(path: Path, modules: set[str], source: str | None = None) -
 
 
 def import_graph() -> dict[str, set[str]]:
+    """Module -> the r2mad_core modules it imports: a copy of the graph read once per test session (every module
+    parsed: a second each time)."""
+    return {module: set(targets) for module, targets in _read_import_graph().items()}
+
+
+@functools.lru_cache(maxsize=1)
+def _read_import_graph() -> dict[str, frozenset[str]]:
     paths = [p for p in PACKAGE_DIR.rglob("*.py") if "__pycache__" not in p.parts]
     modules = {module_name(p) for p in paths} - {""}
-    return {module_name(p): imported_modules(p, modules) for p in paths if module_name(p)}
+    return {module_name(p): frozenset(imported_modules(p, modules)) for p in paths if module_name(p)}
 
 
 def strongly_connected(graph: dict[str, set[str]]) -> list[frozenset[str]]:

@@ -353,9 +353,18 @@ def test_without_vllm_the_error_says_what_to_do() -> None:
 
 
 def test_the_embedder_uses_the_gpu_when_there_is_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The paper profile (vLLM on a GPU) embeds with BGE-M3 on that GPU; on a CPU machine, the CPU."""
-    torch = pytest.importorskip("torch")
+    """The paper profile (vLLM on a GPU) embeds with BGE-M3 on that GPU; on a CPU machine, the CPU. torch's answer is
+    the test's (a stand-in module: importing torch costs 2 s of CPU, and only ``torch.cuda.is_available`` is asked)."""
+    import importlib.machinery
+    import sys
+    import types
+
     from r2mad_core.memory import embeddings
+
+    torch = types.ModuleType("torch")
+    torch.__spec__ = importlib.machinery.ModuleSpec("torch", None)  # found by importlib.util.find_spec
+    torch.cuda = SimpleNamespace(is_available=lambda: False)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", torch)
 
     loads: list[tuple] = []
 

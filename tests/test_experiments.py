@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from debate_fakes import ScriptedEngine, mc_answer, mc_sample, question_key
+from debate_fakes import ScriptedEngine, hashed_respond, samples
 from hand_transcripts import transcript
 from r2mad_core.engines.cache import CachedEngine
 from r2mad_core.experiments.cell import (
@@ -35,17 +34,6 @@ from r2mad_core.experiments.cell import (
 from r2mad_core.experiments.methods import get_method
 
 TESTS_DIR = Path(__file__).resolve().parent
-
-
-def hashed_respond(question, persona, t, request):
-    """Deterministic answers that depend on the question, the persona, the round and the sample index."""
-    key = f"{question_key(question)}|{persona}|{t}|{request.sample_index}|{len(request.messages)}"
-    letter = "ABCD"[hashlib.sha256(key.encode()).digest()[0] % 4]
-    return mc_answer(letter, reasoning=f"Reasoning {key}.")
-
-
-def samples(n: int):
-    return [mc_sample(f"q{i:03d}", gold="ABCD"[i % 4]) for i in range(n)]
 
 
 STABLE_KEYS = ("seconds",)
@@ -262,7 +250,7 @@ CHILD = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, {tests!r})
-    from test_experiments import ScriptedEngine, hashed_respond, samples
+    from debate_fakes import ScriptedEngine, hashed_respond, samples  # not test_experiments: no pytest to import
     from r2mad_core.experiments.cell import run_cell
     engine = ScriptedEngine(hashed_respond, latency={latency})
     engine.concurrent_generate = {schedule!r} == "questions"  # the scripted engine takes concurrent calls

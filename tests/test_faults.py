@@ -41,7 +41,9 @@ def test_a_failing_endpoint_sees_no_more_requests_than_the_cap_and_the_count_is_
     with FakeOpenAIServer(mode=mode, trickle_interval=0.2, hang_seconds=20) as server:
         cap = BudgetCap(max_requests=5)
         with ForwardingGateway([server.base_url], cap) as gateway:
-            engine = _engine(gateway.base_url, tmp_path / "cache", max_concurrency=3)
+            # a hanging or trickling attempt fails at its deadline whatever it is: half a second (not 1 s) is enough
+            timeout = 0.5 if mode in ("hang", "trickle") else 1.0
+            engine = _engine(gateway.base_url, tmp_path / "cache", max_concurrency=3, timeout_seconds=timeout)
             with pytest.raises(EngineError) as caught:
                 engine.generate([_request(f"question {i}") for i in range(4)])
             engine.close()
@@ -90,6 +92,25 @@ def test_a_usage_of_the_wrong_type_is_retried_then_one_line(mode: str, field: st
     assert "\n" not in str(caught.value)
 
 
+def _cached(cache_dir: Path) -> int:
+    """How many completions the response cache in ``cache_dir`` holds now (0 before it exists), read only."""
+    import sqlite3
+
+    path = cache_dir / "responses.sqlite"
+    if not path.is_file():
+        return 0
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+    except sqlite3.Error:
+        return 0
+    try:
+        return conn.execute("SELECT count(*) FROM responses").fetchone()[0]
+    except sqlite3.Error:  # not yet a cache (being created)
+        return 0
+    finally:
+        conn.close()
+
+
 def test_ctrl_c_during_openai_generation_exits_at_once_and_keeps_every_finished_completion(tmp_path: Path) -> None:
     """``r2mad run`` on 6 questions, all sent at once: the server answers 3 and leaves the others hanging (60 s).
     Ctrl-C: exit 130 with one line, long before the hanging requests would end (a generous 30 s bound), and the
@@ -114,7 +135,9 @@ def test_ctrl_c_during_openai_generation_exits_at_once_and_keeps_every_finished_
             while not (server.completed >= 3 and server.requests_served >= 6) and process.poll() is None:
                 assert time.monotonic() < deadline, "the run never sent its batch"
                 time.sleep(0.05)
-            time.sleep(0.3)  # the 3 answers reach the engine and the cache
+            while _cached(tmp_path / "cache") < 3 and process.poll() is None:  # the 3 answers reach the cache
+                assert time.monotonic() < deadline, "the 3 answers never reached the cache"
+                time.sleep(0.02)
             process.send_signal(signal.SIGINT)
             _, stderr = process.communicate(timeout=30)
         finally:

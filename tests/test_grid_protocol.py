@@ -126,12 +126,17 @@ def test_an_independent_round0_stream_depends_on_the_bank_content_not_its_folder
         exp.run("Sim A", "truthfulqa", "R2-MAD (independent round 0)")
 
 
-def test_a_cell_or_bank_another_process_is_building_is_waited_for_then_loaded(tmp_path: Path) -> None:
+def test_a_cell_or_bank_another_process_is_building_is_waited_for_then_loaded(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """make reproduce runs two notebooks at once: a cell whose directory another process holds (its .lock) is
-    waited for and then run or loaded, not refused; so is a memory bank another process is building."""
+    waited for and then run or loaded, not refused; so is a memory bank another process is building. The holder
+    lets go once the run waits for the lock (a blocking flock on that very file), not after a fixed time."""
+    import fcntl
+    import os
     import threading
-    import time
+    import types
 
+    from r2mad_core import files
     from r2mad_core.experiments.cell import LOCK_FILE
     from r2mad_core.files import locked
 
@@ -139,15 +144,27 @@ def test_a_cell_or_bank_another_process_is_building_is_waited_for_then_loaded(tm
     run_dir, _, _ = exp.run_dir(exp.models[0], "mmlu_pro_engineering", "MAD")
     bank = exp.memory_dir(exp.models[0], "mmlu_pro_engineering")
     run_dir.mkdir(parents=True)
-    held = threading.Event()
+    held, waiting = threading.Event(), threading.Event()
+    holding: list[Path] = []
+    runner = threading.current_thread()
+
+    def flock(descriptor: int, operation: int) -> None:
+        if (operation == fcntl.LOCK_EX and threading.current_thread() is runner
+                and os.fstat(descriptor).st_ino == holding[0].stat().st_ino):
+            waiting.set()  # the run waits for the lock the holder holds
+        fcntl.flock(descriptor, operation)
+
+    monkeypatch.setattr(files, "fcntl", types.SimpleNamespace(flock=flock, LOCK_EX=fcntl.LOCK_EX, LOCK_NB=fcntl.LOCK_NB))
 
     def hold(path: Path) -> None:
         with locked(path):
             held.set()
-            time.sleep(1.0)
+            waiting.wait(60)
 
     for path in (run_dir / LOCK_FILE, bank.parent / f".{bank.name}.lock"):
         held.clear()
+        waiting.clear()
+        holding[:] = [path]
         thread = threading.Thread(target=hold, args=(path,))
         thread.start()
         held.wait()
@@ -156,7 +173,10 @@ def test_a_cell_or_bank_another_process_is_building_is_waited_for_then_loaded(tm
             assert len(outcome.records) == 3 and outcome.n_new == 3
         else:
             assert (exp.memory("Sim A", "mmlu_pro_engineering") / "manifest.json").exists()
+        waited = waiting.is_set()
+        waiting.set()  # the holder lets go in any case
         thread.join()
+        assert waited, f"the run did not wait for {path.name}, which another process held"
 
 
 def _hold_lock(path: Path) -> int:

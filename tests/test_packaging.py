@@ -158,7 +158,6 @@ def _make_setup(folder: Path, *arguments: str) -> list[str]:
 
 def test_a_gpu_venv_gets_no_cpu_torch_and_keeps_its_extras_when_pyproject_changes(tmp_path: Path) -> None:
     import shutil
-    import time
 
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
@@ -173,8 +172,10 @@ def test_a_gpu_venv_gets_no_cpu_torch_and_keeps_its_extras_when_pyproject_change
     assert any('-e .[gpu,notebooks,dev]' in line for line in first), first
     assert (tmp_path / ".venv" / ".extras").read_text().strip() == "gpu,notebooks,dev"
     assert _make_setup(tmp_path, "PROFILE=paper") == []  # nothing changed: nothing installed
-    time.sleep(1.1)
-    (tmp_path / "pyproject.toml").touch()  # a pyproject change: the remembered GPU extras again, never the CPU ones
+    # a pyproject change (dated 2 s after the install, as a sleep then a touch would): the remembered GPU extras
+    # again, never the CPU ones
+    installed = (tmp_path / ".venv" / ".installed").stat().st_mtime_ns
+    os.utime(tmp_path / "pyproject.toml", ns=(installed + 2_000_000_000, installed + 2_000_000_000))
     again = _make_setup(tmp_path)
     assert not any(TORCH_PIN in line for line in again) and any("gpu,notebooks,dev" in line for line in again), again
     cpu = _make_setup(tmp_path, "EXTRAS=cpu,notebooks,dev")  # asking for other extras installs them

@@ -202,6 +202,8 @@ def test_a_real_gpu_run_stops_at_the_preflight(tmp_path, capsys, monkeypatch):
 
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setattr(preflight, "hub_token", lambda: None)
+    # what calibrate.cuda_device() finds on a machine without a GPU, without importing torch for it (2 s of CPU)
+    monkeypatch.setattr(calibrate, "cuda_device", lambda: "no CUDA device")
     assert reproduce.main(["--profile", "paper", "--output-dir", str(tmp_path)]) == 1
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("preflight: ")]
     assert any("HF_TOKEN" in line for line in lines) and any("R2MAD_LLAMA_MODEL" in line for line in lines)

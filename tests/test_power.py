@@ -54,8 +54,9 @@ def test_exact_power_matches_simulation_away_from_the_mde() -> None:
 def test_critical_values_are_those_of_scipys_exact_binomial_test() -> None:
     critical = power._critical_values(80, 0.05)
     for d in range(81):
-        significant = [b for b in range(d + 1) if b * 2 > d and binomtest(b, d, 0.5).pvalue < 0.05]
-        assert critical[d] == (significant[0] if significant else d + 1), d
+        # the first b past the middle that scipy finds significant
+        first = next((b for b in range(d + 1) if b * 2 > d and binomtest(b, d, 0.5).pvalue < 0.05), None)
+        assert critical[d] == (first if first is not None else d + 1), d
     # hand check: 6 of 6 discordant pairs give p = 2 / 64 = 0.031 < 0.05; 5 of 5 give 0.0625
     assert critical[5] == 6 and critical[6] == 6
 

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from debate_fakes import ScriptedEngine
+from debate_fakes import ScriptedEngine, hashed_respond, samples
 from hand_transcripts import transcript
-from test_experiments import hashed_respond, samples
 from r2mad_core.debate import scoring
 from r2mad_core.debate.loop import run_debate, score_turns
 from r2mad_core.experiments.cell import TRANSCRIPTS_FILE, TranscriptStore, run_cell, transcript_record

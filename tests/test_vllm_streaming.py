@@ -127,7 +127,7 @@ def test_concurrent_calls_share_one_engine_loop_and_each_gets_its_own_completion
             results[k] = engine.generate([base.ask(f"q{k}"), base.ask(f"q{k}", sample_index=1)])
         return run
 
-    opener = threading.Thread(target=lambda: (submitted.wait(10), _wait_for(lambda: len(core.queue) == 12), core.gate.set()))
+    opener = threading.Thread(target=lambda: (submitted.wait(10), _open_gate_when(core, lambda: len(core.queue) == 12)))
     opener.start()
     errors = run_threads([caller(k) for k in range(6)])
     opener.join(10)
@@ -150,6 +150,16 @@ def _wait_for(predicate: Any, timeout: float = 10.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "condition never held"
         time.sleep(0.001)
+
+
+def _open_gate_when(core: BatchingLLMEngine, predicate: Any) -> None:
+    """Let the held engine run once ``predicate`` holds, or after the wait failed: a caller that failed before it
+    submitted (e.g. its cache did not open) then fails the test's assertions on what the callers saw, instead of
+    leaving the others waiting on an engine that never steps ("a generate() call hung" 30 s later)."""
+    try:
+        _wait_for(predicate)
+    finally:
+        core.gate.set()
 
 
 def test_a_late_call_joins_the_running_batch() -> None:
@@ -214,7 +224,7 @@ def test_engine_death_fails_every_waiting_call_with_its_own_count(tmp_path: Path
             messages.append(str(info.value))
         return run
 
-    opener = threading.Thread(target=lambda: (_wait_for(lambda: len(core.queue) == 5), core.gate.set()))
+    opener = threading.Thread(target=_open_gate_when, args=(core, lambda: len(core.queue) == 5))
     opener.start()
     errors = run_threads([caller(["q0", "q3", "q4"]), caller(["q1", "q5"])])
     opener.join(10)
