@@ -67,13 +67,38 @@ def _import(name: str) -> ModuleType:
     return module
 
 
+#: (the folders on sys.path with their modification times, the entry points' module names read then)
+_entry_points_read: tuple[tuple[tuple[str, int | None], ...], tuple[str, ...]] | None = None
+
+
+def _path_stamp() -> tuple[tuple[str, int | None], ...]:
+    """Each ``sys.path`` entry with its modification time: installing or removing a package changes its folder's."""
+    stamps = []
+    for entry in sys.path:
+        try:
+            stamps.append((entry, os.stat(entry or ".").st_mtime_ns))
+        except OSError:
+            stamps.append((entry, None))
+    return tuple(stamps)
+
+
+def _entry_point_modules() -> tuple[str, ...]:
+    """The ``r2mad.plugins`` entry points' module names, read again only when a folder on ``sys.path`` changed:
+    reading them scans every installed distribution's metadata (10-40 ms), and every profile load asks."""
+    global _entry_points_read
+    stamp = _path_stamp()
+    if _entry_points_read is None or _entry_points_read[0] != stamp:
+        _entry_points_read = (stamp, tuple(entry.value for entry in metadata.entry_points(group=ENTRY_POINT_GROUP)))
+    return _entry_points_read[1]
+
+
 def plugin_names(environ: dict[str, str] | None = None) -> list[str]:
     """The plugin modules to load: ``R2MAD_PLUGINS`` entries, then the ``r2mad.plugins`` entry points."""
     env = os.environ if environ is None else environ
     names = [part.strip() for part in env.get(ENVIRONMENT_VARIABLE, "").split(",") if part.strip()]
-    for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if entry.value not in names:
-            names.append(entry.value)
+    for value in _entry_point_modules():
+        if value not in names:
+            names.append(value)
     return names
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import test_engine_vllm as base
+from test_engine_vllm import no_full_collection_on_close  # noqa: F401 (an autouse fixture)
 from debate_fakes import mc_sample
 from r2mad_core.engines import CachedEngine, EngineError
 from r2mad_core.engines.vllm_backend import VLLMEngine

@@ -25,7 +25,9 @@ by the engine when it sends a request.
 
 from __future__ import annotations
 
+import copy
 import difflib
+import functools
 import os
 import re
 from dataclasses import dataclass, field
@@ -562,7 +564,7 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
             raise ProfileError(f"unknown profile {name!r}: expected one of {profile_names()} or a path to a .yaml file")
         text, source = resource.read_text(encoding="utf-8"), f"r2mad_core/profiles/{name}.yaml"
     try:
-        data = yaml.safe_load(text)
+        data = copy.deepcopy(_parsed_yaml(text))
     except yaml.YAMLError as exc:
         raise ProfileError(f"{source}: not valid YAML: {exc}") from exc
     data = expand_environment(data, source, secrets=_secret_variables(data))
@@ -581,6 +583,12 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
         raise ProfileError("invalid profile: " + errors[0] if len(errors) == 1 else
                            "invalid profile:\n  " + "\n  ".join(errors))
     return Profile(name=name, source=source, fields=data, spec=spec, location=location, overrides=dict(overrides or {}))
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed_yaml(text: str) -> Any:
+    """A profile's YAML, parsed once per text (10-20 ms each time, at every load; callers get a deep copy)."""
+    return yaml.safe_load(text)
 
 
 def check_override_keys(overrides: Mapping[str, Any], data: Mapping[str, Any], name: str, extra_keys: Any = ()) -> None:
