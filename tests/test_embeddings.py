@@ -29,7 +29,10 @@ def _vectorizer_rows(embedder, texts):
 
 
 @pytest.mark.parametrize("dim", [384, 7, 1])
-def test_hashing_embedder_gives_the_vectorizers_bytes(dim):
+def test_hashing_embedder_gives_the_vectorizers_bytes(dim, monkeypatch):
+    from r2mad_core.memory import embeddings
+
+    monkeypatch.setattr(embeddings, "_HASHED_ROWS", {})  # computed here, not remembered from another test
     rng = np.random.default_rng(5)
     words = ["the", "The", "answer", "is", "(B)", "\\boxed{3/4}", "Ökonomie", "naïve", "x", "demand", "curve", "İstanbul",
              "shifts", "right", "when", "INCOME", "rises", "12", "3.5", "--", "e.g.", "日本語", "don't", "a_b", "\n\n"]
@@ -41,6 +44,27 @@ def test_hashing_embedder_gives_the_vectorizers_bytes(dim):
     assert embedder.encode(texts).tobytes() == expected.tobytes()  # columns hashed afresh
     assert np.concatenate([embedder.encode([t]) for t in texts]).tobytes() == expected.tobytes()  # remembered
     assert embedder.encode(texts[::-1]).tobytes() == expected[::-1].tobytes()
+
+
+def test_hashing_embedder_encodes_each_distinct_text_once_per_process(monkeypatch):
+    from r2mad_core.memory import embeddings
+
+    monkeypatch.setattr(embeddings, "_HASHED_ROWS", {})
+    embedder = HashingEmbedder(16)
+    pattern, tokenised = embedder._token_pattern, []
+
+    class Counting:
+        def findall(self, text):
+            tokenised.append(text)
+            return pattern.findall(text)
+
+    embedder._token_pattern = Counting()
+    first = embedder.encode(["one two", "three", "one two"])
+    first[:] = 0.0  # the caller's copy: the remembered rows are not touched
+    again = HashingEmbedder(16).encode(["three", "one two"])  # another instance of the same dimension
+    assert tokenised == ["one two", "three"]
+    assert again.tobytes() == _vectorizer_rows(embedder, ["three", "one two"]).tobytes()
+    assert HashingEmbedder(8).encode(["three"]).shape == (1, 8)  # each dimension apart
 
 
 def test_hashing_dimension_by_name():

@@ -15,9 +15,8 @@ from r2mad_core.theory import model as theory
 from r2mad_core.data.benchmarks import Sample, format_question
 from r2mad_core.engines import make_engine
 from r2mad_core.engines.base import Engine, Request, SamplingParams
+from r2mad_core.theory.agent_texts import CAREFUL_STYLE, SHORTCUT_STYLE
 from r2mad_core.theory.agents import (
-    CAREFUL_STYLE,
-    SHORTCUT_STYLE,
     SimulatedAgentParams,
     SimulatedEngine,
     sample_profile,
@@ -121,6 +120,27 @@ def test_engine_protocol_identity_and_ledger() -> None:
     engine.close()
     with pytest.raises(RuntimeError, match="close"):
         engine.generate(requests[:1])
+
+
+def test_a_repeated_request_is_drawn_once_and_each_caller_gets_its_own_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    samples = mc_samples(4)
+    engine = SimulatedEngine(samples, seed=0)
+    drawn = []
+    complete = engine._complete
+    monkeypatch.setattr(engine, "_complete", lambda request: drawn.append(request) or complete(request))
+    request = task_request(samples[1], params=SamplingParams(logprobs=True))
+    first, again = engine.generate([request, request])
+    assert len(drawn) == 1 and first is not again
+    kept = (first.text, list(first.logprobs), first.completion_tokens)
+    first.logprobs.append(0.0)  # the loop sets these on the completions it is given
+    first.seconds, first.trimmed_experiences = 9.0, 2
+    third, = engine.generate([request])
+    assert len(drawn) == 1
+    assert (third.text, third.logprobs, third.completion_tokens) == kept == (again.text, again.logprobs, again.completion_tokens)
+    assert (third.seconds, third.trimmed_experiences, third.cached) == (0.0, 0, False)  # computed, never "cached"
+    assert engine.ledger.as_dict()["debate"]["requests"] == 3  # every request counted
+    fresh = SimulatedEngine(samples, seed=0).generate([request])[0]
+    assert (fresh.text, fresh.logprobs) == kept[:2]
 
 
 def test_deterministic_per_request_and_distinct_by_sample_index() -> None:

@@ -115,26 +115,43 @@ class HashingEmbedder:
         1-2), each in column ``abs(murmurhash3_32(utf-8 bytes, seed 0)) % dim`` (its hasher,
         ``sklearn/feature_extraction/_hashing_fast.pyx``; Python's ``abs(-2**31)`` is what its special case
         computes), remembered per instance; the counts per column are the same small integers in float32.
-        A test compares the bytes with the vectorizer's."""
+        A test compares the bytes with the vectorizer's.
+
+        A row depends on its text alone, so each distinct text is encoded once per process and dimension (the
+        variants of a run share its first rounds' states and responses), then copied.
+        """
         texts = _check_texts(texts)
-        matrix = np.zeros((len(texts), self.dim), dtype=np.float32)
-        columns = self._columns
-        if len(columns) > _HASHING_COLUMNS_MAX:
-            columns.clear()
-        for row, text in enumerate(texts):
-            tokens = self._token_pattern.findall(text.lower())
-            if not tokens:
-                continue
-            grams = tokens + [f"{a} {b}" for a, b in zip(tokens, tokens[1:])]
-            found = [columns.get(gram) for gram in grams]
-            if None in found:
-                found = [_hashed_column(columns, gram, self.dim) for gram in grams]
-            matrix[row] = np.bincount(found, minlength=self.dim)
-        return _normalise_rows(matrix)
+        rows = _HASHED_ROWS.setdefault(self.dim, {})
+        if len(rows) > _HASHED_ROWS_MAX:
+            rows.clear()
+        known = {text: rows.get(text) for text in texts}  # a local view: another thread may start rows afresh
+        missing = [text for text, vector in known.items() if vector is None]
+        if missing:
+            matrix = np.zeros((len(missing), self.dim), dtype=np.float32)
+            columns = self._columns
+            if len(columns) > _HASHING_COLUMNS_MAX:
+                columns.clear()
+            for row, text in enumerate(missing):
+                tokens = self._token_pattern.findall(text.lower())
+                if not tokens:
+                    continue
+                grams = tokens + [f"{a} {b}" for a, b in zip(tokens, tokens[1:])]
+                found = [columns.get(gram) for gram in grams]
+                if None in found:
+                    found = [_hashed_column(columns, gram, self.dim) for gram in grams]
+                matrix[row] = np.bincount(found, minlength=self.dim)
+            for text, vector in zip(missing, _normalise_rows(matrix)):
+                known[text] = rows[text] = vector
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([known[text] for text in texts])
 
 
 #: n-gram -> column entries one :class:`HashingEmbedder` keeps (it then starts afresh).
 _HASHING_COLUMNS_MAX = 1_000_000
+#: dimension -> {text: its unit row} (:meth:`HashingEmbedder.encode`), at most this many texts (then afresh).
+_HASHED_ROWS: dict[int, dict[str, np.ndarray]] = {}
+_HASHED_ROWS_MAX = 100_000
 
 
 def _hashed_column(columns: dict[str, int], gram: str, dim: int) -> int:

@@ -5,4 +5,5 @@
 - :mod:`~r2mad_core.theory.simulation`: the multi-round Monte Carlo of debates under the model.
 - :mod:`~r2mad_core.theory.agents`: the same model as an engine: simulated agents that read the real prompts
   (the ``simulated`` engine of the sim and tiny profiles; not a language model).
+- :mod:`~r2mad_core.theory.agent_texts`: the texts those agents write (reasoning sentences by concept, fixed phrases).
 """

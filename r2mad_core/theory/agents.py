@@ -46,7 +46,7 @@ import json
 import logging
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -54,6 +54,7 @@ import numpy as np
 from r2mad_core.data import answers
 from r2mad_core.debate import prompts
 from r2mad_core.theory import model as theory
+from r2mad_core.theory.agent_texts import DEBATE_OPENINGS, FORMAT_FAILURES, reasoning
 from r2mad_core.data.benchmarks import MULTIPLE_CHOICE_BENCHMARKS, Sample
 from r2mad_core.engines.base import Completion, Ledger, Request
 
@@ -63,44 +64,8 @@ MODEL_VERSION = "v2"
 """Bumped whenever the simulated behaviour changes, so cached generations of older versions miss."""
 
 TOKENS_PER_WORD = 1.3
+_COMPLETIONS_KEPT = 200_000  # completions one engine remembers (SimulatedEngine._remembered), then it starts afresh
 
-# Reasoning styles: the text of a response carries a weak signature of the concept the agent
-# followed (careful derivation for theta*, a familiar shortcut for the misconception theta', a rough
-# guess for the distractors), so that text-similarity confidence (Eq. 7) has something to measure.
-CAREFUL_STYLE = (
-    "First, restate what the question asks and list the given conditions.",
-    "The key step is to identify the principle that connects these quantities.",
-    "Applying it step by step gives an intermediate result that we can check.",
-    "A quick estimate confirms that the intermediate value has the right size.",
-    "Edge cases and units deserve a second look before committing.",
-    "Checking the arithmetic once more shows no slip in the computation.",
-    "A different route through the problem leads to the same conclusion.",
-    "Every condition stated in the problem is satisfied by this result.",
-)
-SHORTCUT_STYLE = (
-    "This looks like a familiar textbook situation, so the usual rule applies directly.",
-    "The intuitive reading of the question points to the standard answer.",
-    "Most people would approach it the common way, and that seems right here.",
-    "Relying on the well-known rule of thumb gives the answer quickly.",
-    "There is no need to recheck the setup since the pattern is obvious.",
-    "The popular interpretation matches the wording closely enough.",
-    "Recalling the typical result for this kind of problem settles it.",
-    "The obvious choice fits, so further verification seems unnecessary.",
-)
-GUESS_STYLE = (
-    "Part of the computation is unclear, so an approximate value will have to do.",
-    "Some of the information seems to be missing, which makes this a rough guess.",
-    "Combining the numbers in a plausible way gives a candidate result.",
-    "It is hard to be sure, but one option seems slightly more likely.",
-    "Without a complete derivation, the best available estimate is used.",
-    "The details are ambiguous, so a reasonable assumption fills the gap.",
-)
-REASONING_STYLES = (CAREFUL_STYLE, SHORTCUT_STYLE, GUESS_STYLE)
-_FORMAT_FAILURES = ("I could not settle on a single final result with enough certainty.",
-                    "Several candidate results remain plausible and I cannot decide between them.",
-                    "The computation is inconclusive without further information.")
-_DEBATE_OPENINGS = ("Taking the other solutions into account,", "After comparing the other agents' reasoning with mine,",
-                    "Weighing the arguments presented,")
 _PROFILES: dict[tuple, "SampleProfile"] = {}  # SimulatedEngine.profile's memo: sample_profile is pure
 
 
@@ -306,31 +271,6 @@ def sample_profile(sample: Sample, params: SimulatedAgentParams) -> SampleProfil
     return SampleProfile(sample.id, sample.benchmark, tuple(concepts), log_prior, shared)
 
 
-def _style_of(concept: int) -> int:
-    return min(concept, len(REASONING_STYLES) - 1)
-
-
-def _reasoning(rng: np.random.Generator, words: int, concept: int, signal: float) -> str:
-    """About ``words`` words of reasoning sentences: each one comes from the style of ``concept`` with
-    probability ``signal``, otherwise from a uniformly drawn style (distinct sentences)."""
-    own = _style_of(concept)
-    picked: list[str] = []
-    used: set[str] = set()
-    count = 0
-    while count < words:
-        style = own if rng.random() < signal else int(rng.integers(len(REASONING_STYLES)))
-        pool = [t for t in REASONING_STYLES[style] if t not in used]
-        if not pool:
-            pool = [t for bank in REASONING_STYLES for t in bank if t not in used]
-            if not pool:
-                break
-        sentence = pool[int(rng.integers(len(pool)))]
-        used.add(sentence)
-        picked.append(sentence)
-        count += len(sentence.split())
-    return " ".join(picked)
-
-
 @functools.lru_cache(maxsize=1 << 16)  # pure: every request repeats its conversation's earlier messages
 def _count_tokens(text: str) -> int:
     return int(round(TOKENS_PER_WORD * len(text.split())))
@@ -375,6 +315,7 @@ class SimulatedEngine:
             raise ValueError("SimulatedEngine: samples is empty; the engine identifies questions by their text")
         self._profiles: dict[str, SampleProfile] = {}
         self._distributions: dict[tuple, np.ndarray] = {}
+        self._completions: dict[str, Completion] = {}  # request key -> completion (_remembered)
         self._lock = threading.Lock()
         self._closed = False
 
@@ -453,7 +394,7 @@ class SimulatedEngine:
     def generate(self, requests: Sequence[Request]) -> list[Completion]:
         if self._closed:
             raise RuntimeError("SimulatedEngine: generate() called after close()")
-        completions = [self._complete(request) for request in requests]
+        completions = [self._remembered(request) for request in requests]
         self._simulate_latency(completions)
         for request, completion in zip(requests, completions):
             self.ledger.record(request, completion)
@@ -565,6 +506,17 @@ class SimulatedEngine:
                 return None
         return None
 
+    def _remembered(self, request: Request) -> Completion:
+        """``_complete(request)`` computed once per request key and engine (a completion is a function of both:
+        variants of a run repeat its round-0 requests); a copy each time, never marked ``cached``."""
+        key = request.key(self.identity, self.model)
+        done = self._completions.get(key)
+        if done is None:
+            if len(self._completions) >= _COMPLETIONS_KEPT:
+                self._completions.clear()
+            done = self._completions[key] = self._complete(request)
+        return replace(done, logprobs=None if done.logprobs is None else list(done.logprobs))
+
     def _complete(self, request: Request) -> Completion:
         users = [m for m in request.messages if m.get("role") == "user"]
         if not users:
@@ -640,11 +592,11 @@ class SimulatedEngine:
         belief = float(distribution[choice])
         p = self.params
         words = int(rng.integers(p.response_words - p.response_words_jitter, p.response_words + p.response_words_jitter + 1))
-        body = _reasoning(rng, words, choice, p.reasoning_style_signal)
+        body = reasoning(rng, words, choice, p.reasoning_style_signal)
         if parsed.kind == "debate":
-            body = f"{_DEBATE_OPENINGS[int(rng.integers(len(_DEBATE_OPENINGS)))]} {body[0].lower()}{body[1:]}"
+            body = f"{DEBATE_OPENINGS[int(rng.integers(len(DEBATE_OPENINGS)))]} {body[0].lower()}{body[1:]}"
         if rng.random() < p.format_failure_rate:
-            return f"{body} {_FORMAT_FAILURES[int(rng.integers(len(_FORMAT_FAILURES)))]}", belief
+            return f"{body} {FORMAT_FAILURES[int(rng.integers(len(FORMAT_FAILURES)))]}", belief
         answer = profile.concepts[choice]
         if benchmark not in MULTIPLE_CHOICE_BENCHMARKS:
             return f"{body} The answer is \\boxed{{{answer}}}.", belief
