@@ -38,9 +38,10 @@ numbers; a lower-case "option (a)" in hedging prose is not read as an answer.
 
 Equivalence (:func:`answers_equivalent`, :func:`is_correct`): a cheap normal form
 (:func:`canonical_answer`) first, then ``math_verify`` (parse + verify; ``\\frac{1}{2}``, ``0.5`` and
-``\\dfrac12`` agree; ordered tuples and intervals keep their order). Results are memoised with
-``functools.lru_cache`` (the symbolic steps, and the public functions, which are pure in their string arguments;
-:func:`clear_caches` empties them all).
+``\\dfrac12`` agree; ordered tuples and intervals keep their order); two plain integers (``-12``, ``841``) are
+equivalent only as the same string, which is math-verify's verdict on them, given without it. Results are memoised
+with ``functools.lru_cache`` (the symbolic steps, cleaning and normal forms, and the public functions, which are pure
+in their string arguments; both extraction functions share one memo; :func:`clear_caches` empties them all).
 
 Pathological expressions cannot hang a run. (1) A screen (:func:`safe_for_symbolic`): answers longer
 than :data:`MAX_ANSWER_CHARS`, power towers, exponents or factorials of four digits or more and deep nesting
@@ -133,6 +134,44 @@ _BOX_SEPARATOR = re.compile(
     r"|\\(?:text|textrm|mbox|mathrm)\s*\{\s*(?:and|or|,)?\s*\}"
 )
 _PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}")
+# The patterns below are compiled once here (issue 35: re's per-call cache lookup, and the pattern built by string
+# concatenation in _strip_text_command, cost more than the matching on the simulated run's short answers).
+_BOX_TOKEN = re.compile(r"[^\s$\\{}]+")
+_BRACED_COMMAND = re.compile(r"\\[A-Za-z]+\s*\{[^{}]*\}")
+_LEADING_MATH_DELIMITER = re.compile(r"^(?:\$+|\\\(|\\\[)")
+_TRAILING_MATH_DELIMITER = re.compile(r"(?:\$+|\\\)|\\\])?[.\s]*$")
+_WHOLE_TEXT_COMMAND = re.compile(r"\\(?:" + "|".join(_TEXT_COMMANDS) + r")\s*\{(.*)\}", re.DOTALL)
+_OPTION_WORD = re.compile(r"^(?:option|choice|answer)\s*[:\-]?\s*", re.IGNORECASE)
+_ONE_LETTER = re.compile(r"[A-Za-z]")
+_LETTER_AND_TEXT = re.compile(r"([A-Za-z])\s*[.):：]\s*\S.*", re.DOTALL)
+_EDGE_DOLLARS = re.compile(r"^\$+|\$+$")
+_EDGE_MATH_BRACKETS = re.compile(r"^\\[(\[]|\\[)\]]$")
+_LEADING_DISPLAYSTYLE = re.compile(r"^\\displaystyle\s*")
+_THOUSANDS_SPACING = re.compile(r",\s*\\!\s*")
+_LATEX_SPACING = re.compile(r"\\\\|\\[!,;: ]")
+_LATEX_SPACING_AS = {"\\\\": "\\\\", "\\!": ""}  # a row break \\ is kept, \! dropped, the others are a space
+_DEGREES = re.compile(r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|°|\\degree")
+_EMPTY_TEXT = re.compile(r"(?i)\\text\s*\{\s*\}")
+_SPACES = re.compile(r"\s+")
+_SIZING = re.compile(r"\\left|\\right|\\displaystyle|\\limits")
+_DT_FRAC = re.compile(r"\\[dt]frac")
+_FRAC_DIGIT_DIGIT = re.compile(r"\\frac\s*(\d)\s*(\d)")
+_FRAC_GROUP_DIGIT = re.compile(r"\\frac\s*\{([^{}]*)\}\s*(\d)")
+_FRAC_DIGIT_GROUP = re.compile(r"\\frac\s*(\d)\s*\{")
+_SQRT_DIGITS = re.compile(r"\\sqrt\s*(\d+)")
+_THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+_DECIMAL = re.compile(r"-?\d*\.\d+")
+_BARE_POINT = re.compile(r"^(-?)\.")
+_PARENTHESISED_ONE_LETTER = re.compile(r"\(([A-Za-z])\)")
+_WORDS = re.compile(r"[A-Za-z][A-Za-z ]{2,}")
+_RISKY_FACTORIAL = re.compile(r"\d{4,}\s*!|[)}\]]\s*!|!\s*!")
+_CARET = re.compile(r"\^\s*")
+_EXPONENT_TOKEN = re.compile(r"-?\d+|\S?")
+_DIGITS = re.compile(r"\d+")
+_DIGIT_PRODUCT = re.compile(r"\d\s*(?:\\cdot|\\times|\*)\s*\d")
+#: An integer written plainly (ASCII digits, no sign on zero, no leading zeros, no separators): math-verify parses it
+#: to a sympy Integer and its text, and two such answers are equivalent only when they are the same string.
+_PLAIN_INTEGER = re.compile(r"0|-?[1-9][0-9]*")
 
 
 class UnknownBenchmark(ValueError):
@@ -151,7 +190,6 @@ def _check_benchmark(benchmark: str) -> bool:
 # ----------------------------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=CACHE_SIZE)  # pure in its arguments (issue 24: the simulator asks again and again)
 def extract_answer(
     text: str | None, benchmark: str, num_options: int | None = None, *, strict_format: bool = False
 ) -> str | None:
@@ -162,10 +200,9 @@ def extract_answer(
     ``strict_format=True`` accepts only the prompts' formats (``\\boxed{}``; ``((X))``) and no
     "The answer is ..." fallback.
     """
-    return extract_answer_with_source(text, benchmark, num_options, strict_format=strict_format)[0]
+    return _extracted(text, benchmark, num_options, strict_format)[0]
 
 
-@functools.lru_cache(maxsize=CACHE_SIZE)  # pure too: the metrics of every run cell re-read each response's source
 def extract_answer_with_source(
     text: str | None, benchmark: str, num_options: int | None = None, *, strict_format: bool = False
 ) -> tuple[str | None, str | None]:
@@ -176,6 +213,17 @@ def extract_answer_with_source(
     :func:`r2mad_core.debate.scoring.completion_health`. The answer can be None with a source, e.g.
     ``((K))`` of options A-J: the response answered, with a letter that is not an option.
     """
+    return _extracted(text, benchmark, num_options, strict_format)
+
+
+@functools.lru_cache(maxsize=CACHE_SIZE)
+def _extracted(
+    text: str | None, benchmark: str, num_options: int | None, strict_format: bool
+) -> tuple[str | None, str | None]:
+    """:func:`extract_answer_with_source`, memoised (pure in its arguments; issue 24: the simulator asks again and
+    again, and the metrics of every run cell re-read each response's source). One memo for both public functions,
+    keyed by positional arguments (issue 35): ``num_options=10`` and ``10`` were two keys of two memos, and the
+    debate loop, the simulated agents and the metrics, which spell it differently, extracted each response 2-3 times."""
     multiple_choice = _check_benchmark(benchmark)
     letters = _letters(num_options) if multiple_choice else ""
     if not isinstance(text, str) or not text.strip():
@@ -249,9 +297,9 @@ def _boxes(text: str, *, nested: bool = True) -> list[tuple[int, int, str]]:
             if group is not None:
                 boxes.append((match.start(), group[1], group[0]))
         else:
-            token = re.match(r"[^\s$\\{}]+", text[position:])  # \boxed 5: one plain token
+            token = _BOX_TOKEN.match(text, position)  # \boxed 5: one plain token
             if token:
-                boxes.append((match.start(), position + token.end(), token.group(0).rstrip(".,;:")))
+                boxes.append((match.start(), token.end(), token.group(0).rstrip(".,;:")))
     return boxes
 
 
@@ -301,7 +349,7 @@ def _extract_math(text: str, strict_format: bool) -> tuple[str | None, str] | ob
     statement = _final_statement(text)
     if statement is not None and not _BOX_START.search(statement):  # an echoed "\\boxed{[answer]}"
         cleaned = clean_math_answer(statement)
-        prose = len(_PROSE_WORD.findall(re.sub(r"\\[A-Za-z]+\s*\{[^{}]*\}", "", cleaned)))
+        prose = len(_PROSE_WORD.findall(_BRACED_COMMAND.sub("", cleaned)))
         if cleaned and cleaned.lower() not in _PLACEHOLDERS and len(cleaned) <= MAX_ANSWER_CHARS and prose < 2:
             return cleaned, "final_line"
     return _NOT_FOUND
@@ -325,29 +373,30 @@ def _final_statement(text: str) -> str | None:
     if not matches:
         return None
     answer = line[matches[-1].end() :].strip()
-    answer = re.sub(r"^(?:\$+|\\\(|\\\[)", "", answer)
-    answer = re.sub(r"(?:\$+|\\\)|\\\])?[.\s]*$", "", answer).strip()
+    answer = _LEADING_MATH_DELIMITER.sub("", answer)
+    answer = _TRAILING_MATH_DELIMITER.sub("", answer).strip()
     return answer or None
 
 
 def _strip_text_command(content: str) -> str:
     """``\\text{B}`` -> ``B`` when the whole content is one text command."""
-    match = re.fullmatch(r"\\(?:" + "|".join(_TEXT_COMMANDS) + r")\s*\{(.*)\}", content, flags=re.DOTALL)
+    match = _WHOLE_TEXT_COMMAND.fullmatch(content)
     if match and _balanced_group("{" + match.group(1) + "}", 0) == (match.group(1), len(match.group(1)) + 2):
         return match.group(1)
     return content
 
 
+@functools.lru_cache(maxsize=CACHE_SIZE)  # pure; a few distinct spans (``B``, ``answer``) recur in every response
 def _letter_in(content: str) -> str | None:
     """The single option letter an answer span names, or None if it names none or is ambiguous."""
     span = content.strip().strip("*_`$ ").strip()
     span = _strip_text_command(span).strip()
     span = span.strip("()[]{} ").strip("*_`$ ").strip()
-    span = re.sub(r"^(?:option|choice|answer)\s*[:\-]?\s*", "", span, flags=re.IGNORECASE)
-    if re.fullmatch(r"[A-Za-z]", span):
+    span = _OPTION_WORD.sub("", span)
+    if _ONE_LETTER.fullmatch(span):
         return span.upper()
     # "B. text", "B) text", "B: text" name B unambiguously.
-    match = re.fullmatch(r"([A-Za-z])\s*[.):：]\s*\S.*", span, flags=re.DOTALL)
+    match = _LETTER_AND_TEXT.fullmatch(span)
     if match:
         return match.group(1).upper()
     return None
@@ -397,53 +446,59 @@ def _extract_choice(text: str, letters: str, strict_format: bool) -> tuple[str |
 # ----------------------------------------------------------------------------------------------------
 
 
+def _latex_spacing(match: re.Match) -> str:
+    return _LATEX_SPACING_AS.get(match.group(0), " ")
+
+
+@functools.lru_cache(maxsize=CACHE_SIZE)  # pure; the same answers are cleaned for extraction, votes and grading
 def clean_math_answer(answer: str) -> str:
     """Remove what is not part of a MATH answer's value: delimiters, text wrappers, units, %, $, period."""
     text = answer.strip()
     for _ in range(3):  # wrappers can nest: $\text{(C)}$.
         before = text
-        text = re.sub(r"^\$+|\$+$", "", text).strip()
-        text = re.sub(r"^\\[(\[]|\\[)\]]$", "", text).strip()
-        text = re.sub(r"^\\displaystyle\s*", "", text).strip()
+        text = _EDGE_DOLLARS.sub("", text).strip()
+        text = _EDGE_MATH_BRACKETS.sub("", text).strip()
+        text = _LEADING_DISPLAYSTYLE.sub("", text).strip()
         text = _strip_text_command(text).strip()
         text = text.rstrip(".,;:").strip()
         if text == before:
             break
     # ",\!" is MATH's thousands separator (11,\! 111,\! 100), whatever spacing follows it: one comma, no space.
-    text = re.sub(r",\s*\\!\s*", ",", text)
+    text = _THOUSANDS_SPACING.sub(",", text)
     # LaTeX spacing: \! disappears, \, \; \: and "\ " become a space; a row break \\ is kept.
-    text = re.sub(r"\\\\|\\[!,;: ]", lambda m: {"\\\\": "\\\\", "\\!": ""}.get(m.group(0), " "), text)
-    text = re.sub(r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|°|\\degree", "", text)
+    text = _LATEX_SPACING.sub(_latex_spacing, text)
+    text = _DEGREES.sub("", text)
     text = text.replace("\\%", "").replace("%", "").replace("\\$", "").replace("$", "")
-    text = re.sub(r"(?i)\\text\s*\{\s*\}", "", text)
+    text = _EMPTY_TEXT.sub("", text)
     for _ in range(2):
         text = _TRAILING_UNIT_TEXT.sub("", text).strip()
         text = _TRAILING_UNIT_WORD.sub("", text).strip()
     text = _strip_text_command(text).strip()
     text = text.rstrip(".,;").strip()
-    return re.sub(r"\s+", " ", text)
+    return _SPACES.sub(" ", text)
 
 
+@functools.lru_cache(maxsize=CACHE_SIZE)  # pure, as above
 def _canonical_math(answer: str) -> str:
     text = clean_math_answer(answer)
-    text = re.sub(r"\\left|\\right|\\displaystyle|\\limits", "", text)
-    text = re.sub(r"\\[dt]frac", r"\\frac", text)
-    text = re.sub(r"\\frac\s*(\d)\s*(\d)", r"\\frac{\1}{\2}", text)
-    text = re.sub(r"\\frac\s*\{([^{}]*)\}\s*(\d)", r"\\frac{\1}{\2}", text)
-    text = re.sub(r"\\frac\s*(\d)\s*\{", r"\\frac{\1}{", text)
-    text = re.sub(r"\\sqrt\s*(\d+)", r"\\sqrt{\1}", text)
+    text = _SIZING.sub("", text)
+    text = _DT_FRAC.sub(r"\\frac", text)
+    text = _FRAC_DIGIT_DIGIT.sub(r"\\frac{\1}{\2}", text)
+    text = _FRAC_GROUP_DIGIT.sub(r"\\frac{\1}{\2}", text)
+    text = _FRAC_DIGIT_GROUP.sub(r"\\frac{\1}{", text)
+    text = _SQRT_DIGITS.sub(r"\\sqrt{\1}", text)
     text = text.replace("{,}", ",")
     # A thousands separator: no space after its comma, groups of exactly three digits ("32, 349" is a list).
-    if re.fullmatch(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?", text):
+    if _THOUSANDS.fullmatch(text):
         text = text.replace(",", "")
-    text = re.sub(r"\s+", "", text)
-    if re.fullmatch(r"-?\d*\.\d+", text):
+    text = _SPACES.sub("", text)
+    if _DECIMAL.fullmatch(text):
         text = text.rstrip("0").rstrip(".") if "." in text else text
-        text = re.sub(r"^(-?)\.", r"\g<1>0.", text) or "0"
-    match = re.fullmatch(r"\(([A-Za-z])\)", text)
+        text = _BARE_POINT.sub(r"\g<1>0.", text) or "0"
+    match = _PARENTHESISED_ONE_LETTER.fullmatch(text)
     if match:
         text = match.group(1)
-    if re.fullmatch(r"[A-Za-z][A-Za-z ]{2,}", text):
+    if _WORDS.fullmatch(text):
         text = text.lower()
     return text
 
@@ -481,21 +536,21 @@ def safe_for_symbolic(answer: str) -> bool:
     """
     if len(answer) > MAX_ANSWER_CHARS:
         return False
-    if re.search(r"\d{4,}\s*!|[)}\]]\s*!|!\s*!", answer):
+    if _RISKY_FACTORIAL.search(answer):
         return False
-    for match in re.finditer(r"\^\s*", answer):
+    for match in _CARET.finditer(answer):
         position = match.end()
         if position < len(answer) and answer[position] == "{":
             group = _balanced_group(answer, position)
             exponent = group[0] if group else answer[position:]
         else:
-            exponent = re.match(r"-?\d+|\S?", answer[position:]).group(0)  # type: ignore[union-attr]
+            exponent = _EXPONENT_TOKEN.match(answer[position:]).group(0)  # type: ignore[union-attr]
         if "^" in exponent or "**" in exponent or "!" in exponent:
             return False
-        digits = re.findall(r"\d+", exponent)
+        digits = _DIGITS.findall(exponent)
         if any(len(number) > 4 for number in digits):
             return False
-        if len(digits) > 1 and re.search(r"\d\s*(?:\\cdot|\\times|\*)\s*\d", exponent):
+        if len(digits) > 1 and _DIGIT_PRODUCT.search(exponent):
             return False
     depth = deepest = 0
     for char in answer:
@@ -537,6 +592,11 @@ def _verified(gold: str, predicted: str) -> bool | None:
     """
     if not (safe_for_symbolic(gold) and safe_for_symbolic(predicted)):
         return False
+    if _PLAIN_INTEGER.fullmatch(gold) and _PLAIN_INTEGER.fullmatch(predicted):
+        # math-verify's verdict without math-verify (issue 35): it parses each to [Integer(n), "n"] and compares every
+        # pair; Integer(a) == Integer(b), simplify(a - b) == 0 and "a" == "b" all hold only when the strings are equal.
+        # Two thirds of the default run's comparisons are of two integers (the simulated agents' wrong answers).
+        return gold == predicted
     remembered = verdicts.lookup(gold, predicted)  # another process's verdict (make reproduce's kernels share them)
     if remembered is not None:
         return remembered  # before math-verify's import (2.5 s): a rerun whose verdicts are all remembered skips it
@@ -609,5 +669,6 @@ def clear_caches() -> None:
     """Empty the memo tables (e.g. between experiments that change the cleaning options)."""
     _parse.cache_clear()
     _verified.cache_clear()
-    for memoised in (extract_answer, extract_answer_with_source, canonical_answer, answers_equivalent, is_correct):
+    for memoised in (_extracted, _letter_in, clean_math_answer, _canonical_math, canonical_answer, answers_equivalent,
+                     is_correct):
         memoised.cache_clear()

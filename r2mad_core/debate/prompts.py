@@ -19,6 +19,7 @@ in this one module.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Literal, Mapping, Sequence
@@ -553,114 +554,129 @@ def parse_judgement(text: str) -> Literal["YES", "NO", "NOT SURE"] | None:
 # --------------------------------------------------------------------------------------------
 # Parsing (the inverse of the builders)
 # --------------------------------------------------------------------------------------------
-_QUESTION = re.compile(r"<question>\n(.*?)\n</question>", re.DOTALL)
-_PEER = re.compile(r'<other_solution index="\d+">\n(.*?)\n</other_solution>', re.DOTALL)
-_CONF = re.compile(r"\n<confidence>(.*?)</confidence>\Z", re.DOTALL)
-_EXPERIENCES = re.compile(r"<experiences>\n(.*?)\n</experiences>", re.DOTALL)
-_EXPERIENCE = re.compile(r'<experience index="\d+">\n(.*?)\n</experience>', re.DOTALL)
-_AGENT_RESPONSE = re.compile(r'<agent_response index="\d+">\n(.*?)\n</agent_response>', re.DOTALL)
+# Blocks are read with str.find (issue 35: the lazy ``.*?`` of the patterns that read them stepped through each prompt a
+# character at a time, ~10x slower); each helper gives what its docstring's pattern gives (tests/test_prompts.py checks).
 _AUTHORS_AGENT = re.compile(r'<agent index="\d+">\n<response>\n(.*?)\n</response>\n<answer>\n', re.DOTALL)
-_SOLUTION = re.compile(r"<solution>\n(.*?)\n</solution>", re.DOTALL)
+_INDEXED_OPENINGS = {name: re.compile(rf'<{name} index="\d+">\n') for name in ("experience", "other_solution", "agent_response")}
+
+
+def _between(text: str, opening: str, closing: str) -> tuple[str, int] | None:
+    """``(group, end)`` of ``re.search(re.escape(opening) + "(.*?)" + re.escape(closing), text, re.DOTALL)``, or None."""
+    start = text.find(opening)
+    end = -1 if start < 0 else text.find(closing, start + len(opening))
+    return None if end < 0 else (text[start + len(opening) : end], end + len(closing))
+
+
+def _indexed_blocks(text: str, name: str) -> list[str]:
+    """``re.findall(rf'<{name} index="\\d+">\\n(.*?)\\n</{name}>', text, re.DOTALL)``: e.g. every peer's solution."""
+    opening, prefix, closing, found, position = _INDEXED_OPENINGS[name], f'<{name} index="', f"\n</{name}>", [], 0
+    while (start := text.find(prefix, position)) >= 0:
+        header = opening.match(text, start)
+        if header is None:  # e.g. '<peer index="x">': not a block; a later one may be
+            position = start + 1
+            continue
+        end = text.find(closing, header.end())
+        if end < 0:  # no closing after this opening: none after a later one either
+            break
+        found.append(text[header.end() : end])
+        position = end + len(closing)
+    return found
 
 
 def _tag(text: str, name: str) -> str | None:
-    m = re.search(rf"<{name}>\n?(.*?)\n?</{name}>", text, re.DOTALL)
-    return m.group(1) if m else None
+    """``re.search(rf"<{name}>\\n?(.*?)\\n?</{name}>", text, re.DOTALL)``'s group, or None."""
+    start = text.find(f"<{name}>")
+    start = -1 if start < 0 else start + len(name) + 2 + text.startswith("\n", start + len(name) + 2)  # one \n in
+    end = -1 if start < 0 else text.find(f"</{name}>", start)
+    if end < 0:
+        return None
+    return text[start : end - 1] if end > start and text[end - 1] == "\n" else text[start:end]
+
+
+def _confidence(body: str) -> tuple[int, str] | None:
+    """``(start, group)`` of ``re.search(r"\\n<confidence>(.*?)</confidence>\\Z", body, re.DOTALL)``, or None."""
+    start, end = body.find("\n<confidence>"), len(body) - len("</confidence>")
+    ok = body.endswith("</confidence>") and 0 <= start and start + len("\n<confidence>") <= end
+    return (start, body[start + len("\n<confidence>") : end]) if ok else None
 
 
 _EXAMPLES = re.compile(r"<examples>\n(.*?)</examples>", re.DOTALL)
 _EXAMPLE = re.compile(r'<example index="\d+">\n(.*?)\n</example>\n', re.DOTALL)
+#: Size of the parsing memos (issue 35: task prompts and retrieved experiences recur; frozen views are shared).
+PARSE_CACHE_SIZE = 4096
 
 
-def _parse_authors_experiences(block: str) -> list[ExperienceView]:
-    views = []
-    for body in _EXAMPLE.findall(block):
-        stance, question = _tag(body, "example_agent_stance_changed"), _tag(body, "example_question") or ""
-        response = _tag(body, "example_agent_response") or ""  # the layout shows no parsed answer: read it
-        mc = question.startswith(AUTHORS_QUESTION_PREFIX)  # the authors' multiple-choice questions
-        views.append(
-            ExperienceView(
-                question=question, response=response,
-                answer=extract_answer(response, "truthfulqa" if mc else "math500"),
-                correct=_tag(body, "example_agent_response_correctness") == AUTHORS_CORRECTNESS_TEXT[True],
-                outcome_correct=False,
-                reference=_tag(body, "example_solution") or "",
-                stance_changed={v: k for k, v in AUTHORS_STANCE_TEXT.items()}.get(stance or ""),
-            )
-        )
-    return views
+@functools.lru_cache(maxsize=PARSE_CACHE_SIZE)
+def _authors_experience_view(body: str) -> ExperienceView:
+    stance, question = _tag(body, "example_agent_stance_changed"), _tag(body, "example_question") or ""
+    response = _tag(body, "example_agent_response") or ""  # the layout shows no parsed answer: read it
+    mc = question.startswith(AUTHORS_QUESTION_PREFIX)  # the authors' multiple-choice questions
+    return ExperienceView(
+        question=question, response=response, answer=extract_answer(response, "truthfulqa" if mc else "math500"),
+        correct=_tag(body, "example_agent_response_correctness") == AUTHORS_CORRECTNESS_TEXT[True],
+        outcome_correct=False, reference=_tag(body, "example_solution") or "",
+        stance_changed={v: k for k, v in AUTHORS_STANCE_TEXT.items()}.get(stance or ""))
+
+
+@functools.lru_cache(maxsize=PARSE_CACHE_SIZE)
+def _experience_view(body: str) -> ExperienceView:
+    cons, answer, solution = _tag(body, "consensus_ratio"), _tag(body, "your_answer"), _tag(body, "reference_solution")
+    return ExperienceView(
+        question=_tag(body, "question") or "", response=_tag(body, "your_response") or "",
+        answer=None if answer in (None, "none") else answer, correct=_tag(body, "your_answer_was") == "correct",
+        outcome_correct=_tag(body, "debate_outcome") == "correct", summary=_tag(body, "debate_summary") or "",
+        consensus_ratio=float(cons) if cons else None, reference_is_solution=solution is not None,
+        reference=(solution if solution is not None else _tag(body, "reference_answer")) or "")
 
 
 def _parse_experiences(text: str) -> tuple[list[ExperienceView], str]:
     if text.startswith(AUTHORS_EXPERIENCES_HEADER):
         found = _EXAMPLES.search(text)
         if found:
-            return _parse_authors_experiences(found.group(1)), text[found.end():]
-    m = _EXPERIENCES.search(text)
-    if not m:
+            return [_authors_experience_view(body) for body in _EXAMPLE.findall(found.group(1))], text[found.end():]
+    block = _between(text, "<experiences>\n", "\n</experiences>")
+    if block is None:
         return [], text
-    views = []
-    for body in _EXPERIENCE.findall(m.group(1)):
-        cons = _tag(body, "consensus_ratio")
-        answer = _tag(body, "your_answer")
-        solution = _tag(body, "reference_solution")
-        views.append(
-            ExperienceView(
-                question=_tag(body, "question") or "",
-                response=_tag(body, "your_response") or "",
-                answer=None if answer in (None, "none") else answer,
-                correct=_tag(body, "your_answer_was") == "correct",
-                outcome_correct=_tag(body, "debate_outcome") == "correct",
-                summary=_tag(body, "debate_summary") or "",
-                consensus_ratio=float(cons) if cons else None,
-                reference=(solution if solution is not None else _tag(body, "reference_answer")) or "",
-                reference_is_solution=solution is not None,
-            )
-        )
-    return views, text[m.end():]
+    return [_experience_view(body) for body in _indexed_blocks(block[0], "experience")], text[block[1]:]
 
 
 def parse_prompt(user_text: str) -> ParsedPrompt:
-    """Recover the structure of a user turn built by this module (used by the simulated engine).
+    """Recover the structure of a user turn built by this module (used by the simulated engine); raises ValueError
+    when the text was not built by one of the builders above."""
+    p = _parsed_prompt(user_text)  # copied, lists too (every field, in order; tests check): the memo's is never handed out
+    return ParsedPrompt(p.kind, p.question, list(p.peers), list(p.experiences), p.response, list(p.agent_responses),
+                        p.consensus_ratio)
 
-    Raises ValueError when the text was not built by one of the builders above.
-    """
+
+@functools.lru_cache(maxsize=PARSE_CACHE_SIZE)
+def _parsed_prompt(user_text: str) -> ParsedPrompt:
+    """:func:`parse_prompt`, memoised (pure in its text; a ValueError is raised again, never memoised)."""
     if user_text.startswith(SUMMARY_OPENING):
-        q = _QUESTION.search(user_text)
-        cons = _tag(user_text, "consensus_ratio")
-        responses_block = _tag(user_text, "agent_responses") or ""
-        return ParsedPrompt(
-            kind="summary",
-            question=q.group(1) if q else "",
-            agent_responses=(_AGENT_RESPONSE.findall(responses_block + "\n")
-                             or _AUTHORS_AGENT.findall(responses_block + "\n")),
-            consensus_ratio=float(cons) if cons else None,
-        )
+        cons, responses_block = _tag(user_text, "consensus_ratio"), (_tag(user_text, "agent_responses") or "") + "\n"
+        return ParsedPrompt(kind="summary", question=(_between(user_text, "<question>\n", "\n</question>") or ("",))[0],
+                            consensus_ratio=float(cons) if cons else None,
+                            agent_responses=(_indexed_blocks(responses_block, "agent_response")
+                                             or _AUTHORS_AGENT.findall(responses_block)))
     if user_text.startswith(JUDGE_OPENING):
-        q = _QUESTION.search(user_text)
-        s = _SOLUTION.search(user_text)
-        return ParsedPrompt(
-            kind="judge", question=q.group(1) if q else "", response=s.group(1) if s else ""
-        )
+        return ParsedPrompt(kind="judge", question=(_between(user_text, "<question>\n", "\n</question>") or ("",))[0],
+                            response=(_between(user_text, "<solution>\n", "\n</solution>") or ("",))[0])
     experiences, rest = _parse_experiences(user_text)
     peers: list[PeerResponse] = []
     kind: Literal["task", "debate"] = "task"
     if "<other_solutions>" in rest:
         kind = "debate"
         block = rest[rest.index("<other_solutions>") : rest.index("</other_solutions>")]
-        for body in _PEER.findall(block):
-            conf_match = _CONF.search(body)
-            confidence = None
+        for body in _indexed_blocks(block, "other_solution"):
+            conf_match, confidence = _confidence(body), None
             if conf_match:
-                body = body[: conf_match.start()]
-                label = conf_match.group(1).strip()
+                body, label = body[: conf_match[0]], conf_match[1].strip()
                 confidence = "high" if label in (CONFIDENCE_TEXT["high"], AUTHORS_CONFIDENCE_TEXT["high"]) else "low"
             peers.append(PeerResponse(text=body, confidence=confidence))
         rest = rest[rest.index("</other_solutions>") :]
-    q = _QUESTION.search(rest)
+    q = _between(rest, "<question>\n", "\n</question>")
     if not q:
         raise ValueError("prompt has no <question>...</question> block: not built by r2mad_core.debate.prompts")
-    return ParsedPrompt(kind=kind, question=q.group(1), peers=peers, experiences=experiences)
+    return ParsedPrompt(kind=kind, question=q[0], peers=peers, experiences=experiences)
 
 
 _ONE_EXPERIENCE = re.compile(r'<experience index="\d+">\n.*?\n</experience>\n', re.DOTALL)
