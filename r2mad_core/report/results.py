@@ -54,8 +54,17 @@ class CellOutcome:
 
 def cell_limits(records: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     """:func:`r2mad_core.debate.scoring.limit_counts` of ``records`` plus ``questions``, the questions with any."""
-    counts = limit_counts(records)
-    counts["questions"] = sum(1 for r in records if any(limit_counts([r]).values()))
+    # limit_counts sums over records: count each record once, add the records' counts up (was: every record twice,
+    # once for the totals and once for ``questions``)
+    counts = limit_counts([])
+    questions = 0
+    for record in records:
+        own = limit_counts([record])
+        if any(own.values()):
+            questions += 1
+            for key, value in own.items():
+                counts[key] += value
+    counts["questions"] = questions
     return counts
 
 
