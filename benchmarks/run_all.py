@@ -151,8 +151,8 @@ def timing_steps(scratch: Path, cpu: bool) -> list[Step]:
         Step("make_test", ["-m", "pytest", "-q", "-m", "not slow", "-p", "no:cacheprovider",
                            "-n", str(TEST_WORKERS), "--dist", "loadfile"]),
     ]
-    if cpu:
-        steps.append(Step("cpu_from_nothing", [*reproduce, str(scratch / "cpu"), "--profile", "cpu"]))
+    if cpu:  # --fresh: without it the cpu profile replays its published generations (no model runs at all)
+        steps.append(Step("cpu_from_nothing", [*reproduce, str(scratch / "cpu"), "--profile", "cpu", "--fresh"]))
     return steps
 
 

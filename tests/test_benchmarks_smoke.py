@@ -148,3 +148,11 @@ def test_run_all_moves_a_steps_csv_aside_and_puts_the_owners_file_back(tmp_path,
     run_all.run_step(failing)
     assert failing.returncode == 3 and (results / "kept.csv").read_text() == "full-size run\n"
     assert "exit 3" in capsys.readouterr().out
+
+
+def test_run_all_times_the_cpu_profile_generating_not_replaying(tmp_path):
+    """Without --fresh, a cpu run with no cache replays the published generations: "from nothing" would time a replay."""
+    steps = {step.name: step for step in run_all.timing_steps(tmp_path, cpu=True)}
+    assert steps["cpu_from_nothing"].args[-3:] == ["--profile", "cpu", "--fresh"]
+    assert "--fresh" not in steps["sim_from_nothing"].args  # the sim profile publishes nothing: it always generates
+    assert "cpu_from_nothing" not in {step.name for step in run_all.timing_steps(tmp_path, cpu=False)}
