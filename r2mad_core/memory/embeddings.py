@@ -121,6 +121,8 @@ class HashingEmbedder:
         variants of a run share its first rounds' states and responses), then copied.
         """
         texts = _check_texts(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
         rows = _HASHED_ROWS.setdefault(self.dim, {})
         if len(rows) > _HASHED_ROWS_MAX:
             rows.clear()
@@ -142,8 +144,6 @@ class HashingEmbedder:
                 matrix[row] = np.bincount(found, minlength=self.dim)
             for text, vector in zip(missing, _normalise_rows(matrix)):
                 known[text] = rows[text] = vector
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
         return np.stack([known[text] for text in texts])
 
 

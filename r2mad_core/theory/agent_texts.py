@@ -40,10 +40,10 @@ GUESS_STYLE = (
 )
 REASONING_STYLES = (CAREFUL_STYLE, SHORTCUT_STYLE, GUESS_STYLE)
 FORMAT_FAILURES = ("I could not settle on a single final result with enough certainty.",
-                    "Several candidate results remain plausible and I cannot decide between them.",
-                    "The computation is inconclusive without further information.")
+                   "Several candidate results remain plausible and I cannot decide between them.",
+                   "The computation is inconclusive without further information.")
 DEBATE_OPENINGS = ("Taking the other solutions into account,", "After comparing the other agents' reasoning with mine,",
-                    "Weighing the arguments presented,")
+                   "Weighing the arguments presented,")
 
 
 def style_of(concept: int) -> int:
