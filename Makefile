@@ -52,10 +52,12 @@ $(VENV)/.installed: pyproject.toml
 # `make test`: every test but those marked slow (the notebook runs, every test that starts a Jupyter kernel, the fresh
 # clone, the browser, the local model, the budget end to end: tests/conftest.py lists them); `make test-slow` runs
 # those. CI (.ci/run) runs both.
-# `make test` runs on TEST_WORKERS cores (pytest-xdist, the dev extra), a test file to a worker (--dist loadfile: a
-# module's tests share module-level state and run in their order); TEST_WORKERS=0 runs in this process.
+# `make test` runs on TEST_WORKERS workers (pytest-xdist, the dev extra), a test file to a worker (--dist loadfile: a
+# module's tests share module-level state and run in their order); TEST_WORKERS=0 runs in this process. One worker
+# more than the cores (at most 8): many tests wait (child processes, sockets, deadlines) while a core is free
+# (measured on 2 cores, 6 alternating runs: 3 workers 54.9 s mean, 2 workers 58.8 s; docs/performance.md).
 # `make test-slow` stays in one process: its notebook fixtures run every notebook once per session, not per worker.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 8 ? n + 1 : 8 )))
 test: setup
 	$(PY) -m pytest -q -m "not slow" $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 

@@ -156,3 +156,12 @@ def test_run_all_times_the_cpu_profile_generating_not_replaying(tmp_path):
     assert steps["cpu_from_nothing"].args[-3:] == ["--profile", "cpu", "--fresh"]
     assert "--fresh" not in steps["sim_from_nothing"].args  # the sim profile publishes nothing: it always generates
     assert "cpu_from_nothing" not in {step.name for step in run_all.timing_steps(tmp_path, cpu=False)}
+
+
+def test_run_all_times_the_rerun_both_as_make_runs_it_and_forced(tmp_path):
+    """A rerun with nothing changed executes no notebook (up_to_date.py): the replay of every run is timed apart."""
+    steps = {step.name: step for step in run_all.timing_steps(tmp_path, cpu=False)}
+    assert "--force" not in steps["sim_rerun"].args and steps["sim_rerun_forced"].args[-1] == "--force"
+    assert steps["sim_rerun"].args[:-2] == steps["sim_rerun_forced"].args[:-3]  # the same folder and profile
+    names = list(steps)
+    assert names.index("sim_from_nothing") < names.index("sim_rerun") < names.index("sim_rerun_forced")

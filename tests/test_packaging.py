@@ -183,9 +183,11 @@ def test_a_gpu_venv_gets_no_cpu_torch_and_keeps_its_extras_when_pyproject_change
 
 
 def test_make_test_runs_on_both_cores_a_file_per_worker_and_make_test_slow_in_one_process() -> None:
-    """Issue 35: ``make test`` runs pytest-xdist (the dev extra) with ``-n 2 --dist loadfile`` (a module's tests share
-    module-level state, so a file stays on one worker); ``TEST_WORKERS=0`` runs in one process; ``make test-slow``
-    stays in one process (its notebook fixtures would run once per worker)."""
+    """Issue 35: ``make test`` runs pytest-xdist (the dev extra) with ``-n <cores + 1, at most 8> --dist loadfile`` (a
+    module's tests share module-level state, so a file stays on one worker); ``TEST_WORKERS=0`` runs in one process;
+    ``make test-slow`` stays in one process (its notebook fixtures would run once per worker)."""
+    import os
+
     import shutil
 
     if shutil.which("make") is None:
@@ -197,7 +199,9 @@ def test_make_test_runs_on_both_cores_a_file_per_worker_and_make_test_slow_in_on
         return subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=True, timeout=60).stdout
 
     fast = [line for line in dry_run("test").splitlines() if "pytest" in line]
-    assert len(fast) == 1 and fast[0].split()[-5:] == ['slow"', "-n", "2", "--dist", "loadfile"], fast
+    workers = str(min(len(os.sched_getaffinity(0)) + 1, 8))  # nproc counts the cores this process may use
+    assert len(fast) == 1 and fast[0].split()[-5:] == ['slow"', "-n", workers, "--dist", "loadfile"], fast
+    assert dry_run("test", "TEST_WORKERS=2").split()[-3:] == ["2", "--dist", "loadfile"]
     assert "-n" not in dry_run("test", "TEST_WORKERS=0").split()
     slow = [line for line in dry_run("test-slow").splitlines() if "pytest" in line]
     assert len(slow) == 1 and "-n" not in slow[0].split(), slow

@@ -10,9 +10,16 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from scipy.stats import binomtest
 
 from r2mad_core.report import power
+
+
+def binomtest(*args, **kwargs):
+    """scipy's exact binomial test, imported on first use: scipy.stats takes about a second to import, which every
+    `make test` worker paid while collecting this module (issue 35)."""
+    from scipy.stats import binomtest as scipy_binomtest
+
+    return scipy_binomtest(*args, **kwargs)
 
 
 @functools.lru_cache(maxsize=None)

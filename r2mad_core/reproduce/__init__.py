@@ -4,6 +4,8 @@
   the banner, the API budget guard, the run of the notebooks.
 - :mod:`~r2mad_core.reproduce.notebook_runner`: the notebooks through papermill, each after those it needs,
   several at once, kernels kept.
+- :mod:`~r2mad_core.reproduce.up_to_date`: which notebooks a rerun leaves (their inputs and outputs as their last run
+  left them) and the record of a complete run.
 - :mod:`~r2mad_core.reproduce.notebook_setup`: what every notebook runs first (the profile, the experiment grid,
   quiet logs).
 - :mod:`~r2mad_core.reproduce.grid`: the run cells a notebook asks for (``ExperimentGrid``), run or replayed.

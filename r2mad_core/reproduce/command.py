@@ -81,7 +81,7 @@ from r2mad_core.reproduce.ablations import run_ablation
 from r2mad_core.report.artifacts import missing_artifacts
 from r2mad_core.report.headline import print_headline
 from r2mad_core.report.volatile import ExecutedSnapshot
-from r2mad_core.reproduce import paper_run, published
+from r2mad_core.reproduce import paper_run, published, up_to_date
 from r2mad_core.reproduce.sweeps import caption_note, parse_sweep
 from r2mad_core.reproduce.variants import Variant, differences, profile_values, shown_path, to_environment
 from r2mad_core.data.verdicts import ENVIRONMENT as ANSWER_MEMO_ENVIRONMENT
@@ -248,13 +248,15 @@ def run_notebooks(
     show_banner: bool = True,
     jobs: int | None = None,
     reuse_kernels: bool | None = None,
+    up_to_date_check: bool | None = None,
 ) -> list[NotebookResult]:
     """Execute the notebooks with papermill, ``jobs`` at a time (default :func:`default_jobs`), each after the
     notebooks it needs (:func:`prerequisites`); stop at the first failure (returned last, with ``error`` set).
     Writes the executed notebooks and ``timings.json`` into ``executed_dir``. ``after_notebook`` is called with
     each notebook's result (the cost estimate counts per notebook). ``reuse_kernels`` (default: as for ``jobs``,
     when the agents are simulated) runs a worker's notebooks one after another in one kernel, cleared in between:
-    each kernel imports the libraries once instead of once per notebook."""
+    each kernel imports the libraries once instead of once per notebook. ``up_to_date_check``: True leaves the notebooks
+    that are up to date (:mod:`.up_to_date`), False runs every one; both record a complete run (None: neither)."""
     notebooks = discover_notebooks(notebooks_dir or default_notebooks_dir(), only)
     for folder in (paths.figures_dir, paths.runs_dir, paths.cache_dir, paths.executed_dir):
         folder.mkdir(parents=True, exist_ok=True)
@@ -282,9 +284,14 @@ def run_notebooks(
     total = len(notebooks)
     position = {notebook.stem: index for index, notebook in enumerate(notebooks, start=1)}
 
+    def passed_to(notebook: Path) -> dict[str, Any]:
+        return {k: _portable(v, notebook.parent) if k in PORTABLE_PATH_PARAMETERS else v for k, v in parameters.items()}
+
+    check = up_to_date.Check(notebooks, profile, paths, passed_to) if up_to_date_check is not None else None
+    notebooks = check.out_of_date(echo, run_all=not up_to_date_check) if check is not None else notebooks
+
     def run_one(notebook: Path, kernel: Any, clear: bool) -> NotebookResult:
-        passed = {k: _portable(v, notebook.parent) if k in PORTABLE_PATH_PARAMETERS else v
-                  for k, v in parameters.items()}
+        passed = passed_to(notebook)
         output = paths.executed_dir / notebook.name
         start = time.perf_counter()
         error = notebook_runner.execute(notebook, output, passed, kernel, clear)
@@ -305,7 +312,7 @@ def run_notebooks(
             echo(f"{tag} done in {_duration(result.seconds)}")
 
     with _environment(memo):
-        results = notebook_runner.run_workers(
+        results = [] if not notebooks else notebook_runner.run_workers(
             notebooks, run_one, jobs=jobs, reuse_kernels=reuse_kernels,
             # the longest first: by this folder's last run, else by the committed run of the profile
             hints=(notebook_runner.previous_seconds(paths.executed_dir)
@@ -314,7 +321,12 @@ def run_notebooks(
             on_finish=finish)
     executed_before.settle()
     if not (results and results[-1].error):
-        echo(f"reproduce: all {total} notebooks ran in {_duration(time.perf_counter() - total_start)}")
+        if check is not None:
+            check.record()  # every notebook ran or was up to date: the next run may leave them
+        took, ran = _duration(time.perf_counter() - total_start), len(notebooks)
+        if ran:
+            echo(f"reproduce: all {total} notebooks ran in {took}" if ran == total else
+                 f"reproduce: {ran} of {total} notebooks ran in {took}; {total - ran} up to date")
     return results
 
 
@@ -392,6 +404,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--jobs", type=_at_least(int, 1), default=None, metavar="N",
                         help="notebooks run at once, each after those it needs (default: one per core up to "
                         f"{MAX_DEFAULT_JOBS} when the agents are simulated, else 1: a real model holds every core or the GPU)")
+    parser.add_argument("--force", action="store_true", help="execute every notebook, also those whose inputs and "
+                        "outputs are as their last run left them (a rerun leaves those: reproduce/up_to_date.py)")
     parser.add_argument("--fresh-kernels", action="store_true",
                         help="start a new kernel for every notebook (default with simulated agents: each worker "
                         "clears its kernel and runs its next notebook in it, importing the libraries once)")
@@ -656,7 +670,8 @@ def _run_main(args: argparse.Namespace, profile: Profile, only: Sequence[str] | 
             return paper_run.estimate_main(args, profile, only, run_notebooks, ReproductionPaths)
         else:
             results = run_notebooks(profile, paths, notebooks_dir=args.notebooks_dir, only=only, show_banner=show_banner,
-                                    jobs=args.jobs, reuse_kernels=False if args.fresh_kernels else None)
+                                    jobs=args.jobs, reuse_kernels=False if args.fresh_kernels else None,
+                                    up_to_date_check=None if only else not (args.force or args.fresh))
     except (FileNotFoundError, ProfileError) as exc:
         print(f"reproduce: {exc}", file=sys.stderr)
         return 2
@@ -671,6 +686,9 @@ def _run_main(args: argparse.Namespace, profile: Profile, only: Sequence[str] | 
     if missing:
         print("reproduce: artifacts listed in the manifest are missing:\n  " + "\n  ".join(missing), file=sys.stderr)
         return 1
+    if not results:
+        print(f"reproduce: nothing ran; the tables and figures in {shown_path(paths.artifacts_dir)} are those of the "
+              f"runs recorded as up to date (the latest ended {up_to_date.last_run(paths, profile)})")
     print_headline(paths.artifacts_dir, ran=[r.notebook for r in results])
     replay.after_run(paths.artifacts_dir)  # --fresh or just seeded: which committed tables moved, by how much
     return 0
