@@ -103,13 +103,16 @@ def test_a_missing_executed_copy_reruns_that_notebook(setting) -> None:
     assert run() == ["01_data", "10_report"]
 
 
-@pytest.mark.parametrize("change", ["run folder", "figure", "code", "environment", "parameters"])
+@pytest.mark.parametrize("change", ["run folder", "figure", "code", "plugin", "environment", "parameters"])
 def test_a_change_of_what_every_notebook_reads_reruns_every_one(setting, tmp_path, monkeypatch, change) -> None:
     run, _, paths, lines, _ = setting
     package = tmp_path / "package"  # a stand-in for r2mad_core's files
     package.mkdir()
     (package / "module.py").write_text("X = 1\n")
     monkeypatch.setattr(up_to_date, "PACKAGE_ROOT", package)
+    plugin = tmp_path / "lab_plugin.py"  # a plugin file named by R2MAD_PLUGINS (as an editable install: no version)
+    plugin.write_text("X = 1\n")
+    monkeypatch.setenv("R2MAD_PLUGINS", str(plugin))
     run()
     if change == "run folder":
         transcripts = paths.runs_dir / "model" / "01_data" / "transcripts.jsonl"
@@ -118,6 +121,8 @@ def test_a_change_of_what_every_notebook_reads_reruns_every_one(setting, tmp_pat
         (paths.artifacts_dir / "tab_02_memory.csv").write_text("a,b\n1,3\n")
     elif change == "code":
         (package / "module.py").write_text("X = 2\n")
+    elif change == "plugin":
+        plugin.write_text("X = 2\n")
     elif change == "environment":
         monkeypatch.setenv("R2MAD_SOMETHING", "1")
     else:
@@ -125,7 +130,8 @@ def test_a_change_of_what_every_notebook_reads_reruns_every_one(setting, tmp_pat
             **paths.as_parameters(), "profile": "tiny", "overrides": {"top_k": 2}})
     assert run() == list(NOTEBOOKS)
     reason = {"run folder": "a run folder, figure or table changed", "figure": "a run folder, figure or table changed",
-              "code": "the code, the installed packages", "environment": "the code, the installed packages",
+              "code": "the code, the installed packages", "plugin": "the code, the installed packages",
+              "environment": "the code, the installed packages",
               "parameters": "the notebook or its parameters changed"}[change]
     assert any(reason in line for line in lines), lines
 

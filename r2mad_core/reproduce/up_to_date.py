@@ -6,8 +6,9 @@ instead executes only the notebooks that are out of date, and says which it left
 when all of these are as the last successful run of this profile (or variant) in this folder recorded them:
 
 - what every notebook runs from (:func:`environment_digest`): every file of ``r2mad_core`` (code, packaged data,
-  profiles), the installed distributions and their versions, the Python version, the ``R2MAD_*`` and BLAS
-  environment variables, a YAML profile given by path, and the files of ``--data-dir`` (their sizes and times);
+  profiles), the plugins' source, the installed distributions and their versions, the Python version, the
+  ``R2MAD_*`` and BLAS environment variables, a YAML profile given by path, and the files of ``--data-dir`` (their
+  sizes and times);
 - what it reads and writes (:func:`outputs_digest`): every file under ``runs/<profile>/`` (its path, size and
   modification time: the transcripts are hundreds of MB) and every figure and table of the run's artifacts folder
   (their bytes; a variant's folder apart from the profile's);
@@ -105,6 +106,30 @@ def installed_distributions() -> list[str]:
     return sorted(names)
 
 
+def plugins_digest() -> str:
+    """The source of every plugin module (``R2MAD_PLUGINS``, the ``r2mad.plugins`` entry points): a plugin's file,
+    or its package's folder (an editable install's edits change no distribution's version)."""
+    import importlib.util
+
+    from r2mad_core.plugins import plugin_names
+
+    digest = hashlib.sha256()
+    for name in plugin_names():
+        digest.update(name.encode() + b"\0")
+        if name.endswith(".py") and Path(name).is_file():
+            _hash_file(digest, Path(name))
+            continue
+        try:
+            spec = importlib.util.find_spec(name.split(":", 1)[0])
+        except (ImportError, ValueError):
+            spec = None
+        origin = Path(spec.origin) if spec is not None and spec.origin and spec.origin != "built-in" else None
+        if origin is not None and origin.is_file():
+            package = origin.parent if origin.name == "__init__.py" else None
+            digest.update((content_digest(package) if package else file_digest(origin) or "").encode())
+    return digest.hexdigest()
+
+
 def environment_digest(profile_source: str | None, data_dir: Path | None) -> str:
     """What every notebook runs from: the package's files, the installed distributions, Python, the environment."""
     digest = hashlib.sha256()
@@ -114,6 +139,7 @@ def environment_digest(profile_source: str | None, data_dir: Path | None) -> str
     variables = sorted((k, v) for k, v in os.environ.items()
                        if k.startswith(ENVIRONMENT_PREFIXES) or k in ENVIRONMENT_NAMES)
     digest.update(json.dumps(variables).encode())
+    digest.update(plugins_digest().encode())
     if profile_source and Path(profile_source).is_file():
         path = Path(profile_source).resolve()
         if PACKAGE_ROOT not in path.parents:  # a packaged profile is in the package's digest already
