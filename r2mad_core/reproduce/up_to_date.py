@@ -9,8 +9,8 @@ when all of these are as the last successful run of this profile (or variant) in
   profiles), the plugins' source, the installed distributions and their versions, the Python version, the
   ``R2MAD_*`` and BLAS environment variables, a YAML profile given by path, and the files of ``--data-dir`` (their
   sizes and times);
-- what it reads and writes (:func:`outputs_digest`): every file under ``runs/<profile>/`` (its path, size and
-  modification time: the transcripts are hundreds of MB) and every figure and table of the run's artifacts folder
+- what it reads and writes (:func:`outputs_digest`): every file under ``runs/<profile>/`` (its path, inode, size,
+  modification and change times: the transcripts are hundreds of MB) and every figure and table of the run's artifacts folder
   (their bytes; a variant's folder apart from the profile's);
 - the notebook itself (its bytes), the parameters it is given, and its executed copy (its bytes);
 - and none of the notebooks it runs after (:func:`~r2mad_core.reproduce.notebook_runner.prerequisites`) ran.
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from r2mad_core.files import atomic_write
+from r2mad_core.files import atomic_write, file_sha256, file_stamps
 
 #: The folder under ``runs/<profile>/`` holding the records (left out of the runs' own digest).
 RECORD_DIR = ".up_to_date"
@@ -83,13 +83,14 @@ def content_digest(root: Path, skip_dirs: Iterable[str] = ()) -> str:
 
 
 def stat_digest(root: Path | None, skip_dirs: Iterable[str] = ()) -> str:
-    """SHA-256 over every file's path, size and modification time (nanoseconds): for folders too large to read."""
+    """SHA-256 over every file's path and stamp (:func:`~r2mad_core.files.file_stamps`: inode, size, modification
+    and change times): for folders too large to read."""
     digest = hashlib.sha256()
     if root is None:
         return digest.hexdigest()
-    for path in _files(root, skip_dirs):
-        stat = path.stat()
-        digest.update(f"{path.relative_to(root).as_posix()}\0{stat.st_size}\0{stat.st_mtime_ns}\1".encode())
+    files = _files(root, skip_dirs)
+    for path, stamp in zip(files, file_stamps(files) or [None] * len(files)):  # None: a file went while listed
+        digest.update(f"{path.relative_to(root).as_posix()}\0{stamp}\1".encode())
     return digest.hexdigest()
 
 
@@ -149,7 +150,8 @@ def environment_digest(profile_source: str | None, data_dir: Path | None) -> str
 
 
 def outputs_digest(runs_dir: Path, artifacts_dir: Path) -> str:
-    """What the notebooks read and write: the run folders (by size and time) and the figures and tables (by bytes)."""
+    """What the notebooks read and write: the run folders (by their files' stamps) and the figures and tables (by
+    bytes)."""
     digest = hashlib.sha256()
     digest.update(stat_digest(runs_dir, skip_dirs=(RECORD_DIR,)).encode())
     digest.update(content_digest(artifacts_dir, skip_dirs=OTHER_RUNS).encode())
@@ -165,11 +167,8 @@ def notebook_digest(notebook: Path, parameters: Mapping[str, Any]) -> str:
 
 
 def file_digest(path: Path) -> str | None:
-    if not path.is_file():
-        return None
-    digest = hashlib.sha256()
-    _hash_file(digest, path)
-    return digest.hexdigest()
+    """:func:`~r2mad_core.files.file_sha256`, None for a missing file."""
+    return file_sha256(path) if path.is_file() else None
 
 
 @dataclass(frozen=True)
