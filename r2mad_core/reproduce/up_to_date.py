@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from r2mad_core.files import atomic_write, file_sha256, file_stamps
+from r2mad_core.reproduce.variants import VARIANTS_DIR
 
 #: The folder under ``runs/<profile>/`` holding the records (left out of the runs' own digest).
 RECORD_DIR = ".up_to_date"
@@ -46,13 +47,7 @@ ENVIRONMENT_NAMES = ("OPENBLAS_NUM_THREADS",)
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 NO_RECORD = "no record of an earlier complete run in this folder"
 #: Subfolders of an artifacts folder that belong to other runs (the variants of a profile).
-OTHER_RUNS = ("variants",)
-
-
-def _hash_file(digest: Any, path: Path) -> None:
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
+OTHER_RUNS = (VARIANTS_DIR,)
 
 
 def _files(root: Path, skip_dirs: Iterable[str] = ()) -> list[Path]:
@@ -77,7 +72,7 @@ def content_digest(root: Path, skip_dirs: Iterable[str] = ()) -> str:
     digest = hashlib.sha256()
     for path in _files(root, skip_dirs):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-        _hash_file(digest, path)
+        digest.update(file_sha256(path).encode())
         digest.update(b"\1")
     return digest.hexdigest()
 
@@ -118,7 +113,7 @@ def plugins_digest() -> str:
     for name in plugin_names():
         digest.update(name.encode() + b"\0")
         if name.endswith(".py") and Path(name).is_file():
-            _hash_file(digest, Path(name))
+            digest.update(file_sha256(name).encode())
             continue
         try:
             spec = importlib.util.find_spec(name.split(":", 1)[0])
@@ -144,7 +139,7 @@ def environment_digest(profile_source: str | None, data_dir: Path | None) -> str
     if profile_source and Path(profile_source).is_file():
         path = Path(profile_source).resolve()
         if PACKAGE_ROOT not in path.parents:  # a packaged profile is in the package's digest already
-            _hash_file(digest, path)
+            digest.update(file_sha256(path).encode())
     digest.update(stat_digest(data_dir).encode())
     return digest.hexdigest()
 
@@ -161,7 +156,7 @@ def outputs_digest(runs_dir: Path, artifacts_dir: Path) -> str:
 def notebook_digest(notebook: Path, parameters: Mapping[str, Any]) -> str:
     """The notebook's bytes and the parameters it is given."""
     digest = hashlib.sha256()
-    _hash_file(digest, notebook)
+    digest.update(file_sha256(notebook).encode())
     digest.update(json.dumps(parameters, sort_keys=True, default=str).encode())
     return digest.hexdigest()
 
