@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from r2mad_core.reproduce import gc_settings
+
 # One OpenBLAS thread, as make reproduce's kernels get (r2mad_core/reproduce.py, BLAS_THREAD_VARIABLES): the tests'
 # small products are slower threaded on a shared 2-core machine, and give the same bytes. Set before numpy loads;
 # the notebook kernels the tests start inherit it. A value the user set is kept.
@@ -32,6 +34,11 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 
 HERE = Path(__file__).resolve().parent
+
+# The garbage collector as the notebooks' kernels have it (r2mad_core/reproduce/gc_settings.py), from before the test
+# modules are imported; frozen once they are (pytest_collection_finish). Measured with `make test` on 2 cores: the
+# collector took 3.2-3.6 s of each worker's CPU with CPython's defaults, 0.8 s with these (docs/performance.md).
+gc_settings.tune()
 
 
 def _end_worker_now() -> None:
@@ -114,3 +121,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if (module in SLOW_MODULES or name in SLOW_TESTS.get(module, {})
                 or any(f in SLOW_FIXTURES for f in getattr(item, "fixturenames", ()))):
             item.add_marker(pytest.mark.slow)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The tests collected (every module imported), what is alive leaves the garbage collector's walks
+    (r2mad_core/reproduce/gc_settings.py; the thresholds were set when this file was imported)."""
+    gc_settings.freeze()

@@ -8,6 +8,8 @@
   left them) and the record of a complete run.
 - :mod:`~r2mad_core.reproduce.notebook_setup`: what every notebook runs first (the profile, the experiment grid,
   quiet logs).
+- :mod:`~r2mad_core.reproduce.gc_settings`: the garbage collector set for batch work (what is alive after the imports
+  frozen, collections less often), in every notebook's kernel and every test worker.
 - :mod:`~r2mad_core.reproduce.grid`: the run cells a notebook asks for (``ExperimentGrid``), run or replayed.
 - :mod:`~r2mad_core.reproduce.variants`: a profile plus overrides (an ablation): its own folder, labels, and the
   comparison with the profile's run on the same questions (common random numbers, Holm-adjusted).

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Mapping, MutableMapping, Sequence
 
 import pandas as pd
 
+from r2mad_core.reproduce import gc_settings
 from r2mad_core.reproduce import variants
 from r2mad_core.report.artifacts import ReportContext, apply_style
 from r2mad_core.reproduce.grid import ExperimentGrid
@@ -117,7 +118,9 @@ def setup(namespace: MutableMapping[str, Any], notebook: str, *, experiment: boo
     """Load the profile with the notebook's overrides, quiet the logs, set the figure and display style, build the
     :class:`~r2mad_core.reproduce.grid.ExperimentGrid` from the profile (``experiment=True``) and the artifact
     context; the profile's values go into ``namespace`` for the cells that follow. ``benchmarks=False``: a notebook
-    without an experiment that reads no benchmark (the theory) lists none in its manifest."""
+    without an experiment that reads no benchmark (the theory) lists none in its manifest. Last, what is alive (the
+    imports, the profile, the grid) is frozen and the garbage collector set for batch work
+    (:func:`r2mad_core.reproduce.gc_settings.settle`)."""
     load_plugins()  # a plugin's benchmarks, policies and methods (R2MAD_PLUGINS), as in the runner and the CLI
     loaded, base = resolve_profile(namespace)
     quiet_logging()
@@ -165,6 +168,7 @@ def setup(namespace: MutableMapping[str, Any], notebook: str, *, experiment: boo
             variants.record_executed(ctx, table, name, variant)
 
         ctx.after_table = after_table
+    gc_settings.settle()  # the imports (matplotlib's by apply_style too), the profile and the grid stay: frozen
     return Session(profile=profile, notebook=notebook, ctx=ctx, exp=exp, filled=values, variant=variant,
                    loaded=loaded)
 
