@@ -37,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 
 # The garbage collector as the notebooks' kernels have it (r2mad_core/reproduce/gc_settings.py), from before the test
 # modules are imported; frozen once they are (pytest_collection_finish). Measured with `make test` on 2 cores: the
-# collector took 3.2-3.6 s of each worker's CPU with CPython's defaults, 0.8 s with these (docs/performance.md).
+# collector took 3.3-4.6 s of each worker's CPU with CPython's defaults, 0.6-0.9 s with these (docs/performance.md).
 gc_settings.tune()
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from r2mad_core.reproduce import gc_settings
 
+
 def _walked(objects: list[list[int]]) -> int:
     """How many of ``objects`` (and their list) a collection would walk now: frozen ones are not among them."""
     walked = {id(o) for o in gc.get_objects()}

@@ -7,7 +7,8 @@ With CPython's defaults (a young collection after 700 new containers, a full one
 the 25% rule), the two kernels of ``make reproduce`` (sim, from nothing) spent 42-46 s of their 282-291 s of CPU in
 the collector (two runs): each full collection walks every object alive, the ~170,000 that numpy, pandas, scipy,
 matplotlib and r2mad_core leave behind at import included, and the notebooks keep hundreds of thousands more
-(transcripts, banks, the simulator's memos). Measured by ``gc.callbacks`` in both kernels (docs/performance.md, 2026-11-26):
+(transcripts, banks, the simulator's memos). Measured by ``gc.callbacks`` in both kernels (docs/performance.md,
+2026-11-26):
 
 ==========================================  ==========  ============
 collector                                    its time   kernels' CPU

@@ -10,8 +10,8 @@ when all of these are as the last successful run of this profile (or variant) in
   ``R2MAD_*`` and BLAS environment variables, a YAML profile given by path, and the files of ``--data-dir`` (their
   sizes and times);
 - what it reads and writes (:func:`outputs_digest`): every file under ``runs/<profile>/`` (its path, inode, size,
-  modification and change times: the transcripts are hundreds of MB) and every figure and table of the run's artifacts folder
-  (their bytes; a variant's folder apart from the profile's);
+  modification and change times: the transcripts are hundreds of MB) and every figure and table of the run's
+  artifacts folder (their bytes; a variant's folder apart from the profile's);
 - the notebook itself (its bytes), the parameters it is given, and its executed copy (its bytes);
 - and none of the notebooks it runs after (:func:`~r2mad_core.reproduce.notebook_runner.prerequisites`) ran.
 
