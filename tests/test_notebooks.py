@@ -9,9 +9,7 @@ import json
 import os
 from pathlib import Path
 
-import nbformat
 import pandas as pd
-import papermill
 import pytest
 
 from benchmark_data import configured_data_dir
@@ -22,6 +20,9 @@ from r2mad_core.report.tables import NOT_RUN
 from r2mad_core.report.tables import read_table
 from r2mad_core.experiments.profiles import OPTIONAL_FIELDS, TOP_LEVEL_FIELDS, load_profile
 
+# nbformat and papermill are imported where used: with papermill's jupyter_client, nbclient and tornado they take
+# ~0.45 s of CPU to import, which every `make test` worker paid while collecting this module (each worker collects
+# every module; one runs this one's fast tests, the notebooks' runs are slow).
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"
 #: The theory notebook belongs to the theory work; its grid parameters are its own.
@@ -55,6 +56,8 @@ def _notebooks() -> list[Path]:
 
 
 def _parameters_cell(path: Path) -> nbformat.NotebookNode:
+    import nbformat
+
     nb = nbformat.read(path, as_version=4)
     cells = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(cells) == 1, f"{path.name}: expected one cell tagged 'parameters', found {len(cells)}"
@@ -70,6 +73,8 @@ def test_the_ten_notebooks_are_there_in_order() -> None:
 @pytest.mark.parametrize("path", _notebooks(), ids=lambda p: p.stem)
 def test_papermill_reads_every_parameter(path: Path) -> None:
     """A parameter papermill cannot parse is silently not injected (e.g. '=' inside a string)."""
+    import papermill
+
     cell = _parameters_cell(path)
     assigned = {t.id for node in ast.parse(cell.source).body if isinstance(node, ast.Assign)
                 for t in node.targets if isinstance(t, ast.Name)}
@@ -81,6 +86,8 @@ def test_papermill_reads_every_parameter(path: Path) -> None:
 def test_parameters_cells_hold_the_profile_and_what_a_reader_edits(path: Path) -> None:
     """Issue 30: a parameters cell declares the profile, its overrides and the paths (the theory notebook its own
     grid sizes too), nothing the profile holds: the grid is built from the profile, never from copied fields."""
+    import nbformat
+
     from r2mad_core.reproduce.notebook_setup import NOTEBOOK_PARAMETERS
 
     cell = _parameters_cell(path)
@@ -111,6 +118,8 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_all_notebooks_run_and_write_every_artifact_of_the_manifest(tiny_run: Path) -> None:
+    import nbformat
+
     figures = tiny_run / "figures" / "tiny"
     manifest = read_manifest(figures)["artifacts"]
     for name, record in manifest.items():
@@ -319,6 +328,8 @@ def test_cost_time_is_measured_at_generation_or_absent(tiny_run: Path) -> None:
 
 
 def test_executed_notebooks_are_quiet_and_end_with_what_this_shows(tiny_run: Path) -> None:
+    import nbformat
+
     executed = tiny_run / "notebooks" / "executed" / "tiny"
     for path in _notebooks():
         nb = nbformat.read(executed / path.name, as_version=4)
@@ -381,6 +392,8 @@ def _hashes(*folders: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def tiny_variant(tiny_run: Path) -> dict[str, object]:
     """``--set gamma=0.5 --only 04`` after the profile's own run, then the same through papermill ``-p``."""
+    import papermill
+
     own = [tiny_run / "figures" / "tiny", tiny_run / "notebooks" / "executed" / "tiny"]
     before = _hashes(*own)
     code = reproduce.main(["--profile", "tiny", "--output-dir", str(tiny_run), *_data_args(),
@@ -414,6 +427,8 @@ def test_the_variant_folder_holds_the_ablation_table_naming_the_override(tiny_va
 def test_every_label_of_a_variant_says_what_ran_and_which_variant(tiny_variant: dict) -> None:
     """The rules of the profile's artifacts (the engine in every caption, no stand-in paper model in a table or a
     figure's text) hold for a variant, and every caption, figure and manifest entry names the override."""
+    import nbformat
+
     folder = tiny_variant["folder"]
     manifest = read_manifest(folder)["artifacts"]
     profile = load_profile("tiny")

@@ -9,7 +9,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import nbformat
 import pytest
 import yaml
 
@@ -282,6 +281,8 @@ def test_parse_override_and_policy() -> None:
 
 
 def _notebook(path: Path, parameters: str, body: list[str]) -> None:
+    import nbformat  # where used, not at the top: every `make test` worker collects this module (~0.2 s to import)
+
     nb = nbformat.v4.new_notebook()
     cell = nbformat.v4.new_code_cell(parameters)
     cell.metadata["tags"] = ["parameters"]
@@ -301,6 +302,8 @@ def test_discover_notebooks_in_order_and_only(tmp_path: Path) -> None:
 
 
 def test_runner_passes_the_profile_its_overrides_and_paths_and_stops_at_the_first_failure(tmp_path: Path) -> None:
+    import nbformat
+
     notebooks = tmp_path / "nb"
     notebooks.mkdir()
     _notebook(notebooks / "01_ok.ipynb", 'profile = "x"\noverrides = {}\nfigures_dir = ""',
@@ -333,6 +336,8 @@ def test_runner_passes_the_profile_its_overrides_and_paths_and_stops_at_the_firs
 
 
 def _after(path: Path, names: list[str] | None) -> None:
+    import nbformat
+
     nb = nbformat.read(path, 4)
     if names is not None:
         nb.metadata["r2mad"] = {"after": names}
@@ -414,6 +419,8 @@ def test_a_worker_reuses_its_kernel_cleared_and_shuts_it_down_at_the_end(tmp_pat
     """One worker, kernels reused: 02 and 03 run in 01's kernel (same process) with nothing of 01 left: no
     variable, the execution count from 1, matplotlib's settings and open figures as in a fresh kernel. 03 fails:
     the run stops and the kernel is shut down. With fresh kernels every notebook has its own process."""
+    import nbformat
+
     notebooks = tmp_path / "nb"
     notebooks.mkdir()
     pid = "import os\nfrom pathlib import Path\nPath(figures_dir, '{name}').write_text(str(os.getpid()))"
@@ -504,6 +511,8 @@ def test_main_reports_a_bad_profile_without_running(capsys: pytest.CaptureFixtur
 
 def test_the_kernel_says_nothing_of_its_own(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """The kernel's start-up warning ("running over TCP without encryption") never reaches the console."""
+    import nbformat
+
     notebooks = tmp_path / "nb"
     notebooks.mkdir()
     _notebook(notebooks / "01_quiet.ipynb", "seed = 0", ["print('the notebook speaks')"])
@@ -519,6 +528,8 @@ def test_the_kernel_says_nothing_of_its_own(tmp_path: Path, capfd: pytest.Captur
 def test_executed_notebooks_inside_the_repository_hold_no_machine_paths(tmp_path: Path) -> None:
     """Paths passed to notebooks inside the repository are relative to the notebook's folder, and papermill's
     input/output paths are relative to the repository: committed executed notebooks hold no machine paths."""
+    import nbformat
+
     repository = reproduce.REPOSITORY
     notebooks = repository / "notebooks"
     scratch = Path(tempfile.mkdtemp(prefix=".test-paths-", dir=repository))

@@ -512,9 +512,13 @@ def test_confidence_weighting_lowers_correct_to_wrong_in_the_debate_loop() -> No
     config = DebateConfig(n_agents=3, n_rounds=3, stop_at_unanimity=False)
     totals = {"vanilla": np.zeros(5), "confidence": np.zeros(5)}
     for seed in (0, 1):
+        # one engine per seed for both variants, as a run's variants share theirs: a completion is a function of its
+        # request and the engine, and the engine draws a repeated request once (the confidence run's round 0, a
+        # third of its requests, is the vanilla run's); round 0 must still send the same requests for the
+        # round-0 check below to hold
+        engine = SimulatedEngine(samples, seed=seed, params=params)
         for name in totals:
             hook = NoisyConfidenceHook(seed=seed, p_low_if_wrong=0.9, p_high_if_wrong=0.05) if name == "confidence" else None
-            engine = SimulatedEngine(samples, seed=seed, params=params)
             states = run_debate(samples, engine, config, hook=hook)
             score_turns(states)
             totals[name] += _transition_counts(states)

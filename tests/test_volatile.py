@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import nbformat
 import pandas as pd
 
 from r2mad_core.report.artifacts import ReportContext, read_manifest
@@ -24,6 +23,8 @@ from r2mad_core.report.volatile import (
 
 def _executed(path: Path, *, seconds: str, result: str, bar: str) -> None:
     """An executed notebook as papermill writes one: clock fields, a random id on the injected cell, a progress bar."""
+    import nbformat  # where used, not at the top: every `make test` worker collects this module (~0.2 s to import)
+
     nb = nbformat.v4.new_notebook()
     injected = nbformat.v4.new_code_cell("x = 1")
     injected.metadata.update(tags=["injected-parameters"], papermill={"duration": float(seconds), "start_time": seconds,
