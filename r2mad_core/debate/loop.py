@@ -75,7 +75,6 @@ again (re-solves alone) rather than reading an empty list of solutions.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from dataclasses import asdict, dataclass, field
@@ -97,7 +96,7 @@ from r2mad_core.debate.settings import (  # noqa: F401  (the vocabularies, impor
     DebateSettings,
 )
 from r2mad_core.records import ExtraCallRecord, RoundRecord, TurnRecord
-from r2mad_core.engines.base import Completion, Engine, Message, Request, SamplingParams
+from r2mad_core.engines.base import Completion, Engine, Message, Request, SamplingParams, hash_messages
 
 if TYPE_CHECKING:  # pragma: no cover
     from r2mad_core.data.benchmarks import Sample
@@ -459,12 +458,9 @@ def authors_consensus(values: Sequence[str | None], gold: str, benchmark: str) -
 # --------------------------------------------------------------------------------------------
 def prompt_id(messages: Sequence[Message]) -> str:
     """A short stable id of a prompt's chat messages (first 16 hex digits of a SHA-256)."""
-    blob = json.dumps(
-        [{"role": m["role"], "content": m["content"]} for m in messages],
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+    digest = hashlib.sha256()  # of json.dumps([{"role", "content"}, ...], ensure_ascii=False, separators=(",", ":"))
+    hash_messages(digest, messages)
+    return digest.hexdigest()[:16]
 
 
 def _mean_logprob(completion: Completion) -> float | None:

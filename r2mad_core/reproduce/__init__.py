@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from pathlib import Path
 from typing import Any
 
 #: nbformat (papermill's, the notebooks') validates with jsonschema, whose format checkers import ``rfc3987_syntax``
@@ -51,9 +52,14 @@ from typing import Any
 sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 
 
+#: This package's modules: ``from r2mad_core.reproduce import grid`` asks this package for ``grid`` before it imports
+#: the module, and :func:`__getattr__` would import :mod:`.command` (1.7 s of CPU: pandas, scipy) to look for it there.
+_SUBMODULES = frozenset(path.stem for path in Path(__file__).parent.glob("*.py"))
+
+
 def __getattr__(name: str) -> Any:
     """``from r2mad_core.reproduce import main`` (and every other name of :mod:`.command`), loaded on first use."""
-    if name.startswith("__"):
+    if name.startswith("__") or name in _SUBMODULES:  # a submodule: the import system loads it, not command
         raise AttributeError(name)
     command = importlib.import_module("r2mad_core.reproduce.command")
     try:
