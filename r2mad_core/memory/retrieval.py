@@ -141,12 +141,6 @@ def _as_unit_matrix(name: str, matrix: np.ndarray, dim: int | None = None) -> np
     return matrix.astype(np.float32, copy=False)
 
 
-#: Row indices [r, 0] = r for gathers along axis 1: ``a[_ROWS[:q], i]`` is ``np.take_along_axis(a, i, axis=1)``
-#: without its Python-level checks (~12 us a call; retrieval runs one query at a time, 28,200 times in notebook 04).
-_ROWS = np.arange(64)[:, None]
-_ROWS.setflags(write=False)
-
-
 def top_candidates(similarities: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
     """Per row, the ``count`` largest entries (ties: lower index first), ordered by decreasing value.
 
@@ -161,7 +155,9 @@ def top_candidates(similarities: np.ndarray, count: int) -> tuple[np.ndarray, np
         part = np.argpartition(similarities, n - take, axis=1)[:, n - take :]
     else:
         part = np.broadcast_to(np.arange(n), (q, n))
-    rows = _ROWS[:q] if q <= len(_ROWS) else np.arange(q)[:, None]  # rows[r, 0] = r: a[rows, i] = take_along_axis
+    # a[rows, i] is np.take_along_axis(a, i, axis=1) without its Python-level checks (~12 us a call; retrieval runs
+    # one query at a time, 28,200 times in notebook 04)
+    rows = np.arange(q)[:, None]
     values = similarities[rows, part]
     order = np.lexsort((part, -values), axis=1)  # primary: value descending; secondary: index ascending
     idx = part[rows, order].astype(np.int64)
@@ -432,7 +428,7 @@ def mmr_policy(query: Query) -> RetrievalResult:
     positions, scores = mmr_select(relevance, pairwise, lambdas, valid, query.config.k, first_pick)
     picked = positions >= 0
     safe_pos = np.where(picked, positions, 0)
-    rows = _ROWS[:query.size] if query.size <= len(_ROWS) else np.arange(query.size)[:, None]
+    rows = np.arange(query.size)[:, None]  # as in top_candidates: a[rows, i] is np.take_along_axis(a, i, axis=1)
     indices = np.where(picked, cand[rows, safe_pos], -1)
     sims = np.where(picked, cand_sim[rows, safe_pos], np.nan).astype(np.float32)
     return RetrievalResult(indices, scores, sims, lambdas, cand, _nan_invalid(cand_sim, valid), query.config.policy)
