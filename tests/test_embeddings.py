@@ -46,6 +46,34 @@ def test_hashing_embedder_gives_the_vectorizers_bytes(dim, monkeypatch):
     assert embedder.encode(texts[::-1]).tobytes() == expected[::-1].tobytes()
 
 
+def test_texts_read_in_segments_give_the_vectorizers_bytes(monkeypatch):
+    """A text is cut at blank lines and each segment tokenised once: the pairs across a cut, empty segments, runs of
+    newlines and a final sigma at a cut (lower-cased as in the whole text) still give the vectorizer's counts."""
+    from r2mad_core.memory import embeddings
+    from r2mad_core.memory.cases import AgentDebateState, format_state_text
+
+    monkeypatch.setattr(embeddings, "_HASHED_ROWS", {})
+    edges = ["ΟΔΟΣ\n\nΣΑ", "ΑΣ\n\nΣ", "Σ\n\n\nΣΣ", "\n\n", "\n\n\n", "\n\n\n\nab", "ab\n\n", "ab\n\n\n\ncd",
+             "a\n\nb c\n\nd", "İSTANBUL\n\nİzmir ΌΣ\n\n’Σ", "word\n\n\n\n\n\nword", "ΑΣ'\n\n'ΑΣ", "élan\n\nÉLAN vital",
+             "one two\n\nthree", "one two three"]
+    question, responses = "Which curve shifts when income rises?", ["The demand curve (B).", "Supply, so (C).", ""]
+    states = [format_state_text(AgentDebateState(question, r, summary, 0.67)) for r in responses
+              for summary in ("", "Two agents said (B).\n\nOne said (C).")]
+    texts = edges + states
+    embedder = HashingEmbedder(384)
+    pattern, tokenised = embedder._token_pattern, []
+
+    class Counting:
+        def findall(self, text):
+            tokenised.append(text)
+            return pattern.findall(text)
+
+    embedder._token_pattern = Counting()
+    assert embedder.encode(texts).tobytes() == _vectorizer_rows(embedder, texts).tobytes()
+    assert sum(t == "question:\n" + question.lower() for t in tokenised) == 1  # in six states, read once
+    assert len(tokenised) == len(set(tokenised))
+
+
 def test_hashing_embedder_encodes_each_distinct_text_once_per_process(monkeypatch):
     from r2mad_core.memory import embeddings
 

@@ -107,6 +107,7 @@ class HashingEmbedder:
         )
         self._token_pattern = re.compile(self._vectorizer.token_pattern)
         self._columns: dict[str, int] = {}
+        self._segments: dict[str, tuple] = {}  # segment -> _segment_columns(segment)
 
     def encode(self, texts: Sequence[str], batch_size: int = 1024, show_progress: bool = False) -> np.ndarray:
         """The rows of ``self._vectorizer.transform(texts).toarray()``, L2-normalised, computed without its
@@ -118,7 +119,10 @@ class HashingEmbedder:
         A test compares the bytes with the vectorizer's.
 
         A row depends on its text alone, so each distinct text is encoded once per process and dimension (the
-        variants of a run share its first rounds' states and responses), then copied.
+        variants of a run share its first rounds' states and responses), then copied. A new text is read in
+        segments cut at :data:`SEGMENT_BREAK` (a debate state's question, summary and response are such segments,
+        each in many states): a segment's tokens and pairs are found once per instance, and a text's pairs across
+        a break are added; the counts are the whole text's (the order of the columns aside, which a count ignores).
         """
         texts = _check_texts(texts)
         if not texts:
@@ -130,25 +134,60 @@ class HashingEmbedder:
         missing = [text for text, vector in known.items() if vector is None]
         if missing:
             matrix = np.zeros((len(missing), self.dim), dtype=np.float32)
-            columns = self._columns
-            if len(columns) > _HASHING_COLUMNS_MAX:
-                columns.clear()
+            segments = self._segments
+            if len(segments) > _HASHED_SEGMENTS_MAX:
+                segments.clear()
             for row, text in enumerate(missing):
-                tokens = self._token_pattern.findall(text.lower())
-                if not tokens:
-                    continue
-                grams = tokens + [f"{a} {b}" for a, b in zip(tokens, tokens[1:])]
-                found = [columns.get(gram) for gram in grams]
-                if None in found:
-                    found = [_hashed_column(columns, gram, self.dim) for gram in grams]
-                matrix[row] = np.bincount(found, minlength=self.dim)
+                found: list[int] = []
+                last = None  # the last token of the text so far
+                for segment in text.split(SEGMENT_BREAK):
+                    piece = segments.get(segment)
+                    if piece is None:
+                        piece = segments[segment] = self._segment_columns(segment)
+                    if not piece:
+                        continue
+                    columns, first, final = piece
+                    found += columns
+                    if last is not None:  # the bigram across the break
+                        found.append(self._column(f"{last} {first}"))
+                    last = final
+                if found:
+                    matrix[row] = np.bincount(found, minlength=self.dim)
             for text, vector in zip(missing, _normalise_rows(matrix)):
                 known[text] = rows[text] = vector
         return np.stack([known[text] for text in texts])
 
+    def _segment_columns(self, segment: str) -> tuple[list[int], str, str] | tuple[()]:
+        """The columns of one segment's tokens and of its adjacent pairs, with its first and last token; ``()``
+        when it has none."""
+        tokens = self._token_pattern.findall(segment.lower())
+        if not tokens:
+            return ()
+        grams = tokens + [f"{a} {b}" for a, b in zip(tokens, tokens[1:])]
+        columns = self._columns
+        found = [columns.get(gram) for gram in grams]
+        if None in found:
+            found = [self._column(gram) for gram in grams]
+        return found, tokens[0], tokens[-1]
+
+    def _column(self, gram: str) -> int:
+        columns = self._columns
+        column = columns.get(gram)
+        if column is None:
+            if len(columns) > _HASHING_COLUMNS_MAX:
+                columns.clear()
+            column = _hashed_column(columns, gram, self.dim)
+        return column
+
 
 #: n-gram -> column entries one :class:`HashingEmbedder` keeps (it then starts afresh).
 _HASHING_COLUMNS_MAX = 1_000_000
+#: Where :meth:`HashingEmbedder.encode` cuts a text into segments: no token spans it (the token pattern matches word
+#: characters only) and lower-casing reads no character across it (a newline is neither cased nor case-ignorable, so
+#: a final sigma is decided inside its segment).
+SEGMENT_BREAK = "\n\n"
+#: segment -> columns entries one :class:`HashingEmbedder` keeps (it then starts afresh).
+_HASHED_SEGMENTS_MAX = 200_000
 #: dimension -> {text: its unit row} (:meth:`HashingEmbedder.encode`), at most this many texts (then afresh).
 _HASHED_ROWS: dict[int, dict[str, np.ndarray]] = {}
 _HASHED_ROWS_MAX = 100_000
