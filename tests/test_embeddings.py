@@ -46,6 +46,19 @@ def test_hashing_embedder_gives_the_vectorizers_bytes(dim, monkeypatch):
     assert embedder.encode(texts[::-1]).tobytes() == expected[::-1].tobytes()
 
 
+def _counting_tokeniser(embedder):
+    """The texts ``embedder`` tokenises from now on, in a list that grows as it does."""
+    pattern, tokenised = embedder._token_pattern, []
+
+    class Counting:
+        def findall(self, text):
+            tokenised.append(text)
+            return pattern.findall(text)
+
+    embedder._token_pattern = Counting()
+    return tokenised
+
+
 def test_texts_read_in_segments_give_the_vectorizers_bytes(monkeypatch):
     """A text is cut at blank lines and each segment tokenised once: the pairs across a cut, empty segments, runs of
     newlines and a final sigma at a cut (lower-cased as in the whole text) still give the vectorizer's counts."""
@@ -61,14 +74,7 @@ def test_texts_read_in_segments_give_the_vectorizers_bytes(monkeypatch):
               for summary in ("", "Two agents said (B).\n\nOne said (C).")]
     texts = edges + states
     embedder = HashingEmbedder(384)
-    pattern, tokenised = embedder._token_pattern, []
-
-    class Counting:
-        def findall(self, text):
-            tokenised.append(text)
-            return pattern.findall(text)
-
-    embedder._token_pattern = Counting()
+    tokenised = _counting_tokeniser(embedder)
     assert embedder.encode(texts).tobytes() == _vectorizer_rows(embedder, texts).tobytes()
     assert sum(t == "question:\n" + question.lower() for t in tokenised) == 1  # in six states, read once
     assert len(tokenised) == len(set(tokenised))
@@ -79,14 +85,7 @@ def test_hashing_embedder_encodes_each_distinct_text_once_per_process(monkeypatc
 
     monkeypatch.setattr(embeddings, "_HASHED_ROWS", {})
     embedder = HashingEmbedder(16)
-    pattern, tokenised = embedder._token_pattern, []
-
-    class Counting:
-        def findall(self, text):
-            tokenised.append(text)
-            return pattern.findall(text)
-
-    embedder._token_pattern = Counting()
+    tokenised = _counting_tokeniser(embedder)
     first = embedder.encode(["one two", "three", "one two"])
     first[:] = 0.0  # the caller's copy: the remembered rows are not touched
     again = HashingEmbedder(16).encode(["three", "one two"])  # another instance of the same dimension
