@@ -134,9 +134,11 @@ class HashingEmbedder:
         missing = [text for text, vector in known.items() if vector is None]
         if missing:
             matrix = np.zeros((len(missing), self.dim), dtype=np.float32)
-            segments = self._segments
+            segments, columns = self._segments, self._columns
             if len(segments) > _HASHED_SEGMENTS_MAX:
                 segments.clear()
+            if len(columns) > _HASHING_COLUMNS_MAX:
+                columns.clear()
             for row, text in enumerate(missing):
                 found: list[int] = []
                 last = None  # the last token of the text so far
@@ -146,10 +148,10 @@ class HashingEmbedder:
                         piece = segments[segment] = self._segment_columns(segment)
                     if not piece:
                         continue
-                    columns, first, final = piece
-                    found += columns
+                    segment_columns, first, final = piece
+                    found += segment_columns
                     if last is not None:  # the bigram across the break
-                        found.append(self._column(f"{last} {first}"))
+                        found.append(_hashed_column(columns, f"{last} {first}", self.dim))
                     last = final
                 if found:
                     matrix[row] = np.bincount(found, minlength=self.dim)
@@ -167,17 +169,8 @@ class HashingEmbedder:
         columns = self._columns
         found = [columns.get(gram) for gram in grams]
         if None in found:
-            found = [self._column(gram) for gram in grams]
+            found = [_hashed_column(columns, gram, self.dim) for gram in grams]
         return found, tokens[0], tokens[-1]
-
-    def _column(self, gram: str) -> int:
-        columns = self._columns
-        column = columns.get(gram)
-        if column is None:
-            if len(columns) > _HASHING_COLUMNS_MAX:
-                columns.clear()
-            column = _hashed_column(columns, gram, self.dim)
-        return column
 
 
 #: n-gram -> column entries one :class:`HashingEmbedder` keeps (it then starts afresh).
