@@ -178,7 +178,7 @@ def test_query_seed_is_stable_and_distinct():
 def test_bad_inputs():
     with pytest.raises(ValueError, match="policy"):
         RetrievalConfig(policy="mmr")
-    with pytest.raises(ValueError, match="K"):
+    with pytest.raises(ValueError, match="top_k must be >= 1"):  # K's bound is the declaration's (memory/settings.py)
         RetrievalConfig(k=0)
     with pytest.raises(ValueError, match="dimension"):
         retrieve(np.ones((1, 4), np.float32), CASES, REWARDS, [1.0])

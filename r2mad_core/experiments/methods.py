@@ -102,7 +102,6 @@ from r2mad_core.debate.settings import (
     check_int,
 )
 from r2mad_core.memory.banks import bank_digest, read_manifest
-from r2mad_core.memory.confidence import ConfidenceConfig
 from r2mad_core.memory.hook import (
     EXPERIENCE_REFERENCES,
     IclCotHook,
@@ -111,8 +110,7 @@ from r2mad_core.memory.hook import (
     load_memory,
     reference_solutions,
 )
-from r2mad_core.memory.retrieval import RetrievalConfig
-from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS
+from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS, SPECS as MEMORY_SPECS, MemorySettings
 from r2mad_core.debate.masking import (  # noqa: F401  (MAD-M2's peer selection; names kept importable from here)
     JUDGE_TAG,
     MASKING_STRATEGIES,
@@ -217,29 +215,51 @@ def debate_keywords(*names: str) -> Callable[[Callable[..., Method]], "MethodBui
     checks each against the one declaration (:meth:`DebateSettings.check`: ``method 'mad': option n_agents must be
     >= 1, found 0``) and calls the builder with one settings object. ``inspect.signature`` of the result lists the
     flat keywords, so :func:`get_method` and :func:`method_options` see them like any other option."""
-    unknown = [n for n in names if n not in SPECS]
+    return _setting_keywords(DebateSettings, DEFAULTS, "settings", names)
+
+
+def memory_keywords(*names: str) -> Callable[[Callable[..., Method]], "MethodBuilder"]:
+    """The twin of :func:`debate_keywords` for what R2-MAD adds (:class:`~r2mad_core.memory.settings.MemorySettings`
+    fields: K, gamma, the thresholds, ...): the builder declares ``memory_settings: MemorySettings`` where the
+    keywords go and receives one checked object (bounds checked by the declaration, once). A setting the builder
+    names itself with the default ``...`` is placed there instead (``max_experience_chars: int | None = ...``:
+    where ``config.json`` has always recorded it); a setting added to the declaration lands at ``memory_settings``."""
+    return _setting_keywords(MemorySettings, MEMORY_DEFAULTS, "memory_settings", names)
+
+
+def _setting_keywords(declaration: Any, defaults: Mapping[str, Any], marker: str,
+                      names: Sequence[str]) -> Callable[[Callable[..., Method]], "MethodBuilder"]:
+    kind = declaration.__name__
+    unknown = [n for n in names if n not in defaults]
     if unknown:
-        raise ValueError(f"debate_keywords: {unknown} are not debate settings ({list(SPECS)})")
+        raise ValueError(f"{kind}: {unknown} are not settings of {kind} ({list(defaults)})")
+
+    def keyword(name: str) -> inspect.Parameter:
+        default = defaults[name]
+        return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                 annotation=type(default).__name__ if default is not None else "None")
 
     def decorate(builder: Callable[..., Method]) -> MethodBuilder:
         signature = inspect.signature(builder)
-        if "settings" not in signature.parameters:
-            raise ValueError(f"debate_keywords: {builder.__name__} must declare a keyword-only `settings` parameter")
+        if marker not in signature.parameters:
+            raise ValueError(f"{kind} keywords: {builder.__name__} must declare a keyword-only `{marker}` parameter")
+        placed = {p.name for p in signature.parameters.values() if p.name in names and p.default is ...}
         parameters: list[inspect.Parameter] = []
         for parameter in signature.parameters.values():
-            if parameter.name != "settings":
+            if parameter.name in placed:
+                parameters.append(keyword(parameter.name))
+            elif parameter.name == marker:
+                parameters.extend(keyword(n) for n in names if n not in placed)
+            else:
                 parameters.append(parameter)
-                continue
-            parameters.extend(
-                inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=DEFAULTS[n], annotation=type(DEFAULTS[n]).__name__)
-                for n in names
-            )
 
         @functools.wraps(builder)
         def build(**options: Any) -> Method:
             owner = f"method {builder.__name__!r}"
-            shared = {n: DebateSettings.check(owner, n, options.pop(n, DEFAULTS[n])) for n in names}
-            return builder(settings=DebateSettings(**shared), **options)
+            shared = {n: declaration.check(owner, n, options.pop(n, defaults[n])) for n in names}
+            if hasattr(declaration, "check_all"):
+                declaration.check_all(owner, shared)
+            return builder(**{marker: declaration(**shared)}, **options)
 
         build.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
         return build
@@ -334,22 +354,19 @@ def _memory_inputs(memory: str) -> dict[str, str]:
 
 
 @debate_keywords(*R2MAD_SETTINGS)
+@memory_keywords(*MEMORY_SPECS)
 def r2mad(
     *,
     memory: str,
     use_memory: bool = True,
     use_confidence: bool = True,
     retrieval_policy: str = "state_aware",
-    top_k: int = MEMORY_DEFAULTS["top_k"],
-    gamma: float = MEMORY_DEFAULTS["gamma"],
-    fixed_lambda: float = MEMORY_DEFAULTS["fixed_lambda"],
-    w_high: float = MEMORY_DEFAULTS["w_high"],
-    w_low: float = MEMORY_DEFAULTS["w_low"],
+    memory_settings: MemorySettings,
     confidence_label: str = "peer_correctness",
     confidence_pool: str = "retrieved",
     peer_response_round: str = "case",
     embedder: str | None = None,
-    max_experience_chars: int | None = None,
+    max_experience_chars: int | None = ...,  # type: ignore[assignment]  # placed where config.json records it
     experience_reference: str = "answer",
     poison_fraction: float = 0.0,
     poison_seed: int = 0,
@@ -360,11 +377,11 @@ def r2mad(
 
     ``memory``: a bank directory (``r2mad build-memory``). ``use_memory=False`` is "w/o Memory" (no
     experiences shown, confidence still estimated), ``use_confidence=False`` "w/o Confidence".
-    ``retrieval_policy`` one of the Table 3 policies; ``top_k`` = K (not stated in the paper; the authors'
-    run script uses 1, where lambda_t has no effect; default 3 is ours); ``gamma`` (Eq. 6); ``fixed_lambda`` for the fixed_lambda policy; ``w_high``/``w_low``
-    thresholds; ``confidence_label``/``confidence_pool``/``peer_response_round`` select the authors'-code
+    ``retrieval_policy`` one of the Table 3 policies; ``memory_settings``: K, gamma, the fixed lambda, the
+    thresholds, how much of a past response is shown, every setting of
+    :class:`~r2mad_core.memory.settings.MemorySettings` (its defaults, bounds and docs), as flat options;
+    ``confidence_label``/``confidence_pool``/``peer_response_round`` select the authors'-code
     confidence variants (see r2mad_core.memory.confidence); ``embedder`` None = the bank's own;
-    ``max_experience_chars`` shortens each past response shown (None: in full; small-context models);
     ``experience_reference`` what of y (Eq. 4) each experience shows (``answer``: ours, default; ``solution``:
     the authors' code, MATH500's full reference solution; ``none``: y hidden, an ablation);
     ``round0`` see the module docstring; ``poison_fraction`` flips the labels of that share of the cases (poisoned-memory experiment).
@@ -377,19 +394,11 @@ def r2mad(
     memory = _memory_option(name, memory)
     _check_agents(name, settings)
     policy = _choice_option(name, "retrieval_policy", retrieval_policy, tuple(retrieval.POLICIES))
-    k = _int_option(name, "top_k", top_k, 1)
-    gamma = _float_option(name, "gamma", gamma, 0.0, 1.0)
-    fixed = _float_option(name, "fixed_lambda", fixed_lambda, 0.0, 1.0)
-    high = _float_option(name, "w_high", w_high, 0.0, 1.0)
-    low = _float_option(name, "w_low", w_low, 0.0, 1.0)
-    if low > high:
-        raise ValueError(f"method {name!r}: w_low ({low}) must be <= w_high ({high})")
-    label = _choice_option(name, "confidence_label", confidence_label, CONFIDENCE_LABELS)
-    pool = _choice_option(name, "confidence_pool", confidence_pool, CONFIDENCE_POOLS)
-    response_round = _choice_option(name, "peer_response_round", peer_response_round, PEER_RESPONSE_ROUNDS)
-    experience_chars = None if max_experience_chars is None else _int_option(
-        name, "max_experience_chars", max_experience_chars, 1
-    )
+    confidence = {
+        "evidence_label": _choice_option(name, "confidence_label", confidence_label, CONFIDENCE_LABELS),
+        "evidence_pool": _choice_option(name, "confidence_pool", confidence_pool, CONFIDENCE_POOLS),
+        "peer_response_round": _choice_option(name, "peer_response_round", peer_response_round, PEER_RESPONSE_ROUNDS),
+    }
     reference = _choice_option(name, "experience_reference", experience_reference, EXPERIENCE_REFERENCES)
     poison = _float_option(name, "poison_fraction", poison_fraction, 0.0, 1.0)
     poison_seed = _int_option(name, "poison_seed", poison_seed, 0)
@@ -398,33 +407,25 @@ def r2mad(
 
     def make_hook(context: RunContext) -> RoundHook:
         bank_set, bank_embedder = load_memory(memory, context.benchmark, embedder, poison, poison_seed)
-        settings = R2MadSettings(
-            retrieval=RetrievalConfig(policy=policy, k=k, gamma=gamma, fixed_lambda=fixed, seed=context.seed),
-            confidence=ConfidenceConfig(
-                w_high=high, w_low=low, evidence_label=label, evidence_pool=pool, peer_response_round=response_round
-            ),
-            use_memory=bool(use_memory),
-            use_confidence=bool(use_confidence),
-            seed=context.seed,
-            max_experience_chars=experience_chars,
-            experience_reference=reference,
-            similarity_match=match,
-        )
+        hook_settings = R2MadSettings.from_settings(
+            memory_settings, seed=context.seed, policy=policy, confidence=confidence, use_memory=bool(use_memory),
+            use_confidence=bool(use_confidence), experience_reference=reference, similarity_match=match)
         solutions = reference_solutions(context.benchmark, context.data_dir) if reference == "solution" else None
-        return R2MadHook(bank_set, bank_embedder, settings, solutions=solutions)
+        return R2MadHook(bank_set, bank_embedder, hook_settings, solutions=solutions)
 
     return Method(name=name, debate=debate, vote_rule=settings.vote_rule, make_hook=make_hook,
                   inputs=_memory_inputs(memory), unread_options=frozenset(retrieval.POLICIES[policy].unread))
 
 
 @debate_keywords(*(n for n in ONE_AGENT_SETTINGS if n != "round0"))
+@memory_keywords("top_k", "max_experience_chars")
 def icl_cot(
     *,
     memory: str,
-    top_k: int = 3,
+    memory_settings: MemorySettings,
     match: str = "question",
     embedder: str | None = None,
-    max_experience_chars: int | None = None,
+    max_experience_chars: int | None = ...,  # type: ignore[assignment]  # placed where config.json records it
     experience_reference: str = "answer",
     settings: DebateSettings,
 ) -> Method:
@@ -434,18 +435,15 @@ def icl_cot(
     name = "icl_cot"
     memory = _memory_option(name, memory)
     reference = _choice_option(name, "experience_reference", experience_reference, EXPERIENCE_REFERENCES)
-    k = _int_option(name, "top_k", top_k, 1)
     match = _choice_option(name, "match", match, ("question", "state"))
-    experience_chars = None if max_experience_chars is None else _int_option(
-        name, "max_experience_chars", max_experience_chars, 1
-    )
     debate = DebateConfig.from_settings(settings, n_agents=1, n_rounds=1, personas=(0,), sample_indices=(0,),
                                         task_suffix=_cot_suffix(settings))
 
     def make_hook(context: RunContext) -> RoundHook:
         bank_set, bank_embedder = load_memory(memory, context.benchmark, embedder)
         solutions = reference_solutions(context.benchmark, context.data_dir) if reference == "solution" else None
-        return IclCotHook(bank_set, bank_embedder, top_k=k, match=match, max_experience_chars=experience_chars,
+        return IclCotHook(bank_set, bank_embedder, top_k=memory_settings.top_k, match=match,
+                          max_experience_chars=memory_settings.max_experience_chars,
                           experience_reference=reference, solutions=solutions)
 
     return Method(name=name, debate=debate, vote_rule=settings.vote_rule, make_hook=make_hook,

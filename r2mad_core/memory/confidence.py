@@ -28,12 +28,12 @@ Options (the paper's reading is the default; the others reproduce the authors' c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS
+from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS, MemorySettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from r2mad_core.memory.banks import MemoryBank
@@ -65,6 +65,13 @@ class ConfidenceConfig:
             raise ValueError(
                 f"unknown peer_response_round {self.peer_response_round!r}: expected one of {PEER_RESPONSE_ROUNDS}"
             )
+
+    @classmethod
+    def from_settings(cls, settings: MemorySettings, **confidence: Any) -> "ConfidenceConfig":
+        """The confidence configuration of ``settings`` (the thresholds w_h/w_l, and every other field named as a
+        memory setting) with the protocol's evidence choices in ``confidence`` (``evidence_label``, ...)."""
+        names = [f.name for f in fields(cls) if f.name in MEMORY_DEFAULTS]
+        return cls(**{**settings.typed(names), **confidence})
 
 
 def check_thresholds(w_high: float, w_low: float) -> None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -47,6 +47,7 @@ from r2mad_core.memory.embeddings import CachedEmbedder, Embedder, get_embedder
 from r2mad_core.memory.banks import MemoryBank, MemoryBankError, MemoryBankSet, poison_bank
 from r2mad_core.memory.cases import AgentDebateState, MemoryCase, encode_states
 from r2mad_core.memory.retrieval import POLICIES, RetrievalConfig, query_seed, retrieve
+from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS, MemorySettings
 from r2mad_core.data import benchmarks
 
 logger = logging.getLogger(__name__)
@@ -84,6 +85,18 @@ class R2MadSettings:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_settings(cls, settings: MemorySettings, *, seed: int = 0, policy: str = "state_aware",
+                      confidence: Mapping[str, Any] | None = None, **hook: Any) -> "R2MadSettings":
+        """Everything the hook needs from one :class:`~r2mad_core.memory.settings.MemorySettings`: the retrieval and
+        confidence configurations built from it (:meth:`RetrievalConfig.from_settings`,
+        :meth:`ConfidenceConfig.from_settings`), every field of its own named as a memory setting
+        (``max_experience_chars``), and the hook-only fields in ``hook`` (``use_memory``, ...)."""
+        names = [f.name for f in fields(cls) if f.name in MEMORY_DEFAULTS]
+        return cls(retrieval=RetrievalConfig.from_settings(settings, policy=policy, seed=seed),
+                   confidence=ConfidenceConfig.from_settings(settings, **(confidence or {})),
+                   seed=seed, **{**settings.typed(names), **hook})
 
 
 EXPERIENCE_REFERENCES = ("answer", "solution", "none")

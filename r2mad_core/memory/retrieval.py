@@ -44,26 +44,26 @@ There is no Python loop over bank cases; the only per-query loop is the seeded d
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from r2mad_core.plugins import entry_problem
-from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS
+from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS, MemorySettings
 
-DEFAULT_K = 3
-DEFAULT_GAMMA = MEMORY_DEFAULTS["gamma"]
 CANDIDATE_FACTOR = 3
 
 
 @dataclass(frozen=True)
 class RetrievalConfig:
-    """How E_i^(t) is chosen. ``k`` = K; ``candidate_factor`` * K candidates (the paper's 3K)."""
+    """How E_i^(t) is chosen. ``k`` = K; ``candidate_factor`` * K candidates (the paper's 3K). The tuning values'
+    defaults and bounds are :class:`~r2mad_core.memory.settings.MemorySettings`' (``k`` is its ``top_k``); a
+    field of the same name as a memory setting takes that setting (:meth:`from_settings`)."""
 
     policy: str = "state_aware"
-    k: int = DEFAULT_K
-    gamma: float = DEFAULT_GAMMA
+    k: int = MEMORY_DEFAULTS["top_k"]
+    gamma: float = MEMORY_DEFAULTS["gamma"]
     fixed_lambda: float = MEMORY_DEFAULTS["fixed_lambda"]
     candidate_factor: int = CANDIDATE_FACTOR
     seed: int = 0
@@ -71,14 +71,18 @@ class RetrievalConfig:
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"unknown retrieval policy {self.policy!r}: expected one of {tuple(POLICIES)}")
-        if self.k < 1:
-            raise ValueError(f"K (cases retrieved per query) must be >= 1, found {self.k}")
         if self.candidate_factor < 1:
             raise ValueError(f"candidate_factor must be >= 1, found {self.candidate_factor}")
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1] (Eq. 6), found {self.gamma}")
-        if not 0.0 <= self.fixed_lambda <= 1.0:
-            raise ValueError(f"fixed_lambda must be in [0, 1], found {self.fixed_lambda}")
+        # the bounds are the declaration's (memory/settings.py), checked by it
+        MemorySettings.check_all("RetrievalConfig", {"top_k": self.k, **{
+            f.name: getattr(self, f.name) for f in fields(self) if f.name in MEMORY_DEFAULTS}})
+
+    @classmethod
+    def from_settings(cls, settings: MemorySettings, **retrieval: Any) -> "RetrievalConfig":
+        """The retrieval configuration of ``settings`` (K, gamma, the fixed lambda, and every other field named as a
+        memory setting) with the retrieval-only fields in ``retrieval`` (``policy``, ``seed``)."""
+        names = [f.name for f in fields(cls) if f.name in MEMORY_DEFAULTS]
+        return cls(k=settings.top_k, **{**settings.typed(names), **retrieval})
 
     @property
     def num_candidates(self) -> int:
@@ -107,13 +111,12 @@ class RetrievalResult:
         return int(self.indices.shape[0])
 
 
-def mmr_tradeoff(consensus_ratio: np.ndarray | float, gamma: float = DEFAULT_GAMMA) -> np.ndarray:
+def mmr_tradeoff(consensus_ratio: np.ndarray | float, gamma: float = MEMORY_DEFAULTS["gamma"]) -> np.ndarray:
     """lambda_t = 1 - gamma * Cons(Z^(t-1)) (Eq. 6), elementwise."""
     cons = np.asarray(consensus_ratio, dtype=np.float64)
     if np.any(~np.isfinite(cons)) or np.any((cons < 0) | (cons > 1)):
         raise ValueError(f"consensus ratios must be finite and in [0, 1], found {cons.ravel()[:8]}")
-    if not 0.0 <= gamma <= 1.0:
-        raise ValueError(f"gamma must be in [0, 1], found {gamma}")
+    MemorySettings.check("mmr_tradeoff", "gamma", gamma)
     return (1.0 - gamma * cons).astype(np.float32)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping, Sequence
 
 from r2mad_core.debate.settings import Spec, setting
 
@@ -50,15 +50,42 @@ class MemorySettings:
                                                maximum=MAX_EXPERIENCE_CHARS)
 
     def __post_init__(self) -> None:
-        for name, spec in specs():
-            value = getattr(self, name)
-            if value is not None:
-                spec.check("MemorySettings", name, value)
-        if self.w_low > self.w_high:
-            raise ValueError(f"MemorySettings: w_low ({self.w_low}) must be <= w_high ({self.w_high})")
+        self.check_all("MemorySettings", self.values())
 
-    def values(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in SPECS}
+    # -- the declaration, read (twins of DebateSettings') --------------------------------------------
+    @staticmethod
+    def check(owner: str, name: str, value: Any) -> Any:
+        """Check one setting's value for ``owner`` (e.g. ``"method 'r2mad'"``); ValueError names the option. None
+        is a value only where the default is None (``max_experience_chars``: in full)."""
+        if value is None and DEFAULTS[name] is None:
+            return value
+        return SPECS[name].check(owner, name, value)
+
+    @staticmethod
+    def check_all(owner: str, values: Mapping[str, Any]) -> None:
+        """Check every value of ``values`` and the one rule between two of them (w_l <= w_h, Eq. 7): the only place
+        the bounds of what R2-MAD adds are checked."""
+        for name, value in values.items():
+            MemorySettings.check(owner, name, value)
+        high, low = values.get("w_high", DEFAULTS["w_high"]), values.get("w_low", DEFAULTS["w_low"])
+        if low > high:
+            raise ValueError(f"{owner}: w_low ({low}) must be <= w_high ({high})")
+
+    def values(self, names: Sequence[str] | None = None) -> dict[str, Any]:
+        """``{name: value}`` of ``names`` (default: every setting, in declaration order)."""
+        return {name: getattr(self, name) for name in (names if names is not None else SPECS)}
+
+    def typed(self, names: Sequence[str]) -> dict[str, Any]:
+        """:meth:`values` as a configuration reads them: a float setting as a float (``gamma: 1`` is 1.0; what a
+        method records in ``config.json`` is what it was given, :meth:`values`)."""
+        return {name: float(value) if SPECS[name].kind == "float" and value is not None else value
+                for name, value in self.values(names).items()}
+
+    def replace(self, **changes: Any) -> "MemorySettings":
+        unknown = sorted(set(changes) - set(SPECS))
+        if unknown:
+            raise TypeError(f"MemorySettings: unknown setting(s) {unknown}; expected some of {list(SPECS)}")
+        return dataclasses.replace(self, **changes)
 
 
 def specs() -> Iterator[tuple[str, Spec]]:
