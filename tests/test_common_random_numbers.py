@@ -15,7 +15,8 @@ from r2mad_core.debate.scoring import paired_test
 from r2mad_core.engines import make_engine
 from r2mad_core.experiments.build_memory import build_memory
 from r2mad_core.experiments.cell import run_cell
-from r2mad_core.experiments.method_labels import MethodSettings, resolve
+from r2mad_core.experiments.method_labels import resolve
+from r2mad_core.experiments.run_settings import RunSettings
 from r2mad_core.experiments.methods import get_method
 from r2mad_core.report import multiplicity
 from r2mad_core.reproduce.variants import Variant, comparison_sentences, round0_sharing
@@ -67,9 +68,9 @@ def test_a_setting_the_policy_does_not_read_is_not_recorded(banks) -> None:
     fixed = get_method("r2mad", memory=bank, retrieval_policy="fixed_lambda", fixed_lambda=0.25)
     assert fixed.options["fixed_lambda"] == 0.25 and "gamma" not in fixed.options
     # the grid's cell key agrees: the Random row's options are the same under gamma 0.9 and 0.5
-    rows = {g: resolve("R2-MAD retrieval=Random", MethodSettings(gamma=g), "bank")[1] for g in (0.9, 0.5)}
+    rows = {g: resolve("R2-MAD retrieval=Random", RunSettings().replace(gamma=g), "bank")[1] for g in (0.9, 0.5)}
     assert rows[0.9] == rows[0.5] and "gamma" not in rows[0.9]
-    assert resolve("R2-MAD", MethodSettings(gamma=0.5), "bank")[1]["gamma"] == 0.5
+    assert resolve("R2-MAD", RunSettings().replace(gamma=0.5), "bank")[1]["gamma"] == 0.5
 
 
 def test_a_gamma_variant_draws_the_profile_runs_round0_and_moves_only_what_gamma_reaches(tmp_path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from r2mad_core.report import findings
-from r2mad_core.reproduce.grid import ExperimentGrid
+from r2mad_core.reproduce.grid import INDEPENDENT_ROUND0, SHARED_ROUND0, ExperimentGrid, with_k
 from r2mad_core.reproduce import load_profile
 
 SIM_A = {"label": "Sim A", "engine": "simulated", "model": None, "options": {}}
@@ -44,10 +44,17 @@ def test_the_preset_reaches_every_method_and_an_individual_choice_beats_it(tmp_p
                                                            "task_prompt": "authors",
                                                            "consensus_rule": "authors_reads_gold"}}
     assert authors.samples("mmlu_pro_engineering", "test") and len(authors.samples("mmlu_pro_engineering", "test")) == 243
-    _, options = exp.method_options("R2-MAD retrieval=Random (K=3)", memory=tmp_path / "bank")
+    # a row's own settings travel beside its name (a Row), never parsed out of it
+    row = with_k("R2-MAD retrieval=Random", 3)
+    assert row == "R2-MAD retrieval=Random (K=3)"
+    _, options = exp.method_options(row, memory=tmp_path / "bank")
     assert (options["top_k"], options["retrieval_policy"]) == (3, "random")
-    _, options = exp.method_options("MAD (shared round 0)", memory=None)
+    _, options = exp.method_options("MAD" + SHARED_ROUND0, memory=None)
     assert options["round0"] == "shared"
+    with pytest.raises(ValueError, match=r"unknown retrieval policy label .Random \(K=3\)"):  # a name sets nothing
+        exp.method_options("R2-MAD retrieval=Random (K=3)", memory=tmp_path / "bank")
+    with pytest.raises(ValueError, match="does not take top_k"):
+        exp.method_options(with_k("MAD", 3))
 
 
 def test_protocol_choices_reach_the_methods_that_declare_them(tmp_path: Path) -> None:
@@ -116,14 +123,14 @@ def test_an_independent_round0_stream_depends_on_the_bank_content_not_its_folder
     assert get_method("r2mad", memory=str(bank), round0="independent", use_confidence=False).debate.stream != (
         first.debate.stream)
     # a finished run directory made with another stream is not silently reused
-    outcome = exp.run("Sim A", "truthfulqa", "R2-MAD (independent round 0)")
+    outcome = exp.run("Sim A", "truthfulqa", "R2-MAD" + INDEPENDENT_ROUND0)
     assert len(outcome.records) == 2
     config_path = outcome.run_dir / "config.json"
     config = json.loads(config_path.read_text())
     config["method"]["debate"]["stream"] = "r2mad:{\"memory\": \"/somewhere/else/bank\"}"
     config_path.write_text(json.dumps(config))
     with pytest.raises(RunConfigMismatch, match="stream"):
-        exp.run("Sim A", "truthfulqa", "R2-MAD (independent round 0)")
+        exp.run("Sim A", "truthfulqa", "R2-MAD" + INDEPENDENT_ROUND0)
 
 
 def test_a_cell_or_bank_another_process_is_building_is_waited_for_then_loaded(tmp_path: Path,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from r2mad_core.debate.settings import SPECS as DEBATE_SPECS, DebateSettings
-from r2mad_core.experiments.method_labels import MethodSettings
+from r2mad_core.experiments.run_settings import RunSettings
 from r2mad_core.experiments.methods import method_options
 from r2mad_core.experiments.profiles import ProfileError, load_profile
 from r2mad_core.memory.settings import DEFAULTS, SPECS, MemorySettings
@@ -16,9 +16,10 @@ def test_the_method_and_its_labels_take_the_declared_defaults() -> None:
     declared = method_options("r2mad")
     for name in ("top_k", "gamma", "fixed_lambda", "w_high", "w_low", "max_experience_chars"):
         assert declared[name] == DEFAULTS[name], name
-    labels = MethodSettings()
-    assert (labels.top_k, labels.gamma, labels.w_high, labels.w_low) == (
-        DEFAULTS["top_k"], DEFAULTS["gamma"], DEFAULTS["w_high"], DEFAULTS["w_low"])
+    # the run settings carry one MemorySettings: its defaults, K the protocol preset's (a protocol choice)
+    carried = RunSettings().memory
+    assert carried.replace(top_k=DEFAULTS["top_k"]) == MemorySettings()
+    assert carried.top_k == 1 and RunSettings().replace(top_k=5).memory.top_k == 5
     assert MemorySettings().values() == DEFAULTS
 
 

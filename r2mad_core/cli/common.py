@@ -9,7 +9,7 @@ import argparse
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 
@@ -153,27 +153,51 @@ def setting_type(spec: Spec) -> Any:
     return None
 
 
+def declared_type(owner: str, name: str, spec: Spec) -> Any:
+    """An argparse type that reads a number and checks it against its declaration (``spec``: its kind and bounds),
+    so the flag refuses what the settings object would, with the declaration's words."""
+    def parse(text: str) -> Any:
+        try:
+            value = int(text) if spec.kind == "int" else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if spec.kind == 'int' else 'a number'}, "
+                                             f"found {text!r}") from None
+        try:
+            return spec.check(owner, name, value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+
+    parse.__name__ = name  # argparse names the type in its messages
+    return parse
+
+
 def add_setting_arguments(
-    parser: argparse.ArgumentParser, group: Any, names: tuple[str, ...] | None = None, *, forward: bool = True
+    parser: argparse.ArgumentParser, group: Any, names: tuple[str, ...] | None = None, *, forward: bool = True,
+    declaration: Any = None, aliases: Mapping[str, tuple[str, ...]] | None = None,
 ) -> None:
     """One flag per debate setting (:class:`r2mad_core.debate.settings.DebateSettings`; ``names``: some of them),
     generated from the declaration: flag, type or choices, help = the setting's doc. ``forward``: a method option
     (default None, forwarded to ``get_method`` when given, :func:`add_method_option`); else a plain argument whose
-    default is the setting's default (``build-memory``)."""
-    for name, spec in specs():
+    default is the setting's default (``build-memory``). ``declaration``: another declaration's module (its ``specs``
+    and ``DEFAULTS``, e.g. :mod:`r2mad_core.memory.settings`: what R2-MAD adds; its numbers are checked against
+    their bounds); ``aliases``: more flags of a setting, before its own (``{"top_k": ("-K",)}``)."""
+    declared_specs, defaults = (specs, DEFAULTS) if declaration is None else (declaration.specs, declaration.DEFAULTS)
+    for name, spec in declared_specs():
         if names is not None and name not in names:
             continue
         kwargs: dict[str, Any] = {"dest": name, "help": (spec.flag_doc or spec.doc).replace("%", "%%")}
         if spec.kind == "bool":
-            kwargs["action"] = "store_false" if DEFAULTS[name] else "store_true"
+            kwargs["action"] = "store_false" if defaults[name] else "store_true"
         elif spec.kind == "choice":
             kwargs["choices"] = spec.choices
         else:
-            kwargs["type"], kwargs["metavar"] = setting_type(spec), "N" if spec.kind == "int" else "X"
+            kwargs["type"] = setting_type(spec) if declaration is None else declared_type(parser.prog, name, spec)
+            kwargs["metavar"] = "N" if spec.kind == "int" else "X"
+        flags = (*(aliases or {}).get(name, ()), spec.flag)
         if forward:
-            add_method_option(parser, group, spec.flag, **kwargs)
+            add_method_option(parser, group, *flags, **kwargs)
         else:
-            group.add_argument(spec.flag, **({} if spec.kind == "bool" else {"default": DEFAULTS[name]}), **kwargs)
+            group.add_argument(*flags, **({} if spec.kind == "bool" else {"default": defaults[name]}), **kwargs)
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:

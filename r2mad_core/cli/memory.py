@@ -2,10 +2,10 @@
 
 Registered by :mod:`r2mad_core.cli.commands`:
 
-- ``r2mad run`` gets the R2-MAD / ICL-CoT options (``--memory``, ``--retrieval-policy``, ``-K``,
-  ``--gamma``, ``--fixed-lambda``, ``--w-high``, ``--w-low``, ``--no-memory``, ``--no-confidence``, the
-  authors'-code confidence variants, ``--poison-fraction``, ``--icl-match``, ``--embedder``), forwarded to
-  ``methods.get_method`` like every method option.
+- ``r2mad run`` gets the R2-MAD / ICL-CoT options (``--memory``, ``--retrieval-policy``, one flag per
+  :class:`~r2mad_core.memory.settings.MemorySettings` field generated from its declaration (``-K``/``--top-k``, ...),
+  ``--no-memory``, ``--no-confidence``, the authors'-code confidence variants, ``--poison-fraction``,
+  ``--icl-match``, ``--embedder``), forwarded to ``methods.get_method`` like every method option.
 - ``r2mad build-memory``: the memory-construction debates on the train split, then the banks
   (:func:`r2mad_core.experiments.build_memory.build_memory`).
 - ``r2mad audit BANK``: :func:`r2mad_core.memory.audit.audit_bank_set`.
@@ -46,6 +46,7 @@ from r2mad_core.memory.banks import MemoryBankError, MemoryBankSet
 from r2mad_core.memory.cases import REWARD_DEFINITIONS, STATE_ENCODINGS, STATE_LAYOUTS
 from r2mad_core.memory.embeddings import get_embedder
 from r2mad_core.memory.retrieval import POLICIES as RETRIEVAL_POLICIES
+from r2mad_core.memory import settings as memory_settings
 
 #: The debate settings ``build-memory`` takes (the rest are fixed by Appendix A: summaries, no early stop, or the
 #: ``--protocol`` preset's loop choices).
@@ -68,14 +69,8 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     add_method_option(parser, group, "--memory", dest="memory", metavar="DIR", help="memory bank directory (r2mad build-memory)")
     add_method_option(parser, group, "--retrieval-policy", dest="retrieval_policy", choices=tuple(RETRIEVAL_POLICIES),
                       help="retrieval policy (default: state_aware, Eq. 5-6; the others are Table 3's ablations)")
-    add_method_option(parser, group, "-K", "--top-k", dest="top_k", type=positive_int,
-                      help="K, experiences retrieved per agent and round (default: --protocol's, 1; without --protocol the method's 3, ours; "
-                      "not stated in the paper; the authors' script: 1, where lambda_t has no effect)")
-    add_method_option(parser, group, "--gamma", dest="gamma", type=_unit_float, help="gamma of Eq. 6 (default: 0.9)")
-    add_method_option(parser, group, "--fixed-lambda", dest="fixed_lambda", type=_unit_float,
-                      help="lambda of the fixed_lambda policy (default: 0.5)")
-    add_method_option(parser, group, "--w-high", dest="w_high", type=_unit_float, help="high-confidence threshold (default: 0.55)")
-    add_method_option(parser, group, "--w-low", dest="w_low", type=_unit_float, help="low-confidence threshold (default: 0.45)")
+    # K, Eq. 6's tradeoff, the fixed lambda, the thresholds, the shown length: one flag per MemorySettings field
+    add_setting_arguments(parser, group, declaration=memory_settings, aliases={"top_k": ("-K",)})
     add_method_option(parser, group, "--no-memory", dest="use_memory", action="store_false",
                       help="R2-MAD w/o Memory: no experiences in the prompt (confidence still estimated)")
     add_method_option(parser, group, "--no-confidence", dest="use_confidence", action="store_false",
@@ -89,8 +84,6 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     add_method_option(parser, group, "--poison-fraction", dest="poison_fraction", type=_unit_float,
                       help="flip the labels of this share of memory cases (poisoned-memory experiment)")
     add_method_option(parser, group, "--poison-seed", dest="poison_seed", type=integer, help="seed of the poisoned cases")
-    add_method_option(parser, group, "--max-experience-chars", dest="max_experience_chars", type=positive_int,
-                      help="shorten each past response shown as an experience (default: in full)")
     add_method_option(parser, group, "--embedder", dest="embedder",
                       help="embedder of the retrieval queries (default: the bank's; another one is an error)")
     add_method_option(parser, group, "--icl-match", dest="match", choices=("question", "state"),

@@ -683,7 +683,7 @@ def retrieval_trace(record: Transcript) -> list[dict[str, Any]]:
 
 def lambda_by_consensus(records: Iterable[Transcript]) -> dict[tuple[float, float], int]:
     """How often each (Cons(Z^(t-1)), lambda_t) pair occurred over every agent and round t > 0 (Eq. 6
-    says lambda_t = 1 - gamma * Cons(Z^(t-1)), so each consensus value maps to one lambda)."""
+    makes lambda_t a function of Cons(Z^(t-1)), so each consensus value maps to one lambda)."""
     counts: dict[tuple[float, float], int] = defaultdict(int)
     for record in map(as_transcript, records):
         for previous, rnd in zip(record.rounds, record.rounds[1:]):

@@ -3,14 +3,16 @@
 The notebooks and the tables speak the paper's row names (``CoT``, ``Self-Consistency (9)``, ``MAD``,
 ``MAD-M2 (O)``, ``R2-MAD w/o Confidence``, ``R2-MAD retrieval=Random``, ``R2-MAD poisoned=0.5``,
 ``ICL-CoT``); a run directory is keyed by the registered method of :mod:`r2mad_core.experiments.methods` and its
-options. :func:`resolve` is that map, filled from a profile's settings (:class:`MethodSettings`: the
-debate of Section 5.1, Eq. 8's K and gamma, Eq. 7's thresholds).
+options. :func:`resolve` is that map, filled from the run's settings
+(:class:`~r2mad_core.experiments.run_settings.RunSettings`, one object): the one place those settings are flattened
+into options. A row name names a row (a method and what makes it another row of a table), never a setting: a row
+that runs at its own settings (notebook 04's retrieval rows at K = 3, notebook 06's other round 0) is a :class:`Row`,
+which carries them beside its name.
 
 A method registered from outside (:func:`r2mad_core.experiments.methods.register_method`, e.g. through a plugin) is
-reached by its ``label``: it receives every setting it declares as an option (``n_agents``, ``n_rounds``,
-``temperature``, ``top_p``, ``max_tokens``, ``summary_max_tokens``: the profile's
-:class:`~r2mad_core.debate.settings.DebateSettings`; ``top_k``, ``gamma``, ``w_high``, ``w_low``, ``max_experience_chars`` and, when it declares ``memory``, the model's memory
-bank), so a new method is one registry entry and appears in the notebooks' grids by its label.
+reached by its ``label``: it receives every setting it declares as an option (the debate's, what R2-MAD adds, the
+protocol's choices where they depart from its defaults and, when it declares ``memory``, the model's memory bank), so
+a new method is one registry entry and appears in the notebooks' grids by its label.
 
 Also here: the rows of each paper table (:data:`MAIN_METHODS`, ...) and the label builders of the
 parameterised rows (:func:`retrieval_method_label`, :func:`poisoned_method_label`, :func:`sc_methods`).
@@ -18,29 +20,63 @@ parameterised rows (:func:`retrieval_method_label`, :func:`poisoned_method_label
 
 from __future__ import annotations
 
-import dataclasses
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from r2mad_core.debate.settings import SAMPLING, DebateSettings
+from r2mad_core.debate.settings import SAMPLING
 from r2mad_core.experiments.methods import METHOD_SPECS, method_options
+from r2mad_core.experiments.run_settings import RunSettings
+from r2mad_core.memory.settings import STATED as MEMORY_STATED
 from r2mad_core.memory.retrieval import POLICIES, parse_retrieval_policy, policy_label, policy_spec_of_label
-from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS
 
-#: Suffix of a method name whose run draws its own round 0 (``round0="independent"``), and of one that replays MAD's
+
+class Row(str):
+    """A table row's name that also sets some of its run's settings (``changes``): ``with_k("R2-MAD", 3)`` is the row
+    ``"R2-MAD (K=3)"`` run at K = 3; ``"MAD" + INDEPENDENT_ROUND0`` the row ``"MAD (independent round 0)"`` run with
+    ``round0="independent"``. The name is what the tables show; the settings travel beside it and are never parsed
+    back out of it (the grid applies them to its :class:`~r2mad_core.experiments.run_settings.RunSettings` with one
+    ``replace``; the run states them in its options). ``base`` is the row it derives from (a suffix's: "")."""
+
+    base: str
+    changes: Mapping[str, Any]
+
+    def __new__(cls, text: str, base: str, changes: Mapping[str, Any]) -> "Row":
+        row = super().__new__(cls, text)
+        row.base, row.changes = str(base), dict(changes)
+        return row
+
+    def __add__(self, other: str) -> "Row | str":
+        if isinstance(other, Row):  # a row plus a suffix: both rows' settings
+            return Row(str(self) + str(other), self.base, {**self.changes, **other.changes})
+        return str(self) + other
+
+    def __radd__(self, other: str) -> "Row":
+        """``"MAD" + INDEPENDENT_ROUND0``: a plain label plus a suffix row."""
+        return Row(str(other) + str(self), str(other), self.changes)
+
+    def __reduce__(self) -> Any:
+        return (Row, (str(self), self.base, self.changes))
+
+
+def row_of(label: str) -> tuple[str, dict[str, Any]]:
+    """``(the row it derives from, the settings it sets)`` of a label (a plain label: itself, none)."""
+    if isinstance(label, Row):
+        return label.base, dict(label.changes)
+    return str(label), {}
+
+
+#: Suffixes of a method name whose run draws its own round 0 (``round0="independent"``), and of one that replays MAD's
 #: round 0 (``round0="shared"``, the paired analysis of notebook 06 when the protocol draws round 0 per method).
-INDEPENDENT_ROUND0 = " (independent round 0)"
-SHARED_ROUND0 = " (shared round 0)"
-#: Suffix setting K for one row (``"R2-MAD retrieval=Random (K=3)"``): the retrieval ablation at K = 3 beside the
-#: protocol's K (at K = 1 lambda_t cannot change the pick).
-_K_SUFFIX = re.compile(r" \(K=(\d+)\)$")
+INDEPENDENT_ROUND0 = Row(" (independent round 0)", "", {"round0": "independent"})
+SHARED_ROUND0 = Row(" (shared round 0)", "", {"round0": "shared"})
 
 
-def with_k(label: str, k: int) -> str:
-    """``with_k("R2-MAD", 3)`` -> ``"R2-MAD (K=3)"``."""
-    return f"{label} (K={int(k)})"
+def with_k(label: str, k: int) -> Row:
+    """``with_k("R2-MAD", 3)`` -> the row ``"R2-MAD (K=3)"``, run at K = 3 (the retrieval ablation at K = 3 beside
+    the protocol's K: at K = 1 lambda_t cannot change the pick)."""
+    base, changes = row_of(label)
+    return Row(f"{label} (K={int(k)})", base, {**changes, "top_k": int(k)})
 
 #: The methods of each paper table (the paper's row names).
 MAIN_METHODS = ("CoT", "Self-Consistency", "MAD", "MAD-M2", "R2-MAD")
@@ -54,8 +90,8 @@ COST_METHODS = ("Self-Consistency", "MAD", "R2-MAD")
 
 GRAMMAR = (
     "CoT, Self-Consistency[ (k)], MAD, MAD-M2[ (O)| (S)], ICL-CoT, "
-    "R2-MAD[ w/o Confidence| w/o Memory| retrieval=<policy>| poisoned=<fraction>], optionally followed by"
-    f"{INDEPENDENT_ROUND0!r} or {SHARED_ROUND0!r} and/or ' (K=<k>)', or the label of a registered method"
+    "R2-MAD[ w/o Confidence| w/o Memory| retrieval=<policy>| poisoned=<fraction>], or the label of a registered "
+    "method (a row's own K or round 0: with_k, INDEPENDENT_ROUND0, SHARED_ROUND0)"
 )
 
 
@@ -79,43 +115,6 @@ def poisoned_method_label(fraction: float) -> str:
     return f"R2-MAD poisoned={fraction:g}"
 
 
-@dataclass(frozen=True)
-class MethodSettings:
-    """The profile's settings every method label is filled from: the debate (one
-    :class:`~r2mad_core.debate.settings.DebateSettings`), K, gamma, the thresholds, how experiences are shown."""
-
-    debate_settings: DebateSettings = field(default_factory=DebateSettings)
-    top_k: int = MEMORY_DEFAULTS["top_k"]
-    gamma: float = MEMORY_DEFAULTS["gamma"]
-    w_high: float = MEMORY_DEFAULTS["w_high"]
-    w_low: float = MEMORY_DEFAULTS["w_low"]
-    max_experience_chars: int | None = None
-    seed: int = 0
-
-    @property
-    def sampling(self) -> dict[str, Any]:
-        return self.debate_settings.values(SAMPLING)
-
-    @property
-    def n_agents(self) -> int:
-        return self.debate_settings.n_agents
-
-    def debate(self) -> dict[str, Any]:
-        return self.debate_settings.values(("n_agents", "n_rounds", *SAMPLING))
-
-    def shown(self) -> dict[str, Any]:
-        """Shortened experiences only when the profile asks (small-context models); the paper shows them in full."""
-        return {"max_experience_chars": self.max_experience_chars} if self.max_experience_chars else {}
-
-    def candidates(self, memory: Path | str | None) -> dict[str, Any]:
-        """Every setting a registered method may declare as an option."""
-        values = {**self.debate(), "top_k": self.top_k, "gamma": self.gamma, "w_high": self.w_high,
-                  "w_low": self.w_low, "summary_max_tokens": self.debate_settings.summary_max_tokens, **self.shown()}
-        if memory is not None:
-            values["memory"] = str(memory)
-        return values
-
-
 def registered_by_label(label: str) -> str | None:
     """The registered method whose ``label`` is ``label`` (None if none)."""
     return next((spec.name for spec in METHOD_SPECS.values() if spec.label == label), None)
@@ -124,60 +123,82 @@ def registered_by_label(label: str) -> str | None:
 def needs_memory(label: str) -> bool:
     """Does the method of this label read a memory bank (R2-MAD and its variants, ICL-CoT, a registered
     method that declares a ``memory`` option)?"""
-    label = _K_SUFFIX.sub("", label).removesuffix(INDEPENDENT_ROUND0).removesuffix(SHARED_ROUND0)
+    label = row_of(label)[0]
     if label.startswith("R2-MAD") or label == "ICL-CoT":
         return True
     name = registered_by_label(label)
     return name is not None and "memory" in method_options(name)
 
 
-def resolve(label: str, settings: MethodSettings, memory: Path | str | None = None) -> tuple[str, dict[str, Any]]:
-    """``(registered method name, options)`` of a method label (see the module docstring).
+#: The debate settings of a full debate.
+DEBATE = ("n_agents", "n_rounds", *SAMPLING)
+#: The settings each built-in method's options state whatever their value (the run keys were fixed with them);
+#: every other memory setting and protocol choice a method declares is stated only where it departs from the
+#: method's default (so a setting added with a default keeps every run key).
+STATED = {
+    "cot": SAMPLING, "self_consistency": SAMPLING, "mad": DEBATE, "mad_m2": DEBATE, "icl_cot": ("top_k", *SAMPLING),
+    "r2mad": (*MEMORY_STATED, "summary_max_tokens", *DEBATE),
+}
+#: What a registered method (a plugin's) is given of the settings it declares, whatever their value.
+REGISTERED_STATED = STATED["r2mad"]
 
-    A trailing :data:`INDEPENDENT_ROUND0` (``"MAD (independent round 0)"``) sets ``round0="independent"``: the
-    run draws its own round 0 instead of sharing MAD's (the paper's separate runs).
+
+def resolve(label: str, settings: RunSettings, memory: Path | str | None = None) -> tuple[str, dict[str, Any]]:
+    """``(registered method name, options)`` of a method label (see the module docstring): where the run settings
+    are flattened, once, into a run's recorded identity.
+
+    A :class:`Row` (``with_k``, the round-0 suffixes) sets its settings first and states them in the options.
     """
-    k = _K_SUFFIX.search(label)
-    if k:
-        name, options = resolve(label[: k.start()], dataclasses.replace(settings, top_k=int(k.group(1))), memory)
-        if "top_k" not in options:
-            raise ValueError(f"{label!r}: {name} retrieves nothing, K does not apply")
-        return name, options
-    for suffix, mode in ((INDEPENDENT_ROUND0, "independent"), (SHARED_ROUND0, "shared")):
-        if label.endswith(suffix):
-            name, options = resolve(label[: -len(suffix)], settings, memory)
-            if "round0" not in method_options(name):
-                raise ValueError(f"{label!r}: {name} has no round 0 to draw independently or share")
-            return name, {**options, "round0": mode}
-    sampling = dict(settings.sampling)
+    label, changes = row_of(label)
+    if changes:
+        settings = settings.replace(**changes)
+    name, row = _row(label, settings)
+    declared = method_options(name)
+    stated = STATED.get(name, REGISTERED_STATED)
+    values = {**settings.debate.values(), **settings.memory.values()}
+    options: dict[str, Any] = {k: values[k] for k in stated if k in declared}
+    if "memory" in declared and (memory is not None or name in STATED):
+        options["memory"] = str(memory)
+    for key, value in {**settings.memory.values(), **settings.method_choices}.items():
+        if key in declared and key not in options and declared[key] != value:
+            options[key] = value
+    options.update(row)
+    for key, value in changes.items():
+        if key not in declared:
+            raise ValueError(f"{label!r}: {name} does not take {key} ({key}={value!r} does not apply)")
+        options[key] = value
+    # A setting the row's policy does not read (Eq. 6's tradeoff for Random) is not part of the cell: a change of it leaves the
+    # cell the very same run (methods.get_method records the same options).
+    if name == "r2mad":
+        for unread in POLICIES[options.get("retrieval_policy", "state_aware")].unread:
+            options.pop(unread, None)
+    return name, options
+
+
+def _row(label: str, settings: RunSettings) -> tuple[str, dict[str, Any]]:
+    """The registered method of a row name and the options that make the row (not the settings every row shares)."""
     sc = re.fullmatch(r"Self-Consistency(?: \((\d+)\))?", label)
     if label == "CoT":
-        return "cot", sampling
+        return "cot", {}
     if sc:
-        paths = int(sc.group(1)) if sc.group(1) else settings.debate_settings.n_agents * settings.debate_settings.n_rounds
-        return "self_consistency", {"k_paths": paths, **sampling}
+        paths = int(sc.group(1)) if sc.group(1) else settings.debate.n_agents * settings.debate.n_rounds
+        return "self_consistency", {"k_paths": paths}
     if label == "MAD":
-        return "mad", settings.debate()
+        return "mad", {}
     if label in ("MAD-M2", "MAD-M2 (O)", "MAD-M2 (S)"):
-        masking = "subjective" if label.endswith("(S)") else "objective"
-        return "mad_m2", {"masking": masking, **settings.debate()}
+        return "mad_m2", {"masking": "subjective" if label.endswith("(S)") else "objective"}
     if label == "ICL-CoT":
-        return "icl_cot", {"memory": str(memory), "top_k": settings.top_k, **settings.shown(), **sampling}
+        return "icl_cot", {}
     if label.startswith("R2-MAD"):
-        return "r2mad", _r2mad_options(label, settings, memory)
+        return "r2mad", _r2mad_row(label, settings)
     name = registered_by_label(label)
     if name is not None:
-        declared = method_options(name)
-        return name, {k: v for k, v in settings.candidates(memory).items() if k in declared}
+        return name, {}
     raise ValueError(f"unknown method {label!r}: expected {GRAMMAR}")
 
 
-def _r2mad_options(label: str, settings: MethodSettings, memory: Path | str | None) -> dict[str, Any]:
-    options: dict[str, Any] = {
-        "memory": str(memory), "top_k": settings.top_k, "gamma": settings.gamma, "w_high": settings.w_high,
-        "w_low": settings.w_low, "summary_max_tokens": settings.debate_settings.summary_max_tokens, **settings.shown(),
-        **settings.debate(),
-    }
+def _r2mad_row(label: str, settings: RunSettings) -> dict[str, Any]:
+    options: dict[str, Any] = {}
     rest = label[len("R2-MAD"):].strip()
     if rest == "w/o Confidence":
         options["use_confidence"] = False
@@ -196,8 +217,4 @@ def _r2mad_options(label: str, settings: MethodSettings, memory: Path | str | No
             options["poison_seed"] = settings.seed
     elif rest:
         raise ValueError(f"unknown R2-MAD variant {label!r}: expected {GRAMMAR}")
-    # A setting the row's policy does not read (gamma for Random) is not part of the cell: a change of it leaves the
-    # cell the very same run (methods.get_method records the same options).
-    for unread in POLICIES[options.get("retrieval_policy", "state_aware")].unread:
-        options.pop(unread, None)
     return options

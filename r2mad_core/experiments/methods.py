@@ -110,7 +110,7 @@ from r2mad_core.memory.hook import (
     load_memory,
     reference_solutions,
 )
-from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS, SPECS as MEMORY_SPECS, MemorySettings
+from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS, RECORDED as MEMORY_RECORDED, SPECS as MEMORY_SPECS, MemorySettings
 from r2mad_core.debate.masking import (  # noqa: F401  (MAD-M2's peer selection; names kept importable from here)
     JUDGE_TAG,
     MASKING_STRATEGIES,
@@ -152,7 +152,7 @@ class Method:
     # memory.bank_digest). A run's config.json records them, so resuming a run after its memory bank was
     # rebuilt is a RunConfigMismatch instead of a transcript that mixes two banks.
     inputs: Mapping[str, str] = field(default_factory=dict)
-    # Options this configuration does not read (R2-MAD's gamma under a policy that does not use it): not recorded in
+    # Options this configuration does not read (R2-MAD's Eq. 6 tradeoff under a policy that does not use it): not recorded in
     # config.json, so changing one leaves the run the very same run (:func:`get_method`).
     unread_options: frozenset[str] = frozenset()
 
@@ -220,7 +220,7 @@ def debate_keywords(*names: str) -> Callable[[Callable[..., Method]], "MethodBui
 
 def memory_keywords(*names: str) -> Callable[[Callable[..., Method]], "MethodBuilder"]:
     """The twin of :func:`debate_keywords` for what R2-MAD adds (:class:`~r2mad_core.memory.settings.MemorySettings`
-    fields: K, gamma, the thresholds, ...): the builder declares ``memory_settings: MemorySettings`` where the
+    fields: K, Eq. 6's tradeoff, the thresholds, ...): the builder declares ``memory_settings: MemorySettings`` where the
     keywords go and receives one checked object (bounds checked by the declaration, once). A setting the builder
     names itself with the default ``...`` is placed there instead (``max_experience_chars: int | None = ...``:
     where ``config.json`` has always recorded it); a setting added to the declaration lands at ``memory_settings``."""
@@ -377,8 +377,8 @@ def r2mad(
 
     ``memory``: a bank directory (``r2mad build-memory``). ``use_memory=False`` is "w/o Memory" (no
     experiences shown, confidence still estimated), ``use_confidence=False`` "w/o Confidence".
-    ``retrieval_policy`` one of the Table 3 policies; ``memory_settings``: K, gamma, the fixed lambda, the
-    thresholds, how much of a past response is shown, every setting of
+    ``retrieval_policy`` one of the Table 3 policies; ``memory_settings``: K, Eq. 6's tradeoff, the fixed lambda,
+    the thresholds, how much of a past response is shown, every setting of
     :class:`~r2mad_core.memory.settings.MemorySettings` (its defaults, bounds and docs), as flat options;
     ``confidence_label``/``confidence_pool``/``peer_response_round`` select the authors'-code
     confidence variants (see r2mad_core.memory.confidence); ``embedder`` None = the bank's own;
@@ -468,7 +468,7 @@ class MethodSpec:
     summary: str = ""
     #: The options that make a run another method, a row of the paper's tables (R2-MAD's ``use_confidence``,
     #: ``retrieval_policy``, ...), as opposed to the settings every row of a profile shares (the debate settings, K,
-    #: gamma, the thresholds, the protocol choices, the files): they name the run's random stream under
+    #: what R2-MAD adds, the protocol choices, the files): they name the run's random stream under
     #: ``round0="independent"`` (:func:`stream_identity`). None: every option that is not a debate setting, a file
     #: or one of :data:`SHARED_SETTINGS` (a registered method's own options).
     stream_options: tuple[str, ...] | None = None
@@ -540,7 +540,8 @@ def _builder(name: str) -> MethodBuilder:
 
 #: Options added after the run keys were fixed: at their default they stay out of a run's stream and of its recorded
 #: options (config.json, a memory bank's manifest), so the runs that do not set them keep their keys, their draws
-#: and their banks' digests; set to another value they count like every option.
+#: and their banks' digests; set to another value they count like every option. A memory setting added to the
+#: declaration after :data:`~r2mad_core.memory.settings.RECORDED` is one too.
 STREAM_NEUTRAL_DEFAULTS = ("consensus_rule",)
 
 
@@ -561,21 +562,23 @@ def get_method(name: str, **options: Any) -> Method:
     if method.debate.round0 == "independent":
         # The run's own sampling stream, named by the method and the options that make it another method (its row:
         # R2-MAD and each ablation draw different samples, as the paper's separate runs do), never by a setting the
-        # rows share: a variant (gamma=0.5) draws what the profile's run drew wherever it sends the same request
+        # rows share: a variant (w_low=0.4) draws what the profile's run drew wherever it sends the same request
         # (common random numbers, docs/ablations.md).
         stream = name + ":" + json.dumps(stream_identity(name, bound.arguments), sort_keys=True, default=str)
         method = replace(method, debate=replace(method.debate, stream=stream))
     # recorded: every option but those the configuration does not read and a later protocol choice at its default
     options = {k: v for k, v in bound.arguments.items() if k not in method.unread_options
-               and not (k in STREAM_NEUTRAL_DEFAULTS and v == DEFAULTS[k])}
+               and not (k in STREAM_NEUTRAL_DEFAULTS and v == DEFAULTS[k])
+               and not (k in MEMORY_DEFAULTS and k not in MEMORY_RECORDED and v == MEMORY_DEFAULTS[k])}
     return replace(method, options=options)
 
 
 #: Options every row of a profile shares (the profile's settings and protocol choices, not a row of a table): they
 #: never name a random stream, also for a registered method that declares them.
-SHARED_SETTINGS = frozenset({
-    "top_k", "gamma", "w_high", "w_low", "max_experience_chars", "embedder", "experience_reference",
-    "confidence_label", "confidence_pool", "peer_response_round", "similarity_match", "match", "judge_max_tokens",
+#: Every memory setting is one, but a retrieval policy's own value (the Fixed-lambda row's lambda counts with its row).
+SHARED_SETTINGS = frozenset(MEMORY_SPECS) - {p.parameter for p in retrieval.POLICIES.values()} | frozenset({
+    "embedder", "experience_reference", "confidence_label", "confidence_pool", "peer_response_round",
+    "similarity_match", "match", "judge_max_tokens",
 })
 
 

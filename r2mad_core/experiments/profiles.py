@@ -4,7 +4,7 @@ A profile holds every parameter of a reproduction (:mod:`r2mad_core.reproduce` f
 notebooks as papermill parameters): the models and their engines, the embedder, the benchmarks and how
 many of their questions to use, the debate hyperparameters of the paper's Section 5.1 (N = 3 agents,
 T = 3 rounds, temperature 1.0, top_p 1.0, max_tokens), the retrieval and confidence hyperparameters
-(K, gamma of Eq. 8's lambda_t = 1 - gamma * c_t, the thresholds w_l <= w_h of Eq. 7's annotations) and
+(:class:`~r2mad_core.memory.settings.MemorySettings`: K, Eq. 6's tradeoff, Eq. 7's thresholds; defaults declared) and
 which variants each table needs.
 
 :class:`ProfileSpec` is the schema, a pydantic model: types, ranges and the cross-field rules (labels
@@ -47,6 +47,7 @@ from pydantic import (
     StrictStr,
     ValidationError,
     ValidationInfo,
+    create_model,
     field_validator,
 )
 
@@ -69,7 +70,7 @@ from r2mad_core.debate.scoring import VOTE_RULES
 from r2mad_core.memory.cases import REWARD_DEFINITIONS, STATE_LAYOUTS
 from r2mad_core.memory.confidence import EVIDENCE_LABELS, EVIDENCE_POOLS, PEER_RESPONSE_ROUNDS
 from r2mad_core.debate.settings import SPECS as DEBATE_SPECS, Spec
-from r2mad_core.memory.settings import SPECS as MEMORY_SPECS
+from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS, SPECS as MEMORY_SPECS
 from r2mad_core.theory.checks import GRID_PARAMETERS
 
 PROFILE_PACKAGE_DIR = "profiles"
@@ -246,7 +247,13 @@ def _subset_of(value: list[str], allowed: list[str] | None, what: str) -> list[s
     return value
 
 
-class ProfileSpec(_Record):
+#: What R2-MAD adds (Eqs. 5-7): a field per MemorySettings setting, as declared (no profile file changes); K's null: preset's
+_MemoryFields = create_model("_MemoryFields", __base__=_Record, **{
+    name: (declared(spec) | None, None) if name in protocol_presets.PROFILE_CHOICES or MEMORY_DEFAULTS[name] is None
+    else (declared(spec), MEMORY_DEFAULTS[name]) for name, spec in MEMORY_SPECS.items()})
+
+
+class ProfileSpec(_MemoryFields):  # type: ignore[misc,valid-type]
     """Every field of a profile (the docstring of each group says what it feeds)."""
 
     # What the profile is and what it costs
@@ -269,12 +276,7 @@ class ProfileSpec(_Record):
     top_p: declared(DEBATE_SPECS["top_p"])  # type: ignore[valid-type]
     max_tokens: declared(DEBATE_SPECS["max_tokens"])  # type: ignore[valid-type]
     summary_max_tokens: declared(DEBATE_SPECS["summary_max_tokens"])  # type: ignore[valid-type]
-    # What R2-MAD adds (Eqs. 5-7): kinds and bounds from MemorySettings, the one declaration
-    max_experience_chars: declared(MEMORY_SPECS["max_experience_chars"]) | None  # type: ignore[valid-type]
-    top_k: declared(MEMORY_SPECS["top_k"]) | None = None  # type: ignore[valid-type]  # K; null: the preset's (1)
-    gamma: declared(MEMORY_SPECS["gamma"])  # type: ignore[valid-type]
-    w_high: declared(MEMORY_SPECS["w_high"])  # type: ignore[valid-type]
-    w_low: declared(MEMORY_SPECS["w_low"])  # type: ignore[valid-type]
+    # What R2-MAD adds (Eqs. 5-7): _MemoryFields'
     # What each table varies
     sc_paths: Annotated[list[Annotated[StrictInt, Field(ge=1, le=MAX_SC_PATHS)]], Field(min_length=1, max_length=32)]
     retrieval_policies: Annotated[list[str], Field(min_length=1)]
@@ -322,7 +324,7 @@ class ProfileSpec(_Record):
         for label in value:
             if label in method_labels.MAIN_METHODS:
                 raise ValueError(f"{label!r} is already one of Table 1's rows {list(method_labels.MAIN_METHODS)}")
-            method_labels.resolve(label, method_labels.MethodSettings(), memory="<memory bank>")  # names the problem
+            method_labels.resolve(label, method_labels.RunSettings(), memory="<memory bank>")  # names the problem
         if len(set(value)) != len(value):
             raise ValueError("no duplicates")
         return value

@@ -31,8 +31,8 @@ from tqdm.std import tqdm
 from r2mad_core.data.benchmarks import load as load_benchmark
 from r2mad_core.debate.overflow import check_overflow_policy
 from r2mad_core.debate.scoring import compute_metrics
-from r2mad_core.debate.settings import PROFILE_SETTINGS, SAMPLING, DebateSettings
-from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS
+from r2mad_core.debate.settings import SAMPLING, DebateSettings
+from r2mad_core.memory.settings import DESCRIBED as MEMORY_DESCRIBED, SPECS as MEMORY_SPECS
 from r2mad_core import engines  # engines.make_engine looked up at call time (tests replace it)
 from r2mad_core.experiments import method_labels
 from r2mad_core.experiments.build_memory import build_memory
@@ -41,6 +41,7 @@ from r2mad_core.experiments.cell import (CONFIG_FILE, LOCK_FILE, TRANSCRIPTS_FIL
 from r2mad_core.experiments.methods import get_method
 from r2mad_core.experiments.methods import method_options as declared_options
 from r2mad_core.experiments import protocol as protocol_presets
+from r2mad_core.experiments.run_settings import RunSettings
 from r2mad_core.report.artifacts import ReportContext, display_path, jsonable
 from r2mad_core.files import atomic_write, file_stamps, locked
 from r2mad_core.records import TranscriptRecord
@@ -63,7 +64,7 @@ from r2mad_core.experiments.method_labels import (  # noqa: F401  (re-exported f
     MAIN_METHODS,
     SUBSET_METHODS,
     TRANSITION_METHODS,
-    MethodSettings,
+    Row,
     poisoned_method_label,
     retrieval_method_label,
     retrieval_policy_label,
@@ -88,7 +89,7 @@ SETTING_FIELDS = {
     "models": ("models",), "benchmarks": ("benchmarks",), "test questions per benchmark": ("test_limit",),
     "train questions per benchmark (memory)": ("train_limit",), "agents x rounds": ("n_agents", "n_rounds"),
     "temperature / top_p / max_tokens": ("temperature", "top_p", "max_tokens"),
-    "K / gamma / w_l / w_h": ("top_k", "gamma", "w_low", "w_high"),
+    **{row: tuple(names) for row, names in MEMORY_DESCRIBED.items()},
     "experience responses shown": ("max_experience_chars",), "embedder": ("embedder",), "seed": ("seed",),
 }
 
@@ -138,25 +139,16 @@ class ExperimentGrid:
         runs_dir: str | Path,
         cache_dir: str | Path,
         data_dir: str | Path | None = None,
-        embedder: str = "hashing",
-        test_limit: int | None = None,
-        train_limit: int | None = None,
-        seed: int = 0,
-        debate: DebateSettings | None = None,
-        max_experience_chars: int | None = None,
-        top_k: int | None = None,
-        gamma: float = MEMORY_DEFAULTS["gamma"],
-        w_high: float = MEMORY_DEFAULTS["w_high"],
-        w_low: float = MEMORY_DEFAULTS["w_low"],
-        bootstrap_resamples: int = 10_000,
-        progress: bool = False,
-        protocol: str = protocol_presets.DEFAULT_PROTOCOL,
-        memory_model: str | None = None,
-        overflow_policy: str | None = None,
-        window: int | None = None,
+        run_settings: RunSettings | None = None,
         memory_models: Sequence[Mapping[str, Any] | ModelSpec] = (),
-        **choices: Any,
+        memory_model: str | None = None,
+        window: int | None = None,
+        progress: bool = False,
+        **changes: Any,
     ) -> None:
+        """``run_settings``: every setting of the runs, whole (:meth:`from_profile` builds it from a profile);
+        ``changes``: flat settings on top (``top_k=5``, ``n_rounds=2``, ``test_limit=4``, ``debate=...``), by one
+        :meth:`RunSettings.replace <r2mad_core.experiments.run_settings.RunSettings.replace>`."""
         specs: list[ModelSpec] = []
         for entry in models:
             specs.append(entry if isinstance(entry, ModelSpec) else ModelSpec.from_entry(entry, specs))
@@ -165,36 +157,14 @@ class ExperimentGrid:
         self.runs_dir = Path(runs_dir)
         self.cache_dir = Path(cache_dir)
         self.data_dir = data_dir
-        self.embedder = embedder
-        self.test_limit = test_limit
-        self.train_limit = train_limit
-        self.seed = seed
-        # The debate settings (r2mad_core.debate.settings): ``debate`` with the profile's flat fields
-        # (PROFILE_SETTINGS: agents, rounds, sampling, summary length) on top. The protocol's loop
-        # choices (round0, summaries, ...) stay in ``choices``: a method gets one only when it departs from its default.
-        self.debate = (debate or DebateSettings()).replace(
-            **{name: choices.pop(name) for name in PROFILE_SETTINGS if name in choices})
-        self.max_experience_chars = max_experience_chars
-        # The protocol (r2mad_core.experiments.protocol): the preset's bundle with every choice given explicitly
-        # (not None) on top; a method gets a choice as an option only when it declares it and the value departs
-        # from the method's default, so a default keeps its run keys.
-        unknown = sorted(set(choices) - set(protocol_presets.PROFILE_CHOICES))
-        if unknown:
-            raise TypeError(f"ExperimentGrid: unknown option(s) {unknown}")
-        self.protocol_name = protocol_presets.check_protocol(protocol)
-        self.choices = protocol_presets.resolve(protocol, {"top_k": top_k, "overflow_policy": overflow_policy, **choices})
-        self.top_k = int(self.choices["top_k"])
-        self.gamma = gamma
-        self.w_high = w_high
-        self.w_low = w_low
-        self.bootstrap_resamples = bootstrap_resamples
+        try:
+            self.run_settings = (run_settings or RunSettings()).replace(**changes)
+        except TypeError as exc:
+            raise TypeError(f"ExperimentGrid: {exc}") from None
         self.progress = progress
-        self.protocol = {c.method_option: self.choices[c.name] for c in protocol_presets.CHOICES
-                         if c.level == "method" and c.name != "top_k"}
-        self.split_rule = self.choices["split_rule"]
         self.memory_model = memory_model
         # What a prompt that does not fit the context gives (r2mad_core.debate.overflow; default: the authors' code)
-        self.overflow_policy = check_overflow_policy(self.choices["overflow_policy"])
+        check_overflow_policy(self.overflow_policy)
         # Questions in flight on a streaming engine (the question-level schedule): None, STREAMING_WINDOW
         self.window = window
         self._limits: dict[tuple[str, str, str], dict[str, Any]] = {}  # every cell run or loaded: its limits
@@ -211,7 +181,26 @@ class ExperimentGrid:
         self._engine_kinds: dict[str, str] = {}
         self._samples: dict[tuple[str, str], list[Any]] = {}
 
-    # The debate settings by name (the notebooks read ``exp.n_agents``, ``exp.n_rounds``).
+    # -- the settings, read-only by name (the notebooks read ``exp.n_agents``, ``exp.top_k``, ``exp.choices``) --------
+    debate = property(lambda self: self.run_settings.debate, doc="The debate settings (DebateSettings).")
+    embedder = property(lambda self: self.run_settings.embedder)
+    test_limit = property(lambda self: self.run_settings.test_limit)
+    train_limit = property(lambda self: self.run_settings.train_limit)
+    seed = property(lambda self: self.run_settings.seed)
+    bootstrap_resamples = property(lambda self: self.run_settings.bootstrap_resamples)
+    protocol_name = property(lambda self: self.run_settings.protocol, doc="The protocol preset's name.")
+    choices = property(lambda self: dict(self.run_settings.choices), doc="Every protocol choice, resolved.")
+    protocol = property(lambda self: self.run_settings.method_choices,
+                        doc="The protocol's method-level choices by option name.")
+    split_rule = property(lambda self: self.run_settings.choices["split_rule"])
+    overflow_policy = property(lambda self: self.run_settings.choices["overflow_policy"])
+
+    def __getattr__(self, name: str) -> Any:
+        """What R2-MAD adds, by name (``exp.top_k``, ``exp.max_experience_chars``: MemorySettings' fields)."""
+        if name in MEMORY_SPECS and "run_settings" in self.__dict__:
+            return getattr(self.run_settings.memory, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     @property
     def n_agents(self) -> int:
         return self.debate.n_agents
@@ -231,11 +220,12 @@ class ExperimentGrid:
                      **replace: Any) -> "ExperimentGrid":
         """THE constructor (issue 30): the grid a typed profile (:class:`~r2mad_core.experiments.profiles.Profile`,
         its overrides applied when it was loaded) runs, with ``overrides`` applied on top (the profile reloaded with
-        them). Every field that shapes a run cell is read from ``profile.spec``: the models and the memory-only
-        models, ``memory_model``, the debate settings, K, gamma, the thresholds, the protocol preset and every
-        choice, the overflow policy. The notebooks (:func:`r2mad_core.reproduce.notebook_setup.setup`), the
+        them). The models and the memory-only models and ``memory_model`` are read from ``profile.spec``, every other
+        field that shapes a run cell lands in one :class:`~r2mad_core.experiments.run_settings.RunSettings`
+        (:meth:`RunSettings.from_profile`). The notebooks (:func:`r2mad_core.reproduce.notebook_setup.setup`), the
         pre-flight estimate, the variants' baseline and the report all build their grid here. ``replace`` replaces
-        constructor arguments after the profile's (the estimate: its stand-in engines and sampled sizes)."""
+        constructor arguments after the profile's (the estimate: its stand-in engines and sampled sizes; a flat
+        setting lands in the run settings)."""
         if overrides:
             profile = profile.reloaded({**profile.overrides, **overrides})
         spec = profile.spec
@@ -243,12 +233,7 @@ class ExperimentGrid:
             models=[m.model_dump() for m in spec.models],
             memory_models=[m.model_dump() for m in spec.memory_models],
             benchmarks=list(spec.benchmarks), runs_dir=runs_dir, cache_dir=cache_dir, data_dir=data_dir,
-            embedder=spec.embedder, test_limit=spec.test_limit, train_limit=spec.train_limit, seed=spec.seed,
-            debate=DebateSettings().replace(**{name: getattr(spec, name) for name in PROFILE_SETTINGS}),
-            max_experience_chars=spec.max_experience_chars, gamma=spec.gamma, w_high=spec.w_high, w_low=spec.w_low,
-            bootstrap_resamples=spec.bootstrap_resamples, progress=progress, protocol=spec.protocol,
-            memory_model=spec.memory_model,
-            **{name: getattr(spec, name) for name in protocol_presets.PROFILE_CHOICES},
+            run_settings=RunSettings.from_profile(spec), progress=progress, memory_model=spec.memory_model,
         )
         options.update(replace)
         return cls(**options)
@@ -262,8 +247,7 @@ class ExperimentGrid:
             "memory_models": [m.describe() for m in self.memory_models],
             "benchmarks": list(self.benchmarks), "test_limit": self.test_limit, "train_limit": self.train_limit,
             "seed": self.seed, "embedder": self.embedder, "debate": self.debate.values(),
-            "memory": {"top_k": self.top_k, "gamma": self.gamma, "w_high": self.w_high, "w_low": self.w_low,
-                       "max_experience_chars": self.max_experience_chars},
+            "memory": self.run_settings.memory.values(),
             "protocol": self.protocol_name, "choices": dict(self.choices), "memory_model": self.memory_model,
             "overflow_policy": self.overflow_policy, "bootstrap_resamples": self.bootstrap_resamples,
         }
@@ -295,7 +279,8 @@ class ExperimentGrid:
                                                 f"{self.sampling['max_tokens']}",
             "protocol": self.protocol_name + "".join(
                 f"; {k}={v}" for k, v in self.choices.items() if v != protocol_presets.BY_NAME[k].value(self.protocol_name)),
-            "K / gamma / w_l / w_h": f"{self.top_k} / {self.gamma} / {self.w_low} / {self.w_high}",
+            **{row: " / ".join(str(getattr(self.run_settings.memory, n)) for n in names)
+               for row, names in MEMORY_DESCRIBED.items()},
             "memory built by": self.memory_model or "each evaluated model (its own bank)",
             "experience responses shown": (f"first {self.max_experience_chars} characters"
                                            if self.max_experience_chars else "in full"),
@@ -391,22 +376,10 @@ class ExperimentGrid:
         return self._engines[key]
 
     # -- methods ------------------------------------------------------------------------------
-    def method_settings(self) -> MethodSettings:
-        """The profile's settings every method label is filled from (:mod:`r2mad_core.experiments.method_labels`)."""
-        return MethodSettings(
-            debate_settings=self.debate, top_k=self.top_k, gamma=self.gamma, w_high=self.w_high, w_low=self.w_low,
-            max_experience_chars=self.max_experience_chars, seed=self.seed,
-        )
-
     def method_options(self, method: str, memory: Path | str | None = None) -> tuple[str, dict[str, Any]]:
-        """``(registered method name, options)`` of a method label (:func:`r2mad_core.experiments.method_labels.resolve`), with
-        the profile's protocol choices (those that depart from the method's defaults and that the method declares)."""
-        name, options = method_labels.resolve(method, self.method_settings(), memory)
-        accepted = declared_options(name)
-        for key, value in self.protocol.items():
-            if key in accepted and key not in options and accepted[key] != value:
-                options[key] = value
-        return name, options
+        """``(registered method name, options)`` of a method label or :class:`Row`
+        (:func:`r2mad_core.experiments.method_labels.resolve`: the run settings flattened, once, into the options)."""
+        return method_labels.resolve(method, self.run_settings, memory)
 
     @staticmethod
     def needs_memory(method: str) -> bool:
@@ -423,7 +396,7 @@ class ExperimentGrid:
 
     def memory_options(self) -> dict[str, Any]:
         """How the banks are built under this protocol (:func:`r2mad_core.experiments.protocol.memory_options`)."""
-        return protocol_presets.memory_options(self.protocol_name, self.choices)
+        return self.run_settings.memory_options()
 
     def memory_config(self, spec: ModelSpec, benchmark: str) -> dict[str, Any]:
         spec = self.memory_spec(spec)
