@@ -45,6 +45,7 @@ from r2mad_core.memory.audit import audit_bank_set
 from r2mad_core.memory.banks import MemoryBankError, MemoryBankSet
 from r2mad_core.memory.cases import REWARD_DEFINITIONS, STATE_ENCODINGS, STATE_LAYOUTS
 from r2mad_core.memory.embeddings import get_embedder
+from r2mad_core.memory.hook import SIMILARITY_MATCHES
 from r2mad_core.memory.retrieval import POLICIES as RETRIEVAL_POLICIES
 from r2mad_core.memory import settings as memory_settings
 
@@ -86,7 +87,7 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     add_method_option(parser, group, "--poison-seed", dest="poison_seed", type=integer, help="seed of the poisoned cases")
     add_method_option(parser, group, "--embedder", dest="embedder",
                       help="embedder of the retrieval queries (default: the bank's; another one is an error)")
-    add_method_option(parser, group, "--icl-match", dest="match", choices=("question", "state"),
+    add_method_option(parser, group, "--icl-match", dest="match", choices=SIMILARITY_MATCHES,
                       help="ICL-CoT: match the question to the cases' questions (default) or to their states")
 
 

@@ -102,8 +102,10 @@ from r2mad_core.debate.settings import (
     check_int,
 )
 from r2mad_core.memory.banks import bank_digest, read_manifest
+from r2mad_core.memory.confidence import EVIDENCE_LABELS, EVIDENCE_POOLS, PEER_RESPONSE_ROUNDS
 from r2mad_core.memory.hook import (
     EXPERIENCE_REFERENCES,
+    SIMILARITY_MATCHES,
     IclCotHook,
     R2MadHook,
     R2MadSettings,
@@ -335,9 +337,7 @@ def mad_m2(
 # --------------------------------------------------------------------------------------------
 # R2-MAD and ICL-CoT (the hooks live in r2mad_core.memory.hook)
 # --------------------------------------------------------------------------------------------
-CONFIDENCE_LABELS = ("peer_correctness", "retrieving_agent_correctness", "outcome_reward")
-CONFIDENCE_POOLS = ("retrieved", "candidates")
-PEER_RESPONSE_ROUNDS = ("case", "state")
+CONFIDENCE_LABELS, CONFIDENCE_POOLS = EVIDENCE_LABELS, EVIDENCE_POOLS  # the vocabularies of memory/confidence.py
 
 
 def _memory_option(method: str, memory: Any) -> str:
@@ -403,7 +403,7 @@ def r2mad(
     poison = _float_option(name, "poison_fraction", poison_fraction, 0.0, 1.0)
     poison_seed = _int_option(name, "poison_seed", poison_seed, 0)
     debate = DebateConfig.from_settings(settings, with_summaries=True)
-    match = _choice_option(name, "similarity_match", similarity_match, ("question", "state"))
+    match = _choice_option(name, "similarity_match", similarity_match, SIMILARITY_MATCHES)
 
     def make_hook(context: RunContext) -> RoundHook:
         bank_set, bank_embedder = load_memory(memory, context.benchmark, embedder, poison, poison_seed)
@@ -435,7 +435,7 @@ def icl_cot(
     name = "icl_cot"
     memory = _memory_option(name, memory)
     reference = _choice_option(name, "experience_reference", experience_reference, EXPERIENCE_REFERENCES)
-    match = _choice_option(name, "match", match, ("question", "state"))
+    match = _choice_option(name, "match", match, SIMILARITY_MATCHES)
     debate = DebateConfig.from_settings(settings, n_agents=1, n_rounds=1, personas=(0,), sample_indices=(0,),
                                         task_suffix=_cot_suffix(settings))
 

@@ -62,7 +62,7 @@ from r2mad_core.debate.overflow import OVERFLOW_POLICIES
 from r2mad_core.experiments.methods import OBJECTIVE_KEEP
 from r2mad_core.plugins import PluginError, load_plugins
 from r2mad_core.debate.prompts import TASK_PROMPT_WORDINGS
-from r2mad_core.memory.hook import EXPERIENCE_REFERENCES
+from r2mad_core.memory.hook import EXPERIENCE_REFERENCES, SIMILARITY_MATCHES
 from r2mad_core.memory.retrieval import parse_retrieval_policy
 from r2mad_core.debate.settings import CONSENSUS_RULES
 from r2mad_core.debate.loop import EMPTY_PEER_MODES, SUMMARY_SCHEDULES, SUMMARY_AGENT_SLOTS, UNCLOSED_THINKING_MODES
@@ -94,8 +94,8 @@ PROTOCOL_FIELDS: dict[str, tuple[str, ...]] = {
     "consensus_rule": CONSENSUS_RULES,
     "reward_definition": REWARD_DEFINITIONS,
     "state_layout": STATE_LAYOUTS,
-    "similarity_match": ("question", "state"),
-    "icl_match": ("question", "state"),
+    "similarity_match": SIMILARITY_MATCHES,
+    "icl_match": SIMILARITY_MATCHES,
     "vote_rule": VOTE_RULES,
     "confidence_label": EVIDENCE_LABELS,
     "confidence_pool": EVIDENCE_POOLS,
@@ -307,8 +307,8 @@ class ProfileSpec(_MemoryFields):  # type: ignore[misc,valid-type]
     consensus_rule: Literal[CONSENSUS_RULES] | None = None  # type: ignore[valid-type]
     reward_definition: Literal[REWARD_DEFINITIONS] | None = None  # type: ignore[valid-type]
     state_layout: Literal[STATE_LAYOUTS] | None = None  # type: ignore[valid-type]
-    similarity_match: Literal["question", "state"] | None = None
-    icl_match: Literal["question", "state"] | None = None
+    similarity_match: Literal[SIMILARITY_MATCHES] | None = None  # type: ignore[valid-type]
+    icl_match: Literal[SIMILARITY_MATCHES] | None = None  # type: ignore[valid-type]
     vote_rule: Literal[VOTE_RULES] | None = None  # type: ignore[valid-type]
     confidence_label: Literal[EVIDENCE_LABELS] | None = None  # type: ignore[valid-type]
     confidence_pool: Literal[EVIDENCE_POOLS] | None = None  # type: ignore[valid-type]

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from r2mad_core.debate.overflow import OVERFLOW_POLICIES
 from r2mad_core.experiments.methods import method_options as declared
+from r2mad_core.memory.hook import SIMILARITY_MATCHES
 
 PROTOCOLS = ("paper", "authors")
 DEFAULT_PROTOCOL = "paper"
@@ -141,14 +142,14 @@ CHOICES: tuple[Choice, ...] = (
         "similarity_match", "the Similarity-based policy of Table 3: what is compared", "question", "state", "paper",
         "Section 5.2 RQ3: 'similarity-based selection on task similarity alone'",
         "src/retrieval_policy.py (SimilarityPolicy: the top K of the 3K candidates by the debate-state embedding)",
-        values=("question", "state"),
+        values=SIMILARITY_MATCHES,
     ),
     Choice(
         "icl_match", "ICL-CoT: what the question is compared with", "question", "state", "paper",
         "Appendix A Baselines: 'retrieval here is keyed on task similarity'",
         "run_cot.py, src/chain_of_thought.py, src/agent.py (retrieve_first_round: _build_query_text of the question "
         "alone against Debater-0's stored debate-state embeddings, similarity policy, --n_retrieval 1)",
-        values=("question", "state"), option="match",
+        values=SIMILARITY_MATCHES, option="match",
     ),
     Choice(
         "vote_rule", "the final answer", "plurality", "authors_majority_correct", "paper",

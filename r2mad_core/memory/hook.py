@@ -100,6 +100,8 @@ class R2MadSettings:
 
 
 EXPERIENCE_REFERENCES = ("answer", "solution", "none")
+#: What a question-or-state similarity compares (R2-MAD's Similarity-based policy, ICL-CoT's retrieval).
+SIMILARITY_MATCHES = ("question", "state")
 
 
 def reference_text(case: MemoryCase, mode: str = "answer", solutions: Mapping[str, str] | None = None) -> str:
@@ -334,7 +336,7 @@ class IclCotHook:
     def __init__(self, bank_set: MemoryBankSet, embedder: Embedder, top_k: int = 3, match: str = "question",
                  bank_agent: int = 0, batch_size: int = 32, max_experience_chars: int | None = None,
                  experience_reference: str = "answer", solutions: Mapping[str, str] | None = None) -> None:
-        if match not in ("question", "state"):
+        if match not in SIMILARITY_MATCHES:
             raise ValueError(f"ICL-CoT match must be 'question' or 'state', found {match!r}")
         if top_k < 1:
             raise ValueError(f"ICL-CoT top_k must be >= 1, found {top_k}")
