@@ -3,7 +3,9 @@
 - :mod:`~r2mad_core.experiments.methods`: the method registry (CoT, SC, MAD, MAD-M2, R2-MAD, ICL-CoT, ablations).
 - :mod:`~r2mad_core.experiments.cell`: one run cell (a method on a benchmark with a model): resumable transcripts.
 - :mod:`~r2mad_core.experiments.build_memory`: the training-split debates that fill the banks.
-- :mod:`~r2mad_core.experiments.method_labels`: the paper's row names -> registered methods and options.
+- :mod:`~r2mad_core.experiments.run_settings`: ``RunSettings``, a run's settings carried whole from the profile.
+- :mod:`~r2mad_core.experiments.method_labels`: the paper's row names -> registered methods and options (the
+  run settings flattened, once).
 - :mod:`~r2mad_core.experiments.model_specs`: the models of a profile (engine, model, stand-ins).
 - :mod:`~r2mad_core.experiments.profiles`: the typed profile schema (``ProfileSpec``).
 - :mod:`~r2mad_core.experiments.protocol`: the protocol presets (paper, authors): every open choice and its evidence.
