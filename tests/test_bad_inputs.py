@@ -186,8 +186,8 @@ BAD_INPUTS = [
     BadInput("unknown split", lambda tmp, bank: [*BASE, "--method", "mad", "--split", "dev"],
              ("argument --split: invalid choice: 'dev'",)),
     # parameters
-    BadInput("K = 0", r2mad("-K", "0"), ("argument -K/--top-k: expected a positive integer, found 0",)),
-    BadInput("K = -2", r2mad("--top-k", "-2"), ("argument -K/--top-k: expected a positive integer, found -2",)),
+    BadInput("K = 0", r2mad("-K", "0"), ("argument -K/--top-k: expected an integer in [1, 64], found 0",)),
+    BadInput("K = -2", r2mad("--top-k", "-2"), ("argument -K/--top-k: expected an integer in [1, 64], found -2",)),
     BadInput("gamma > 1", r2mad("--gamma", "1.5"), ("argument --gamma: expected a number in [0, 1], found 1.5",)),
     BadInput("gamma < 0", r2mad("--gamma", "-0.1"), ("argument --gamma: expected a number in [0, 1], found -0.1",)),
     BadInput("gamma not a number", r2mad("--gamma", "high"), ("argument --gamma: expected a number in [0, 1], found 'high'",)),

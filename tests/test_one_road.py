@@ -20,6 +20,7 @@ import pytest
 
 from r2mad_core.experiments.profiles import ProfileSpec, load_profile, profile_names
 from r2mad_core.experiments.protocol import PROFILE_CHOICES
+from r2mad_core.memory.settings import SPECS as MEMORY_SPECS
 from r2mad_core.reproduce import command as reproduce
 from r2mad_core.reproduce import estimate, notebook_setup
 from r2mad_core.report.artifacts import read_manifest, update_manifest
@@ -82,13 +83,14 @@ def _alternatives(base: Any) -> dict[str, Any]:
         "large_models": [], "embedder": "minilm",
         "benchmarks": ["mmlu_pro_economics", "truthfulqa", "math500"], "test_limit": 3, "train_limit": 5, "seed": 7,
         "n_agents": 2, "n_rounds": 2, "temperature": 0.7, "top_p": 0.9, "max_tokens": 128, "summary_max_tokens": 32,
-        "max_experience_chars": 300, "top_k": 2, "gamma": 0.5, "w_high": 0.6, "w_low": 0.4, "sc_paths": [3],
+        "max_experience_chars": 300, "top_k": 2, "gamma": 0.5, "fixed_lambda": 0.25, "w_high": 0.6, "w_low": 0.4,
+        "sc_paths": [3],
         "retrieval_policies": ["state_aware"], "retrieval_models": ["Simulated"], "retrieval_benchmarks": ["truthfulqa"],
         "icl_models": ["Simulated"], "icl_benchmarks": ["truthfulqa"], "cost_benchmark": "truthfulqa",
         "poison_fractions": [0.5], "poison_benchmarks": ["mmlu_pro_economics"], "bootstrap_resamples": 200,
         "extra_parameters": {"num_trials": 50}, "api_budget": True, "protocol": "authors",
         "memory_model": "Simulated", "memory_models": [{"label": "Builder", "engine": "simulated"}],
-        "extra_methods": ["R2-MAD (K=5)"],
+        "extra_methods": ["R2-MAD w/o Memory"],  # a row name (a row at its own K is a Row, not a label)
     }
     for name in ProfileSpec.model_fields:
         if name in values:
@@ -105,7 +107,7 @@ GRID_PLACES = {
     "seed": "seed", "embedder": "embedder", "protocol": "protocol", "memory_model": "models",
     "memory_models": "memory_models", "bootstrap_resamples": "bootstrap_resamples",
     **{name: "debate" for name in ("n_agents", "n_rounds", "temperature", "top_p", "max_tokens", "summary_max_tokens")},
-    **{name: "memory" for name in ("top_k", "gamma", "w_high", "w_low", "max_experience_chars")},
+    **{name: "memory" for name in MEMORY_SPECS},  # every MemorySettings field is a profile field
     **{name: "choices" for name in PROFILE_CHOICES},
 }
 

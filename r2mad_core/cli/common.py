@@ -155,17 +155,22 @@ def setting_type(spec: Spec) -> Any:
 
 def declared_type(owner: str, name: str, spec: Spec) -> Any:
     """An argparse type that reads a number and checks it against its declaration (``spec``: its kind and bounds),
-    so the flag refuses what the settings object would, with the declaration's words."""
+    so a flag refuses what the settings object would: ``expected a number in [0, 1], found 1.5``."""
+    low, high = spec.minimum, spec.maximum
+    if spec.kind == "int":
+        what = f"an integer in [{low:g}, {high:g}]" if high is not None else f"an integer >= {low:g}"
+    else:
+        what = f"a number in [{low or 0:g}, {high:g}]" if high is not None else f"a number >= {low or 0:g}"
+
     def parse(text: str) -> Any:
         try:
             value = int(text) if spec.kind == "int" else float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'an integer' if spec.kind == 'int' else 'a number'}, "
-                                             f"found {text!r}") from None
+            raise argparse.ArgumentTypeError(f"expected {what}, found {text!r}") from None
         try:
             return spec.check(owner, name, value)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, found {text}") from None
 
     parse.__name__ = name  # argparse names the type in its messages
     return parse
