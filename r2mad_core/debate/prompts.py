@@ -509,7 +509,12 @@ def summary_prompt(
     The appendix shows the ``{AGENT_RESPONSES}`` slot, not what fills it (protocol choice ``summary_agents``):
     ``authors`` (the authors' code) gives each agent's response, its extracted answer and, after round 0, its
     previous answer and whether its stance changed; ``responses`` (ours) the responses only.
-    ``wording="authors"``: the authors' template (:data:`AUTHORS_SUMMARY_TEMPLATE`)."""
+    ``wording="authors"``: the authors' template (:data:`AUTHORS_SUMMARY_TEMPLATE`).
+
+    ``previous_summary`` None (round 0: there is no previous round) shows :data:`NO_PREVIOUS_SUMMARY`; a previous
+    round's summary that came back empty shows an empty block, as the authors' code does (KylJin/R2-MAD
+    src/multi_agent_debate.py ``_summarize_debate_state``: ``prev_summary = rounds[-2]["summary"] if round_idx > 0
+    else "None"``, and a failed call's summary is stored as ``""``); the paper is silent."""
     if slot not in SUMMARY_AGENT_SLOTS:
         raise ValueError(f"summary_agents must be one of {SUMMARY_AGENT_SLOTS}, found {slot!r}")
     if slot == "authors":
@@ -528,7 +533,7 @@ def summary_prompt(
     template = AUTHORS_SUMMARY_TEMPLATE if _wording(wording) == "authors" else SUMMARY_TEMPLATE
     return template.format(
         QUESTION=question,
-        PREV_SUMMARY=previous_summary or NO_PREVIOUS_SUMMARY,
+        PREV_SUMMARY=NO_PREVIOUS_SUMMARY if previous_summary is None else previous_summary,
         AGENT_RESPONSES=responses,
         CONSENSUS_RATIO=f"{consensus_ratio:.2f}",
     )

