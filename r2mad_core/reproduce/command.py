@@ -616,7 +616,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args.notebooks_dir = args.notebooks_dir or default_notebooks_dir()
     if paper_run.wanted(args) or (args.estimate_only and paper_run.gpu_models(profile)):  # rehearsal, estimate, ...
-        return paper_run.main(args, profile, only, run_notebooks, ReproductionPaths, discover_notebooks)
+        return paper_run.main(args, profile, only, run_notebooks, ReproductionPaths, discover_notebooks, run=_run_main)
     if not args.estimate_only and paper_run.gpu_models(profile) and paper_run.preflight_failed(profile, args):
         return 1  # a GPU profile: the node, gated access, disk, memory checked before any GPU work (one line each)
     if overrides or args.sweep or args.variant or args.replicates > 1:

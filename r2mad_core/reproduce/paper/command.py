@@ -19,10 +19,10 @@ import os
 import sys
 from functools import partial
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from r2mad_core.experiments.profiles import Profile
-from r2mad_core.reproduce.paper import calibrate, estimate, preflight, rehearsal, throughput
+from r2mad_core.reproduce.paper import calibrate, estimate, preflight, rehearsal, serve, throughput
 from r2mad_core.reproduce.paper.estimate import gpu_models  # noqa: F401  (the command line's name for it)
 
 MAX_GPUS = 4096
@@ -74,7 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def wanted(args: argparse.Namespace) -> bool:
-    return bool(args.rehearse or args.calibrate or args.preflight)
+    """The options this module runs: the rehearsal, pre-flight, calibration, and a real run on ``--gpus N`` > 1."""
+    return bool(args.rehearse or args.calibrate or args.preflight
+                or ((args.gpus > 1 or args.skip_api_models) and not args.estimate_only))
 
 
 def _data_dir(args: argparse.Namespace) -> Path | None:
@@ -82,13 +84,15 @@ def _data_dir(args: argparse.Namespace) -> Path | None:
 
 
 def main(args: argparse.Namespace, profile: Profile, only: Sequence[str] | None, run_notebooks: Callable,
-         paths_of: Callable, discover: Callable[[Path, Sequence[str] | None], list[Path]]) -> int:
-    """What the paper run's options ask; ``discover(notebooks_dir, only)`` lists the notebooks."""
+         paths_of: Callable, discover: Callable[[Path, Sequence[str] | None], list[Path]],
+         run: Callable | None = None) -> int:
+    """What the paper run's options ask; ``discover(notebooks_dir, only)`` lists the notebooks; ``run(args, profile,
+    only)`` is the command line's real run (for ``--gpus N``)."""
     data_dir = _data_dir(args)
     notebooks = partial(discover, args.notebooks_dir)
     skip_api = bool(getattr(args, "skip_api_models", False))
     if args.preflight:
-        failures = preflight.check(profile, gpu_kind=args.gpu_kind, skip_api=skip_api)
+        failures = preflight.check(profile, gpu_kind=args.gpu_kind, skip_api=skip_api, gpus=args.gpus)
         for line in failures:
             print(f"preflight: {line}")
         print("preflight: " + ("FAILED" if failures else "every check passed")
@@ -122,12 +126,57 @@ def main(args: argparse.Namespace, profile: Profile, only: Sequence[str] | None,
             print(f"reproduce: --calibrate: {exc}", file=sys.stderr)
             return 2
         return 0
-    return estimate_main(args, profile, only, run_notebooks, paths_of, discover) if args.estimate_only else 0
+    if args.estimate_only:
+        return estimate_main(args, profile, only, run_notebooks, paths_of, discover)
+    if (args.gpus > 1 or skip_api) and run is not None and gpu_models(profile):
+        return served_run(args, profile, only, paths_of, run)
+    return 0
+
+
+def served_run(args: argparse.Namespace, profile: Profile, only: Sequence[str] | None, paths_of: Callable,
+               run: Callable, *, command: Callable | None = None) -> int:
+    """``--gpus N``: the pre-flight, one vLLM server per GPU (:mod:`~r2mad_core.reproduce.paper.serve`), the run on
+    them (the profile with each vLLM model served, written beside the runs), the servers stopped. With one GPU no
+    server (the in-process engine). ``--skip-api-models``: the API models' rows not run
+    (:func:`~r2mad_core.reproduce.paper.estimate.gpu_only_fields`)."""
+    import yaml
+
+    from r2mad_core.experiments.profiles import load_profile
+    from r2mad_core.files import atomic_write
+
+    if profile.overrides:
+        print("reproduce: --gpus N runs the profile as written; for --set/--protocol, serve the models yourself "
+              "(docs/paper-run.md, \"Several GPUs\")", file=sys.stderr)
+        return 2
+    if command is None and preflight_failed(profile, args):
+        return 1
+    entries = [e for e in [*profile.fields.get("models", []), *(profile.fields.get("memory_models") or [])]
+               if e.get("engine") in estimate.GPU_ENGINES]
+    runs_dir = paths_of(args.output_dir, profile.folder).runs_dir / "served"
+    base = estimate.gpu_only_fields(profile.fields) if args.skip_api_models else dict(profile.fields)
+
+    def run_with(fields: Mapping[str, Any]) -> int:
+        path = runs_dir / f"{profile.name}.yaml"
+        atomic_write(path, f"# Written by `reproduce --profile {profile.name} --gpus {args.gpus}"
+                     f"{' --skip-api-models' if args.skip_api_models else ''}`: the profile as this run ran it.\n"
+                     + yaml.safe_dump(fields, sort_keys=False))
+        return run(args, load_profile(path), only)
+
+    if args.gpus == 1:
+        return run_with(base)
+    try:
+        planned = serve.plan(entries, args.gpus, **({"command": command} if command else {}))
+        with serve.Servers(planned, runs_dir / "logs") as servers:
+            return run_with(serve.served_fields(base, servers.urls()))
+    except serve.ServeError as exc:
+        print(f"reproduce: --gpus {args.gpus}: {exc}", file=sys.stderr)
+        return 1
 
 
 def preflight_failed(profile: Profile, args: argparse.Namespace | None = None) -> bool:
     """Run the pre-flight before a real GPU run; print each failure (one line) and say whether any failed."""
-    failures = preflight.check(profile, skip_api=bool(getattr(args, "skip_api_models", False)))
+    failures = preflight.check(profile, skip_api=bool(getattr(args, "skip_api_models", False)),
+                               gpus=int(getattr(args, "gpus", 1) or 1))
     for line in failures:
         print(f"preflight: {line}", file=sys.stderr)
     return bool(failures)

@@ -284,10 +284,22 @@ def estimate(profile: Profile, found: Found, calibration_file: Path, *, data_dir
     return lines[:1] + note + lines[1:]
 
 
+def gpu_only_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """``--skip-api-models``: the profile's fields with each API model of the large-model table a ``stand_in`` row
+    (not run: the table says "not run in this profile", notebook 03) and the description saying so."""
+    out = json.loads(json.dumps(dict(fields), default=str))
+    first = out["models"][0]["label"]
+    api = [e["label"] for e in out.get("large_models") or [] if "stand_in" not in e]
+    out["large_models"] = [e if "stand_in" in e else {"label": e["label"], "stand_in": first}
+                           for e in out.get("large_models") or []]
+    if api:
+        out["description"] = (f"{str(out.get('description') or '').rstrip()} GPU ONLY (--skip-api-models): the API "
+                              f"models {', '.join(api)} are left out; their rows of the large-model table say not run.")
+    return out
+
+
 def _without_api(profile: Profile) -> Profile:
     """``profile`` with no API model in its large-model table (the estimate's view under ``--skip-api-models``)."""
     from dataclasses import replace
 
-    fields = dict(profile.fields)
-    fields["large_models"] = [e for e in fields.get("large_models") or [] if "stand_in" in e]
-    return replace(profile, fields=fields)
+    return replace(profile, fields=gpu_only_fields(profile.fields))

@@ -84,12 +84,16 @@ def check_vllm(version: Callable[[], str | None] | None = None) -> list[str]:
 
 
 def check_node(profile: Profile, *, report: Callable[[], list[Device] | str] | None = None,
-               version: Callable[[], str | None] | None = None) -> list[str]:
-    """vLLM at the pinned version, a CUDA device, and each model's need within every device's reported free memory."""
+               version: Callable[[], str | None] | None = None, gpus: int = 1) -> list[str]:
+    """vLLM at the pinned version, ``gpus`` CUDA devices, and each model's need within every device's reported free
+    memory."""
     failures = check_vllm(version)
     devices = (report or cuda_report)()
     if isinstance(devices, str) or not devices:
         return failures + [f"no GPU: {devices or 'CUDA reports no device'}; run on the GPU node (docs/paper-run.md)"]
+    if len(devices) < gpus:
+        failures.append(f"--gpus {gpus}: CUDA reports {len(devices)} device(s) "
+                        f"({', '.join(d.name for d in devices)}); ask the scheduler for {gpus} or lower --gpus")
     smallest = min(devices, key=lambda d: d.free_bytes)
     for entry in _entries(profile):
         options = entry.get("options") or {}
@@ -217,11 +221,11 @@ def check_api(profile: Profile, environ: Mapping[str, str] | None = None) -> lis
     return failures
 
 
-def check(profile: Profile, *, gpu_kind: str | None = None, skip_api: bool = False, node: bool = True,
+def check(profile: Profile, *, gpu_kind: str | None = None, skip_api: bool = False, node: bool = True, gpus: int = 1,
           **fakes: Any) -> list[str]:
     """Every check; the failures, one line each (empty: all passed). ``node``: also this node's vLLM and CUDA devices
     (:func:`check_node`; ``report``/``version`` fakes replace the driver's report); ``skip_api``: no API variables."""
-    node_lines = check_node(profile, **{k: v for k, v in fakes.items() if k in ("report", "version")}) if node else []
+    node_lines = check_node(profile, gpus=gpus, **{k: v for k, v in fakes.items() if k in ("report", "version")}) if node else []
     return [*node_lines,
             *check_gated(profile, **{k: v for k, v in fakes.items() if k in ("token", "access")}),
             *check_disk(profile, **{k: v for k, v in fakes.items() if k in ("cache", "disk_usage")}),
