@@ -421,3 +421,11 @@ def test_served_fields_point_each_model_at_its_servers(paper, tmp_path):
     path.write_text(yaml.safe_dump(fields, sort_keys=False))
     loaded = load_profile(path)
     assert loaded.name == "paper" and loaded.folder == "paper"
+
+
+def test_api_prices_are_checked_naming_the_field():
+    bad = load_profile("paper", {"large_models": [{"label": "GPT-4o-mini", "engine": "openai", "model": "gpt-4o-mini",
+                                                   "base_url_env": "R2MAD_GPT4O_MINI_BASE_URL", "prices": {"prompt_per_million": -1, "completion_per_million": 0.6}}]})
+    with pytest.raises(ValueError, match=r"large_models\[0\]\.prices\.prompt_per_million: expected USD"):
+        estimate.api_prices(bad)
+    assert estimate.api_prices(load_profile("paper"))["GPT-4o-mini"]["completion_per_million"] == 0.6

@@ -256,7 +256,7 @@ Note:
 - Only output the debate summary."""
 
 SUMMARY_OPENING = "You are an expert analyst observing a multi-agent debate."
-NO_PREVIOUS_SUMMARY = "None"
+NO_PREVIOUS_SUMMARY = "None"  # round 0 only: src/multi_agent_debate.py _summarize_debate_state, rounds[-2]["summary"]
 
 # The blocks R2-MAD adds. The annotation wording follows Section 4.3: "marked ... as high confidence,
 # signaling that this stance has been historically reliable in similar debate states" / "marked as low
@@ -508,13 +508,8 @@ def summary_prompt(
 
     The appendix shows the ``{AGENT_RESPONSES}`` slot, not what fills it (protocol choice ``summary_agents``):
     ``authors`` (the authors' code) gives each agent's response, its extracted answer and, after round 0, its
-    previous answer and whether its stance changed; ``responses`` (ours) the responses only.
-    ``wording="authors"``: the authors' template (:data:`AUTHORS_SUMMARY_TEMPLATE`).
-
-    ``previous_summary`` None (round 0: there is no previous round) shows :data:`NO_PREVIOUS_SUMMARY`; a previous
-    round's summary that came back empty shows an empty block, as the authors' code does (KylJin/R2-MAD
-    src/multi_agent_debate.py ``_summarize_debate_state``: ``prev_summary = rounds[-2]["summary"] if round_idx > 0
-    else "None"``, and a failed call's summary is stored as ``""``); the paper is silent."""
+    previous answer and whether its stance changed; ``responses`` (ours) the responses only. ``wording="authors"``: the
+    authors' template. "None" only at round 0 (``previous_summary`` None); an empty summary shows empty, as theirs."""
     if slot not in SUMMARY_AGENT_SLOTS:
         raise ValueError(f"summary_agents must be one of {SUMMARY_AGENT_SLOTS}, found {slot!r}")
     if slot == "authors":

@@ -193,15 +193,6 @@ class ModelEntry(_Record):
         return value
 
 
-class ApiPrices(_Record):
-    """What an API model of the large-model table costs (``large_models[i].prices``), per million tokens, and where
-    the figure comes from: the GPU run's estimate prices its tokens with it (r2mad_core/reproduce/paper/estimate.py)."""
-
-    prompt_per_million: Annotated[float, Field(ge=0, le=10_000, allow_inf_nan=False)]
-    completion_per_million: Annotated[float, Field(ge=0, le=10_000, allow_inf_nan=False)]
-    source: Text
-
-
 class LargeModelEntry(_Record):
     """A row of the large-model table (``large_models[i]``): a model of its own, or ``stand_in``, the
     label of a ``models`` entry whose runs fill the row in a small profile (shown as not run)."""
@@ -214,7 +205,7 @@ class LargeModelEntry(_Record):
     base_url_env: Annotated[Text | None, Field(validate_default=True)] = None
     api_key_env: Text | None = None
     options: dict[str, Any] = {}
-    prices: ApiPrices | None = None
+    prices: dict[str, float | Text] | None = None  # USD per million tokens and source (reproduce/paper/estimate.py)
 
     @field_validator("engine")
     @classmethod

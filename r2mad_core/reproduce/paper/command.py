@@ -196,7 +196,7 @@ def estimate_main(args: argparse.Namespace, profile: Profile, only: Sequence[str
         lines = estimate.estimate(profile, found, paths_of(args.output_dir, profile.folder).cache_dir / calibrate.FILE_NAME,
                                   data_dir=data_dir, gpus=args.gpus, gpu_kind=args.gpu_kind,
                                   gpu_hour_price=args.gpu_hour_price, skip_api=bool(getattr(args, "skip_api_models", False)))
-    except (estimate.NoRehearsal, calibrate.CalibrationError) as exc:
+    except (estimate.NoRehearsal, ValueError) as exc:  # CalibrationError, a profile's prices: one line
         print(f"reproduce: --estimate-only: {exc}", file=sys.stderr)
         return 1
     for line in lines:

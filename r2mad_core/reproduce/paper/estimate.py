@@ -154,9 +154,27 @@ def _money(value: float) -> str:
     return f"${value:,.0f}" if value >= 100 else f"${value:,.2f}"
 
 
+PRICE_KEYS = ("prompt_per_million", "completion_per_million")
+
+
 def api_prices(profile: Profile) -> dict[str, Mapping[str, Any]]:
-    """label -> the ``prices`` of each API model of the large-model table (per million tokens, with a source)."""
-    return {e["label"]: e["prices"] for e in profile.fields.get("large_models") or [] if e.get("prices")}
+    """label -> the ``prices`` of each API model of the large-model table (USD per million prompt and completion
+    tokens, and ``source``), checked: ``ValueError`` naming the profile and the field."""
+    out = {}
+    for position, entry in enumerate(profile.fields.get("large_models") or []):
+        prices = entry.get("prices")
+        if not prices:
+            continue
+        where = f"profile {profile.name}: large_models[{position}].prices"
+        unknown = sorted(set(prices) - {*PRICE_KEYS, "source"})
+        if unknown:
+            raise ValueError(f"{where}: unknown key(s) {unknown}; expected {list(PRICE_KEYS)} and source")
+        for key in PRICE_KEYS:
+            value = prices.get(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 10_000:
+                raise ValueError(f"{where}.{key}: expected USD per million tokens, >= 0 and < 10,000, found {value!r}")
+        out[entry["label"]] = prices
+    return out
 
 
 def money_lines(profile: Profile, usage: Mapping[str, Mapping[str, Any]], hours: Mapping[str, tuple[float, float]],

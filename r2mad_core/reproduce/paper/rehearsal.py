@@ -294,6 +294,10 @@ def rehearse(profile: Profile, output_dir: Path, *, run: Callable[[Profile, Any]
         for line in problems:
             echo(f"rehearse: FAILED: {line}")
         return 1
+    use = ("estimate from it: --estimate-only" + (f" {' '.join(f'--set {k}={v}' for k, v in profile.overrides.items())}"
+                                                  if profile.overrides else "")
+           if summary["complete"] else f"a part (notebooks {'+'.join(summary['rehearsed_notebooks'])}): --estimate-only "
+           "uses only a rehearsal of every notebook")
     echo(f"rehearse: done in {summary['seconds']:.0f} s; {len(written)} artifacts in {paths.figures_dir}, each "
-         f"labelled a rehearsal; estimate from it: --estimate-only")
+         f"labelled a rehearsal; {use}")
     return 0
