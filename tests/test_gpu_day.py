@@ -429,3 +429,26 @@ def test_api_prices_are_checked_naming_the_field():
     with pytest.raises(ValueError, match=r"large_models\[0\]\.prices\.prompt_per_million: expected USD"):
         estimate.api_prices(bad)
     assert estimate.api_prices(load_profile("paper"))["GPT-4o-mini"]["completion_per_million"] == 0.6
+
+
+def test_gpus_on_a_profile_without_vllm_models_is_refused(capsys, tmp_path):
+    code, out, err = _main(["--profile", "tiny", "--gpus", "2", "--output-dir", str(tmp_path)], capsys)
+    assert code == 2 and "runs no model on vLLM" in err and not (tmp_path / "figures").exists()
+
+
+def test_a_run_with_skip_api_models_gives_the_api_rows_as_not_run(paper, tmp_path, monkeypatch):
+    """The run's profile under --skip-api-models, read back from the file the run writes and hands the notebooks."""
+    import argparse
+
+    from r2mad_core.reproduce.command import ReproductionPaths
+    from r2mad_core.reproduce.paper import command
+
+    monkeypatch.setattr(command, "preflight_failed", lambda profile, args=None: False)
+    ran = []
+    args = argparse.Namespace(output_dir=tmp_path, gpus=1, skip_api_models=True)
+    code = command.served_run(args, paper, None, ReproductionPaths, lambda a, profile, only: ran.append(profile) or 0)
+    [profile] = ran
+    assert code == 0 and profile.name == "paper" and Path(profile.source).is_relative_to(tmp_path)
+    assert [(e["label"], e.get("stand_in")) for e in profile.fields["large_models"]] == [
+        ("Llama-3.3-70B-Instruct", "Qwen2.5-7B-Instruct"), ("GPT-4o-mini", "Qwen2.5-7B-Instruct")]
+    assert "GPU ONLY (--skip-api-models)" in profile.fields["description"]

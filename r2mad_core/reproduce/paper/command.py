@@ -128,9 +128,11 @@ def main(args: argparse.Namespace, profile: Profile, only: Sequence[str] | None,
         return 0
     if args.estimate_only:
         return estimate_main(args, profile, only, run_notebooks, paths_of, discover)
-    if (args.gpus > 1 or skip_api) and run is not None and gpu_models(profile):
-        return served_run(args, profile, only, paths_of, run)
-    return 0
+    if not gpu_models(profile):
+        print(f"reproduce: --gpus/--skip-api-models: profile {profile.name!r} runs no model on vLLM (they are for a GPU "
+              "profile such as paper)", file=sys.stderr)
+        return 2
+    return served_run(args, profile, only, paths_of, run) if run is not None else 0
 
 
 def served_run(args: argparse.Namespace, profile: Profile, only: Sequence[str] | None, paths_of: Callable,
@@ -157,6 +159,7 @@ def served_run(args: argparse.Namespace, profile: Profile, only: Sequence[str] |
 
     def run_with(fields: Mapping[str, Any]) -> int:
         path = runs_dir / f"{profile.name}.yaml"
+        runs_dir.mkdir(parents=True, exist_ok=True)
         atomic_write(path, f"# Written by `reproduce --profile {profile.name} --gpus {args.gpus}"
                      f"{' --skip-api-models' if args.skip_api_models else ''}`: the profile as this run ran it.\n"
                      + yaml.safe_dump(fields, sort_keys=False))
