@@ -54,7 +54,8 @@ def expected_reply(body: dict[str, Any]) -> str:
 class FakeOpenAIServer:
     def __init__(self, *, delay_seconds: float = 0.0, slow_seconds: float = 2.0, owned_by: str | None = None,
                  mode: str | None = None, trickle_interval: float = 1.0, trickle_seconds: float = 60.0,
-                 hang_seconds: float = 60.0, hang_after: int | None = None, responder: Any = None) -> None:
+                 hang_seconds: float = 60.0, hang_after: int | None = None, responder: Any = None,
+                 port: int = 0) -> None:
         """``owned_by``: answer ``GET /v1/models`` as a server of that kind (``"vllm"`` as vLLM's
         OpenAI server does); ``None``: no ``/models`` route (HTTP 404). ``mode``: the fault every request gets.
         ``hang_after``: the first that many requests are answered, every later one hangs (a batch cut mid-way).
@@ -81,7 +82,7 @@ class FakeOpenAIServer:
         self._plans: dict[str, list[str]] = {}
         self._attempts: defaultdict[str, int] = defaultdict(int)
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -300,3 +301,23 @@ class FakeOpenAIServer:
                         server._current -= 1
 
         return Handler
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python tests/fake_openai_server.py --port P``: the fake as its own process, started like a vLLM server (a
+    port, ``GET /v1/models`` answered as vLLM's), until SIGTERM (tests of ``--gpus N``, tests/test_gpu_day.py)."""
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--delay-seconds", type=float, default=0.0)
+    args, _ = parser.parse_known_args(argv)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with FakeOpenAIServer(owned_by="vllm", port=args.port, delay_seconds=args.delay_seconds):
+        stop.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -547,3 +547,31 @@ def test_the_authors_consensus_reads_the_gold_and_compares_strings():
     assert authors_consensus(["B", "b", "B"], "A", "truthfulqa") == (1.0, True)
     # equivalent answers written differently (both wrong) do not agree as strings
     assert authors_consensus(["0.25", "\\frac{1}{4}", "0.25"], "1", "math500") == (pytest.approx(2 / 3), False)
+
+
+class EmptyFirstSummaryEngine(RecordingEngine):
+    """The world's script, except that the round-0 summary call comes back empty (a failed or blank generation)."""
+
+    def _reply(self, request: Request) -> str:
+        messages = request.messages
+        if messages[0]["role"] == "user" and "<previous_answer>" not in messages[0]["content"]:
+            return ""
+        return super()._reply(request)
+
+
+@pytest.mark.parametrize("benchmark", sorted(WORLDS))
+def test_an_empty_previous_summary_is_shown_empty_as_in_the_authors_code(benchmark, tmp_path):
+    """src/multi_agent_debate.py MultiAgentDebate._summarize_debate_state: ``prev_summary = rounds[-2]["summary"] if
+    round_idx > 0 else "None"``, and the summary stored is ``remove_think_tags(summary).strip()`` (``""`` for an empty
+    reply): the next summary prompt shows an empty <previous_summary> block, not "None" (only round 0 shows "None")."""
+    w = WORLDS[benchmark]()
+    options = protocol.memory_options("authors")
+    engine = EmptyFirstSummaryEngine(w)
+    build_memory(w.benchmark, engine, HashingEmbedder(256), tmp_path / "bank", samples=[w.train], progress=False,
+                 settings=SETTINGS.replace(n_rounds=2), reward_definition=options["reward_definition"],
+                 state_layout=options["state_layout"], debate_options=options["debate_options"])
+    q = w.train_content
+    summaries = [r[0]["content"] for r in sent(engine) if r[0]["role"] == "user"]
+    assert summaries == [summary_prompt(q, "None", w.round0, w.parsed0, None, "0.67"),
+                         summary_prompt(q, "", w.train_round1, w.parsed_train1, w.parsed0, "0.67")]
+    assert "<previous_summary>\n\n</previous_summary>" in summaries[1]

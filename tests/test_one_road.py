@@ -2,7 +2,8 @@
 
 The runner hands every notebook the profile, its overrides and paths (:func:`reproduce.notebook_parameters`); the
 kernel loads the typed profile (:func:`notebook_setup.resolve_profile`) and builds its grid with
-:meth:`ExperimentGrid.from_profile`, the constructor the estimate uses too (:func:`estimate.estimate_grid`). These
+:meth:`ExperimentGrid.from_profile`, the constructor the rehearsal that ``--estimate-only`` scales runs too
+(:func:`rehearsal.write_profile`: the profile with only :data:`rehearsal.REPLACED` changed). These
 tests follow that road for every packaged profile and for an override of every profile field and protocol choice,
 and check that the notebooks' grid is the estimate's, that the override reached it, and that what cannot be honoured
 is refused before anything runs.
@@ -22,7 +23,8 @@ from r2mad_core.experiments.profiles import ProfileSpec, load_profile, profile_n
 from r2mad_core.experiments.protocol import PROFILE_CHOICES
 from r2mad_core.memory.settings import SPECS as MEMORY_SPECS
 from r2mad_core.reproduce import command as reproduce
-from r2mad_core.reproduce import estimate, notebook_setup
+from r2mad_core.reproduce import notebook_setup
+from r2mad_core.reproduce.paper import rehearsal
 from r2mad_core.report.artifacts import read_manifest, update_manifest
 from r2mad_core.reproduce import variants
 from r2mad_core.reproduce.grid import ExperimentGrid
@@ -43,7 +45,7 @@ def comparable(settings: dict[str, Any], profile: Any) -> dict[str, Any]:
     """A grid's settings without what the estimate replaces on purpose (engines, sizes, the embedder); the models
     are the profile's evaluated ones (the estimate's grid also holds the large models it charges to notebook 03)."""
     labels = [m.label for m in profile.spec.models]
-    kept = {k: v for k, v in settings.items() if k not in estimate.ESTIMATE_REPLACES}
+    kept = {k: v for k, v in settings.items() if k not in rehearsal.REPLACED}
     kept["models"] = [(m["label"], m["memory_built_by"]) for m in settings["models"] if m["label"] in labels]
     kept["memory_models"] = [m["label"] for m in settings["memory_models"]]
     return kept
@@ -51,7 +53,9 @@ def comparable(settings: dict[str, Any], profile: Any) -> dict[str, Any]:
 
 def the_two_grids(profile: Any, tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     mine = notebooks_grid(profile, tmp_path / "out").settings()
-    counted = estimate.estimate_grid(profile, tmp_path / "scratch").settings()
+    rehearsed = rehearsal.write_profile(profile, tmp_path / "scratch")
+    counted = ExperimentGrid.from_profile(rehearsed, runs_dir=tmp_path / "scratch" / "runs",
+                                          cache_dir=tmp_path / "scratch" / "cache").settings()
     return mine, counted
 
 

@@ -13,7 +13,8 @@ from r2mad_core.engines import Request, SamplingParams, make_engine
 from r2mad_core.engines.base import Completion
 from r2mad_core.engines.rehearsal import LOG_ENVIRONMENT, RehearsalEngine, reply_lengths
 from r2mad_core.experiments.profiles import load_profile
-from r2mad_core.reproduce import calibrate, paper_run, preflight, throughput
+from r2mad_core.reproduce.paper import calibrate, estimate, preflight, rehearsal, throughput
+from r2mad_core.reproduce.paper import command as paper_run
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 
@@ -33,7 +34,7 @@ def test_estimate_scales_each_request_by_its_benchmark_and_split():
             _row("Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct", "math500", "train", 2000, 100),
             _row("Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct", None, None, 30000, 10, cut="context_overflow")]
     factors = {("math500", "test"): 67.0, ("math500", "train"): 91.5, ("truthfulqa", "test"): 83.0}
-    usage = paper_run.estimate_from_log(rows, factors)["Qwen2.5-7B-Instruct"]
+    usage = estimate.estimate_from_log(rows, factors)["Qwen2.5-7B-Instruct"]
     fallback = (67.0 + 83.0) / 2  # the unplaced request: the mean test factor
     assert usage["sampled"] == 3 and usage["unplaced"] == 1 and usage["overflows"] == 1
     assert usage["longest_prompt"] == 30000
@@ -43,7 +44,7 @@ def test_estimate_scales_each_request_by_its_benchmark_and_split():
 
 
 def test_scale_factors_are_full_split_over_rehearsed(paper):
-    factors = paper_run.scale_factors(paper, {"test_limit": 2, "train_limit": 4})
+    factors = estimate.scale_factors(paper, {"test_limit": 2, "train_limit": 4})
     assert factors[("math500", "test")] == pytest.approx(134 / 2)  # the paper's split sizes (profile description)
     assert factors[("truthfulqa", "train")] == pytest.approx(498 / 4)
 
@@ -69,14 +70,14 @@ def test_throughput_model_hand_computed_case():
 
 def test_measured_only_next_to_a_calibrated_rate(paper, tmp_path):
     rows = [_row(label, model, "math500", "test", 1500, 600) for label, model in paper_run.gpu_models(paper).items()]
-    usage = paper_run.estimate_from_log(rows, {("math500", "test"): 67.0})
-    text = "\n".join(paper_run.estimate_lines(paper, usage, gpus=8))
+    usage = estimate.estimate_from_log(rows, {("math500", "test"): 67.0})
+    text = "\n".join(estimate.estimate_lines(paper, usage, gpus=8))
     assert "measured" not in text.lower()
     assert "modelled" in text and "wall-clock" in text and "on 8 GPUs" in text
     assert "H100" in text and "A100-80GB" in text and "config.json" in text
     calibration = {"models": {"Qwen3-8B": {"tokens_per_s": 4000.0, "gpu_kind": "H100", "device": "NVIDIA H100 80GB HBM3",
                                             "when": "2026-11-25"}}}
-    lines = paper_run.estimate_lines(paper, usage, calibration=calibration)
+    lines = estimate.estimate_lines(paper, usage, calibration=calibration)
     measured = [line for line in lines if "measured" in line]
     assert len(measured) == 1 and "4,000 tokens/s" in measured[0] and "H100" in measured[0]
 
@@ -155,14 +156,17 @@ def test_rehearsal_of_notebooks_01_02(tmp_path):
                            "--only", "01,02", "--output-dir", str(tmp_path)], cwd=REPOSITORY, capture_output=True,
                           text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    figures = tmp_path / "figures" / "paper-rehearsal"
+    part = Path("paper-rehearsal") / "variants" / "notebooks=01+02"  # a part goes where variants go
+    figures = tmp_path / "figures" / part
     manifest = json.loads((figures / "MANIFEST.json").read_text())
     assert manifest["artifacts"] and not (tmp_path / "figures" / "paper").exists()
     assert all("REHEARSAL" in r["caption"] and r["rehearsal"]["of_profile"] == "paper"
                for r in manifest["artifacts"].values())
-    banks = list((tmp_path / "runs" / "paper-rehearsal").rglob("memory-*/manifest.json"))
+    record = json.loads((figures / "REHEARSAL.json").read_text())
+    assert record["complete"] is False and record["rehearsed_notebooks"] == ["01", "02"]
+    banks = list((tmp_path / "runs" / part).rglob("memory-*/manifest.json"))
     assert len(banks) == 4 and {json.loads(p.read_text())["model"] for p in banks} == {"Qwen/Qwen3-4B-Instruct-2507"}
-    rows = [json.loads(line) for line in (tmp_path / "runs" / "paper-rehearsal" / "requests.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (tmp_path / "runs" / part / "requests.jsonl").read_text().splitlines()]
     assert rows and {r["label"] for r in rows} == {"Qwen3-4B-Instruct-2507"} and {r["split"] for r in rows} == {"train"}
 
 
@@ -175,7 +179,10 @@ def _faked_rehearsal(out: Path, paper) -> None:
     (runs / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     figures = out / "figures" / "paper-rehearsal"
     figures.mkdir(parents=True)
-    (figures / "REHEARSAL.json").write_text(json.dumps({"test_limit": 2, "train_limit": 4}))
+    notebooks = sorted((REPOSITORY / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    (figures / "REHEARSAL.json").write_text(json.dumps({
+        "test_limit": 2, "train_limit": 4, "complete": True, "rehearsed_notebooks": "all",
+        "inputs": rehearsal.inputs(paper, notebooks)}))
 
 
 def _computed_once(function):
@@ -220,7 +227,7 @@ def test_a_real_gpu_run_stops_at_the_preflight(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setattr(preflight, "hub_token", lambda: None)
     # what calibrate.cuda_device() finds on a machine without a GPU, without importing torch for it (2 s of CPU)
-    monkeypatch.setattr(calibrate, "cuda_device", lambda: "no CUDA device")
+    monkeypatch.setattr(preflight, "cuda_report", lambda: "CUDA sees no GPU")
     assert reproduce.main(["--profile", "paper", "--output-dir", str(tmp_path)]) == 1
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("preflight: ")]
     assert any("HF_TOKEN" in line for line in lines) and any("R2MAD_LLAMA_MODEL" in line for line in lines)
@@ -243,7 +250,6 @@ def test_the_rehearsal_fails_on_a_prompt_over_a_context(paper, tmp_path):
     """A faked runner (no notebooks): a logged overflow is one failure line naming the model, exit 1."""
     import os
 
-    from r2mad_core.reproduce import rehearsal
     from r2mad_core.reproduce.command import NotebookResult, ReproductionPaths
 
     def run(profile, paths):

@@ -256,7 +256,7 @@ Note:
 - Only output the debate summary."""
 
 SUMMARY_OPENING = "You are an expert analyst observing a multi-agent debate."
-NO_PREVIOUS_SUMMARY = "None"
+NO_PREVIOUS_SUMMARY = "None"  # round 0 only: src/multi_agent_debate.py _summarize_debate_state, rounds[-2]["summary"]
 
 # The blocks R2-MAD adds. The annotation wording follows Section 4.3: "marked ... as high confidence,
 # signaling that this stance has been historically reliable in similar debate states" / "marked as low
@@ -508,8 +508,8 @@ def summary_prompt(
 
     The appendix shows the ``{AGENT_RESPONSES}`` slot, not what fills it (protocol choice ``summary_agents``):
     ``authors`` (the authors' code) gives each agent's response, its extracted answer and, after round 0, its
-    previous answer and whether its stance changed; ``responses`` (ours) the responses only.
-    ``wording="authors"``: the authors' template (:data:`AUTHORS_SUMMARY_TEMPLATE`)."""
+    previous answer and whether its stance changed; ``responses`` (ours) the responses only. ``wording="authors"``: the
+    authors' template. "None" only at round 0 (``previous_summary`` None); an empty summary shows empty, as theirs."""
     if slot not in SUMMARY_AGENT_SLOTS:
         raise ValueError(f"summary_agents must be one of {SUMMARY_AGENT_SLOTS}, found {slot!r}")
     if slot == "authors":
@@ -528,7 +528,7 @@ def summary_prompt(
     template = AUTHORS_SUMMARY_TEMPLATE if _wording(wording) == "authors" else SUMMARY_TEMPLATE
     return template.format(
         QUESTION=question,
-        PREV_SUMMARY=previous_summary or NO_PREVIOUS_SUMMARY,
+        PREV_SUMMARY=NO_PREVIOUS_SUMMARY if previous_summary is None else previous_summary,
         AGENT_RESPONSES=responses,
         CONSENSUS_RATIO=f"{consensus_ratio:.2f}",
     )

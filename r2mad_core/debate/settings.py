@@ -129,7 +129,8 @@ class DebateSettings:
                                  "servers accept)", flag="--temperature", minimum=0.0, maximum=2.0)
     top_p: float = setting(1.0, "nucleus sampling top_p (Appendix A; paper: 1.0)", flag="--top-p", minimum=0.0,
                            maximum=1.0, low_open=True)
-    max_tokens: int = setting(512, "max new tokens per response (default: 512; paper: 6144; at most 1M)",
+    max_tokens: int = setting(512, "max new tokens per response (default: 512; under --protocol authors: "
+                              "6144; paper: 6144; at most 1M)",
                               flag="--max-tokens", minimum=1, maximum=1_048_576)
     stop_at_unanimity: bool = setting(True, "stop a debate when all agents agree (Cons = 1, Eq. 3; memory "
                                       "construction debates all rounds, Appendix A)", flag="--no-early-stop",
@@ -137,8 +138,8 @@ class DebateSettings:
     with_summaries: bool = setting(False, "generate debate summaries h^(t) (Eq. 2; R2-MAD and memory construction "
                                    "always do)", flag="--with-summaries",
                                    flag_doc="generate debate summaries h^(t) (MAD; Eq. 2)")
-    summary_max_tokens: int = setting(128, "max tokens of a debate summary h^(t) (default: 128; the paper does not "
-                                      "say)", flag="--summary-max-tokens", minimum=1, maximum=1_048_576)
+    summary_max_tokens: int = setting(128, "max tokens of a debate summary h^(t) (default: 128; under --protocol "
+                                      "authors: 6144; the paper does not say)", flag="--summary-max-tokens", minimum=1, maximum=1_048_576)
     vote_rule: str = setting("plurality", "final answer rule: plurality over equivalent answers (Appendix A, "
                              "default) or authors_majority_correct (the authors' code)", flag="--vote-rule",
                              choices=VOTE_RULES)

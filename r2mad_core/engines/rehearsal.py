@@ -1,11 +1,11 @@
 """The dress rehearsal's stand-in engine: a model's context limit and reply lengths, no language model.
 
-``python -m r2mad_core.reproduce --profile paper --rehearse`` (:mod:`r2mad_core.reproduce.rehearsal`) runs every
+``python -m r2mad_core.reproduce --profile paper --rehearse`` (:mod:`r2mad_core.reproduce.paper.rehearsal`) runs every
 notebook of a GPU profile with each model (evaluated, memory-only, API) behind a :class:`RehearsalEngine`. It
 answers every request at once, as the real engine would shape it, and writes one JSON line per request into the
 log named by ``$R2MAD_REHEARSAL_LOG``: the model, its label, the request's tag, prompt tokens, ``max_tokens``,
 completion tokens, the cut, the context, and which benchmark and split the question came from (found by its text),
-so the estimate (:mod:`r2mad_core.reproduce.paper_estimate`) scales what the rehearsal sent. Nothing it writes is a
+so the estimate (:mod:`r2mad_core.reproduce.paper.command`) scales what the rehearsal sent. Nothing it writes is a
 model's answer: the answer is the first option (``\\boxed{1}``) with probability ``agree``, else another one.
 
 - **Prompt tokens**: 4 characters a token plus 4 per message (as :func:`r2mad_core.experiments.budget.estimate_tokens`;

@@ -11,6 +11,8 @@ This module sits above :mod:`r2mad_core.experiments.cell` (it runs debates); the
 
 from __future__ import annotations
 
+import json
+
 import logging
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -66,6 +68,25 @@ def bank_set_from_run(
         metadata={"debates_run_dir": str(run_dir), "method": config["method"], "seed": config.get("seed"),
                   "limit": config.get("limit"), "n_debates": len(debate_records)},
     )
+
+
+#: What the banks record of their debates' round 0 (docs/protocol.md: ``independent`` under both presets). The
+#: memory-construction debates are a run of their own on the training questions, which no other run asks: each
+#: draws its own round 0. MAD's option ``round0`` (``shared`` by default: replay MAD's round 0 in other methods'
+#: runs) has nothing to share there, so the record says what runs, not that default.
+BANK_ROUND0 = "independent"
+BANK_ROUND0_NOTE = ("the memory-construction debates draw their own round 0 on the training questions (no other run "
+                    "asks them); seed = the run seed")
+
+
+def bank_method_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The debates' method record as a bank stores it: ``round0`` says what ran (:data:`BANK_ROUND0`)."""
+    out = json.loads(json.dumps(dict(record), default=str))
+    for part in (out.get("options"), out.get("debate")):
+        if isinstance(part, dict) and "round0" in part:
+            part["round0"] = BANK_ROUND0
+    out["round0_note"] = BANK_ROUND0_NOTE
+    return out
 
 
 def build_memory(
@@ -134,7 +155,7 @@ def build_memory(
         metadata={
             "debates_run_dir": str(debates_dir),
             "engine_identity": str(getattr(engine, "identity", "")),
-            "method": method.to_dict(),
+            "method": bank_method_record(method.to_dict()),
             "seed": seed,
             "limit": limit,
             "n_debates": len(records),

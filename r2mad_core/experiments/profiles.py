@@ -206,6 +206,7 @@ class LargeModelEntry(_Record):
     base_url_env: Annotated[Text | None, Field(validate_default=True)] = None
     api_key_env: Text | None = None
     options: dict[str, Any] = {}
+    prices: dict[str, float | Text] | None = None  # USD per million tokens and source (reproduce/paper/estimate.py)
 
     @field_validator("engine")
     @classmethod

@@ -19,16 +19,8 @@
   each variant.
 - :mod:`~r2mad_core.reproduce.collect`: every cell behind the paper's tables, run or loaded, in the paper's terms
   (notebook 10's one step).
-- :mod:`~r2mad_core.reproduce.estimate`: the older pre-flight estimate of a GPU profile (requests built by the grid on
-  a sample, a counting engine), kept for its library users.
-- :mod:`~r2mad_core.reproduce.rehearsal`: ``--rehearse``: every notebook of a GPU profile with each model behind a
-  stand-in (its context and reply lengths), on the CPU, every request logged.
-- :mod:`~r2mad_core.reproduce.paper_run`: the paper run's options (``--rehearse``, ``--estimate-only`` as the rehearsal
-  scaled, ``--gpus``, ``--calibrate``, ``--preflight``).
-- :mod:`~r2mad_core.reproduce.throughput`: the modelled tokens/s per model and GPU kind (KV-cache capacity,
-  bandwidth, prefill), with sources.
-- :mod:`~r2mad_core.reproduce.calibrate`: ``--calibrate``: tokens/s measured on the user's GPU, stored beside the cache.
-- :mod:`~r2mad_core.reproduce.preflight`: gated access, disk, GPU memory and API variables, before any GPU work.
+- :mod:`~r2mad_core.reproduce.paper`: the paper run on GPUs (``--rehearse``, ``--estimate-only`` from the rehearsal,
+  ``--preflight``, ``--calibrate``, ``--gpus N`` with vLLM servers): its own sub-package (docs/paper-run.md).
 - :mod:`~r2mad_core.reproduce.published`: published runs replay: a real-engine profile's response cache committed in
   ``published/<profile>/`` seeds an empty ``cache/<profile>/``; ``--fresh`` says which committed tables moved;
   ``make publish`` writes it.
@@ -41,7 +33,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-from pathlib import Path
 from typing import Any
 
 #: nbformat (papermill's, the notebooks') validates with jsonschema, whose format checkers import ``rfc3987_syntax``
@@ -54,7 +45,11 @@ sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 
 #: This package's modules: ``from r2mad_core.reproduce import grid`` asks this package for ``grid`` before it imports
 #: the module, and :func:`__getattr__` would import :mod:`.command` (1.7 s of CPU: pandas, scipy) to look for it there.
-_SUBMODULES = frozenset(path.stem for path in Path(__file__).parent.glob("*.py"))
+#: Written out (no directory listing on import); tests/test_gpu_day.py checks it against the folder.
+_SUBMODULES = frozenset({
+    "ablations", "collect", "command", "gc_settings", "grid", "notebook_runner", "notebook_setup", "paper", "published",
+    "replicates", "sweeps", "up_to_date", "variants",
+})
 
 
 def __getattr__(name: str) -> Any:

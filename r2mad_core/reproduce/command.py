@@ -81,7 +81,8 @@ from r2mad_core.reproduce.ablations import run_ablation
 from r2mad_core.report.artifacts import missing_artifacts
 from r2mad_core.report.headline import print_headline
 from r2mad_core.report.volatile import ExecutedSnapshot
-from r2mad_core.reproduce import paper_run, published, up_to_date
+from r2mad_core.reproduce import published, up_to_date
+from r2mad_core.reproduce.paper import command as paper_run
 from r2mad_core.reproduce.sweeps import caption_note, parse_sweep
 from r2mad_core.reproduce.variants import Variant, differences, profile_values, shown_path, to_environment
 from r2mad_core.data.verdicts import ENVIRONMENT as ANSWER_MEMO_ENVIRONMENT
@@ -437,7 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument("--estimate-only", action="store_true", help="print the cost estimate and send nothing")
     budget.add_argument("--no-estimate", action="store_true", help="skip the estimate (the cap still applies)")
     published.add_arguments(parser)  # --fresh: no replay of published/<profile>/ (r2mad_core/reproduce/published.py)
-    paper_run.add_arguments(parser)  # --rehearse, --gpus, --calibrate, --preflight (r2mad_core/reproduce/paper_run.py)
+    paper_run.add_arguments(parser)  # --rehearse, --gpus, --calibrate, --preflight (r2mad_core/reproduce/paper/command.py)
     return parser
 
 
@@ -613,10 +614,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, ProfileError, ValueError) as exc:
         print(f"reproduce: {exc}", file=sys.stderr)
         return 2
-    if paper_run.wanted(args):  # the paper run's rehearsal, pre-flight and calibration
-        return paper_run.main(args, profile, only, run_notebooks, ReproductionPaths)
-    if not args.estimate_only and paper_run.gpu_models(profile) and paper_run.preflight_failed(profile):
-        return 1  # a GPU profile: gated access, disk, memory checked before any GPU work (one line each)
+    args.notebooks_dir = args.notebooks_dir or default_notebooks_dir()
+    if paper_run.wanted(args) or (args.estimate_only and paper_run.gpu_models(profile)):  # rehearsal, estimate, ...
+        return paper_run.main(args, profile, only, run_notebooks, ReproductionPaths, discover_notebooks, run=_run_main)
+    if not args.estimate_only and paper_run.gpu_models(profile) and paper_run.preflight_failed(profile, args):
+        return 1  # a GPU profile: the node, gated access, disk, memory checked before any GPU work (one line each)
     if overrides or args.sweep or args.variant or args.replicates > 1:
         return _ablation_main(args, overrides, only)
     return _run_main(args, profile, only)
@@ -667,7 +669,7 @@ def _run_main(args: argparse.Namespace, profile: Profile, only: Sequence[str] | 
                 return outcome
             results = outcome
         elif args.estimate_only:
-            return paper_run.estimate_main(args, profile, only, run_notebooks, ReproductionPaths)
+            return paper_run.estimate_main(args, profile, only, run_notebooks, ReproductionPaths, discover_notebooks)
         else:
             results = run_notebooks(profile, paths, notebooks_dir=args.notebooks_dir, only=only, show_banner=show_banner,
                                     jobs=args.jobs, reuse_kernels=False if args.fresh_kernels else None,

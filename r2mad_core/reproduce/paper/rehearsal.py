@@ -9,12 +9,18 @@
   (BGE-M3 is not loaded); fewer bootstrap resamples. The profile is written as YAML and run by the same runner
   (:func:`r2mad_core.reproduce.command.run_notebooks`: papermill, each notebook's
   :meth:`~r2mad_core.reproduce.grid.ExperimentGrid.from_profile`).
-- **Its own folders**: ``figures/<profile>-rehearsal/`` (never ``figures/<profile>/``), ``runs/``, ``cache/`` and
-  ``notebooks/executed/`` likewise, emptied first (a rehearsal counts every request: none may come from a cache).
+- **Its own folders, keyed by what it rehearsed** (:func:`rehearsal_folder`): the profile with no overrides and every
+  notebook in ``figures/<profile>-rehearsal/`` (never ``figures/<profile>/``); with overrides (``--protocol``,
+  ``--set``) or ``--only`` where variants go, ``figures/<profile>-rehearsal/variants/<name>/`` (the name of the
+  overrides plus ``notebooks=03`` for a part); ``runs/``, ``cache/`` and ``notebooks/executed/`` likewise, emptied
+  first (a rehearsal counts every request: none may come from a cache; another rehearsal's folder is left alone).
+- **A record of what it rehearsed** (``REHEARSAL.json``, :func:`inputs`): the profile, its overrides, the notebooks,
+  whether it completed, and digests of its inputs (the rehearsal profile's fields, the notebooks' bytes, the code
+  that builds the requests): ``--estimate-only`` uses only a complete rehearsal whose inputs are unchanged.
 - **Labelled**: every caption names the stand-in ("REHEARSAL stand-in, not this model's answers"), every manifest
   entry gets a ``rehearsal`` record, and the folder has ``REHEARSAL.json`` (what ran, the request counts per model).
 - **Every request logged** (``runs/<profile>-rehearsal/requests.jsonl``: model, tag, prompt tokens, max_tokens,
-  completion tokens, cut, benchmark, split): what ``--estimate-only`` scales (:mod:`r2mad_core.reproduce.paper_estimate`).
+  completion tokens, cut, benchmark, split): what ``--estimate-only`` scales (:mod:`r2mad_core.reproduce.paper.command`).
 - **Fails where the real run would**: a notebook error, a profile or model entry that does not load, an artifact
   of the manifest missing, a bank not built by the memory model, and a prompt over a model's context (the real
   run would answer it empty: one line per model).
@@ -22,6 +28,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import time
@@ -87,11 +94,65 @@ def rehearsal_name(profile: Profile) -> str:
     return profile.folder + SUFFIX
 
 
+#: What builds the requests a rehearsal logs (relative to the package): the inputs digest covers their bytes. The
+#: report, the command lines and this sub-package do not change a request; the profile is digested by its fields.
+REQUEST_CODE = ("data", "debate", "engines", "experiments", "memory", "records.py", "files.py", "plugins.py",
+                "reproduce/grid.py", "reproduce/notebook_setup.py")
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+
+
+def notebooks_key(only: Sequence[str] | None) -> str | list[str]:
+    """``"all"``, or the notebooks of ``--only`` as two-digit numbers (``["03"]``)."""
+    return "all" if not only else sorted({t.strip().split("_")[0].zfill(2) for t in only if t.strip()})
+
+
+def rehearsal_folder(profile: Profile, only: Sequence[str] | None = None) -> str:
+    """The rehearsal's folder name under ``figures/``, ``runs/``, ``cache/``: ``<profile>-rehearsal`` for every notebook
+    of the profile as written; else ``<profile>-rehearsal/variants/<name>`` (its overrides, and the notebooks of a part)."""
+    from r2mad_core.reproduce.variants import VARIANTS_DIR, variant_name  # lazy: pandas
+
+    keyed = dict(profile.overrides)
+    notebooks = notebooks_key(only)
+    if notebooks != "all":
+        keyed["notebooks"] = "+".join(notebooks)
+    base = rehearsal_name(profile)
+    return f"{base}/{VARIANTS_DIR}/{variant_name(keyed)}" if keyed else base
+
+
+def _digest_files(paths: Sequence[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.as_posix().encode() + b"\0" + path.read_bytes() + b"\1")
+    return digest.hexdigest()
+
+
+def code_files() -> list[Path]:
+    found = []
+    for part in REQUEST_CODE:
+        root = PACKAGE_ROOT / part
+        found += [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file()
+                                                       and "__pycache__" not in p.parts and p.suffix != ".pyc")
+    return found
+
+
+def inputs(profile: Profile, notebooks: Sequence[Path], data_dir: Path | None = None, *,
+           test_limit: int = TEST_LIMIT, train_limit: int = TRAIN_LIMIT) -> dict[str, str]:
+    """Digests of what a rehearsal's requests are made of: the rehearsal profile's fields, the notebooks' bytes, the
+    code that builds the requests (:data:`REQUEST_CODE`). Equal digests: the same requests (the stand-in is
+    deterministic), so its log may be reused."""
+    fields = rehearsal_fields(profile, test_limit=test_limit, train_limit=train_limit, data_dir=data_dir)
+    text = json.dumps(fields, sort_keys=True, default=str)
+    code = code_files()
+    return {"profile": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+            "notebooks": _digest_files(sorted(Path(n) for n in notebooks)),
+            "code": _digest_files(code) if code else ""}
+
+
 def write_profile(profile: Profile, folder: Path, **sizes: Any) -> Profile:
     """Write the rehearsal profile as ``<folder>/<name>-rehearsal.yaml`` and load it back (validated)."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{rehearsal_name(profile)}.yaml"
-    text = (f"# Written by `reproduce --profile {profile.name} --rehearse` (r2mad_core/reproduce/rehearsal.py): "
+    text = (f"# Written by `reproduce --profile {profile.name} --rehearse` (r2mad_core/reproduce/paper/rehearsal.py): "
             f"a rehearsal, not a run of the models.\n" + yaml.safe_dump(rehearsal_fields(profile, **sizes), sort_keys=False))
     atomic_write(path, text)
     return load_profile(path)
@@ -155,20 +216,33 @@ def label_manifest(figures_dir: Path, of_profile: str, summary: Mapping[str, Any
             if "REHEARSAL" not in str(record.get("caption")) or not record.get("rehearsal")]
 
 
+def _empty(folder: Path, keep: str) -> None:
+    """Remove what ``folder`` holds except its subfolder ``keep`` (other rehearsals' folders)."""
+    if not folder.is_dir():
+        return
+    for item in folder.iterdir():
+        if item.name == keep and item.is_dir():
+            continue
+        shutil.rmtree(item) if item.is_dir() and not item.is_symlink() else item.unlink()
+
+
 def rehearse(profile: Profile, output_dir: Path, *, run: Callable[[Profile, Any], list[Any]], paths_of: Callable,
              data_dir: Path | None = None, only: Sequence[str] | None = None, echo: Callable[[str], None] = print,
-             test_limit: int = TEST_LIMIT, train_limit: int = TRAIN_LIMIT) -> int:
+             test_limit: int = TEST_LIMIT, train_limit: int = TRAIN_LIMIT, notebooks: Sequence[Path] = ()) -> int:
     """Run the rehearsal of ``profile``; ``run(profile, paths)`` runs the notebooks (the runner's
     ``run_notebooks``), ``paths_of(output_dir, folder, data_dir)`` gives its folders. Returns an exit code."""
     import os
 
+    from r2mad_core.reproduce.variants import VARIANTS_DIR  # lazy: pandas
+
     started = time.perf_counter()
-    name = rehearsal_name(profile)
+    name = rehearsal_folder(profile, only)
     paths = paths_of(output_dir, name, data_dir)
     for folder in (paths.figures_dir, paths.runs_dir, paths.cache_dir, paths.executed_dir):
-        if folder.name == name and folder.exists():  # only the rehearsal's own folders
-            shutil.rmtree(folder)
+        if folder.as_posix().endswith(name):  # only this rehearsal's own folders, never another's (variants/)
+            _empty(folder, VARIANTS_DIR)
     paths.runs_dir.mkdir(parents=True, exist_ok=True)
+    digests = inputs(profile, notebooks, data_dir, test_limit=test_limit, train_limit=train_limit)
     rehearsed = write_profile(profile, paths.runs_dir, test_limit=test_limit, train_limit=train_limit, data_dir=data_dir)
     log = paths.runs_dir / LOG_NAME
     echo(f"rehearse: profile {profile.name} -> {name}: every model behind the rehearsal stand-in (its context and "
@@ -200,14 +274,18 @@ def rehearse(profile: Profile, output_dir: Path, *, run: Callable[[Profile, Any]
         if u["context_overflow"]:
             problems.append(f"{label}: {u['context_overflow']} of {u['requests']} prompts over its context of "
                             f"{u['context']:,} tokens (longest {u['longest_prompt']:,}): the real run would answer them empty")
-    summary = {"profile": profile.name, "rehearsal_profile": str(rehearsed.source), "notebooks": [r.notebook for r in results],
+    summary = {"profile": profile.name, "overrides": {k: v for k, v in profile.overrides.items()},
+               "rehearsed_notebooks": notebooks_key(only), "folder": name, "inputs": digests,
+               "complete": not only and not problems and not (results and results[-1].error),
+               "rehearsal_profile": str(rehearsed.source), "notebooks": [r.notebook for r in results],
                "test_limit": test_limit, "train_limit": train_limit, "embedder": "hashing", "log": LOG_NAME,
                "per_model": usage, "seconds": round(time.perf_counter() - started, 1),
                "lengths": {m: stand_in.reply_lengths(u["model"]).source for m, u in usage.items()}}
     if paths.figures_dir.is_dir() and written:
         problems += [f"not labelled a rehearsal: {n}" for n in label_manifest(paths.figures_dir, profile.name, summary)]
     paths.figures_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write(paths.figures_dir / SUMMARY_NAME, json.dumps(summary, indent=2) + "\n")
+    summary["complete"] = summary["complete"] and not problems
+    atomic_write(paths.figures_dir / SUMMARY_NAME, json.dumps(summary, indent=2, default=str) + "\n")
     for label, u in usage.items():
         echo(f"  {label} ({u['model']}): {u['requests']:,} requests, {u['prompt_tokens']:,} prompt + "
              f"{u['completion_tokens']:,} completion tokens; longest prompt {u['longest_prompt']:,}"
@@ -216,6 +294,10 @@ def rehearse(profile: Profile, output_dir: Path, *, run: Callable[[Profile, Any]
         for line in problems:
             echo(f"rehearse: FAILED: {line}")
         return 1
+    use = ("estimate from it: --estimate-only" + (f" {' '.join(f'--set {k}={v}' for k, v in profile.overrides.items())}"
+                                                  if profile.overrides else "")
+           if summary["complete"] else f"a part (notebooks {'+'.join(summary['rehearsed_notebooks'])}): --estimate-only "
+           "uses only a rehearsal of every notebook")
     echo(f"rehearse: done in {summary['seconds']:.0f} s; {len(written)} artifacts in {paths.figures_dir}, each "
-         f"labelled a rehearsal; estimate from it: --estimate-only")
+         f"labelled a rehearsal; {use}")
     return 0

@@ -1,7 +1,7 @@
 """A throughput model of vLLM on one GPU, per model and GPU kind: a range of generated tokens per second, with sources.
 
 Nothing here is measured: a rate from this model is "modelled" in every printout; only a rate from ``--calibrate``
-(:mod:`r2mad_core.reproduce.calibrate`) is "measured". The model:
+(:mod:`r2mad_core.reproduce.paper.calibrate`) is "measured". The model:
 
 - **KV cache capacity.** vLLM gives ``gpu_memory_utilization`` x the card's memory to the weights, the activations
   and the KV cache. KV tokens = (util x memory - weights - :data:`OVERHEAD_BYTES`) / KV bytes per token, KV bytes
