@@ -59,6 +59,7 @@ from r2mad_core.reproduce.notebook_runner import (  # noqa: F401  (re-exported: 
     AFTER_METADATA,
     KERNEL_NAME,
     NotebookResult,
+    duration_text as _duration,
     prerequisites,
 )
 from r2mad_core.experiments.protocol import PROTOCOLS, help_text as protocol_help
@@ -291,33 +292,27 @@ def run_notebooks(
     notebooks = check.out_of_date(echo, run_all=not up_to_date_check) if check is not None else notebooks
 
     def run_one(notebook: Path, kernel: Any, clear: bool) -> NotebookResult:
-        passed = passed_to(notebook)
-        output = paths.executed_dir / notebook.name
-        start = time.perf_counter()
-        error = notebook_runner.execute(notebook, output, passed, kernel, clear)
+        output, start = paths.executed_dir / notebook.name, time.perf_counter()
+        error = notebook_runner.execute(notebook, output, passed_to(notebook), kernel, clear,
+                                        progress=display.progress(notebook))
         _strip_machine_paths(output)
         if paths.variant:
             _mark_variant(output, profile, paths)
         return NotebookResult(notebook.stem, time.perf_counter() - start, output, error)
 
     def finish(notebook: Path, result: NotebookResult) -> None:  # under the runner's lock
-        tag = f"[{position[notebook.stem]}/{total}] {notebook.stem}"
         notebook_runner.record_timing(paths.executed_dir, notebook.stem, result.seconds, result.error is None)
         if after_notebook is not None:
             after_notebook(result)
-        if result.error:
-            echo(f"{tag} FAILED after {result.seconds:.1f} s in {result.error}")
-            echo(f"  the partly executed notebook is {result.output}")
-        else:
-            echo(f"{tag} done in {_duration(result.seconds)}")
+        display.finished(notebook, result)
 
-    with _environment(memo):
+    # the longest first: by this folder's last run, else by the committed run of the profile (also the time left)
+    hints = (notebook_runner.previous_seconds(paths.executed_dir)
+             or notebook_runner.previous_seconds(REPOSITORY / "notebooks" / "executed" / profile.folder))
+    display = notebook_runner.Display(position, notebooks, hints, echo)
+    with _environment(memo), display.board:
         results = [] if not notebooks else notebook_runner.run_workers(
-            notebooks, run_one, jobs=jobs, reuse_kernels=reuse_kernels,
-            # the longest first: by this folder's last run, else by the committed run of the profile
-            hints=(notebook_runner.previous_seconds(paths.executed_dir)
-                   or notebook_runner.previous_seconds(REPOSITORY / "notebooks" / "executed" / profile.folder)),
-            on_start=lambda notebook: echo(f"[{position[notebook.stem]}/{total}] {notebook.stem} ..."),
+            notebooks, run_one, jobs=jobs, reuse_kernels=reuse_kernels, hints=hints, on_start=display.started,
             on_finish=finish)
     executed_before.settle()
     if not (results and results[-1].error):
@@ -379,12 +374,6 @@ def banner(profile: Profile) -> list[str]:
         stands = f", stands in for {m['stands_in_for']}" if m.get("stands_in_for") else ""
         described.append(f"{m['label']} ({m['engine']} engine, model {model}{stands})")
     return [f"reproduce: profile {profile.name}: agents = " + "; ".join(described)]
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    return f"{int(seconds // 60)} min {seconds % 60:02.0f} s"
 
 
 def build_parser() -> argparse.ArgumentParser:
