@@ -255,8 +255,8 @@ RECORDED_BY_METHOD = {"objective_keep": "MAD-M2 (O)", "icl_match": "ICL-CoT"}
 #: Fields a bank's manifest records (memory construction), not a cell's config.json.
 RECORDED_BY_BANK = ("reward_definition", "state_layout")
 #: Fields no run records (they choose which questions or cells run, or how numbers are summarised).
-NOT_RECORDED = {"description", "expected_runtime", "expected_runtime_minutes", "models", "large_models", "embedder",
-                "benchmarks", "train_limit", "sc_paths", "retrieval_policies", "retrieval_models",
+NOT_RECORDED = {"description", "expected_runtime", "expected_runtime_replay", "expected_runtime_minutes", "models",
+                "large_models", "embedder", "benchmarks", "train_limit", "sc_paths", "retrieval_policies", "retrieval_models",
                 "retrieval_benchmarks", "icl_models", "icl_benchmarks", "cost_benchmark", "poison_fractions",
                 "poison_benchmarks", "bootstrap_resamples", "extra_parameters", "api_budget", "protocol",
                 "memory_model", "memory_models", "extra_methods", "split_rule"}

@@ -271,8 +271,9 @@ def run_notebooks(
     jobs = default_jobs(profile) if jobs is None else max(1, jobs)
     reuse_kernels = _simulated_only(profile) if reuse_kernels is None else reuse_kernels
     at_once = f", {jobs} at a time" if jobs > 1 and len(notebooks) > 1 else ""
+    replaying = (Path(paths.cache_dir) / published.SEEDED_MARKER).is_file()  # a cache seeded from published/
     echo(f"reproduce: profile {profile.name} ({profile.source}); {len(notebooks)} notebooks{at_once}; "
-         f"expected runtime: {profile['expected_runtime']}")
+         f"expected runtime: {expected_runtime(profile, replaying)}")
     echo(f"  figures -> {paths.artifacts_dir}\n  executed notebooks -> {paths.executed_dir}")
     # The kernels share math-verify's verdicts (r2mad_core/data/verdicts.py): each would otherwise compare the same
     # answers symbolically again. Speed only: a verdict is a pure function of the two answers.
@@ -355,6 +356,14 @@ REAL_MODEL_HINT = (
     "PROFILE=api (any OpenAI-compatible endpoint: export R2MAD_API_MODEL, R2MAD_API_BASE_URL, R2MAD_API_KEY), "
     "PROFILE=paper (vLLM on a GPU); see README.md."
 )
+
+
+def expected_runtime(profile: Profile, replaying: bool = False) -> str:
+    """The time the banner states for the step it starts: the profile's ``expected_runtime``, or its
+    ``expected_runtime_replay`` when the run replays published generations (figures: docs/performance.md, "Stated
+    times", which tests/test_stated_times.py ties them to)."""
+    replay = profile.fields.get("expected_runtime_replay")
+    return str(replay if replaying and replay else profile["expected_runtime"])
 
 
 def banner(profile: Profile) -> list[str]:
