@@ -17,6 +17,7 @@ yourself; the clock is injectable (tests). ``make reproduce`` shows its notebook
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import threading
@@ -207,23 +208,17 @@ class ProgressBoard:
 
 
 #: tqdm's default text: ``desc: 44%|####4     | 8/18 [00:10<00:12,  1.2s/cell, round 2 (3 active)]``.
-_TQDM = None
+_TQDM = re.compile(r"(?:^|[\r\n])(?P<desc>[^\r\n|]*?):\s*\d+%\|[^|\r\n]*\|\s*(?P<n>\d+)/(?P<total>\d+)\s*"
+                   r"\[(?P<inside>[^\]\r\n]*)\]")
 
 
-def parse_tqdm(text: str) -> tuple[str, int, int | None, str] | None:
-    """The last tqdm bar drawn in ``text`` (a stream's output, ``\r``-separated redraws) as
+def parse_tqdm(text: str) -> tuple[str, int, int, str] | None:
+    """The last tqdm bar drawn in ``text`` (a stream's output, ``\\r``-separated redraws) as
     ``(description, done, total, postfix)``, or None when it holds no bar."""
-    import re
-
-    global _TQDM
-    if _TQDM is None:
-        _TQDM = re.compile(r"(?:^|[\r\n])(?P<desc>[^\r\n|]*?):?\s*(?:\d+%\|[^|\r\n]*\|)?\s*(?P<n>\d+)(?:/(?P<total>\d+))?"
-                           r"\s*\[[^\]\r\n<]*(?:<[^\],\r\n]*)?(?:,\s*[^\],\r\n]*(?:/s|s/\w+|it/s|\w+/s))?"
-                           r"(?P<post>[^\]\r\n]*)\]")
     found = None
-    for match in _TQDM.finditer(text):
-        found = match
+    for found in _TQDM.finditer(text):
+        pass
     if found is None:
         return None
-    total = int(found["total"]) if found["total"] else None
-    return found["desc"].strip(), int(found["n"]), total, found["post"].strip(" ,")
+    postfix = ", ".join(part.strip() for part in found["inside"].split(", ")[2:])  # after elapsed<left and the rate
+    return found["desc"].strip(), int(found["n"]), int(found["total"]), postfix
