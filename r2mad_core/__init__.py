@@ -2,8 +2,8 @@
 
 Bottom layer first (:data:`ARCHITECTURE`; tests/test_architecture.py holds every import to it):
 
-- ``files``, ``records``, ``plugins``, ``progress``: atomic files and locks, the typed run files (one transcript type
-  for writer and readers), plugin loading, the progress line of long work.
+- ``files``, ``records``, ``plugins``: atomic files and locks, the typed run files (one transcript type for
+  writer and readers), plugin loading.
 - ``data``: the benchmarks, their splits and answers (Section 5.1).
 - ``engines``: the one batched generation call behind every method, its response cache, the engine registry.
 - ``debate``: the debate of Eqs. 1-2: prompts, the round loop, scheduling, scoring of a transcript.
@@ -24,7 +24,7 @@ __version__ = "0.1.0"
 
 #: The layers, bottom up: a module imports only from its own unit or from units of lower layers.
 ARCHITECTURE: tuple[tuple[str, ...], ...] = (
-    ("files", "records", "plugins", "progress"),
+    ("files", "records", "plugins"),
     ("data",),
     ("engines",),
     ("debate",),

@@ -77,7 +77,8 @@ def _alternatives(base: Any) -> dict[str, Any]:
     """For every field of ProfileSpec an override of tiny that validates and differs from tiny's value."""
     spec = base.spec
     values: dict[str, Any] = {
-        "description": "another", "expected_runtime": "an hour", "expected_runtime_minutes": 60,
+        "description": "another", "expected_runtime": "an hour", "expected_runtime_replay": "a minute",
+        "expected_runtime_minutes": 60,
         "models": [{"label": "Simulated", "engine": "simulated", "model": "another-sim"}],
         "large_models": [], "embedder": "minilm",
         "benchmarks": ["mmlu_pro_economics", "truthfulqa", "math500"], "test_limit": 3, "train_limit": 5, "seed": 7,

@@ -16,7 +16,7 @@ parameters (docs/design.md "Profiles"; docs/performance.md for the times):
   function of its request, so the tables do not depend on the order (tested: byte-identical CSVs).
 - **Progress** (:class:`NotebookProgress`, issue 52): the kernel's messages are read as they come: the cell that
   starts and the tqdm bars the notebook draws (a grid's ``N cells``, a cell's questions and round) go to a
-  :class:`r2mad_core.progress.ProgressBoard`, one line in place on a terminal, a plain line per finished run and at
+  :class:`r2mad_core.experiments.progress.ProgressBoard`, one line in place on a terminal, a plain line per finished run and at
   least every 20 s in a log, with each notebook's time left from its recorded timing.
 - **Kernels kept** (``reuse_kernels``): a worker runs its next notebook in the kernel of its last one, cleared
   first (:data:`CLEAR_KERNEL`: the namespace, figures, matplotlib's settings and the execution count as in a
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from r2mad_core.files import atomic_write
-from r2mad_core.progress import ProgressBoard, parse_tqdm
+from r2mad_core.experiments.progress import ProgressBoard, parse_tqdm
 
 KERNEL_NAME = "python3"
 #: Run by every kernel at start (issue 33: kernels outlived a killed ``reproduce`` by 1-5 s and kept writing).
@@ -343,7 +343,7 @@ _GRID_BAR = __import__("re").compile(r"^\d+ cells$")
 
 
 class NotebookProgress:
-    """What one running notebook shows on a :class:`~r2mad_core.progress.ProgressBoard`: its runs done of those
+    """What one running notebook shows on a :class:`~r2mad_core.experiments.progress.ProgressBoard`: its runs done of those
     its grids announced so far (every ``N cells`` bar, added up), the cell it runs and the bar it draws now.
 
     Fed by the notebook client: :meth:`cell_started` (nbclient's ``on_cell_execute`` hook) and :meth:`message`
@@ -391,7 +391,7 @@ def duration_text(seconds: float) -> str:
 
 class Display:
     """What ``make reproduce`` prints while its notebooks run: ``[4/10] 04_ablations ...`` when one starts, ``done in``
-    or ``FAILED`` when it ends (through ``echo``), and between them the :class:`~r2mad_core.progress.ProgressBoard`
+    or ``FAILED`` when it ends (through ``echo``), and between them the :class:`~r2mad_core.experiments.progress.ProgressBoard`
     of the notebooks running, each with its time left from ``hints`` (the recorded timings)."""
 
     def __init__(self, position: Mapping[str, int], notebooks: Sequence[Path], hints: Mapping[str, float],
