@@ -379,7 +379,8 @@ def banner(profile: Profile) -> list[str]:
         ]
     described = []
     for m in models:
-        model = m.get("model") or "the packaged default model"
+        model = (m.get("model") or "the packaged default model") + (
+            f", re-quantized to {m['options']['requantize']}" if (m.get("options") or {}).get("requantize") else "")
         stands = f", stands in for {m['stands_in_for']}" if m.get("stands_in_for") else ""
         described.append(f"{m['label']} ({m['engine']} engine, model {model}{stands})")
     return [f"reproduce: profile {profile.name}: agents = " + "; ".join(described)]
