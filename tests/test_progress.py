@@ -142,6 +142,9 @@ def test_the_runner_says_each_notebook_and_shows_the_running_ones() -> None:
     clock.now += 60.0
     display.finished(notebooks[1], NotebookResult("04_ablations", 60.0, Path("out.ipynb")))
     assert said == ["[2/2] 04_ablations ...", "[2/2] 04_ablations done in 60.0 s"] and not board.tasks
+    from r2mad_core.reproduce.notebook_runner import duration_text
+
+    assert duration_text(299.6) == "5 min 00 s" and duration_text(464.2) == "7 min 44 s"
 
 
 @pytest.mark.slow

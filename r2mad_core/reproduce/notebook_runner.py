@@ -386,7 +386,8 @@ def duration_text(seconds: float) -> str:
     """A notebook's time as ``make reproduce`` prints it: ``42.0 s``, ``7 min 44 s``."""
     if seconds < 120:
         return f"{seconds:.1f} s"
-    return f"{int(seconds // 60)} min {seconds % 60:02.0f} s"
+    whole = round(seconds)  # rounded once: 299.6 s is 5 min 00 s, not 4 min 60 s
+    return f"{whole // 60} min {whole % 60:02d} s"
 
 
 class Display:
