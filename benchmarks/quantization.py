@@ -2,7 +2,7 @@
 it (:mod:`r2mad_core.engines.requantize`), at 1 and 2 llama.cpp threads (issue 52).
 
 A fixed sample of debate-sized requests (a TruthfulQA question with three peers' answers and two experiences, about
-700 prompt tokens, ``max_tokens`` 128, temperature 1.0 with fixed seeds), sent 8 at a time as the profile's server
+360 prompt tokens, ``max_tokens`` 128, temperature 1.0 with fixed seeds), sent 8 at a time as the profile's server
 slots take them, through :class:`~r2mad_core.engines.local.LocalEngine` (the server runs in this process, so
 ``time.process_time()`` counts every llama.cpp thread). CPU seconds are steady on a loaded machine where wall seconds
 are not: both are printed, with the load average. Configurations alternate (A B C A B C ...) so a change of load

@@ -49,7 +49,7 @@ def test_the_table_states_every_step_for_an_idle_2_core_machine_with_cpu_seconds
     for step, row in table.items():
         stated = row["stated"]
         assert re.fullmatch(r"[\d,.\- a-z]+ wall, [\d,.]+ CPU s", stated), (step, stated)
-        assert re.fullmatch(r"[0-9a-f]{7}", row["commit"]) and re.search(r"\d", row["load"]), (step, row)
+        assert re.fullmatch(r"[0-9a-f]{7}", row["commit (CPU)"]) and re.search(r"\d", row["load"]), (step, row)
         assert re.search(r"[\d,.]+", row["CPU seconds"]), (step, row)
 
 
