@@ -419,6 +419,36 @@ def test_deadline_never_fires_after_the_block() -> None:
         time.sleep(0.01)
 
 
+def test_the_deadline_counts_the_verifiers_cpu_time_not_wall_time() -> None:
+    """Issue 52: a verdict must not depend on the machine's load. A job that waits 0.6 s without computing (as a
+    comparison waits for a core on a loaded machine) uses almost no CPU: a 0.2 s budget lets it finish."""
+    assert answers._with_deadline(lambda: (time.sleep(0.6), "finished")[1], 0.2, "gave up") == "finished"
+    assert answers.SYMBOLIC_TIMEOUT_SECONDS >= 5.0  # the product's budget: 5 CPU seconds of one comparison
+
+
+def test_wait_cpu_seconds_ends_when_the_worker_used_its_budget_or_finished() -> None:
+    from r2mad_core.data.deadline import wait_cpu_seconds
+
+    stop, done = threading.Event(), threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            pass
+
+    worker = threading.Thread(target=spin, daemon=True)
+    worker.start()
+    try:
+        assert wait_cpu_seconds(done, worker, 0.1) is False  # it computed for 0.1 CPU s without finishing
+        done.set()
+        assert wait_cpu_seconds(done, worker, 100.0) is True  # finished: no wait for the budget
+    finally:
+        stop.set()
+        worker.join()
+    idle = threading.Thread(target=time.sleep, args=(5,), daemon=True)
+    idle.start()
+    assert wait_cpu_seconds(threading.Event(), idle, 10.0, wall_backstop=0.3) is False  # the wall backstop
+
+
 def test_slow_symbolic_comparison_gives_up(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(answers, "SYMBOLIC_TIMEOUT_SECONDS", 0.3)
     answers.clear_caches()

@@ -82,7 +82,8 @@ def _alternatives(base: Any) -> dict[str, Any]:
     """For every field of ProfileSpec an override of tiny that validates and differs from tiny's value."""
     spec = base.spec
     values: dict[str, Any] = {
-        "description": "another", "expected_runtime": "an hour", "expected_runtime_minutes": 60,
+        "description": "another", "expected_runtime": "an hour", "expected_runtime_replay": "a minute",
+        "expected_runtime_minutes": 60,
         "models": [{"label": "Simulated", "engine": "simulated", "model": "another-sim"}],
         "large_models": [], "embedder": "minilm",
         "benchmarks": ["mmlu_pro_economics", "truthfulqa", "math500"], "test_limit": 3, "train_limit": 5, "seed": 7,
@@ -261,8 +262,8 @@ RECORDED_BY_METHOD = {"objective_keep": "MAD-M2 (O)", "icl_match": "ICL-CoT"}
 #: Fields a bank's manifest records (memory construction), not a cell's config.json.
 RECORDED_BY_BANK = ("reward_definition", "state_layout")
 #: Fields no run records (they choose which questions or cells run, or how numbers are summarised).
-NOT_RECORDED = {"description", "expected_runtime", "expected_runtime_minutes", "models", "large_models", "embedder",
-                "benchmarks", "train_limit", "sc_paths", "retrieval_policies", "retrieval_models",
+NOT_RECORDED = {"description", "expected_runtime", "expected_runtime_replay", "expected_runtime_minutes", "models",
+                "large_models", "embedder", "benchmarks", "train_limit", "sc_paths", "retrieval_policies", "retrieval_models",
                 "retrieval_benchmarks", "icl_models", "icl_benchmarks", "cost_benchmark", "poison_fractions",
                 "poison_benchmarks", "bootstrap_resamples", "extra_parameters", "api_budget", "protocol",
                 "memory_model", "memory_models", "extra_methods", "split_rule"}

@@ -127,3 +127,20 @@ def test_the_memo_keeps_two_generations_of_texts(monkeypatch):
     assert base._texts_bytes <= 100 + 50  # the newer generation: full at ~100 bytes, then it becomes the older
     assert 0 < len(base._older_texts) <= 4
     assert "user" in base._texts or "user" in base._older_texts
+
+
+def test_a_growing_conversations_keys_resume_from_its_last_prefix_and_equal_json_dumps(monkeypatch):
+    """Issue 52: a debate's conversation grows a turn a round; its key resumes the SHA-256 state of the shorter
+    conversation hashed before instead of hashing from the start. The keys are json.dumps' own at every length, for
+    two engines at once (two heads), after the stored states are dropped, and with a turn changed in the middle."""
+    monkeypatch.setattr(base, "_PREFIX_STATES_KEPT", 5)
+    conversation = [{"role": "system", "content": TEXTS[2]}]
+    for turn, text in enumerate([t for t in TEXTS if "\ud800" not in t] * 2):  # no JSON text encodes a lone surrogate
+        conversation.append({"role": "user" if turn % 2 == 0 else "assistant", "content": f"{text} {turn}"})
+        request = Request(messages=tuple(conversation), params=SamplingParams(max_tokens=8, seed=turn))
+        for identity in ("engine-a", "engine-b"):
+            assert request.key(identity, "m") == _reference_key(request, identity, "m")
+    assert any(len(pairs) > 1 for _, pairs in base._prefix_states)  # states were stored and resumed
+    changed = conversation[:3] + [{"role": "user", "content": "another turn"}] + conversation[4:]
+    request = Request(messages=tuple(changed), params=SamplingParams(max_tokens=8))
+    assert request.key("engine-a", "m") == _reference_key(request, "engine-a", "m")

@@ -42,7 +42,7 @@ def setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         (notebooks / f"{name}.ipynb").write_text(_notebook(name, after))
     executed: list[str] = []
 
-    def execute(notebook: Path, output: Path, parameters, kernel=None, clear=False):
+    def execute(notebook: Path, output: Path, parameters, kernel=None, clear=False, progress=None):
         executed.append(notebook.stem)
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(notebook.read_text())
@@ -155,7 +155,7 @@ def test_a_failed_run_leaves_no_record_and_the_next_runs_everything(setting, mon
     run()
     (notebooks / "02_memory.ipynb").write_text(_notebook("02_memory", [], " (edited)"))
 
-    def failing(notebook, output, parameters, kernel=None, clear=False):
+    def failing(notebook, output, parameters, kernel=None, clear=False, progress=None):
         execute(notebook, output, parameters, kernel, clear)
         return "cell 2: ValueError: no" if notebook.stem == "02_memory" else None
 

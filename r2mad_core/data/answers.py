@@ -47,7 +47,7 @@ Pathological expressions cannot hang a run. (1) A screen (:func:`safe_for_symbol
 than :data:`MAX_ANSWER_CHARS`, power towers, exponents or factorials of four digits or more and deep nesting
 are compared by normal form only (sums, products, integrals and limits are compared symbolically, under the
 deadline). (2) Every math-verify parse and comparison has a deadline of
-:data:`SYMBOLIC_TIMEOUT_SECONDS`. math-verify's own timeouts use ``signal.alarm`` and raise ValueError
+:data:`SYMBOLIC_TIMEOUT_SECONDS` of CPU time (so a verdict does not depend on the machine's load, issue 52). math-verify's own timeouts use ``signal.alarm`` and raise ValueError
 outside the main thread, so they are switched off (``parsing_timeout=None``, ``timeout_seconds=None``)
 and replaced by a deadline that works in any thread (:func:`r2mad_core.data.deadline.with_deadline`, one long-lived verifier thread); a comparison that runs out of time counts as "not equivalent".
 """
@@ -80,7 +80,8 @@ for _name in ("math_verify.parser", "math_verify.grader"):
 MAX_ANSWER_CHARS = 200
 #: Longest text scanned for an answer: a longer response is cut to its last this-many characters.
 MAX_RESPONSE_CHARS = 200_000
-#: Time limit (seconds) of one symbolic parse and of one symbolic comparison, in any thread.
+#: Time limit (CPU seconds of the verifier thread, not wall time) of one symbolic parse and of one symbolic
+#: comparison, in any thread (r2mad_core.data.deadline).
 SYMBOLIC_TIMEOUT_SECONDS = 5.0
 #: Letters the multiple-choice prompts allow when the number of options is not given (A-J).
 DEFAULT_NUM_OPTIONS = 10

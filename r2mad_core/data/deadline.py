@@ -3,8 +3,15 @@
 math-verify's own timeouts use ``signal.alarm``, which works only in the main thread (elsewhere it raises
 ValueError), so :mod:`r2mad_core.data.answers` switches them off and runs every parse and comparison through
 :func:`with_deadline`: the work runs in one long-lived daemon thread (a thread per call cost ~4% of the
-default run's CPU), the caller waits at most ``seconds`` and is never interrupted itself, and a computation
-that overruns is abandoned with its thread, which :func:`_stop_thread` stops in the background.
+default run's CPU), the caller waits until the job has used ``seconds`` of CPU time and is never interrupted
+itself, and a computation that overruns is abandoned with its thread, which :func:`_stop_thread` stops in the
+background.
+
+The budget is CPU time of the verifier thread (its own POSIX thread clock), not wall time (issue 52): on a loaded
+machine the thread waits for a core without using its budget, so whether a comparison finishes in time, and so a
+verdict, does not depend on the machine's load. A job that uses no CPU (it cannot happen in sympy, which never
+blocks) is still given up after :data:`WALL_BACKSTOP_SECONDS` of wall time. Without thread clocks (not Linux/BSD/macOS)
+the budget is wall time, as before.
 """
 
 from __future__ import annotations
@@ -14,11 +21,56 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
 logger = logging.getLogger("r2mad_core.data.answers")  # the messages read as before
 T = TypeVar("T")
+
+#: A job that has not used its CPU budget is still given up after this much wall time (far above any load: a job
+#: that never gets a core for 10 minutes). Only a job that blocks without computing can reach it.
+WALL_BACKSTOP_SECONDS = 600.0
+
+
+def _thread_cpu_clock(thread: threading.Thread) -> int | None:
+    """The POSIX CPU-time clock of ``thread``, or None where there is none."""
+    getter = getattr(time, "pthread_getcpuclockid", None)
+    if getter is None or thread.ident is None:
+        return None
+    try:
+        return getter(thread.ident)
+    except (OSError, OverflowError):
+        return None
+
+
+def wait_cpu_seconds(done: threading.Event, worker: threading.Thread, seconds: float,
+                     wall_backstop: float = WALL_BACKSTOP_SECONDS) -> bool:
+    """Wait until ``done`` is set (True) or ``worker`` has used ``seconds`` of CPU time since the call (False).
+
+    The wait is in slices of the budget left: a thread cannot use more CPU than the wall time that passed, so no
+    slice can overshoot the budget. Without a thread clock the budget is wall time.
+    """
+    clock = _thread_cpu_clock(worker)
+    if clock is None:
+        return done.wait(seconds)
+    try:
+        start = time.clock_gettime(clock)
+    except OSError:  # the thread ended already
+        return done.is_set()
+    give_up = time.monotonic() + max(wall_backstop, seconds)
+    while True:
+        try:
+            used = time.clock_gettime(clock) - start
+        except OSError:  # the thread ended: it set done or never will
+            return done.is_set()
+        left = seconds - used
+        if left <= 0:
+            return done.is_set()
+        if done.wait(min(left, max(0.0, give_up - time.monotonic())) + 1e-3):
+            return True
+        if time.monotonic() >= give_up:
+            return done.is_set()
 
 
 class SymbolicTimeout(BaseException):
@@ -71,8 +123,8 @@ def _serve(jobs: "queue.SimpleQueue[_Job | None]") -> None:
 class _Verifier:
     """One long-lived daemon thread that runs every symbolic parse and comparison, one at a time.
 
-    A thread per call cost ~4% of the default run's CPU (issue 35). The deadline is as before: the caller
-    waits at most ``seconds`` for its job; a job that overruns gets ``on_timeout`` and its thread is
+    A thread per call cost ~4% of the default run's CPU (issue 35). The deadline: the caller waits until its job
+    has used ``seconds`` of the verifier thread's CPU time (:func:`wait_cpu_seconds`); a job that overruns gets ``on_timeout`` and its thread is
     abandoned (renamed ``r2mad-symbolic-overrun``, stopped in the background by :func:`_stop_thread`, and
     told to end by a ``None`` job should it finish first); the next call starts a new thread.
     """
@@ -96,10 +148,10 @@ class _Verifier:
                 self._worker.start()
             job = _Job(function)
             self._jobs.put(job)  # type: ignore[union-attr]
-            if not job.done.wait(seconds):
+            if not wait_cpu_seconds(job.done, self._worker, seconds):
                 worker, jobs = self._worker, self._jobs
                 self._worker = self._jobs = None
-                logger.warning("symbolic comparison gave up after %.1f s", seconds)
+                logger.warning("symbolic comparison gave up after %.1f CPU s", seconds)
                 worker.name = "r2mad-symbolic-overrun"
                 jobs.put(None)  # type: ignore[union-attr]
                 threading.Thread(target=_stop_thread, args=(worker,), name="r2mad-symbolic-reaper", daemon=True).start()
@@ -115,11 +167,11 @@ if hasattr(os, "register_at_fork"):
 
 
 def with_deadline(function: Callable[[], T], seconds: float, on_timeout: T) -> T:
-    """``function()``, or ``on_timeout`` when it runs longer than ``seconds``; safe in any thread.
+    """``function()``, or ``on_timeout`` when it uses more than ``seconds`` of CPU time; safe in any thread.
 
     math-verify's own timeouts use ``signal.alarm``, which works only in the main thread (elsewhere it
     raises ValueError). Here the work runs in one long-lived daemon thread (:class:`_Verifier`); the caller
-    waits at most ``seconds`` and is never interrupted itself. A worker that overruns is stopped by
+    waits until the job has used ``seconds`` of CPU time (whatever the machine's load) and is never interrupted itself. A worker that overruns is stopped by
     :func:`_stop_thread` in the background.
     """
     return _VERIFIER.run(function, seconds, on_timeout)

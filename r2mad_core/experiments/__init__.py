@@ -10,4 +10,6 @@
 - :mod:`~r2mad_core.experiments.profiles`: the typed profile schema (``ProfileSpec``).
 - :mod:`~r2mad_core.experiments.protocol`: the protocol presets (paper, authors): every open choice and its evidence.
 - :mod:`~r2mad_core.experiments.budget`: request, token and price estimates and caps for paid runs.
+- :mod:`~r2mad_core.experiments.progress`: the progress line of long work (runs done, current work, time left) on a
+  terminal or in a log (issue 52).
 """

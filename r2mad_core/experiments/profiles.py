@@ -260,6 +260,7 @@ class ProfileSpec(_MemoryFields):  # type: ignore[misc,valid-type]
     # What the profile is and what it costs
     description: Text
     expected_runtime: Text
+    expected_runtime_replay: Text | None = None  # a run that replays published generations (docs/performance.md)
     expected_runtime_minutes: Annotated[Number, Field(gt=0, allow_inf_nan=False)]
     # Who debates
     models: Annotated[list[ModelEntry], Field(min_length=1)]

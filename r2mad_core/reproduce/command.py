@@ -59,6 +59,7 @@ from r2mad_core.reproduce.notebook_runner import (  # noqa: F401  (re-exported: 
     AFTER_METADATA,
     KERNEL_NAME,
     NotebookResult,
+    duration_text as _duration,
     prerequisites,
 )
 from r2mad_core.experiments.protocol import PROTOCOLS, help_text as protocol_help
@@ -271,8 +272,9 @@ def run_notebooks(
     jobs = default_jobs(profile) if jobs is None else max(1, jobs)
     reuse_kernels = _simulated_only(profile) if reuse_kernels is None else reuse_kernels
     at_once = f", {jobs} at a time" if jobs > 1 and len(notebooks) > 1 else ""
+    replaying = (Path(paths.cache_dir) / published.SEEDED_MARKER).is_file()  # a cache seeded from published/
     echo(f"reproduce: profile {profile.name} ({profile.source}); {len(notebooks)} notebooks{at_once}; "
-         f"expected runtime: {profile['expected_runtime']}")
+         f"expected runtime: {expected_runtime(profile, replaying)}")
     echo(f"  figures -> {paths.artifacts_dir}\n  executed notebooks -> {paths.executed_dir}")
     # The kernels share math-verify's verdicts (r2mad_core/data/verdicts.py): each would otherwise compare the same
     # answers symbolically again. Speed only: a verdict is a pure function of the two answers.
@@ -292,33 +294,27 @@ def run_notebooks(
     notebooks = check.out_of_date(echo, run_all=not up_to_date_check) if check is not None else notebooks
 
     def run_one(notebook: Path, kernel: Any, clear: bool) -> NotebookResult:
-        passed = passed_to(notebook)
-        output = paths.executed_dir / notebook.name
-        start = time.perf_counter()
-        error = notebook_runner.execute(notebook, output, passed, kernel, clear)
+        output, start = paths.executed_dir / notebook.name, time.perf_counter()
+        error = notebook_runner.execute(notebook, output, passed_to(notebook), kernel, clear,
+                                        progress=display.progress(notebook))
         _strip_machine_paths(output)
         if paths.variant:
             _mark_variant(output, profile, paths)
         return NotebookResult(notebook.stem, time.perf_counter() - start, output, error)
 
     def finish(notebook: Path, result: NotebookResult) -> None:  # under the runner's lock
-        tag = f"[{position[notebook.stem]}/{total}] {notebook.stem}"
         notebook_runner.record_timing(paths.executed_dir, notebook.stem, result.seconds, result.error is None)
         if after_notebook is not None:
             after_notebook(result)
-        if result.error:
-            echo(f"{tag} FAILED after {result.seconds:.1f} s in {result.error}")
-            echo(f"  the partly executed notebook is {result.output}")
-        else:
-            echo(f"{tag} done in {_duration(result.seconds)}")
+        display.finished(notebook, result)
 
-    with _environment(memo):
+    # the longest first: by this folder's last run, else by the committed run of the profile (also the time left)
+    hints = (notebook_runner.previous_seconds(paths.executed_dir)
+             or notebook_runner.previous_seconds(REPOSITORY / "notebooks" / "executed" / profile.folder))
+    display = notebook_runner.Display(position, notebooks, hints, echo)
+    with _environment(memo), display.board:
         results = [] if not notebooks else notebook_runner.run_workers(
-            notebooks, run_one, jobs=jobs, reuse_kernels=reuse_kernels,
-            # the longest first: by this folder's last run, else by the committed run of the profile
-            hints=(notebook_runner.previous_seconds(paths.executed_dir)
-                   or notebook_runner.previous_seconds(REPOSITORY / "notebooks" / "executed" / profile.folder)),
-            on_start=lambda notebook: echo(f"[{position[notebook.stem]}/{total}] {notebook.stem} ..."),
+            notebooks, run_one, jobs=jobs, reuse_kernels=reuse_kernels, hints=hints, on_start=display.started,
             on_finish=finish)
     executed_before.settle()
     if not (results and results[-1].error):
@@ -363,6 +359,14 @@ REAL_MODEL_HINT = (
 )
 
 
+def expected_runtime(profile: Profile, replaying: bool = False) -> str:
+    """The time the banner states for the step it starts: the profile's ``expected_runtime``, or its
+    ``expected_runtime_replay`` when the run replays published generations (figures: docs/performance.md, "Stated
+    times", which tests/test_stated_times.py ties them to)."""
+    replay = profile.fields.get("expected_runtime_replay")
+    return str(replay if replaying and replay else profile["expected_runtime"])
+
+
 def banner(profile: Profile) -> list[str]:
     """The first printed lines: what the agents are, what the run shows, how to run a real model."""
     models = list(profile["models"])
@@ -376,16 +380,11 @@ def banner(profile: Profile) -> list[str]:
         ]
     described = []
     for m in models:
-        model = m.get("model") or "the packaged default model"
+        model = (m.get("model") or "the packaged default model") + (
+            f", re-quantized to {m['options']['requantize']}" if (m.get("options") or {}).get("requantize") else "")
         stands = f", stands in for {m['stands_in_for']}" if m.get("stands_in_for") else ""
         described.append(f"{m['label']} ({m['engine']} engine, model {model}{stands})")
     return [f"reproduce: profile {profile.name}: agents = " + "; ".join(described)]
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    return f"{int(seconds // 60)} min {seconds % 60:02.0f} s"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,6 +14,10 @@ parameters (docs/design.md "Profiles"; docs/performance.md for the times):
   running finish. Notebooks running at once share runs, the response cache and the manifest through file locks
   and SQLite (:mod:`r2mad_core.experiments.cell`, :mod:`r2mad_core.engines.cache`), and every generation is a
   function of its request, so the tables do not depend on the order (tested: byte-identical CSVs).
+- **Progress** (:class:`NotebookProgress`, issue 52): the kernel's messages are read as they come: the cell that
+  starts and the tqdm bars the notebook draws (a grid's ``N cells``, a cell's questions and round) go to a
+  :class:`r2mad_core.experiments.progress.ProgressBoard`, one line in place on a terminal, a plain line per finished run and at
+  least every 20 s in a log, with each notebook's time left from its recorded timing.
 - **Kernels kept** (``reuse_kernels``): a worker runs its next notebook in the kernel of its last one, cleared
   first (:data:`CLEAR_KERNEL`: the namespace, figures, matplotlib's settings and the execution count as in a
   fresh kernel); the libraries stay imported, which is most of what a kernel costs before a notebook's first
@@ -31,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from r2mad_core.files import atomic_write
+from r2mad_core.experiments.progress import ProgressBoard, parse_tqdm
 
 KERNEL_NAME = "python3"
 #: Run by every kernel at start (issue 33: kernels outlived a killed ``reproduce`` by 1-5 s and kept writing).
@@ -176,14 +181,19 @@ def run_workers(
 
 
 def execute(notebook: Path, output: Path, parameters: Mapping[str, Any], kernel: Any = None,
-            clear: bool = False) -> str | None:
+            clear: bool = False, progress: "NotebookProgress | None" = None) -> str | None:
     """Run ``notebook`` into ``output`` with papermill, in the notebook's folder; in ``kernel`` (a kept kernel
-    manager, cleared first when ``clear``) or a kernel of its own. Returns the error, or None."""
+    manager, cleared first when ``clear``) or a kernel of its own; its cells and bars reported to ``progress``.
+    Returns the error, or None."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
-    reuse = {"engine_name": REUSING_ENGINE, "km": kernel, "prologue": CLEAR_KERNEL if clear else START_KERNEL} \
-        if kernel is not None else {}
+    reuse: dict[str, Any] = {}
+    if kernel is not None:
+        reuse = {"engine_name": REUSING_ENGINE, "km": kernel, "prologue": CLEAR_KERNEL if clear else START_KERNEL}
+    if progress is not None:
+        register_reusing_engine()
+        reuse = {"engine_name": REUSING_ENGINE, "km": kernel, "prologue": "", **reuse, "progress": progress}
     try:
         papermill.execute_notebook(
             str(notebook), str(output), parameters=dict(parameters), kernel_name=KERNEL_NAME,
@@ -258,7 +268,8 @@ def shut_down(kernel: Any) -> None:
 
 def register_reusing_engine() -> None:
     """papermill's nbclient engine, with a client that runs a silent ``prologue`` in the kernel before the
-    notebook's first cell and closes its channels afterwards (the kernel, not the client, outlives the notebook)."""
+    notebook's first cell and closes its channels afterwards (the kernel, not the client, outlives the notebook),
+    and reports the cells and progress bars it sees to a :class:`NotebookProgress`."""
     from papermill.clientwrap import PapermillNotebookClient
     from papermill.engines import NBClientEngine, papermill_engines
 
@@ -267,9 +278,18 @@ def register_reusing_engine() -> None:
             return
 
         class ReusingClient(PapermillNotebookClient):
-            def __init__(self, nb_man: Any, prologue: str = "", **kwargs: Any) -> None:
+            def __init__(self, nb_man: Any, prologue: str = "", progress: "NotebookProgress | None" = None,
+                         **kwargs: Any) -> None:
                 super().__init__(nb_man, **kwargs)
                 self.prologue = prologue
+                self.progress = progress
+                if progress is not None:
+                    self.on_cell_execute = progress.cell_started
+
+            def process_message(self, msg: dict, cell: Any, cell_index: int) -> Any:
+                if self.progress is not None:
+                    self.progress.message(msg)
+                return super().process_message(msg, cell, cell_index)
 
             def papermill_execute_cells(self) -> None:
                 if self.prologue:
@@ -313,3 +333,91 @@ def record_timing(executed_dir: Path, notebook: str, seconds: float, succeeded: 
     timings[notebook] = {"seconds": round(seconds, 2), "succeeded": succeeded,
                          "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     atomic_write(path, json.dumps(dict(sorted(timings.items())), indent=2) + "\n")
+
+
+# --------------------------------------------------------------------------------------------
+# Progress
+# --------------------------------------------------------------------------------------------
+#: A grid's bar (:meth:`r2mad_core.reproduce.grid.ExperimentGrid.grid`): its units are the notebook's runs.
+_GRID_BAR = __import__("re").compile(r"^\d+ cells$")
+
+
+class NotebookProgress:
+    """What one running notebook shows on a :class:`~r2mad_core.experiments.progress.ProgressBoard`: its runs done of those
+    its grids announced so far (every ``N cells`` bar, added up), the cell it runs and the bar it draws now.
+
+    Fed by the notebook client: :meth:`cell_started` (nbclient's ``on_cell_execute`` hook) and :meth:`message`
+    (every kernel message; tqdm bars arrive as ``stderr`` stream text)."""
+
+    def __init__(self, board: ProgressBoard, name: str) -> None:
+        self.board = board
+        self.name = name
+        self._grid: tuple[str, int, int] | None = None  # the current grid bar: description, done, total
+        self._runs_before = 0  # runs of the grids that finished
+
+    def cell_started(self, cell: Any = None, cell_index: int = 0, **_: Any) -> None:
+        source = str((cell or {}).get("source", "")) if cell is not None else ""
+        first = next((line.strip().lstrip("#").strip() for line in source.splitlines() if line.strip()), "")
+        summary = first if len(first) <= 48 else first[:47] + "…"
+        self.board.update(self.name, work=f"cell {cell_index}" + (f" ({summary})" if summary else ""))
+
+    def message(self, msg: Mapping[str, Any]) -> None:
+        try:
+            if msg.get("msg_type") != "stream" or msg.get("content", {}).get("name") != "stderr":
+                return
+            bar = parse_tqdm(str(msg["content"].get("text", "")))
+        except (AttributeError, KeyError, TypeError, ValueError):
+            return
+        if bar is not None:
+            self.bar(*bar)
+
+    def bar(self, description: str, done: int, total: int | None, postfix: str = "") -> None:
+        if _GRID_BAR.match(description) and total is not None:
+            if self._grid is not None and (self._grid[0] != description or done < self._grid[1]):
+                self._runs_before += self._grid[1]  # a new grid: the last one's runs are done
+            self._grid = (description, done, total)
+            self.board.update(self.name, done=self._runs_before + done, total=self._runs_before + total, unit="runs")
+            return
+        counts = f" {done}/{total}" if total else f" {done}"
+        self.board.update(self.name, work=f"{description}{counts}" + (f", {postfix}" if postfix else ""))
+
+
+def duration_text(seconds: float) -> str:
+    """A notebook's time as ``make reproduce`` prints it: ``42.0 s``, ``7 min 44 s``."""
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    whole = round(seconds)  # rounded once: 299.6 s is 5 min 00 s, not 4 min 60 s
+    return f"{whole // 60} min {whole % 60:02d} s"
+
+
+class Display:
+    """What ``make reproduce`` prints while its notebooks run: ``[4/10] 04_ablations ...`` when one starts, ``done in``
+    or ``FAILED`` when it ends (through ``echo``), and between them the :class:`~r2mad_core.experiments.progress.ProgressBoard`
+    of the notebooks running, each with its time left from ``hints`` (the recorded timings)."""
+
+    def __init__(self, position: Mapping[str, int], notebooks: Sequence[Path], hints: Mapping[str, float],
+                 echo: Callable[[str], None], board: ProgressBoard | None = None) -> None:
+        self.position, self.total, self.hints, self.echo = position, len(position), hints, echo
+        self.not_started = {notebook.stem for notebook in notebooks}
+        self.board = board or ProgressBoard(waiting=self.waiting)
+
+    def waiting(self) -> float | None:
+        """The recorded seconds of the notebooks not started yet."""
+        return sum(self.hints.get(name, 0.0) for name in list(self.not_started)) or None
+
+    def progress(self, notebook: Path) -> NotebookProgress:
+        return NotebookProgress(self.board, notebook.stem)
+
+    def started(self, notebook: Path) -> None:
+        self.not_started.discard(notebook.stem)
+        self.board.say(f"[{self.position[notebook.stem]}/{self.total}] {notebook.stem} ...", self.echo)
+        self.board.begin(notebook.stem, expected=self.hints.get(notebook.stem))
+
+    def finished(self, notebook: Path, result: NotebookResult) -> None:
+        self.board.end(notebook.stem)
+        tag = f"[{self.position[notebook.stem]}/{self.total}] {notebook.stem}"
+        if result.error:
+            self.board.say(f"{tag} FAILED after {result.seconds:.1f} s in {result.error}", self.echo)
+            self.board.say(f"  the partly executed notebook is {result.output}", self.echo)
+        else:
+            self.board.say(f"{tag} done in {duration_text(result.seconds)}", self.echo)

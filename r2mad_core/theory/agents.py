@@ -315,6 +315,7 @@ class SimulatedEngine:
             raise ValueError("SimulatedEngine: samples is empty; the engine identifies questions by their text")
         self._profiles: dict[str, SampleProfile] = {}
         self._distributions: dict[tuple, np.ndarray] = {}
+        self._persona_priors: dict[tuple[str, int], np.ndarray] = {}  # persona_log_prior, pure in (sample, persona)
         self._completions: dict[str, Completion] = {}  # request key -> completion (_remembered)
         self._lock = threading.Lock()
         self._closed = False
@@ -359,15 +360,19 @@ class SimulatedEngine:
     def persona_log_prior(self, profile: SampleProfile, persona: int | None) -> np.ndarray:
         """The concept prior of a persona: the sample prior with the theta*:theta' log-odds shifted by
         a per-(sample, persona) normal draw of sd ``persona_shift`` (no shift when persona is None)."""
-        log_prior = np.array(profile.log_prior)
         if persona is None or self.params.persona_shift == 0:
-            return log_prior
-        shift = self.params.persona_shift * float(
-            _rng("persona", profile.sample_id, persona, self.params.difficulty_seed).standard_normal()
-        )
-        log_prior[theory.TRUE_CONCEPT] += shift / 2
-        log_prior[theory.MISCONCEPTION] -= shift / 2
-        return log_prior - np.logaddexp.reduce(log_prior)
+            return np.array(profile.log_prior)
+        key = (profile.sample_id, persona)  # the engine's params are fixed: the prior is pure in the key (issue 52:
+        cached = self._persona_priors.get(key)  # it was recomputed, a new random generator each time, on every miss)
+        if cached is None:
+            log_prior = np.array(profile.log_prior)
+            shift = self.params.persona_shift * float(
+                _rng("persona", profile.sample_id, persona, self.params.difficulty_seed).standard_normal()
+            )
+            log_prior[theory.TRUE_CONCEPT] += shift / 2
+            log_prior[theory.MISCONCEPTION] -= shift / 2
+            cached = self._persona_priors[key] = log_prior - np.logaddexp.reduce(log_prior)
+        return cached.copy()
 
     def answer_probabilities(
         self,
