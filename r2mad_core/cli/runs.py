@@ -55,6 +55,8 @@ def runs_command(args: argparse.Namespace) -> int:
                                          pages=not args.no_pages, progress=_Progress(), skipped=skipped)
     except (FileNotFoundError, run_index.RunIndexError) as exc:
         raise UsageError(str(exc)) from None
+    for line in skipped:
+        print(f"r2mad runs: warning: {line}", file=sys.stderr)
     if not args.quiet:
         print(run_index.format_table(entries))
     fed = sum(1 for e in entries if e.feeds)

@@ -265,7 +265,7 @@ def collect(runs_root: str | Path, figures_dir: str | Path | None = None, *, cac
             progress: Progress | None = None, skipped: list[str] | None = None) -> list[RunEntry]:
     """Every run under ``runs_root`` with what it feeds (the manifests under ``figures_dir``, when given). A run
     whose config.json, metrics.json or transcripts cannot be read is left out with a warning naming the file and
-    field (and the line appended to ``skipped``). ``cache`` (``_viewer/cache.json``'s runs): rows of unchanged runs
+    field (the line appended to ``skipped`` when given, else logged). ``cache`` (``_viewer/cache.json``'s runs): rows of unchanged runs
     are taken from it, and it is updated."""
     runs_root = Path(runs_root).resolve()
     # run paths as manifests name them: relative to the folder holding runs/ (else to the folder's parent)
@@ -284,10 +284,11 @@ def collect(runs_root: str | Path, figures_dir: str | Path | None = None, *, cac
             try:
                 entry = read_entry(run_dir, root)
             except RunIndexError as exc:
-                logger.warning("skipped %s: %s", key, exc)
                 cache.pop(key, None)
                 if skipped is not None:
-                    skipped.append(f"{key}: {exc}")
+                    skipped.append(f"skipped {key}: {exc}")
+                else:
+                    logger.warning("skipped %s: %s", key, exc)
                 continue
             cache[key] = {"stamp": stamp, "row": {name: getattr(entry, name) for name in _CACHED}, "page": None}
         entry.feeds = sorted(feeds.get(key, []))

@@ -115,6 +115,13 @@ def _script(call: str, *args: Any) -> str:
     return f"R2V.{call}({body});\n"
 
 
+def read_script(path: str | Path) -> list[Any]:
+    """The JSON arguments of a data file written by :func:`_script` (``R2V.run({...});`` -> ``[{...}]``)."""
+    text = Path(path).read_text(encoding="utf-8").strip()
+    start, end = text.index("("), text.rindex(")")
+    return json.loads(f"[{text[start + 1:end]}]")
+
+
 def _page(title: str, assets: str, attributes: Mapping[str, str]) -> str:
     attrs = "".join(f' {k}="{html.escape(v, quote=True)}"' for k, v in attributes.items())
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
