@@ -289,6 +289,30 @@ def test_the_viewer_check_fails_when_the_filter_script_is_broken(chromium, viewe
         assert console and any("missing" in p for p in seen["problems"]), (seen, console)
 
 
+def test_the_viewer_embedded_at_the_books_width_keeps_its_words_whole(chromium, viewer_site, tmp_path):
+    """Notebook 04 embeds the viewer (viewer.show): in an output area of the book (its width, the book's CSS, which
+    makes every table of an output a scrolling block), a grid cell keeps a readable width (the grid scrolls in its
+    frame) instead of one letter per line. With the viewer's style of before (no display:table), the cells were
+    9 px wide."""
+    sys.path.insert(0, str(ROOT / "docs"))
+    import build_book
+    from r2mad_core.report import viewer
+
+    runs = [viewer.load_view(viewer_site["runs"] / "simulated" / "r2mad")]
+    fragment = viewer.render(runs, viewer.select_questions(runs, limit=1), page=False, expand=True)
+    page = tmp_path / "book.html"
+    page.write_text(f'<!DOCTYPE html><html><head><style>{build_book.BOOK_CSS}</style></head><body>'
+                    '<div class="jupyter-wrapper" style="width:700px"><div class="jp-OutputArea-output '
+                    f'jp-RenderedHTMLCommon">{fragment}</div></div><script>window.addEventListener("load", function () {{'
+                    'var w = Array.prototype.map.call(document.querySelectorAll("td.turn"), function (td) {'
+                    ' return td.getBoundingClientRect().width; });'
+                    'document.documentElement.setAttribute("data-widths", JSON.stringify(w)); });</script>'
+                    "</body></html>")
+    dom, console = open_page(chromium, page, tmp_path)
+    widths = json.loads(htmllib.unescape(re.search(r'data-widths="([^"]*)"', dom).group(1)))
+    assert console == [] and widths and min(widths) >= 120, widths
+
+
 #: Appended to a copy of each page of the book: once the page has loaded and MathJax (if any) has typeset, it writes
 #: what a reader would see wrong into ``data-book-check`` on <html>: images that did not load, maths MathJax could not
 #: typeset, wide tables cut off instead of scrolling inside their frame.

@@ -229,8 +229,10 @@ def _correct(run_dir: Path) -> dict[str, bool]:
     return out
 
 
-def read_entry(run_dir: Path, root: Path) -> RunEntry:
-    """One run directory's row (:class:`RunIndexError` for a damaged config.json, metrics.json or transcript)."""
+def read_entry(run_dir: Path, root: Path, *, correct: bool = True) -> RunEntry:
+    """One run directory's row (:class:`RunIndexError` for a damaged config.json, metrics.json or transcript); with
+    ``correct``, the final correctness of each question (else left to :func:`write_pages`, which reads the
+    transcripts anyway)."""
     config = read_config(run_dir)
     metrics = read_metrics(run_dir)
     options = config.method.get("options", {})
@@ -247,7 +249,7 @@ def read_entry(run_dir: Path, root: Path) -> RunEntry:
         accuracy=float(metrics.get("accuracy", math.nan)), ci_low=float(metrics.get("ci_low", math.nan)),
         ci_high=float(metrics.get("ci_high", math.nan)), tokens_per_question=_tokens(metrics),
         name=f"{label} · {settings} · protocol {protocol}" if settings else f"{label} · protocol {protocol}",
-        variant=variant, engine=engine, correct=_correct(run_dir))
+        variant=variant, engine=engine, correct=_correct(run_dir) if correct else {})
 
 
 _CACHED = [f.name for f in fields(RunEntry) if f.name not in ("run_dir", "feeds", "page")]
@@ -262,11 +264,12 @@ def _load_cache(path: Path) -> dict[str, Any]:
 
 
 def collect(runs_root: str | Path, figures_dir: str | Path | None = None, *, cache: dict[str, Any] | None = None,
-            progress: Progress | None = None, skipped: list[str] | None = None) -> list[RunEntry]:
+            progress: Progress | None = None, skipped: list[str] | None = None, pages: bool = False) -> list[RunEntry]:
     """Every run under ``runs_root`` with what it feeds (the manifests under ``figures_dir``, when given). A run
     whose config.json, metrics.json or transcripts cannot be read is left out with a warning naming the file and
     field (the line appended to ``skipped`` when given, else logged). ``cache`` (``_viewer/cache.json``'s runs): rows of unchanged runs
-    are taken from it, and it is updated."""
+    are taken from it, and it is updated. ``pages``: the run pages will be written (and read each question's
+    correctness on the way)."""
     runs_root = Path(runs_root).resolve()
     # run paths as manifests name them: relative to the folder holding runs/ (else to the folder's parent)
     root = next((p.parent for p in [runs_root, *runs_root.parents] if p.name == "runs"), runs_root.parent)
@@ -282,7 +285,7 @@ def collect(runs_root: str | Path, figures_dir: str | Path | None = None, *, cac
             entry = RunEntry(run_dir=run_dir, **kept["row"])
         else:
             try:
-                entry = read_entry(run_dir, root)
+                entry = read_entry(run_dir, root, correct=not pages)
             except RunIndexError as exc:
                 cache.pop(key, None)
                 if skipped is not None:
@@ -318,13 +321,15 @@ def write_pages(entries: Sequence[RunEntry], assets_folder: Path, cache: dict[st
                     f"(engine {entry.engine}), seed {config.seed}, r2mad {config.r2mad_version}; protocol "
                     f"{entry.protocol}; run directory {entry.path}")
         try:
-            entry.page = run_pages.write_run(entry.run_dir, entry.path, entry.name, describe,
-                                             config.method.get("options", {}), config.benchmark, assets_folder, sources)
+            entry.page, rows = run_pages.write_run(entry.run_dir, entry.path, entry.name, describe,
+                                                   config.method.get("options", {}), config.benchmark, assets_folder, sources)
         except (run_pages.PageError, OSError) as exc:
             logger.warning("%s: no run page (%s)", entry.path, exc)
             continue
+        entry.correct = {q["id"]: q["correct"] for q in rows}
         if entry.path in cache:
             cache[entry.path]["page"] = cache[entry.path]["stamp"]
+            cache[entry.path]["row"]["correct"] = entry.correct
         written += 1
         if progress is not None:
             progress(f"wrote the page of {number}/{len(entries)} runs ({written} rendered, the others unchanged)")
@@ -442,7 +447,7 @@ def build(target: str | Path, *, root: str | Path = ".", out: str | Path | None 
     cache = _load_cache(cache_path)
     runs_cache = cache.setdefault("runs", {})
     entries = collect(folder, figures if figures is not None else found_figures, cache=runs_cache, progress=progress,
-                      skipped=skipped)
+                      skipped=skipped, pages=pages)
     if pages:
         written = write_pages(entries, site / run_pages.ASSET_DIR, runs_cache, progress)
         if progress is not None:

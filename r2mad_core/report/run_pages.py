@@ -132,8 +132,9 @@ def _page(title: str, assets: str, attributes: Mapping[str, str]) -> str:
 
 
 def write_run(run_dir: Path, key: str, name: str, describe: str, options: Mapping[str, Any], benchmark: str,
-              assets_folder: Path, sources: Sources) -> Path:
-    """Write a run's page and data files (``key``: its path as the index names it); returns the page."""
+              assets_folder: Path, sources: Sources) -> tuple[Path, list[dict[str, Any]]]:
+    """Write a run's page and data files (``key``: its path as the index names it); returns the page and the
+    questions' rows (:func:`question_row`)."""
     transcripts = run_dir / "transcripts.jsonl"
     texts = sources.texts(benchmark)
     cases, bank_note = sources.cases(run_dir, options.get("memory"))
@@ -171,7 +172,7 @@ def write_run(run_dir: Path, key: str, name: str, describe: str, options: Mappin
     page = run_dir / PAGE_FILE
     assets = Path(os.path.relpath(assets_folder, run_dir)).as_posix()
     page.write_text(_page(f"r2mad run: {name}", assets, {"data-page": "run", "data-data": DATA_FILE}), encoding="utf-8")
-    return page
+    return page, rows
 
 
 def write_site(folder: Path, index_name: str, title: str, index_data: Mapping[str, Any]) -> Path:

@@ -211,7 +211,7 @@ STYLE = """
 .r2v .what{color:#444;margin:2px 0}.r2v .runs{display:flex;flex-wrap:wrap;gap:14px;align-items:flex-start}
 .r2v .run{flex:1 1 520px;min-width:0;border:1px solid #d0d4da;border-radius:6px;padding:8px;background:#fbfcfd}
 .r2v .gridwrap{overflow-x:auto;max-width:100%}
-.r2v table.grid{border-collapse:collapse;width:100%;min-width:560px;table-layout:fixed}
+div.r2v table.grid{display:table;border-collapse:collapse;width:100%;min-width:560px;table-layout:fixed;margin:0}
 .r2v table.grid th,.r2v table.grid td{border:1px solid #d0d4da;padding:5px;vertical-align:top;text-align:left;
  overflow-wrap:break-word;word-break:normal}
 .r2v table.grid th{background:#eef1f5;font-weight:600}.r2v .agent{width:84px;font-weight:600;background:#f4f6f8}
