@@ -180,6 +180,7 @@ VIEWER_CHECK = """<script>
     when(function () { return document.querySelector("#twobytwo") && document.querySelectorAll("#pairs tbody tr").length; }, function () {
       out.counts = ["c-both", "c-a", "c-b", "c-neither"].map(function (id) { return +document.getElementById(id).textContent; });
       out.p = document.getElementById("p-value") && document.getElementById("p-value").textContent;
+      out.mcnemar = document.getElementById("mcnemar").textContent;
       var kinds = Array.prototype.map.call(document.querySelectorAll("#pairs tbody tr"), function (tr) { return tr.getAttribute("data-kind"); });
       out.kinds = kinds;
       var first = document.querySelector("#pairs tbody tr");
@@ -257,6 +258,7 @@ def test_the_run_index_sorts_filters_searches_and_compares_two_runs_in_chromium(
     assert seen["counts"] == [both, test.only_a_correct, test.only_b_correct, test.n - both - test.only_a_correct
                               - test.only_b_correct]
     assert seen["p"] == f"{test.p_value:.3g}"
+    assert f"accuracy A {test.accuracy_a:.3f}, B {test.accuracy_b:.3f}" in seen["mcnemar"]
     discordant = test.only_a_correct + test.only_b_correct
     assert all(kind in ("a", "b") for kind in seen["kinds"][:discordant])  # the questions the runs disagree on first
     assert seen["sides"] == 2

@@ -186,7 +186,9 @@ def test_a_fixed_lambda_run_is_named_by_its_lambda(profile, tmp_path):
                  "--limit", "2", "--out", str(runs / "simulated" / "fixed"), "--cache-dir", str(profile / "cache")]) == 0
     (entry,), _ = run_index.build(runs, pages=False)
     assert entry.name.startswith("R2-MAD (retrieval=Fixed-lambda (0.25))")
-    assert "K=2" in entry.name and "gamma=" in entry.name and "round 0 " in entry.name and "protocol " in entry.name
+    gamma = json.loads((runs / "simulated" / "fixed" / "config.json").read_text())["method"]["options"].get("gamma")
+    assert "K=2" in entry.name and "round 0 " in entry.name and "protocol " in entry.name
+    assert (f"gamma={gamma}" in entry.name) if gamma is not None else ("gamma" not in entry.name)
 
 
 def damaged_copy(profile: Path, tmp_path: Path) -> Path:

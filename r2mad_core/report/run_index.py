@@ -45,7 +45,7 @@ INDEX_NAME = "index.html"
 PAGE_NAME = run_pages.PAGE_FILE
 CACHE_NAME = "cache.json"
 #: Bumped when a row's or a run page's format changes: every run is rendered again.
-FORMAT = 2
+FORMAT = 3
 #: The exact McNemar test of the claims table (r2mad_core/report/comparison.py: check_orderings calls it on the
 #: paired questions); the comparison page's p comes from it, so a pair's p is the claims table's for that pair.
 MCNEMAR = paired_test
@@ -143,7 +143,8 @@ def settings_of(config: RunConfig) -> str:
         parts.append(f"{options['k_paths']} paths")
     if config.method.get("name") == "r2mad":
         parts.append(f"K={options.get('top_k')}")
-        parts.append(f"gamma={options.get('gamma')}")
+        if options.get("gamma") is not None:  # None under a policy that does not use it (Fixed-lambda, Random)
+            parts.append(f"gamma={options['gamma']}")
         from r2mad_core.report.viewer import retrieval_label
 
         parts.append(f"retrieval {retrieval_label(options)}")

@@ -291,7 +291,9 @@
         counts[kind] += 1; pairs.push({id: q.id, i: i, j: byId[q.id], kind: kind, qa: q, qb: qb});
       });
       var key = Math.min(ia, ib) + "-" + Math.max(ia, ib), test = (R2V.index.pairs || {})[key];
-      var aOnly = test ? (ia < ib ? test.a_only : test.b_only) : null, bOnly = test ? (ia < ib ? test.b_only : test.a_only) : null;
+      var first = ia < ib;  /* the index's test is of the run listed first (a) against the other (b) */
+      var aOnly = test ? (first ? test.a_only : test.b_only) : null, bOnly = test ? (first ? test.b_only : test.a_only) : null;
+      var accA = test ? (first ? test.accuracy_a : test.accuracy_b) : null, accB = test ? (first ? test.accuracy_b : test.accuracy_a) : null;
       if (!test) fail("no McNemar test for this pair in the index (runs on different benchmarks, or no common question)");
       else if (test.n !== pairs.length || aOnly !== counts.a || bOnly !== counts.b) fail("the 2x2 counted here (" + JSON.stringify(counts)
         + ") differs from the index's (" + JSON.stringify(test) + "): run `r2mad runs` again");
@@ -301,10 +303,10 @@
       app.innerHTML = "<h1>" + esc(A.name) + " vs " + esc(B.name) + '</h1><div id="r2v-error" class="error hidden"></div>'
         + '<p class="what">A: ' + esc(ra.describe) + '</p><p class="what">B: ' + esc(rb.describe) + "</p>"
         + '<table class="runs" id="twobytwo"><tr><th></th><th>B right</th><th>B wrong</th></tr><tr><th>A right</th><td class="num" id="c-both">'
-        + counts.both + '</td><td class="num" id="c-a">' + counts.a + '</td></tr><tr><th>B wrong</th><td class="num" id="c-b">' + counts.b
+        + counts.both + '</td><td class="num" id="c-a">' + counts.a + '</td></tr><tr><th>A wrong</th><td class="num" id="c-b">' + counts.b
         + '</td><td class="num" id="c-neither">' + counts.neither + "</td></tr></table>"
         + '<p class="what" id="mcnemar">' + (test ? pairs.length + " paired questions; exact McNemar p = <b id=\"p-value\">" + esc(test.p_text) + "</b> ("
-          + esc(test.rule) + "); accuracy A " + num(test.accuracy_a) + ", B " + num(test.accuracy_b) : "") + "</p>"
+          + esc(test.rule) + "); accuracy A " + num(accA) + ", B " + num(accB) : "") + "</p>"
         + '<div class="filters"><label>search <input id="q-search" type="search"></label> showing <span id="f-count"></span> · the questions where the runs end differently first</div>'
         + '<div class="wide"><table class="runs" id="pairs"><thead><tr><th>question</th><th>text</th><th>reference</th><th>A</th><th>B</th><th>outcome</th></tr></thead><tbody>'
         + pairs.map(function (p) { return '<tr data-q="' + esc(p.id) + '" data-kind="' + p.kind + '"><td>' + esc(p.id) + '</td><td class="qtext">'
