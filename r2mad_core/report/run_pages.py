@@ -126,7 +126,8 @@ def _page(title: str, assets: str, attributes: Mapping[str, str]) -> str:
     attrs = "".join(f' {k}="{html.escape(v, quote=True)}"' for k, v in attributes.items())
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{html.escape(title)}</title><link rel=\"stylesheet\" href=\"{assets}/viewer.css\"></head>"
+            f"<title>{html.escape(title)}</title><link rel=\"stylesheet\" href=\"{assets}/viewer.css\">"
+            "<style>body{margin:16px;background:#fff}</style></head>"
             f"<body><div id=\"r2v-app\" class=\"r2v\"{attrs}><p>loading ... (this page needs JavaScript)</p></div>"
             f"<script src=\"{assets}/viewer.js\"></script></body></html>\n")
 
