@@ -156,7 +156,7 @@
       + '<div class="filters">' + filters + ' <label>search <input id="search" type="search" placeholder="name, settings, path, artifact"></label>'
       + ' showing <span id="count"></span> of ' + runs.length + '</div><div class="filters">pick two runs of one benchmark, then '
       + '<a id="compare" class="button disabled" href="#">compare them</a> <span id="pick-note"></span></div>'
-      + '<div class="wide"><table class="runs" id="runs"><thead><tr><th>pick</th><th data-sort="name">run</th><th data-sort="benchmark">benchmark</th>'
+      + '<div class="wide"><table class="list" id="runs"><thead><tr><th>pick</th><th data-sort="name">run</th><th data-sort="benchmark">benchmark</th>'
       + '<th data-sort="model">model</th><th data-sort="protocol">protocol</th><th data-sort="variant">variant / profile</th>'
       + '<th data-sort="engine">engine</th><th data-sort="n" class="num">n</th><th data-sort="accuracy" class="num">accuracy [95% CI]</th>'
       + '<th data-sort="tokens" class="num">tokens / question</th><th>details</th></tr></thead><tbody></tbody></table></div>';
@@ -240,10 +240,13 @@
       + [q.shared ? "shared misconception" : "", q.overflow ? "overflow / cut" : ""].filter(Boolean).join(", ") + "</td>";
   }
   var Q_HEAD = '<th data-sort="id">question</th><th>text</th><th data-sort="gold">reference</th><th data-sort="final">final answer</th>'
-    + '<th data-sort="changes" class="num">stance changes</th><th data-sort="w2c" class="num">wrong → right</th>'
-    + '<th data-sort="c2w" class="num">right → wrong</th><th data-sort="noanswer" class="num">turns with no answer</th>'
-    + '<th data-sort="experiences" class="num">experiences</th><th data-sort="lambda" class="num">mean λ_t</th>'
-    + '<th data-sort="confidence" class="num">mean c</th><th>flags</th>';
+    + '<th data-sort="changes" class="num" title="turns whose answer differs from the agent\'s previous one">changes</th>'
+    + '<th data-sort="w2c" class="num" title="stance changes from a wrong answer to the right one">wrong → right</th>'
+    + '<th data-sort="c2w" class="num" title="stance changes from the right answer to a wrong one (or none)">right → wrong</th>'
+    + '<th data-sort="noanswer" class="num" title="turns with no parsable answer">no answer</th>'
+    + '<th data-sort="experiences" class="num" title="experiences retrieved (Eqs. 5-6), every agent and round">exp.</th>'
+    + '<th data-sort="lambda" class="num" title="mean lambda_t of the retrievals (Eq. 6)">λ_t</th>'
+    + '<th data-sort="confidence" class="num" title="mean confidence c in the peers (Eq. 7)">c</th><th>flags</th>';
 
   function runPage(app) {
     withRun(app.getAttribute("data-data"), function (run) {
@@ -252,7 +255,7 @@
       document.title = "r2mad run: " + run.name;
       app.innerHTML = "<h1>" + esc(run.name) + '</h1><p class="what">' + esc(run.describe) + "</p>"
         + '<p class="what">' + esc(run.notes) + '</p><div id="r2v-error" class="error hidden"></div>' + questionFilters()
-        + '<div class="wide"><table class="runs" id="questions"><thead><tr>' + Q_HEAD + '</tr></thead><tbody></tbody></table></div><div id="detail"></div>';
+        + '<div class="wide"><table class="list" id="questions"><thead><tr>' + Q_HEAD + '</tr></thead><tbody></tbody></table></div><div id="detail"></div>';
       var body = app.querySelector("#questions tbody");
       function render() {
         var shown = 0;
@@ -302,13 +305,13 @@
       document.title = "r2mad: " + A.name + " vs " + B.name;
       app.innerHTML = "<h1>" + esc(A.name) + " vs " + esc(B.name) + '</h1><div id="r2v-error" class="error hidden"></div>'
         + '<p class="what">A: ' + esc(ra.describe) + '</p><p class="what">B: ' + esc(rb.describe) + "</p>"
-        + '<table class="runs" id="twobytwo"><tr><th></th><th>B right</th><th>B wrong</th></tr><tr><th>A right</th><td class="num" id="c-both">'
+        + '<table class="list" id="twobytwo"><tr><th></th><th>B right</th><th>B wrong</th></tr><tr><th>A right</th><td class="num" id="c-both">'
         + counts.both + '</td><td class="num" id="c-a">' + counts.a + '</td></tr><tr><th>A wrong</th><td class="num" id="c-b">' + counts.b
         + '</td><td class="num" id="c-neither">' + counts.neither + "</td></tr></table>"
         + '<p class="what" id="mcnemar">' + (test ? pairs.length + " paired questions; exact McNemar p = <b id=\"p-value\">" + esc(test.p_text) + "</b> ("
           + esc(test.rule) + "); accuracy A " + num(accA) + ", B " + num(accB) : "") + "</p>"
         + '<div class="filters"><label>search <input id="q-search" type="search"></label> showing <span id="f-count"></span> · the questions where the runs end differently first</div>'
-        + '<div class="wide"><table class="runs" id="pairs"><thead><tr><th>question</th><th>text</th><th>reference</th><th>A</th><th>B</th><th>outcome</th></tr></thead><tbody>'
+        + '<div class="wide"><table class="list" id="pairs"><thead><tr><th>question</th><th>text</th><th>reference</th><th>A</th><th>B</th><th>outcome</th></tr></thead><tbody>'
         + pairs.map(function (p) { return '<tr data-q="' + esc(p.id) + '" data-kind="' + p.kind + '"><td>' + esc(p.id) + '</td><td class="qtext">'
           + esc(p.qa.text.slice(0, 140)) + "</td><td>" + esc(p.qa.gold) + "</td><td>" + badge(p.qa.final, p.qa.correct) + "</td><td>"
           + badge(p.qb.final, p.qb.correct) + "</td><td>" + {a: "only A right", b: "only B right", both: "both right", neither: "both wrong"}[p.kind]
