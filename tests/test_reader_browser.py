@@ -19,10 +19,12 @@ import sys
 import tempfile
 import urllib.parse
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 
 from r2mad_core.cli import main
+from r2mad_core.debate.scoring import paired_test
 
 ROOT = Path(__file__).resolve().parent.parent
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -91,6 +93,226 @@ def test_viewer_page_in_chromium(chromium, tmp_path):
     png = tmp_path / "view.png"
     open_page(chromium, page, tmp_path, screenshot=png)
     assert not_blank(png) > 0.05
+
+
+#: Appended to a copy of a viewer page (index.html, a run's view.html, compare.html): once the page has drawn, it
+#: clicks as a reader would (sorts a column, filters, searches, picks two runs; opens a question) and writes what it
+#: saw, and every expectation that failed, as JSON into ``data-viewer-check`` on <html>.
+VIEWER_CHECK = """<script>
+(function () {
+  var out = {problems: []}, started = Date.now();
+  function problem(text) { out.problems.push(text); }
+  function visible(selector) { return Array.prototype.filter.call(document.querySelectorAll(selector),
+    function (el) { return !el.classList.contains("hidden"); }); }
+  function fire(el, type) { el.dispatchEvent(new Event(type, {bubbles: true})); }
+  function finish() { document.documentElement.setAttribute("data-viewer-check", JSON.stringify(out)); }
+  function when(test, then, what) {
+    var timer = setInterval(function () {
+      var ok = false; try { ok = test(); } catch (e) { ok = false; }
+      if (ok) { clearInterval(timer); try { then(); } catch (e) { problem("check failed: " + e); finish(); } }
+      else if (Date.now() - started > 15000) { clearInterval(timer); problem("missing: " + what); finish(); }
+    }, 50);
+  }
+  function indexPage() {
+    when(function () { return document.querySelectorAll("#runs tbody tr").length > 0; }, function () {
+      var rows = document.querySelectorAll("#runs tbody tr"), n = rows.length;
+      out.rows = n;
+      ["#search", "#compare", "th[data-sort=accuracy]", "#f-benchmark", "#f-method", "#f-model", "#f-protocol",
+       "#f-variant", "#f-engine"].forEach(function (s) { if (!document.querySelector(s)) problem("missing: " + s); });
+      var header = document.querySelector("th[data-sort=accuracy]");
+      var accuracy = function () { return visible("#runs tbody tr").map(function (tr) {
+        return parseFloat(tr.children[8].textContent) || 0; }); };
+      header.click();
+      var up = accuracy();
+      header.click();
+      var down = accuracy();
+      out.sorted = [up, down];
+      if (up.join() !== up.slice().sort(function (a, b) { return a - b; }).join()) problem("sort: not ascending " + up);
+      if (down.join() !== up.slice().reverse().join()) problem("sort again: not descending " + down);
+      var select = document.querySelector("#f-method"), value = select.options[select.options.length - 1].value;
+      select.value = value; fire(select, "change");
+      var shown = visible("#runs tbody tr");
+      out.filtered = [value, shown.length];
+      if (!shown.length || shown.length === n) problem("filter " + value + ": " + shown.length + " of " + n + " rows shown");
+      var expected = window.R2V.index.runs.filter(function (r) { return r.method === value; }).length;
+      if (shown.length !== expected) problem("filter " + value + ": " + shown.length + " rows shown, " + expected + " expected");
+      if (document.querySelector("#count").textContent !== String(shown.length)) problem("filter: the count is not the rows shown");
+      select.value = ""; fire(select, "change");
+      var search = document.querySelector("#search");
+      search.value = "K="; fire(search, "input");
+      var found = visible("#runs tbody tr");
+      out.searched = found.length;
+      if (found.some(function (tr) { return tr.textContent.indexOf("K=") < 0; }) || found.length === n)
+        problem("search: rows without the text shown (" + found.length + " of " + n + ")");
+      search.value = ""; fire(search, "input");
+      var wanted = window.R2V_CHECK_PICK || [];
+      wanted.forEach(function (path) {
+        var box = document.querySelector('#runs tbody tr[data-run="' + path + '"] input.pick');
+        if (!box) { problem("missing: the row of " + path); return; }
+        box.click();
+      });
+      var link = document.querySelector("#compare");
+      out.compare = link.getAttribute("href");
+      if (link.classList.contains("disabled") || out.compare.indexOf("compare.html?a=") !== 0) problem("compare: not enabled after picking two runs");
+      finish();
+    }, "the rows of #runs");
+  }
+  function runPage() {
+    when(function () { return document.querySelectorAll("#questions tbody tr").length > 0; }, function () {
+      var n = document.querySelectorAll("#questions tbody tr").length, correct = document.querySelector("#f-correct");
+      out.rows = n;
+      correct.value = "wrong"; fire(correct, "change");
+      var wrong = visible("#questions tbody tr");
+      out.wrong = wrong.length;
+      if (wrong.some(function (tr) { return !tr.querySelector(".ans.bad"); })) problem("filter wrong: a right answer shown");
+      correct.value = ""; fire(correct, "change");
+      var first = document.querySelector("#questions tbody tr");
+      out.opened = first.getAttribute("data-q");
+      first.click();
+      when(function () { return document.querySelector("#detail table.grid"); }, function () {
+        out.rounds = document.querySelectorAll("#detail table.grid th[data-round]").length;
+        out.text = document.querySelector("#detail pre").textContent.length;
+        finish();
+      }, "the debate grid of " + out.opened);
+    }, "the rows of #questions");
+  }
+  function comparePage() {
+    when(function () { return document.querySelector("#twobytwo") && document.querySelectorAll("#pairs tbody tr").length; }, function () {
+      out.counts = ["c-both", "c-a", "c-b", "c-neither"].map(function (id) { return +document.getElementById(id).textContent; });
+      out.p = document.getElementById("p-value") && document.getElementById("p-value").textContent;
+      out.mcnemar = document.getElementById("mcnemar").textContent;
+      var kinds = Array.prototype.map.call(document.querySelectorAll("#pairs tbody tr"), function (tr) { return tr.getAttribute("data-kind"); });
+      out.kinds = kinds;
+      var first = document.querySelector("#pairs tbody tr");
+      first.click();
+      when(function () { return document.querySelectorAll("#detail .run table.grid").length === 2; }, function () {
+        out.sides = document.querySelectorAll("#detail .run").length;
+        finish();
+      }, "both debates of " + first.getAttribute("data-q"));
+    }, "the 2x2 table and the questions of the comparison");
+  }
+  window.addEventListener("load", function () {
+    var app = document.getElementById("r2v-app");
+    if (!app) { problem("missing: #r2v-app"); finish(); return; }
+    var page = app.getAttribute("data-page");
+    if (page === "index") indexPage(); else if (page === "run") runPage(); else comparePage();
+  });
+})();
+</script>
+"""
+
+
+def check_viewer(chromium: str, page: Path, tmp_path: Path, *, query: str = "", pick: Sequence[str] = ()) -> tuple[dict, list[str]]:
+    """(what VIEWER_CHECK saw, the console messages) of ``page`` (with ``?query``), opened from the disk."""
+    copy = page.with_name(page.stem + ".__check__.html")
+    setup = f"<script>window.R2V_CHECK_PICK = {json.dumps(list(pick))};</script>"
+    copy.write_text(page.read_text(encoding="utf-8").replace("</body>", setup + VIEWER_CHECK + "</body>", 1),
+                    encoding="utf-8")
+    try:
+        profile = Path(tempfile.mkdtemp(prefix="profile-viewer-", dir=tmp_path))
+        result = subprocess.run([chromium, *FLAGS, f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
+                                 "--virtual-time-budget=30000", "--dump-dom", copy.as_uri() + query],
+                                capture_output=True, text=True, timeout=180, check=False)
+    finally:
+        copy.unlink()
+    assert result.returncode == 0, result.stderr[-2000:]
+    console = [line for line in result.stderr.splitlines() if ":CONSOLE" in line]
+    found = re.search(r'<html[^>]*data-viewer-check="([^"]*)"', result.stdout)
+    seen = json.loads(htmllib.unescape(found.group(1))) if found else {"problems": ["the check never finished"]}
+    return seen, console
+
+
+@pytest.fixture(scope="module")
+def viewer_site(tmp_path_factory) -> dict:
+    """runs/demo with a memory bank, R2-MAD and MAD runs on the same TruthfulQA questions,
+    their pages written by `r2mad runs demo`."""
+    root = tmp_path_factory.mktemp("site")
+    runs = root / "runs" / "demo"
+    cache = ["--cache-dir", str(root / "cache")]
+    assert main(["build-memory", "--benchmark", "truthfulqa", "--engine", "simulated", "--limit", "6",
+                 "--out", str(runs / "bank"), *cache]) == 0
+    assert main(["run", "--benchmark", "truthfulqa", "--method", "r2mad", "--memory", str(runs / "bank"),
+                 "--engine", "simulated", "--limit", "10",
+                 "--out", str(runs / "simulated" / "r2mad"), *cache]) == 0
+    assert main(["run", "--benchmark", "truthfulqa", "--method", "mad", "--engine", "simulated", "--limit", "10",
+                 "--out", str(runs / "simulated" / "mad"), *cache]) == 0
+    assert main(["runs", "demo", "--root", str(root), "--quiet"]) == 0
+    return {"root": root, "runs": runs, "a": "runs/demo/simulated/r2mad", "b": "runs/demo/simulated/mad"}
+
+
+def test_the_run_index_sorts_filters_searches_and_compares_two_runs_in_chromium(chromium, viewer_site, tmp_path):
+    runs = viewer_site["runs"]
+    seen, console = check_viewer(chromium, runs / "index.html", tmp_path, pick=[viewer_site["a"], viewer_site["b"]])
+    assert console == [] and seen["problems"] == [], (seen, console)
+    assert seen["rows"] == 3 and seen["filtered"][1] >= 1 and seen["searched"] >= 1
+    assert seen["compare"] == (f"compare.html?a={urllib.parse.quote(viewer_site['a'], safe='')}"
+                               f"&b={urllib.parse.quote(viewer_site['b'], safe='')}")
+
+    seen, console = check_viewer(chromium, runs / "compare.html", tmp_path, query=seen["compare"][len("compare.html"):])
+    assert console == [] and seen["problems"] == [], (seen, console)
+    correct = [{json.loads(x)["sample_id"]: json.loads(x)["correct"]
+                for x in (viewer_site["root"] / run / "transcripts.jsonl").read_text().splitlines()}
+               for run in (viewer_site["a"], viewer_site["b"])]
+    test = paired_test(*correct, n_bootstrap=1000)  # the claims table's test (report/comparison.py: check_orderings)
+    both = sum(1 for q in correct[0] if correct[0][q] and correct[1][q])
+    assert seen["counts"] == [both, test.only_a_correct, test.only_b_correct, test.n - both - test.only_a_correct
+                              - test.only_b_correct]
+    assert seen["p"] == f"{test.p_value:.3g}"
+    assert f"accuracy A {test.accuracy_a:.3f}, B {test.accuracy_b:.3f}" in seen["mcnemar"]
+    discordant = test.only_a_correct + test.only_b_correct
+    assert all(kind in ("a", "b") for kind in seen["kinds"][:discordant])  # the questions the runs disagree on first
+    assert seen["sides"] == 2
+
+    seen, console = check_viewer(chromium, runs / "simulated" / "r2mad" / "view.html", tmp_path)
+    assert console == [] and seen["problems"] == [], (seen, console)
+    records = [json.loads(x) for x in (runs / "simulated" / "r2mad" / "transcripts.jsonl").read_text().splitlines()]
+    assert seen["rows"] == len(records) and seen["wrong"] == sum(1 for r in records if not r["correct"])
+    assert seen["rounds"] == len(records[0]["rounds"]) and seen["text"] > 0
+
+
+@pytest.mark.parametrize("mutation", ["no-op filter", "syntax error"])
+def test_the_viewer_check_fails_when_the_filter_script_is_broken(chromium, viewer_site, tmp_path, mutation):
+    """The check above sees a broken filter: one that hides nothing, and a script that does not parse."""
+    site = tmp_path / "copy"
+    shutil.copytree(viewer_site["runs"], site)
+    script = site / "_viewer" / "viewer.js"
+    text = script.read_text()
+    if mutation == "no-op filter":
+        broken = text.replace("var hide = INDEX_FILTERS.some(", "var hide = false && INDEX_FILTERS.some(")
+    else:
+        broken = text.replace("function render() {", "function render() {{", 1)
+    assert broken != text
+    script.write_text(broken)
+    seen, console = check_viewer(chromium, site / "index.html", tmp_path, pick=[viewer_site["a"], viewer_site["b"]])
+    assert seen["problems"] != [] or console != []
+    if mutation == "no-op filter":
+        assert any(p.startswith("filter") for p in seen["problems"]), seen
+    else:
+        assert console and any("missing" in p for p in seen["problems"]), (seen, console)
+
+
+def test_the_viewer_embedded_at_the_books_width_keeps_its_words_whole(chromium, viewer_site, tmp_path):
+    """Notebook 04 embeds the viewer (viewer.show): in an output area of the book (its width, the book's CSS, which
+    makes every table of an output a scrolling block), a grid cell keeps a readable width (the grid scrolls in its
+    frame) instead of one letter per line. With the viewer's style of before (no display:table), the cells were
+    9 px wide."""
+    sys.path.insert(0, str(ROOT / "docs"))
+    import build_book
+    from r2mad_core.report import viewer
+
+    runs = [viewer.load_view(viewer_site["runs"] / "simulated" / "r2mad")]
+    fragment = viewer.render(runs, viewer.select_questions(runs, limit=1), page=False, expand=True)
+    page = tmp_path / "book.html"
+    page.write_text(f'<!DOCTYPE html><html><head><style>{build_book.BOOK_CSS}</style></head><body>'
+                    '<div class="jupyter-wrapper" style="width:700px"><div class="jp-OutputArea-output '
+                    f'jp-RenderedHTMLCommon">{fragment}</div></div><script>window.addEventListener("load", function () {{'
+                    'var w = Array.prototype.map.call(document.querySelectorAll("td.turn"), function (td) {'
+                    ' return td.getBoundingClientRect().width; });'
+                    'document.documentElement.setAttribute("data-widths", JSON.stringify(w)); });</script>'
+                    "</body></html>")
+    dom, console = open_page(chromium, page, tmp_path)
+    widths = json.loads(htmllib.unescape(re.search(r'data-widths="([^"]*)"', dom).group(1)))
+    assert console == [] and widths and min(widths) >= 120, widths
 
 
 #: Appended to a copy of each page of the book: once the page has loaded and MathJax (if any) has typeset, it writes

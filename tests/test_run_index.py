@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-import re
-from html.parser import HTMLParser
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,7 +11,8 @@ import pandas as pd
 import pytest
 
 from r2mad_core.cli import main
-from r2mad_core.report import run_index
+from r2mad_core.debate import scoring
+from r2mad_core.report import comparison, run_index, run_pages
 from r2mad_core.report.artifacts import (
     RUNS_FROM_NOTEBOOK,
     RUNS_FROM_TABLE,
@@ -59,19 +59,8 @@ def profile(tmp_path_factory) -> Path:
     return root
 
 
-class Rows(HTMLParser):
-    """The index page's rows: (data-run, the link of its method cell)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.rows: list[list] = []
-
-    def handle_starttag(self, tag, attrs):
-        attrs = dict(attrs)
-        if tag == "tr" and "data-run" in attrs:
-            self.rows.append([attrs["data-run"], None])
-        if tag == "a" and self.rows and self.rows[-1][1] is None:
-            self.rows[-1][1] = attrs.get("href")
+def index_data(profile: Path) -> dict:
+    return run_pages.read_script(profile / "runs" / "demo" / "_viewer" / "index.data.js")[0]
 
 
 def test_the_manifest_names_the_runs_a_table_and_a_figure_came_from(profile):
@@ -108,26 +97,137 @@ def test_r2mad_runs_lists_every_run_with_what_it_feeds_and_links_its_debate_page
         assert f"  {N}  " in line and "truthfulqa" in line and "paper" in line
 
     index = profile / "runs" / "demo" / "index.html"
-    parser = Rows()
-    parser.feed(index.read_text())
-    rows = dict(parser.rows)
+    assert 'data-page="index"' in index.read_text() and '_viewer/viewer.js' in index.read_text()
+    data = index_data(profile)
+    rows = {r["path"]: r for r in data["runs"]}
     manifest_runs = {run for record in read_manifest(profile / "figures" / "demo")["artifacts"].values()
                      for run in record["runs"]}
     assert manifest_runs <= set(rows) and len(rows) == 4
-    for run, href in rows.items():
-        page = (index.parent / href).resolve()
+    for run, row in rows.items():
+        page = (index.parent / row["page"]).resolve()
         assert page == (profile / run / "view.html").resolve() and page.is_file()
-        sections = re.findall(r'<section class="q"[^>]*data-q="([^"]+)"', page.read_text())
-        records = [json.loads(x)["sample_id"] for x in (profile / run / "transcripts.jsonl").read_text().splitlines()]
-        assert sections == records  # the debate page of that run, every question
+        assert len(page.read_bytes()) < 2000  # a light page: its data in view.data.js, loaded by the viewer script
+        assert (index.parent / row["data"]).resolve() == (profile / run / "view.data.js").resolve()
+        run_data = run_pages.read_script(profile / run / "view.data.js")[0]
+        records = [json.loads(x) for x in (profile / run / "transcripts.jsonl").read_text().splitlines()]
+        assert [q["id"] for q in run_data["questions"]] == [r["sample_id"] for r in records]  # every question
+        assert [q["correct"] for q in run_data["questions"]] == [r["correct"] for r in records]
+        assert [q["final"] for q in run_data["questions"]] == [r["final_answer"] for r in records]
+        assert all(q["text"] for q in run_data["questions"])  # the question's text from the benchmark files
+        grids = [rec for k in range(run_data["chunks"])
+                 for rec in run_pages.read_script(profile / run / f"view.grids-{k}.js")[2]]
+        assert grids == records  # the debate grid's records, as the transcripts hold them
+        assert row["name"].startswith(row["method"]) and row["settings"] in row["name"]
+        artifacts = read_manifest(profile / "figures" / "demo")["artifacts"]
+        assert row["feeds"] == sorted(name for name, record in artifacts.items() if run in record["runs"])
+        assert row["variant"] == "demo" and row["engine"] == "simulated"
 
 
-def test_a_page_newer_than_its_run_is_kept_and_a_folder_of_runs_works_without_a_profile(profile, tmp_path):
+def test_question_figures_count_changes_flips_and_no_answer():
+    """One hand-made record: agent 0 wrong -> right, agent 1 right -> no answer, agent 2 unchanged; a cut turn."""
+    def turn(agent, answer, correct, **extra):
+        return {"agent": agent, "answer": answer, "correct": correct, **extra}
+
+    record = {"sample_id": "q1", "gold": "A", "final_answer": "A", "correct": True, "rounds": [
+        {"round": 0, "agents": [turn(0, "B", False), turn(1, "A", True), turn(2, "B", False)]},
+        {"round": 1, "agents": [turn(0, "A", True, retrieved={"case_ids": ["c1", "c2"], "lambda": 0.5,
+                                                              "confidence": {"1": 0.8, "2": 0.4}}),
+                                turn(1, None, False, truncated=True), turn(2, "B", False)]}]}
+    row = run_pages.question_row(record, "What?", 0)
+    assert (row["changes"], row["w2c"], row["c2w"], row["no_answer"]) == (2, 1, 1, 1)
+    assert row["overflow"] and row["shared"] and row["experiences"] == 2
+    assert row["lambda"] == 0.5 and abs(row["confidence"] - 0.6) < 1e-12
+
+
+def test_the_pairs_p_is_the_claims_tables_mcnemar(profile):
+    """The comparison's 2x2 and p: the claims table's function (report/comparison.py: check_orderings) on the
+    questions both runs answered."""
+    data = index_data(profile)
+    paths = [r["path"] for r in data["runs"]]
+    i, j = sorted((paths.index("runs/demo/simulated/r2mad"), paths.index("runs/demo/simulated/mad")))
+    test = data["pairs"][f"{i}-{j}"]
+    correct = [{json.loads(x)["sample_id"]: json.loads(x)["correct"]
+                for x in (profile / paths[k] / "transcripts.jsonl").read_text().splitlines()} for k in (i, j)]
+    expected = scoring.paired_test(*correct, n_bootstrap=1000)
+    assert run_index.MCNEMAR is comparison.paired_test  # the function the claims table calls
+    assert (test["n"], test["a_only"], test["b_only"], test["p"]) == (
+        expected.n, expected.only_a_correct, expected.only_b_correct, expected.p_value)
+    assert test["both"] + test["neither"] + test["a_only"] + test["b_only"] == N
+    benchmarks = {r["benchmark"] for r in data["runs"]}
+    assert all(data["runs"][int(a)]["benchmark"] == data["runs"][int(b)]["benchmark"]
+               for a, b in (key.split("-") for key in data["pairs"])) and len(benchmarks) == 2
+
+
+def test_an_unchanged_run_is_not_rendered_again_and_a_folder_of_runs_works_without_a_profile(profile, tmp_path):
     page = profile / "runs" / "demo" / "simulated" / "mad" / "view.html"
-    entries, _ = run_index.build("demo", root=profile)
+    run_index.build("demo", root=profile)
     stamp = page.stat().st_mtime_ns
-    assert run_index.write_pages(entries) == 0 and page.stat().st_mtime_ns == stamp
+    data = (page.parent / "view.data.js").stat().st_mtime_ns
+    lines: list[str] = []
+    run_index.build("demo", root=profile, progress=lines.append)
+    assert page.stat().st_mtime_ns == stamp and (page.parent / "view.data.js").stat().st_mtime_ns == data
+    assert "run pages: 0 written, 4 unchanged" in lines
+    transcripts = page.parent / "transcripts.jsonl"
+    transcripts.write_text(transcripts.read_text())  # touched: rendered again, alone
+    lines.clear()
+    run_index.build("demo", root=profile, progress=lines.append)
+    assert "run pages: 1 written, 3 unchanged" in lines and (page.parent / "view.data.js").stat().st_mtime_ns != data
     entries, index = run_index.build(profile / "runs" / "demo" / "simulated", out=tmp_path / "i.html", pages=False)
     assert index == tmp_path / "i.html" and len(entries) == 3 and all(not e.feeds for e in entries)
     assert {e.path for e in entries} == {f"runs/demo/simulated/{m}" for m in ("cot", "mad", "r2mad")}  # as manifests
+    assert (tmp_path / "_viewer" / "viewer.js").is_file() and (tmp_path / "compare.html").is_file()
     assert main(["runs", str(tmp_path / "nothing-here")]) == 2
+
+
+def test_a_fixed_lambda_run_is_named_by_its_lambda(profile, tmp_path):
+    runs = tmp_path / "runs" / "x"
+    assert main(["run", "--benchmark", "truthfulqa", "--method", "r2mad", "--memory", str(profile / "runs" / "demo" / "bank"),
+                 "--retrieval-policy", "fixed_lambda", "--fixed-lambda", "0.25", "-K", "2", "--engine", "simulated",
+                 "--limit", "2", "--out", str(runs / "simulated" / "fixed"), "--cache-dir", str(profile / "cache")]) == 0
+    (entry,), _ = run_index.build(runs, pages=False)
+    assert entry.name.startswith("R2-MAD (retrieval=Fixed-lambda (0.25))")
+    gamma = json.loads((runs / "simulated" / "fixed" / "config.json").read_text())["method"]["options"].get("gamma")
+    assert "K=2" in entry.name and "round 0 " in entry.name and "protocol " in entry.name
+    assert (f"gamma={gamma}" in entry.name) if gamma is not None else ("gamma" not in entry.name)
+
+
+def damaged_copy(profile: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "copy"
+    shutil.copytree(profile / "runs", copy / "runs", ignore=shutil.ignore_patterns("_viewer", "view.*"))
+    shutil.copytree(profile / "figures", copy / "figures")
+    return copy
+
+
+@pytest.mark.parametrize("file, damage, expected", [
+    ("config.json", lambda d: "{not json", "config.json: not valid JSON"),
+    ("config.json", lambda d: json.dumps({**d, "seed": "zero"}), "config.json: seed: "),
+    ("config.json", lambda d: json.dumps({k: v for k, v in d.items() if k != "benchmark"}), "config.json: benchmark: "),
+    ("metrics.json", lambda d: json.dumps({**d, "accuracy": "high"}), "metrics.json: accuracy: expected a number"),
+    ("metrics.json", lambda d: "[1, 2", "metrics.json: not valid JSON"),
+])
+def test_a_damaged_run_file_is_skipped_with_one_line_naming_it(profile, tmp_path, capsys, file, damage, expected):
+    copy = damaged_copy(profile, tmp_path)
+    path = copy / "runs" / "demo" / "simulated" / "mad" / file
+    path.write_text(damage(json.loads(path.read_text())))
+    assert main(["runs", "demo", "--root", str(copy), "--quiet"]) == 1
+    captured = capsys.readouterr()
+    warnings = [line for line in captured.err.splitlines() if "skipped" in line]
+    assert len(warnings) == 1 and str(path) in warnings[0] and expected in warnings[0], captured.err
+    assert "Traceback" not in captured.err
+    assert captured.out.strip().splitlines()[-1].startswith("3 runs") and "1 skipped" in captured.out
+
+
+@pytest.mark.parametrize("damage, expected", [
+    ("{", "not valid JSON"),
+    ('{"artifacts": []}', "expected an object with an 'artifacts' object"),
+    ('{"artifacts": {"tab_demo": {"runs": "runs/demo/simulated/mad"}}}', "artifacts.tab_demo.runs: expected a list"),
+])
+def test_a_damaged_manifest_stops_with_one_line_naming_it(profile, tmp_path, capsys, damage, expected):
+    copy = damaged_copy(profile, tmp_path)
+    manifest = copy / "figures" / "demo" / "MANIFEST.json"
+    manifest.write_text(damage)
+    assert main(["runs", "demo", "--root", str(copy), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if "error" in line]
+    assert len(errors) == 1 and str(manifest) in errors[0] and expected in errors[0], err
+    assert "Traceback" not in err

@@ -11,8 +11,11 @@ comparison); it runs nothing (the cells are run by :mod:`r2mad_core.reproduce`).
 - :mod:`~r2mad_core.report.power`: the claims' power: the smallest difference a run can detect (exact McNemar), before and after a run.
 - :mod:`~r2mad_core.report.viewer`: a run's debates as one self-contained HTML page (``r2mad view``) or inline in a
   notebook: rounds x agents, stance changes, retrieved experiences, peer confidences, MAD-M2 masking.
-- :mod:`~r2mad_core.report.run_index`: every run of a profile (``r2mad runs``): method, benchmark, model, protocol,
-  n, accuracy with CI, tokens, the artifacts it feeds (the manifests' ``runs``), a link to its debate page.
+- :mod:`~r2mad_core.report.run_index`: every run of a profile (``r2mad runs``), named by its executed configuration:
+  benchmark, model, protocol, n, accuracy with CI, tokens, the artifacts it feeds (the manifests' ``runs``), the
+  exact McNemar test of every two runs of one benchmark (the claims table's).
+- :mod:`~r2mad_core.report.run_pages`: the index's light pages: a run's questions and debates as data files beside one
+  shared viewer script (``viewer_assets/``), sorted, filtered, searched, two runs compared.
 - :mod:`~r2mad_core.report.volatile`: what differs between two runs with the same results (clocks, progress bars,
   times, commits), kept out of the tracked files so that such a rerun leaves git clean.
 - :mod:`~r2mad_core.report.headline`: the paper's Table 1 beside this run's values, printed at the end of reproduce.

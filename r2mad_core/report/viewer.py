@@ -31,6 +31,7 @@ from typing import Any, Iterable, Sequence
 from r2mad_core.debate import scoring
 from r2mad_core.experiments.cell import load_run
 from r2mad_core.memory.cases import MemoryCase
+from r2mad_core.memory.retrieval import POLICIES, policy_label
 from r2mad_core.data import benchmarks
 from r2mad_core.records import RoundRecord, RunConfig, TranscriptRecord, TurnRecord
 
@@ -72,7 +73,7 @@ class RunView:
             if options.get("use_confidence") is False:
                 extras.append("w/o Confidence")
             if options.get("retrieval_policy", "state_aware") != "state_aware":
-                extras.append(f"retrieval={options['retrieval_policy']}")
+                extras.append(f"retrieval={retrieval_label(options)}")
             if options.get("poison_fraction"):
                 extras.append(f"poisoned {options['poison_fraction']:g}")
         if options.get("round0") == "independent":
@@ -87,6 +88,17 @@ class RunView:
         return (f"{self.label} on {c.benchmark} {c.split} ({n} questions, {accuracy}); model "
                 f"{c.engine.get('model')} (engine {str(c.engine.get('identity', '')).split(':', 1)[0]}), "
                 f"seed {c.seed}, r2mad {c.r2mad_version}; run directory {self.run_dir.name}")
+
+
+def retrieval_label(options: dict[str, Any]) -> str:
+    """The executed retrieval policy with its parameter as the run's options recorded it: ``Fixed-lambda (0.25)``
+    (the policy's label, :func:`r2mad_core.memory.retrieval.policy_label`), else the policy's name as written."""
+    name = str(options.get("retrieval_policy", "state_aware"))
+    spec = POLICIES.get(name)
+    if spec is None:
+        return name
+    value = options.get(spec.parameter) if spec.parameter else None
+    return policy_label(f"{name}:{value}" if value is not None else name)
 
 
 def _find_bank(run_dir: Path, memory: str | Path | None) -> Path | None:
@@ -193,32 +205,8 @@ def select_questions(runs: Sequence[RunView], *, question: str | None = None, sh
 # --------------------------------------------------------------------------------------------
 # Rendering
 # --------------------------------------------------------------------------------------------
-STYLE = """
-.r2v{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;font-size:13px;color:#1d1d1f;line-height:1.4}
-.r2v h1{font-size:20px;margin:0 0 6px}.r2v h2{font-size:16px;margin:18px 0 6px}.r2v h3{font-size:14px;margin:8px 0 4px}
-.r2v .what{color:#444;margin:2px 0}.r2v .runs{display:flex;flex-wrap:wrap;gap:14px;align-items:flex-start}
-.r2v .run{flex:1 1 520px;min-width:0;border:1px solid #d0d4da;border-radius:6px;padding:8px;background:#fbfcfd}
-.r2v table.grid{border-collapse:collapse;width:100%;table-layout:fixed}
-.r2v table.grid th,.r2v table.grid td{border:1px solid #d0d4da;padding:5px;vertical-align:top;text-align:left;
- overflow-wrap:anywhere}
-.r2v table.grid th{background:#eef1f5;font-weight:600}.r2v .agent{width:84px;font-weight:600;background:#f4f6f8}
-.r2v .ans{display:inline-block;padding:1px 7px;border-radius:10px;font-weight:700}
-.r2v .ok{background:#d8f3dc;color:#1b5e20}.r2v .bad{background:#fde2e1;color:#9b1c1c}.r2v .none{background:#eee;color:#555}
-.r2v td.w2c{box-shadow:inset 0 0 0 3px #2e7d32}.r2v td.c2w{box-shadow:inset 0 0 0 3px #c62828}
-.r2v td.changed{box-shadow:inset 0 0 0 3px #f0a202}.r2v .flip{font-size:11px;font-weight:600;margin-left:4px}
-.r2v .tag{font-size:11px;color:#555;margin-left:4px}.r2v .peers{margin-top:3px;font-size:12px}
-.r2v .high{color:#1b5e20;font-weight:600}.r2v .low{color:#9b1c1c;font-weight:600}
-.r2v details{margin-top:3px}.r2v summary{cursor:pointer;color:#2457a6;font-size:12px}
-.r2v pre{white-space:pre-wrap;word-break:break-word;margin:3px 0;font-size:12px;background:#fff;
- border:1px solid #e3e6ea;padding:4px;max-height:260px;overflow:auto}
-.r2v .case{border-left:3px solid #9fb3c8;background:#fff;margin:4px 0;padding:2px 5px;font-size:12px;
- overflow-wrap:anywhere}.r2v .cid{font-family:monospace;font-size:11px;color:#333}
-.r2v .mask{font-size:12px;color:#6a3d00}.r2v .final{margin:4px 0}
-.r2v section.q{border-top:2px solid #c9ced6;padding-top:6px;margin-top:14px}
-.r2v .filters{background:#eef1f5;padding:6px 8px;border-radius:6px;margin:8px 0}
-.r2v table.index{border-collapse:collapse;font-size:12px}.r2v table.index td,.r2v table.index th{padding:2px 6px;
- border-bottom:1px solid #e3e6ea}.r2v .hidden{display:none}
-"""
+#: The viewer's style, shared with the index's pages (r2mad_core/report/run_pages.py): viewer_assets/viewer.css.
+STYLE = (Path(__file__).with_name("viewer_assets") / "viewer.css").read_text(encoding="utf-8")
 
 SCRIPT = """
 (function(){
@@ -254,11 +242,13 @@ def _stance(previous: TurnRecord | None, turn: TurnRecord) -> tuple[str, str]:
     if previous is None or previous.answer == turn.answer:
         return "", ""
     was, now = bool(previous.correct), bool(turn.correct)
+    before = "no answer" if previous.answer is None else previous.answer
+    to = " → no answer" if turn.answer is None else ""
     if not was and now:
-        return "w2c", f"wrong → right (was {previous.answer})"
+        return "w2c", f"wrong → right (was {before})"
     if was and not now:
-        return "c2w", f"right → wrong (was {previous.answer})"
-    return "changed", f"changed from {previous.answer}"
+        return "c2w", f"right{to or ' → wrong'} (was {before})"
+    return "changed", f"changed from {before}{to}"
 
 
 def _number(value: Any, digits: int = 3) -> str:
@@ -374,7 +364,8 @@ def debate_grid(record: TranscriptRecord, run: RunView, expand: bool = False) ->
     final = (f'<div class="final">final answer {_answer_badge(record.final_answer, record.correct)} '
              f'by {_e(vote.rule)} vote (groups {_e(groups)}{", tie broken" if vote.tied else ""})'
              f"{_e(stopped)}</div>")
-    return (f'<table class="grid"><tr><th class="agent">agent</th>{head}</tr>{"".join(rows)}</table>{final}')
+    return (f'<div class="gridwrap"><table class="grid"><tr><th class="agent">agent</th>{head}</tr>{"".join(rows)}'
+            f'</table></div>{final}')
 
 
 def question_section(qid: str, runs: Sequence[RunView], question_text: str | None, shared: set[str],
