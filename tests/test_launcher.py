@@ -25,7 +25,7 @@ TOY = [
     "from r2mad_core.report.artifacts import save_table\n"
     "from r2mad_core.reproduce.variants import from_environment\n"
     "values, name = from_environment()\n"
-    "kill = Path(str(values.get('gamma')) + '.kill')\n"
+    "kill = Path(figures_dir).parent.parent / (str(values.get('gamma')) + '.kill')\n"
     "if name and kill.exists():  # killed mid-run: the point's own process, once\n"
     "    kill.unlink()\n"
     "    os.kill(os.getppid(), signal.SIGKILL)\n"
@@ -50,8 +50,6 @@ def toy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureF
     nb.cells = [cell, *[nbformat.v4.new_code_cell(s) for s in TOY]]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, notebooks / "04_toy.ipynb")
-    monkeypatch.chdir(tmp_path)  # where a kernel looks for its kill file
-
     def reproduce(out: Path, *arguments: str) -> tuple[int, str]:
         capsys.readouterr()
         code = command.main(["--profile", "tiny", "--notebooks-dir", str(notebooks), "--output-dir", str(out),
@@ -90,7 +88,8 @@ def test_the_slurm_launcher_runs_each_point_as_a_job_and_reruns_a_killed_one(toy
     sweep = ["--sweep", "gamma=0,0.5"]
     code, local = reproduce(tmp_path / "local", *sweep, "--jobs", "1")
     assert code == 0, local
-    (tmp_path / "0.5.kill").write_text("")  # the gamma = 0.5 job kills itself mid-run, once
+    (tmp_path / "slurm").mkdir()
+    (tmp_path / "slurm" / "0.5.kill").write_text("")  # the gamma = 0.5 job kills itself mid-run, once
     code, first = reproduce(tmp_path / "slurm", *sweep, "--launcher", "slurm")
     assert code == 1
     assert "2 points as local jobs of submitit" in first
@@ -100,7 +99,7 @@ def test_the_slurm_launcher_runs_each_point_as_a_job_and_reruns_a_killed_one(toy
     assert (tmp_path / "slurm" / "figures" / "tiny" / "variants" / "gamma=0.5" / "INCOMPLETE").exists()
     code, second = reproduce(tmp_path / "slurm", *sweep, "--launcher", "slurm")
     assert code == 0, second
-    assert "up to date, not run: point gamma=0, variant gamma=0" in second  # the finished job is kept
+    assert "up to date, not run: variant gamma=0 (" in second  # the finished job is kept
     assert "point gamma=0.5 (variant gamma=0.5) did not finish in an earlier invocation (local job" in second
     assert "[1/1] point gamma=0.5 (variant gamma=0.5) finished" in second
     assert _tables(tmp_path / "slurm") and _tables(tmp_path / "slurm") == _tables(tmp_path / "local")

@@ -17,6 +17,10 @@
 - :mod:`~r2mad_core.reproduce.replicates`: ``--replicates N``: the same runs under N seeds, mean and spread across seeds.
 - :mod:`~r2mad_core.reproduce.ablations`: ``reproduce --set/--variant/--sweep/--replicates``: the baseline first, then
   each variant.
+- :mod:`~r2mad_core.reproduce.points`: the points of an ablation (sweep values x seeds), each up to date when its
+  executed configuration was made before; the dry run (``--dry-run``, ``--show-config``).
+- :mod:`~r2mad_core.reproduce.launcher`: the points not up to date, run one by one, side by side (``--jobs``) or as
+  cluster jobs (``--launcher slurm``, submitit); a failed or killed job named and run again by the next invocation.
 - :mod:`~r2mad_core.reproduce.collect`: every cell behind the paper's tables, run or loaded, in the paper's terms
   (notebook 10's one step).
 - :mod:`~r2mad_core.reproduce.estimate`: the older pre-flight estimate of a GPU profile (requests built by the grid on
