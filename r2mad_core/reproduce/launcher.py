@@ -44,6 +44,9 @@ LAUNCHERS = ("local", "slurm")
 #: folder, which the profile's own up-to-date digest of ``runs/`` leaves out).
 LAUNCHER_DIR = f"{up_to_date.RECORD_DIR}/launcher"
 LEDGER = "jobs.json"
+#: A job's time limit unless ``--slurm timeout_min=N`` sets one (submitit's local executor's own default, 2 minutes,
+#: stopped a tiny point half-way).
+DEFAULT_TIMEOUT_MINUTES = 24 * 60
 #: Seconds between two looks at the cluster jobs' states.
 POLL_SECONDS = 2.0
 
@@ -137,9 +140,12 @@ def execute(points: Sequence[Point], run: Callable[..., Path | None], cache: Poi
         elif point.variant.name not in seen:  # the same variant twice: run once
             seen[point.variant.name] = position
             pending.append(position)
+    ledger = Ledger(cache.runs_dir / LAUNCHER_DIR) if cache is not None else None
+    unfinished = ledger.read() if ledger is not None else {}
+    for position, point in enumerate(points):  # finished after all (a job whose process outlived its controller)
+        if ledger is not None and position in folders and point.variant is not None and point.variant.name in unfinished:
+            ledger.set(point.variant.name, None)
     if pending:
-        ledger = Ledger(cache.runs_dir / LAUNCHER_DIR) if cache is not None else None
-        unfinished = ledger.read() if ledger is not None else {}
         for position in pending:
             entry = unfinished.get(points[position].variant.name)
             if entry:
@@ -244,7 +250,7 @@ def _cluster(points: Sequence[Point], pending: Sequence[int], child_arguments: S
     jobs_folder = folder / "submitit"
     executor = submitit.AutoExecutor(folder=str(jobs_folder), cluster=cluster)
     try:
-        executor.update_parameters(**dict(parameters))
+        executor.update_parameters(**{"timeout_min": DEFAULT_TIMEOUT_MINUTES, **dict(parameters)})
     except (TypeError, ValueError) as exc:
         raise ValueError(f"--slurm: {str(exc).splitlines()[0]}") from None
     kind = executor.cluster
@@ -273,7 +279,9 @@ def _cluster(points: Sequence[Point], pending: Sequence[int], child_arguments: S
                 state = "finished"
             except Exception as exc:  # noqa: BLE001 - submitit's Failed/UncompletedJobError, a killed job
                 ok[position] = False
-                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                reason = (f"killed, or ended without a result (state {job.state})"
+                          if type(exc).__name__ == "UncompletedJobError" else
+                          str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__)
                 ledger.set(point.variant.name, {"label": point.label(), "launcher": kind, "job": str(job.job_id),
                                                 "log": str(job.paths.stdout), "state": f"failed: {reason}"})
                 state = f"FAILED ({kind} job {job.job_id}: {reason[:200]}; log {job.paths.stdout})"
