@@ -17,6 +17,10 @@
 - :mod:`~r2mad_core.reproduce.replicates`: ``--replicates N``: the same runs under N seeds, mean and spread across seeds.
 - :mod:`~r2mad_core.reproduce.ablations`: ``reproduce --set/--variant/--sweep/--replicates``: the baseline first, then
   each variant.
+- :mod:`~r2mad_core.reproduce.points`: the points of an ablation (sweep values x seeds), each up to date when its
+  executed configuration was made before; the dry run (``--dry-run``, ``--show-config``).
+- :mod:`~r2mad_core.reproduce.launcher`: the points not up to date, run one by one, side by side (``--jobs``) or as
+  cluster jobs (``--launcher slurm``, submitit); a failed or killed job named and run again by the next invocation.
 - :mod:`~r2mad_core.reproduce.collect`: every cell behind the paper's tables, run or loaded, in the paper's terms
   (notebook 10's one step).
 - :mod:`~r2mad_core.reproduce.paper`: the paper run on GPUs (``--rehearse``, ``--estimate-only`` from the rehearsal,
@@ -47,7 +51,8 @@ sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 #: the module, and :func:`__getattr__` would import :mod:`.command` (1.7 s of CPU: pandas, scipy) to look for it there.
 #: Written out (no directory listing on import); tests/test_gpu_day.py checks it against the folder.
 _SUBMODULES = frozenset({
-    "ablations", "collect", "command", "gc_settings", "grid", "notebook_runner", "notebook_setup", "paper", "published",
+    "ablations", "collect", "command", "gc_settings", "grid", "launcher", "notebook_runner", "notebook_setup", "paper",
+    "points", "published",
     "replicates", "sweeps", "up_to_date", "variants",
 })
 

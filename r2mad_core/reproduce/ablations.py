@@ -11,6 +11,7 @@ that executes notebooks (``run``), so this module stays below it.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -32,6 +33,9 @@ from r2mad_core.reproduce.variants import (
 
 from r2mad_core.reproduce.sweeps import SweepPoint, parse_sweep, sweep_artifacts, sweep_points
 from r2mad_core.reproduce.replicates import REPLICATES_DIR, Replicate, replicate_artifacts, replicate_comparison, replicate_seeds
+from r2mad_core.reproduce.launcher import execute
+from r2mad_core.reproduce.points import INCOMPLETE_MARKER, Point, PointCache, dry_run as dry_run_of, plan_points
+from r2mad_core.reproduce.points import show_config as show_config_of
 
 #: ``run(overrides, variant, only) -> figures folder or None (a notebook failed)``: the runner's notebook execution.
 Runner = Callable[[Mapping[str, Any], "Variant | None", "Sequence[str] | None"], "Path | None"]
@@ -95,99 +99,126 @@ def ensure_baseline(run: Runner, profile: str, profile_dir: Path, notebooks: Seq
 def run_ablation(run: Runner, profile: Any, profile_dir: Path, notebooks: Sequence[str], overrides: Mapping[str, Any],
                  *, name: str | None = None, sweep: str | Sequence[str] | None = None,
                  only: Sequence[str] | None = None, engine_note: str = "", echo: Callable[[str], None] = print,
-                 baseline_first: bool = True, replicates: int = 1) -> int:
+                 baseline_first: bool = True, replicates: int = 1, cache: PointCache | None = None,
+                 launch: Mapping[str, Any] | None = None, dry_run: bool = False,
+                 show_config: int | None = None, dry_run_context: Mapping[str, Any] | None = None) -> int:
     """``reproduce --set ... [--variant NAME] [--sweep KEY=V1,V2,... ...] [--replicates N]``: the exit code.
     ``profile``: the :class:`~r2mad_core.experiments.profiles.Profile` (or a packaged name).
 
-    Several ``--sweep`` axes run their Cartesian product; ``replicates`` > 1 runs the profile (and the variant) under
-    that many run seeds (:mod:`r2mad_core.reproduce.replicates`)."""
+    Several ``--sweep`` axes run their Cartesian product; ``replicates`` > 1 runs the profile (and the variant, or
+    every sweep point) under that many run seeds (:mod:`r2mad_core.reproduce.replicates`). ``cache``: the points
+    already made are left (:mod:`r2mad_core.reproduce.points`); ``launch``: how the others run
+    (:func:`r2mad_core.reproduce.launcher.execute`'s keywords: ``jobs``, ``launcher``, ``child_arguments``, ...);
+    ``dry_run``/``show_config``: print the points (or one point's settings) and execute nothing."""
     loaded = load_profile(profile) if isinstance(profile, (str, Path)) else profile
     profile = loaded.name
     sweeps = [sweep] if isinstance(sweep, str) else list(sweep or [])
-    run = marking_incomplete(run, profile_dir)
     base = profile_values(loaded)
     seeds = replicate_seeds(int(base.get("seed") or 0), replicates)
-    if sweeps and replicates > 1:
-        raise ValueError("--replicates with --sweep is not supported yet: run each sweep point with "
-                         "--set KEY=VALUE --replicates N")
-    if not sweeps:
-        variant = plan_variant(loaded, overrides, name, echo)
-        if variant is not None and name is not None:
-            check_reuse(variant_dir(profile_dir, variant.name), variant)
-        if variant is None and replicates == 1:
+    axes = [parse_sweep(text) for text in sweeps]
+    keys = [key for key, _ in axes]
+    sweep_points(axes)  # a key swept twice: one line, before anything runs
+    quiet = dry_run or show_config is not None
+    fixed = plan_variant(loaded, {k: v for k, v in overrides.items() if k not in keys}, None if sweeps else name,
+                         (lambda line: None) if quiet and sweeps else echo)
+    if name is not None and sweeps:
+        check_name(name)
+    points = plan_points(base, profile, variant_overrides(fixed), axes, seeds, fixed.name if fixed and name else None)
+    if replicates > 1 and (sweeps or fixed is not None):  # the profile's own seeds, each point's comparison
+        have = {json.dumps(p.values, sort_keys=True, default=str) for p in points}
+        points += [p for p in plan_points(base, profile, {}, [], seeds)
+                   if json.dumps(p.values, sort_keys=True, default=str) not in have]
+    if quiet:
+        if cache is None:
+            raise ValueError("--dry-run and --show-config need the point records (run through reproduce)")
+        if show_config is not None:
+            return show_config_of(points, show_config, cache, echo)
+        context = dict(dry_run_context or {})
+        return dry_run_of(points, cache, only, baseline_missing=notebooks_without_baseline(profile_dir, notebooks),
+                          echo=echo, **context)
+    run = marking_incomplete(run, profile_dir)
+    if cache is not None:
+        run = cache.wrap(run)
+    if fixed is not None and name is not None:
+        check_reuse(variant_dir(profile_dir, fixed.name), fixed)
+    if not sweeps and replicates == 1:
+        if fixed is None:
             return 0 if run({}, None, only) is not None else 1
         if not ensure_baseline(run, profile, profile_dir, notebooks, echo, baseline_first):
             return 1
-        variant_figures = None
-        if variant is not None:
-            echo(f"reproduce: variant {variant.name} of profile {profile}: {variant.describe()}; its figures and "
-                 f"tables go to {variant_dir(profile_dir, variant.name)} (the profile's own are not touched)")
-            variant_figures = run(variant_overrides(variant), variant, only)
-            if variant_figures is None:
-                return 1
-            for line in comparison_lines(variant_figures):
-                echo("  " + line)
-            if changes_nothing(variant_figures):  # read back from the runs' config.json, not from the request
-                echo(f"reproduce: variant {variant.name} changes nothing that ran: no run of these notebooks records "
-                     f"{', '.join(variant.overrides)} with the variant's value; it is the profile's own run")
-        if replicates > 1:
-            return _replicates(run, loaded, profile_dir, seeds, variant, variant_figures, only, echo)
+        echo(f"reproduce: variant {fixed.name} of profile {profile}: {fixed.describe()}; its figures and "
+             f"tables go to {variant_dir(profile_dir, fixed.name)} (the profile's own are not touched)")
+        variant_figures = run(variant_overrides(fixed), fixed, only)
+        if variant_figures is None:
+            return 1
+        _say_comparisons(fixed, variant_figures, echo)
         return 0
-    axes = [parse_sweep(text) for text in sweeps]
-    keys = [key for key, _ in axes]
-    settings = sweep_points(axes)
-    fixed = plan_variant(loaded, {k: v for k, v in overrides.items() if k not in keys}, None, echo)
-    for note in inert_notes({**(variant_overrides(fixed) if fixed else {}), **settings[0]}, base):
-        echo(note)
+    if sweeps:
+        for note in inert_notes({**variant_overrides(fixed), **points[0].setting}, base):
+            echo(note)
     if not ensure_baseline(run, profile, profile_dir, notebooks, echo, baseline_first):
         return 1
-    points = []
-    for setting in settings:
-        point = plan_variant(loaded, {**(variant_overrides(fixed) if fixed else {}), **setting}, None,
-                             echo=lambda line: None)
-        shown = ", ".join(f"{k} = {show_value(v)}" for k, v in setting.items())
-        echo(f"reproduce: sweep {shown}"
-             + (f" (variant {point.name})" if point else " (the profile's own values: its own run)"))
-        figures = run(variant_overrides(point), point, only) if point is not None else profile_dir
-        if figures is None:
-            return 1
-        points.append(SweepPoint(dict(setting), figures, point is None))
+    if sweeps:
+        echo(f"reproduce: sweep of {' x '.join(keys)}: {len(points)} points"
+             + (f" ({len(seeds)} seeds each)" if replicates > 1 else ""))
+    folders = execute(points, run, cache, only, profile_dir=profile_dir, echo=echo, **dict(launch or {}))
+    if folders is None:
+        return 1
+    if not sweeps:
+        if fixed is not None:
+            _say_comparisons(fixed, folders[0], echo)
+        return _replicate_tables(loaded, profile_dir, seeds, fixed, points, folders, echo)
+    first = [(position, p) for position, p in enumerate(points) if p.replicate == 0 and p.setting]
+    swept = [SweepPoint(dict(p.setting), folders[position], p.variant is None) for position, p in first]
     folder_name = "__".join(keys) if fixed is None else f"{'__'.join(keys)}__{fixed.name}"
     folder = profile_dir / SWEEPS_DIR / folder_name
-    sentences = sweep_artifacts(points, keys, profile, {k: base.get(k) for k in keys}, folder, fixed=fixed,
+    sentences = sweep_artifacts(swept, keys, profile, {k: base.get(k) for k in keys}, folder, fixed=fixed,
                                 engine_note=engine_note)
-    echo(f"reproduce: sweep of {' x '.join(keys)} over {len(points)} points: figures and tables in {folder}")
+    echo(f"reproduce: sweep of {' x '.join(keys)} over {len(swept)} points: figures and tables in {folder}")
     for line in sentences:
         echo("  " + line)
     if not sentences:
         echo(f"reproduce: the notebooks chosen wrote no table with confidence intervals to draw against "
              f"{' and '.join(keys)}")
+    if replicates > 1:
+        plain = [i for i, p in enumerate(points) if not set(p.values) - {"seed"}]  # the profile's own seeds
+        for number, (_, point) in enumerate(first):
+            variant = plan_variant(loaded, {**variant_overrides(fixed), **point.setting}, None, echo=lambda line: None)
+            if variant is None and number:
+                continue
+            same = [i for i, p in enumerate(points) if p.setting == point.setting and i not in plain]
+            positions = same + plain
+            _replicate_tables(loaded, profile_dir, seeds, variant, [points[i] for i in positions], folders, echo,
+                              positions=positions, with_profile=not number)
     return 0
 
 
-def _replicates(run: Runner, loaded: Any, profile_dir: Path, seeds: Sequence[int], variant: Variant | None,
-                variant_figures: Path | None, only: Sequence[str] | None, echo: Callable[[str], None]) -> int:
-    """The extra seeds of ``--replicates``: the profile (and the variant) under each, then the summaries."""
+def _say_comparisons(variant: Variant, figures: Path, echo: Callable[[str], None]) -> None:
+    for line in comparison_lines(figures):
+        echo("  " + line)
+    if changes_nothing(figures):  # read back from the runs' config.json, not from the request
+        echo(f"reproduce: variant {variant.name} changes nothing that ran: no run of these notebooks records "
+             f"{', '.join(variant.overrides)} with the variant's value; it is the profile's own run")
+
+
+def _replicate_tables(loaded: Any, profile_dir: Path, seeds: Sequence[int], variant: Variant | None,
+                      points: Sequence[Point], folders: Mapping[int, Path], echo: Callable[[str], None],
+                      positions: Sequence[int] | None = None, with_profile: bool = True) -> int:
+    """The replicate summaries once every seed ran: the profile's mean and spread over the seeds, and the
+    variant's (its points: those with its setting or ``--set`` values) with the seed-by-seed comparison."""
     profile = loaded.name
-    profile_runs = [Replicate(seeds[0], profile_dir)]
-    variant_runs = [Replicate(seeds[0], variant_figures)] if variant is not None and variant_figures else []
-    for seed in seeds[1:]:
-        echo(f"reproduce: replicate seed = {seed}")
-        plain = plan_variant(loaded, {"seed": seed}, None, echo=lambda line: None)
-        figures = run(variant_overrides(plain), plain, only)
-        if figures is None:
-            return 1
-        profile_runs.append(Replicate(seed, figures))
-        if variant is not None:
-            seeded = plan_variant(loaded, {**variant_overrides(variant), "seed": seed}, None, echo=lambda line: None)
-            figures = run(variant_overrides(seeded), seeded, only)
-            if figures is None:
-                return 1
-            variant_runs.append(Replicate(seed, figures))
+    positions = list(range(len(points))) if positions is None else list(positions)
+    by_seed_profile, by_seed_variant = {}, {}
+    variant_keys = set(variant.overrides) - {"seed"} if variant is not None else set()
+    for point, position in zip(points, positions):
+        own = set(point.values) - {"seed"}
+        (by_seed_variant if own and own == variant_keys else by_seed_profile)[point.seed] = folders[position]
+    profile_runs = [Replicate(seed, by_seed_profile[seed]) for seed in seeds if seed in by_seed_profile]
+    variant_runs = [Replicate(seed, by_seed_variant[seed]) for seed in seeds if seed in by_seed_variant]
     tag = f"seeds={seeds[0]}-{seeds[-1]}"
     folder = profile_dir / REPLICATES_DIR / tag
-    sentences = replicate_artifacts(profile_runs, folder, profile, f"profile {profile}")
-    if variant is not None:
+    sentences = replicate_artifacts(profile_runs, folder, profile, f"profile {profile}") if with_profile else []
+    if variant is not None and variant_runs:
         variant_folder = profile_dir / REPLICATES_DIR / f"{variant.name}__{tag}"
         sentences += replicate_artifacts(variant_runs, variant_folder, profile, f"variant {variant.name}")
         sentences += replicate_comparison(profile_runs, variant_runs, variant_folder, profile, variant.name)
@@ -197,10 +228,6 @@ def _replicates(run: Runner, loaded: Any, profile_dir: Path, seeds: Sequence[int
     for line in sentences:
         echo("  " + line)
     return 0
-
-
-#: The file a variant's folder holds while its run has not finished (a crash, a kill or a failed notebook leave it).
-INCOMPLETE_MARKER = "INCOMPLETE"
 
 
 def marking_incomplete(run: Runner, profile_dir: Path) -> Runner:

@@ -79,13 +79,15 @@ from r2mad_core.experiments.profiles import (  # noqa: F401  (re-exported: repro
 from r2mad_core.reproduce.variants import ENVIRONMENT as VARIANT_ENVIRONMENT, VARIANTS_DIR
 from r2mad_core.experiments.budget import BudgetCap, EstimatingGateway, ForwardingGateway, Prices, Usage, format_estimate
 from r2mad_core.reproduce.ablations import run_ablation
+from r2mad_core.reproduce import launcher
+from r2mad_core.reproduce.points import PointCache
 from r2mad_core.report.artifacts import missing_artifacts
 from r2mad_core.report.headline import print_headline
 from r2mad_core.report.volatile import ExecutedSnapshot
 from r2mad_core.reproduce import published, up_to_date
 from r2mad_core.reproduce.paper import command as paper_run
 from r2mad_core.reproduce.sweeps import caption_note, parse_sweep
-from r2mad_core.reproduce.variants import Variant, differences, profile_values, shown_path, to_environment
+from r2mad_core.reproduce.variants import mark_variant, shown_path, to_environment
 from r2mad_core.data.verdicts import ENVIRONMENT as ANSWER_MEMO_ENVIRONMENT
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
@@ -193,24 +195,6 @@ def _strip_machine_paths(executed: Path) -> None:
         atomic_write(executed, nbformat.writes(notebook) + "\n")
 
 
-def _mark_variant(executed: Path, profile: Profile, paths: "ReproductionPaths") -> None:
-    """A variant's executed notebook says at its top which variant it is and where its outputs went."""
-    import nbformat  # lazy: the notebooks extra (papermill, nbformat) is optional; --help and the estimate work without it
-
-    if not executed.is_file():
-        return
-    found = differences(profile_values(profile), profile_values(profile.reloaded()))
-    variant = Variant(profile.name, found or {"?": (None, None)}, paths.variant or "")
-    notebook = nbformat.read(executed, as_version=4)
-    cell = nbformat.v4.new_markdown_cell(
-        f"**Variant `{variant.name}` of profile {profile.name}**: {variant.describe()}. Its figures and tables are in "
-        f"`{shown_path(paths.artifacts_dir)}/`, each compared with the profile's (`*_vs_profile`); the profile's "
-        f"own artifacts are in `{shown_path(paths.figures_dir)}/`.")
-    cell.metadata["tags"] = ["variant"]
-    notebook.cells.insert(0, cell)
-    atomic_write(executed, nbformat.writes(notebook) + "\n")
-
-
 def declared_parameters(notebook: Path) -> set[str]:
     """Names assigned in the notebook's ``parameters`` cell (read as papermill reads it: the cell tagged
     ``parameters``); no papermill needed, so ``--estimate-only`` checks overrides without the notebooks extra."""
@@ -299,7 +283,7 @@ def run_notebooks(
                                         progress=display.progress(notebook))
         _strip_machine_paths(output)
         if paths.variant:
-            _mark_variant(output, profile, paths)
+            mark_variant(output, profile, paths.variant, paths.artifacts_dir, paths.figures_dir)
         return NotebookResult(notebook.stem, time.perf_counter() - start, output, error)
 
     def finish(notebook: Path, result: NotebookResult) -> None:  # under the runner's lock
@@ -403,7 +387,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--notebooks-dir", type=Path, default=None, help="the notebooks to run (default: the repository's)")
     parser.add_argument("--jobs", type=_at_least(int, 1), default=None, metavar="N",
                         help="notebooks run at once, each after those it needs (default: one per core up to "
-                        f"{MAX_DEFAULT_JOBS} when the agents are simulated, else 1: a real model holds every core or the GPU)")
+                        f"{MAX_DEFAULT_JOBS} when the agents are simulated, else 1: a real model holds every core or the "
+                        "GPU); with --sweep or --replicates: points run at once, each in its own process")
     parser.add_argument("--force", action="store_true", help="execute every notebook, also those whose inputs and "
                         "outputs are as their last run left them (a rerun leaves those: reproduce/up_to_date.py)")
     parser.add_argument("--fresh-kernels", action="store_true",
@@ -422,9 +407,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "e.g. --sweep gamma=0,0.3,0.6,0.9 --only 04; several --sweep flags run their Cartesian "
                         "product (--sweep gamma=0,0.9 --sweep top_k=1,3: 4 points on one figure)")
     parser.add_argument("--replicates", type=_at_least(int, 1), default=1, metavar="N",
-                        help="run the profile (and the variant of --set) under N run seeds (seed, seed+1, ...) and "
-                        "report each table's mean and spread across seeds beside the single-seed CI "
-                        "(figures/<profile>/replicates/)")
+                        help="run the profile (and the variant of --set, or every --sweep point) under N run seeds "
+                        "(seed, seed+1, ...) and report each table's mean and spread across seeds beside the "
+                        "single-seed CI (figures/<profile>/replicates/)")
+    launcher.add_arguments(parser)  # --dry-run, --show-config, --launcher, --slurm (r2mad_core/reproduce/launcher.py)
     budget = parser.add_argument_group("API cost (profiles with api_budget: true, e.g. api)")
     budget.add_argument("--max-requests", type=_at_least(int), default=None,
                         help="stop before sending more requests than this (default: $R2MAD_API_MAX_REQUESTS, else no cap)")
@@ -618,17 +604,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return paper_run.main(args, profile, only, run_notebooks, ReproductionPaths, discover_notebooks, run=_run_main)
     if not args.estimate_only and paper_run.gpu_models(profile) and paper_run.preflight_failed(profile, args):
         return 1  # a GPU profile: the node, gated access, disk, memory checked before any GPU work (one line each)
-    if overrides or args.sweep or args.variant or args.replicates > 1:
+    if (overrides or args.sweep or args.variant or args.replicates > 1 or args.dry_run
+            or args.show_config is not None):
         return _ablation_main(args, overrides, only)
     return _run_main(args, profile, only)
 
 
 def _ablation_main(args: argparse.Namespace, overrides: Mapping[str, Any], only: Sequence[str] | None) -> int:
-    """``--set``/``--variant``/``--sweep``: each run a variant beside the profile's (r2mad_core.reproduce.ablations)."""
-    keys = extra_keys(discover_notebooks(args.notebooks_dir or default_notebooks_dir()))
+    """``--set``/``--variant``/``--sweep``/``--replicates``/``--dry-run``: each point a variant beside the profile's
+    (r2mad_core.reproduce.ablations), up to date when its executed configuration was made before
+    (r2mad_core.reproduce.points), the others run by the launcher (r2mad_core.reproduce.launcher)."""
+    notebooks_dir = args.notebooks_dir or default_notebooks_dir()
+    keys = extra_keys(discover_notebooks(notebooks_dir))
     base = load_profile(args.profile)
-    paths = ReproductionPaths(args.output_dir, base.folder)
-
+    paths = ReproductionPaths(args.output_dir, base.folder, _data_dir(args))
     def run(values: Mapping[str, Any], variant: Any, chosen: Sequence[str] | None) -> Path | None:
         profile = load_profile(args.profile, values, extra_keys=keys)
         name = variant.name if variant is not None else None
@@ -640,25 +629,36 @@ def _ablation_main(args: argparse.Namespace, overrides: Mapping[str, Any], only:
     try:
         if not args.sweep:
             load_profile(args.profile, overrides, extra_keys=keys)  # a bad override: one line, before anything runs
-        notebooks = [p.stem for p in discover_notebooks(args.notebooks_dir or default_notebooks_dir(), only)]
-        for line in banner(base):
+        chosen = discover_notebooks(notebooks_dir, only)
+        notebooks = [p.stem for p in chosen]
+        for line in banner(base) if args.show_config is None else ():
             print(line)
+        cache = PointCache(args.profile, paths.runs_dir, paths.figures_dir, paths.executed_dir,
+                           lambda picked: discover_notebooks(notebooks_dir, picked), keys, base.source, paths.data_dir,
+                           force=args.force or args.fresh)
+        launch, context = launcher.settings(args, only, base, len(chosen), len(discover_notebooks(notebooks_dir)),
+                                            REPOSITORY / "notebooks" / "executed" / base.folder)
         # the baseline runs first only where it costs nothing but this machine's time (simulated agents)
         engines = {m.get("engine") for m in [*base["models"], *(base.fields.get("large_models") or [])]
                    if not m.get("stand_in")}  # a stand-in runs on one of the models
         return run_ablation(run, base, paths.figures_dir, notebooks, overrides, name=args.variant,
                             sweep=args.sweep, only=only, engine_note=caption_note(banner(base)[:1]),
                             baseline_first=engines <= {"simulated"} and not args.estimate_only,
-                            replicates=args.replicates)
+                            replicates=args.replicates, cache=cache, launch=launch, dry_run=args.dry_run,
+                            show_config=args.show_config, dry_run_context=context)
     except (FileNotFoundError, ProfileError, ValueError) as exc:
         print(f"reproduce: {exc}", file=sys.stderr)
         return 2
 
 
+def _data_dir(args: argparse.Namespace) -> Path | None:
+    found = args.data_dir or (Path(os.environ["R2MAD_DATA_DIR"]) if os.environ.get("R2MAD_DATA_DIR") else None)
+    return found.resolve() if found else None
+
+
 def _run_main(args: argparse.Namespace, profile: Profile, only: Sequence[str] | None, *, variant: str | None = None,
               show_banner: bool = True) -> int:
-    data_dir = args.data_dir or (Path(os.environ["R2MAD_DATA_DIR"]) if os.environ.get("R2MAD_DATA_DIR") else None)
-    paths = ReproductionPaths(args.output_dir, profile.folder, data_dir.resolve() if data_dir else None, variant=variant)
+    paths = ReproductionPaths(args.output_dir, profile.folder, _data_dir(args), variant=variant)
     try:
         replay = published.before_run(profile, paths, fresh=args.fresh)  # seeds cache/<profile>/ from published/
         endpoints = guarded_endpoints(profile)

@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from r2mad_core.files import atomic_write, file_sha256, file_stamps
-from r2mad_core.reproduce.variants import VARIANTS_DIR
+from r2mad_core.reproduce.replicates import REPLICATES_DIR
+from r2mad_core.reproduce.variants import SWEEPS_DIR, VARIANTS_DIR
 
 #: The folder under ``runs/<profile>/`` holding the records (left out of the runs' own digest).
 RECORD_DIR = ".up_to_date"
@@ -46,8 +47,9 @@ ENVIRONMENT_PREFIXES = ("R2MAD_",)
 ENVIRONMENT_NAMES = ("OPENBLAS_NUM_THREADS",)
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 NO_RECORD = "no record of an earlier complete run in this folder"
-#: Subfolders of an artifacts folder that belong to other runs (the variants of a profile).
-OTHER_RUNS = (VARIANTS_DIR,)
+#: Subfolders of an artifacts folder that belong to other runs (the variants of a profile, its sweeps' and
+#: replicates' tables).
+OTHER_RUNS = (VARIANTS_DIR, SWEEPS_DIR, REPLICATES_DIR)
 
 
 def _files(root: Path, skip_dirs: Iterable[str] = ()) -> list[Path]:

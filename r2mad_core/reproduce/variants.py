@@ -488,6 +488,26 @@ class TableComparer:
         display(Markdown(text))
 
 
+def mark_variant(executed: Path, profile: Any, name: str | None, artifacts_dir: Path, figures_dir: Path) -> None:
+    """A variant's executed notebook says at its top which variant it is and where its outputs went."""
+    import nbformat  # lazy: the notebooks extra
+
+    from r2mad_core.files import atomic_write
+
+    if not executed.is_file():
+        return
+    found = differences(profile_values(profile), profile_values(profile.reloaded()))
+    variant = Variant(profile.name, found or {"?": (None, None)}, name or "")
+    notebook = nbformat.read(executed, as_version=4)
+    cell = nbformat.v4.new_markdown_cell(
+        f"**Variant `{variant.name}` of profile {profile.name}**: {variant.describe()}. Its figures and tables are in "
+        f"`{shown_path(artifacts_dir)}/`, each compared with the profile's (`*_vs_profile`); the profile's "
+        f"own artifacts are in `{shown_path(figures_dir)}/`.")
+    cell.metadata["tags"] = ["variant"]
+    notebook.cells.insert(0, cell)
+    atomic_write(executed, nbformat.writes(notebook) + "\n")
+
+
 # --------------------------------------------------------------------------------------------
 # As executed: the variant's overrides read back from the run configurations its tables came from
 # --------------------------------------------------------------------------------------------
