@@ -336,3 +336,82 @@ def test_the_notebook_kernels_run_exit_with_parent() -> None:
 
     assert "exit_with_parent()" in notebook_runner.KERNEL_EXITS_WITH_RUNNER
     assert notebook_runner.KERNEL_EXITS_WITH_RUNNER.startswith("--IPKernelApp.exec_lines=")
+
+
+# ------------------------------------------------------------------------------------------------
+# Failover between endpoints (issue 51): a dead endpoint is taken out, the live ones answer
+# ------------------------------------------------------------------------------------------------
+def _refusing_url() -> str:
+    """A base URL on 127.0.0.1 where nothing listens (every connection refused at once)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def _debate_transcripts(base_urls: list[str]) -> tuple[list[list[list[str]]], str]:
+    """A small grid (MAD, 3 questions x 3 agents x 3 rounds = 27 requests) over ``base_urls``: every agent's
+    conversation as text, and the engine's per-endpoint summary."""
+    from debate_fakes import mc_sample
+    from r2mad_core.debate.loop import run_debate
+    from r2mad_core.engines.openai_compat import OpenAICompatEngine
+    from r2mad_core.experiments.methods import get_method
+
+    questions = [mc_sample(f"q{k}", question=f"Which statement about topic {k} is true?") for k in range(3)]
+    engine = OpenAICompatEngine("test-model", base_urls, api_key_env=None, max_concurrency=3, timeout_seconds=5.0,
+                                max_retries=2, initial_backoff_seconds=0.05, max_backoff_seconds=0.2,
+                                neutral_sampling=False)
+    try:
+        states = run_debate(questions, engine, get_method("mad", stop_at_unanimity=False).debate)
+        summary = engine.endpoints.summary()
+    finally:
+        engine.close()
+    return [[[m["content"] for m in conversation] for conversation in s.conversations] for s in states], summary
+
+
+def test_two_endpoints_one_refusing_from_the_start_the_grid_completes_on_the_healthy_one() -> None:
+    """Before: a refusing endpoint looked least busy (it answers at once), every retry went to it and the run ended.
+    Now it is taken out for a backoff; the 27 requests all come back from the healthy one, with the same transcripts
+    as that endpoint alone, and the summary counts requests per endpoint."""
+    with FakeOpenAIServer() as alone:
+        expected, _ = _debate_transcripts([alone.base_url])
+    dead = _refusing_url()
+    with FakeOpenAIServer() as healthy:
+        transcripts, summary = _debate_transcripts([dead, healthy.base_url])
+        served = healthy.requests_served
+    assert transcripts == expected
+    assert served == 27
+    assert f"{healthy.base_url} 27 answered of 27 sent" in summary
+    assert f"{dead} 0 answered of" in summary and "ConnectError" in summary
+
+
+def test_the_run_ends_only_when_no_endpoint_is_live_saying_which_failed_and_how() -> None:
+    """Two refusing endpoints: bounded attempts ((max_retries + 1) x endpoints at most), one line naming both and
+    the error each gave."""
+    dead = [_refusing_url(), _refusing_url()]
+    engine = _engine(dead, max_retries=2, max_concurrency=1)
+    with pytest.raises(EngineError) as caught:
+        engine.generate([_request("question")])
+    engine.close()
+    message = str(caught.value)
+    assert "\n" not in message and "no endpoint of 2 live" in message
+    assert all(f"{url}: " in message for url in dead) and message.count("ConnectError") >= 2
+    assert sum(engine.endpoints.counts().values()) <= 6
+
+
+def test_the_budget_gateway_fails_over_to_the_live_upstream() -> None:
+    """The api profile's path (every request through the budget gateway): a refusing upstream next to a healthy one
+    costs nothing; every request is answered by the healthy one and counted once."""
+    with FakeOpenAIServer() as healthy:
+        cap = BudgetCap(max_requests=100)
+        with ForwardingGateway([_refusing_url(), healthy.base_url], cap) as gateway:
+            engine = _engine(gateway.base_url, max_retries=0, max_concurrency=2)
+            completions = engine.generate([_request(f"question {i}") for i in range(8)])
+            engine.close()
+            summary = gateway.pool.summary()
+        served = healthy.requests_served
+    assert len(completions) == 8 and served == 8
+    assert f"{healthy.base_url} 8 answered of 8 sent" in summary
+    assert cap.spent.requests == 8
