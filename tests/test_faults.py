@@ -183,28 +183,34 @@ SECRET = "sk-probe-0123456789abcdef"
 
 
 @pytest.mark.parametrize("edit, expected", [
-    (lambda d: d["models"][0].update(stands_in_for="${OPENAI_API_KEY}"), "which holds a secret"),
-    (lambda d: d["models"][0].update(label="${PROBE_API_KEY}", api_key_env="PROBE_API_KEY"), "which holds a secret"),
-    (lambda d: d["models"][0].update(stands_in_for="${PROBE_MODEL}"), "whose value holds the value of "),
-    (lambda d: d.update(description="see ${PROBE_MODEL}"), "expanded only in the fields naming a model"),
-], ids=["stands_in_for a key", "label an api_key_env", "a model variable holding a key", "description"])
-def test_a_secret_never_expands_into_a_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                               capsys: pytest.CaptureFixture[str], edit: object, expected: str) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    monkeypatch.setenv("PROBE_API_KEY", SECRET)
-    monkeypatch.setenv("PROBE_TOKEN", SECRET)
-    monkeypatch.setenv("PROBE_MODEL", f"model-{SECRET}")
+    (lambda d: d["models"][0].update(stands_in_for="${DB_PASS}"), "read only in the fields naming a model or an endpoint"),
+    (lambda d: d["models"][0].update(label="${GH_PAT}"), "read only in the fields naming a model or an endpoint"),
+    (lambda d: d.update(retrieval_models=["${DATABASE_URL}"]), "read only in the fields naming a model or an endpoint"),
+    (lambda d: d["models"][0].update(model="${PROBE_API_KEY}", api_key_env="PROBE_API_KEY"), "holds an API key"),
+    (lambda d: d.update(description="see ${PROBE_MODEL}"), "read only in the fields naming a model or an endpoint"),
+], ids=["stands_in_for", "label", "retrieval_models", "model an api_key_env", "description"])
+def test_a_variable_is_refused_outside_the_fields_naming_a_model_or_an_endpoint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], edit: object,
+        expected: str) -> None:
+    """Whatever the variable is called (issue 51: ``${DB_PASS}``, ``${GH_PAT}``, ``${DATABASE_URL}`` expanded, their
+    names did not look secret): a label, stand-in or description never reads the environment."""
+    for name in ("DB_PASS", "GH_PAT", "DATABASE_URL", "PROBE_API_KEY", "PROBE_MODEL"):
+        monkeypatch.setenv(name, SECRET)
     message = _reproduce_refuses(_profile_file(tmp_path, edit), capsys)  # type: ignore[arg-type]
     assert expected in message and "uses ${" in message
     assert SECRET not in message  # the refusal names the variable, never its value
 
 
-def test_a_model_name_still_expands_where_models_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_model_variable_is_kept_by_name_in_the_profile_and_read_when_the_engine_opens(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from r2mad_core.experiments.model_specs import ModelSpec
     from r2mad_core.experiments.profiles import load_profile
 
-    monkeypatch.setenv("PROBE_MODEL", "Qwen3-4B")
-    profile = load_profile(_profile_file(tmp_path, lambda d: d["models"][0].update(stands_in_for="${PROBE_MODEL}")))
-    assert profile["models"][0]["stands_in_for"] == "Qwen3-4B"
+    monkeypatch.setenv("DB_PASS", SECRET)
+    profile = load_profile(_profile_file(tmp_path, lambda d: d["models"][0].update(model="${DB_PASS}")))
+    assert profile["models"][0]["model"] == "${DB_PASS}" and SECRET not in repr(profile.parameters({}))
+    spec = ModelSpec.from_entry(profile["models"][0])
+    assert spec.resolved()[0] == SECRET and SECRET not in repr(spec.describe())
 
 
 @pytest.mark.parametrize("label", ["..", ".", "/", "../..", "é"])
@@ -415,3 +421,53 @@ def test_the_budget_gateway_fails_over_to_the_live_upstream() -> None:
     assert len(completions) == 8 and served == 8
     assert f"{healthy.base_url} 8 answered of 8 sent" in summary
     assert cap.spent.requests == 8
+
+
+# ------------------------------------------------------------------------------------------------
+# Numbers a user can type (issue 51): bounded at their one declaration, read as Python and YAML read them
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("option, value", [("timeout_seconds", 0), ("timeout_seconds", -5), ("max_retries", -1),
+                                           ("max_concurrency", 0), ("connect_timeout_seconds", 0.0),
+                                           ("gpu_memory_utilization", 1.5), ("timeout_seconds", "ten")])
+def test_an_engine_option_out_of_bounds_in_a_profile_is_refused_before_anything_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: object) -> None:
+    """A timeout of 0 or -5 was accepted, then every request failed against a healthy server."""
+    message = _reproduce_refuses(_profile_file(tmp_path, lambda d: d["models"][0].setdefault("options", {}).update(
+        {option: value})), capsys)
+    assert f"models[0].options" in message and option in message and "expected a" in message
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan"])
+def test_an_engine_option_out_of_bounds_on_the_command_line_is_one_line(
+        value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from r2mad_core.cli import commands as cli
+
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["run", "--benchmark", "truthfulqa", "--engine", "simulated", "--limit", "1", "--no-cache",
+                  "--engine-option", f"timeout_seconds={value}"])
+    err = capsys.readouterr().err
+    assert caught.value.code == 2 and "Traceback" not in err
+    assert "--engine-option.timeout_seconds: expected a number > 0" in err
+
+
+def test_the_engine_refuses_a_timeout_of_zero_whoever_builds_it() -> None:
+    with pytest.raises(ValueError, match=r"timeout_seconds: expected a number > 0"):
+        make_engine("openai", model="m", base_urls=_refusing_url(), timeout_seconds=0, neutral_sampling=False)
+
+
+@pytest.mark.parametrize("text, expected", [("gamma=5e-1", 0.5), ("gamma=.5", 0.5), ("top_k=1e0", 1.0),
+                                            ("gamma=5E-1", 0.5), ("w_high=+6e-1", 0.6)])
+def test_numbers_parse_as_python_and_yaml_read_them(text: str, expected: float) -> None:
+    """``--set gamma=5e-1`` was refused with "expected a valid number, found '5e-1'" (YAML 1.1 wants 5.0e-1)."""
+    from r2mad_core.experiments.profiles import parse_override
+
+    assert parse_override(text)[1] == expected
+
+
+def test_a_profile_and_set_take_5e_minus_1(tmp_path: Path) -> None:
+    from r2mad_core.experiments.profiles import load_profile, parse_override
+
+    assert load_profile("tiny", dict([parse_override("gamma=5e-1")])).spec.gamma == 0.5
+    path = _profile_file(tmp_path, lambda d: d.update(gamma="GAMMA"))
+    path.write_text(path.read_text().replace("gamma: GAMMA", "gamma: 5e-1"))
+    assert load_profile(path).spec.gamma == 0.5

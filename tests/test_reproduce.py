@@ -49,7 +49,7 @@ def test_api_profile_is_the_papers_protocol_on_a_subset_with_the_model_from_the_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("R2MAD_API_MODEL", raising=False)
-    with pytest.raises(ProfileError, match=r"field 'models\[0\]\.label' uses \$\{R2MAD_API_MODEL\}, but the environment "
+    with pytest.raises(ProfileError, match=r"field 'models\[0\]\.model' uses \$\{R2MAD_API_MODEL\}, but the environment "
                        r"variable R2MAD_API_MODEL is not set"):
         load_profile("api")
     monkeypatch.setenv("R2MAD_API_MODEL", "gpt-4o-mini")

@@ -46,6 +46,7 @@ from r2mad_core.engines.base import (
     TagCost,
     backend_seed,
     classify_cut,
+    option_problems,
 )
 from r2mad_core.engines.cache import CachedEngine, CacheStats, LazyEngine, ResponseCache
 
@@ -173,6 +174,9 @@ def make_engine(
         raise ValueError(f"make_engine: unknown engine name {name!r}; expected one of {engine_names()}")
     if spec.needs_model and model is None:
         raise ValueError(f"make_engine({name!r}): model is required ({spec.description})")
+    problems = option_problems(options, f"engine {name}")
+    if problems:
+        raise ValueError(problems[0])
     if model is not None:
         options[spec.model_option or "model"] = model
     elif spec.model_option == "model_path":
