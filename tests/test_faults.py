@@ -471,3 +471,48 @@ def test_a_profile_and_set_take_5e_minus_1(tmp_path: Path) -> None:
     path = _profile_file(tmp_path, lambda d: d.update(gamma="GAMMA"))
     path.write_text(path.read_text().replace("gamma: GAMMA", "gamma: 5e-1"))
     assert load_profile(path).spec.gamma == 0.5
+
+
+# ------------------------------------------------------------------------------------------------
+# Secrets by construction (issue 51), end to end: a marker in every variable a profile can reference
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_marker_in_every_variable_a_profile_references_is_in_no_artifact_notebook_run_file_or_printed_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The api profile with its model named by ``${DB_PASS}`` (issue 51: DB_PASS's value was in
+    figures/<profile>/MANIFEST.json and the executed 02_memory.ipynb), an API key, and a base URL carrying a password
+    in its user-info part, against a healthy fake server: notebook 02 runs, and no marker is in any file under
+    figures/, notebooks/, runs/ nor in any printed line."""
+    import yaml
+    from importlib import resources
+
+    from r2mad_core import reproduce
+
+    markers = {"DB_PASS": "dbpass-marker-51a", "R2MAD_API_KEY": "apikey-marker-51b", "URL": "urlpass-marker-51c"}
+    data = yaml.safe_load(resources.files("r2mad_core").joinpath("profiles", "api.yaml").read_text())
+    data["models"][0]["model"] = "${DB_PASS}"
+    profile = tmp_path / "probe.yaml"
+    profile.write_text(yaml.safe_dump(data))
+    with FakeOpenAIServer() as server:
+        monkeypatch.setenv("DB_PASS", markers["DB_PASS"])
+        monkeypatch.setenv("R2MAD_API_MODEL", "unused-model")
+        monkeypatch.setenv("R2MAD_API_KEY", markers["R2MAD_API_KEY"])
+        monkeypatch.setenv("R2MAD_API_BASE_URL", server.base_url.replace("http://", f"http://probe:{markers['URL']}@"))
+        out = tmp_path / "out"
+        code = reproduce.main(["--profile", str(profile), "--only", "02", "--output-dir", str(out), "--no-estimate",
+                               "--set", "train_limit=2", "--set", "embedder=hashing", "--set", "benchmarks=[truthfulqa]",
+                               "--set", "retrieval_benchmarks=[truthfulqa]", "--set", "icl_benchmarks=[truthfulqa]",
+                               "--set", "poison_benchmarks=[truthfulqa]", "--set", "cost_benchmark=truthfulqa"])
+        printed = capsys.readouterr()
+        models_sent = {body.get("model") for body in server.bodies}
+    assert code == 0, (printed.out + printed.err)[-3000:]
+    assert models_sent == {markers["DB_PASS"]}  # the engine read the variable when it opened
+    written = [p for folder in ("figures", "notebooks", "runs") for p in (out / folder).rglob("*") if p.is_file()]
+    assert any(p.name == "MANIFEST.json" for p in written) and any(p.suffix == ".ipynb" for p in written)
+    for name, marker in markers.items():
+        leaked = [str(p.relative_to(out)) for p in written if marker.encode() in p.read_bytes()]
+        assert leaked == [], f"{name}'s value in {leaked}"
+        assert marker not in printed.out + printed.err, name
+    # what the records say instead: the variable's name
+    named = {p.name for p in written if b"${DB_PASS}" in p.read_bytes()}
+    assert {"config.json", "manifest.json"} <= named, named

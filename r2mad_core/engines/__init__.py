@@ -174,6 +174,7 @@ def make_engine(
         raise ValueError(f"make_engine: unknown engine name {name!r}; expected one of {engine_names()}")
     if spec.needs_model and model is None:
         raise ValueError(f"make_engine({name!r}): model is required ({spec.description})")
+    recorded = options.pop("recorded_model", None)  # the model as records name it (engines.base.recorded_model)
     problems = option_problems(options, f"engine {name}")
     if problems:
         raise ValueError(problems[0])
@@ -188,10 +189,11 @@ def make_engine(
                                   model=str(options.get(spec.model_option or "model")), concurrent=spec.concurrent)
     else:
         backend = factory(**options)
-    if cache_dir is None:
-        return backend
     try:
-        return CachedEngine(backend, cache_dir)
+        engine = backend if cache_dir is None else CachedEngine(backend, cache_dir)
     except BaseException:
         backend.close()
         raise
+    if recorded:
+        engine.recorded_model = recorded
+    return engine

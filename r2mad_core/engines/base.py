@@ -49,6 +49,13 @@ OPTION_BOUNDS: dict[str, tuple[bool, float, float, bool]] = {
 }
 
 
+def recorded_model(engine: object) -> str:
+    """The model as run records name it: ``${NAME}`` for a model a profile names by an environment variable (its value,
+    sent to the server, is never written: :meth:`r2mad_core.experiments.model_specs.ModelSpec.resolved`), else the
+    engine's model."""
+    return str(getattr(engine, "recorded_model", None) or getattr(engine, "model", "") or "")
+
+
 def option_problems(options: "dict[str, object]", where: str = "options") -> list[str]:
     """One line per numeric engine option outside :data:`OPTION_BOUNDS` (``None`` is left to the engine's default)."""
     problems = []
