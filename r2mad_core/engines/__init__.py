@@ -17,7 +17,8 @@ Backends (constructor options are passed through ``**options``):
   (``model`` = Hugging Face id or folder).
 Underneath: :mod:`~r2mad_core.engines.base` (requests, completions, the ``Engine`` protocol),
 :mod:`~r2mad_core.engines.cache` (the persistent response cache), :mod:`~r2mad_core.engines.thinking` (the
-``<think>`` part of a completion), :mod:`~r2mad_core.engines.vllm_loop` (the vLLM engine thread).
+``<think>`` part of a completion), :mod:`~r2mad_core.engines.vllm_loop` (the vLLM engine thread),
+:mod:`~r2mad_core.engines.endpoints` (several servers of one model: least busy first, failover).
 
 - ``rehearsal``: :class:`~r2mad_core.engines.rehearsal.RehearsalEngine` -- the paper run's dress rehearsal
   (a model's context and reply lengths, every request logged; unlisted).

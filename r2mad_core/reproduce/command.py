@@ -539,14 +539,11 @@ def run_guarded(
     sharing the budget ``cap``."""
     gateways = {variable: ForwardingGateway(urls, cap) for variable, urls in endpoints.items()}
     with contextlib.ExitStack() as stack:
-        for gateway in gateways.values():
+        for variable, gateway in gateways.items():
             stack.enter_context(gateway)
-        try:
-            with _environment({variable: gateway.base_url for variable, gateway in gateways.items()}):
-                return run_notebooks(profile, paths, notebooks_dir=notebooks_dir, only=only, echo=echo, show_banner=False)
-        finally:
-            for variable, gateway in gateways.items():
-                echo(f"reproduce: requests per endpoint of {variable}: {gateway.pool.summary()}")
+            stack.callback(lambda v=variable, g=gateway: echo(f"reproduce: requests per endpoint of {v}: {g.pool.summary()}"))
+        with _environment({variable: gateway.base_url for variable, gateway in gateways.items()}):
+            return run_notebooks(profile, paths, notebooks_dir=notebooks_dir, only=only, echo=echo, show_banner=False)
 
 
 def _budget_main(
