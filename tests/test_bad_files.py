@@ -221,3 +221,53 @@ def test_a_foreign_database_with_a_responses_table_is_refused_untouched(tmp_path
     connection = sqlite3.connect(path)
     assert [r[0] for r in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["responses"]
     connection.close()
+
+
+# ----------------------------------------------------------------------------------------------
+# Issue 51: the cache's folder, published manifests
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("damage", ["folder is a file", "cache file is a folder", "folder under a file"])
+def test_a_cache_folder_that_cannot_be_opened_is_one_line_naming_it(tmp_path, damage: str) -> None:
+    """``sqlite3.connect`` (and the folder's mkdir) sat before the ``try``: 20 lines of traceback."""
+    from r2mad_core.engines.cache import CACHE_FILENAME
+
+    folder = tmp_path / "cache"
+    if damage == "folder is a file":
+        folder.write_text("not a folder")
+    elif damage == "cache file is a folder":
+        (folder / CACHE_FILENAME).mkdir(parents=True)
+    else:
+        (tmp_path / "file").write_text("x")
+        folder = tmp_path / "file" / "cache"
+    with pytest.raises(EngineError) as caught:
+        ResponseCache(folder)
+    message = str(caught.value)
+    assert "\n" not in message and str(folder) in message and "R2MAD_CACHE_DIR" in message
+
+
+_SHA = "0" * 64
+
+
+@pytest.mark.parametrize("manifest, field", [
+    ("[]", "expected a JSON object"),
+    ('"text"', "expected a JSON object"),
+    ('{"rows": 3, "commit": null}', "field 'sha256' is missing"),
+    ('{"sha256": 5, "rows": 3}', "field 'sha256': expected 64 hexadecimal digits"),
+    ('{"sha256": "%s", "rows": -1}' % _SHA, "field 'rows': expected a whole number >= 0"),
+    ('{"sha256": "%s", "rows": 1, "commit": []}' % _SHA, "field 'commit'"),
+], ids=["list", "string", "no sha256", "sha256 a number", "negative rows", "commit a list"])
+def test_a_damaged_published_manifest_is_one_line_naming_the_file_and_field(
+        tmp_path, manifest: str, field: str) -> None:
+    from r2mad_core.engines.cache import CACHE_FILENAME
+    from r2mad_core.reproduce.published import PublishedError, seed
+
+    published = tmp_path / "published" / "probe"
+    published.mkdir(parents=True)
+    _cache_with_rows(tmp_path / "made", 2).close()
+    shutil.copyfile(tmp_path / "made" / CACHE_FILENAME, published / CACHE_FILENAME)
+    (published / "manifest.json").write_text(manifest)
+    with pytest.raises(PublishedError) as caught:
+        seed("probe", tmp_path / "cache", tmp_path / "published")
+    message = str(caught.value)
+    assert "\n" not in message and "manifest.json" in message and field in message
+    assert not (tmp_path / "cache" / CACHE_FILENAME).exists()  # nothing copied

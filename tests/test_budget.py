@@ -167,7 +167,7 @@ def test_api_profile_estimates_then_stops_at_the_cap_and_resumes(tmp_path: Path,
         code = reproduce.main(_reproduce(out, "--estimate-only"))
         printed = capsys.readouterr().out
         assert code == 0 and server.requests_served == 0  # nothing sent
-        assert printed.splitlines()[0] == ("reproduce: profile api: agents = fake-model (openai engine, model fake-model)")
+        assert printed.splitlines()[0] == ("reproduce: profile api: agents = API-model (openai engine, model ${R2MAD_API_MODEL})")
         [line] = [ln for ln in printed.splitlines() if ln.startswith("  03_main_results: ")]
         requests = int(line.split(": ", 1)[1].split(" requests")[0])
         assert line.endswith("(money at the given prices)")
@@ -195,4 +195,6 @@ def test_api_profile_estimates_then_stops_at_the_cap_and_resumes(tmp_path: Path,
         assert fresh.requests_served <= requests
     assert not (tmp_path / "fresh" / "figures" / "api" / "MANIFEST.json").exists()  # nothing of the profile's own
     manifest = json.loads((tmp_path / "fresh" / "figures" / "api" / "variants" / "small" / "MANIFEST.json").read_text())
-    assert any("fake-model" in json.dumps(record) for record in manifest.values())
+    # the model by its label, its name by the variable's name only (issue 51: the value is in no artifact)
+    assert any("API-model" in json.dumps(record) for record in manifest.values())
+    assert "fake-model" not in json.dumps(manifest)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from r2mad_core.engines import ENGINE_NAMES, CachedEngine, Engine, Ledger, make_engine
+from r2mad_core.engines import EngineError, ENGINE_NAMES, CachedEngine, Engine, Ledger, make_engine
 
 
 class RecordingSimulated:
@@ -66,6 +66,6 @@ def test_backend_is_closed_when_the_cache_cannot_open(fake_simulated: None, tmp_
             created.append(self)
 
     sys.modules["r2mad_core.theory.agents"].SimulatedEngine = Tracking  # type: ignore[attr-defined]
-    with pytest.raises(OSError):
+    with pytest.raises(EngineError, match="not-a-dir"):  # one line naming the folder (issue 51)
         make_engine("simulated", cache_dir=blocker, samples=[])
     assert created and created[0].closed

@@ -183,28 +183,34 @@ SECRET = "sk-probe-0123456789abcdef"
 
 
 @pytest.mark.parametrize("edit, expected", [
-    (lambda d: d["models"][0].update(stands_in_for="${OPENAI_API_KEY}"), "which holds a secret"),
-    (lambda d: d["models"][0].update(label="${PROBE_API_KEY}", api_key_env="PROBE_API_KEY"), "which holds a secret"),
-    (lambda d: d["models"][0].update(stands_in_for="${PROBE_MODEL}"), "whose value holds the value of "),
-    (lambda d: d.update(description="see ${PROBE_MODEL}"), "expanded only in the fields naming a model"),
-], ids=["stands_in_for a key", "label an api_key_env", "a model variable holding a key", "description"])
-def test_a_secret_never_expands_into_a_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                               capsys: pytest.CaptureFixture[str], edit: object, expected: str) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    monkeypatch.setenv("PROBE_API_KEY", SECRET)
-    monkeypatch.setenv("PROBE_TOKEN", SECRET)
-    monkeypatch.setenv("PROBE_MODEL", f"model-{SECRET}")
+    (lambda d: d["models"][0].update(stands_in_for="${DB_PASS}"), "read only in the fields naming a model or an endpoint"),
+    (lambda d: d["models"][0].update(label="${GH_PAT}"), "read only in the fields naming a model or an endpoint"),
+    (lambda d: d.update(retrieval_models=["${DATABASE_URL}"]), "read only in the fields naming a model or an endpoint"),
+    (lambda d: d["models"][0].update(model="${PROBE_API_KEY}", api_key_env="PROBE_API_KEY"), "holds an API key"),
+    (lambda d: d.update(description="see ${PROBE_MODEL}"), "read only in the fields naming a model or an endpoint"),
+], ids=["stands_in_for", "label", "retrieval_models", "model an api_key_env", "description"])
+def test_a_variable_is_refused_outside_the_fields_naming_a_model_or_an_endpoint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], edit: object,
+        expected: str) -> None:
+    """Whatever the variable is called (issue 51: ``${DB_PASS}``, ``${GH_PAT}``, ``${DATABASE_URL}`` expanded, their
+    names did not look secret): a label, stand-in or description never reads the environment."""
+    for name in ("DB_PASS", "GH_PAT", "DATABASE_URL", "PROBE_API_KEY", "PROBE_MODEL"):
+        monkeypatch.setenv(name, SECRET)
     message = _reproduce_refuses(_profile_file(tmp_path, edit), capsys)  # type: ignore[arg-type]
     assert expected in message and "uses ${" in message
     assert SECRET not in message  # the refusal names the variable, never its value
 
 
-def test_a_model_name_still_expands_where_models_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_model_variable_is_kept_by_name_in_the_profile_and_read_when_the_engine_opens(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from r2mad_core.experiments.model_specs import ModelSpec
     from r2mad_core.experiments.profiles import load_profile
 
-    monkeypatch.setenv("PROBE_MODEL", "Qwen3-4B")
-    profile = load_profile(_profile_file(tmp_path, lambda d: d["models"][0].update(stands_in_for="${PROBE_MODEL}")))
-    assert profile["models"][0]["stands_in_for"] == "Qwen3-4B"
+    monkeypatch.setenv("DB_PASS", SECRET)
+    profile = load_profile(_profile_file(tmp_path, lambda d: d["models"][0].update(model="${DB_PASS}")))
+    assert profile["models"][0]["model"] == "${DB_PASS}" and SECRET not in repr(profile.parameters({}))
+    spec = ModelSpec.from_entry(profile["models"][0])
+    assert spec.resolved()[0] == SECRET and SECRET not in repr(spec.describe())
 
 
 @pytest.mark.parametrize("label", ["..", ".", "/", "../..", "é"])
@@ -336,3 +342,177 @@ def test_the_notebook_kernels_run_exit_with_parent() -> None:
 
     assert "exit_with_parent()" in notebook_runner.KERNEL_EXITS_WITH_RUNNER
     assert notebook_runner.KERNEL_EXITS_WITH_RUNNER.startswith("--IPKernelApp.exec_lines=")
+
+
+# ------------------------------------------------------------------------------------------------
+# Failover between endpoints (issue 51): a dead endpoint is taken out, the live ones answer
+# ------------------------------------------------------------------------------------------------
+def _refusing_url() -> str:
+    """A base URL on 127.0.0.1 where nothing listens (every connection refused at once)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def _debate_transcripts(base_urls: list[str]) -> tuple[list[list[list[str]]], str]:
+    """A small grid (MAD, 3 questions x 3 agents x 3 rounds = 27 requests) over ``base_urls``: every agent's
+    conversation as text, and the engine's per-endpoint summary."""
+    from debate_fakes import mc_sample
+    from r2mad_core.debate.loop import run_debate
+    from r2mad_core.engines.openai_compat import OpenAICompatEngine
+    from r2mad_core.experiments.methods import get_method
+
+    questions = [mc_sample(f"q{k}", question=f"Which statement about topic {k} is true?") for k in range(3)]
+    engine = OpenAICompatEngine("test-model", base_urls, api_key_env=None, max_concurrency=3, timeout_seconds=5.0,
+                                max_retries=2, initial_backoff_seconds=0.05, max_backoff_seconds=0.2,
+                                neutral_sampling=False)
+    try:
+        states = run_debate(questions, engine, get_method("mad", stop_at_unanimity=False).debate)
+        summary = engine.endpoints.summary()
+    finally:
+        engine.close()
+    return [[[m["content"] for m in conversation] for conversation in s.conversations] for s in states], summary
+
+
+def test_two_endpoints_one_refusing_from_the_start_the_grid_completes_on_the_healthy_one() -> None:
+    """Before: a refusing endpoint looked least busy (it answers at once), every retry went to it and the run ended.
+    Now it is taken out for a backoff; the 27 requests all come back from the healthy one, with the same transcripts
+    as that endpoint alone, and the summary counts requests per endpoint."""
+    with FakeOpenAIServer() as alone:
+        expected, _ = _debate_transcripts([alone.base_url])
+    dead = _refusing_url()
+    with FakeOpenAIServer() as healthy:
+        transcripts, summary = _debate_transcripts([dead, healthy.base_url])
+        served = healthy.requests_served
+    assert transcripts == expected
+    assert served == 27
+    assert f"{healthy.base_url} 27 answered of 27 sent" in summary
+    assert f"{dead} 0 answered of" in summary and "ConnectError" in summary
+
+
+def test_the_run_ends_only_when_no_endpoint_is_live_saying_which_failed_and_how() -> None:
+    """Two refusing endpoints: bounded attempts ((max_retries + 1) x endpoints at most), one line naming both and
+    the error each gave."""
+    dead = [_refusing_url(), _refusing_url()]
+    engine = _engine(dead, max_retries=2, max_concurrency=1)
+    with pytest.raises(EngineError) as caught:
+        engine.generate([_request("question")])
+    engine.close()
+    message = str(caught.value)
+    assert "\n" not in message and "no endpoint of 2 live" in message
+    assert all(f"{url}: " in message for url in dead) and message.count("ConnectError") >= 2
+    assert sum(engine.endpoints.counts().values()) <= 6
+
+
+def test_the_budget_gateway_fails_over_to_the_live_upstream() -> None:
+    """The api profile's path (every request through the budget gateway): a refusing upstream next to a healthy one
+    costs nothing; every request is answered by the healthy one and counted once."""
+    with FakeOpenAIServer() as healthy:
+        cap = BudgetCap(max_requests=100)
+        with ForwardingGateway([_refusing_url(), healthy.base_url], cap) as gateway:
+            engine = _engine(gateway.base_url, max_retries=0, max_concurrency=2)
+            completions = engine.generate([_request(f"question {i}") for i in range(8)])
+            engine.close()
+            summary = gateway.pool.summary()
+        served = healthy.requests_served
+    assert len(completions) == 8 and served == 8
+    assert f"{healthy.base_url} 8 answered of 8 sent" in summary
+    assert cap.spent.requests == 8
+
+
+# ------------------------------------------------------------------------------------------------
+# Numbers a user can type (issue 51): bounded at their one declaration, read as Python and YAML read them
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("option, value", [("timeout_seconds", 0), ("timeout_seconds", -5), ("max_retries", -1),
+                                           ("max_concurrency", 0), ("connect_timeout_seconds", 0.0),
+                                           ("gpu_memory_utilization", 1.5), ("timeout_seconds", "ten")])
+def test_an_engine_option_out_of_bounds_in_a_profile_is_refused_before_anything_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: object) -> None:
+    """A timeout of 0 or -5 was accepted, then every request failed against a healthy server."""
+    message = _reproduce_refuses(_profile_file(tmp_path, lambda d: d["models"][0].setdefault("options", {}).update(
+        {option: value})), capsys)
+    assert f"models[0].options" in message and option in message and "expected a" in message
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan"])
+def test_an_engine_option_out_of_bounds_on_the_command_line_is_one_line(
+        value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from r2mad_core.cli import commands as cli
+
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["run", "--benchmark", "truthfulqa", "--engine", "simulated", "--limit", "1", "--no-cache",
+                  "--engine-option", f"timeout_seconds={value}"])
+    err = capsys.readouterr().err
+    assert caught.value.code == 2 and "Traceback" not in err
+    assert "--engine-option.timeout_seconds: expected a number > 0" in err
+
+
+def test_the_engine_refuses_a_timeout_of_zero_whoever_builds_it() -> None:
+    with pytest.raises(ValueError, match=r"timeout_seconds: expected a number > 0"):
+        make_engine("openai", model="m", base_urls=_refusing_url(), timeout_seconds=0, neutral_sampling=False)
+
+
+@pytest.mark.parametrize("text, expected", [("gamma=5e-1", 0.5), ("top_k=1e0", 1.0),
+                                            ("gamma=5E-1", 0.5), ("w_high=+6e-1", 0.6)])
+def test_numbers_parse_as_python_and_yaml_read_them(text: str, expected: float) -> None:
+    """``--set gamma=5e-1`` was refused with "expected a valid number, found '5e-1'" (YAML 1.1 wants 5.0e-1)."""
+    from r2mad_core.experiments.profiles import parse_override
+
+    assert parse_override(text)[1] == expected
+
+
+def test_a_profile_and_set_take_5e_minus_1(tmp_path: Path) -> None:
+    from r2mad_core.experiments.profiles import load_profile, parse_override
+
+    assert load_profile("tiny", dict([parse_override("gamma=5e-1")])).spec.gamma == 0.5
+    path = _profile_file(tmp_path, lambda d: d.update(gamma="GAMMA"))
+    path.write_text(path.read_text().replace("gamma: GAMMA", "gamma: 5e-1"))
+    assert load_profile(path).spec.gamma == 0.5
+
+
+# ------------------------------------------------------------------------------------------------
+# Secrets by construction (issue 51), end to end: a marker in every variable a profile can reference
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_marker_in_every_variable_a_profile_references_is_in_no_artifact_notebook_run_file_or_printed_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The api profile with its model named by ``${DB_PASS}`` (issue 51: DB_PASS's value was in
+    figures/<profile>/MANIFEST.json and the executed 02_memory.ipynb), an API key, and a base URL carrying a password
+    in its user-info part, against a healthy fake server: notebook 02 runs, and no marker is in any file under
+    figures/, notebooks/, runs/ nor in any printed line."""
+    import yaml
+    from importlib import resources
+
+    from r2mad_core import reproduce
+
+    markers = {"DB_PASS": "dbpass-marker-51a", "R2MAD_API_KEY": "apikey-marker-51b", "URL": "urlpass-marker-51c"}
+    data = yaml.safe_load(resources.files("r2mad_core").joinpath("profiles", "api.yaml").read_text())
+    data["models"][0]["model"] = "${DB_PASS}"
+    profile = tmp_path / "probe.yaml"
+    profile.write_text(yaml.safe_dump(data))
+    with FakeOpenAIServer() as server:
+        monkeypatch.setenv("DB_PASS", markers["DB_PASS"])
+        monkeypatch.setenv("R2MAD_API_MODEL", "unused-model")
+        monkeypatch.setenv("R2MAD_API_KEY", markers["R2MAD_API_KEY"])
+        monkeypatch.setenv("R2MAD_API_BASE_URL", server.base_url.replace("http://", f"http://probe:{markers['URL']}@"))
+        out = tmp_path / "out"
+        code = reproduce.main(["--profile", str(profile), "--only", "02", "--output-dir", str(out), "--no-estimate",
+                               "--set", "train_limit=2", "--set", "embedder=hashing", "--set", "benchmarks=[truthfulqa]",
+                               "--set", "retrieval_benchmarks=[truthfulqa]", "--set", "icl_benchmarks=[truthfulqa]",
+                               "--set", "poison_benchmarks=[truthfulqa]", "--set", "cost_benchmark=truthfulqa"])
+        printed = capsys.readouterr()
+        models_sent = {body.get("model") for body in server.bodies}
+    assert code == 0, (printed.out + printed.err)[-3000:]
+    assert models_sent == {markers["DB_PASS"]}  # the engine read the variable when it opened
+    written = [p for folder in ("figures", "notebooks", "runs") for p in (out / folder).rglob("*") if p.is_file()]
+    assert any(p.name == "MANIFEST.json" for p in written) and any(p.suffix == ".ipynb" for p in written)
+    for name, marker in markers.items():
+        leaked = [str(p.relative_to(out)) for p in written if marker.encode() in p.read_bytes()]
+        assert leaked == [], f"{name}'s value in {leaked}"
+        assert marker not in printed.out + printed.err, name
+    # what the records say instead: the variable's name
+    named = {p.name for p in written if b"${DB_PASS}" in p.read_bytes()}
+    assert {"config.json", "manifest.json"} <= named, named

@@ -456,7 +456,8 @@ def test_model_specs_stand_ins_and_environment(monkeypatch: pytest.MonkeyPatch) 
         api.resolved()
     monkeypatch.setenv("R2MAD_TEST_MODEL", "gpt-4o-mini")
     monkeypatch.setenv("R2MAD_TEST_URL", "https://api.example/v1")
-    assert api.resolved() == ("gpt-4o-mini", {"api_key_env": "OPENAI_API_KEY", "base_urls": "https://api.example/v1"})
+    assert api.resolved() == ("gpt-4o-mini", {"api_key_env": "OPENAI_API_KEY", "base_urls": "https://api.example/v1",
+                                              "recorded_model": "${R2MAD_TEST_MODEL}"})  # records: the name (issue 51)
     assert "gpt-4o-mini" not in json.dumps(api.describe())  # run keys name the variables, not their values
 
 

@@ -49,7 +49,7 @@ def test_api_profile_is_the_papers_protocol_on_a_subset_with_the_model_from_the_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("R2MAD_API_MODEL", raising=False)
-    with pytest.raises(ProfileError, match=r"field 'models\[0\]\.label' uses \$\{R2MAD_API_MODEL\}, but the environment "
+    with pytest.raises(ProfileError, match=r"field 'models\[0\]\.model' uses \$\{R2MAD_API_MODEL\}, but the environment "
                        r"variable R2MAD_API_MODEL is not set"):
         load_profile("api")
     monkeypatch.setenv("R2MAD_API_MODEL", "gpt-4o-mini")
@@ -62,11 +62,20 @@ def test_api_profile_is_the_papers_protocol_on_a_subset_with_the_model_from_the_
     assert (p["test_limit"], p["train_limit"]) == (20, 40)
     assert p["api_budget"] is True
     [model] = p["models"]
-    # the real model's name is the label in every table and part of every run key
-    assert (model["label"], model["model"], model["engine"]) == ("gpt-4o-mini", "gpt-4o-mini", "openai")
+    # the model is named by its variable in every record (issue 51: never its value); the engine reads the value, and a
+    # digest of it is part of every run key
+    assert (model["label"], model["model"], model["engine"]) == ("API-model", "${R2MAD_API_MODEL}", "openai")
     assert (model["base_url_env"], model["api_key_env"]) == ("R2MAD_API_BASE_URL", "R2MAD_API_KEY")
-    assert [e["stand_in"] for e in p["large_models"]] == ["gpt-4o-mini", "gpt-4o-mini"]
-    assert p["retrieval_models"] == p["icl_models"] == ["gpt-4o-mini"]
+    assert [e["stand_in"] for e in p["large_models"]] == ["API-model", "API-model"]
+    assert p["retrieval_models"] == p["icl_models"] == ["API-model"]
+    from r2mad_core.experiments.model_specs import ModelSpec
+
+    monkeypatch.setenv("R2MAD_API_BASE_URL", "http://127.0.0.1:9/v1")
+    spec = ModelSpec.from_entry(model)
+    before = spec.describe()
+    assert spec.resolved()[0] == "gpt-4o-mini" and "gpt-4o-mini" not in repr(before)
+    monkeypatch.setenv("R2MAD_API_MODEL", "another-model")  # another model under the same variable: other run folders
+    assert spec.describe()["model_digest"] != before["model_digest"]
 
 
 def test_api_endpoints_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

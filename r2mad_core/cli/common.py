@@ -122,10 +122,16 @@ def key_value(text: str) -> tuple[str, Any]:
     key = key.strip().replace("-", "_")
     if not key.isidentifier():
         raise argparse.ArgumentTypeError(f"engine option name {key!r} is not a valid identifier")
+    from r2mad_core.engines.base import option_problems
+    from r2mad_core.experiments.profiles import read_yaml  # numbers as Python reads them (5e-1)
+
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = read_yaml(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
+    problems = option_problems({key: value}, "--engine-option")
+    if problems:
+        raise argparse.ArgumentTypeError(problems[0])
     return key, value
 
 

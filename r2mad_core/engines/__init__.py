@@ -18,7 +18,8 @@ Backends (constructor options are passed through ``**options``):
   (``model`` = Hugging Face id or folder).
 Underneath: :mod:`~r2mad_core.engines.base` (requests, completions, the ``Engine`` protocol),
 :mod:`~r2mad_core.engines.cache` (the persistent response cache), :mod:`~r2mad_core.engines.thinking` (the
-``<think>`` part of a completion), :mod:`~r2mad_core.engines.vllm_loop` (the vLLM engine thread).
+``<think>`` part of a completion), :mod:`~r2mad_core.engines.vllm_loop` (the vLLM engine thread),
+:mod:`~r2mad_core.engines.endpoints` (several servers of one model: least busy first, failover).
 
 - ``rehearsal``: :class:`~r2mad_core.engines.rehearsal.RehearsalEngine` -- the paper run's dress rehearsal
   (a model's context and reply lengths, every request logged; unlisted).
@@ -47,6 +48,7 @@ from r2mad_core.engines.base import (
     TagCost,
     backend_seed,
     classify_cut,
+    option_problems,
 )
 from r2mad_core.engines.cache import CachedEngine, CacheStats, LazyEngine, ResponseCache
 
@@ -174,6 +176,10 @@ def make_engine(
         raise ValueError(f"make_engine: unknown engine name {name!r}; expected one of {engine_names()}")
     if spec.needs_model and model is None:
         raise ValueError(f"make_engine({name!r}): model is required ({spec.description})")
+    recorded = options.pop("recorded_model", None)  # the model as records name it (engines.base.recorded_model)
+    problems = option_problems(options, f"engine {name}")
+    if problems:
+        raise ValueError(problems[0])
     if model is not None:
         options[spec.model_option or "model"] = model
     elif spec.model_option == "model_path":
@@ -185,10 +191,11 @@ def make_engine(
                                   model=str(options.get(spec.model_option or "model")), concurrent=spec.concurrent)
     else:
         backend = factory(**options)
-    if cache_dir is None:
-        return backend
     try:
-        return CachedEngine(backend, cache_dir)
+        engine = backend if cache_dir is None else CachedEngine(backend, cache_dir)
     except BaseException:
         backend.close()
         raise
+    if recorded:
+        engine.recorded_model = recorded
+    return engine

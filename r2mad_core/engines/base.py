@@ -27,6 +27,52 @@ Message = dict  # {"role": "system" | "user" | "assistant", "content": str}
 SEED_SCHEME = "request-identity-v2"
 
 
+#: The one declaration of the bounds of every numeric engine option a user can type (a profile's ``options``, the
+#: CLI): name -> (integer only, lowest, highest, whether the lowest is allowed). A timeout of 0 or -5 made every
+#: request fail against a healthy server; a number past these is refused before anything runs, naming the bound.
+OPTION_BOUNDS: dict[str, tuple[bool, float, float, bool]] = {
+    "timeout_seconds": (False, 0.0, 86_400.0, False),
+    "connect_timeout_seconds": (False, 0.0, 3_600.0, False),
+    "request_timeout_seconds": (False, 0.0, 86_400.0, False),
+    "startup_timeout_seconds": (False, 0.0, 86_400.0, False),
+    "initial_backoff_seconds": (False, 0.0, 3_600.0, True),
+    "max_backoff_seconds": (False, 0.0, 3_600.0, True),
+    "max_retries": (True, 0, 100, True),
+    "max_concurrency": (True, 1, 4_096, True),
+    "parallel_slots": (True, 1, 1_024, True),
+    "context_per_slot": (True, 1, 10_000_000, True),
+    "threads": (True, 1, 4_096, True),
+    "top_logprobs": (True, 0, 20, True),
+    "tensor_parallel_size": (True, 1, 1_024, True),
+    "gpu_memory_utilization": (False, 0.0, 1.0, False),
+    "chunk_size": (True, 1, 10_000_000, True),
+}
+
+
+def recorded_model(engine: object) -> str:
+    """The model as run records name it: ``${NAME}`` for a model a profile names by an environment variable (its value,
+    sent to the server, is never written: :meth:`r2mad_core.experiments.model_specs.ModelSpec.resolved`), else the
+    engine's model."""
+    return str(getattr(engine, "recorded_model", None) or getattr(engine, "model", "") or "")
+
+
+def option_problems(options: "dict[str, object]", where: str = "options") -> list[str]:
+    """One line per numeric engine option outside :data:`OPTION_BOUNDS` (``None`` is left to the engine's default)."""
+    problems = []
+    for name, value in options.items():
+        bound = OPTION_BOUNDS.get(name)
+        if bound is None or value is None:
+            continue
+        integer, low, high, low_allowed = bound
+        kind = "a whole number" if integer else "a number"
+        numeric = isinstance(value, int) or (isinstance(value, float) and not integer)
+        if isinstance(value, bool) or not numeric or not (value >= low if low_allowed else value > low) \
+                or not value <= high or value != value:
+            problems.append(f"{where}.{name}: expected {kind} {'>=' if low_allowed else '>'} {low:g} and <= {high:g}, "
+                            f"found {value!r}")
+    return problems
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """Decoding settings. Paper defaults (Appendix A): temperature 1.0, top_p 1.0, max_tokens 6144."""

@@ -106,12 +106,20 @@ class ResponseCache:
 
     def __init__(self, cache_dir: str | Path, *, busy_timeout_seconds: float = 60.0) -> None:
         self.cache_dir = Path(cache_dir)
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.cache_dir / CACHE_FILENAME
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(
-            self.path, timeout=busy_timeout_seconds, isolation_level=None, check_same_thread=False
-        )
+        try:  # an unwritable folder, a file where the folder should be: one line naming it
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise EngineError(
+                f"cache folder {self.cache_dir}: cannot be made ({exc.strerror or type(exc).__name__}); make it "
+                "writable, or point the cache at another folder (--cache-dir or R2MAD_CACHE_DIR)") from None
+        try:
+            self._conn = sqlite3.connect(
+                self.path, timeout=busy_timeout_seconds, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise cache_failure(self.path, exc, "cannot open as an SQLite response cache") from None
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_seconds * 1000)}")
             # another program's database that happens to hold a responses table is left as it is (no WAL switch, no

@@ -3,7 +3,8 @@
 Part of the engine boundary (docs/design.md): a debate round (Eq. 1 for every active question x
 agent) arrives as one batch; this backend runs it with bounded concurrency over one or several
 servers (vLLM ``serve``, llama.cpp's server, hosted APIs). Scale-out is the servers' job: give
-several base URLs and requests are spread over them, least-loaded first (ties round-robin).
+several base URLs and requests are spread over them, least-loaded first (ties round-robin); an endpoint that fails
+is taken out for a backoff period and its requests go to the live ones (:mod:`r2mad_core.engines.endpoints`).
 
 Per request it sends the chat messages, ``temperature``, ``top_p``, ``max_tokens``, a ``seed``
 derived from (seed, sample index) (:func:`r2mad_core.engines.base.backend_seed`) and, when asked,
@@ -13,8 +14,8 @@ floats; MAD-M2's objective masking needs them).
 Faults: timeouts, connection errors, HTTP 429 and 5xx, and malformed bodies (not JSON, no choices, a ``usage``
 of the wrong type) are retried with
 exponential backoff and full jitter (a ``Retry-After`` header is honoured up to the backoff
-cap), up to ``max_retries`` retries; then :class:`EngineError` names the URL, the last status or
-exception and the number of attempts. Other HTTP errors (400, 401, 404, ...) fail at once, except
+cap), up to ``max_retries`` retries while no endpoint is live; then :class:`EngineError` names the URL(s), how each
+failed and the number of attempts. Other HTTP errors (400, 401, 404, ...) fail at once, except
 a prompt that does not fit the model's context (HTTP 400 saying so, as llama.cpp, vLLM and OpenAI do):
 with ``context_overflow="record"`` (default) it comes back as an empty completion with finish reason
 ``length`` -- the question's turn is recorded and counted as truncated, the run goes on, and the
@@ -70,6 +71,7 @@ from r2mad_core.engines.base import (
     backend_seed,
     collect_in_order,
 )
+from r2mad_core.engines.endpoints import EndpointPool, without_userinfo
 from r2mad_core.engines.thinking import apply_thinking
 
 logger = logging.getLogger(__name__)
@@ -269,11 +271,9 @@ class OpenAICompatEngine:
                 identity += ":" + hashlib.sha256(blob.encode()).hexdigest()[:12]
         self.identity = identity
         self._executor = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="r2mad-openai")
-        self._url_lock = threading.Lock()
-        self._in_flight = {u: 0 for u in self.base_urls}
-        self._next_url = 0
         self._rng = random.Random(jitter_seed)
         self._rng_lock = threading.Lock()
+        self.endpoints = EndpointPool(self.base_urls, self._backoff)
         self._closed = False
 
     # -- public ------------------------------------------------------------------------------------
@@ -284,7 +284,7 @@ class OpenAICompatEngine:
     def generate_iter(self, requests: Sequence[Request]) -> Iterator[tuple[int, Completion]]:
         """Yield ``(index, completion)`` as requests finish (at most ``max_concurrency`` in flight)."""
         if self._closed:
-            raise EngineError(f"openai backend ({', '.join(self.base_urls)}): used after close()")
+            raise EngineError(f"openai backend ({', '.join(map(without_userinfo, self.base_urls))}): used after close()")
         futures: dict[Future[Completion], int] = {
             self._executor.submit(self._complete, request): index for index, request in enumerate(requests)
         }
@@ -336,6 +336,9 @@ class OpenAICompatEngine:
         if self._closed:
             return
         self._closed = True
+        if any(e.sent for e in self.endpoints.endpoints.values()):
+            (logger.warning if any(e.failed for e in self.endpoints.endpoints.values()) else logger.info)(
+                "openai backend: requests per endpoint: %s", self.endpoints.summary())
         self._stop.set()  # attempts still in flight (Ctrl-C, another thread's error) end now, not at their timeout
         self._executor.shutdown(wait=True, cancel_futures=True)
         self._client.close()
@@ -355,7 +358,7 @@ class OpenAICompatEngine:
             except (httpx.HTTPError, ValueError, AttributeError) as exc:
                 logger.warning(
                     "openai backend: could not ask %s/models what server it is (%s); neutral sampling fields "
-                    "not sent (pass neutral_sampling=true for a vLLM server)", url, exc,
+                    "not sent (pass neutral_sampling=true for a vLLM server)", without_userinfo(url), exc,
                 )
                 return False
             if not isinstance(models, list) or not models or not all(
@@ -388,49 +391,47 @@ class OpenAICompatEngine:
         body.update(self.extra_body)
         return body
 
-    def _acquire_url(self) -> str:
-        with self._url_lock:
-            count = len(self.base_urls)
-            order = [self.base_urls[(self._next_url + k) % count] for k in range(count)]
-            url = min(order, key=self._in_flight.__getitem__)
-            self._next_url = (self.base_urls.index(url) + 1) % count
-            self._in_flight[url] += 1
-            return url
-
-    def _release_url(self, url: str) -> None:
-        with self._url_lock:
-            self._in_flight[url] -= 1
+    def _backoff(self, retry: int, retry_after: float | None) -> float:
+        """How long an endpoint stays out after its ``retry+1``-th consecutive failure (:class:`RetryPolicy`)."""
+        with self._rng_lock:
+            return self.retry_policy.delay(retry, self._rng, retry_after)
 
     def _complete(self, request: Request) -> Completion:
+        """One request, failing over between the endpoints (:class:`~r2mad_core.engines.endpoints.EndpointPool`): a
+        failed attempt takes its endpoint out for a backoff and the request goes on at once to a live one. Retries
+        are counted (``max_retries``) only when no endpoint is left live, so a dead endpoint next to a healthy one
+        costs no request its retries; at most ``(max_retries + 1) * len(base_urls)`` attempts in all."""
         body = self.payload(request)
         policy = self.retry_policy
         started = time.perf_counter()
-        attempt = 0
+        attempt = counted = 0
+        ceiling = (policy.max_retries + 1) * len(self.base_urls)
         while True:
             attempt += 1
-            if self._stop.is_set():
-                raise EngineError(f"openai backend: stopped (interrupted or closed) before POST to {self.base_urls[0]}")
-            url = self._acquire_url()
+            url = None if self._stop.is_set() else self.endpoints.acquire(self._stop)
+            if url is None:
+                raise EngineError("openai backend: stopped (interrupted or closed) before POST to "
+                                  f"{without_userinfo(self.base_urls[0])}")
             endpoint = f"{url}/chat/completions"
+            shown = without_userinfo(endpoint)
             try:
                 completion = self._attempt(endpoint, body, request)
             except _RetryableError as fault:
-                if attempt > policy.max_retries:
-                    raise EngineError(
-                        f"openai backend: POST {endpoint} failed after {attempt} attempts "
-                        f"(tag {request.tag!r}); last error: {fault}"
-                    ) from None
-                with self._rng_lock:
-                    delay = policy.delay(attempt - 1, self._rng, fault.retry_after)
-                logger.warning(
-                    "POST %s attempt %d/%d failed (%s); retrying in %.2f s",
-                    endpoint, attempt, policy.max_retries + 1, fault, delay,
-                )
-                if self._stop.wait(delay):
-                    raise EngineError(f"openai backend: stopped (interrupted or closed) while retrying POST {endpoint}") from None
+                others_live = self.endpoints.failed(url, str(fault), fault.retry_after)
+                counted += 0 if others_live else 1
+                if counted > policy.max_retries or attempt >= ceiling:
+                    where = (f"POST {shown} failed after {attempt} attempts" if len(self.base_urls) == 1 else
+                             f"no endpoint of {len(self.base_urls)} live after {attempt} attempts "
+                             f"({self.endpoints.describe_failed()})")
+                    raise EngineError(f"openai backend: {where} (tag {request.tag!r}); last error: {fault}") from None
+                logger.warning("POST %s attempt %d failed (%s); %s", shown, attempt, fault,
+                               "going on with a live endpoint" if others_live else
+                               f"retry {counted}/{policy.max_retries} when an endpoint is back")
                 continue
-            finally:
-                self._release_url(url)
+            except BaseException:  # stopped (nothing learnt about the endpoint), or an answer not retried (HTTP 400)
+                (self.endpoints.released if self._stop.is_set() else self.endpoints.succeeded)(url)
+                raise
+            self.endpoints.succeeded(url)
             completion.seconds = time.perf_counter() - started
             return apply_thinking(completion)
 
@@ -440,7 +441,7 @@ class OpenAICompatEngine:
                 response = self._client.post(endpoint, json=body)
         except httpx.RequestError as exc:
             if self._stop.is_set():
-                raise EngineError(f"openai backend: stopped (interrupted or closed) during POST {endpoint}") from None
+                raise EngineError(f"openai backend: stopped (interrupted or closed) during POST {without_userinfo(endpoint)}") from None
             raise _RetryableError(f"{type(exc).__name__}: {exc}") from exc
         status = response.status_code
         if status == 429 or status >= 500:
@@ -458,7 +459,7 @@ class OpenAICompatEngine:
             )
         if status != 200:
             raise EngineError(
-                f"openai backend: POST {endpoint} returned HTTP {status} (not retried; tag {request.tag!r}): "
+                f"openai backend: POST {without_userinfo(endpoint)} returned HTTP {status} (not retried; tag {request.tag!r}): "
                 f"{response.text[:300]!r}"
             )
         try:

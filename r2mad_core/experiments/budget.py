@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import threading
 import time
 from dataclasses import dataclass, field
@@ -42,7 +43,8 @@ from typing import Any, Sequence
 
 import httpx
 
-from r2mad_core.engines.openai_compat import attempt_limits, bounded_client
+from r2mad_core.engines.endpoints import EndpointPool, without_userinfo
+from r2mad_core.engines.openai_compat import RetryPolicy, attempt_limits, bounded_client
 
 #: Characters per token of the estimate (English text and code average about 4 in BPE tokenizers).
 CHARS_PER_TOKEN = 4
@@ -312,21 +314,26 @@ class EstimatingGateway(_Gateway):
 
 
 class ForwardingGateway(_Gateway):
-    """Forwards requests to the endpoint(s) ``upstreams`` (least busy first) under a :class:`BudgetCap`.
+    """Forwards requests to the endpoint(s) ``upstreams`` (least busy first, failing over between them:
+    :class:`~r2mad_core.engines.endpoints.EndpointPool`) under a :class:`BudgetCap`.
 
     The client's headers that matter (Authorization, OpenAI-Organization) are passed on; the
     endpoint's status and body come back unchanged. A refused request gets HTTP 402 and a message
     naming the cap; :attr:`cap` says how many were refused.
     """
 
-    def __init__(self, upstreams: Sequence[str], cap: BudgetCap, *, timeout_seconds: float = 900.0) -> None:
+    def __init__(self, upstreams: Sequence[str], cap: BudgetCap, *, timeout_seconds: float = 900.0,
+                 retry_policy: RetryPolicy | None = None) -> None:
         if not upstreams:
             raise ValueError("ForwardingGateway needs at least one upstream base URL")
         super().__init__()
         self.upstreams = [u.rstrip("/") for u in upstreams]
         self.cap = cap
-        self._busy = {u: 0 for u in self.upstreams}
-        self._next = 0
+        policy, rng = retry_policy or RetryPolicy(), random.Random()
+        # failover (r2mad_core.engines.endpoints): an upstream that fails is out for a backoff, the live ones serve
+        # (a lone upstream is never taken out: the engine's own retries and backoff decide when it is tried again)
+        single = len(self.upstreams) == 1
+        self.pool = EndpointPool(self.upstreams, lambda k, after: 0.0 if single else policy.delay(k, rng, after))
         self.timeout_seconds = timeout_seconds  # a total deadline per forwarded request (a trickle is cut off too)
         self._client = bounded_client(timeout=httpx.Timeout(timeout_seconds, connect=10.0),
                                     limits=httpx.Limits(max_connections=64, max_keepalive_connections=64))
@@ -335,18 +342,10 @@ class ForwardingGateway(_Gateway):
         super().stop()
         self._client.close()
 
-    def _pick(self) -> str:
-        with self._lock:
-            count = len(self.upstreams)
-            order = [self.upstreams[(self._next + k) % count] for k in range(count)]
-            url = min(order, key=self._busy.__getitem__)
-            self._next = (self.upstreams.index(url) + 1) % count
-            self._busy[url] += 1
-            return url
-
-    def _done(self, url: str) -> None:
-        with self._lock:
-            self._busy[url] -= 1
+    def _none_live(self, wait: float) -> tuple[int, bytes, dict[str, str]]:
+        status, body, headers = _error(503, f"r2mad gateway: no endpoint live ({self.pool.describe_failed()})",
+                                       "no_live_endpoint")
+        return status, body, {**headers, "retry-after": f"{max(0.0, wait):.2f}"}
 
     @staticmethod
     def _forwarded_headers(headers: dict[str, str]) -> dict[str, str]:
@@ -358,13 +357,16 @@ class ForwardingGateway(_Gateway):
         return path[len("/v1"):] if path.startswith("/v1") else path
 
     def handle_get(self, path: str, headers: dict[str, str]) -> tuple[int, bytes, dict[str, str]]:
-        url = self._pick()
+        url, wait = self.pool.try_acquire()
+        if url is None:
+            return self._none_live(wait)
         try:
             response = self._client.get(url + self._suffix(path), headers=self._forwarded_headers(headers))
         except httpx.RequestError as exc:
-            return _error(502, f"r2mad gateway: {url} unreachable ({type(exc).__name__}: {exc})", "bad_gateway")
-        finally:
-            self._done(url)
+            self.pool.failed(url, f"{type(exc).__name__}: {exc}")
+            return _error(502, f"r2mad gateway: {without_userinfo(url)} unreachable ({type(exc).__name__}: {exc})",
+                          "bad_gateway")
+        self.pool.succeeded(url)
         return response.status_code, response.content, {"content-type": response.headers.get("content-type", "application/json")}
 
     def handle_post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes, dict[str, str]]:
@@ -378,29 +380,49 @@ class ForwardingGateway(_Gateway):
             reserved = self.cap.reserve(prompt_tokens, max_tokens)
         except BudgetExceeded as exc:
             return _error(REFUSED_STATUS, f"r2mad budget cap: {exc}; request not sent", "budget_cap")
-        url = self._pick()
-        # counted as sent (reserve) unless the connection could not be made; settled with the endpoint's usage when
-        # it reported one that can be read, else with the worst case reserved (an error answer may be billed too)
-        sent, tokens = True, (prompt_tokens, max_tokens)
+        # counted as sent (reserve) unless no connection could be made (then the next live upstream gets it, at most
+        # one try each); settled with the endpoint's usage when it reported one that can be read, else with the worst
+        # case reserved (an error answer may be billed too)
+        sent, tokens = False, (prompt_tokens, max_tokens)
         try:
-            with attempt_limits(self.timeout_seconds):
-                response = self._client.post(url + self._suffix(path), content=body,
-                                             headers=self._forwarded_headers(headers))
-            tokens = _reported_tokens(response, default=tokens)
-            extra = {"content-type": response.headers.get("content-type", "application/json")}
-            if "retry-after" in response.headers:
-                extra["retry-after"] = response.headers["retry-after"]
-            return response.status_code, response.content, extra
-        except httpx.RequestError as exc:
-            sent = not isinstance(exc, NOT_SENT_ERRORS)
-            what = "failed after the request was sent" if sent else "unreachable"
-            return _error(502, f"r2mad gateway: {url} {what} ({type(exc).__name__}: {exc})", "bad_gateway")
+            for _ in self.upstreams:
+                url, wait = self.pool.try_acquire()
+                if url is None:
+                    return self._none_live(wait)
+                sent = True
+                try:
+                    with attempt_limits(self.timeout_seconds):
+                        response = self._client.post(url + self._suffix(path), content=body,
+                                                     headers=self._forwarded_headers(headers))
+                except httpx.RequestError as exc:
+                    sent = not isinstance(exc, NOT_SENT_ERRORS)
+                    self.pool.failed(url, f"{type(exc).__name__}: {exc}")
+                    if not sent:
+                        continue
+                    return _error(502, f"r2mad gateway: {without_userinfo(url)} failed after the request was sent "
+                                  f"({type(exc).__name__}: {exc})", "bad_gateway")
+                tokens = _reported_tokens(response, default=tokens)
+                extra = {"content-type": response.headers.get("content-type", "application/json")}
+                if "retry-after" in response.headers:
+                    extra["retry-after"] = response.headers["retry-after"]
+                if response.status_code == 429 or response.status_code >= 500:
+                    self.pool.failed(url, f"HTTP {response.status_code}", _seconds(response.headers.get("retry-after")))
+                else:
+                    self.pool.succeeded(url)
+                return response.status_code, response.content, extra
+            return _error(502, f"r2mad gateway: every endpoint unreachable ({self.pool.describe_failed()})", "bad_gateway")
         finally:
             if sent:
                 self.cap.settle(reserved, *tokens)
             else:
                 self.cap.release(reserved)
-            self._done(url)
+
+
+def _seconds(value: str | None) -> float | None:
+    try:
+        return None if value is None else max(0.0, float(value))
+    except ValueError:
+        return None
 
 
 #: The request errors after which the endpoint has not seen the request: no connection was made.

@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 from r2mad_core.data import benchmarks as benchmark_data
 from r2mad_core.debate import prompts
 from r2mad_core.debate.settings import DebateSettings
+from r2mad_core.engines.base import recorded_model
 from r2mad_core.experiments.cell import load_run, run_cell
 from r2mad_core.experiments.methods import get_method
 from r2mad_core.memory.embeddings import Embedder, get_embedder
@@ -147,7 +148,7 @@ def build_memory(
         embedder,
         benchmark=benchmark,
         split=split,
-        model=str(getattr(engine, "model", "") or getattr(engine, "identity", "")),
+        model=recorded_model(engine) or str(getattr(engine, "identity", "")),
         reward_definition=reward_definition,
         state_layout=state_layout,
         state_encoding=state_encoding,

@@ -59,7 +59,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from r2mad_core import __version__, files
 from r2mad_core.files import write_json_atomic
 from r2mad_core.debate.loop import DebateState, score_turns
-from r2mad_core.engines.base import Engine
+from r2mad_core.engines.base import Engine, recorded_model
 from r2mad_core.experiments.methods import Method, RunContext, get_method
 from r2mad_core.records import (RunConfigMismatch, TranscriptError, TranscriptRecord, as_transcripts, check_records,
                                 problems, read_config)
@@ -309,7 +309,7 @@ def cell_config(
         "limit": limit,
         "seed": seed,
         "method": method.to_dict(),
-        "engine": {"identity": getattr(engine, "identity", type(engine).__name__), "model": getattr(engine, "model", "")},
+        "engine": {"identity": getattr(engine, "identity", type(engine).__name__), "model": recorded_model(engine)},
         "n_samples": len(sample_ids),
         "sample_ids_sha256": sample_ids_digest(sample_ids),
         "r2mad_version": __version__,

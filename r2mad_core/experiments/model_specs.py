@@ -10,7 +10,9 @@ models of Section 5.1 and Appendix C.6.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -23,6 +25,31 @@ SPEED_OPTIONS = frozenset({
     "request_timeout_seconds", "max_retries", "server_log_verbosity", "timeout_seconds", "connect_timeout_seconds",
     "initial_backoff_seconds", "max_backoff_seconds", "tensor_parallel_size", "gpu_memory_utilization", "chunk_size",
 })
+
+#: ``${NAME}`` in a profile's model or endpoint field: the environment variable ``NAME``, read only when the engine is
+#: opened (:meth:`ModelSpec.resolved`); every record keeps the text ``${NAME}``.
+ENVIRONMENT_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: The engine options that may hold ``${NAME}`` (an endpoint).
+ENDPOINT_OPTIONS = ("base_url", "base_urls")
+
+
+def substituted(value: Any, label: str, option: str) -> Any:
+    """``value`` with each ``${NAME}`` replaced by the environment variable ``NAME`` (strings, and lists of them);
+    a variable that is not set is a ``RuntimeError`` naming the model, the option and the variable."""
+    if isinstance(value, list):
+        return [substituted(v, label, option) for v in value]
+    if not isinstance(value, str) or "${" not in value:
+        return value
+
+    def value_of(match: re.Match[str]) -> str:
+        text = os.environ.get(match.group(1), "").strip()
+        if not text:
+            raise RuntimeError(f"model {label!r}: environment variable {match.group(1)} (its {option}) is not set; "
+                               "export it before running (see the profile file)")
+        return text
+
+    return ENVIRONMENT_VARIABLE.sub(value_of, value)
+
 
 #: How a figure names the engine a model ran on (``ModelSpec.title``).
 ENGINE_TITLES = {"simulated": "simulated agents", "local": "local engine, llama.cpp", "vllm": "vLLM",
@@ -85,8 +112,14 @@ class ModelSpec:
         return f"{self.title} stands in for {self.stands_in_for}" if self.stands_in_for else ""
 
     def resolved(self) -> tuple[str | None, dict[str, Any]]:
-        """``(model, options)`` with the environment variables filled in (error naming a missing one)."""
-        model, options = self.model, dict(self.options)
+        """``(model, options)`` with the environment variables filled in (error naming a missing one); a model named by a
+        variable comes with ``options["recorded_model"]``, the ``${NAME}`` run records show instead of its value."""
+        model = substituted(self.model, self.label, "model")
+        options = {k: (substituted(v, self.label, k) if k in ENDPOINT_OPTIONS else v) for k, v in self.options.items()}
+        if model != self.model:  # records name the variable (engines.base.recorded_model), never its value
+            options["recorded_model"] = self.model
+        if "model" in self.environment:
+            options["recorded_model"] = f"${{{self.environment['model']}}}"
         for option, variable in self.environment.items():
             value = os.environ.get(variable)
             if not value:
@@ -106,6 +139,15 @@ class ModelSpec:
         options = {k: v for k, v in self.options.items() if k not in SPEED_OPTIONS}
         described = {"label": self.label, "engine": self.engine, "model": self.model,
                      "options": options, "environment": dict(self.environment)}
+        if self.model and ENVIRONMENT_VARIABLE.search(self.model):
+            # a model named by ``${NAME}`` is recorded by the variable's name; its value only as a digest, so runs of
+            # two models under one variable never share a folder
+            try:
+                value = substituted(self.model, self.label, "model")
+            except RuntimeError:
+                value = ""
+            if value:
+                described["model_digest"] = hashlib.sha256(value.encode()).hexdigest()[:16]
         if self.engine == "simulated":
             # the simulated agents' behaviour version: a changed simulator gets new run directories
             # (its transcripts are not the old ones); real engines are identified by model and options

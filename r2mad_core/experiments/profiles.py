@@ -16,11 +16,12 @@ differs) are optional fields whose vocabularies are defined once, next to their 
 choice at once (:mod:`r2mad_core.experiments.protocol`, the one declaration of the presets); a choice the profile
 states explicitly (or ``--set``) beats the preset. :attr:`ProfileSpec.choices` is the resolved bundle.
 
-Strings of the form ``${NAME}`` are replaced by the environment variable ``NAME`` when a profile is
-loaded (:func:`expand_environment`), in the fields that name a model only (:data:`EXPANDABLE_FIELDS`), and never
-with a secret: every field of a profile reaches the notebooks' parameters, the executed notebooks and the
-artifacts' manifests, so secrets (API keys) reach an engine by the variable's name (``api_key_env: NAME``), read
-by the engine when it sends a request.
+Strings of the form ``${NAME}`` stand for the environment variable ``NAME`` in the fields that name a model or an
+endpoint only (:data:`EXPANDABLE_FIELDS`, checked when a profile is loaded: :func:`expand_environment`), and are
+replaced by its value only when the engine is opened: every field of a profile reaches the notebooks' parameters,
+the executed notebooks and the artifacts' manifests, so what they record is the variable's name, never its value
+(secrets by construction, whatever the variable is called). API keys reach an engine by name too
+(``api_key_env: NAME``), read by the engine when it sends a request.
 """
 
 from __future__ import annotations
@@ -58,8 +59,10 @@ from r2mad_core.experiments import protocol as protocol_presets
 from r2mad_core.data.benchmarks import SPLIT_RULES
 from r2mad_core.debate.loop import ROUND0_MODES
 from r2mad_core.engines import ENGINES, engine_names
+from r2mad_core.engines.base import option_problems
 from r2mad_core.debate.overflow import OVERFLOW_POLICIES
 from r2mad_core.experiments.methods import OBJECTIVE_KEEP
+from r2mad_core.experiments.model_specs import ENVIRONMENT_VARIABLE
 from r2mad_core.plugins import PluginError, load_plugins
 from r2mad_core.debate.prompts import TASK_PROMPT_WORDINGS
 from r2mad_core.memory.hook import EXPERIENCE_REFERENCES, SIMILARITY_MATCHES
@@ -184,6 +187,14 @@ class ModelEntry(_Record):
     stands_in_for: Text | None = None
     base_url_env: Text | None = None
     api_key_env: Text | None = None
+
+    @field_validator("options")
+    @classmethod
+    def _bounded_options(cls, value: dict[str, Any]) -> dict[str, Any]:
+        problems = option_problems(value)
+        if problems:
+            raise ValueError(problems[0].removeprefix("options."))
+        return value
 
     @field_validator("model")
     @classmethod
@@ -589,10 +600,26 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
     return Profile(name=name, source=source, fields=data, spec=spec, location=location, overrides=dict(overrides or {}))
 
 
+class NumberLoader(yaml.SafeLoader):
+    """YAML's safe loader reading numbers as Python does: ``5e-1`` and ``1e3`` are floats (YAML 1.1, PyYAML's
+    default, wants ``5.0e-1``: ``--set gamma=5e-1`` was refused as the string '5e-1')."""
+
+
+NumberLoader.yaml_implicit_resolvers = {key: list(value) for key, value in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+NumberLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+
+
+def read_yaml(text: str) -> Any:
+    """YAML text as a profile reads it (:class:`NumberLoader`)."""
+    return yaml.load(text, Loader=NumberLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
 @functools.lru_cache(maxsize=32)
 def _parsed_yaml(text: str) -> Any:
     """A profile's YAML, parsed once per text (10-20 ms each time, at every load; callers get a deep copy)."""
-    return yaml.safe_load(text)
+    return read_yaml(text)
 
 
 def check_override_keys(overrides: Mapping[str, Any], data: Mapping[str, Any], name: str, extra_keys: Any = ()) -> None:
@@ -608,79 +635,47 @@ def check_override_keys(overrides: Mapping[str, Any], data: Mapping[str, Any], n
             + (f"did you mean {', '.join(near)}?" if near else "the fields are ProfileSpec's (r2mad_core/experiments/profiles.py)"))
 
 
-_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-#: The fields where ``${NAME}`` is replaced (a model's name and label, and the lists naming models by label): what a
-#: profile of a served model needs to say which model it is. Elsewhere ``${NAME}`` is an error.
-EXPANDABLE_FIELDS = re.compile(
-    r"(models|memory_models|large_models)\[\d+\]\.(label|model|stands_in_for|stand_in)"
-    r"|(retrieval_models|icl_models)\[\d+\]|memory_model"
-)
-#: Variable names that hold secrets (never expanded into a profile: they would reach every artifact).
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
-#: Shortest secret value looked for inside an expanded value (shorter values match too much by chance).
-_MIN_SECRET_CHARS = 8
+#: The fields where ``${NAME}`` may stand: the ones naming a model (``models[i].model``, ``large_models[i].model``) or an
+#: endpoint (``options.base_url``/``base_urls``). Elsewhere ``${NAME}`` is an error: a label names folders and table rows.
+EXPANDABLE_FIELDS = re.compile(r"(models|large_models)\[\d+\]\.(model|options\.base_urls?(\[\d+\])?)")
 
 
 def _secret_variables(data: Any) -> set[str]:
-    """The variables a profile names as holding API keys (every ``api_key_env``), which are never expanded."""
-    found: set[str] = set()
+    """The variables a profile names as holding API keys (every ``api_key_env``): never a model or an endpoint."""
     if isinstance(data, dict):
-        for key, value in data.items():
-            if key == "api_key_env" and isinstance(value, str):
-                found.add(value)
-            else:
-                found |= _secret_variables(value)
-    elif isinstance(data, list):
-        for value in data:
-            found |= _secret_variables(value)
-    return found
+        return {v for k, v in data.items() if k == "api_key_env" and isinstance(v, str)}.union(
+            *(_secret_variables(v) for k, v in data.items() if k != "api_key_env"))
+    return set().union(*(_secret_variables(v) for v in data)) if isinstance(data, list) else set()
 
 
 def expand_environment(data: Any, source: str, where: str = "", secrets: set[str] | frozenset[str] = frozenset()) -> Any:
-    """Replace ``${NAME}`` in the profile's strings by the environment variable ``NAME``.
+    """Check every ``${NAME}`` of a profile; the profile keeps the text ``${NAME}`` (secrets by construction).
 
-    Only in :data:`EXPANDABLE_FIELDS`, and never with a secret: ``NAME`` may not be one of ``secrets`` (the
-    profile's ``api_key_env`` variables) nor look like one (:data:`SECRET_NAME`), and the value may not contain the
-    value of such a variable. Each refusal, and a variable that is not set, is a :class:`ProfileError` naming the
-    file, the field and the variable (never its value)."""
+    ``${NAME}`` may stand only in :data:`EXPANDABLE_FIELDS` (a model's name, an endpoint), ``NAME`` must be set and
+    may not be one of ``secrets`` (the profile's ``api_key_env`` variables). The value is read only when the engine
+    is opened (:meth:`r2mad_core.experiments.model_specs.ModelSpec.resolved`), so what the profile's fields reach --
+    the notebooks' parameters, the executed notebooks, every manifest and run configuration -- is the variable's
+    name, never its value. Each refusal is a :class:`ProfileError` naming the file, the field and the variable."""
     if isinstance(data, dict):
         return {key: expand_environment(value, source, f"{where}.{key}" if where else str(key), secrets)
                 for key, value in data.items()}
     if isinstance(data, list):
         return [expand_environment(value, source, f"{where}[{i}]", secrets) for i, value in enumerate(data)]
     if isinstance(data, str) and "${" in data:
-        def value_of(match: re.Match[str]) -> str:
-            name = match.group(1)
+        for name in ENVIRONMENT_VARIABLE.findall(data):
             uses = f"{source}: field {where!r} uses ${{{name}}}"
             if not EXPANDABLE_FIELDS.fullmatch(where):
                 raise ProfileError(
-                    f"{uses}, but environment variables are expanded only in the fields naming a model (models[i]."
-                    "label/model/stands_in_for, large_models[i].label/model/stand_in, retrieval_models, icl_models, "
-                    "memory_model): write the value itself"
+                    f"{uses}, but environment variables are read only in the fields naming a model or an endpoint "
+                    "(models[i].model, large_models[i].model, options.base_urls): write the value itself"
                 )
-            if name in secrets or SECRET_NAME.search(name):
+            if name in secrets:
+                raise ProfileError(f"{uses}, which holds an API key (api_key_env): a key reaches an engine by name only")
+            if not os.environ.get(name, "").strip():
                 raise ProfileError(
-                    f"{uses}, which holds a secret: it would be copied into the executed notebooks and every "
-                    "artifact's manifest. Secrets reach an engine by name only (api_key_env: NAME)"
+                    f"{uses}, but the environment variable {name} is not set (export it, see the comments in the "
+                    "profile file)"
                 )
-            value = os.environ.get(name, "").strip()
-            if not value:
-                raise ProfileError(
-                    f"{uses}, but the environment variable "
-                    f"{name} is not set (export it, see the comments in the profile file)"
-                )
-            for other in sorted(secrets | {n for n in os.environ if SECRET_NAME.search(n)}):
-                secret = os.environ.get(other, "").strip()
-                if len(secret) >= _MIN_SECRET_CHARS and secret in value:
-                    raise ProfileError(
-                        f"{uses}, whose value holds the value of {other}, a secret: it would be copied into the "
-                        "executed notebooks and every artifact's manifest; set it to the model's name"
-                    )
-            return value
-
-        return _VARIABLE.sub(value_of, data)
     return data
 
 
@@ -690,7 +685,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise ProfileError(f"--set {text!r}: expected KEY=VALUE, e.g. --set top_k=5")
     try:
-        return key.strip(), yaml.safe_load(value)
+        return key.strip(), read_yaml(value)
     except yaml.YAMLError as exc:
         raise ProfileError(f"--set {text!r}: the value is not valid YAML: {exc}") from exc
 

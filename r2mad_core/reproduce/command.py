@@ -77,6 +77,7 @@ from r2mad_core.experiments.profiles import (  # noqa: F401  (re-exported: repro
 )
 
 from r2mad_core.reproduce.variants import ENVIRONMENT as VARIANT_ENVIRONMENT, VARIANTS_DIR
+from r2mad_core.engines.endpoints import without_userinfo
 from r2mad_core.experiments.budget import BudgetCap, EstimatingGateway, ForwardingGateway, Prices, Usage, format_estimate
 from r2mad_core.reproduce.ablations import run_ablation
 from r2mad_core.reproduce import launcher
@@ -524,8 +525,9 @@ def run_guarded(
     sharing the budget ``cap``."""
     gateways = {variable: ForwardingGateway(urls, cap) for variable, urls in endpoints.items()}
     with contextlib.ExitStack() as stack:
-        for gateway in gateways.values():
+        for variable, gateway in gateways.items():
             stack.enter_context(gateway)
+            stack.callback(lambda v=variable, g=gateway: echo(f"reproduce: requests per endpoint of {v}: {g.pool.summary()}"))
         with _environment({variable: gateway.base_url for variable, gateway in gateways.items()}):
             return run_notebooks(profile, paths, notebooks_dir=notebooks_dir, only=only, echo=echo, show_banner=False)
 
@@ -547,7 +549,7 @@ def _budget_main(
         raise ProfileError(f"budget: {exc} (--price-prompt/--price-completion or R2MAD_API_PRICE_PROMPT/_COMPLETION)") from None
     for line in banner(profile):
         print(line)
-    described = "; ".join(f"{variable}={','.join(urls)}" for variable, urls in endpoints.items())
+    described = "; ".join(f"{variable}={','.join(map(without_userinfo, urls))}" for variable, urls in endpoints.items())
     print(f"reproduce: endpoints {described}; budget cap: {cap.describe()}")
     if not args.no_estimate:
         print("reproduce: estimating the cost (the notebooks run once against a local estimating gateway; "

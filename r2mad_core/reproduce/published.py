@@ -86,14 +86,33 @@ def has_cache(cache_dir: Path) -> bool:
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
+    """A published ``manifest.json``, validated: one line naming the file and the field when it is missing, damaged
+    or of the wrong shape (``[]``, a sha256 that is not 64 hex digits, a negative row count)."""
     path = Path(folder) / MANIFEST_NAME
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        manifest = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise PublishedError(f"{_shown(path)} is missing: a published cache comes with its manifest "
                              f"(make publish PROFILE=...), or run with --fresh") from None
     except (OSError, ValueError) as exc:
         raise PublishedError(f"{_shown(path)}: unreadable ({exc}); restore it from git or run with --fresh") from None
+    restore = "restore it from git or run with --fresh"
+    if not isinstance(manifest, dict):
+        raise PublishedError(f"{_shown(path)}: expected a JSON object with sha256, rows, commit, found "
+                             f"{type(manifest).__name__} {json.dumps(manifest)[:40]}; {restore}")
+    checks = {
+        "sha256": (lambda v: isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v) is not None,
+                   "64 hexadecimal digits"),
+        "rows": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a whole number >= 0"),
+        "commit": (lambda v: v is None or isinstance(v, str), "a commit hash or null"),
+    }
+    for name, (valid, expected) in checks.items():
+        if name not in manifest and name != "commit":
+            raise PublishedError(f"{_shown(path)}: field {name!r} is missing; {restore}")
+        if not valid(manifest.get(name)):
+            raise PublishedError(f"{_shown(path)}: field {name!r}: expected {expected}, found "
+                                 f"{json.dumps(manifest.get(name))[:40]}; {restore}")
+    return manifest
 
 
 def seed(folder: str, cache_dir: Path, published_dir: Path = PUBLISHED_DIR) -> dict[str, Any] | None:
@@ -327,8 +346,12 @@ def publish(profile: Profile, cache_dir: Path, published_dir: Path = PUBLISHED_D
     figures = Path(repository) / "figures" / profile.folder / "MANIFEST.json"
     made_at: list[str] = []
     if figures.is_file():
-        artifacts = json.loads(figures.read_text(encoding="utf-8")).get("artifacts", {})
-        made_at = sorted({(a.get("git") or {}).get("commit") for a in artifacts.values()} - {None})
+        try:
+            artifacts = json.loads(figures.read_text(encoding="utf-8")).get("artifacts", {})
+            made_at = sorted({(a.get("git") or {}).get("commit") for a in artifacts.values()} - {None})
+        except (OSError, ValueError, AttributeError, TypeError) as exc:
+            raise PublishedError(f"{_shown(figures)}: field 'artifacts': expected an object of artifacts each with "
+                                 f"its git commit ({type(exc).__name__}: {exc}); restore it from git") from None
     manifest = {
         "profile": profile.name,
         "commit": _git(repository, "rev-parse", "HEAD"),
