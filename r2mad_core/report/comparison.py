@@ -24,9 +24,9 @@ import numpy as np
 import pandas as pd
 
 from r2mad_core.report.results import GridResults
-from r2mad_core.debate.scoring import mean_accuracy_with_ci, paired_test
+from r2mad_core.debate.scoring import mean_accuracy_with_ci
 from r2mad_core.report.tables import AVERAGE_LABEL
-from r2mad_core.report import multiplicity
+from r2mad_core.report import inference, multiplicity
 
 REPORTED_RESULTS_RESOURCE = "reported_results.csv"
 #: The paper's "(both)" rows average over Qwen2.5-7B-Instruct and Gemma-3-4B-IT.
@@ -205,16 +205,18 @@ def check_orderings(
     that are (or stand in for) its paper model (``(both)``: those standing for Qwen2.5-7B-Instruct
     or Gemma-3-4B-IT), pairing the
     two methods on the questions both answered. The reproduced values are the mean of the
-    per-benchmark accuracies for ``Average`` (as in the paper) and the accuracy otherwise; the
-    exact McNemar test (:func:`r2mad_core.debate.scoring.paired_test`) uses the paired questions pooled
-    over benchmarks (and models, for ``(both)``).
+    per-benchmark accuracies for ``Average`` (as in the paper) and the accuracy otherwise; the test is
+    the one rule's (:func:`r2mad_core.report.inference.paired_estimate`, docs/statistics.md): exact McNemar on one
+    benchmark, and for ``Average`` the stratified exact sign test of the same mean of per-benchmark paired
+    differences (strata: model / benchmark), with a stratified bootstrap CI.
 
     Returns one row per claim that could be checked: claim fields, ``paper_better``,
     ``paper_worse``, ``holds_in_paper``, ``reproduced_better``, ``reproduced_worse``,
     ``outcome`` (``holds``: the reproduced ordering is strict; ``tie``: equal values; ``reversed``),
     ``holds_here`` (outcome is ``holds``), ``n_pairs``, ``better_only``, ``worse_only``,
-    ``p_value``, ``p_holm`` (Holm-adjusted over the distinct comparisons), ``significant`` (holds here and
-    p_holm < alpha), ``runs`` (the reproduced (model,
+    ``difference`` / ``ci_low`` / ``ci_high`` (the paired estimate and its 95% CI), ``test`` (its name),
+    ``p_value``, ``p_holm`` (Holm-adjusted over the distinct comparisons: the family), ``significant`` (holds here,
+    p_holm < alpha and n_pairs at least :func:`r2mad_core.report.inference.minimum_n`), ``runs`` (the reproduced (model,
     benchmark) cells the comparison read) and ``duplicate_of`` (the index of an earlier row that
     compared the very same runs: two paper claims checked on one comparison, e.g. two paper models
     with one stand-in; :func:`claims_summary` counts it once).
@@ -254,10 +256,10 @@ def check_orderings(
         per_benchmark = paired.groupby(["model", "paper_model", "benchmark"], sort=False)[["correct_better", "correct_worse"]].mean()
         reproduced_better = float(per_benchmark["correct_better"].mean())
         reproduced_worse = float(per_benchmark["correct_worse"].mean())
-        test = paired_test(
-            paired["correct_better"].to_numpy(), paired["correct_worse"].to_numpy(), n_bootstrap=n_bootstrap
-        )
-        better_only, worse_only, p_value = test.only_a_correct, test.only_b_correct, test.p_value
+        strata = paired["model"].astype(str) + " / " + paired["benchmark"].astype(str)
+        test = inference.paired_estimate(paired["correct_better"].to_numpy(), paired["correct_worse"].to_numpy(),
+                                         strata.to_numpy(), n_bootstrap=n_bootstrap)
+        better_only, worse_only, p_value = test.a_only, test.b_only, test.p_value
         paper_better = _paper_value(reported, claim, claim.better)
         paper_worse = _paper_value(reported, claim, claim.worse)
         sign = 1.0 if claim.higher_is_better else -1.0
@@ -277,7 +279,8 @@ def check_orderings(
             "paper_better": paper_better, "paper_worse": paper_worse, "holds_in_paper": holds_in_paper,
             "reproduced_better": reproduced_better, "reproduced_worse": reproduced_worse,
             "outcome": outcome, "holds_here": holds_here, "n_pairs": len(paired), "better_only": better_only,
-            "worse_only": worse_only, "p_value": p_value, "p_holm": math.nan, "significant": False,
+            "worse_only": worse_only, "difference": test.difference, "ci_low": test.ci_low, "ci_high": test.ci_high,
+            "test": test.test, "p_value": p_value, "p_holm": math.nan, "significant": False,
             "claim": claim.text, "runs": "; ".join(f"{m} / {b}" for m, b in runs),
             "duplicate_of": None if duplicate_of == len(rows) else duplicate_of,
         })
@@ -289,7 +292,8 @@ def check_orderings(
         adjusted = multiplicity.holm(frame["p_value"].where(distinct))
         frame["p_holm"] = [adjusted[i] if distinct[i] else adjusted[int(frame.at[i, "duplicate_of"])]
                            for i in range(len(frame))]
-        frame["significant"] = frame["holds_here"].astype(bool) & (frame["p_holm"] < alpha)
+        frame["significant"] = [bool(h) and inference.decides(p, n, alpha)
+                                for h, p, n in zip(frame["holds_here"], frame["p_holm"], frame["n_pairs"])]
     return frame
 
 
@@ -307,15 +311,24 @@ class ClaimsSummary:
     holds_in_paper: int  # of the distinct comparisons, how many the paper's own numbers order as claimed
     alpha: float = 0.05
 
+    largest_n: int = 0  # the most paired questions of a distinct comparison (0: unknown); below minimum_n: no inference
+
+    @property
+    def family(self) -> str:
+        """The Holm family every claim's verdict is adjusted over, as generated text names it."""
+        return f"the {self.checked} distinct claimed comparisons of this table"
+
     def sentence(self) -> str:
-        """One sentence built from the counts (notebook 10 and the README use it)."""
+        """One sentence built from the counts (notebook 10, the headline and the README use it)."""
         if not self.checked:
             return "No claimed ordering could be checked with the methods this profile ran."
-        parts = [f"Of the {self.checked} distinct comparisons the paper claims and this profile could check, "
-                 f"{self.holds} hold here (strictly better)",
-                 f"{self.significant} of them significantly (exact McNemar test, {multiplicity.RULE}-adjusted over "
-                 f"the {self.checked} comparisons, p < {self.alpha:g})"]
-        text = ", ".join(parts)
+        text = (f"Of the {self.checked} distinct comparisons the paper claims and this profile could check, "
+                f"{self.holds} hold here (strictly better in the claimed direction)")
+        if self.largest_n and inference.too_small(self.largest_n, self.alpha):
+            text += (f"; none is tested: {inference.small_sample_line(self.largest_n, self.alpha)}")
+        else:
+            text += (f", {self.significant} of them with p_holm < {self.alpha:g} ({multiplicity.RULE}-adjusted over "
+                     f"{self.family}; exact McNemar per benchmark, the stratified exact sign test for an Average)")
         others = []
         if self.ties:
             others.append(f"{self.ties} {'is a tie' if self.ties == 1 else 'are ties'}")
@@ -330,12 +343,22 @@ class ClaimsSummary:
                      f"{'is' if self.repeated == 1 else 'are'} not counted again.")
         return text
 
+    def verdict_line(self) -> str:
+        """The claims table's one-line verdict (the headline ends with it)."""
+        if not self.checked:
+            return "Claims: none of the paper's claimed orderings could be checked with what this profile ran."
+        if self.largest_n and inference.too_small(self.largest_n, self.alpha):
+            return (f"Claims: {self.holds} of {self.checked} orderings hold, {self.reversed} reversed, {self.ties} tied; "
+                    f"n = {self.largest_n} is below n = {inference.minimum_n(self.alpha)}: no inference.")
+        return (f"Claims: {self.holds} of {self.checked} orderings hold, {self.significant} with p_holm < {self.alpha:g} "
+                f"({multiplicity.RULE} over the {self.checked} comparisons), {self.reversed} reversed, {self.ties} tied.")
+
 
 def claims_summary(claims: pd.DataFrame, alpha: float = 0.05) -> ClaimsSummary:
     """Count the rows of :func:`check_orderings`: each distinct comparison once (rows with a
     ``duplicate_of`` are left out), "holds" only for a strict ordering, significance separately."""
     if claims.empty:
-        return ClaimsSummary(0, 0, 0, 0, 0, 0, 0, alpha)
+        return ClaimsSummary(0, 0, 0, 0, 0, 0, 0, alpha, 0)
     distinct = claims[claims["duplicate_of"].isna()]
     return ClaimsSummary(
         checked=len(distinct),
@@ -346,6 +369,7 @@ def claims_summary(claims: pd.DataFrame, alpha: float = 0.05) -> ClaimsSummary:
         repeated=len(claims) - len(distinct),
         holds_in_paper=int(distinct["holds_in_paper"].fillna(False).astype(bool).sum()),
         alpha=alpha,
+        largest_n=int(distinct["n_pairs"].max()),
     )
 
 

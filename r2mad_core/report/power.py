@@ -4,7 +4,9 @@ to detect the paper's own difference (issue 26; the claims are :data:`r2mad_core
 The test is the one notebook 10 applies (:func:`r2mad_core.report.comparison.check_orderings`): McNemar's exact
 test (McNemar 1947), the two-sided exact binomial test (``scipy.stats.binomtest``, p = 1/2) of the ``b``
 questions only the better method got right among the ``d = b + c`` discordant ones; a claim counts as
-significant when it holds and p < alpha.
+significant when it holds and its Holm-adjusted p < alpha (docs/statistics.md); power is computed at alpha / m,
+the level of Holm's first step over the m claims tested at once (:func:`holm_alpha`), a lower bound of the power
+under Holm.
 
 **Model.** Each of n paired questions is discordant in favour of the better method with probability p10 and
 in favour of the worse with p01: the discordance is psi = p10 + p01 and the accuracy difference delta =
@@ -22,8 +24,8 @@ rejections in the claimed direction count: a significant reversal does not confi
 a fixed psi (``scipy.optimize.brentq``; power rises with delta); NaN when even delta = psi (every discordant
 question favours the better method) falls short, e.g. with no discordant pair at all.
 
-**Which discordance.** After a run: the discordance the run observed, (b + c) / n (:func:`with_power`).
-Before a run (:func:`planned_claims`): an assumption from two accuracies p1, p2: the paired outcomes are
+**Which discordance.** Always the pre-run one (no post-hoc power from a run's outcomes; docs/statistics.md):
+for the claims table (:func:`with_power`) and before a run (:func:`planned_claims`) alike, an assumption from two accuracies p1, p2: the paired outcomes are
 correlated with phi = :data:`ASSUMED_CORRELATION` (ours: 0.5; the sim profile's runs show 0.5-0.6 between
 its methods; a higher correlation means fewer discordant questions and a smaller MDE), so that
 psi = p1 + p2 - 2 p11 with p11 = p1 p2 + phi sqrt(p1 (1 - p1) p2 (1 - p2)) (clipped to the Frechet bounds);
@@ -159,29 +161,46 @@ def planned_minimum_detectable_effect(n: int, p_worse: float, correlation: float
 # --------------------------------------------------------------------------------------------
 # After a run: the claims table of check_orderings with its power
 # --------------------------------------------------------------------------------------------
-def with_power(claims: pd.DataFrame, alpha: float = ALPHA, power: float = TARGET_POWER) -> pd.DataFrame:
-    """The rows of :func:`~r2mad_core.report.comparison.check_orderings` with four more columns:
-    ``discordance`` (observed, (better_only + worse_only) / n_pairs), ``mde`` (the smallest difference the
-    run could detect with ``power`` at that discordance; NaN when it could detect none),
-    ``power_paper_difference`` (the power it had to detect the paper's own difference; the discordance is
-    raised to that difference when the run observed less) and ``detectable`` (that power >= ``power``)."""
+def holm_alpha(tests: int, alpha: float = ALPHA) -> float:
+    """The level the first (most stringent) step of Holm's procedure over ``tests`` tests applies: ``alpha / tests``.
+    Power at it is a lower bound of the power under Holm (a claim tested later in the order faces a higher level)."""
+    return alpha / max(int(tests), 1)
+
+
+def with_power(claims: pd.DataFrame, alpha: float = ALPHA, power: float = TARGET_POWER,
+               correlation: float = ASSUMED_CORRELATION) -> pd.DataFrame:
+    """The rows of :func:`~r2mad_core.report.comparison.check_orderings` with their pre-run power: ``alpha_holm``
+    (alpha / m, m the distinct comparisons: the level Holm's first step applies), ``assumed_discordance`` (from the
+    paper's two accuracies and the assumed ``correlation``, :func:`assumed_discordance`), ``mde`` (the smallest
+    difference the run's n_pairs detect with ``power`` at alpha_holm, :func:`planned_minimum_detectable_effect` over
+    the worse method's paper accuracy; NaN: none), ``power_paper_difference`` (the power to detect the paper's own
+    difference at alpha_holm) and ``detectable`` (that power >= ``power``). Nothing here reads the run's outcomes:
+    these are the quantities a power analysis states before the run (no post-hoc power)."""
     out = claims.copy()
+    columns = ("alpha_holm", "assumed_discordance", "mde", "power_paper_difference", "detectable")
     if out.empty:
-        for column in ("discordance", "mde", "power_paper_difference", "detectable"):
+        for column in columns:
             out[column] = pd.Series(dtype=float if column != "detectable" else bool)
         return out
-    discordance, mde, paper_power = [], [], []
+    distinct = int(out["duplicate_of"].isna().sum()) if "duplicate_of" in out.columns else len(out)
+    level = holm_alpha(distinct, alpha)
+    psi, mde, paper_power = [], [], []
     for row in out.itertuples():
         n = int(row.n_pairs)
-        psi = (int(row.better_only) + int(row.worse_only)) / n
-        discordance.append(psi)
-        mde.append(minimum_detectable_effect(n, psi, alpha, power))
-        paper = float(row.paper_better) - float(row.paper_worse)
-        if math.isnan(paper) or paper <= 0.0:
-            paper_power.append(math.nan)  # the paper shows no such ordering: nothing to detect
-        else:
-            paper_power.append(mcnemar_power(n, max(psi, paper), paper, alpha))
-    out["discordance"] = discordance
+        better, worse = float(row.paper_better), float(row.paper_worse)
+        paper = better - worse
+        if math.isnan(paper):
+            psi.append(math.nan)
+            mde.append(math.nan)
+            paper_power.append(math.nan)
+            continue
+        discordance = assumed_discordance(better, worse, correlation)
+        psi.append(discordance)
+        mde.append(planned_minimum_detectable_effect(n, worse, correlation, level, power))
+        # the paper shows no such ordering: nothing to detect
+        paper_power.append(mcnemar_power(n, discordance, paper, level) if paper > 0.0 else math.nan)
+    out["alpha_holm"] = level
+    out["assumed_discordance"] = psi
     out["mde"] = mde
     out["power_paper_difference"] = paper_power
     out["detectable"] = [bool(p >= power) for p in paper_power]
@@ -331,7 +350,10 @@ def claims_power_lines(profile: Any, *, reported: pd.DataFrame | None = None, co
     """Lines saying which of the paper's claims ``profile``'s full run can test with at least ``power`` and which
     it cannot (:func:`planned_claims`): a head line with the counts and the assumption, then one line per
     claim, testable first. For the paper profile's ``--estimate-only`` and notebook 10."""
-    frame = planned_claims(profile, reported=reported, correlation=correlation, alpha=alpha, power=power)
+    counted = planned_claims(profile, reported=reported, correlation=correlation, alpha=alpha, power=power)
+    level = holm_alpha(len(counted), alpha)  # the claims are one Holm family: power at its first step's level
+    frame = planned_claims(profile, reported=reported, correlation=correlation, alpha=level, power=power) \
+        if len(counted) > 1 else counted
     name = name or (profile if isinstance(profile, str) else getattr(profile, "name", None))
     who = f"a {name!r} profile" if name else "this profile's"
     if frame.empty:
@@ -339,7 +361,8 @@ def claims_power_lines(profile: Any, *, reported: pd.DataFrame | None = None, co
     testable = frame[frame["testable"]]
     untestable = frame[~frame["testable"]]
     lines = [
-        f"Power of {who} run to confirm the paper's claims (exact McNemar test, alpha {alpha:g}, "
+        f"Power of {who} run to confirm the paper's claims (exact McNemar test, alpha {alpha:g} Holm-adjusted over the "
+        f"{len(frame)} claims: power at alpha / {len(frame)} = {level:.2g}, "
         f"{power:.0%} power; discordance assumed from the paper's accuracies with correlation {correlation:g}): "
         f"{len(testable)} of {len(frame)} claims testable, {len(untestable)} not "
         f"(the paper's difference is below the smallest difference the run can detect).",
@@ -410,10 +433,11 @@ def plot_claims_power(claims: pd.DataFrame, title: str = "", power: float = TARG
 
 
 def power_sentence(claims: pd.DataFrame, power: float = TARGET_POWER) -> str:
-    """How many distinct claims of :func:`with_power` the run had ``power`` to detect at the paper's difference."""
+    """How many distinct claims of :func:`with_power` the run had ``power`` to detect at the paper's difference (pre-run)."""
     rows = claims[claims["duplicate_of"].isna()] if "duplicate_of" in claims.columns else claims
     if rows.empty:
         return ""
     detectable = int(rows["detectable"].astype(bool).sum())
     return (f"This run had at least {power:.0%} power to detect the paper's own difference for {detectable} of the "
-            f"{len(rows)} distinct comparisons (exact McNemar power at the discordance the run observed).")
+            f"{len(rows)} distinct comparisons (exact McNemar power before the run, at the Holm-adjusted level "
+            f"alpha / {len(rows)} and the discordance assumed from the paper's accuracies).")
