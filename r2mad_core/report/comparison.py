@@ -108,8 +108,22 @@ def compare_with_paper(
     return merged[columns + [c for c in merged.columns if c not in columns]]
 
 
-#: Reproduced values closer than this are a tie (an ordering that is not strict does not hold).
+#: Reproduced values closer than this are a tie (an ordering that is not strict is not in the claimed direction).
 TIE_TOLERANCE = 1e-12
+#: The outcome of a claim whose reproduced ordering is strict in the claimed direction (a point estimate, no verdict).
+AS_CLAIMED = "as claimed"
+#: The outcome of a claim comparing two rows the recorded configuration makes the same computation (never tested).
+EQUAL_BY_CONSTRUCTION = "equal by construction"
+#: Retrieval policies that pick the same case as the debate-state-aware one at K = 1 (lambda_t only rescales it).
+SAME_AT_K1 = ("Debate-State-Aware", "Fixed-lambda (0.25)", "Fixed-lambda (0.50)", "Fixed-lambda (0.75)")
+RETRIEVAL_PREFIX = "R2-MAD retrieval="
+
+
+def equal_by_construction(better: str, worse: str, top_k: int | None) -> bool:
+    """Whether two methods of a claim are the same computation under the run's recorded K: at K = 1 the
+    debate-state-aware and fixed-lambda policies retrieve the same cases (the MMR redundancy term is empty)."""
+    names = [m[len(RETRIEVAL_PREFIX):] for m in (better, worse) if m.startswith(RETRIEVAL_PREFIX)]
+    return top_k == 1 and len(names) == 2 and all(n in SAME_AT_K1 for n in names)
 
 
 @dataclass(frozen=True)
@@ -195,6 +209,7 @@ def check_orderings(
     stand_ins: Mapping[str, str] | None = None,
     alpha: float = 0.05,
     n_bootstrap: int = 1000,
+    top_k: int | None = None,
 ) -> pd.DataFrame:
     """Test the paper's claimed orderings on the reproduced per-question correctness.
 
@@ -212,7 +227,9 @@ def check_orderings(
 
     Returns one row per claim that could be checked: claim fields, ``paper_better``,
     ``paper_worse``, ``holds_in_paper``, ``reproduced_better``, ``reproduced_worse``,
-    ``outcome`` (``holds``: the reproduced ordering is strict; ``tie``: equal values; ``reversed``),
+    ``outcome`` (``as claimed``: the reproduced ordering is strict in the claimed direction; ``tie``: equal
+    values; ``reversed``; ``equal by construction``: at the run's recorded ``top_k`` = 1 the two retrieval policies
+    are the same computation, so the claim is not tested and not in the Holm family),
     ``holds_here`` (outcome is ``holds``), ``n_pairs``, ``better_only``, ``worse_only``,
     ``difference`` / ``ci_low`` / ``ci_high`` (the paired estimate and its 95% CI), ``test`` (its name),
     ``p_value``, ``p_holm`` (Holm-adjusted over the distinct comparisons: the family), ``significant`` (holds here,
@@ -268,8 +285,10 @@ def check_orderings(
             if not (math.isnan(paper_better) or math.isnan(paper_worse)) else pd.NA
         )
         difference = sign * (reproduced_better - reproduced_worse)
-        outcome = "holds" if difference > TIE_TOLERANCE else ("reversed" if difference < -TIE_TOLERANCE else "tie")
-        holds_here = outcome == "holds"
+        outcome = AS_CLAIMED if difference > TIE_TOLERANCE else ("reversed" if difference < -TIE_TOLERANCE else "tie")
+        if equal_by_construction(claim.better, claim.worse, top_k):
+            outcome, p_value = EQUAL_BY_CONSTRUCTION, math.nan  # the same computation: no test, not in the family
+        holds_here = outcome == AS_CLAIMED
         runs = tuple(sorted({(m, b) for m, b in zip(paired["model"], paired["benchmark"])}))
         key = (claim.metric, claim.better, claim.worse, claim.benchmark == AVERAGE_LABEL, runs)
         duplicate_of = seen.setdefault(key, len(rows))
@@ -289,7 +308,7 @@ def check_orderings(
         # Every distinct comparison is tested at once: significant only by its Holm-adjusted p (report/multiplicity.py);
         # a repeated claim (same runs) is no further test and takes its first row's adjusted p.
         distinct = frame["duplicate_of"].isna().to_numpy()
-        adjusted = multiplicity.holm(frame["p_value"].where(distinct))
+        adjusted = multiplicity.holm(frame["p_value"].where(distinct))  # NaN (equal by construction): no test
         frame["p_holm"] = [adjusted[i] if distinct[i] else adjusted[int(frame.at[i, "duplicate_of"])]
                            for i in range(len(frame))]
         frame["significant"] = [bool(h) and inference.decides(p, n, alpha)
@@ -312,6 +331,7 @@ class ClaimsSummary:
     alpha: float = 0.05
 
     largest_n: int = 0  # the most paired questions of a distinct comparison (0: unknown); below minimum_n: no inference
+    equal: int = 0  # claims comparing rows equal by construction (not tested, not counted in checked)
 
     @property
     def family(self) -> str:
@@ -323,7 +343,7 @@ class ClaimsSummary:
         if not self.checked:
             return "No claimed ordering could be checked with the methods this profile ran."
         text = (f"Of the {self.checked} distinct comparisons the paper claims and this profile could check, "
-                f"{self.holds} hold here (strictly better in the claimed direction)")
+                f"{self.holds} go the claimed way here (strictly better in the point estimates)")
         if self.largest_n and inference.too_small(self.largest_n, self.alpha):
             text += (f"; none is tested: {inference.small_sample_line(self.largest_n, self.alpha)}")
         else:
@@ -337,6 +357,9 @@ class ClaimsSummary:
         if others:
             text += "; " + " and ".join(others)
         text += "."
+        if self.equal:
+            text += (f" {self.equal} further claim{'s' if self.equal != 1 else ''} compare{'s' if self.equal == 1 else ''} "
+                     "rows equal by construction (the same computation at the run's K): not tested, not ranked.")
         if self.repeated:
             text += (f" {self.repeated} further claim{'s' if self.repeated != 1 else ''} of the paper "
                      f"{'reads' if self.repeated == 1 else 'read'} the same runs as one above and "
@@ -348,28 +371,37 @@ class ClaimsSummary:
         if not self.checked:
             return "Claims: none of the paper's claimed orderings could be checked with what this profile ran."
         if self.largest_n and inference.too_small(self.largest_n, self.alpha):
-            return (f"Claims: {self.holds} of {self.checked} orderings hold, {self.reversed} reversed, {self.ties} tied; "
+            return (f"Claims: {self.holds} of {self.checked} orderings go the claimed way, {self.reversed} reversed, "
+                    f"{self.ties} tied; "
                     f"n = {self.largest_n} is below n = {inference.minimum_n(self.alpha)}: no inference.")
-        return (f"Claims: {self.holds} of {self.checked} orderings hold, {self.significant} with p_holm < {self.alpha:g} "
-                f"({multiplicity.RULE} over the {self.checked} comparisons), {self.reversed} reversed, {self.ties} tied.")
+        return (f"Claims: {self.holds} of {self.checked} orderings go the claimed way, {self.significant} of them with "
+                f"p_holm < {self.alpha:g} ({multiplicity.RULE} over the {self.checked} comparisons), {self.reversed} "
+                f"reversed, {self.ties} tied" + (f", {self.equal} equal by construction" if self.equal else "") + ".")
 
 
 def claims_summary(claims: pd.DataFrame, alpha: float = 0.05) -> ClaimsSummary:
     """Count the rows of :func:`check_orderings`: each distinct comparison once (rows with a
-    ``duplicate_of`` are left out), "holds" only for a strict ordering, significance separately."""
+    ``duplicate_of`` and rows equal by construction are left out), "as claimed" only for a strict ordering,
+    significance separately."""
     if claims.empty:
-        return ClaimsSummary(0, 0, 0, 0, 0, 0, 0, alpha, 0)
+        return ClaimsSummary(0, 0, 0, 0, 0, 0, 0, alpha, 0, 0)
     distinct = claims[claims["duplicate_of"].isna()]
+    repeated = len(claims) - len(distinct)
+    equal = int((distinct["outcome"] == EQUAL_BY_CONSTRUCTION).sum())
+    distinct = distinct[distinct["outcome"] != EQUAL_BY_CONSTRUCTION]
+    if distinct.empty:
+        return ClaimsSummary(0, 0, 0, 0, 0, repeated, 0, alpha, 0, equal)
     return ClaimsSummary(
         checked=len(distinct),
-        holds=int((distinct["outcome"] == "holds").sum()),
+        holds=int((distinct["outcome"] == AS_CLAIMED).sum()),
         significant=int(distinct["significant"].sum()),
         ties=int((distinct["outcome"] == "tie").sum()),
         reversed=int((distinct["outcome"] == "reversed").sum()),
-        repeated=len(claims) - len(distinct),
+        repeated=repeated,
         holds_in_paper=int(distinct["holds_in_paper"].fillna(False).astype(bool).sum()),
         alpha=alpha,
         largest_n=int(distinct["n_pairs"].max()),
+        equal=equal,
     )
 
 
