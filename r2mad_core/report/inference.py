@@ -181,11 +181,12 @@ def too_small(n: int | float, alpha: float = ALPHA) -> bool:
     return n is None or (isinstance(n, float) and math.isnan(n)) or int(n) < minimum_n(alpha)
 
 
-def small_sample_line(n: int | float, alpha: float = ALPHA, power: float = TARGET_POWER) -> str:
+def small_sample_line(n: int | float, alpha: float = ALPHA, power: float = TARGET_POWER,
+                      what: str = "paired questions") -> str:
     """The sentence every table and caption of a sample below :func:`minimum_n` carries."""
     n_min = minimum_n(alpha, power)
     shown = "?" if n is None or (isinstance(n, float) and math.isnan(n)) else f"{int(n)}"
-    return (f"Small sample: n = {shown} paired questions is below n = {n_min}, the smallest n at which the exact McNemar "
+    return (f"Small sample: n = {shown} {what} is below n = {n_min}, the smallest n at which the exact McNemar "
             f"test at alpha = {alpha:g} detects any difference with {power:.0%} power (docs/statistics.md): this sample "
             f"cannot support inference, and no verdict is drawn from it.")
 
@@ -299,3 +300,46 @@ def trend_phrase(trend: Trend, axis: str, family: str, p_adjusted: float | None 
     p = trend.p_value if p_adjusted is None else p_adjusted
     return (f"slope {trend.slope:+.3g} per unit of {axis} (paired permutation test over {trend.n} questions and "
             f"{trend.points} points, {fmt_p(trend.p_value)}): {verdict(p, trend.n, family, alpha)}")
+
+
+# --------------------------------------------------------------------------------------------
+# Replicates: several seeds on the same questions
+# --------------------------------------------------------------------------------------------
+def clustered_mean_ci(values: dict[str, np.ndarray], *, level: float = 0.95, n_bootstrap: int = 2000,
+                      seed: int = 0) -> tuple[float, float, float]:
+    """The mean over strata of the per-stratum mean of ``values[stratum]`` (one row per question, one column per
+    seed) with a CI that resamples questions within each stratum, each question with all its seeds (the questions
+    are the clusters: the seeds of one question are not independent, Miller 2024 sec. 2.2)."""
+    if not values:
+        return math.nan, math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    estimate = float(np.mean([np.asarray(v, dtype=float).mean() for v in values.values()]))
+    total = np.zeros(n_bootstrap)
+    for matrix in values.values():
+        rows = np.asarray(matrix, dtype=float).mean(axis=1)
+        picks = rng.integers(0, rows.size, size=(n_bootstrap, rows.size))
+        total += rows[picks].mean(axis=1)
+    total /= len(values)
+    tail = (1.0 - level) / 2.0
+    low, high = np.quantile(total, [tail, 1.0 - tail])
+    return estimate, float(low), float(high)
+
+
+def pooled_paired(a: dict[str, np.ndarray], b: dict[str, np.ndarray], *, seed: int = 0) -> PairedEstimate:
+    """A variant ``a`` against ``b`` over several seeds: per stratum (benchmark) a matrix, one row per question and
+    one column per seed (the same seed in ``a`` and ``b``: common random numbers). The estimate is the mean over
+    seeds and strata of the paired differences with a question-clustered CI (:func:`clustered_mean_ci`); the test
+    is one stratified exact sign test with (seed, benchmark) as strata (:func:`stratified_sign_p`)."""
+    differences, counts = {}, []
+    for stratum in a:
+        x = np.asarray(a[stratum], dtype=bool)
+        y = np.asarray(b[stratum], dtype=bool)
+        differences[stratum] = x.astype(float) - y.astype(float)
+        for column in range(x.shape[1]):
+            counts.append((x.shape[0], int(np.sum(x[:, column] & ~y[:, column])), int(np.sum(~x[:, column] & y[:, column]))))
+    estimate, low, high = clustered_mean_ci(differences, seed=seed)
+    table = np.asarray(counts, dtype=np.int64)
+    seeds = next(iter(a.values())).shape[1] if a else 0
+    return PairedEstimate(estimate, low, high, stratified_sign_p(table, seed), int(table[:, 0].sum()),
+                          int(table[:, 1].sum()), int(table[:, 2].sum()), len(table),
+                          f"stratified exact sign test over {len(table)} strata ({seeds} seeds x {len(a)} benchmarks)")
