@@ -343,3 +343,20 @@ def pooled_paired(a: dict[str, np.ndarray], b: dict[str, np.ndarray], *, seed: i
     return PairedEstimate(estimate, low, high, stratified_sign_p(table, seed), int(table[:, 0].sum()),
                           int(table[:, 1].sum()), int(table[:, 2].sum()), len(table),
                           f"stratified exact sign test over {len(table)} strata ({seeds} seeds x {len(a)} benchmarks)")
+
+
+def count_phrase(p_adjusted: Sequence[float], n: Sequence[float], family: str, alpha: float = ALPHA) -> str:
+    """How many tests of one family the rule calls significant, the family named: ``2 of 25 significant (p_holm <
+    0.05, Holm over <family>)``; tests below :func:`minimum_n` are counted apart and, when every one is, no verdict
+    word at all (``no inference: n below 15``)."""
+    tests = [(p, m) for p, m in zip(p_adjusted, n) if not (isinstance(p, float) and math.isnan(p))]
+    small = [t for t in tests if too_small(t[1], alpha)]
+    if tests and len(small) == len(tests):
+        return (f"no inference for any of the {len(tests)} (n at most {int(max(m for _, m in tests))}, below "
+                f"n = {minimum_n(alpha)})")
+    decided = sum(decides(p, m, alpha) for p, m in tests)
+    text = (f"{decided} of {len(tests) - len(small)} significant (p_holm < {alpha:g}, {multiplicity.RULE} over "
+            f"{family}), the rest {NULL_PHRASE} at their n")
+    if small:
+        text += f"; {len(small)} below n = {minimum_n(alpha)}: no inference"
+    return text

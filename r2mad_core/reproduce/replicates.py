@@ -212,14 +212,12 @@ def replicate_comparison(profile_runs: Sequence[Replicate], variant_runs: Sequen
                             for e, p, n in zip(pooled, frame["p_holm"], frame["n"])]
         quantity = quantity_of(table, profile_runs[0].figures_dir)
         moved = frame[(frame["seeds up"] == len(seeds)) | (frame["seeds down"] == len(seeds))]
-        decided = sum(inference.decides(p, n) for p, n in zip(frame["p_holm"], frame["n"]))
         sentence = (f"{quantity} ({table}), variant {variant_name} against profile {profile} over {len(seeds)} seeds: "
                     f"{len(moved)} of {len(frame)} cells move the same way under every seed; the largest mean "
                     f"difference is {float(frame['mean difference'].abs().max()):.3f} (sd across seeds "
                     f"{float(frame.loc[frame['mean difference'].abs().idxmax(), 'sd']):.3f}). Pooled over the seeds "
-                    f"(stratified exact sign test, seeds x benchmarks as strata; {inference.multiplicity.RULE} over the "
-                    f"{tested} cells): {decided} of {tested} cells significant (p_holm < {inference.ALPHA:g}), the "
-                    f"rest {inference.NULL_PHRASE} at their n.")
+                    f"(stratified exact sign test, seeds x benchmarks as strata): "
+                    + inference.count_phrase(frame["p_holm"].tolist(), frame["n"].tolist(), f"the {tested} cells") + ".")
         if frame["n"].notna().any() and inference.too_small(float(frame["n"].min())):
             sentence += " " + inference.small_sample_line(float(frame["n"].min()))
         save_table(frame, f"tab_replicates_{table}{COMPARISON_SUFFIX}", out_dir,

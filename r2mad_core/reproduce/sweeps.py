@@ -80,10 +80,6 @@ class SweepPoint:
         return ", ".join(f"{k}={show_value(self.setting[k])}" for k in keys)
 
 
-def multiplicity_rule() -> str:
-    return inference.multiplicity.RULE
-
-
 def caption_note(lines: Sequence[str]) -> str:
     """A console banner line as a caption's sentence: no ``reproduce: profile NAME:`` prefix, no shouting."""
     text = " ".join(lines)
@@ -205,13 +201,11 @@ def sweep_tests(points: Sequence[SweepPoint], reference: SweepPoint, table: str,
         return None, ""
     frame = pd.DataFrame(rows)
     sentence_parts = []
-    decided = [inference.decides(p, n) for p, n in zip(frame["p_holm"], frame["n"])]
+    others = len(points) - (1 if any(p.figures_dir.resolve() == reference.figures_dir.resolve() for p in points) else 0)
     sentence_parts.append(
-        f"Each point's paired difference from the profile's point ({reference.label(keys)}) on the same questions: "
-        f"{sum(decided)} of {len(frame)} significant (p_holm < {inference.ALPHA:g}, {inference.multiplicity.RULE} over "
-        f"each cell's {len(points) - (1 if any(p.figures_dir.resolve() == reference.figures_dir.resolve() for p in points) else 0)} "
-        f"points; exact McNemar per benchmark, the stratified exact sign test for an Average), the rest "
-        f"{inference.NULL_PHRASE} at their n.")
+        f"Each point's paired difference from the profile's point ({reference.label(keys)}) on the same questions "
+        f"(exact McNemar per benchmark, the stratified exact sign test for an Average): "
+        + inference.count_phrase(frame["p_holm"].tolist(), frame["n"].tolist(), f"each cell's {others} points") + ".")
     for axis in axes:
         mine = {cell: t for (cell, a), t in trends.items() if a == axis}
         adjusted = dict(zip(mine, inference.holm_over([t.p_value for t in mine.values()])))
@@ -224,10 +218,10 @@ def sweep_tests(points: Sequence[SweepPoint], reference: SweepPoint, table: str,
         significant = [c for c, t in mine.items() if inference.decides(adjusted[c], t.n)]
         sentence_parts.append(
             f"Trend along {axis} (the slope of the shown value, paired permutation test, questions permuted across the "
-            f"points; {inference.multiplicity.RULE} over the {len(mine)} cells): {len(significant)} of {len(mine)} cells "
-            f"significant (p_holm < {inference.ALPHA:g})"
-            + (f", e.g. {label(significant[0])}: slope {mine[significant[0]].slope:+.3g} per unit"
-               if significant else f", the others {inference.NULL_PHRASE}") + ".")
+            f"points): " + inference.count_phrase([adjusted[c] for c in mine], [t.n for t in mine.values()],
+                                                 f"the {len(mine)} cells")
+            + (f"; e.g. {label(significant[0])}: slope {mine[significant[0]].slope:+.3g} per unit, p_holm = "
+               f"{adjusted[significant[0]]:.3g}" if significant else "") + ".")
     if int(frame["n"].min()) < inference.minimum_n():
         sentence_parts.append(inference.small_sample_line(int(frame["n"].min())))
     return frame, " ".join(sentence_parts)
@@ -370,7 +364,7 @@ def sweep_artifacts(points: Sequence[SweepPoint], key: str | Sequence[str], prof
                        sweep=sweep_record, float_format="{:.3g}", notes=tests_sentence, caption=(
                            f"{quantity} ({table}) swept over {axes_text}: each point's paired difference from the "
                            f"profile's point ({reference.label(keys)}) on the same questions, its 95% CI (stratified "
-                           f"bootstrap), n paired questions, the test and p, p_holm ({multiplicity_rule()} over the "
+                           f"bootstrap), n paired questions, the test and p, p_holm ({inference.multiplicity.RULE} over the "
                            "cell's points) and the verdict of docs/statistics.md; trend columns: the slope of the "
                            "shown value along each numeric axis, its paired permutation p and p_holm (over the "
                            f"table's cells). {tests_sentence}"))
