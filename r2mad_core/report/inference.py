@@ -211,13 +211,13 @@ def verdict(p_adjusted: float, n: int | float, family: str, alpha: float = ALPHA
     """The verdict phrase of one test: ``significant (Holm-adjusted p = 0.003 < 0.05 over <family>)`` or
     ``not distinguishable from no difference at n = 40 (Holm-adjusted p = 0.2 over <family>)``; below
     :func:`minimum_n` the small-sample phrase, never a verdict word."""
-    adjusted = f"{multiplicity.RULE}-adjusted {fmt_p(p_adjusted)} over {family}"
+    adjusted = f"{multiplicity.RULE}-adjusted {fmt_p(p_adjusted)}"
     if too_small(n, alpha):
         return (f"no inference at n = {int(n) if n == n else '?'} (below n = {minimum_n(alpha)}, the smallest n with "
-                f"80% power for any difference; {adjusted})")
+                f"80% power for any difference; {adjusted} over {family})")
     if decides(p_adjusted, n, alpha):
-        return f"significant ({adjusted} < {alpha:g})"
-    return f"{NULL_PHRASE} at n = {int(n)} ({adjusted})"
+        return f"significant ({adjusted} < {alpha:g}, over {family})"
+    return f"{NULL_PHRASE} at n = {int(n)} ({adjusted} over {family})"
 
 
 def holm_over(p_values: Sequence[float]) -> list[float]:
@@ -360,3 +360,42 @@ def count_phrase(p_adjusted: Sequence[float], n: Sequence[float], family: str, a
     if small:
         text += f"; {len(small)} below n = {minimum_n(alpha)}: no inference"
     return text
+
+
+# --------------------------------------------------------------------------------------------
+# The check of generated text: every verdict word beside an adjusted p below alpha
+# --------------------------------------------------------------------------------------------
+_WORDS = r"\b(significant(?:ly)?|ranks first|wins|beats|holds significantly)\b"
+_ADJUSTED = r"(?:Holm-adjusted p|adjusted p|p_holm)\s*=\s*([0-9.]+(?:e[-+]?[0-9]+)?)"
+_CRITERION = r"(?:Holm-adjusted p|adjusted p|p_holm)(?:\s*=\s*[0-9.e+-]+(?:\s+at most,)?)?\s*<\s*(0?\.[0-9]+)"
+
+
+def verdict_problems(text: str, alpha: float = ALPHA) -> list[str]:
+    """The verdict words of generated ``text`` that the rule does not back: each must be followed (within 200
+    characters) by its adjusted p below ``alpha`` ("Holm-adjusted p = 0.003", "p_holm = 0.01"), or stand beside the
+    criterion itself ("p_holm < 0.05", a count of tests decided by it), or be a table's column header beside
+    ``p_holm``. "not significant" is never generated (the rule says "not distinguishable from no difference")."""
+    import re
+
+    problems = []
+    for match in re.finditer(_WORDS, text, flags=re.IGNORECASE):
+        start, end = match.span()
+        context = text[max(0, start - 60):end + 60].replace("\n", " ")
+        if re.search(r"\bnot\s+(?:\w+\s+)?$", text[max(0, start - 12):start], flags=re.IGNORECASE):
+            problems.append(f"'not {match.group(0)}' (say '{NULL_PHRASE}'): ...{context}...")
+            continue
+        line = text[text.rfind("\n", 0, start) + 1:(text.find("\n", end) + 1 or len(text) + 1) - 1]
+        if match.group(0).lower() == "significant" and re.search(r"\bp_holm\b", line) and not re.search(r"[=<]", line):
+            continue  # a table header naming the column beside p_holm
+        after = text[end:end + 200]
+        adjusted = re.search(_ADJUSTED, after)
+        if adjusted:
+            if float(adjusted.group(1).rstrip(".")) >= alpha:
+                problems.append(f"'{match.group(0)}' with adjusted p = {adjusted.group(1)} >= {alpha:g}: ...{context}...")
+            continue
+        window = text[max(0, start - 300):end + 300]
+        criterion = re.search(_CRITERION, window)
+        if criterion and float(criterion.group(1)) <= alpha:
+            continue
+        problems.append(f"'{match.group(0)}' without an adjusted p below {alpha:g} beside it: ...{context}...")
+    return problems
