@@ -367,7 +367,8 @@ def count_phrase(p_adjusted: Sequence[float], n: Sequence[float], family: str, a
 # --------------------------------------------------------------------------------------------
 _WORDS = r"\b(significant(?:ly)?|ranks first|wins|beats|holds significantly)\b"
 _ADJUSTED = r"(?:Holm-adjusted p|adjusted p|p_holm)\s*=\s*([0-9.]+(?:e[-+]?[0-9]+)?)"
-_CRITERION = r"(?:Holm-adjusted p|adjusted p|p_holm)(?:\s*=\s*[0-9.e+-]+(?:\s+at most,)?)?\s*<\s*(0?\.[0-9]+)"
+_CRITERION = (r"(?:(?:Holm-adjusted p|adjusted p|p_holm)(?:\s*=\s*[0-9.e+-]+(?:\s+at most,)?)?\s*<\s*|"
+              r"Holm-adjusted over [^.;]*?alpha = )(0?\.[0-9]+)")
 
 
 def verdict_problems(text: str, alpha: float = ALPHA) -> list[str]:
