@@ -291,7 +291,7 @@ def test_claims_hold_only_when_strict_and_count_each_comparison_once(tiny_run: P
     assert f"Of the {len(tested)} distinct comparisons" in caption
     assert f"{holds} go the claimed way here (strictly better in the point estimates)" in caption
     assert f"Holm-adjusted over the family of the {len(tested)} distinct claimed comparisons" in caption
-    assert "observed" not in caption  # power is a pre-run quantity (no post-hoc power)
+    assert "observed power" not in caption and "discordance the run observed" not in caption  # pre-run power only
 
 
 def test_every_verdict_word_in_generated_text_is_backed_by_an_adjusted_p(tiny_run: Path) -> None:
