@@ -19,7 +19,7 @@ here:
 - **Verdict**: "significant", "ranks first", "wins", "beats", "holds significantly" only from an adjusted p below
   :data:`ALPHA`; otherwise "not distinguishable from no difference at n = N" (:func:`verdict`).
 - **Small samples**: below :func:`minimum_n` paired questions (the smallest n at which any difference is detectable
-  with 80% power, :func:`r2mad_core.report.power.planned_minimum_detectable_effect`) no verdict word is generated and
+  with 80% power, :func:`r2mad_core.report.mcnemar.planned_minimum_detectable_effect`) no verdict word is generated and
   every table says the sample cannot support inference (:func:`small_sample_line`).
 - **Trend** along a numeric swept axis (:func:`trend_test`): the OLS slope of the shown value against the axis, with
   a paired permutation test that permutes each question's outcomes across the points (the question as its own
@@ -42,6 +42,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from r2mad_core.report import multiplicity
+from r2mad_core.report.mcnemar import planned_minimum_detectable_effect
 
 ALPHA = multiplicity.ALPHA
 TARGET_POWER = 0.8
@@ -166,10 +167,8 @@ def paired_estimate(a: Sequence[bool], b: Sequence[bool], strata: Sequence[Any] 
 @functools.lru_cache(maxsize=16)
 def minimum_n(alpha: float = ALPHA, power: float = TARGET_POWER) -> int:
     """The smallest number of paired questions at which the exact McNemar test at ``alpha`` detects *some* difference
-    with ``power``: the planned minimum detectable effect (:func:`r2mad_core.report.power.planned_minimum_detectable_effect`,
+    with ``power``: the planned minimum detectable effect (:func:`r2mad_core.report.mcnemar.planned_minimum_detectable_effect`,
     a method at accuracy 0.5 against one up to 1.0, the assumed correlation) exists. Below it no verdict is generated."""
-    from r2mad_core.report.power import planned_minimum_detectable_effect  # lazy: power imports comparison
-
     for n in range(1, 1000):
         if not math.isnan(planned_minimum_detectable_effect(n, 0.5, alpha=alpha, power=power)):
             return n
