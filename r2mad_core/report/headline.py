@@ -21,6 +21,7 @@ from typing import Callable, Iterable
 
 import pandas as pd
 
+from r2mad_core.report import inference
 from r2mad_core.report.artifacts import display_path, read_manifest
 
 COMPARISON_CSV = "tab_paper_comparison.csv"
@@ -87,6 +88,10 @@ def headline_lines(figures_dir: str | Path, *, rerun: bool = False) -> list[str]
     claims = figures_dir / f"{CLAIMS_TABLE}.md"
     more = f" and the claims, tested: {display_path(claims)}" if claims.is_file() else ""
     lines.append(f"  every number against the paper: {display_path(figures_dir / 'tab_paper_comparison.md')}{more}")
+    sizes = [_number(n) for n in frame.loc[frame["benchmark"] != AVERAGE, "n"]]
+    sizes = [n for n in sizes if n is not None]
+    if sizes and inference.too_small(min(sizes)):
+        lines.append("  " + inference.small_sample_line(min(sizes), what="questions per benchmark"))
     verdict = (artifacts.get(CLAIMS_TABLE) or {}).get("verdict")
     if verdict:
         lines.append(f"  {verdict} (docs/statistics.md)")
