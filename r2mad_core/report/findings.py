@@ -25,7 +25,7 @@ from r2mad_core.report.results import GridResults
 from r2mad_core.experiments.model_specs import ModelSpec
 from r2mad_core.debate.scoring import AnnotationCounts, annotation_counts
 from r2mad_core.report.tables import AVERAGE_LABEL, NOT_RUN, benchmark_label
-from r2mad_core.report.comparison import AS_CLAIMED, EQUAL_BY_CONSTRUCTION
+from r2mad_core.report.comparison import AS_CLAIMED, EQUAL_BY_CONSTRUCTION, SAME_AT_K1
 from r2mad_core.report import inference, multiplicity
 from r2mad_core.report.power import power_sentence
 from r2mad_core.theory.agents import SimulatedAgentParams
@@ -276,17 +276,12 @@ def k_note(top_k: int) -> str:
             "Fixed-lambda rows and Debate-State-Aware retrieve the same cases: their differences are sampling noise.")
 
 
-#: The retrieval policies that, at K = 1, retrieve the same cases as the paper's (MMR with one pick: lambda_t only
-#: rescales the first pick's score), so that their rows are the same computation (equal by construction).
-LAMBDA_POLICIES = ("Debate-State-Aware", "Fixed-lambda (0.25)", "Fixed-lambda (0.50)", "Fixed-lambda (0.75)")
-
-
 def equal_by_construction(rows: Sequence[str], top_k: int | None) -> list[list[str]]:
     """Groups of retrieval rows whose recorded configurations make them the same computation: at K = 1 the
-    debate-state-aware policy and every fixed-lambda one pick the same case (:data:`LAMBDA_POLICIES`)."""
+    debate-state-aware policy and every fixed-lambda one pick the same case (:data:`~r2mad_core.report.comparison.SAME_AT_K1`)."""
     if top_k != 1:
         return []
-    group = [r for r in rows if r in LAMBDA_POLICIES]
+    group = [r for r in rows if r in SAME_AT_K1]
     return [group] if len(group) > 1 else []
 
 
