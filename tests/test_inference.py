@@ -177,3 +177,51 @@ def test_claims_summary_names_its_family_and_decides_by_p_holm() -> None:
     assert summary.verdict_line().startswith(f"Claims: {summary.holds} of 3 orderings go the claimed way, "
                                              f"{summary.significant} of them with p_holm < 0.05")
     assert inference.verdict_problems(summary.sentence()) == []
+
+
+def _swept_point(folder, monkeypatch_store: dict, setting: dict, outcomes: dict[str, list[bool]]):
+    """A sweep point's figures folder: a 2-cell table whose manifest names each cell's run (``cell_runs``), the runs'
+    records kept in ``monkeypatch_store`` (what ``load_run`` reads)."""
+    from hand_transcripts import transcript
+
+    from r2mad_core.records import as_transcript
+    from r2mad_core.report.artifacts import save_table
+    from r2mad_core.report.tables import Table
+    from r2mad_core.reproduce.sweeps import SweepPoint
+
+    values = pd.DataFrame({"MATH500": [float(np.mean(v)) for v in outcomes.values()]},
+                          index=pd.Index(list(outcomes), name="method"))
+    values.columns.name = "benchmark"
+    cell_runs = []
+    for method, correct in outcomes.items():
+        run = folder / "runs" / method
+        monkeypatch_store[str(run)] = [as_transcript(transcript(f"q{i}", correct=bool(c))) for i, c in enumerate(correct)]
+        cell_runs.append({"cell": [method, "MATH500"], "runs": [["M / math500", str(run)]]})
+    save_table(Table(values=values, ci_low=values - 0.1, ci_high=values + 0.1), "tab_t", folder, profile="p",
+               cell_runs=cell_runs)
+    return SweepPoint(setting, folder, setting == {"gamma": 0.9})
+
+
+def test_a_sweep_table_has_each_points_paired_difference_and_a_trend_test(tmp_path, monkeypatch) -> None:
+    from r2mad_core.reproduce import sweeps
+
+    store: dict = {}
+    monkeypatch.setattr(sweeps, "load_run", lambda run: ({}, store[str(run)]))
+    rng = np.random.default_rng(4)
+    base = rng.random(80)
+    same = list(rng.random(80) < 0.5)
+    points = [_swept_point(tmp_path / str(g), store, {"gamma": g}, {"R2-MAD": list(base < 0.3 + 0.6 * g / 0.9),
+                                                                       "MAD": same}) for g in (0.0, 0.45, 0.9)]
+    sentences = sweeps.sweep_artifacts(points, "gamma", "p", 0.9, tmp_path / "sweep")
+    paired = pd.read_csv(tmp_path / "sweep" / "tab_sweep_tab_t_paired.csv")
+    assert set(paired["setting"]) == {"gamma=0.0", "gamma=0.45"}  # the profile's point is the reference
+    r2 = paired[paired["cell"] == "R2-MAD / MATH500"].set_index("setting")
+    assert r2.at["gamma=0.0", "difference"] == pytest.approx(np.mean(base < 0.3) - np.mean(base < 0.9))
+    assert r2.at["gamma=0.0", "p_holm"] < 0.05 and r2.at["gamma=0.0", "verdict"].startswith("significant (Holm-adjusted")
+    assert (r2["trend gamma slope"] > 0).all() and (r2["trend gamma p_holm"] < 0.05).all()
+    mad = paired[paired["cell"] == "MAD / MATH500"]
+    assert (mad["difference"] == 0).all() and mad["verdict"].str.startswith("not distinguishable").all()
+    caption = (tmp_path / "sweep" / "tab_sweep_tab_t.md").read_text()
+    assert "Trend along gamma" in caption and "paired difference from the profile's point" in caption
+    assert inference.verdict_problems(caption) == [] and inference.verdict_problems(" ".join(sentences)) == []
+    assert inference.verdict_problems((tmp_path / "sweep" / "tab_sweep_tab_t_paired.md").read_text()) == []
