@@ -374,9 +374,11 @@ def verdict_problems(text: str, alpha: float = ALPHA) -> list[str]:
     """The verdict words of generated ``text`` that the rule does not back: each must be followed (within 200
     characters) by its adjusted p below ``alpha`` ("Holm-adjusted p = 0.003", "p_holm = 0.01"), or stand beside the
     criterion itself ("p_holm < 0.05", a count of tests decided by it), or be a table's column header beside
-    ``p_holm``. "not significant" is never generated (the rule says "not distinguishable from no difference")."""
+    ``p_holm``. "not significant" is never generated (the rule says "not distinguishable from no difference").
+    A benchmark's own text (a prompt's ``<question>``) is not generated and not checked."""
     import re
 
+    text = re.sub(r"<question>.*?</question>", "<question>...</question>", text, flags=re.DOTALL)  # benchmark data
     problems = []
     for match in re.finditer(_WORDS, text, flags=re.IGNORECASE):
         start, end = match.span()
