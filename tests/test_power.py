@@ -122,19 +122,28 @@ def test_subset_sizes_inferred_from_the_papers_percentages() -> None:
     assert power.inferred_subset_size([0.2941, 0.1765], 211, proxy=211 * (1 - 0.645)) == 68
 
 
-def test_with_power_reads_the_runs_discordance() -> None:
+def test_with_power_is_a_pre_run_quantity_at_the_holm_level() -> None:
+    """No post-hoc power: the claims table's mde and power_paper come from n and the paper's accuracies at alpha / m,
+    never from the discordance the run observed (two runs with other outcomes get the same power)."""
     claims = pd.DataFrame([
-        {"n_pairs": 753, "better_only": 113, "worse_only": 28, "paper_better": 0.607, "paper_worse": 0.571},
-        {"n_pairs": 8, "better_only": 0, "worse_only": 0, "paper_better": 0.607, "paper_worse": 0.571},
-        {"n_pairs": 377, "better_only": 13, "worse_only": 11, "paper_better": 0.663, "paper_worse": 0.654},
+        {"n_pairs": 753, "better_only": 113, "worse_only": 28, "paper_better": 0.607, "paper_worse": 0.571,
+         "duplicate_of": None},
+        {"n_pairs": 8, "better_only": 0, "worse_only": 0, "paper_better": 0.607, "paper_worse": 0.571, "duplicate_of": None},
+        {"n_pairs": 377, "better_only": 13, "worse_only": 11, "paper_better": 0.663, "paper_worse": 0.654,
+         "duplicate_of": None},
     ])
     out = power.with_power(claims)
-    assert out["discordance"].tolist() == pytest.approx([141 / 753, 0.0, 24 / 377])
-    assert out["mde"][0] == pytest.approx(power.minimum_detectable_effect(753, 141 / 753))
-    assert math.isnan(out["mde"][1])
-    assert out["power_paper_difference"][0] == pytest.approx(power.mcnemar_power(753, 141 / 753, 0.036))
-    # no discordance observed: the paper's difference is given its own minimum discordance
-    assert out["power_paper_difference"][1] == pytest.approx(power.mcnemar_power(8, 0.036, 0.036))
+    level = 0.05 / 3
+    assert (out["alpha_holm"] == level).all() and "discordance" not in out.columns
+    psi = power.assumed_discordance(0.607, 0.571)
+    assert out["assumed_discordance"][0] == pytest.approx(psi)
+    assert out["power_paper_difference"][0] == pytest.approx(power.mcnemar_power(753, psi, 0.036, level))
+    assert out["mde"][0] == pytest.approx(power.planned_minimum_detectable_effect(753, 0.571, alpha=level))
+    assert math.isnan(out["mde"][1])  # 8 pairs detect nothing at alpha / 3
+    other = power.with_power(claims.assign(better_only=[1, 4, 200], worse_only=[0, 4, 3]))
+    assert other[["mde", "power_paper_difference"]].equals(out[["mde", "power_paper_difference"]])
+    # the Holm level lowers the power: the unadjusted power of the first claim is higher
+    assert power.mcnemar_power(753, psi, 0.036, 0.05) > out["power_paper_difference"][0]
     assert out["detectable"].tolist() == [bool(p >= 0.8) for p in out["power_paper_difference"]]
 
 
@@ -168,7 +177,10 @@ def test_the_paper_profile_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     assert by_table["tab:large_models"] == [753]
     assert (plan["testable"] == (plan["power_paper_difference"] >= 0.8)).all()
     lines = power.claims_power_lines("paper")
-    testable = int(plan["testable"].sum())
+    holm = power.planned_claims("paper", alpha=power.holm_alpha(29))  # the claims are one Holm family
+    assert holm["testable"].sum() <= plan["testable"].sum()
+    testable = int(holm["testable"].sum())
+    assert "alpha / 29 = 0.0017" in lines[0]
     assert f"{testable} of 29 claims testable, {29 - testable} not" in lines[0]
     assert lines[1] == f"  can test ({testable}):" and f"  cannot test ({29 - testable}):" in lines
     assert len(lines) == 1 + 2 + 29

@@ -181,7 +181,10 @@ def test_manifest_records_provenance_and_detects_missing_files(tmp_path: Path) -
     assert table_record["profile"] == "tiny" and table_record["models"] == ["Simulated"]
     assert table_record["sample_counts"] == {"math500": 4} and table_record["seeds"] == [0]
     assert table_record["notebook"] == "03_main_results" and table_record["notes"] == "stand-in"
-    assert table_record["caption"] == "A & B: 95% CI" and table_record["paper_label"] == "tab:main_results"
+    # 4 questions per benchmark: below the rule's n (docs/statistics.md), so the caption says it cannot support inference
+    assert table_record["caption"].startswith("A & B: 95% CI Small sample: n = 4 test questions per benchmark is below")
+    assert "cannot support inference" in manifest["artifacts"]["fig_shared_misconception"]["caption"]
+    assert table_record["paper_label"] == "tab:main_results"
     assert len(table_record["git"]["commit"]) in (40, len("unknown"))
     figure_record = manifest["artifacts"]["fig_shared_misconception"]
     assert figure_record["kind"] == "figure" and figure_record["files"] == [
@@ -310,9 +313,18 @@ def test_check_orderings_hand_computed() -> None:
     assert row.reproduced_better == pytest.approx(0.7) and row.reproduced_worse == pytest.approx(0.35)
     assert bool(row.holds_here)
     assert (row.n_pairs, row.better_only, row.worse_only) == (14, 8, 1)
-    # exact McNemar: 2 * P(X <= 1), X ~ Bin(9, 1/2) = 2 * 10 / 512
-    assert row.p_value == pytest.approx(20 / 512)
-    assert bool(row.significant)
+    # the stratified exact sign test of the mean of per-benchmark differences; Economics has no discordant pair, so it
+    # is McNemar's on MATH500: 2 * P(X <= 1), X ~ Bin(9, 1/2) = 2 * 10 / 512
+    assert row.p_value == pytest.approx(20 / 512) and row.difference == pytest.approx(0.35)
+    assert row.test.startswith("stratified exact sign test over 2 strata")
+    # 14 pairs are below the rule's n (docs/statistics.md): no verdict however small p is
+    assert not bool(row.significant)
+    doubled = _per_question([
+        ("Smol", "R2-MAD", "MATH500", r2 * 2), ("Smol", "MAD", "MATH500", mad * 2),
+        ("Smol", "R2-MAD", "Economics", same * 2), ("Smol", "MAD", "Economics", same * 2),
+    ])
+    row = check_orderings(doubled, [claim], stand_ins={"Smol": "Qwen2.5-7B-Instruct"}).iloc[0]
+    assert row.n_pairs == 28 and row.p_value < 0.05 and row.p_holm == row.p_value and bool(row.significant)
 
     benchmark_claim = OrderingClaim("tab:main_results", "Qwen2.5-7B-Instruct", "Economics", "R2-MAD", "MAD")
     row = check_orderings(frame, [benchmark_claim], stand_ins={"Smol": "Qwen2.5-7B-Instruct"}).iloc[0]
@@ -590,13 +602,13 @@ def test_a_comparison_read_twice_is_counted_once_and_a_tie_does_not_hold() -> No
     claims = [OrderingClaim("tab:large_models", name, "Average", "R2-MAD", "MAD")
               for name in ("Llama-3.3-70B-Instruct", "GPT-4o-mini")]
     out = check_orderings(frame, claims)
-    assert list(out["outcome"]) == ["holds", "holds"]
+    assert list(out["outcome"]) == ["as claimed", "as claimed"]
     assert pd.isna(out["duplicate_of"].iloc[0]) and out["duplicate_of"].iloc[1] == 0
     summary = claims_summary(out)
     assert (summary.checked, summary.holds, summary.significant, summary.repeated) == (1, 1, 0, 1)
     sentence = summary.sentence()
-    assert sentence.startswith("Of the 1 distinct comparisons") and "1 hold here (strictly better)" in sentence
-    assert "0 of them significantly" in sentence and "1 further claim" in sentence
+    assert sentence.startswith("Of the 1 distinct comparisons") and "1 go the claimed way here" in sentence
+    assert "none is tested: Small sample: n = 4 paired questions" in sentence and "1 further claim" in sentence
     # a tie (0.5 vs 0.5) is not "holds", and a significant row always holds
     tie = _per_question([("Smol", "R2-MAD", "MATH500", [1, 0]), ("Smol", "MAD", "MATH500", [0, 1])])
     row = check_orderings(tie, [OrderingClaim("tab:main_results", "Smol", "Average", "R2-MAD", "MAD")]).iloc[0]

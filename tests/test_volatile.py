@@ -107,16 +107,26 @@ def test_the_headline_is_the_papers_table_1_with_this_runs_values(tmp_path: Path
                              "method": "R2-MAD w/o Memory", "benchmark": "Average", "metric": "accuracy",
                              "reproduced": "0.1", "n": "16", "paper": "0.6", "difference": "", "within_ci": "no"}])
     frame.to_csv(tmp_path / "tab_paper_comparison.csv", index=False)
+    (tmp_path / "MANIFEST.json").write_text(json.dumps({"artifacts": {"tab_paper_claims": {
+        "verdict": "Claims: 3 of 5 orderings go the claimed way, 1 of them with p_holm < 0.05 (Holm over the 5 "
+                   "comparisons), 2 reversed, 0 tied."}}}), encoding="utf-8")
     lines = headline_lines(tmp_path)
-    assert "Table 1" in lines[0] and "this run / the paper" in lines[0]
+    assert "Table 1" in lines[0] and "this run [95% CI] / the paper" in lines[0] and "same benchmarks" in lines[0]
     assert "Simulated (stands in for Qwen2.5-7B-Instruct)" in lines[1] and "MATH500 4" in lines[1]
     table = [line for line in lines if line.startswith("  | ")]
-    assert table[0].split("|")[1:-1] == [" method ", " MATH500       ", " Average       "]
-    assert [c.strip() for c in table[1].split("|")[1:-1]] == ["CoT", "0.500 / 0.530", "0.562 / 0.565"]
-    assert [c.strip() for c in table[2].split("|")[1:-1]] == ["R2-MAD", "0.250 / 0.522", "0.500 / 0.607"]
+    assert [c.strip() for c in table[0].split("|")[1:-1]] == ["method", "MATH500", "Average"]
+    # like with like: the paper's Average over the benchmarks this run has (MATH500 only), not its 4-benchmark mean
+    assert [c.strip() for c in table[1].split("|")[1:-1]] == ["CoT", "0.500 [0.000, 1.000] / 0.530",
+                                                              "0.562 [0.375, 0.752] / 0.530"]
+    assert [c.strip() for c in table[2].split("|")[1:-1]] == ["R2-MAD", "0.250 [0.000, 0.750] / 0.522",
+                                                              "0.500 [0.375, 0.625] / 0.522"]
     assert not any("w/o Memory" in line for line in lines)  # Table 1 only
+    assert lines[-1].startswith("  Claims: 3 of 5 orderings go the claimed way, 1 of them with p_holm < 0.05")
     print_headline(tmp_path, ran=["03_main_results"])  # the comparison was not written by this run: nothing
     assert capsys.readouterr().out == ""
     print_headline(tmp_path, ran=["10_report"])
     assert capsys.readouterr().out.splitlines() == lines
+    print_headline(tmp_path, ran=None)  # a rerun that found everything up to date: the recorded table, said so
+    again = capsys.readouterr().out.splitlines()
+    assert "up to date, nothing re-executed" in again[0] and again[1:] == lines[1:]
     assert headline_lines(tmp_path / "nothing") == []

@@ -8,7 +8,11 @@ comparison); it runs nothing (the cells are run by :mod:`r2mad_core.reproduce`).
 - :mod:`~r2mad_core.report.protocol_notes`: the generated text on what the protocol preset changed.
 - :mod:`~r2mad_core.report.comparison`: the reproduction against the paper's numbers, the claims with McNemar.
 - :mod:`~r2mad_core.report.multiplicity`: Holm's adjustment of the p-values of tests made at once (a variant's cells, the claims).
-- :mod:`~r2mad_core.report.power`: the claims' power: the smallest difference a run can detect (exact McNemar), before and after a run.
+- :mod:`~r2mad_core.report.inference`: the one inference rule (docs/statistics.md): paired estimate with its CI, exact
+  McNemar / stratified sign test, Holm family, verdict words only from the adjusted p, the small-sample n, trends.
+- :mod:`~r2mad_core.report.mcnemar`: the exact power of McNemar's test and the minimum detectable effect.
+- :mod:`~r2mad_core.report.power`: the claims' power: the smallest difference a run can detect, before the run, at the
+  Holm-adjusted level.
 - :mod:`~r2mad_core.report.viewer`: a run's debates as one self-contained HTML page (``r2mad view``) or inline in a
   notebook: rounds x agents, stance changes, retrieved experiences, peer confidences, MAD-M2 masking.
 - :mod:`~r2mad_core.report.run_index`: every run of a profile (``r2mad runs``), named by its executed configuration:

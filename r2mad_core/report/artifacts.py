@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from r2mad_core.files import atomic_write, locked
+from r2mad_core.report import inference
 from r2mad_core.report.tables import Table, render_latex, render_markdown, table_to_tidy
 from r2mad_core.report.volatile import same_but_volatile
 
@@ -419,6 +420,24 @@ def table_run_dirs(table: Any) -> list[Path] | None:
             if getattr(outcome, "run_dir", None) is not None]
 
 
+def table_cell_runs(table: Any, out_dir: str | Path) -> list[dict[str, Any]] | None:
+    """Per cell of a table built from run cells: its labels as the tidy CSV writes them (row levels, then the column)
+    and its runs, each ``[stratum, run path]`` (stratum: ``model / benchmark``): what a sweep or replicate table
+    reads to pair the same cell's questions across runs (:func:`r2mad_core.reproduce.sweeps.cell_outcomes`)."""
+    cells = table.cells if isinstance(table, Table) else None
+    if not cells:
+        return None
+    out = []
+    for (row, column), outcomes in cells.items():
+        outcomes = outcomes if isinstance(outcomes, (list, tuple)) else [outcomes]
+        runs = [[f"{o.model.label} / {o.benchmark}", run_paths([o.run_dir], out_dir)[0]] for o in outcomes
+                if getattr(o, "run_dir", None) is not None and getattr(o, "model", None) is not None]
+        if runs:
+            out.append({"cell": [str(v) for v in (row if isinstance(row, tuple) else (row,))] + [str(column)],
+                        "runs": runs})
+    return out
+
+
 @dataclass
 class ReportContext:
     """What every artifact of one notebook run shares: profile, output folder and provenance.
@@ -496,12 +515,27 @@ class ReportContext:
         base.update(overrides)
         return base
 
+    def with_sample_note(self, caption: str | None, overrides: Mapping[str, Any]) -> str | None:
+        """``caption`` plus the small-sample line (:func:`r2mad_core.report.inference.small_sample_line`) when a
+        benchmark of the artifact has fewer questions than the smallest n with 80% power for any difference."""
+        counts = [c for c in (overrides.get("sample_counts") or self.sample_counts or {}).values()
+                  if isinstance(c, (int, float)) and not isinstance(c, bool)]
+        if not counts or not inference.too_small(min(counts)):
+            return caption
+        line = inference.small_sample_line(min(counts), what="test questions per benchmark")
+        if caption and line in caption:
+            return caption
+        return f"{caption.rstrip()} {line}" if caption and caption.strip() else line
+
     def save_table(self, table: Table | pd.DataFrame, name: str, **overrides: Any) -> list[Path]:
         own = table.caption if isinstance(table, Table) else None
-        caption = self.with_engine_note(overrides.get("caption", own))
+        caption = self.with_sample_note(self.with_engine_note(overrides.get("caption", own)), overrides)
         own_runs = table_run_dirs(table)
         if own_runs is not None and "runs" not in overrides:
             overrides["runs"], overrides["runs_from"] = run_paths(own_runs, self.out_dir), RUNS_FROM_TABLE
+        cell_runs = table_cell_runs(table, self.out_dir)
+        if cell_runs and "cell_runs" not in overrides:
+            overrides["cell_runs"] = cell_runs
         overrides["caption"] = self.with_limits(caption, overrides)
         paths = save_table(table, name, self.out_dir, **self._fields(overrides))
         if self.after_table is not None:
@@ -509,7 +543,7 @@ class ReportContext:
         return paths
 
     def save_figure(self, fig: Any, name: str, **overrides: Any) -> list[Path]:
-        caption = self.with_engine_note(overrides.get("caption", ""))
+        caption = self.with_sample_note(self.with_engine_note(overrides.get("caption", "")), overrides)
         overrides["caption"] = self.with_limits(caption, overrides)
         if self.variant is not None and not any(self.variant.note() == t.get_text() for t in fig.texts):
             # the picture itself says which variant it is (a figure travels without its caption)

@@ -24,9 +24,9 @@ import numpy as np
 import pandas as pd
 
 from r2mad_core.report.results import GridResults
-from r2mad_core.debate.scoring import mean_accuracy_with_ci, paired_test
+from r2mad_core.debate.scoring import mean_accuracy_with_ci
 from r2mad_core.report.tables import AVERAGE_LABEL
-from r2mad_core.report import multiplicity
+from r2mad_core.report import inference, multiplicity
 
 REPORTED_RESULTS_RESOURCE = "reported_results.csv"
 #: The paper's "(both)" rows average over Qwen2.5-7B-Instruct and Gemma-3-4B-IT.
@@ -79,7 +79,8 @@ def compare_with_paper(
     (the cpu profile's SmolLM2 stands in for Qwen2.5-7B-Instruct); a ``paper_model`` column, when
     present, takes precedence. Returns one row per reproduced
     number: ..., ``paper_model``, ``reproduced``, ``paper`` (NaN when the paper has no such
-    number), ``difference`` (reproduced - paper) and ``paper_within_ci``.
+    number; for an ``Average`` over fewer benchmarks than the paper's, the paper's mean over the same benchmarks,
+    named in ``paper_average_over``), ``difference`` (reproduced - paper) and ``paper_within_ci``.
     """
     required = ["table", "model", "method", "benchmark", "metric", "value"]
     missing = [c for c in required if c not in reproduced.columns]
@@ -96,6 +97,7 @@ def compare_with_paper(
     paper = reported.rename(columns={"model": "paper_model", "value": "paper"})
     merged = frame.merge(paper, on=["table", "paper_model", "method", "benchmark", "metric"], how="left")
     merged = merged.rename(columns={"value": "reproduced"})
+    merged = _average_over_same_benchmarks(merged, paper)
     merged["difference"] = merged["reproduced"] - merged["paper"]
     has_ci = merged["ci_low"].notna() & merged["ci_high"].notna() & merged["paper"].notna()
     within = (merged["paper"] >= merged["ci_low"]) & (merged["paper"] <= merged["ci_high"])
@@ -108,8 +110,43 @@ def compare_with_paper(
     return merged[columns + [c for c in merged.columns if c not in columns]]
 
 
-#: Reproduced values closer than this are a tie (an ordering that is not strict does not hold).
+def _average_over_same_benchmarks(merged: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
+    """Like with like: where a reproduced ``Average`` covers fewer benchmarks than the paper's (the cpu profile runs
+    MATH500 and TruthfulQA), its ``paper`` value becomes the mean of the paper's numbers over those same benchmarks
+    (CoT on the cpu profile: 0.603, not the four-benchmark 0.565). ``paper_average_over`` names them."""
+    merged = merged.copy()
+    merged["paper_average_over"] = ""
+    keys = ["table", "paper_model", "method", "metric"]
+    for index in merged.index[merged["benchmark"] == AVERAGE_LABEL]:
+        row = merged.loc[index]
+        mine = merged[(merged[keys] == row[keys]).all(axis=1) & (merged["benchmark"] != AVERAGE_LABEL)
+                      & (merged["model"] == row["model"])]
+        theirs = paper[(paper[keys] == row[keys]).all(axis=1) & (paper["benchmark"] != AVERAGE_LABEL)]
+        ran, reported = set(mine["benchmark"]), set(theirs["benchmark"])
+        if not ran or not reported or ran == reported or not ran < reported:
+            continue
+        values = mine["paper"].astype(float)
+        merged.at[index, "paper"] = float(values.mean()) if values.notna().all() else float("nan")
+        merged.at[index, "paper_average_over"] = ", ".join(sorted(ran))
+    return merged
+
+
+#: Reproduced values closer than this are a tie (an ordering that is not strict is not in the claimed direction).
 TIE_TOLERANCE = 1e-12
+#: The outcome of a claim whose reproduced ordering is strict in the claimed direction (a point estimate, no verdict).
+AS_CLAIMED = "as claimed"
+#: The outcome of a claim comparing two rows the recorded configuration makes the same computation (never tested).
+EQUAL_BY_CONSTRUCTION = "equal by construction"
+#: Retrieval policies that pick the same case as the debate-state-aware one at K = 1 (lambda_t only rescales it).
+SAME_AT_K1 = ("Debate-State-Aware", "Fixed-lambda (0.25)", "Fixed-lambda (0.50)", "Fixed-lambda (0.75)")
+RETRIEVAL_PREFIX = "R2-MAD retrieval="
+
+
+def equal_by_construction(better: str, worse: str, top_k: int | None) -> bool:
+    """Whether two methods of a claim are the same computation under the run's recorded K: at K = 1 the
+    debate-state-aware and fixed-lambda policies retrieve the same cases (the MMR redundancy term is empty)."""
+    names = [m[len(RETRIEVAL_PREFIX):] for m in (better, worse) if m.startswith(RETRIEVAL_PREFIX)]
+    return top_k == 1 and len(names) == 2 and all(n in SAME_AT_K1 for n in names)
 
 
 @dataclass(frozen=True)
@@ -195,6 +232,7 @@ def check_orderings(
     stand_ins: Mapping[str, str] | None = None,
     alpha: float = 0.05,
     n_bootstrap: int = 1000,
+    top_k: int | None = None,
 ) -> pd.DataFrame:
     """Test the paper's claimed orderings on the reproduced per-question correctness.
 
@@ -205,16 +243,20 @@ def check_orderings(
     that are (or stand in for) its paper model (``(both)``: those standing for Qwen2.5-7B-Instruct
     or Gemma-3-4B-IT), pairing the
     two methods on the questions both answered. The reproduced values are the mean of the
-    per-benchmark accuracies for ``Average`` (as in the paper) and the accuracy otherwise; the
-    exact McNemar test (:func:`r2mad_core.debate.scoring.paired_test`) uses the paired questions pooled
-    over benchmarks (and models, for ``(both)``).
+    per-benchmark accuracies for ``Average`` (as in the paper) and the accuracy otherwise; the test is
+    the one rule's (:func:`r2mad_core.report.inference.paired_estimate`, docs/statistics.md): exact McNemar on one
+    benchmark, and for ``Average`` the stratified exact sign test of the same mean of per-benchmark paired
+    differences (strata: model / benchmark), with a stratified bootstrap CI.
 
     Returns one row per claim that could be checked: claim fields, ``paper_better``,
     ``paper_worse``, ``holds_in_paper``, ``reproduced_better``, ``reproduced_worse``,
-    ``outcome`` (``holds``: the reproduced ordering is strict; ``tie``: equal values; ``reversed``),
+    ``outcome`` (``as claimed``: the reproduced ordering is strict in the claimed direction; ``tie``: equal
+    values; ``reversed``; ``equal by construction``: at the run's recorded ``top_k`` = 1 the two retrieval policies
+    are the same computation, so the claim is not tested and not in the Holm family),
     ``holds_here`` (outcome is ``holds``), ``n_pairs``, ``better_only``, ``worse_only``,
-    ``p_value``, ``p_holm`` (Holm-adjusted over the distinct comparisons), ``significant`` (holds here and
-    p_holm < alpha), ``runs`` (the reproduced (model,
+    ``difference`` / ``ci_low`` / ``ci_high`` (the paired estimate and its 95% CI), ``test`` (its name),
+    ``p_value``, ``p_holm`` (Holm-adjusted over the distinct comparisons: the family), ``significant`` (holds here,
+    p_holm < alpha and n_pairs at least :func:`r2mad_core.report.inference.minimum_n`), ``runs`` (the reproduced (model,
     benchmark) cells the comparison read) and ``duplicate_of`` (the index of an earlier row that
     compared the very same runs: two paper claims checked on one comparison, e.g. two paper models
     with one stand-in; :func:`claims_summary` counts it once).
@@ -254,10 +296,10 @@ def check_orderings(
         per_benchmark = paired.groupby(["model", "paper_model", "benchmark"], sort=False)[["correct_better", "correct_worse"]].mean()
         reproduced_better = float(per_benchmark["correct_better"].mean())
         reproduced_worse = float(per_benchmark["correct_worse"].mean())
-        test = paired_test(
-            paired["correct_better"].to_numpy(), paired["correct_worse"].to_numpy(), n_bootstrap=n_bootstrap
-        )
-        better_only, worse_only, p_value = test.only_a_correct, test.only_b_correct, test.p_value
+        strata = paired["model"].astype(str) + " / " + paired["benchmark"].astype(str)
+        test = inference.paired_estimate(paired["correct_better"].to_numpy(), paired["correct_worse"].to_numpy(),
+                                         strata.to_numpy(), n_bootstrap=n_bootstrap)
+        better_only, worse_only, p_value = test.a_only, test.b_only, test.p_value
         paper_better = _paper_value(reported, claim, claim.better)
         paper_worse = _paper_value(reported, claim, claim.worse)
         sign = 1.0 if claim.higher_is_better else -1.0
@@ -266,8 +308,10 @@ def check_orderings(
             if not (math.isnan(paper_better) or math.isnan(paper_worse)) else pd.NA
         )
         difference = sign * (reproduced_better - reproduced_worse)
-        outcome = "holds" if difference > TIE_TOLERANCE else ("reversed" if difference < -TIE_TOLERANCE else "tie")
-        holds_here = outcome == "holds"
+        outcome = AS_CLAIMED if difference > TIE_TOLERANCE else ("reversed" if difference < -TIE_TOLERANCE else "tie")
+        if equal_by_construction(claim.better, claim.worse, top_k):
+            outcome, p_value = EQUAL_BY_CONSTRUCTION, math.nan  # the same computation: no test, not in the family
+        holds_here = outcome == AS_CLAIMED
         runs = tuple(sorted({(m, b) for m, b in zip(paired["model"], paired["benchmark"])}))
         key = (claim.metric, claim.better, claim.worse, claim.benchmark == AVERAGE_LABEL, runs)
         duplicate_of = seen.setdefault(key, len(rows))
@@ -277,7 +321,8 @@ def check_orderings(
             "paper_better": paper_better, "paper_worse": paper_worse, "holds_in_paper": holds_in_paper,
             "reproduced_better": reproduced_better, "reproduced_worse": reproduced_worse,
             "outcome": outcome, "holds_here": holds_here, "n_pairs": len(paired), "better_only": better_only,
-            "worse_only": worse_only, "p_value": p_value, "p_holm": math.nan, "significant": False,
+            "worse_only": worse_only, "difference": test.difference, "ci_low": test.ci_low, "ci_high": test.ci_high,
+            "test": test.test, "p_value": p_value, "p_holm": math.nan, "significant": False,
             "claim": claim.text, "runs": "; ".join(f"{m} / {b}" for m, b in runs),
             "duplicate_of": None if duplicate_of == len(rows) else duplicate_of,
         })
@@ -286,10 +331,11 @@ def check_orderings(
         # Every distinct comparison is tested at once: significant only by its Holm-adjusted p (report/multiplicity.py);
         # a repeated claim (same runs) is no further test and takes its first row's adjusted p.
         distinct = frame["duplicate_of"].isna().to_numpy()
-        adjusted = multiplicity.holm(frame["p_value"].where(distinct))
+        adjusted = multiplicity.holm(frame["p_value"].where(distinct))  # NaN (equal by construction): no test
         frame["p_holm"] = [adjusted[i] if distinct[i] else adjusted[int(frame.at[i, "duplicate_of"])]
                            for i in range(len(frame))]
-        frame["significant"] = frame["holds_here"].astype(bool) & (frame["p_holm"] < alpha)
+        frame["significant"] = [bool(h) and inference.decides(p, n, alpha)
+                                for h, p, n in zip(frame["holds_here"], frame["p_holm"], frame["n_pairs"])]
     return frame
 
 
@@ -307,15 +353,25 @@ class ClaimsSummary:
     holds_in_paper: int  # of the distinct comparisons, how many the paper's own numbers order as claimed
     alpha: float = 0.05
 
+    largest_n: int = 0  # the most paired questions of a distinct comparison (0: unknown); below minimum_n: no inference
+    equal: int = 0  # claims comparing rows equal by construction (not tested, not counted in checked)
+
+    @property
+    def family(self) -> str:
+        """The Holm family every claim's verdict is adjusted over, as generated text names it."""
+        return f"the {self.checked} distinct claimed comparisons of this table"
+
     def sentence(self) -> str:
-        """One sentence built from the counts (notebook 10 and the README use it)."""
+        """One sentence built from the counts (notebook 10, the headline and the README use it)."""
         if not self.checked:
             return "No claimed ordering could be checked with the methods this profile ran."
-        parts = [f"Of the {self.checked} distinct comparisons the paper claims and this profile could check, "
-                 f"{self.holds} hold here (strictly better)",
-                 f"{self.significant} of them significantly (exact McNemar test, {multiplicity.RULE}-adjusted over "
-                 f"the {self.checked} comparisons, p < {self.alpha:g})"]
-        text = ", ".join(parts)
+        text = (f"Of the {self.checked} distinct comparisons the paper claims and this profile could check, "
+                f"{self.holds} go the claimed way here (strictly better in the point estimates)")
+        if self.largest_n and inference.too_small(self.largest_n, self.alpha):
+            text += (f"; none is tested: {inference.small_sample_line(self.largest_n, self.alpha)}")
+        else:
+            text += (f", {self.significant} of them with p_holm < {self.alpha:g} ({multiplicity.RULE}-adjusted over "
+                     f"{self.family}; exact McNemar per benchmark, the stratified exact sign test for an Average)")
         others = []
         if self.ties:
             others.append(f"{self.ties} {'is a tie' if self.ties == 1 else 'are ties'}")
@@ -324,28 +380,51 @@ class ClaimsSummary:
         if others:
             text += "; " + " and ".join(others)
         text += "."
+        if self.equal:
+            text += (f" {self.equal} further claim{'s' if self.equal != 1 else ''} compare{'s' if self.equal == 1 else ''} "
+                     "rows equal by construction (the same computation at the run's K): not tested, not ranked.")
         if self.repeated:
             text += (f" {self.repeated} further claim{'s' if self.repeated != 1 else ''} of the paper "
                      f"{'reads' if self.repeated == 1 else 'read'} the same runs as one above and "
                      f"{'is' if self.repeated == 1 else 'are'} not counted again.")
         return text
 
+    def verdict_line(self) -> str:
+        """The claims table's one-line verdict (the headline ends with it)."""
+        if not self.checked:
+            return "Claims: none of the paper's claimed orderings could be checked with what this profile ran."
+        if self.largest_n and inference.too_small(self.largest_n, self.alpha):
+            return (f"Claims: {self.holds} of {self.checked} orderings go the claimed way, {self.reversed} reversed, "
+                    f"{self.ties} tied; "
+                    f"n = {self.largest_n} is below n = {inference.minimum_n(self.alpha)}: no inference.")
+        return (f"Claims: {self.holds} of {self.checked} orderings go the claimed way, {self.significant} of them with "
+                f"p_holm < {self.alpha:g} ({multiplicity.RULE} over the {self.checked} comparisons), {self.reversed} "
+                f"reversed, {self.ties} tied" + (f", {self.equal} equal by construction" if self.equal else "") + ".")
+
 
 def claims_summary(claims: pd.DataFrame, alpha: float = 0.05) -> ClaimsSummary:
     """Count the rows of :func:`check_orderings`: each distinct comparison once (rows with a
-    ``duplicate_of`` are left out), "holds" only for a strict ordering, significance separately."""
+    ``duplicate_of`` and rows equal by construction are left out), "as claimed" only for a strict ordering,
+    significance separately."""
     if claims.empty:
-        return ClaimsSummary(0, 0, 0, 0, 0, 0, 0, alpha)
+        return ClaimsSummary(0, 0, 0, 0, 0, 0, 0, alpha, 0, 0)
     distinct = claims[claims["duplicate_of"].isna()]
+    repeated = len(claims) - len(distinct)
+    equal = int((distinct["outcome"] == EQUAL_BY_CONSTRUCTION).sum())
+    distinct = distinct[distinct["outcome"] != EQUAL_BY_CONSTRUCTION]
+    if distinct.empty:
+        return ClaimsSummary(0, 0, 0, 0, 0, repeated, 0, alpha, 0, equal)
     return ClaimsSummary(
         checked=len(distinct),
-        holds=int((distinct["outcome"] == "holds").sum()),
+        holds=int((distinct["outcome"] == AS_CLAIMED).sum()),
         significant=int(distinct["significant"].sum()),
         ties=int((distinct["outcome"] == "tie").sum()),
         reversed=int((distinct["outcome"] == "reversed").sum()),
-        repeated=len(claims) - len(distinct),
+        repeated=repeated,
         holds_in_paper=int(distinct["holds_in_paper"].fillna(False).astype(bool).sum()),
         alpha=alpha,
+        largest_n=int(distinct["n_pairs"].max()),
+        equal=equal,
     )
 
 

@@ -2,8 +2,10 @@
 
 Every sentence here is assembled from values computed on the runs (accuracies, exact McNemar
 p-values on paired questions, counts read from the transcripts); nothing is pasted. A comparison
-"holds" only when the reproduced ordering is strict; its significance (two-sided exact McNemar
-test, :func:`r2mad_core.debate.scoring.paired_test`) is reported beside it, never folded into it.
+goes "the claimed way" only when the reproduced ordering is strict; a verdict word ("significant", "beats",
+"ranks first", "wins", "holds significantly") only from a Holm-adjusted p below alpha on a sample large enough for
+inference, the family named beside it (the one rule, :mod:`r2mad_core.report.inference`, docs/statistics.md);
+anything else is "not distinguishable from no difference at n = ...".
 
 Where a profile runs simulated agents (:mod:`r2mad_core.theory.agents`) and a result contradicts
 the paper, the sentences explain it from the simulated agents' mechanics, with the numbers that show
@@ -21,27 +23,23 @@ import pandas as pd
 
 from r2mad_core.report.results import GridResults
 from r2mad_core.experiments.model_specs import ModelSpec
-from r2mad_core.debate.scoring import AnnotationCounts, annotation_counts, paired_test
+from r2mad_core.debate.scoring import AnnotationCounts, annotation_counts
 from r2mad_core.report.tables import AVERAGE_LABEL, NOT_RUN, benchmark_label
-from r2mad_core.report import multiplicity
+from r2mad_core.report.comparison import AS_CLAIMED, EQUAL_BY_CONSTRUCTION, SAME_AT_K1
+from r2mad_core.report import inference, multiplicity
 from r2mad_core.report.power import power_sentence
 from r2mad_core.theory.agents import SimulatedAgentParams
 
-ALPHA = 0.05
-
-
-def fmt_p(p: float) -> str:
-    """``p = 0.031``, ``p = 2e-05``, ``p = 1``."""
-    if p >= 0.001:
-        return f"p = {p:.3g}"
-    return f"p = {p:.1e}"
+ALPHA = inference.ALPHA
+fmt_p = inference.fmt_p
 
 
 @dataclass(frozen=True)
 class Comparison:
     """Method ``better`` against ``worse`` on the questions both answered (per model and benchmark):
     accuracy (mean of the per-benchmark accuracies when several benchmarks are pooled, as the paper's
-    Average), the exact McNemar test on the pooled pairs."""
+    Average), the paired estimate and its test (:func:`r2mad_core.report.inference.paired_estimate`: exact McNemar on
+    one benchmark, the stratified exact sign test of the mean of per-benchmark differences over several)."""
 
     better: str
     worse: str
@@ -55,6 +53,9 @@ class Comparison:
     #: Holm-adjusted p within the family of comparisons one sentence makes (:func:`holm_family`); ``family`` its size.
     p_adjusted: float | None = None
     family: int = 1
+    ci_low: float = float("nan")
+    ci_high: float = float("nan")
+    test: str = "exact McNemar"
 
     @property
     def difference(self) -> float:
@@ -69,16 +70,22 @@ class Comparison:
 
     @property
     def significant(self) -> bool:
-        """p (Holm-adjusted within its family when it is one of several, :func:`holm_family`) below alpha."""
-        return (self.p_value if self.p_adjusted is None else self.p_adjusted) < ALPHA
+        """The rule (:func:`r2mad_core.report.inference.decides`): p (Holm-adjusted within its family when it is one
+        of several, :func:`holm_family`) below alpha, on at least :func:`~r2mad_core.report.inference.minimum_n` pairs."""
+        return inference.decides(self.p_value if self.p_adjusted is None else self.p_adjusted, self.n_pairs, ALPHA)
+
+    @property
+    def family_name(self) -> str:
+        return "this one comparison" if self.family < 2 else f"the {self.family} comparisons of this sentence"
 
     def clause(self) -> str:
-        """``R2-MAD 0.710 vs MAD 0.590 (+0.120; p = 1.2e-10, exact McNemar on 753 paired questions)``."""
-        adjusted = "" if self.p_adjusted is None or self.family < 2 else (
-            f", Holm-adjusted over {self.family} comparisons {fmt_p(self.p_adjusted)}")
+        """``R2-MAD 0.710 vs MAD 0.590 (+0.120, 95% CI [...]; exact McNemar on 753 paired questions, p = 1.2e-10;
+        significant (Holm-adjusted p = ... < 0.05 over ...))``."""
+        adjusted = self.p_value if self.p_adjusted is None else self.p_adjusted
+        ci = "" if math.isnan(self.ci_low) else f", 95% CI [{self.ci_low:+.3f}, {self.ci_high:+.3f}]"
         return (f"{self.better} {self.value_better:.3f} vs {self.worse} {self.value_worse:.3f} "
-                f"({self.difference:+.3f}; {fmt_p(self.p_value)}, exact McNemar on {self.n_pairs} paired questions"
-                f"{adjusted}, {'significant' if self.significant else 'not significant'} at {ALPHA:g})")
+                f"({self.difference:+.3f}{ci}; {self.test} on {self.n_pairs} paired questions, {fmt_p(self.p_value)}; "
+                f"{inference.verdict(adjusted, self.n_pairs, self.family_name, ALPHA)})")
 
 
 def holm_family(comparisons: Sequence[Comparison | None]) -> list[Comparison | None]:
@@ -106,11 +113,14 @@ def compare(results: GridResults | pd.DataFrame, better: str, worse: str, *, mod
     if paired.empty:
         return None
     per_benchmark = paired.groupby(["model", "benchmark"], sort=False)[["correct_a", "correct_b"]].mean()
-    test = paired_test(paired["correct_a"].to_numpy(), paired["correct_b"].to_numpy(), n_bootstrap=200)
+    strata = (paired["model"].astype(str) + " / " + paired["benchmark"].astype(str)).to_numpy()
+    test = inference.paired_estimate(paired["correct_a"].to_numpy(), paired["correct_b"].to_numpy(), strata,
+                                     n_bootstrap=1000)
     names = list(pd.unique(paired["benchmark"]))
     scope = f"on {names[0]}" if len(names) == 1 else f"on average over {len(names)} benchmarks"
     return Comparison(better, worse, float(per_benchmark["correct_a"].mean()), float(per_benchmark["correct_b"].mean()),
-                      len(paired), test.only_a_correct, test.only_b_correct, test.p_value, scope)
+                      len(paired), test.a_only, test.b_only, test.p_value, scope, ci_low=test.ci_low,
+                      ci_high=test.ci_high, test=test.test)
 
 
 def _simulated(models: Sequence[ModelSpec]) -> bool:
@@ -136,19 +146,31 @@ def what_ran(models: Sequence[ModelSpec]) -> str:
     return sentence
 
 
-def ranking_sentence(table: pd.DataFrame, column: str = AVERAGE_LABEL) -> str:
-    """``R2-MAD ranks first (0.710), then MAD-M2 (0.612), ...`` from a values frame indexed by method."""
+def ranking_sentence(table: pd.DataFrame, column: str = AVERAGE_LABEL, equal: Sequence[Sequence[str]] = (),
+                     why_equal: str = "") -> str:
+    """The rows in the order of their point estimates, from a values frame indexed by method: ``By average accuracy,
+    in the order of the point estimates (an order, not a ranking: no row is tested against another here): ...``.
+    ``equal``: groups of rows equal by construction (their recorded configurations make them the same computation,
+    ``why_equal`` says why): shown together as one entry, never ordered among themselves."""
     values = pd.to_numeric(table[column], errors="coerce").dropna().sort_values(ascending=False)
     if values.empty:
         return ""
-    items = [f"{name} ({value:.3f})" for name, value in values.items()]
-    head = f"{items[0]} ranks first"
-    tied = values[values == values.iloc[0]]
-    if len(tied) > 1:
-        head = f"{', '.join(items[:len(tied)])} tie for first"
-    rest = items[len(tied):]
-    return f"By {column.lower() if column == AVERAGE_LABEL else column} accuracy, {head}" + (
-        f", then {', '.join(rest)}." if rest else ".")
+    grouped = {name: group for group in equal for name in group if name in values.index}
+    items, done = [], set()
+    for name, value in values.items():
+        if name in done:
+            continue
+        group = [g for g in grouped.get(name, [name]) if g in values.index]
+        if len(group) > 1:
+            span = values[group]
+            items.append(f"{' = '.join(group)} (equal by construction{', ' + why_equal if why_equal else ''}; "
+                         f"{span.min():.3f}-{span.max():.3f}, the spread is sampling noise)")
+        else:
+            items.append(f"{name} ({value:.3f})")
+        done.update(group)
+    what = column.lower() if column == AVERAGE_LABEL else column
+    return (f"By {what} accuracy, in the order of the point estimates (an order, not a ranking: no row is tested "
+            f"against another here): {', '.join(items)}.")
 
 
 # --------------------------------------------------------------------------------------------
@@ -167,14 +189,21 @@ def main_results(results: GridResults, models: Sequence[ModelSpec], baselines: S
         held = [c for c in comparisons if c.outcome == "holds"]
         significant = [c for c in held if c.significant]
         lead = (f"With {spec.label}, R2-MAD is strictly above {len(held)} of the {len(comparisons)} baselines "
-                f"on average ({len(significant)} of them significantly)")
+                f"on average in the point estimates ({len(significant)} of them with a Holm-adjusted p below {ALPHA:g})")
         sentences.append(lead + ": " + "; ".join(c.clause() for c in comparisons) + ".")
-        if len(held) == len(comparisons):
-            sentences.append(f"The paper's RQ1 claim (R2-MAD has the highest average accuracy) holds for {spec.label}.")
+        if len(significant) == len(comparisons):
+            worst = max(c.p_adjusted if c.p_adjusted is not None else c.p_value for c in comparisons)
+            sentences.append(f"The paper's RQ1 claim (R2-MAD has the highest average accuracy) holds significantly for "
+                             f"{spec.label}: R2-MAD beats every baseline (Holm-adjusted p = {worst:.3g} at most, < "
+                             f"{ALPHA:g}, over {comparisons[0].family_name}).")
+        elif len(held) == len(comparisons):
+            sentences.append(f"The point estimates go the way of the paper's RQ1 claim (R2-MAD has the highest average "
+                             f"accuracy) for {spec.label}, but {len(held) - len(significant)} of the differences are not "
+                             f"distinguishable from no difference at this n: the claim is not confirmed.")
         else:
             beaten_by = [c.worse for c in comparisons if c.outcome != "holds"]
-            sentences.append(f"The paper's RQ1 claim does not hold for {spec.label}: R2-MAD is not strictly above "
-                             f"{', '.join(beaten_by)}.")
+            sentences.append(f"The point estimates do not go the way of the paper's RQ1 claim for {spec.label}: R2-MAD "
+                             f"is not strictly above {', '.join(beaten_by)}.")
     if large_not_run:
         sentences.append(f"Table 9's larger models ({', '.join(large_not_run)}) are {NOT_RUN}: the profile has no "
                          "endpoint for them, so their rows say so instead of repeating another model's numbers.")
@@ -205,7 +234,12 @@ def ablation(results: GridResults, models: Sequence[ModelSpec]) -> list[str]:
                                            compare(results, "R2-MAD w/o Confidence", "R2-MAD w/o Memory", model=spec.label)])
         if full_conf is None or conf_mem is None:
             continue
-        verdict = ("holds" if full_conf.outcome == "holds" and conf_mem.outcome == "holds" else "does not hold")
+        if full_conf.significant and conf_mem.significant and full_conf.outcome == conf_mem.outcome == "holds":
+            verdict = "holds significantly"
+        elif full_conf.outcome == "holds" and conf_mem.outcome == "holds":
+            verdict = "goes the claimed way in the point estimates, not confirmed by the tests"
+        else:
+            verdict = "does not go the claimed way in the point estimates"
         sentences.append(f"With {spec.label} the paper's ordering full > w/o Confidence > w/o Memory {verdict}: "
                          f"{full_conf.clause()}; {conf_mem.clause()}.")
         per_benchmark = []
@@ -214,8 +248,9 @@ def ablation(results: GridResults, models: Sequence[ModelSpec]) -> list[str]:
             if c is not None and c.outcome == "holds":
                 per_benchmark.append(benchmark)
         if full_conf.outcome != "holds" or not full_conf.significant:
-            sentences.append(f"Confidence adds {'nothing significant' if full_conf.outcome == 'holds' else 'nothing'} "
-                             f"here: removing it helps on {len(per_benchmark)} of the benchmarks"
+            sentences.append(("What confidence adds is not distinguishable from no difference"
+                              if full_conf.outcome == 'holds' else "Confidence adds nothing in the point estimate")
+                             + f" here: removing it raises the point estimate on {len(per_benchmark)} of the benchmarks"
                              + (f" ({', '.join(per_benchmark)})" if per_benchmark else "") + ".")
             if spec.engine == "simulated":
                 full = [o for o in results.outcomes if o.model.label == spec.label and o.method == "R2-MAD"]
@@ -241,27 +276,43 @@ def k_note(top_k: int) -> str:
             "Fixed-lambda rows and Debate-State-Aware retrieve the same cases: their differences are sampling noise.")
 
 
+def equal_by_construction(rows: Sequence[str], top_k: int | None) -> list[list[str]]:
+    """Groups of retrieval rows whose recorded configurations make them the same computation: at K = 1 the
+    debate-state-aware policy and every fixed-lambda one pick the same case (:data:`~r2mad_core.report.comparison.SAME_AT_K1`)."""
+    if top_k != 1:
+        return []
+    group = [r for r in rows if r in SAME_AT_K1]
+    return [group] if len(group) > 1 else []
+
+
 def retrieval(table: pd.DataFrame, models: Sequence[ModelSpec], paper_policy: str = "Debate-State-Aware",
               top_k: int | None = None) -> list[str]:
     """RQ3: is the debate-state-aware policy the best? ``table``: values indexed by policy row name
     with an ``Average`` column (the cross table of notebook 04), plus ``ci_low``/``ci_high`` frames.
-    ``top_k`` = K of the run (K = 1: the lambda policies cannot differ but by noise, said first)."""
+    ``top_k`` = K of the run (K = 1: the lambda policies are equal by construction, said first and never ordered).
+    No row is tested against another here, so no ranking word is generated (the claims table tests RQ3)."""
     values = pd.to_numeric(table[AVERAGE_LABEL], errors="coerce")
-    best = values.max()
-    leaders = list(values[values == best].index)
-    ours = float(values.get(paper_policy, math.nan))
-    sentences = [ranking_sentence(table)]
+    equal = equal_by_construction(list(values.index), top_k)
+    same = set(equal[0]) if equal else set()
+    sentences = [ranking_sentence(table, equal=equal, why_equal=f"K = {top_k}: the same retrieved cases")]
     if top_k == 1:
         sentences.append(k_note(1).strip())
-    if leaders == [paper_policy]:
-        sentences.append(f"The paper's RQ3 claim holds here: {paper_policy} has the strictly highest average ({ours:.3f}).")
-    else:
-        rank = int((values > ours).sum()) + 1
-        sentences.append(f"The paper's RQ3 claim does not hold here: {', '.join(leaders)} "
-                         f"{'has' if len(leaders) == 1 else 'have'} the highest average ({best:.3f}); "
-                         f"{paper_policy} ranks {rank} of {len(values)} ({ours:.3f}).")
-        spread = float(values.max() - values.min())
-        sentences.append(f"The policies' averages span {spread:.3f}.")
+    ours = float(values.get(paper_policy, math.nan))
+    others = values[[name for name in values.index if name != paper_policy and name not in same]]
+    if paper_policy in same:
+        sentences.append(f"The paper's RQ3 claim cannot be read from this table at K = {top_k}: {paper_policy} is "
+                         f"equal by construction to {', '.join(sorted(same - {paper_policy}))}; against the other "
+                         "policies its average is "
+                         + (f"{'above' if ours > others.max() else 'not above'} every one in the point estimates "
+                            f"({ours:.3f} vs at most {others.max():.3f})" if len(others) else "not compared")
+                         + " (tested in the claims table of notebook 10).")
+    elif len(others):
+        sentences.append(f"In the point estimates {paper_policy} ({ours:.3f}) is "
+                         f"{'strictly above' if ours > others.max() else 'not above'} every other policy (the best "
+                         f"other: {others.idxmax()}, {others.max():.3f}); the claims table of notebook 10 tests it.")
+    spread = float(values.max() - values.min())
+    sentences.append(f"The policies' averages span {spread:.3f}.")
+    if ours < values.max():
         if _simulated(models):
             params = _simulated_params()
             sentences.append(
@@ -298,7 +349,8 @@ def baselines(paths: GridResults, sc_methods: Sequence[str], masking: GridResult
         if i is not None:
             sentences.append(f"R2-MAD is {'above' if i.outcome == 'holds' else 'not above'} ICL-CoT reading the same "
                              f"memory ({i.scope}): {i.clause()}. The paper's App. C.5 claim (R2-MAD matches or "
-                             f"exceeds ICL-CoT) {'holds' if i.outcome != 'reversed' else 'does not hold'} here.")
+                             f"exceeds ICL-CoT) is {'consistent' if i.outcome != 'reversed' else 'not consistent'} with the point "
+                             "estimates here.")
     return sentences
 
 
@@ -395,7 +447,8 @@ def poisoned_memory(frame: pd.DataFrame, poisoned: GridResults, models: Sequence
         text = (f"{benchmark} ({model}): accuracy {clean['accuracy']:.3f} with clean memory and {worst['accuracy']:.3f} "
                 f"with f = {worst['poisoned fraction']:g} of the labels flipped")
         if c is not None:
-            text += f" ({fmt_p(c.p_value)}, exact McNemar on {c.n_pairs} paired questions)"
+            text += (f" ({c.test} on {c.n_pairs} paired questions, {fmt_p(c.p_value)}; "
+                     f"{inference.verdict(c.p_value, c.n_pairs, 'this one comparison', ALPHA)})")
         if not mad.empty:
             text += f"; MAD without memory: {mad['accuracy'].iloc[0]:.3f}"
         sentences.append(text + ".")
@@ -409,7 +462,8 @@ def poisoned_memory(frame: pd.DataFrame, poisoned: GridResults, models: Sequence
                                 "wrong whose answer was right penalises the true concept)." if simulated else "."))
         else:
             sentences.append(f"Poisoning does not measurably hurt on {benchmark}: the difference is "
-                             + (f"{'reversed' if c.outcome == 'reversed' else 'not significant'}" if c else "untested")
+                             + (("reversed" if c.outcome == "reversed" else f"{inference.NULL_PHRASE} at n = {c.n_pairs}")
+                                if c else "untested")
                              + "; the Limitations' risk does not show in this profile.")
         if simulated:
             outcomes = {o.method: o for o in poisoned.outcomes
@@ -436,26 +490,40 @@ def poisoned_memory(frame: pd.DataFrame, poisoned: GridResults, models: Sequence
 def claims(claims_frame: pd.DataFrame, summary: Any, models: Sequence[ModelSpec]) -> list[str]:
     """The summary sentence of :func:`r2mad_core.report.comparison.claims_summary` and the claims not confirmed.
 
-    With the power columns of :func:`r2mad_core.report.power.with_power`, a claim that is not confirmed (not
-    strictly better, or not significantly) is said to *not hold* only when the run had at least 80% power to
-    detect the paper's own difference; otherwise it *could not have been detected at this size*."""
+    With the power columns of :func:`r2mad_core.report.power.with_power` (pre-run power at the Holm-adjusted level),
+    a claim that is not confirmed (not strictly better, or p_holm not below alpha) is said to *not hold as the paper
+    says* only when the run had at least 80% power for the paper's own difference or the reversal is itself
+    significant; otherwise it *could not have been detected at this size*."""
     sentences = [what_ran(models), summary.sentence()]
     if claims_frame.empty:
         return sentences
     distinct = claims_frame[claims_frame["duplicate_of"].isna()]
+    equal = distinct[distinct["outcome"] == EQUAL_BY_CONSTRUCTION]
+    if len(equal):
+        sentences.append(f"{len(equal)} claimed ordering{'s' if len(equal) != 1 else ''} compare{'s' if len(equal) == 1 else ''} "
+                         "rows equal by construction (their recorded configurations make them the same computation: "
+                         + "; ".join(f"{r.better} and {r.worse}" for r in equal.itertuples())
+                         + "): not tested, not ranked, and not in the Holm family.")
+        distinct = distinct[distinct["outcome"] != EQUAL_BY_CONSTRUCTION]
     if "power_paper_difference" in distinct.columns:
         return sentences + _claims_with_power(distinct)
-    failing = distinct[distinct["outcome"] != "holds"]
+    failing = distinct[distinct["outcome"] != AS_CLAIMED]
     for row in failing.itertuples():
-        sentences.append(f"Does not hold ({row.outcome}): {row.better} > {row.worse} on {row.benchmark} "
+        sentences.append(f"Does not go the claimed way ({row.outcome}): {row.better} > {row.worse} on {row.benchmark} "
                          f"({row.table}, {row.paper_model}): reproduced {row.reproduced_better:.3f} vs "
                          f"{row.reproduced_worse:.3f}; the paper {row.paper_better:.3f} vs {row.paper_worse:.3f}.")
-    weak = distinct[(distinct["outcome"] == "holds") & ~distinct["significant"].astype(bool)]
+    weak = distinct[(distinct["outcome"] == AS_CLAIMED) & ~distinct["significant"].astype(bool)]
     if len(weak):
-        sentences.append(f"{len(weak)} of the orderings that hold are not significant at {ALPHA:g}: "
-                         + "; ".join(f"{r.better} > {r.worse} ({r.table}, {r.benchmark}, {fmt_p(r.p_value)})"
-                                     for r in weak.itertuples()) + ".")
+        sentences.append(f"{len(weak)} of the orderings in the claimed direction are {inference.NULL_PHRASE} "
+                         f"(p_holm not below {ALPHA:g}, {multiplicity.RULE} over {summary.family}): "
+                         + "; ".join(f"{r.better} > {r.worse} ({r.table}, {r.benchmark}, n = {getattr(r, 'n_pairs', '?')}, "
+                                     f"{fmt_p(r.p_value)}, p_holm = {_p(r)})" for r in weak.itertuples()) + ".")
     return sentences
+
+
+def _p(row: Any) -> str:
+    value = getattr(row, "p_holm", math.nan)
+    return "--" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3g}"
 
 
 def _mde_text(mde: float) -> str:
@@ -463,24 +531,26 @@ def _mde_text(mde: float) -> str:
 
 
 def _claims_with_power(distinct: pd.DataFrame) -> list[str]:
-    """The claims' sentences that separate "does not hold" from "could not have been detected at this size"."""
+    """The claims' sentences that separate "does not go as the paper says" from "could not have been detected"."""
     chance = pd.to_numeric(distinct["power_paper_difference"], errors="coerce")
     powered = chance >= 0.8
-    confirmed = (distinct["outcome"] == "holds") & distinct["significant"].astype(bool)
+    confirmed = (distinct["outcome"] == AS_CLAIMED) & distinct["significant"].astype(bool)
+    adjusted = pd.to_numeric(distinct["p_holm"] if "p_holm" in distinct else distinct["p_value"], errors="coerce")
     # a significant reversal is evidence against the claim whatever the power to see the paper's difference
-    against = (distinct["outcome"] == "reversed") & (pd.to_numeric(distinct["p_value"], errors="coerce") < ALPHA)
-    sentences = [power_sentence(distinct)[:-1] + f"; it confirmed {int((confirmed & powered).sum())} of those significantly, "
-                 f"and {int((confirmed & ~powered).sum())} more despite lower power."]
-    for row in distinct[~confirmed & (powered | against)].itertuples():
-        state = (f"is significantly reversed ({fmt_p(row.p_value)})" if row.outcome == "reversed" and row.p_value < ALPHA
-                 else f"does not hold ({row.outcome})" if row.outcome != "holds"
-                 else f"holds but not significantly ({fmt_p(row.p_value)})")
+    against = (distinct["outcome"] == "reversed") & pd.Series(
+        [inference.decides(p, n, ALPHA) for p, n in zip(adjusted, distinct["n_pairs"])], index=distinct.index, dtype=bool)
+    sentences = [power_sentence(distinct)[:-1] + f"; {int((confirmed & powered).sum())} of those have p_holm below "
+                 f"{ALPHA:g}, and {int((confirmed & ~powered).sum())} more despite lower power."]
+    for row, is_against in zip(distinct[~confirmed & (powered | against)].itertuples(), against[~confirmed & (powered | against)]):
+        state = (f"is reversed, significant (p_holm = {_p(row)} < {ALPHA:g})" if is_against
+                 else f"does not go the claimed way ({row.outcome})" if row.outcome != AS_CLAIMED
+                 else f"goes the claimed way but is {inference.NULL_PHRASE} at n = {row.n_pairs} (p_holm = {_p(row)})")
         sentences.append(
-            f"Does not hold as the paper says: {row.better} > {row.worse} on {row.benchmark} ({row.table}, "
+            f"Not as the paper says: {row.better} > {row.worse} on {row.benchmark} ({row.table}, "
             f"{row.paper_model}) {state}: reproduced {row.reproduced_better:.3f} vs {row.reproduced_worse:.3f}, the paper "
-            f"{row.paper_better:.3f} vs {row.paper_worse:.3f}; this run had {row.power_paper_difference:.0%} power "
+            f"{row.paper_better:.3f} vs {row.paper_worse:.3f}; before the run it had {row.power_paper_difference:.0%} power "
             f"to detect the paper's difference ({row.paper_better - row.paper_worse:+.3f}; smallest detectable "
-            f"{_mde_text(row.mde)} on {row.n_pairs} paired questions).")
+            f"{_mde_text(row.mde)} on {row.n_pairs} paired questions, at the Holm-adjusted level).")
     small = distinct[~confirmed & ~powered & ~against]
     if len(small):
         parts = []
@@ -490,12 +560,12 @@ def _claims_with_power(distinct: pd.DataFrame) -> list[str]:
                 f"power {row.power_paper_difference:.0%} for the paper's {paper:+.3f}")
             mde = "none" if math.isnan(row.mde) else f"{row.mde:.3f}"
             parts.append(f"{row.better} > {row.worse} ({row.table}, {row.benchmark}): {row.outcome} here "
-                         f"({row.reproduced_better - row.reproduced_worse:+.3f}, {fmt_p(row.p_value)}), smallest "
-                         f"detectable {mde} on {row.n_pairs} pairs, {power_text}")
+                         f"({row.reproduced_better - row.reproduced_worse:+.3f}, {fmt_p(row.p_value)}, p_holm = {_p(row)}), "
+                         f"smallest detectable {mde} on {row.n_pairs} pairs, {power_text}")
         sentences.append(f"Could not have been detected at this size ({len(small)} claim{'s' if len(small) != 1 else ''}; "
-                         "not confirmed here, but no evidence against the paper either; smallest detectable: the "
-                         "difference this run detects with 80% power, none when no difference does): "
-                         + "; ".join(parts) + ".")
+                         f"{inference.NULL_PHRASE} here, but no evidence against the paper either; smallest detectable: "
+                         "the difference this run detects with 80% power at the Holm-adjusted level, none when no "
+                         "difference does): " + "; ".join(parts) + ".")
     return sentences
 
 

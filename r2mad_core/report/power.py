@@ -4,7 +4,9 @@ to detect the paper's own difference (issue 26; the claims are :data:`r2mad_core
 The test is the one notebook 10 applies (:func:`r2mad_core.report.comparison.check_orderings`): McNemar's exact
 test (McNemar 1947), the two-sided exact binomial test (``scipy.stats.binomtest``, p = 1/2) of the ``b``
 questions only the better method got right among the ``d = b + c`` discordant ones; a claim counts as
-significant when it holds and p < alpha.
+significant when it holds and its Holm-adjusted p < alpha (docs/statistics.md); power is computed at alpha / m,
+the level of Holm's first step over the m claims tested at once (:func:`holm_alpha`), a lower bound of the power
+under Holm.
 
 **Model.** Each of n paired questions is discordant in favour of the better method with probability p10 and
 in favour of the worse with p01: the discordance is psi = p10 + p01 and the accuracy difference delta =
@@ -22,8 +24,8 @@ rejections in the claimed direction count: a significant reversal does not confi
 a fixed psi (``scipy.optimize.brentq``; power rises with delta); NaN when even delta = psi (every discordant
 question favours the better method) falls short, e.g. with no discordant pair at all.
 
-**Which discordance.** After a run: the discordance the run observed, (b + c) / n (:func:`with_power`).
-Before a run (:func:`planned_claims`): an assumption from two accuracies p1, p2: the paired outcomes are
+**Which discordance.** Always the pre-run one (no post-hoc power from a run's outcomes; docs/statistics.md):
+for the claims table (:func:`with_power`) and before a run (:func:`planned_claims`) alike, an assumption from two accuracies p1, p2: the paired outcomes are
 correlated with phi = :data:`ASSUMED_CORRELATION` (ours: 0.5; the sim profile's runs show 0.5-0.6 between
 its methods; a higher correlation means fewer discordant questions and a smaller MDE), so that
 psi = p1 + p2 - 2 p11 with p11 = p1 p2 + phi sqrt(p1 (1 - p1) p2 (1 - p2)) (clipped to the Frechet bounds);
@@ -42,7 +44,6 @@ which claims its run can test with at least 80% power and which it cannot.
 
 from __future__ import annotations
 
-import functools
 import math
 from importlib import import_module
 from typing import Any, Mapping, Sequence
@@ -60,11 +61,16 @@ from r2mad_core.report.comparison import (
 )
 from r2mad_core.report.tables import AVERAGE_LABEL, benchmark_label
 
-ALPHA = 0.05
-#: The power a claim's test must have to call it testable.
-TARGET_POWER = 0.8
-#: The correlation of two methods' per-question correctness assumed before a run (ours; module docstring).
-ASSUMED_CORRELATION = 0.5
+from r2mad_core.report.mcnemar import (  # noqa: F401  (the exact McNemar power, re-exported: power.mcnemar_power)
+    ALPHA,
+    ASSUMED_CORRELATION,
+    TARGET_POWER,
+    _critical_values,
+    assumed_discordance,
+    mcnemar_power,
+    minimum_detectable_effect,
+    planned_minimum_detectable_effect,
+)
 #: The metric of the shared-misconception claims (as in ``reported_results.csv``).
 SUBSET_METRIC = "accuracy (shared-misconception subset)"
 #: What :func:`claims_power_lines` reads of a profile (``split_rule`` and ``large_models`` are optional).
@@ -73,115 +79,48 @@ PROFILE_FIELDS_USED = ("models", "large_models", "benchmarks", "test_limit", "re
 
 
 # --------------------------------------------------------------------------------------------
-# The exact power of McNemar's test
-# --------------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=256)
-def _critical_values(n: int, alpha: float) -> np.ndarray:
-    """c_d for d = 0..n: the smallest b > d/2 with two-sided exact p-value < alpha (d + 1: none)."""
-    from scipy.stats import binom  # lazy: scipy.stats takes seconds to import
-
-    critical = np.empty(n + 1, dtype=np.int64)
-    for d in range(n + 1):
-        b = np.arange(d // 2 + 1, d + 1)
-        p_values = np.minimum(1.0, 2.0 * binom.sf(b - 1, d, 0.5))
-        below = np.flatnonzero(p_values < alpha)
-        critical[d] = b[below[0]] if below.size else d + 1
-    return critical
-
-
-def _check(n: int, discordance: float, alpha: float) -> None:
-    if not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"power: the number of paired questions must be a positive integer, found {n!r}")
-    if not 0.0 <= discordance <= 1.0:
-        raise ValueError(f"power: the discordance must be in [0, 1], found {discordance!r}")
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"power: alpha must be in (0, 1), found {alpha!r}")
-
-
-def mcnemar_power(n: int, discordance: float, difference: float, alpha: float = ALPHA) -> float:
-    """The probability that the exact McNemar test on ``n`` pairs finds the better method significantly
-    better (two-sided p < ``alpha``, in the claimed direction) when the discordance is ``discordance`` and the
-    accuracy difference ``difference`` (module docstring). Requires |difference| <= discordance."""
-    _check(n, discordance, alpha)
-    if abs(difference) > discordance + 1e-12:
-        raise ValueError(f"power: a difference of {difference:g} needs a discordance of at least that, found {discordance:g}")
-    if discordance == 0.0:
-        return 0.0
-    from scipy.stats import binom  # lazy: scipy.stats takes seconds to import
-
-    share = min(1.0, max(0.0, (1.0 + difference / discordance) / 2.0))
-    d = np.arange(n + 1)
-    critical = _critical_values(int(n), float(alpha))
-    rejects = binom.sf(critical - 1, d, share)
-    rejects[critical > d] = 0.0
-    return float(np.sum(binom.pmf(d, n, discordance) * rejects))
-
-
-def minimum_detectable_effect(n: int, discordance: float, alpha: float = ALPHA, power: float = TARGET_POWER) -> float:
-    """The smallest accuracy difference the exact McNemar test on ``n`` pairs detects with probability
-    ``power`` at a fixed ``discordance``; NaN when no difference up to the discordance reaches it."""
-    _check(n, discordance, alpha)
-    if discordance == 0.0 or mcnemar_power(n, discordance, discordance, alpha) < power:
-        return math.nan
-    from scipy.optimize import brentq  # lazy: scipy takes seconds to import
-
-    return float(brentq(lambda delta: mcnemar_power(n, discordance, delta, alpha) - power, 0.0, discordance, xtol=1e-6))
-
-
-def assumed_discordance(p_better: float, p_worse: float, correlation: float = ASSUMED_CORRELATION) -> float:
-    """The discordance of two methods with accuracies ``p_better`` and ``p_worse`` whose per-question
-    correctness has the given (phi) correlation; at least |p_better - p_worse| (module docstring)."""
-    for name, value in (("p_better", p_better), ("p_worse", p_worse)):
-        if not 0.0 <= value <= 1.0:
-            raise ValueError(f"assumed_discordance: {name} must be an accuracy in [0, 1], found {value!r}")
-    if not -1.0 <= correlation <= 1.0:
-        raise ValueError(f"assumed_discordance: the correlation must be in [-1, 1], found {correlation!r}")
-    both = p_better * p_worse + correlation * math.sqrt(p_better * (1 - p_better) * p_worse * (1 - p_worse))
-    both = min(max(both, p_better + p_worse - 1.0, 0.0), min(p_better, p_worse))
-    return max(p_better + p_worse - 2.0 * both, abs(p_better - p_worse))
-
-
-def planned_minimum_detectable_effect(n: int, p_worse: float, correlation: float = ASSUMED_CORRELATION,
-                                      alpha: float = ALPHA, power: float = TARGET_POWER) -> float:
-    """Before a run: the smallest difference detectable with ``power`` over a method at accuracy ``p_worse``,
-    the discordance moving with the difference (:func:`assumed_discordance`); NaN when none up to 1 - p_worse."""
-    from scipy.optimize import brentq  # lazy: scipy takes seconds to import
-
-    def gap(delta: float) -> float:
-        return mcnemar_power(n, assumed_discordance(p_worse + delta, p_worse, correlation), delta, alpha) - power
-
-    top = 1.0 - p_worse
-    if top <= 0.0 or gap(top) < 0.0:
-        return math.nan
-    return float(brentq(gap, 0.0, top, xtol=1e-6))
-
-
-# --------------------------------------------------------------------------------------------
 # After a run: the claims table of check_orderings with its power
 # --------------------------------------------------------------------------------------------
-def with_power(claims: pd.DataFrame, alpha: float = ALPHA, power: float = TARGET_POWER) -> pd.DataFrame:
-    """The rows of :func:`~r2mad_core.report.comparison.check_orderings` with four more columns:
-    ``discordance`` (observed, (better_only + worse_only) / n_pairs), ``mde`` (the smallest difference the
-    run could detect with ``power`` at that discordance; NaN when it could detect none),
-    ``power_paper_difference`` (the power it had to detect the paper's own difference; the discordance is
-    raised to that difference when the run observed less) and ``detectable`` (that power >= ``power``)."""
+def holm_alpha(tests: int, alpha: float = ALPHA) -> float:
+    """The level the first (most stringent) step of Holm's procedure over ``tests`` tests applies: ``alpha / tests``.
+    Power at it is a lower bound of the power under Holm (a claim tested later in the order faces a higher level)."""
+    return alpha / max(int(tests), 1)
+
+
+def with_power(claims: pd.DataFrame, alpha: float = ALPHA, power: float = TARGET_POWER,
+               correlation: float = ASSUMED_CORRELATION) -> pd.DataFrame:
+    """The rows of :func:`~r2mad_core.report.comparison.check_orderings` with their pre-run power: ``alpha_holm``
+    (alpha / m, m the distinct comparisons: the level Holm's first step applies), ``assumed_discordance`` (from the
+    paper's two accuracies and the assumed ``correlation``, :func:`assumed_discordance`), ``mde`` (the smallest
+    difference the run's n_pairs detect with ``power`` at alpha_holm, :func:`planned_minimum_detectable_effect` over
+    the worse method's paper accuracy; NaN: none), ``power_paper_difference`` (the power to detect the paper's own
+    difference at alpha_holm) and ``detectable`` (that power >= ``power``). Nothing here reads the run's outcomes:
+    these are the quantities a power analysis states before the run (no post-hoc power)."""
     out = claims.copy()
+    columns = ("alpha_holm", "assumed_discordance", "mde", "power_paper_difference", "detectable")
     if out.empty:
-        for column in ("discordance", "mde", "power_paper_difference", "detectable"):
+        for column in columns:
             out[column] = pd.Series(dtype=float if column != "detectable" else bool)
         return out
-    discordance, mde, paper_power = [], [], []
+    distinct = int(out["duplicate_of"].isna().sum()) if "duplicate_of" in out.columns else len(out)
+    level = holm_alpha(distinct, alpha)
+    psi, mde, paper_power = [], [], []
     for row in out.itertuples():
         n = int(row.n_pairs)
-        psi = (int(row.better_only) + int(row.worse_only)) / n
-        discordance.append(psi)
-        mde.append(minimum_detectable_effect(n, psi, alpha, power))
-        paper = float(row.paper_better) - float(row.paper_worse)
-        if math.isnan(paper) or paper <= 0.0:
-            paper_power.append(math.nan)  # the paper shows no such ordering: nothing to detect
-        else:
-            paper_power.append(mcnemar_power(n, max(psi, paper), paper, alpha))
-    out["discordance"] = discordance
+        better, worse = float(row.paper_better), float(row.paper_worse)
+        paper = better - worse
+        if math.isnan(paper):
+            psi.append(math.nan)
+            mde.append(math.nan)
+            paper_power.append(math.nan)
+            continue
+        discordance = assumed_discordance(better, worse, correlation)
+        psi.append(discordance)
+        mde.append(planned_minimum_detectable_effect(n, worse, correlation, level, power))
+        # the paper shows no such ordering: nothing to detect
+        paper_power.append(mcnemar_power(n, discordance, paper, level) if paper > 0.0 else math.nan)
+    out["alpha_holm"] = level
+    out["assumed_discordance"] = psi
     out["mde"] = mde
     out["power_paper_difference"] = paper_power
     out["detectable"] = [bool(p >= power) for p in paper_power]
@@ -331,7 +270,10 @@ def claims_power_lines(profile: Any, *, reported: pd.DataFrame | None = None, co
     """Lines saying which of the paper's claims ``profile``'s full run can test with at least ``power`` and which
     it cannot (:func:`planned_claims`): a head line with the counts and the assumption, then one line per
     claim, testable first. For the paper profile's ``--estimate-only`` and notebook 10."""
-    frame = planned_claims(profile, reported=reported, correlation=correlation, alpha=alpha, power=power)
+    counted = planned_claims(profile, reported=reported, correlation=correlation, alpha=alpha, power=power)
+    level = holm_alpha(len(counted), alpha)  # the claims are one Holm family: power at its first step's level
+    frame = planned_claims(profile, reported=reported, correlation=correlation, alpha=level, power=power) \
+        if len(counted) > 1 else counted
     name = name or (profile if isinstance(profile, str) else getattr(profile, "name", None))
     who = f"a {name!r} profile" if name else "this profile's"
     if frame.empty:
@@ -339,7 +281,8 @@ def claims_power_lines(profile: Any, *, reported: pd.DataFrame | None = None, co
     testable = frame[frame["testable"]]
     untestable = frame[~frame["testable"]]
     lines = [
-        f"Power of {who} run to confirm the paper's claims (exact McNemar test, alpha {alpha:g}, "
+        f"Power of {who} run to confirm the paper's claims (exact McNemar test, alpha {alpha:g} Holm-adjusted over the "
+        f"{len(frame)} claims: power at alpha / {len(frame)} = {level:.2g}, "
         f"{power:.0%} power; discordance assumed from the paper's accuracies with correlation {correlation:g}): "
         f"{len(testable)} of {len(frame)} claims testable, {len(untestable)} not "
         f"(the paper's difference is below the smallest difference the run can detect).",
@@ -410,10 +353,11 @@ def plot_claims_power(claims: pd.DataFrame, title: str = "", power: float = TARG
 
 
 def power_sentence(claims: pd.DataFrame, power: float = TARGET_POWER) -> str:
-    """How many distinct claims of :func:`with_power` the run had ``power`` to detect at the paper's difference."""
+    """How many distinct claims of :func:`with_power` the run had ``power`` to detect at the paper's difference (pre-run)."""
     rows = claims[claims["duplicate_of"].isna()] if "duplicate_of" in claims.columns else claims
     if rows.empty:
         return ""
     detectable = int(rows["detectable"].astype(bool).sum())
     return (f"This run had at least {power:.0%} power to detect the paper's own difference for {detectable} of the "
-            f"{len(rows)} distinct comparisons (exact McNemar power at the discordance the run observed).")
+            f"{len(rows)} distinct comparisons (exact McNemar power before the run, at the Holm-adjusted level "
+            f"alpha / {len(rows)} and the discordance assumed from the paper's accuracies).")

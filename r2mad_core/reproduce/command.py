@@ -692,7 +692,7 @@ def _run_main(args: argparse.Namespace, profile: Profile, only: Sequence[str] | 
     if not results:
         print(f"reproduce: nothing ran; the tables and figures in {shown_path(paths.artifacts_dir)} are those of the "
               f"runs recorded as up to date (the latest ended {up_to_date.last_run(paths, profile)})")
-    print_headline(paths.artifacts_dir, ran=[r.notebook for r in results])
+    print_headline(paths.artifacts_dir, ran=[r.notebook for r in results] if results else None)  # none: up to date
     replay.after_run(paths.artifacts_dir)  # --fresh or just seeded: which committed tables moved, by how much
     return 0
 

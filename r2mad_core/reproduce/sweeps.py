@@ -2,7 +2,11 @@
 
 A sweep runs every point as a variant of the profile (:mod:`r2mad_core.reproduce.variants`) and draws each table's
 metric against the first swept axis with its 95% CIs, one panel per column (e.g. per benchmark), one line per row and
-value of the other axes (:func:`sweep_artifacts`), beside a table of the same numbers, one column per point.
+value of the other axes (:func:`sweep_artifacts`), beside a table of the same numbers, one column per point, and a
+table of the tests (``tab_sweep_<table>_paired``, the one rule of docs/statistics.md, :mod:`r2mad_core.report.inference`):
+each point's paired difference from the profile's point on the same questions (95% CI, exact McNemar / the
+stratified sign test, Holm over the cell's points) and, along each numeric axis, a trend test (the slope of the shown
+value, a paired permutation test with the question as its own stratum, Holm over the table's cells).
 """
 
 from __future__ import annotations
@@ -19,9 +23,12 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from r2mad_core.experiments.cell import load_run
+from r2mad_core.records import TranscriptError
+from r2mad_core.report import inference
 from r2mad_core.report.artifacts import apply_style, read_manifest, save_figure, save_table, update_manifest
 from r2mad_core.report.tables import Table
-from r2mad_core.reproduce.variants import COMPARISON_SUFFIX, Variant, same_value, show_value
+from r2mad_core.reproduce.variants import COMPARISON_SUFFIX, Variant, profile_dir_of, same_value, show_value
 
 
 def parse_sweep(text: str) -> tuple[str, list[Any]]:
@@ -104,6 +111,122 @@ def _tidy(path: Path) -> pd.DataFrame | None:
     return frame if frame["value"].notna().any() and frame["ci_low"].notna().any() else None
 
 
+def cell_outcomes(figures_dir: Path, table: str, cache: dict[str, dict[str, bool]] | None = None
+                  ) -> dict[tuple[str, ...], dict[str, dict[str, bool]]] | None:
+    """Per cell of ``table`` in ``figures_dir`` (its labels as the tidy CSV writes them): per stratum
+    (``model / benchmark``) the questions' correctness, read from the runs the manifest's ``cell_runs`` names;
+    None when the table records no cells or a run cannot be read."""
+    record = read_manifest(figures_dir)["artifacts"].get(table) or {}
+    entries = record.get("cell_runs")
+    if not entries:
+        return None
+    resolved = Path(figures_dir).resolve()
+    root = next((p.parent for p in [resolved, *resolved.parents] if p.name == "figures"), None)
+    cache = {} if cache is None else cache
+    out: dict[tuple[str, ...], dict[str, dict[str, bool]]] = {}
+    for entry in entries:
+        strata = {}
+        for stratum, path in entry["runs"]:
+            run = Path(path) if Path(path).is_absolute() or root is None else root / path
+            if str(run) not in cache:
+                try:
+                    cache[str(run)] = {r.sample_id: bool(r.correct) for r in load_run(run)[1]}
+                except (FileNotFoundError, TranscriptError, OSError, ValueError):
+                    return None
+            strata[stratum] = cache[str(run)]
+        out[tuple(entry["cell"])] = strata
+    return out
+
+
+def _paired(a: dict[str, dict[str, bool]], b: dict[str, dict[str, bool]]) -> tuple[list[bool], list[bool], list[str]]:
+    """The two runs' outcomes on the questions both answered, with their strata."""
+    xs, ys, strata = [], [], []
+    for stratum in a:
+        if stratum not in b:
+            continue
+        for sample in sorted(set(a[stratum]) & set(b[stratum])):
+            xs.append(a[stratum][sample])
+            ys.append(b[stratum][sample])
+            strata.append(stratum)
+    return xs, ys, strata
+
+
+def _numeric(values: Sequence[Any]) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def sweep_tests(points: Sequence[SweepPoint], reference: SweepPoint, table: str, keys: Sequence[str], *,
+                seed: int = 0) -> tuple[pd.DataFrame | None, str]:
+    """The tests of one swept table: per cell and point (the reference, the profile's point, left out) the paired
+    difference from the reference on the same questions with its 95% CI and test, p_holm over the cell's points;
+    per cell and numeric axis the trend slope and its paired permutation p, p_holm over the table's cells. Returns
+    the frame (None: the runs' outcomes are not readable) and the sentence for the captions."""
+    cache: dict[str, dict[str, bool]] = {}
+    reference_cells = cell_outcomes(reference.figures_dir, table, cache)
+    point_cells = [cell_outcomes(p.figures_dir, table, cache) for p in points]
+    if reference_cells is None or any(c is None for c in point_cells):
+        return None, ""
+    label = " / ".join
+    rows = []
+    axes = [k for k in keys if _numeric([p.setting[k] for p in points])
+            and len({json.dumps(p.setting[k]) for p in points}) > 1]
+    trends: dict[tuple[tuple[str, ...], str], inference.Trend] = {}
+    for cell, mine in reference_cells.items():
+        if not all(cell in c for c in point_cells):
+            continue
+        for axis in axes:  # questions every point answered, one column per point
+            common = [(s, q) for s in mine for q in mine[s] if all(s in c[cell] and q in c[cell][s] for c in point_cells)]
+            if not common:
+                continue
+            matrix = np.array([[c[cell][s][q] for c in point_cells] for s, q in common], dtype=float)
+            others = [json.dumps({k: p.setting[k] for k in keys if k != axis}, sort_keys=True, default=str) for p in points]
+            trends[(cell, axis)] = inference.trend_test(matrix, [float(p.setting[axis]) for p in points],
+                                                        [s for s, _ in common], others, seed=seed)
+        start = len(rows)
+        for point, cells in zip(points, point_cells):
+            if point.figures_dir.resolve() == reference.figures_dir.resolve():
+                continue
+            xs, ys, strata = _paired(cells[cell], mine)
+            if not xs:
+                continue
+            estimate = inference.paired_estimate(xs, ys, strata, seed=seed)
+            rows.append({"cell": label(cell), "setting": point.label(keys), "difference": estimate.difference,
+                         "ci_low": estimate.ci_low, "ci_high": estimate.ci_high, "n": estimate.n,
+                         "test": estimate.test, "p": estimate.p_value, "p_holm": math.nan, "verdict": ""})
+        family = rows[start:]
+        for row, adjusted in zip(family, inference.holm_over([r["p"] for r in family])):
+            row["p_holm"] = adjusted
+            row["verdict"] = inference.verdict(adjusted, row["n"], f"the {len(family)} points of this cell")
+    if not rows:
+        return None, ""
+    frame = pd.DataFrame(rows)
+    sentence_parts = []
+    others = len(points) - (1 if any(p.figures_dir.resolve() == reference.figures_dir.resolve() for p in points) else 0)
+    sentence_parts.append(
+        f"Each point's paired difference from the profile's point ({reference.label(keys)}) on the same questions "
+        f"(exact McNemar per benchmark, the stratified exact sign test for an Average): "
+        + inference.count_phrase(frame["p_holm"].tolist(), frame["n"].tolist(), f"each cell's {others} points") + ".")
+    for axis in axes:
+        mine = {cell: t for (cell, a), t in trends.items() if a == axis}
+        adjusted = dict(zip(mine, inference.holm_over([t.p_value for t in mine.values()])))
+        slope, p_trend, p_holm = {}, {}, {}
+        for cell, trend in mine.items():
+            slope[label(cell)], p_trend[label(cell)], p_holm[label(cell)] = trend.slope, trend.p_value, adjusted[cell]
+        frame[f"trend {axis} slope"] = frame["cell"].map(slope)
+        frame[f"trend {axis} p"] = frame["cell"].map(p_trend)
+        frame[f"trend {axis} p_holm"] = frame["cell"].map(p_holm)
+        significant = [c for c, t in mine.items() if inference.decides(adjusted[c], t.n)]
+        sentence_parts.append(
+            f"Trend along {axis} (the slope of the shown value, paired permutation test, questions permuted across the "
+            f"points): " + inference.count_phrase([adjusted[c] for c in mine], [t.n for t in mine.values()],
+                                                 f"the {len(mine)} cells")
+            + (f"; e.g. {label(significant[0])}: slope {mine[significant[0]].slope:+.3g} per unit, p_holm = "
+               f"{adjusted[significant[0]]:.3g}" if significant else "") + ".")
+    if int(frame["n"].min()) < inference.minimum_n():
+        sentence_parts.append(inference.small_sample_line(int(frame["n"].min())))
+    return frame, " ".join(sentence_parts)
+
+
 def sweep_frame(points: Sequence[SweepPoint], table: str) -> pd.DataFrame | None:
     """The table's cells at every sweep value, one row per (value, cell): labels, value, ci_low, ci_high."""
     frames = []
@@ -157,11 +280,16 @@ def sweep_artifacts(points: Sequence[SweepPoint], key: str | Sequence[str], prof
                     "values": [p.value for p in points], "profile_value": profile_values_.get(x_key),
                     "profile_values": {k: profile_values_.get(k) for k in keys}}
     sentences = []
+    at_profile = [p for p in points if all(k in profile_values_ and same_value(p.setting[k], profile_values_[k])
+                                           for k in keys)]
+    reference = at_profile[0] if at_profile else SweepPoint(dict(profile_values_),
+                                                             profile_dir_of(points[0].figures_dir), True)
     for table in tables:
         frame = sweep_frame(points, table)
         if frame is None:
             continue
         quantity = quantity_of(table, points[0].figures_dir)
+        tests, tests_sentence = sweep_tests(points, reference, table, keys)
         label_columns = [c for c in frame.columns if c not in ("_position", "value", "ci_low", "ci_high")]
         row_columns, panel_column = label_columns[:-1], label_columns[-1]
         frame["_row"] = frame[row_columns].astype(str).agg(" / ".join, axis=1) if row_columns else quantity
@@ -213,7 +341,7 @@ def sweep_artifacts(points: Sequence[SweepPoint], key: str | Sequence[str], prof
         caption = (f"{table if quantity == table else f'{quantity} ({table})'} of profile {profile} with {axes_text} swept over {'; '.join(labels)} (each "
                    f"point a variant of the profile; 95% bootstrap CIs; one panel per {panel_column}"
                    + (f"; one line per row and value of {', '.join(other_keys)}" if other_keys else "")
-                   + f").{fixed_note} {engine_note}").strip()
+                   + f").{fixed_note} {tests_sentence} {engine_note}").strip()
         save_figure(fig, stem, out_dir, caption=caption, profile=profile, notebook="reproduce --sweep",
                     sweep=sweep_record)
         plt.close(fig)
@@ -231,6 +359,15 @@ def sweep_artifacts(points: Sequence[SweepPoint], key: str | Sequence[str], prof
         sweep_table = Table(values=values, ci_low=low, ci_high=high, caption=caption, best=None)
         save_table(sweep_table, f"tab_sweep_{table}", out_dir, profile=profile, notebook="reproduce --sweep",
                    sweep=sweep_record)
+        if tests is not None:
+            save_table(tests, f"tab_sweep_{table}_paired", out_dir, profile=profile, notebook="reproduce --sweep",
+                       sweep=sweep_record, float_format="{:.3g}", notes=tests_sentence, caption=(
+                           f"{quantity} ({table}) swept over {axes_text}: each point's paired difference from the "
+                           f"profile's point ({reference.label(keys)}) on the same questions, its 95% CI (stratified "
+                           f"bootstrap), n paired questions, the test and p, p_holm ({inference.multiplicity.RULE} over the "
+                           "cell's points) and the verdict of docs/statistics.md; trend columns: the slope of the "
+                           "shown value along each numeric axis, its paired permutation p and p_holm (over the "
+                           f"table's cells). {tests_sentence}"))
         spread = values.max(axis=1) - values.min(axis=1)
         widest = spread.idxmax() if spread.notna().any() else None
         before = len(sentences)
@@ -246,6 +383,8 @@ def sweep_artifacts(points: Sequence[SweepPoint], key: str | Sequence[str], prof
                 f"{named}: over {over}, the cell that moves most is "
                 f"{' / '.join(map(str, widest))} ({', '.join(f'{v:.3f}' for v in series)}; range {spread[widest]:.3f}); "
                 f"the median range over the {len(values)} cells is {spread.median():.3f}.")
+        if tests_sentence and len(sentences) > before:
+            sentences[-1] += " " + tests_sentence
         if len(sentences) > before:
             for name in (f"tab_sweep_{table}", stem):
                 record = read_manifest(out_dir)["artifacts"][name]

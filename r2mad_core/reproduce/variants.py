@@ -349,8 +349,11 @@ def compare_table(table: Any, variant: Variant, baseline: Any, *, bootstrap_resa
 
 
 def significant_cells(frame: pd.DataFrame, alpha: float = multiplicity.ALPHA) -> pd.DataFrame:
-    """The cells of a comparison called significant: Holm-adjusted p below ``alpha``, never the unadjusted p."""
-    return frame[frame["p_holm"] < alpha]
+    """The cells of a comparison called significant: Holm-adjusted p below ``alpha``, never the unadjusted p, on at
+    least the pairs the rule needs (:func:`r2mad_core.report.inference.decides`, docs/statistics.md)."""
+    from r2mad_core.report.inference import decides  # the one rule
+
+    return frame[[decides(p, n, alpha) for p, n in zip(frame["p_holm"], frame["pairs"])]]
 
 
 def comparison_sentences(frame: pd.DataFrame, variant: Variant, table_name: str) -> list[str]:
