@@ -11,7 +11,7 @@ recorded for this agent-round (:attr:`WorkedState.recorded`: case ids, MMR score
 candidates, c_{j,i}).
 
 It does no arithmetic of the method: the notebook computes the similarities, the top-3K candidates, the MMR scores
-and the confidences in numpy and asserts that they are what the run recorded (:meth:`WorkedState.check`).
+and the confidences in numpy and asserts that they are what the run recorded.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from r2mad_core.memory.retrieval import CANDIDATE_FACTOR
 from r2mad_core.records import TranscriptRecord
 from r2mad_core.report.viewer import _find_bank
 
-#: The run options the by-hand computation of the notebook follows (the paper's reading, Eqs. 5-7): a run with
-#: other options is refused by :func:`find_state` (one line naming the option).
-PAPER_OPTIONS = {"retrieval_policy": "state_aware", "confidence_label": "peer_correctness",
-                 "confidence_pool": "retrieved", "peer_response_round": "case", "poison_fraction": 0.0}
+#: The run options the by-hand computation of the notebook follows: Eq. 5-6's policy on an unpoisoned bank. A run with
+#: other values is passed over by :func:`find_state`. The confidence options (the paper's reading or the authors'
+#: code, :mod:`r2mad_core.memory.confidence`) are carried in :class:`WorkedState` for the notebook to follow.
+REQUIRED_OPTIONS = {"retrieval_policy": "state_aware", "poison_fraction": 0.0}
 
 
 class WorkedStateError(ValueError):
@@ -64,6 +64,9 @@ class WorkedState:
     gamma: float
     w_high: float
     w_low: float
+    confidence_label: str  # "peer_correctness" (the paper's zeta_j), or the authors' code's variants
+    confidence_pool: str  # "retrieved" (the paper's K cases) or "candidates" (the authors' code: all 3K)
+    peer_response_round: str  # "case" (the paper's z_j(e_k)) or "state" (the authors' code)
     recorded: dict[str, Any]  # the transcript's record of this agent-round (the round hook's ``retrieved``)
 
     @property
@@ -115,10 +118,8 @@ def find_state(run_dirs: str | Path | Sequence[str | Path], memory: str | Path |
         options = method.get("options", {})
         if method.get("name") != "r2mad":
             raise WorkedStateError(f"{run_dir}: not an R2-MAD run (method {method.get('name')!r})")
-        for name, expected in PAPER_OPTIONS.items():
-            if options.get(name, expected) != expected:
-                raise WorkedStateError(f"{run_dir}: option {name} = {options.get(name)!r}; the worked example "
-                                       f"follows the paper's {expected!r}")
+        if any(options.get(name, value) != value for name, value in REQUIRED_OPTIONS.items()):
+            continue
         k = int(options.get("top_k", 0))
         for record in records:
             for t in range(1, len(record.rounds)):
@@ -127,8 +128,9 @@ def find_state(run_dirs: str | Path | Sequence[str | Path], memory: str | Path |
                     if key is not None and (best is None or key > best[0]):
                         best = (key, run_dir, config, record, t, agent)
     if best is None:
-        raise WorkedStateError(f"{', '.join(map(str, dirs))}: no agent-round with Cons < 1, a retrieved case of "
-                               "reward 1 and a peer confidence (every debate unanimous at round 0?)")
+        raise WorkedStateError(f"{', '.join(map(str, dirs))}: no agent-round of a state-aware run on an unpoisoned bank "
+                               "with Cons < 1, a retrieved case of reward 1 and a peer confidence (every debate "
+                               "unanimous at round 0?)")
     _, run_dir, config, record, t, agent = best
     options = config["method"].get("options", {})
     k = int(options.get("top_k", 0))
@@ -148,7 +150,10 @@ def find_state(run_dirs: str | Path | Sequence[str | Path], memory: str | Path |
         previous_correct=tuple(turn.correct for turn in previous.agents), query=query,
         responses=embedder.encode(texts), bank=bank_set[agent], k=k, candidate_factor=CANDIDATE_FACTOR,
         gamma=float(options.get("gamma", math.nan)), w_high=float(options.get("w_high", math.nan)),
-        w_low=float(options.get("w_low", math.nan)), recorded=_recorded(record.rounds[t].agents[agent]))
+        w_low=float(options.get("w_low", math.nan)),
+        confidence_label=str(options.get("confidence_label", "peer_correctness")),
+        confidence_pool=str(options.get("confidence_pool", "retrieved")),
+        peer_response_round=str(options.get("peer_response_round", "case")), recorded=_recorded(record.rounds[t].agents[agent]))
 
 
 def _question(record: TranscriptRecord, task_prompt: str, run_dir: Path, data_dir: Any = None) -> str:
