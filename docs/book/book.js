@@ -2,8 +2,9 @@
    checks what it does). On every page:
    - code folds: a notebook's code cell shows its input behind a one-click "Show code", except the parameters cell,
      papermill's injected cell and cells tagged "show-code" (a computation the text asks the reader to follow);
-   - long tables get a compact view: more than COMPACT_COLUMNS columns shows the first ones, each cell on one line
-     (its full text on hover), the rest behind "Show all N columns";
+   - long tables get a compact view: a table of more than COMPACT_COLUMNS columns shows the columns that tell its
+     rows apart (a column with one value says it once above the table), each cell on one line (its full text on
+     hover), the rest behind "Show all N columns" (and in the table's CSV, linked under it);
    - a Markdown picture (docs/) becomes a figure with its alt text as the caption under it. */
 (function () {
   "use strict";
@@ -26,32 +27,56 @@
     });
   }
 
+  // The compact view of a table of more than COMPACT_COLUMNS columns: the columns a reader needs to tell its rows
+  // apart. A column with one value in every row says it once, in the toggle's line ("model: Simulated"); of the
+  // rest, the first KEEP_FIRST (the row labels) and the last KEEP_LAST (the values) stay. Every cell on one line.
+  var KEEP_FIRST = 4, KEEP_LAST = 6;
   function compactTables() {
     document.querySelectorAll("article table").forEach(function (table) {
-      var header = table.rows.length ? table.rows[0] : null;
+      var rows = Array.prototype.slice.call(table.rows);
+      var header = rows.length ? rows[0] : null;
       if (!header || header.cells.length <= COMPACT_COLUMNS || table.classList.contains("r2mad-compactable")) return;
       var total = header.cells.length;
+      var grid = rows.map(function (row) { return Array.prototype.slice.call(row.cells); });
+      var body = grid.slice(1).filter(function (cells) {  // the data rows: a full row with a <td>
+        return cells.length === total && cells.some(function (c) { return c.tagName === "TD"; });
+      });
+      var constant = [], varying = [];
+      for (var column = 0; column < total; column++) {
+        var values = body.map(function (cells) { return cells[column].textContent.trim(); });
+        var name = header.cells[column].textContent.trim();
+        if (name && body.length > 1 && values.every(function (v) { return v === values[0]; })) constant.push(column);
+        else varying.push(column);
+      }
+      var shown = varying.length > KEEP_FIRST + KEEP_LAST
+        ? varying.slice(0, KEEP_FIRST).concat(varying.slice(varying.length - KEEP_LAST)) : varying;
+      if (shown.length === total) return;
       table.classList.add("r2mad-compactable", "r2mad-compact");
-      Array.prototype.forEach.call(table.rows, function (row) {
-        var column = 0;
-        Array.prototype.forEach.call(row.cells, function (cell) {
-          if (column >= COMPACT_COLUMNS) cell.classList.add("r2mad-extra-column");
+      grid.forEach(function (cells) {
+        if (cells.length !== total) return;  // a header row with merged cells: left as it is
+        cells.forEach(function (cell, column) {
+          if (shown.indexOf(column) < 0) cell.classList.add("r2mad-extra-column");
           if (!cell.title && cell.textContent.length > 40) cell.title = cell.textContent.trim();
-          column += cell.colSpan || 1;
         });
+      });
+      var said = constant.map(function (column) {
+        return header.cells[column].textContent.trim() + ": " + body[0][column].textContent.trim();
       });
       var tools = document.createElement("div");
       tools.className = "r2mad-table-tools";
       var button = document.createElement("button");
       button.type = "button";
+      var note = document.createElement("span");
+      note.textContent = said.length ? " In every row: " + said.join("; ") + "." : "";
       function label() {
         button.textContent = table.classList.contains("r2mad-compact")
-          ? "Show all " + total + " columns (compact view: the first " + COMPACT_COLUMNS + ")"
-          : "Compact view (the first " + COMPACT_COLUMNS + " of " + total + " columns)";
+          ? "Show all " + total + " columns (compact view: " + shown.length + ")"
+          : "Compact view (" + shown.length + " of " + total + " columns)";
       }
       button.addEventListener("click", function () { table.classList.toggle("r2mad-compact"); label(); });
       label();
       tools.appendChild(button);
+      tools.appendChild(note);
       table.parentNode.insertBefore(tools, table);
     });
   }
