@@ -46,7 +46,8 @@ LAYOUT_CHECK = """<script>
   function label(el) { return (el.textContent || "").replace(/\\s+/g, " ").trim().slice(0, 80); }
   function check() {
     var article = document.querySelector("article") || document.body;
-    var frame = article.getBoundingClientRect();
+    // the page's column: mkdocs-material's content box (its scroll wrappers of tables reach into its padding)
+    var frame = (document.querySelector(".md-content") || article).getBoundingClientRect();
     var out = {cut_equations: [], cut_tables: [], uncaptioned: [], equations: 0, tables: 0, figures: 0,
                folds: 0, open_folds: 0, unfolded_code: [], eqref_links: 0, tags: [], statements: {},
                mathjax: document.documentElement.getAttribute("data-mathjax"),
