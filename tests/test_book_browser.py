@@ -191,8 +191,10 @@ def test_the_layout_check_fails_on_a_cut_off_equation_or_table_and_an_uncaptione
     cells = "".join(f"<td style='white-space:nowrap'>{'x' * 200}</td>" for _ in range(6))  # no compact view: 6 columns
     page = book / "notebooks" / "bad_layout.html"
     head = re.search(r"<head>.*?</head>", (book / "notebooks" / "08_theory.html").read_text(encoding="utf-8"), re.S).group(0)
+    mathjax = re.search(r'<script[^>]+src="[^"]*MathJax\.js[^"]*"[^>]*>',
+                        (book / "notebooks" / "08_theory.html").read_text(encoding="utf-8")).group(0) + "</script>"
     page.write_text(
-        f"<html>{head}<body><article style='width:700px'>"
+        f"<html>{head}<body>{mathjax}<article style='width:700px'>"
         f"<div style='overflow:hidden'><div style='width:3000px'><p>$$ {long_sum} $$</p></div></div>"
         f"<div style='overflow:hidden'><table><tr>{cells}</tr></table></div>"
         f"<p><img src='data:image/png;base64,{png}' width='300'></p>"
