@@ -11,8 +11,15 @@ baselines, shared misconception, cost, theory, poisoning, report; then the docum
 What JupyterLab shows is what the book shows (issue 36): MathJax 2.7 draws with the STIX-Web web fonts it ships
 (its default, local STIX fonts, has no font data in jupyter-server-mathjax: "[Math Processing Error]" on \\mathcal)
 and logs every maths error to the console (:data:`MATHJAX_CONFIG`); progress bars (tqdm's stderr) are left out
-(:func:`without_progress`); wide tables scroll inside their frame (:data:`BOOK_CSS`); the pictures docs/ shows
-are copied beside it.
+(:func:`without_progress`); the pictures docs/ shows are copied beside it.
+
+The book at its width (issue 49; docs/book/book.css and book.js, tests/test_book_browser.py): display equations and
+wide tables scroll inside their box; a table of many columns opens in a compact view (the first columns, one line per
+cell; the rest behind a toggle, and the table's CSV in the book beside it); every figure is a <figure> with its
+caption under it, read from the profile's figures/<profile>/MANIFEST.json (:func:`with_captions`; a Markdown
+picture's alt text is its caption); code cells fold (one click shows them) except the parameters cell, papermill's
+injected cell and cells tagged ``show-code``; a link from a notebook to ``../r2mad_core/<path>.py#<function>`` opens
+that module's page in the book (:func:`source_page`), its functions as anchors.
 
 The site is written to site/ (gitignored); open site/index.html in a browser.
 """
@@ -21,7 +28,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import ast
+import base64
+import html
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -83,11 +94,13 @@ MathJax.Hub.Register.MessageHook("TeX Jax - parse error", function (message) {
 MathJax.Hub.Queue(function () { document.documentElement.setAttribute("data-mathjax", "typeset"); });
 MathJax.Ajax.loadComplete("[MathJax]/config/r2mad-book.js");
 """
-#: Wide tables (a notebook's data frames, Markdown tables) scroll inside their frame instead of being cut off.
-BOOK_CSS = """.jupyter-wrapper .jp-OutputArea-output, .jupyter-wrapper .jp-RenderedMarkdown { overflow-x: auto; }
-.jupyter-wrapper .jp-RenderedHTMLCommon table { display: block; max-width: 100%; overflow-x: auto; }
-.md-typeset table:not([class]) { display: block; max-width: 100%; overflow-x: auto; }
-"""
+#: The book's stylesheet and script (docs/book/): wide content scrolls in its box, captions, folds, compact tables.
+ASSETS = ROOT / "docs" / "book"
+#: A notebook's link to a module of the package (``../r2mad_core/theory/checks.py#check_collapse_rate``).
+SOURCE_LINK = re.compile(r"\]\(\.\./(r2mad_core/[\w/]+)\.py(#[\w-]+)?\)")
+#: A figure's name in a code cell's source (``ctx.save_figure(fig, "fig_ablation", ...)``), a table's name.
+FIGURE_NAME = re.compile(r"[\"'](fig_\w+)[\"']")
+TABLE_NAME = re.compile(r"save_table\(\s*[\w.]+\s*,\s*[\"'](\w+)[\"']")
 
 
 def is_progress(output: dict) -> bool:
@@ -97,17 +110,93 @@ def is_progress(output: dict) -> bool:
     return progress(output)
 
 
-def without_progress(source: Path, target: Path) -> int:
-    """Copy the notebook ``source`` to ``target`` without its progress output; returns how many were dropped."""
+def without_progress(source: Path, target: Path, captions: dict[str, str] | None = None,
+                     tables_dir: str | None = None) -> int:
+    """Copy the notebook ``source`` to ``target`` without its progress output; returns how many were dropped.
+
+    With ``captions`` (figure name -> caption, :func:`figure_captions`), every figure becomes a figure with its caption
+    under it (:func:`with_captions`); with ``tables_dir`` (the book's folder of the profile's CSVs, relative to the
+    page), a cell that saves tables links their CSV files under its outputs. Links to the package's modules point
+    to their pages in the book (:data:`SOURCE_LINK`)."""
     notebook = json.loads(source.read_text(encoding="utf-8"))
     dropped = 0
+    figure_number = 0
     for cell in notebook.get("cells", []):
+        if cell.get("cell_type") == "markdown":
+            text = "".join(cell.get("source", ""))
+            cell["source"] = SOURCE_LINK.sub(lambda m: f"](../source/{m.group(1)}.html{m.group(2) or ''})", text)
         if "outputs" in cell:
             kept = [output for output in cell["outputs"] if not is_progress(output)]
             dropped += len(cell["outputs"]) - len(kept)
+            code = "".join(cell.get("source", ""))
+            if captions is not None:
+                kept, figure_number = with_captions(kept, code, captions, source.stem, figure_number)
+            names = TABLE_NAME.findall(code)
+            if tables_dir is not None and names:
+                links = ", ".join(f'<a href="{tables_dir}/{n}.csv">{n}.csv</a>' for n in names)
+                kept.append({"output_type": "display_data", "metadata": {},
+                             "data": {"text/html": f'<p class="r2mad-files">Every row and column: {links}</p>',
+                                      "text/plain": f"tables: {', '.join(names)}"}})
             cell["outputs"] = kept
     target.write_text(json.dumps(notebook, ensure_ascii=False, indent=1), encoding="utf-8")
     return dropped
+
+
+def figure_captions(profile: str) -> dict[str, str]:
+    """Figure name -> caption, from figures/<profile>/MANIFEST.json (what the notebooks saved, as they ran)."""
+    manifest = ROOT / "figures" / profile / "MANIFEST.json"
+    if not manifest.is_file():
+        raise SystemExit(f"build_book: {manifest.relative_to(ROOT)} is missing (make reproduce PROFILE={profile})")
+    artifacts = json.loads(manifest.read_text(encoding="utf-8")).get("artifacts", {})
+    return {name: str(entry.get("caption") or "") for name, entry in artifacts.items() if entry.get("kind") == "figure"}
+
+
+def with_captions(outputs: list[dict], code: str, captions: dict[str, str], notebook: str,
+                  number: int) -> tuple[list[dict], int]:
+    """``outputs`` with every PNG figure replaced by an HTML <figure> holding it and its caption under it.
+
+    The figures of a cell are named by the ``"fig_..."`` strings of its source, in order (``ctx.save_figure(fig,
+    "fig_ablation", ...)``); each caption is the one the manifest recorded. A figure without a caption keeps a
+    caption that says so (the browser test fails on it). ``number`` counts the notebook's figures."""
+    names = [n for n in dict.fromkeys(FIGURE_NAME.findall(code)) if n in captions]
+    out = []
+    for output in outputs:
+        data = output.get("data", {})
+        if "image/png" not in data:
+            out.append(output)
+            continue
+        number += 1
+        name = names.pop(0) if names else None
+        caption = captions.get(name, "") if name else ""
+        if not caption:
+            caption = f"(no caption recorded for this figure of {notebook})"
+        png = data["image/png"]
+        png = "".join(png) if isinstance(png, list) else png
+        label = f"Figure {notebook[:2].lstrip('0')}.{number}"
+        figure = (f'<figure class="r2mad-figure" id="figure-{number}"{f" data-name={chr(34)}{name}{chr(34)}" if name else ""}>'
+                  f'<img src="data:image/png;base64,{png.strip()}" alt="{html.escape(caption)}">'
+                  f"<figcaption><b>{label}.</b> {html.escape(caption)}"
+                  + (f' <span class="r2mad-files">({name}.png)</span>' if name else "") + "</figcaption></figure>")
+        out.append({"output_type": "display_data", "metadata": {},
+                    "data": {"text/html": figure, "text/plain": f"{label}. {caption}"}})
+    return out, number
+
+
+def source_page(module: str) -> str:
+    """A Markdown page of ``module`` (``r2mad_core/theory/checks``): its docstring, then each top-level function and
+    class with its own anchor (``#name``, lower case), signature, docstring and source."""
+    path = ROOT / f"{module}.py"
+    text = path.read_text(encoding="utf-8")
+    tree = ast.parse(text)
+    lines = [f"# `{module.replace('/', '.')}`", "", f"The source of `{module}.py`, one section per function.", ""]
+    doc = ast.get_docstring(tree)
+    if doc:
+        lines += ["```text", doc, "```", ""]
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            lines += [f'<a id="{node.name.lower()}"></a>', "", f"## `{node.name}`", "", "```python",
+                      ast.get_source_segment(text, node) or "", "```", ""]
+    return "\n".join(lines)
 
 
 def mathjax_dir() -> Path:
@@ -117,7 +206,7 @@ def mathjax_dir() -> Path:
     return Path(jupyter_server_mathjax.__file__).parent / "static"
 
 
-def stage(profile: str, stage_dir: Path) -> list[dict[str, object]]:
+def stage(profile: str, stage_dir: Path, executed: Path | None = None) -> list[dict[str, object]]:
     """Copy the pages into ``stage_dir`` (README as the index, docs/, the executed notebooks); return the nav."""
     if stage_dir.exists():
         shutil.rmtree(stage_dir)
@@ -125,14 +214,24 @@ def stage(profile: str, stage_dir: Path) -> list[dict[str, object]]:
     (stage_dir / "notebooks").mkdir()
     shutil.copy2(ROOT / "README.md", stage_dir / "README.md")  # mkdocs makes it index.html
     # The README links docs/x.md; in the book the index sits beside docs/, so those links resolve as they are.
-    executed = ROOT / "notebooks" / "executed" / profile
+    executed = ROOT / "notebooks" / "executed" / profile if executed is None else executed
+    captions = figure_captions(profile)
+    (stage_dir / "tables").mkdir()
+    for table in sorted((ROOT / "figures" / profile).glob("*.csv")):  # the full tables the compact views point to
+        shutil.copy2(table, stage_dir / "tables" / table.name)
     nav_notebooks = []
+    modules: set[str] = set()
     for name, title in NOTEBOOKS:
         source = executed / f"{name}.ipynb"
         if not source.exists():
-            raise SystemExit(f"build_book: {source.relative_to(ROOT)} is missing (make reproduce PROFILE={profile})")
-        without_progress(source, stage_dir / "notebooks" / source.name)
+            raise SystemExit(f"build_book: {source} is missing (make reproduce PROFILE={profile})")
+        without_progress(source, stage_dir / "notebooks" / source.name, captions, "../tables")
+        modules.update(m.group(1) for m in SOURCE_LINK.finditer(source.read_text(encoding="utf-8")))
         nav_notebooks.append({title: f"notebooks/{source.name}"})
+    for module in sorted(modules):  # the modules the notebooks link to, as pages (not in the navigation)
+        page = stage_dir / "source" / f"{module}.md"
+        page.parent.mkdir(parents=True, exist_ok=True)
+        page.write_text(source_page(module), encoding="utf-8")
     pages = {p.name: p for p in sorted((ROOT / "docs").glob("*.md"))}
     order = [name for name, _ in DOCS if name in pages] + [n for n in pages if n not in dict(DOCS)]
     titles = dict(DOCS)
@@ -149,7 +248,8 @@ def stage(profile: str, stage_dir: Path) -> list[dict[str, object]]:
             shutil.copy2(ROOT / name, stage_dir / name)
     shutil.copytree(mathjax_dir(), stage_dir / "assets" / "mathjax")
     (stage_dir / "assets" / "mathjax" / "config" / f"{MATHJAX_CONFIG_NAME}.js").write_text(MATHJAX_CONFIG, encoding="utf-8")
-    (stage_dir / "assets" / "book.css").write_text(BOOK_CSS, encoding="utf-8")
+    for asset in ("book.css", "book.js"):
+        shutil.copy2(ASSETS / asset, stage_dir / "assets" / asset)
     return [{"Home": "README.md"}, {f"Notebooks ({profile} profile)": nav_notebooks}, {"Documentation": nav_docs}]
 
 
@@ -175,6 +275,7 @@ def config(profile: str, stage_dir: Path, site_dir: Path, nav: list[dict[str, ob
             }},
         ],
         "extra_css": ["assets/book.css"],
+        "extra_javascript": ["assets/book.js"],
         "markdown_extensions": ["tables", "admonition", "toc"],
         "validation": {"links": {"not_found": "info", "unrecognized_links": "info", "absolute_links": "info"},
                        "nav": {"omitted_files": "info"}},
@@ -187,9 +288,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="sim", help="whose executed notebooks (notebooks/executed/PROFILE)")
     parser.add_argument("--site", type=Path, default=ROOT / "site", help="output folder (default: site/)")
     parser.add_argument("--stage", type=Path, default=ROOT / "_build" / "book", help="staging folder")
+    parser.add_argument("--executed", type=Path, default=None,
+                        help="the executed notebooks (default: notebooks/executed/PROFILE)")
     args = parser.parse_args(argv)
     stage_dir, site_dir = args.stage.resolve(), args.site.resolve()
-    nav = stage(args.profile, stage_dir)
+    nav = stage(args.profile, stage_dir, args.executed)
     config_path = stage_dir.parent / "mkdocs.yml"
     config_path.write_text(yaml.safe_dump(config(args.profile, stage_dir, site_dir, nav), sort_keys=False,
                                           allow_unicode=True), encoding="utf-8")

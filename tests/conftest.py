@@ -66,6 +66,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 SLOW_MODULES = {
     "test_fresh_clone.py": "clones the repository and runs the tiny profile in the clone",
     "test_reader_browser.py": "drives headless Chromium over the viewer and the book",
+    "test_book_browser.py": "builds the book and opens every page of it in headless Chromium",
 }
 
 #: Test functions (every parametrisation), by module.

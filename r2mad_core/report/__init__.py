@@ -23,4 +23,6 @@ comparison); it runs nothing (the cells are run by :mod:`r2mad_core.reproduce`).
 - :mod:`~r2mad_core.report.volatile`: what differs between two runs with the same results (clocks, progress bars,
   times, commits), kept out of the tracked files so that such a rerun leaves git clean.
 - :mod:`~r2mad_core.report.headline`: the paper's Table 1 beside this run's values, printed at the end of reproduce.
+- :mod:`~r2mad_core.report.worked_state`: one debate state of an R2-MAD run read back (state, embedding, bank, what
+  the run recorded) for notebook 04's by-hand computation of Eqs. 5-7.
 """

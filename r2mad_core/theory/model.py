@@ -1,7 +1,7 @@
 """Latent-concept simulations of the paper's theory (Section 3-4, Appendix "Proofs").
 
-The model (Eq. estornell and Eq. joint_gen). A finite concept space Theta = {0, ..., K-1} holds the
-true concept theta* (index ``TRUE_CONCEPT = 0``) and a misconception theta' (index
+The model (the skew decomposition, eq:estornell of Section 3, and the decomposition with memory, eq:joint_gen of
+Section 4.1). A finite concept space Theta = {0, ..., K-1} holds the true concept theta* (index ``TRUE_CONCEPT = 0``) and a misconception theta' (index
 ``MISCONCEPTION = 1``); the other concepts are distractors. Answer ``a`` is the answer concept ``a``
 produces, so answers and concepts share indices. Agent i holds a concept prior P(theta | phi_i); a
 response z is drawn from the response likelihood
@@ -13,9 +13,9 @@ kappa = log P(z' | theta') / P(z' | theta*) of Theorem C.3. Agent i's debate pos
 
     P_{w,E}(theta | Z, x, E_i, phi_i)  ∝  P(x | theta) P(theta | E_i, phi_i) prod_j P(z_j | theta)^{w_{j,i}}
 
-(the bracket of Eq. joint_gen without the generation term), where the memory-corrected prior is
+(the bracket of eq:joint_gen without the generation term), where the memory-corrected prior is
 Proposition 4.1: P(theta | E, phi) = P(theta | phi) P(E | theta, phi) / P(E | phi). Its next response
-is drawn from  P(z_i^{t+1} = a) = sum_theta P(a | theta) P_{w,E}(theta | ...)  (Eq. joint_gen).
+is drawn from  P(z_i^{t+1} = a) = sum_theta P(a | theta) P_{w,E}(theta | ...)  (eq:joint_gen).
 
 What this module computes, exactly: the posterior (:func:`debate_log_posterior`), the log-odds L_i of
 Definition C.1 (``def:log_odds``; :func:`log_odds`), its decomposition into vanilla + memory lift +
@@ -63,7 +63,7 @@ def logsumexp(a: np.ndarray, axis: int | None = None, keepdims: bool = False) ->
 
 @dataclass(frozen=True)
 class LatentConceptModel:
-    """The parts of Eq. joint_gen shared by every agent.
+    """The parts of eq:joint_gen shared by every agent.
 
     Attributes:
         num_concepts: K = |Theta| (>= 2). Concept 0 is theta*, concept 1 is theta'.
@@ -219,7 +219,7 @@ def corrected_prior(log_prior: np.ndarray, log_memory: np.ndarray) -> tuple[np.n
 def peer_skew(
     peer_answers: np.ndarray, peer_weights: np.ndarray | None, log_likelihood: np.ndarray
 ) -> np.ndarray:
-    """sum_j w_{j,i} log P(z_j | theta) for every concept (the weighted skew of Eq. joint_gen).
+    """sum_j w_{j,i} log P(z_j | theta) for every concept (the weighted skew of eq:joint_gen).
 
     ``peer_answers``: int array (..., n) of answer indices, ``NO_ANSWER`` (-1) for responses without
     an answer (they contribute nothing). ``peer_weights``: (..., n) or ``None`` (all 1).
@@ -245,7 +245,7 @@ def debate_log_posterior(
     peer_weights: np.ndarray | None = None,
     log_memory: np.ndarray | None = None,
 ) -> np.ndarray:
-    """log P_{w,E}(theta | Z, x, E_i, phi_i) of Eq. joint_gen (normalized over concepts).
+    """log P_{w,E}(theta | Z, x, E_i, phi_i) of eq:joint_gen (normalized over concepts).
 
     ``log_prior`` (..., K); ``peer_answers``/``peer_weights`` (..., n) or ``None`` (round 0: no peers);
     ``log_memory`` (..., K) = log P(E | theta) or ``None`` (no memory). Broadcasts over leading axes.
@@ -264,7 +264,7 @@ def debate_log_posterior(
 
 
 def answer_distribution(model: LatentConceptModel, log_posterior: np.ndarray) -> np.ndarray:
-    """P(z_i^{t+1} = a) = sum_theta P(a | theta) P(theta | ...) (Eq. joint_gen), shape (..., K)."""
+    """P(z_i^{t+1} = a) = sum_theta P(a | theta) P(theta | ...) (eq:joint_gen), shape (..., K)."""
     gen = np.exp(model.generation_log_likelihood())  # (answers, concepts)
     return np.exp(log_posterior) @ gen.T
 

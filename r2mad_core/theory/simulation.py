@@ -1,7 +1,8 @@
 """Multi-round Monte Carlo debates in the latent-concept model of :mod:`r2mad_core.theory.model`.
 
 Round 0: every agent draws its answer from its (memory-corrected, Proposition 4.1) prior; round t > 0: from
-the posterior of Eq. joint_gen (``eq:joint_gen`` of the paper) given all n answers of round t - 1, each peer's
+the posterior of the decomposition with memory (``eq:joint_gen`` of the paper, Section 4.1) given all n answers of
+round t - 1, each peer's
 term raised to a confidence weight w_{j,i} (Section 4.3, ``sec:conf_weight``: the paper realizes w as
 high/low-confidence annotations, :class:`ConfidenceModel` samples them). :class:`DebateSimulation`
 measures accuracy, majority accuracy and the correct-to-wrong / wrong-to-correct transitions per round;
@@ -102,7 +103,7 @@ def simulate_debate(
     seed: int = 0,
 ) -> DebateSimulation:
     """Monte Carlo debate: round 0 answers from the (memory-corrected) prior, every later round from
-    the Eq. joint_gen posterior given all n answers of the previous round (the agent's own included),
+    the eq:joint_gen posterior given all n answers of the previous round (the agent's own included),
     weighted by ``confidence``. ``log_prior`` (n, K); ``log_memory`` (n, K) or None."""
     log_prior = np.asarray(log_prior, dtype=float)
     n = log_prior.shape[0]
