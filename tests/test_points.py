@@ -36,7 +36,7 @@ def loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capture
     (notebooks / "04_toy.ipynb").write_text(_notebook("04_toy"))
     executed: list[tuple[str, dict]] = []
 
-    def execute(notebook: Path, output: Path, parameters, kernel=None, clear=False):
+    def execute(notebook: Path, output: Path, parameters, kernel=None, clear=False, progress=None):
         overrides, name = from_environment()
         executed.append((notebook.stem, dict(parameters["overrides"])))
         copy = json.loads(notebook.read_text())

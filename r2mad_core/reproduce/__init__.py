@@ -52,8 +52,7 @@ sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 #: Written out (no directory listing on import); tests/test_gpu_day.py checks it against the folder.
 _SUBMODULES = frozenset({
     "ablations", "collect", "command", "gc_settings", "grid", "launcher", "notebook_runner", "notebook_setup", "paper",
-    "points", "published",
-    "replicates", "sweeps", "up_to_date", "variants",
+    "points", "published", "replicates", "sweeps", "up_to_date", "variants",
 })
 
 

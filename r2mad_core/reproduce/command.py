@@ -582,6 +582,7 @@ def _budget_main(
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.notebooks_dir = args.notebooks_dir or default_notebooks_dir()
     only = [t for t in args.only.split(",") if t.strip()] if args.only else None
     try:
         overrides = dict(parse_override(text) for text in args.overrides)
@@ -589,7 +590,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             overrides.setdefault("protocol", args.protocol)
         # every key and value checked before anything runs: a profile field, a protocol choice or an extra parameter
         # of the profile or of the notebooks chosen, within its bounds (one line naming the nearest keys)
-        keys = extra_keys(discover_notebooks(args.notebooks_dir or default_notebooks_dir()))
+        keys = extra_keys(discover_notebooks(args.notebooks_dir))
         profile = load_profile(args.profile, overrides, extra_keys=keys)
         for sweep in args.sweep:  # every value of every swept axis
             key, values = parse_sweep(sweep)
@@ -601,7 +602,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, ProfileError, ValueError) as exc:
         print(f"reproduce: {exc}", file=sys.stderr)
         return 2
-    args.notebooks_dir = args.notebooks_dir or default_notebooks_dir()
     if paper_run.wanted(args) or (args.estimate_only and paper_run.gpu_models(profile)):  # rehearsal, estimate, ...
         return paper_run.main(args, profile, only, run_notebooks, ReproductionPaths, discover_notebooks, run=_run_main)
     if not args.estimate_only and paper_run.gpu_models(profile) and paper_run.preflight_failed(profile, args):
@@ -616,8 +616,7 @@ def _ablation_main(args: argparse.Namespace, overrides: Mapping[str, Any], only:
     """``--set``/``--variant``/``--sweep``/``--replicates``/``--dry-run``: each point a variant beside the profile's
     (r2mad_core.reproduce.ablations), up to date when its executed configuration was made before
     (r2mad_core.reproduce.points), the others run by the launcher (r2mad_core.reproduce.launcher)."""
-    notebooks_dir = args.notebooks_dir or default_notebooks_dir()
-    keys = extra_keys(discover_notebooks(notebooks_dir))
+    keys = extra_keys(discover_notebooks(notebooks_dir := args.notebooks_dir))  # set by main
     base = load_profile(args.profile)
     paths = ReproductionPaths(args.output_dir, base.folder, _data_dir(args))
     def run(values: Mapping[str, Any], variant: Any, chosen: Sequence[str] | None) -> Path | None:
