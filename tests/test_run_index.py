@@ -12,7 +12,7 @@ import pytest
 
 from r2mad_core.cli import main
 from r2mad_core.debate import scoring
-from r2mad_core.report import comparison, run_index, run_pages
+from r2mad_core.report import comparison, inference, run_index, run_pages
 from r2mad_core.report.artifacts import (
     RUNS_FROM_NOTEBOOK,
     RUNS_FROM_TABLE,
@@ -148,10 +148,12 @@ def test_the_pairs_p_is_the_claims_tables_mcnemar(profile):
     test = data["pairs"][f"{i}-{j}"]
     correct = [{json.loads(x)["sample_id"]: json.loads(x)["correct"]
                 for x in (profile / paths[k] / "transcripts.jsonl").read_text().splitlines()} for k in (i, j)]
-    expected = scoring.paired_test(*correct, n_bootstrap=1000)
-    assert run_index.MCNEMAR is comparison.paired_test  # the function the claims table calls
+    common = [q for q in correct[0] if q in correct[1]]
+    # the claims table's test (report/comparison.py: check_orderings -> inference.paired_estimate), one stratum
+    expected = inference.paired_estimate([correct[0][q] for q in common], [correct[1][q] for q in common])
+    assert run_index.MCNEMAR is inference.stratified_sign_p and expected.test == "exact McNemar"
     assert (test["n"], test["a_only"], test["b_only"], test["p"]) == (
-        expected.n, expected.only_a_correct, expected.only_b_correct, expected.p_value)
+        expected.n, expected.a_only, expected.b_only, expected.p_value)
     assert test["both"] + test["neither"] + test["a_only"] + test["b_only"] == N
     benchmarks = {r["benchmark"] for r in data["runs"]}
     assert all(data["runs"][int(a)]["benchmark"] == data["runs"][int(b)]["benchmark"]

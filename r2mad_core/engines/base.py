@@ -47,6 +47,8 @@ OPTION_BOUNDS: dict[str, tuple[bool, float, float, bool]] = {
     "gpu_memory_utilization": (False, 0.0, 1.0, False),
     "chunk_size": (True, 1, 10_000_000, True),
 }
+#: The words a numeric engine option may take instead of a number (``threads: idle``: r2mad_core/engines/local.py).
+OPTION_WORDS: dict[str, frozenset[str]] = {"threads": frozenset({"idle"})}
 
 
 def recorded_model(engine: object) -> str:
@@ -61,7 +63,7 @@ def option_problems(options: "dict[str, object]", where: str = "options") -> lis
     problems = []
     for name, value in options.items():
         bound = OPTION_BOUNDS.get(name)
-        if bound is None or value is None:
+        if bound is None or value is None or (isinstance(value, str) and value in OPTION_WORDS.get(name, ())):
             continue
         integer, low, high, low_allowed = bound
         kind = "a whole number" if integer else "a number"

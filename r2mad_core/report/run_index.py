@@ -28,13 +28,14 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import numpy as np
 from pydantic import ValidationError
 
-from r2mad_core.debate.scoring import compute_metrics, paired_test
+from r2mad_core.debate.scoring import compute_metrics
 from r2mad_core.experiments.cell import CONFIG_FILE, TRANSCRIPTS_FILE, load_run
 from r2mad_core.experiments.protocol import CHOICES, PROTOCOLS
 from r2mad_core.records import RunConfig, problems
-from r2mad_core.report import run_pages
+from r2mad_core.report import inference, run_pages
 from r2mad_core.report.artifacts import MANIFEST_NAME, read_manifest
 from r2mad_core.report.viewer import RunView
 
@@ -48,7 +49,7 @@ CACHE_NAME = "cache.json"
 FORMAT = 3
 #: The exact McNemar test of the claims table (r2mad_core/report/comparison.py: check_orderings calls it on the
 #: paired questions); the comparison page's p comes from it, so a pair's p is the claims table's for that pair.
-MCNEMAR = paired_test
+MCNEMAR = inference.stratified_sign_p  # one stratum: the exact McNemar p (docs/statistics.md)
 MCNEMAR_RULE = "two-sided exact McNemar (binomial test on the discordant questions), as the claims table"
 
 Progress = Callable[[str], None]
@@ -364,14 +365,14 @@ def pair_tests(entries: Sequence[RunEntry], stamps: dict[str, Any] | None = None
                     common = [q for q in a.correct if q in b.correct]
                     if not common:
                         continue
-                    result = MCNEMAR({q: a.correct[q] for q in common}, {q: b.correct[q] for q in common},
-                                     n_bootstrap=1000)
-                    both = sum(1 for q in common if a.correct[q] and b.correct[q])
-                    test = {"n": result.n, "both": both, "a_only": result.only_a_correct,
-                            "b_only": result.only_b_correct,
-                            "neither": result.n - both - result.only_a_correct - result.only_b_correct,
-                            "p": result.p_value, "p_text": f"{result.p_value:.3g}", "rule": MCNEMAR_RULE,
-                            "accuracy_a": result.accuracy_a, "accuracy_b": result.accuracy_b}
+                    x, y = [a.correct[q] for q in common], [b.correct[q] for q in common]
+                    [(n, a_only, b_only)] = inference.stratum_counts(x, y).tolist()
+                    p_value = MCNEMAR(np.array([[n, a_only, b_only]]))
+                    both = sum(1 for u, v in zip(x, y) if u and v)
+                    test = {"n": n, "both": both, "a_only": a_only, "b_only": b_only,
+                            "neither": n - both - a_only - b_only,
+                            "p": p_value, "p_text": f"{p_value:.3g}", "rule": MCNEMAR_RULE,
+                            "accuracy_a": sum(x) / n, "accuracy_b": sum(y) / n}
                     if progress is not None:
                         progress(f"tested {done}/{total} pairs of runs")
                 fresh[name] = {"stamps": both_stamps, "test": test}
