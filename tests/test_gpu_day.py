@@ -387,8 +387,7 @@ def test_gpus_2_starts_two_servers_and_gives_one_servers_transcripts(tmp_path):
     assert not any(serve.healthy(s.url, timeout=0.5) for s in planned)
 
 
-@pytest.mark.xfail(reason="needs issue 51's endpoint failover in engines/openai_compat.py: a dead endpoint refuses "
-                          "connections at once, looks least busy, and takes every retry", strict=False)
+# (the failover of engines/endpoints.py, issue 51: a dead server is taken out, its requests go to the live one)
 def test_gpus_2_survives_one_server_killed_mid_run(tmp_path):
     base = _free_port_base(3)
     with serve.Servers(serve.plan([ENTRY], 1, base_port=base, command=_fake_command), tmp_path / "one",
