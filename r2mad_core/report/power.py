@@ -55,6 +55,7 @@ from r2mad_core.data import benchmarks as benchmark_registry
 from r2mad_core.report.comparison import (
     BOTH_MODELS,
     BOTH_MODELS_LABEL,
+    EQUAL_BY_CONSTRUCTION,
     PAPER_ORDERING_CLAIMS,
     OrderingClaim,
     load_reported_results,
@@ -102,14 +103,13 @@ def with_power(claims: pd.DataFrame, alpha: float = ALPHA, power: float = TARGET
         for column in columns:
             out[column] = pd.Series(dtype=float if column != "detectable" else bool)
         return out
-    distinct = int(out["duplicate_of"].isna().sum()) if "duplicate_of" in out.columns else len(out)
-    level = holm_alpha(distinct, alpha)
+    level = holm_alpha(len(_family(out)), alpha)
     psi, mde, paper_power = [], [], []
     for row in out.itertuples():
         n = int(row.n_pairs)
         better, worse = float(row.paper_better), float(row.paper_worse)
         paper = better - worse
-        if math.isnan(paper):
+        if math.isnan(paper) or getattr(row, "outcome", None) == EQUAL_BY_CONSTRUCTION:  # no test: no power
             psi.append(math.nan)
             mde.append(math.nan)
             paper_power.append(math.nan)
@@ -352,12 +352,20 @@ def plot_claims_power(claims: pd.DataFrame, title: str = "", power: float = TARG
     return fig
 
 
-def power_sentence(claims: pd.DataFrame, power: float = TARGET_POWER) -> str:
-    """How many distinct claims of :func:`with_power` the run had ``power`` to detect at the paper's difference (pre-run)."""
+def _family(claims: pd.DataFrame) -> pd.DataFrame:
+    """The claims Holm's family holds (:func:`~r2mad_core.report.comparison.check_orderings`): the distinct comparisons,
+    less those of rows equal by construction (known from the run's K before it runs; not tested)."""
     rows = claims[claims["duplicate_of"].isna()] if "duplicate_of" in claims.columns else claims
+    return rows[rows["outcome"] != EQUAL_BY_CONSTRUCTION] if "outcome" in rows.columns else rows
+
+
+def power_sentence(claims: pd.DataFrame, power: float = TARGET_POWER) -> str:
+    """How many claims of Holm's family (:func:`_family`) the run had ``power`` to detect at the paper's difference
+    (pre-run)."""
+    rows = _family(claims)
     if rows.empty:
         return ""
     detectable = int(rows["detectable"].astype(bool).sum())
     return (f"This run had at least {power:.0%} power to detect the paper's own difference for {detectable} of the "
-            f"{len(rows)} distinct comparisons (exact McNemar power before the run, at the Holm-adjusted level "
+            f"{len(rows)} distinct comparisons tested (exact McNemar power before the run, at the Holm-adjusted level "
             f"alpha / {len(rows)} and the discordance assumed from the paper's accuracies).")

@@ -4,7 +4,9 @@
 t > 0, consensus Cons(Z^(t-1)) < 1 (so lambda_t = 1 - gamma * Cons (Eq. 6) is above 1 - gamma), at least one
 retrieved case with reward r_i(e) = 1 (a non-zero relevance term of Eq. 5), as many retrieved cases as the run's K
 (so the redundancy term of Eq. 5 acts from the second pick on) and finite confidences c_{j,i} (Eq. 7) for the
-peers. It returns a :class:`WorkedState`: the state s_i^(t) (Eq. 2) and its embedding, computed as the round hook
+peers. Where no agent-round has all of these (a small run of a model at chance: every debate unanimous, or every
+retrieved case of reward 0), it takes the best there is and names what is missing (:attr:`WorkedState.missing`). It
+returns a :class:`WorkedState`: the state s_i^(t) (Eq. 2) and its embedding, computed as the round hook
 computes it (:func:`r2mad_core.memory.cases.encode_states`, the bank's embedder, state layout and encoding), agent
 i's memory bank M_i, every agent's current response embedded, the run's K, gamma and thresholds, and what the run
 recorded for this agent-round (:attr:`WorkedState.recorded`: case ids, MMR scores, similarities, lambda_t,
@@ -39,6 +41,10 @@ from r2mad_core.report.viewer import _find_bank
 REQUIRED_OPTIONS = {"retrieval_policy": "state_aware", "poison_fraction": 0.0}
 
 
+#: What makes an agent-round teach, in the order it counts (the first elements of :func:`_teaches`'s key).
+TEACHES = ("Cons < 1", "a retrieved case of reward 1", "a finite peer confidence")
+
+
 class WorkedStateError(ValueError):
     """A run directory that holds no agent-round to work by hand (one line naming it and why)."""
 
@@ -68,6 +74,7 @@ class WorkedState:
     confidence_pool: str  # "retrieved" (the paper's K cases) or "candidates" (the authors' code: all 3K)
     peer_response_round: str  # "case" (the paper's z_j(e_k)) or "state" (the authors' code)
     recorded: dict[str, Any]  # the transcript's record of this agent-round (the round hook's ``retrieved``)
+    missing: tuple[str, ...] = ()  # what would teach more and no agent-round of the runs has (module docstring)
 
     @property
     def consensus(self) -> float:
@@ -81,7 +88,9 @@ class WorkedState:
         return (f"{self.benchmark} question {self.sample_id} (gold {self.gold}), agent {self.agent} before round "
                 f"{self.round}: previous answers {list(self.previous_answers)}, Cons(Z^({self.round - 1})) = "
                 f"{self.consensus:.3f}; bank of {len(self.bank)} cases, K = {self.k}, 3K = "
-                f"{self.k * self.candidate_factor} candidates, gamma = {self.gamma}")
+                f"{self.k * self.candidate_factor} candidates, gamma = {self.gamma}"
+                + (f"\n(no agent-round of these runs has {' and '.join(self.missing)}: this one is the best there is)"
+                   if self.missing else ""))
 
 
 def _recorded(turn: Any) -> dict[str, Any]:
@@ -94,9 +103,10 @@ def _teaches(record: TranscriptRecord, t: int, agent: int, k: int) -> tuple[int,
     info = _recorded(rnd.agents[agent])
     rewards = info.get("rewards") or []
     confidences = [v for v in (info.get("confidence") or {}).values() if v is not None]
-    if previous.consensus_ratio >= 1.0 or not rewards or max(rewards) <= 0 or not confidences:
+    if not rewards or not info.get("confidence"):  # nothing retrieved, or no peer's confidence recorded
         return None
-    return (min(len(rewards), 3),  # picks after the first: the redundancy term of Eq. 5 acts
+    return (previous.consensus_ratio < 1.0, max(rewards) > 0, bool(confidences),  # what TEACHES names, in its order
+            min(len(rewards), 3),  # picks after the first: the redundancy term of Eq. 5 acts
             len(rewards) == k,  # K cases found (a small bank may hold fewer)
             0 in rewards,  # a zero relevance term among the picks, explained in the notebook
             sum(0.0 < v < 1.0 for v in confidences),  # confidences that are neither all-correct nor all-wrong
@@ -129,9 +139,9 @@ def find_state(run_dirs: str | Path | Sequence[str | Path], memory: str | Path |
                         best = (key, run_dir, config, record, t, agent)
     if best is None:
         raise WorkedStateError(f"{', '.join(map(str, dirs))}: no agent-round of a state-aware run on an unpoisoned bank "
-                               "with Cons < 1, a retrieved case of reward 1 and a peer confidence (every debate "
-                               "unanimous at round 0?)")
-    _, run_dir, config, record, t, agent = best
+                               "retrieved a case and recorded its peers' confidence")
+    key, run_dir, config, record, t, agent = best
+    missing = tuple(name for name, held in zip(TEACHES, key) if not held)
     options = config["method"].get("options", {})
     k = int(options.get("top_k", 0))
     bank_dir = _find_bank(run_dir, memory if memory is not None else options.get("memory"))
@@ -153,7 +163,8 @@ def find_state(run_dirs: str | Path | Sequence[str | Path], memory: str | Path |
         w_low=float(options.get("w_low", math.nan)),
         confidence_label=str(options.get("confidence_label", "peer_correctness")),
         confidence_pool=str(options.get("confidence_pool", "retrieved")),
-        peer_response_round=str(options.get("peer_response_round", "case")), recorded=_recorded(record.rounds[t].agents[agent]))
+        peer_response_round=str(options.get("peer_response_round", "case")), recorded=_recorded(record.rounds[t].agents[agent]),
+        missing=missing)
 
 
 def _question(record: TranscriptRecord, task_prompt: str, run_dir: Path, data_dir: Any = None) -> str:
