@@ -316,7 +316,8 @@ def _figure_label(row: Any, with_models: bool) -> str:
 def plot_claims_power(claims: pd.DataFrame, title: str = "", power: float = TARGET_POWER) -> Any:
     """One row per distinct claim of :func:`with_power`: the smallest difference the run could detect with
     ``power`` (grey bar; hatched across when none), the paper's difference (x) and the reproduced one (dot,
-    filled when significant). Returns the matplotlib figure."""
+    filled when significant); a claim between rows equal by construction has no bar (not tested) and says so in
+    its label. Returns the matplotlib figure."""
     import matplotlib.pyplot as plt  # lazy: matplotlib (notebooks extra) only for the figure
 
     rows = claims[claims["duplicate_of"].isna()] if "duplicate_of" in claims.columns else claims
@@ -333,7 +334,8 @@ def plot_claims_power(claims: pd.DataFrame, title: str = "", power: float = TARG
     fig, ax = plt.subplots(figsize=(8.5, 0.34 * len(rows) + 1.6))
     ax.barh(y, np.where(np.isnan(mde), 0.0, mde), height=0.6, color="0.85",
             label=f"smallest difference this run detects with {power:.0%} power")
-    none = np.isnan(mde)
+    untested = (rows["outcome"] == EQUAL_BY_CONSTRUCTION).to_numpy() if "outcome" in rows.columns else np.zeros(len(rows), bool)
+    none = np.isnan(mde) & ~untested
     if none.any():
         ax.barh(y[none], np.full(int(none.sum()), high + 0.05 * reach), height=0.6, color="none", edgecolor="0.6", hatch="//",
                 label="no difference detectable with that power")
@@ -343,7 +345,8 @@ def plot_claims_power(claims: pd.DataFrame, title: str = "", power: float = TARG
                label="reproduced (not significant)")
     ax.axvline(0.0, color="gray", linewidth=1)
     ax.set_yticks(y)
-    ax.set_yticklabels([_figure_label(r, with_models) for r in rows.itertuples()], fontsize=7)
+    ax.set_yticklabels([_figure_label(r, with_models) + (" (equal by construction: not tested)" if u else "")
+                        for r, u in zip(rows.itertuples(), untested)], fontsize=7)
     ax.set_xlabel("accuracy difference (claimed better minus worse)")
     ax.set_xlim(min(low, 0.0) - 0.05 * reach, high + 0.08 * reach)
     if title:
