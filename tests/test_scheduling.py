@@ -182,6 +182,9 @@ class StaggeredEngine(ConcurrentScripted):
         last_of_window = index % self.window == self.window - 1 or index == self.n - 1
         if not last_of_window:
             self.events[successor].wait(timeout=WAIT_BOUND)
+        else:  # finish first, but only once its whole window has started: max_debating must not hang on thread timing
+            for earlier in range(index - index % self.window, index):
+                self.started_events[f"q{earlier:03d}"].wait(timeout=WAIT_BOUND)
         out = super().generate(requests)
         if round_of(requests[0]) == 2 and requests[0].tag == "debate":
             with self.lock:
