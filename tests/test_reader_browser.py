@@ -296,14 +296,14 @@ def test_the_viewer_embedded_at_the_books_width_keeps_its_words_whole(chromium, 
     makes every table of an output a scrolling block), a grid cell keeps a readable width (the grid scrolls in its
     frame) instead of one letter per line. With the viewer's style of before (no display:table), the cells were
     9 px wide."""
-    sys.path.insert(0, str(ROOT / "docs"))
-    import build_book
     from r2mad_core.report import viewer
+
+    book_css = (ROOT / "docs" / "book" / "book.css").read_text(encoding="utf-8")  # the book's own style (make docs)
 
     runs = [viewer.load_view(viewer_site["runs"] / "simulated" / "r2mad")]
     fragment = viewer.render(runs, viewer.select_questions(runs, limit=1), page=False, expand=True)
     page = tmp_path / "book.html"
-    page.write_text(f'<!DOCTYPE html><html><head><style>{build_book.BOOK_CSS}</style></head><body>'
+    page.write_text(f'<!DOCTYPE html><html><head><style>{book_css}</style></head><body>'
                     '<div class="jupyter-wrapper" style="width:700px"><div class="jp-OutputArea-output '
                     f'jp-RenderedHTMLCommon">{fragment}</div></div><script>window.addEventListener("load", function () {{'
                     'var w = Array.prototype.map.call(document.querySelectorAll("td.turn"), function (td) {'

@@ -517,7 +517,8 @@ class ReportContext:
 
     def with_sample_note(self, caption: str | None, overrides: Mapping[str, Any]) -> str | None:
         """``caption`` plus the small-sample line (:func:`r2mad_core.report.inference.small_sample_line`) when a
-        benchmark of the artifact has fewer questions than the smallest n with 80% power for any difference."""
+        benchmark of the artifact has fewer questions than the smallest n with 80% power for any difference (before
+        :meth:`with_engine_note`, so that a variant's note stays the caption's last sentence)."""
         counts = [c for c in (overrides.get("sample_counts") or self.sample_counts or {}).values()
                   if isinstance(c, (int, float)) and not isinstance(c, bool)]
         if not counts or not inference.too_small(min(counts)):
@@ -529,7 +530,7 @@ class ReportContext:
 
     def save_table(self, table: Table | pd.DataFrame, name: str, **overrides: Any) -> list[Path]:
         own = table.caption if isinstance(table, Table) else None
-        caption = self.with_sample_note(self.with_engine_note(overrides.get("caption", own)), overrides)
+        caption = self.with_engine_note(self.with_sample_note(overrides.get("caption", own), overrides))
         own_runs = table_run_dirs(table)
         if own_runs is not None and "runs" not in overrides:
             overrides["runs"], overrides["runs_from"] = run_paths(own_runs, self.out_dir), RUNS_FROM_TABLE
@@ -543,7 +544,7 @@ class ReportContext:
         return paths
 
     def save_figure(self, fig: Any, name: str, **overrides: Any) -> list[Path]:
-        caption = self.with_sample_note(self.with_engine_note(overrides.get("caption", "")), overrides)
+        caption = self.with_engine_note(self.with_sample_note(overrides.get("caption", ""), overrides))
         overrides["caption"] = self.with_limits(caption, overrides)
         if self.variant is not None and not any(self.variant.note() == t.get_text() for t in fig.texts):
             # the picture itself says which variant it is (a figure travels without its caption)
