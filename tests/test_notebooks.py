@@ -408,7 +408,8 @@ def test_a_rerun_from_nothing_writes_the_same_bytes(tiny_run: Path, capsys: pyte
     assert [k for k in before if before[k] != after.get(k)] == [] and set(after) == set(before)
     assert (own[1] / "timings.last.json").is_file()
     assert "reproduce: the paper's Table 1 (accuracy; each cell: this run [95% CI] / the paper" in out
-    assert out.rstrip().splitlines()[-1].startswith("  every number against the paper: ")
+    lines = out.rstrip().splitlines()  # the headline ends with where every number is, then the claims' verdict line
+    assert lines[-2].startswith("  every number against the paper: ") and lines[-1].startswith("  Claims: ")
 
 
 def _hashes(*folders: Path) -> dict[str, str]:
