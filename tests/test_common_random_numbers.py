@@ -18,7 +18,7 @@ from r2mad_core.experiments.cell import run_cell
 from r2mad_core.experiments.method_labels import resolve
 from r2mad_core.experiments.run_settings import RunSettings
 from r2mad_core.experiments.methods import get_method
-from r2mad_core.report import multiplicity
+from r2mad_core.report import inference, multiplicity
 from r2mad_core.reproduce.variants import Variant, comparison_sentences, round0_sharing
 
 
@@ -132,7 +132,10 @@ def test_generated_text_never_calls_an_unadjusted_p_significant() -> None:
     frame["p_holm"] = multiplicity.holm(frame["p_mcnemar"])  # as compare_table writes it
     variant = Variant(profile="tiny", overrides={"gamma": (0.5, 0.9)}, name="gamma=0.5")
     text = comparison_sentences(frame, variant, "tab_ablation")[0]
-    assert "20 of 20 cells differ" in text and "0 of them significantly" in text and "Holm-adjusted over the 20" in text
+    assert "20 of 20 cells differ" in text and "0 of 20 significant (p_holm < 0.05" in text
+    assert "Holm-adjusted over the 20" in text and inference.verdict_problems(text) == []
+    small = frame.assign(pairs=4)  # below the rule's n: no verdict word at all
+    assert "no inference for any of the 20" in comparison_sentences(small, variant, "tab_ablation")[0]
     assert "Round 0: 2000 of the 2000 debates" in text
 
 

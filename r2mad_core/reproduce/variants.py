@@ -348,14 +348,6 @@ def compare_table(table: Any, variant: Variant, baseline: Any, *, bootstrap_resa
     return frame
 
 
-def significant_cells(frame: pd.DataFrame, alpha: float = multiplicity.ALPHA) -> pd.DataFrame:
-    """The cells of a comparison called significant: Holm-adjusted p below ``alpha``, never the unadjusted p, on at
-    least the pairs the rule needs (:func:`r2mad_core.report.inference.decides`, docs/statistics.md)."""
-    from r2mad_core.report.inference import decides  # the one rule
-
-    return frame[[decides(p, n, alpha) for p, n in zip(frame["p_holm"], frame["pairs"])]]
-
-
 def comparison_sentences(frame: pd.DataFrame, variant: Variant, table_name: str) -> list[str]:
     """The "What this shows" sentences of one comparison, from its numbers."""
     if frame.empty:
@@ -367,12 +359,14 @@ def comparison_sentences(frame: pd.DataFrame, variant: Variant, table_name: str)
                 f"run `{variant.command()}` first (it shares this variant's runs and cache)."]
     labels = [c for c in frame.columns if c not in COMPARISON_COLUMNS]
     changed = compared[compared["difference"].abs() > 1e-12]
-    significant = significant_cells(compared)
+    from r2mad_core.report.inference import count_phrase  # the one rule: no verdict word below its n
+
     same = int(compared["same_run"].sum())
     tests = int(compared["p_holm"].notna().sum())
+    verdict = count_phrase(list(compared["p_holm"]), list(compared["pairs"]), f"the {tests} cells tested at once")
     text = (f"{table_name}, {variant.describe()}: {len(changed)} of {len(compared)} cells differ from the profile's "
-            f"({same} are the very same runs, unchanged by the override), {len(significant)} of them significantly "
-            f"(exact McNemar on the same questions, {multiplicity.describe(tests)}).")
+            f"({same} are the very same runs, unchanged by the override); {verdict} (exact McNemar on the same "
+            f"questions, {multiplicity.describe(tests)}).")
     if "round0_unchanged" in compared:
         unchanged, shared = int(compared["round0_unchanged"].sum()), int(compared["round0_shared"].sum())
         text += (f" Round 0: {shared} of the {unchanged} debates whose round-0 requests the change leaves unchanged "
