@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_reader_browser import chromium, need, open_page  # noqa: F401  (chromium is a fixture)
+from test_reader_browser import chromium, injected_check, need  # noqa: F401  (chromium is a fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -100,15 +100,8 @@ LAYOUT_CHECK = """<script>
 
 def layout(chromium: str, page: Path, tmp_path: Path) -> tuple[dict, list[str]]:
     """(what LAYOUT_CHECK found, the console messages) of ``page``."""
-    copy = page.with_name(page.stem + ".__layout__.html")  # beside the page: its relative links resolve the same
-    copy.write_text(page.read_text(encoding="utf-8").replace("</body>", LAYOUT_CHECK + "</body>", 1), encoding="utf-8")
-    try:
-        dom, console = open_page(chromium, copy, tmp_path, budget_ms=20000)
-    finally:
-        copy.unlink()
-    found = re.search(r'<html[^>]*data-layout-check="([^"]*)"', dom)
-    assert found, f"{page}: the layout check never ran (the page did not finish loading)"
-    return json.loads(htmllib.unescape(found.group(1))), console
+    found, console, _ = injected_check(chromium, page, LAYOUT_CHECK, "data-layout-check", tmp_path, str(page))
+    return found, console
 
 
 @pytest.fixture(scope="module")

@@ -398,19 +398,28 @@ def broken_internal_links(site: Path) -> list[str]:
     return broken
 
 
-def check_page(chromium: str, site: Path, page: Path, tmp_path: Path) -> tuple[dict, list[str], str]:
-    """(what PAGE_CHECK found, the console messages, the DOM) of ``page``, opened as a reader opens it."""
+def injected_check(chromium: str, page: Path, script: str, attribute: str, tmp_path: Path,
+                   shown: str) -> tuple[dict, list[str], str]:
+    """(what ``script`` found, the console messages, the DOM) of ``page`` opened with ``script`` before its
+    ``</body>``: the script writes its findings as JSON into the ``<html>`` element's ``attribute``."""
     copy = page.with_name(page.stem + ".__check__.html")  # beside the page: its relative links resolve the same
-    copy.write_text(page.read_text(encoding="utf-8").replace("</body>", PAGE_CHECK + "</body>", 1), encoding="utf-8")
+    copy.write_text(page.read_text(encoding="utf-8").replace("</body>", script + "</body>", 1), encoding="utf-8")
     try:
         dom, console = open_page(chromium, copy, tmp_path, budget_ms=20000)
     finally:
         copy.unlink()
-    found = re.search(r'<html[^>]*data-book-check="([^"]*)"', dom)
-    assert found, f"{page.relative_to(site)}: the page check never ran (the page did not finish loading)"
+    found = re.search(rf'<html[^>]*{attribute}="([^"]*)"', dom)
+    assert found, f"{shown}: the check never ran (the page did not finish loading)"
+    return json.loads(htmllib.unescape(found.group(1))), console, dom
+
+
+def check_page(chromium: str, site: Path, page: Path, tmp_path: Path) -> tuple[dict, list[str], str]:
+    """(what PAGE_CHECK found, the console messages, the DOM) of ``page``, opened as a reader opens it."""
+    found, console, dom = injected_check(chromium, page, PAGE_CHECK, "data-book-check", tmp_path,
+                                         str(page.relative_to(site)))
     # MathJax 2's own probe of web fonts (an @font-face "MathJax_Blank" at about:blank) is refused on a file:// page
     console = [line for line in console if "Access to font at 'about:blank'" not in line]
-    return json.loads(htmllib.unescape(found.group(1))), console, dom
+    return found, console, dom
 
 
 def test_book_in_chromium(chromium, tmp_path):
