@@ -129,8 +129,10 @@ def test_ctrl_c_during_openai_generation_exits_at_once_and_keeps_every_finished_
                    "--engine-option", "neutral_sampling=false", "--cache-dir", str(tmp_path / "cache"),
                    "--out", str(tmp_path / "run"), "--no-progress"]
         environment = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        # SIGINT's default action in the child whatever started this test: a shell without job control starts its
+        # background jobs with SIGINT ignored, and a Python started so never raises KeyboardInterrupt
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   env=environment)
+                                   env=environment, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         try:
             deadline = time.monotonic() + 300  # the run's start (imports) on a loaded machine
             while not (server.completed >= 3 and server.requests_served >= 6) and process.poll() is None:

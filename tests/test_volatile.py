@@ -130,3 +130,20 @@ def test_the_headline_is_the_papers_table_1_with_this_runs_values(tmp_path: Path
     again = capsys.readouterr().out.splitlines()
     assert "up to date, nothing re-executed" in again[0] and again[1:] == lines[1:]
     assert headline_lines(tmp_path / "nothing") == []
+
+
+def test_what_a_new_machine_writes_to_stderr_is_not_a_change() -> None:
+    """matplotlib's font-cache line (a new machine, when building the cache takes over 5 s) comes and goes with the
+    machine: a rerun that only adds it keeps the committed notebook. A line that merely contains those words, or a
+    real warning beside it, is a change."""
+    line = "Matplotlib is building the font cache; this may take a moment.\n"
+    assert is_progress({"output_type": "stream", "name": "stderr", "text": line})
+    assert is_progress({"output_type": "stream", "name": "stderr",
+                        "text": ["\r12 cells:  8%|8         | 1/12 [00:05<00:55,  5.02s/cell]\n", line]})
+    assert not is_progress({"output_type": "stream", "name": "stderr", "text": line + "UserWarning: something real\n"})
+    assert not is_progress({"output_type": "stream", "name": "stderr", "text": "so " + line})
+    committed = {"cells": [{"cell_type": "code", "metadata": {}, "outputs": [
+        {"output_type": "stream", "name": "stdout", "text": "0.637\n"}]}], "metadata": {}}
+    new_machine = json.loads(json.dumps(committed))
+    new_machine["cells"][0]["outputs"].insert(0, {"output_type": "stream", "name": "stderr", "text": line})
+    assert normalized_notebook(json.dumps(new_machine)) == normalized_notebook(json.dumps(committed))

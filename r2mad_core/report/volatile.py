@@ -3,7 +3,7 @@
 A rerun whose results are unchanged leaves ``git status`` clean (issue 36). What changes from run to run without
 the results changing: papermill's timestamps and durations in an executed notebook (the notebook's and each
 cell's), tqdm's progress bars on stderr (how often a bar redraws depends on the machine's speed), the notebooks'
-wall times (``timings.json``), and a manifest entry's ``created`` time and ``git`` commit
+wall times (``timings.json``), the lines a new machine adds to a cell's stderr (:data:`MACHINE_LINES`), and a manifest entry's ``created`` time and ``git`` commit
 (:func:`r2mad_core.report.artifacts.update_manifest` keeps an entry whose files and fields are unchanged and whose
 code is the same, :func:`same_but_volatile`: a commit that changed only figures or documents is not news).
 
@@ -35,16 +35,23 @@ LAST_TIMINGS_NAME = "timings.last.json"
 
 #: A line of progress output: a tqdm bar ("12 cells:  50%|#####     | 6/12 [00:02<00:02, ...]") or nothing.
 PROGRESS_LINE = re.compile(r"^.*\d+%\|.*\|\s*\d+/\d+ \[.*$|^\s*$")
+#: Lines the machine, not the notebook, writes to a cell's stderr: matplotlib building its font cache on a new
+#: machine (when that takes over 5 s). They say nothing of the results, and appear or not with the machine.
+MACHINE_LINES = (
+    re.compile(r"^Matplotlib is building the font cache; this may take a moment\.$"),
+)
 _CURSOR = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # tqdm's cursor movements between nested bars
 
 
 def is_progress(output: Mapping[str, Any]) -> bool:
-    """Whether a notebook output is only progress on stderr (tqdm's bars)."""
+    """Whether a notebook output is only progress on stderr: tqdm's bars, and the :data:`MACHINE_LINES` a new
+    machine adds (a real warning is not progress: a rerun that adds one changed the notebook)."""
     if output.get("output_type") != "stream" or output.get("name") != "stderr":
         return False
     text = output.get("text", "")
     text = _CURSOR.sub("", "".join(text) if isinstance(text, list) else str(text))
-    return all(PROGRESS_LINE.match(part) for part in re.split(r"[\r\n]", text))
+    return all(PROGRESS_LINE.match(part) or any(line.match(part.strip()) for line in MACHINE_LINES)
+               for part in re.split(r"[\r\n]", text))
 
 
 def normalized_notebook(text: str) -> Any:
