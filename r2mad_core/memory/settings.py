@@ -38,15 +38,19 @@ MAX_TOP_K = 64
 MAX_EXPERIENCE_CHARS = 1_000_000
 
 
+#: The retrieval policy registry, by name: :data:`r2mad_core.memory.retrieval.POLICIES` is this very dict (filled by
+#: ``register_policy``: the built-ins and a plugin's). Held here so that the vocabulary of ``retrieval_policy`` is read
+#: at each check, not at import, without this module importing the one that reads its defaults.
+POLICY_REGISTRY: dict[str, Any] = {}
+
+
 class RegisteredPolicies:
-    """The names of the retrieval policies registered when asked (:data:`r2mad_core.memory.retrieval.POLICIES`: the
-    built-ins and a plugin's): the vocabulary of ``retrieval_policy``, read at each check, not at import."""
+    """The names of the retrieval policies registered when asked (:data:`POLICY_REGISTRY`): the vocabulary of
+    ``retrieval_policy``."""
 
     @staticmethod
     def names() -> tuple[str, ...]:
-        from r2mad_core.memory.retrieval import POLICIES  # lazy: retrieval.py reads this module's defaults
-
-        return tuple(POLICIES)
+        return tuple(POLICY_REGISTRY)
 
     def __contains__(self, value: object) -> bool:
         return value in self.names()
