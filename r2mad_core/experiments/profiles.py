@@ -648,10 +648,11 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
     except yaml.YAMLError as exc:
         raise ProfileError(f"{source}: not valid YAML: {exc}") from exc
     data = expand_environment(data, source, secrets=_secret_variables(data))
-    overrides = dict(overrides or {})
+    given = overrides = dict(overrides or {})
     if overrides and isinstance(data, dict):
         check_override_keys(overrides, data, name, extra_keys)
-    run = {key: overrides.pop(key) for key in list(overrides) if key in RUN_SETTING_FIELDS}
+    run = {key: value for key, value in overrides.items() if key in RUN_SETTING_FIELDS}
+    overrides = {key: value for key, value in overrides.items() if key not in run}
     if overrides and isinstance(data, dict):
         data = dict(data)
         for key, value in overrides.items():
@@ -664,8 +665,8 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
     spec, errors = _validated(data, source)
     if spec is None:
         raise _invalid(errors)
-    return Profile(name=name, source=source, fields=data, spec=spec, location=location,
-                   overrides=overrides).with_overrides(run)
+    loaded = Profile(name=name, source=source, fields=data, spec=spec, location=location, overrides=overrides)
+    return dataclasses.replace(loaded.with_overrides(run), overrides=given)  # as given, in their order
 
 
 def check_override_keys(overrides: Mapping[str, Any], data: Mapping[str, Any], name: str, extra_keys: Any = ()) -> None:
