@@ -16,6 +16,11 @@ differs) are optional fields whose vocabularies are defined once, next to their 
 choice at once (:mod:`r2mad_core.experiments.protocol`, the one declaration of the presets); a choice the profile
 states explicitly (or ``--set``) beats the preset. :attr:`ProfileSpec.choices` is the resolved bundle.
 
+A loaded profile (:class:`Profile`) carries the settings of its runs whole (``run_settings``, a
+:class:`~r2mad_core.experiments.run_settings.RunSettings` built once from the validated file); ``--set``, a sweep
+point, a variant and a notebook's ``overrides`` reach it by :meth:`Profile.with_overrides` (a run setting by one
+``RunSettings.replace``; any other field by loading the file again with it).
+
 Strings of the form ``${NAME}`` stand for the environment variable ``NAME`` in the fields that name a model or an
 endpoint only (:data:`EXPANDABLE_FIELDS`, checked when a profile is loaded: :func:`expand_environment`), and are
 replaced by its value only when the engine is opened: every field of a profile reaches the notebooks' parameters,
@@ -108,7 +113,6 @@ PROTOCOL_FIELDS: dict[str, tuple[str, ...]] = {
     "confidence_pool": EVIDENCE_POOLS,
     "peer_response_round": PEER_RESPONSE_ROUNDS,
 }
-
 
 
 # --------------------------------------------------------------------------------------------
