@@ -88,7 +88,7 @@ def _alternatives(base: Any) -> dict[str, Any]:
         "large_models": [], "embedder": "minilm",
         "benchmarks": ["mmlu_pro_economics", "truthfulqa", "math500"], "test_limit": 3, "train_limit": 5, "seed": 7,
         "n_agents": 2, "n_rounds": 2, "temperature": 0.7, "top_p": 0.9, "max_tokens": 128, "summary_max_tokens": 32,
-        "max_experience_chars": 300, "top_k": 2, "gamma": 0.5, "fixed_lambda": 0.25, "w_high": 0.6, "w_low": 0.4,
+        "max_experience_chars": 300, "top_k": 2, "gamma": 0.5, "retrieval_policy": "fixed_lambda", "fixed_lambda": 0.25, "w_high": 0.6, "w_low": 0.4,
         "sc_paths": [3],
         "retrieval_policies": ["state_aware"], "retrieval_models": ["Simulated"], "retrieval_benchmarks": ["truthfulqa"],
         "icl_models": ["Simulated"], "icl_benchmarks": ["truthfulqa"], "cost_benchmark": "truthfulqa",
@@ -259,9 +259,9 @@ def test_a_yaml_path_profile_runs_notebooks_01_and_02(tmp_path: Path) -> None:
 
 #: Which cell records a field (the method label whose config.json holds it); the rest: R2-MAD.
 RECORDED_BY_METHOD = {"objective_keep": "MAD-M2 (O)", "icl_match": "ICL-CoT"}
-#: Fields that act only in rows that state their own value: every Fixed-lambda row names its lambda
-#: (retrieval_policies: fixed_lambda:0.25), so a profile's fixed_lambda is recorded by no cell of the packaged profiles.
-ROW_STATED = {"fixed_lambda"}
+#: Overrides that act only with another: a profile's fixed_lambda is the lambda of its retrieval_policy fixed_lambda
+#: (under the paper's state-aware policy lambda_t is Eq. 6's; Table 3's Fixed-lambda rows state their own).
+TOGETHER = {"fixed_lambda": {"retrieval_policy": "fixed_lambda"}}
 #: Fields a bank's manifest records (memory construction), not a cell's config.json.
 RECORDED_BY_BANK = ("reward_definition", "state_layout")
 #: Fields no run records (they choose which questions or cells run, or how numbers are summarised).
@@ -273,7 +273,7 @@ NOT_RECORDED = {"description", "expected_runtime", "expected_runtime_replay", "e
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("field", sorted(set(ALTERNATIVES) - NOT_RECORDED - ROW_STATED))
+@pytest.mark.parametrize("field", sorted(set(ALTERNATIVES) - NOT_RECORDED))
 def test_what_one_cell_recorded_is_the_label_of_each_override(field: str, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """For an override of every field a run records, run one small cell on tiny the way a notebook does and read
@@ -281,7 +281,7 @@ def test_what_one_cell_recorded_is_the_label_of_each_override(field: str, tmp_pa
     monkeypatch.delenv(variants.ENVIRONMENT, raising=False)
     small = {"benchmarks": ["truthfulqa"], "retrieval_benchmarks": ["truthfulqa"], "icl_benchmarks": ["truthfulqa"],
              "poison_benchmarks": ["truthfulqa"], "cost_benchmark": "truthfulqa", "test_limit": 1, "train_limit": 2}
-    override = {field: ALTERNATIVES[field]}
+    override = {**TOGETHER.get(field, {}), field: ALTERNATIVES[field]}
     if field == "test_limit":
         override = {field: 2}
     if field == "w_high":

@@ -46,7 +46,6 @@ from r2mad_core.memory.banks import MemoryBankError, MemoryBankSet
 from r2mad_core.memory.cases import REWARD_DEFINITIONS, STATE_ENCODINGS, STATE_LAYOUTS
 from r2mad_core.memory.embeddings import get_embedder
 from r2mad_core.memory.hook import SIMILARITY_MATCHES
-from r2mad_core.memory.retrieval import POLICIES as RETRIEVAL_POLICIES
 from r2mad_core.memory import settings as memory_settings
 
 #: The debate settings ``build-memory`` takes (the rest are fixed by Appendix A: summaries, no early stop, or the
@@ -68,9 +67,8 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     """R2-MAD / ICL-CoT options of ``r2mad run``."""
     group = parser.add_argument_group("memory (methods r2mad and icl_cot)")
     add_method_option(parser, group, "--memory", dest="memory", metavar="DIR", help="memory bank directory (r2mad build-memory)")
-    add_method_option(parser, group, "--retrieval-policy", dest="retrieval_policy", choices=tuple(RETRIEVAL_POLICIES),
-                      help="retrieval policy (default: state_aware, Eq. 5-6; the others are Table 3's ablations)")
-    # K, Eq. 6's tradeoff, the fixed lambda, the thresholds, the shown length: one flag per MemorySettings field
+    # K, the retrieval policy, Eq. 6's tradeoff, the fixed lambda, the thresholds, the shown length: one flag per
+    # MemorySettings field
     add_setting_arguments(parser, group, declaration=memory_settings, aliases={"top_k": ("-K",)})
     add_method_option(parser, group, "--no-memory", dest="use_memory", action="store_false",
                       help="R2-MAD w/o Memory: no experiences in the prompt (confidence still estimated)")

@@ -170,7 +170,9 @@ def resolve(label: str, settings: RunSettings, memory: Path | str | None = None)
     # A setting the row's policy does not read (Eq. 6's tradeoff for Random) is not part of the cell: a change of it leaves the
     # cell the very same run (methods.get_method records the same options).
     if name == "r2mad":
-        for unread in POLICIES[options.get("retrieval_policy", "state_aware")].unread:
+        if options.get("retrieval_policy") == declared["retrieval_policy"]:  # the paper's policy: stated nowhere (the
+            del options["retrieval_policy"]  # run keys were fixed without it; "retrieval=Debate-State-Aware" is "R2-MAD")
+        for unread in POLICIES[options.get("retrieval_policy", declared["retrieval_policy"])].unread:
             options.pop(unread, None)
     return name, options
 
@@ -206,8 +208,7 @@ def _r2mad_row(label: str, settings: RunSettings) -> dict[str, Any]:
         options["use_memory"] = False
     elif rest.startswith("retrieval="):
         name, value = parse_retrieval_policy(policy_spec_of_label(rest[len("retrieval="):]))
-        if name != "state_aware":
-            options["retrieval_policy"] = name
+        options["retrieval_policy"] = name  # the row's own policy, whatever the settings' (resolve drops the paper's)
         if value is not None:
             options[POLICIES[name].parameter or "fixed_lambda"] = value
     elif rest.startswith("poisoned="):

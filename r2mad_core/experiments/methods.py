@@ -360,7 +360,7 @@ def r2mad(
     memory: str,
     use_memory: bool = True,
     use_confidence: bool = True,
-    retrieval_policy: str = "state_aware",
+    retrieval_policy: str = ...,  # type: ignore[assignment]  # a memory setting, placed where config.json records it
     memory_settings: MemorySettings,
     confidence_label: str = "peer_correctness",
     confidence_pool: str = "retrieved",
@@ -377,7 +377,7 @@ def r2mad(
 
     ``memory``: a bank directory (``r2mad build-memory``). ``use_memory=False`` is "w/o Memory" (no
     experiences shown, confidence still estimated), ``use_confidence=False`` "w/o Confidence".
-    ``retrieval_policy`` one of the Table 3 policies; ``memory_settings``: K, Eq. 6's tradeoff, the fixed lambda,
+    ``memory_settings``: K, the retrieval policy (one of Table 3's), Eq. 6's tradeoff, the fixed lambda,
     the thresholds, how much of a past response is shown, every setting of
     :class:`~r2mad_core.memory.settings.MemorySettings` (its defaults, bounds and docs), as flat options;
     ``confidence_label``/``confidence_pool``/``peer_response_round`` select the authors'-code
@@ -393,7 +393,7 @@ def r2mad(
     name = "r2mad"
     memory = _memory_option(name, memory)
     _check_agents(name, settings)
-    policy = _choice_option(name, "retrieval_policy", retrieval_policy, tuple(retrieval.POLICIES))
+    policy = memory_settings.retrieval_policy
     confidence = {
         "evidence_label": _choice_option(name, "confidence_label", confidence_label, CONFIDENCE_LABELS),
         "evidence_pool": _choice_option(name, "confidence_pool", confidence_pool, CONFIDENCE_POOLS),
@@ -575,8 +575,9 @@ def get_method(name: str, **options: Any) -> Method:
 
 #: Options every row of a profile shares (the profile's settings and protocol choices, not a row of a table): they
 #: never name a random stream, also for a registered method that declares them.
-#: Every memory setting is one, but a retrieval policy's own value (the Fixed-lambda row's lambda counts with its row).
-SHARED_SETTINGS = frozenset(MEMORY_SPECS) - {p.parameter for p in retrieval.POLICIES.values()} | frozenset({
+#: Every memory setting is one, but the retrieval policy and a policy's own value (the Fixed-lambda row's lambda counts
+#: with its row).
+SHARED_SETTINGS = frozenset(MEMORY_SPECS) - {p.parameter for p in retrieval.POLICIES.values()} - {"retrieval_policy"} | frozenset({
     "embedder", "experience_reference", "confidence_label", "confidence_pool", "peer_response_round",
     "similarity_match", "match", "judge_max_tokens",
 })

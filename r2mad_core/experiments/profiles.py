@@ -16,6 +16,11 @@ differs) are optional fields whose vocabularies are defined once, next to their 
 choice at once (:mod:`r2mad_core.experiments.protocol`, the one declaration of the presets); a choice the profile
 states explicitly (or ``--set``) beats the preset. :attr:`ProfileSpec.choices` is the resolved bundle.
 
+A loaded profile (:class:`Profile`) carries the settings of its runs whole (``run_settings``, a
+:class:`~r2mad_core.experiments.run_settings.RunSettings` built once from the validated file); ``--set``, a sweep
+point, a variant and a notebook's ``overrides`` reach it by :meth:`Profile.with_overrides` (a run setting by one
+``RunSettings.replace``; any other field by loading the file again with it).
+
 Strings of the form ``${NAME}`` stand for the environment variable ``NAME`` in the fields that name a model or an
 endpoint only (:data:`EXPANDABLE_FIELDS`, checked when a profile is loaded: :func:`expand_environment`), and are
 replaced by its value only when the engine is opened: every field of a profile reaches the notebooks' parameters,
@@ -27,9 +32,9 @@ the executed notebooks and the artifacts' manifests, so what they record is the 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import functools
-import os
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -47,6 +52,7 @@ from pydantic import (
     StrictInt,
     StrictStr,
     ValidationError,
+    TypeAdapter,
     ValidationInfo,
     create_model,
     field_validator,
@@ -56,13 +62,16 @@ from r2mad_core.data import benchmarks
 
 from r2mad_core.experiments import method_labels
 from r2mad_core.experiments import protocol as protocol_presets
+from r2mad_core.experiments.run_settings import PROFILE_FIELDS as RUN_SETTING_FIELDS, RunSettings
 from r2mad_core.data.benchmarks import SPLIT_RULES
 from r2mad_core.debate.loop import ROUND0_MODES
 from r2mad_core.engines import ENGINES, engine_names
 from r2mad_core.engines.base import option_problems
 from r2mad_core.debate.overflow import OVERFLOW_POLICIES
 from r2mad_core.experiments.methods import OBJECTIVE_KEEP
-from r2mad_core.experiments.model_specs import ENVIRONMENT_VARIABLE
+from r2mad_core.experiments.profile_text import (  # noqa: F401  (re-exported: a profile's text, read)
+    EXPANDABLE_FIELDS, NumberLoader, ProfileError, _parsed_yaml, _secret_variables, expand_environment, parse_override,
+    read_yaml)
 from r2mad_core.plugins import PluginError, load_plugins
 from r2mad_core.debate.prompts import TASK_PROMPT_WORDINGS
 from r2mad_core.memory.hook import EXPERIENCE_REFERENCES, SIMILARITY_MATCHES
@@ -106,10 +115,6 @@ PROTOCOL_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
-class ProfileError(ValueError):
-    """A profile file is missing, unreadable or has fields of the wrong type or value."""
-
-
 # --------------------------------------------------------------------------------------------
 # The schema
 # --------------------------------------------------------------------------------------------
@@ -137,6 +142,12 @@ def declared(spec: Spec) -> Any:
         bounds["le"] = spec.maximum
     if spec.kind == "int":
         return Annotated[StrictInt, Field(**bounds)]
+    if spec.kind == "choice":  # its vocabulary read when checked (a registry a plugin adds to: retrieval_policy)
+        def one_of(value: str) -> str:
+            if value not in spec.choices:
+                raise ValueError(f"one of {tuple(spec.choices)}")
+            return value
+        return Annotated[StrictStr, AfterValidator(one_of)]
     return Annotated[Number, Field(allow_inf_nan=False, **bounds)]
 
 
@@ -475,20 +486,38 @@ def _validated(data: Any, source: str) -> tuple[ProfileSpec | None, list[str]]:
     try:
         return ProfileSpec.model_validate(data), []
     except ValidationError as exc:
-        lines: list[str] = []
-        for error in exc.errors(include_url=False):
-            where = _where(tuple(p for p in error["loc"] if not (isinstance(p, str) and (p.startswith(("function-", "constrained-")) or p == "[key]"))))
-            if error["type"] == "missing":
-                lines.append(f"{source}: field {where!r} is missing")
-            elif error["type"] == "extra_forbidden":
-                if len(error["loc"]) == 1:
-                    known = TOP_LEVEL_FIELDS + OPTIONAL_FIELDS
-                else:
-                    known = MODEL_FIELDS if error["loc"][0] == "models" else LARGE_MODEL_FIELDS
-                lines.append(f"{source}: field {where!r}: expected a known field (one of {', '.join(known)}), found an unknown field")
+        return None, _problems(exc, source)
+
+
+def _problems(exc: ValidationError, source: str, field_name: str | None = None) -> list[str]:
+    """One line per problem of a validation (of the whole profile, or of one field: ``field_name``)."""
+    lines: list[str] = []
+    for error in exc.errors(include_url=False):
+        loc = (field_name, *error["loc"]) if field_name is not None else tuple(error["loc"])
+        where = _where(tuple(p for p in loc if not (isinstance(p, str) and (p.startswith(("function-", "constrained-")) or p == "[key]"))))
+        if error["type"] == "missing":
+            lines.append(f"{source}: field {where!r} is missing")
+        elif error["type"] == "extra_forbidden":
+            if len(loc) == 1:
+                known = TOP_LEVEL_FIELDS + OPTIONAL_FIELDS
             else:
-                lines.append(f"{source}: field {where!r}: expected {_expected(error)}, found {error['input']!r}")
-        return None, list(dict.fromkeys(lines))
+                known = MODEL_FIELDS if loc[0] == "models" else LARGE_MODEL_FIELDS
+            lines.append(f"{source}: field {where!r}: expected a known field (one of {', '.join(known)}), found an unknown field")
+        else:
+            lines.append(f"{source}: field {where!r}: expected {_expected({**error, 'loc': loc})}, found {error['input']!r}")
+    return list(dict.fromkeys(lines))
+
+
+@functools.cache
+def _field_type(name: str) -> TypeAdapter:
+    """The declared type of one profile field (for a run setting: generated from its declaration, :func:`declared`)."""
+    info = ProfileSpec.model_fields[name]
+    return TypeAdapter(Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation)  # type: ignore[valid-type]
+
+
+def _invalid(errors: list[str]) -> ProfileError:
+    return ProfileError("invalid profile: " + errors[0] if len(errors) == 1 else
+                        "invalid profile:\n  " + "\n  ".join(errors))
 
 
 def validate_profile(data: Any, source: str) -> list[str]:
@@ -515,6 +544,44 @@ class Profile:
     location: str = ""
     #: The overrides it was loaded with (``--set``, ``--sweep``, a notebook's ``overrides``), as given.
     overrides: Mapping[str, Any] = field(default_factory=dict)
+    #: The settings of its runs (built once, from ``spec``, when the file is validated; the overrides of run settings
+    #: applied by :meth:`RunSettings.replace`): what the grid holds whole.
+    run_settings: RunSettings = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.run_settings is None:
+            object.__setattr__(self, "run_settings", RunSettings.from_profile(self.spec))
+
+    def with_overrides(self, overrides: Mapping[str, Any] | None, extra_keys: Any = ()) -> "Profile":
+        """This profile with ``overrides`` on top of its own (``--set``, a sweep point, a variant, a replicate's seed,
+        a notebook's ``overrides``; None or empty: itself).
+
+        An override of a run setting (:data:`~r2mad_core.experiments.run_settings.PROFILE_FIELDS`: the debate's,
+        what R2-MAD adds, the protocol and its choices, the seed, the embedder, the limits) lands by one
+        :meth:`RunSettings.replace` on :attr:`run_settings`: its value is checked against its declared type (the
+        profile field's, generated from the declaration; one line naming the field), the profile file is neither
+        read nor validated again, and ``spec`` and ``fields`` show the new value to the notebooks. An override of
+        any other field (the models, the benchmarks, which rows a table runs, engine options, an extra parameter)
+        changes what the rest of the profile is checked against (a label must name a model): the profile file is
+        loaded again with it (:func:`load_profile`). An unknown key is refused (:func:`check_override_keys`)."""
+        if not overrides:
+            return self
+        if any(key not in RUN_SETTING_FIELDS for key in overrides):
+            return load_profile(self.location or self.source, {**self.overrides, **overrides}, extra_keys=extra_keys)
+        errors = []
+        for key, value in overrides.items():
+            try:
+                _field_type(key).validate_python(value)
+            except ValidationError as exc:
+                errors += _problems(exc, self.source, key)
+        if errors:
+            raise _invalid(errors)
+        try:
+            settings = self.run_settings.replace(**overrides)
+        except ValueError as exc:  # a rule between two settings (w_l <= w_h, Eq. 7), said by its declaration
+            raise ProfileError(f"invalid profile: {self.source}: {exc}") from None
+        return dataclasses.replace(self, fields={**self.fields, **overrides}, spec=self.spec.model_copy(update=overrides),
+                                   overrides={**self.overrides, **overrides}, run_settings=settings)
 
     @property
     def folder(self) -> str:
@@ -551,7 +618,9 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
                  extra_keys: Any = ()) -> Profile:
     """Load and validate a profile by name (a packaged profile) or by path to a YAML file.
 
-    ``overrides`` replace top-level fields (or ``extra_parameters`` entries) before validation. A key that is
+    ``overrides``: the overrides of fields that are not run settings replace top-level fields (or
+    ``extra_parameters`` entries) before validation; those of run settings land afterwards, by one
+    :meth:`RunSettings.replace` (:meth:`Profile.with_overrides`). A key that is
     neither a profile field (every protocol choice is one), an ``extra_parameters`` entry of the profile nor one of
     ``extra_keys`` (the extra parameters a notebook declares) is refused: one line naming the nearest valid keys
     (:func:`check_override_keys`).
@@ -583,8 +652,12 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
     except yaml.YAMLError as exc:
         raise ProfileError(f"{source}: not valid YAML: {exc}") from exc
     data = expand_environment(data, source, secrets=_secret_variables(data))
+    given = overrides = dict(overrides or {})
     if overrides and isinstance(data, dict):
         check_override_keys(overrides, data, name, extra_keys)
+    run = {key: value for key, value in overrides.items() if key in RUN_SETTING_FIELDS}
+    overrides = {key: value for key, value in overrides.items() if key not in run}
+    if overrides and isinstance(data, dict):
         data = dict(data)
         for key, value in overrides.items():
             if key in ProfileSpec.model_fields:
@@ -595,31 +668,9 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
                 data["extra_parameters"] = extra
     spec, errors = _validated(data, source)
     if spec is None:
-        raise ProfileError("invalid profile: " + errors[0] if len(errors) == 1 else
-                           "invalid profile:\n  " + "\n  ".join(errors))
-    return Profile(name=name, source=source, fields=data, spec=spec, location=location, overrides=dict(overrides or {}))
-
-
-class NumberLoader(yaml.SafeLoader):
-    """YAML's safe loader reading numbers as Python does: ``5e-1`` and ``1e3`` are floats (YAML 1.1, PyYAML's
-    default, wants ``5.0e-1``: ``--set gamma=5e-1`` was refused as the string '5e-1')."""
-
-
-NumberLoader.yaml_implicit_resolvers = {key: list(value) for key, value in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-NumberLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-    list("-+0123456789."))
-
-
-def read_yaml(text: str) -> Any:
-    """YAML text as a profile reads it (:class:`NumberLoader`)."""
-    return yaml.load(text, Loader=NumberLoader)  # noqa: S506 (a SafeLoader subclass)
-
-
-@functools.lru_cache(maxsize=32)
-def _parsed_yaml(text: str) -> Any:
-    """A profile's YAML, parsed once per text (10-20 ms each time, at every load; callers get a deep copy)."""
-    return read_yaml(text)
+        raise _invalid(errors)
+    loaded = Profile(name=name, source=source, fields=data, spec=spec, location=location, overrides=overrides)
+    return dataclasses.replace(loaded.with_overrides(run), overrides=given)  # as given, in their order
 
 
 def check_override_keys(overrides: Mapping[str, Any], data: Mapping[str, Any], name: str, extra_keys: Any = ()) -> None:
@@ -633,61 +684,6 @@ def check_override_keys(overrides: Mapping[str, Any], data: Mapping[str, Any], n
         raise ProfileError(
             f"unknown key {key!r}: not a field of profile {name}, a protocol choice nor a declared extra parameter; "
             + (f"did you mean {', '.join(near)}?" if near else "the fields are ProfileSpec's (r2mad_core/experiments/profiles.py)"))
-
-
-#: The fields where ``${NAME}`` may stand: the ones naming a model (``models[i].model``, ``large_models[i].model``) or an
-#: endpoint (``options.base_url``/``base_urls``). Elsewhere ``${NAME}`` is an error: a label names folders and table rows.
-EXPANDABLE_FIELDS = re.compile(r"(models|large_models)\[\d+\]\.(model|options\.base_urls?(\[\d+\])?)")
-
-
-def _secret_variables(data: Any) -> set[str]:
-    """The variables a profile names as holding API keys (every ``api_key_env``): never a model or an endpoint."""
-    if isinstance(data, dict):
-        return {v for k, v in data.items() if k == "api_key_env" and isinstance(v, str)}.union(
-            *(_secret_variables(v) for k, v in data.items() if k != "api_key_env"))
-    return set().union(*(_secret_variables(v) for v in data)) if isinstance(data, list) else set()
-
-
-def expand_environment(data: Any, source: str, where: str = "", secrets: set[str] | frozenset[str] = frozenset()) -> Any:
-    """Check every ``${NAME}`` of a profile; the profile keeps the text ``${NAME}`` (secrets by construction).
-
-    ``${NAME}`` may stand only in :data:`EXPANDABLE_FIELDS` (a model's name, an endpoint), ``NAME`` must be set and
-    may not be one of ``secrets`` (the profile's ``api_key_env`` variables). The value is read only when the engine
-    is opened (:meth:`r2mad_core.experiments.model_specs.ModelSpec.resolved`), so what the profile's fields reach --
-    the notebooks' parameters, the executed notebooks, every manifest and run configuration -- is the variable's
-    name, never its value. Each refusal is a :class:`ProfileError` naming the file, the field and the variable."""
-    if isinstance(data, dict):
-        return {key: expand_environment(value, source, f"{where}.{key}" if where else str(key), secrets)
-                for key, value in data.items()}
-    if isinstance(data, list):
-        return [expand_environment(value, source, f"{where}[{i}]", secrets) for i, value in enumerate(data)]
-    if isinstance(data, str) and "${" in data:
-        for name in ENVIRONMENT_VARIABLE.findall(data):
-            uses = f"{source}: field {where!r} uses ${{{name}}}"
-            if not EXPANDABLE_FIELDS.fullmatch(where):
-                raise ProfileError(
-                    f"{uses}, but environment variables are read only in the fields naming a model or an endpoint "
-                    "(models[i].model, large_models[i].model, options.base_urls): write the value itself"
-                )
-            if name in secrets:
-                raise ProfileError(f"{uses}, which holds an API key (api_key_env): a key reaches an engine by name only")
-            if not os.environ.get(name, "").strip():
-                raise ProfileError(
-                    f"{uses}, but the environment variable {name} is not set (export it, see the comments in the "
-                    "profile file)"
-                )
-    return data
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """``"top_k=5"`` -> ``("top_k", 5)``; the value is read as YAML (lists, null, numbers, strings)."""
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise ProfileError(f"--set {text!r}: expected KEY=VALUE, e.g. --set top_k=5")
-    try:
-        return key.strip(), read_yaml(value)
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"--set {text!r}: the value is not valid YAML: {exc}") from exc
 
 
 __all__ = [

@@ -5,9 +5,13 @@ Everything that shapes a run cell besides the models, the questions' files and t
 (:class:`~r2mad_core.memory.settings.MemorySettings`), the protocol preset with every choice resolved
 (:mod:`r2mad_core.experiments.protocol`), the seed, the embedder, the question limits and the bootstrap resamples.
 
-- Built once from a profile (:meth:`RunSettings.from_profile`); a ``--set``, a sweep point, a variant or a table
-  row's own settings (``with_k``: K; the round-0 rows: ``round0``) land in it by one :meth:`RunSettings.replace` of
-  flat names, routed to the object that declares each.
+- Built once from a profile (:meth:`RunSettings.from_profile`, when the profile file is loaded and validated); a
+  ``--set``, a sweep point, a variant, a replicate's seed (:meth:`r2mad_core.experiments.profiles.Profile.with_overrides`:
+  every override of a field in :data:`PROFILE_FIELDS`) or a table row's own settings (``with_k``: K; the round-0 rows:
+  ``round0``) land in it by one :meth:`RunSettings.replace` of flat names, routed to the object that declares each.
+  An override of a field that is not a run setting (the models, the benchmarks, which rows a table runs, engine
+  options, extra parameters) changes what the rest of the profile is checked against: it takes the profile file's
+  road (:func:`r2mad_core.experiments.profiles.load_profile`).
 - The grid (:class:`r2mad_core.reproduce.grid.ExperimentGrid`) holds it whole.
 - It is flattened exactly once, into a method's options, which are a run's recorded identity
   (:func:`r2mad_core.experiments.method_labels.resolve`): the settings each row has always stated, every other
@@ -27,6 +31,14 @@ from typing import Any, Mapping
 from r2mad_core.debate.settings import PROFILE_SETTINGS, SPECS as DEBATE_SPECS, DebateSettings
 from r2mad_core.experiments import protocol as presets
 from r2mad_core.memory.settings import SPECS as MEMORY_SPECS, MemorySettings
+
+
+#: The profile fields that are run settings: what :meth:`RunSettings.from_profile` reads, the names
+#: :meth:`RunSettings.replace` routes. An override of one of them (``--set``, a sweep point, a variant, a replicate's
+#: seed) lands by that one ``replace`` (:meth:`r2mad_core.experiments.profiles.Profile.with_overrides`).
+PROFILE_FIELDS: tuple[str, ...] = tuple(dict.fromkeys((
+    *PROFILE_SETTINGS, *MEMORY_SPECS, *presets.PROFILE_CHOICES, "protocol", "seed", "embedder", "test_limit",
+    "train_limit", "bootstrap_resamples")))
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from r2mad_core.plugins import entry_problem
-from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS, MemorySettings
+from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS, POLICY_REGISTRY, MemorySettings
 
 CANDIDATE_FACTOR = 3
 
@@ -299,7 +299,7 @@ class PolicySpec:
 TUNING_FIELDS = ("gamma", "fixed_lambda")
 
 
-POLICIES: dict[str, PolicySpec] = {}
+POLICIES: dict[str, PolicySpec] = POLICY_REGISTRY  # the one registry (memory/settings.py reads its names)
 
 
 def _registration_problem(spec: PolicySpec) -> str | None:

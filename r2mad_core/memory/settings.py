@@ -1,5 +1,5 @@
-"""What R2-MAD adds to the debate, declared once: K (Eq. 5), gamma (Eq. 6), the fixed lambda, the thresholds w_h/w_l
-(Eq. 7) and how much of a past response an experience shows.
+"""What R2-MAD adds to the debate, declared once: K (Eq. 5), gamma (Eq. 6), the retrieval policy and its fixed lambda,
+the thresholds w_h/w_l (Eq. 7) and how much of a past response an experience shows.
 
 :class:`MemorySettings` is to the method what :class:`~r2mad_core.debate.settings.DebateSettings` is to the debate: a
 frozen dataclass whose fields are declared with :func:`~r2mad_core.debate.settings.setting` (default, bounds, one-line
@@ -38,6 +38,33 @@ MAX_TOP_K = 64
 MAX_EXPERIENCE_CHARS = 1_000_000
 
 
+#: The retrieval policy registry, by name: :data:`r2mad_core.memory.retrieval.POLICIES` is this very dict (filled by
+#: ``register_policy``: the built-ins and a plugin's). Held here so that the vocabulary of ``retrieval_policy`` is read
+#: at each check, not at import, without this module importing the one that reads its defaults.
+POLICY_REGISTRY: dict[str, Any] = {}
+
+
+class RegisteredPolicies:
+    """The names of the retrieval policies registered when asked (:data:`POLICY_REGISTRY`): the vocabulary of
+    ``retrieval_policy``."""
+
+    @staticmethod
+    def names() -> tuple[str, ...]:
+        return tuple(POLICY_REGISTRY)
+
+    def __contains__(self, value: object) -> bool:
+        return value in self.names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self.names())
+
+    def __repr__(self) -> str:
+        return repr(self.names())
+
+
 @dataclass(frozen=True)
 class MemorySettings:
     """The settings R2-MAD adds to the debate (Section 4), with the paper's values where it gives them."""
@@ -46,8 +73,12 @@ class MemorySettings:
                          "authors' run script: 1; default 3 is ours)", flag="--top-k", minimum=1, maximum=MAX_TOP_K)
     gamma: float = setting(0.9, "gamma of lambda_t = 1 - gamma * Cons(Z^(t-1)) (Eq. 6; paper: 0.9)", flag="--gamma",
                            minimum=0.0, maximum=1.0)
-    fixed_lambda: float = setting(0.5, "lambda of the fixed_lambda retrieval policy (Table 3; paper: 0.5)",
-                                  flag="--fixed-lambda", minimum=0.0, maximum=1.0)
+    retrieval_policy: str = setting("state_aware", "retrieval policy of the R2-MAD rows (default: state_aware, Eq. "
+                                    "5-6, the paper's; the others are Table 3's, whose rows state their own)",
+                                    flag="--retrieval-policy", choices=RegisteredPolicies())
+    fixed_lambda: float = setting(0.5, "lambda of the fixed_lambda retrieval policy (Table 3: 0.25 / 0.5 / 0.75; acts "
+                                  "where retrieval_policy is fixed_lambda)", flag="--fixed-lambda", minimum=0.0,
+                                  maximum=1.0)
     w_high: float = setting(0.55, "w_h: a peer with confidence c_ji > w_h is annotated high (Eq. 7; paper: 0.55)",
                             flag="--w-high", minimum=0.0, maximum=1.0)
     w_low: float = setting(0.45, "w_l: a peer with confidence c_ji < w_l is annotated low (Eq. 7; paper: 0.45)",
@@ -115,4 +146,4 @@ DESCRIBED: dict[str, tuple[str, ...]] = {"K / gamma / w_l / w_h": ("top_k", "gam
 STATED = ("top_k", "gamma", "w_high", "w_low")
 #: The settings a run's ``config.json`` has always recorded; one added later is recorded only where it departs from
 #: its default, so a finished run from before it is still the same run (:func:`r2mad_core.experiments.methods.get_method`).
-RECORDED = ("top_k", "gamma", "fixed_lambda", "w_high", "w_low", "max_experience_chars")
+RECORDED = ("top_k", "gamma", "retrieval_policy", "fixed_lambda", "w_high", "w_low", "max_experience_chars")

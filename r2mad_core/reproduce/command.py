@@ -596,7 +596,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             key, values = parse_sweep(sweep)
             for value in values:
                 try:
-                    load_profile(args.profile, {**overrides, key: value}, extra_keys=keys)
+                    profile.with_overrides({key: value}, extra_keys=keys)
                 except (ProfileError, ValueError) as exc:
                     raise ValueError(f"{exc} (--sweep {sweep})" if "--sweep" not in str(exc) else str(exc)) from None
     except (FileNotFoundError, ProfileError, ValueError) as exc:
@@ -620,7 +620,7 @@ def _ablation_main(args: argparse.Namespace, overrides: Mapping[str, Any], only:
     base = load_profile(args.profile)
     paths = ReproductionPaths(args.output_dir, base.folder, _data_dir(args))
     def run(values: Mapping[str, Any], variant: Any, chosen: Sequence[str] | None) -> Path | None:
-        profile = load_profile(args.profile, values, extra_keys=keys)
+        profile = base.with_overrides(values, extra_keys=keys)
         name = variant.name if variant is not None else None
         environment = {VARIANT_ENVIRONMENT: to_environment(values, name)} if variant is not None else {}
         with _environment(environment):
@@ -629,7 +629,7 @@ def _ablation_main(args: argparse.Namespace, overrides: Mapping[str, Any], only:
 
     try:
         if not args.sweep:
-            load_profile(args.profile, overrides, extra_keys=keys)  # a bad override: one line, before anything runs
+            base.with_overrides(overrides, extra_keys=keys)  # a bad override: one line, before anything runs
         chosen = discover_notebooks(notebooks_dir, only)
         notebooks = [p.stem for p in chosen]
         for line in banner(base) if args.show_config is None else ():

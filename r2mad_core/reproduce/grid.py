@@ -219,21 +219,21 @@ class ExperimentGrid:
                      cache_dir: str | Path, data_dir: str | Path | None = None, progress: bool = False,
                      **replace: Any) -> "ExperimentGrid":
         """THE constructor (issue 30): the grid a typed profile (:class:`~r2mad_core.experiments.profiles.Profile`,
-        its overrides applied when it was loaded) runs, with ``overrides`` applied on top (the profile reloaded with
-        them). The models and the memory-only models and ``memory_model`` are read from ``profile.spec``, every other
-        field that shapes a run cell lands in one :class:`~r2mad_core.experiments.run_settings.RunSettings`
-        (:meth:`RunSettings.from_profile`). The notebooks (:func:`r2mad_core.reproduce.notebook_setup.setup`), the
-        pre-flight estimate, the variants' baseline and the report all build their grid here. ``replace`` replaces
+        its overrides applied when it was loaded) runs, with ``overrides`` applied on top
+        (:meth:`~r2mad_core.experiments.profiles.Profile.with_overrides`: a run setting by one
+        :meth:`RunSettings.replace <r2mad_core.experiments.run_settings.RunSettings.replace>`). The models and the
+        memory-only models and ``memory_model`` are read from ``profile.spec``; every other field that shapes a run
+        cell is in the profile's :class:`~r2mad_core.experiments.run_settings.RunSettings`, held whole. The notebooks
+        (:func:`r2mad_core.reproduce.notebook_setup.setup`), the pre-flight estimate, the variants' baseline and the report all build their grid here. ``replace`` replaces
         constructor arguments after the profile's (the estimate: its stand-in engines and sampled sizes; a flat
         setting lands in the run settings)."""
-        if overrides:
-            profile = profile.reloaded({**profile.overrides, **overrides})
+        profile = profile.with_overrides(overrides)
         spec = profile.spec
         options: dict[str, Any] = dict(
             models=[m.model_dump() for m in spec.models],
             memory_models=[m.model_dump() for m in spec.memory_models],
             benchmarks=list(spec.benchmarks), runs_dir=runs_dir, cache_dir=cache_dir, data_dir=data_dir,
-            run_settings=RunSettings.from_profile(spec), progress=progress, memory_model=spec.memory_model,
+            run_settings=profile.run_settings, progress=progress, memory_model=spec.memory_model,
         )
         options.update(replace)
         return cls(**options)

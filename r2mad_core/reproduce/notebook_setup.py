@@ -7,8 +7,9 @@ declared extra parameters to change: the run is then a variant) and where things
 notebooks run from ``notebooks/``). ``make reproduce`` passes the same names (papermill). A profile field assigned in
 the notebook before :func:`setup` (papermill ``-p top_k 5``, or a line added to the parameters cell) is an override too.
 
-:func:`setup` loads the typed profile with the overrides (:func:`r2mad_core.experiments.profiles.load_profile`: an
-unknown key or a value out of bounds is one line naming it), builds the grid from it
+:func:`setup` loads the typed profile (:func:`r2mad_core.experiments.profiles.load_profile`) and applies the
+overrides on it (:meth:`~r2mad_core.experiments.profiles.Profile.with_overrides`: a run setting lands in the profile's
+``RunSettings`` by one ``replace``; an unknown key or a value out of bounds is one line naming it), builds the grid from it
 (:meth:`r2mad_core.reproduce.grid.ExperimentGrid.from_profile`, the one constructor the estimate, the variants and
 the report use too) and puts the profile's values into the notebook's namespace (``benchmarks``, ``sc_paths``,
 ...) for the cells that follow.
@@ -73,14 +74,15 @@ def requested_overrides(namespace: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def resolve_profile(namespace: Mapping[str, Any]) -> tuple[Profile, Profile]:
-    """``(the profile with the notebook's overrides, the profile itself)``; the notebook's own parameters (the
-    theory notebook's grid sizes) are valid extra keys."""
+    """``(the profile with the notebook's overrides, the profile itself)``: the profile loaded and validated once, the
+    overrides applied on it (:meth:`~r2mad_core.experiments.profiles.Profile.with_overrides`: a run setting by one
+    ``RunSettings.replace``); the notebook's own parameters (the theory notebook's grid sizes) are valid extra keys."""
     name = str(namespace.get("profile") or "tiny")
     requested = requested_overrides(namespace)
     own = [k for k, v in namespace.items() if not k.startswith("_") and not callable(v)
            and not isinstance(v, ModuleType) and k not in NOTEBOOK_PARAMETERS]
-    loaded = load_profile(name, requested, extra_keys=own)
-    return loaded, (load_profile(name) if requested else loaded)
+    base = load_profile(name)
+    return base.with_overrides(requested, extra_keys=own), base
 
 
 @dataclass

@@ -117,10 +117,12 @@ def canonical(value: Any) -> Any:
     return canonical(jsonable(value))
 
 
-def executed_configuration(profile: str, overrides: Mapping[str, Any], extra_keys: set[str] | None = None) -> dict[str, Any]:
-    """Every parameter the notebooks run with: the profile loaded with the overrides as a kernel loads it, each
-    protocol choice at its preset's value (:func:`~.variants.profile_values`), as :func:`canonical` compares them."""
-    loaded = load_profile(profile, dict(overrides), extra_keys=extra_keys or ())
+def executed_configuration(profile: Any, overrides: Mapping[str, Any], extra_keys: set[str] | None = None) -> dict[str, Any]:
+    """Every parameter the notebooks run with: the profile (a loaded one, or its name or path) with the overrides as a
+    kernel applies them (:meth:`~r2mad_core.experiments.profiles.Profile.with_overrides`), each protocol choice at its
+    preset's value (:func:`~.variants.profile_values`), as :func:`canonical` compares them."""
+    base = load_profile(profile) if isinstance(profile, (str, Path)) else profile
+    loaded = base.with_overrides(dict(overrides), extra_keys=extra_keys or ())
     values = profile_values(loaded)
     values.update({k: v for k, v in overrides.items() if k not in values})  # a notebook's own extra parameter
     return canonical({k: v for k, v in values.items() if not k.startswith("_")})
@@ -184,6 +186,14 @@ class PointCache:
     force: bool = False
     echo: Callable[[str], None] = print
     _environment: str | None = field(default=None, init=False, repr=False)
+    _base: Any = field(default=None, init=False, repr=False)
+
+    @property
+    def base(self) -> Any:
+        """The profile itself, loaded and validated once: every point's overrides land on it."""
+        if self._base is None:
+            self._base = load_profile(self.profile)
+        return self._base
 
     @property
     def environment(self) -> str:
@@ -192,7 +202,7 @@ class PointCache:
         return self._environment
 
     def key(self, values: Mapping[str, Any], only: Sequence[str] | None) -> str:
-        return point_key(executed_configuration(self.profile, values, self.extra_keys), self.notebooks(only),
+        return point_key(executed_configuration(self.base, values, self.extra_keys), self.notebooks(only),
                          self.environment)
 
     def record_file(self, key: str) -> Path:
@@ -341,7 +351,7 @@ def show_config(points: Sequence[Point], number: int, cache: PointCache, echo: C
     if not 1 <= number <= len(points):
         raise ValueError(f"--show-config {number}: there are {len(points)} points (1 to {len(points)})")
     point = points[number - 1]
-    configuration = profile_values(load_profile(cache.profile, point.values, extra_keys=cache.extra_keys or ()))
+    configuration = profile_values(cache.base.with_overrides(point.values, extra_keys=cache.extra_keys or ()))
     echo(f"# point {number} of {len(points)}: {point.label()} ({point.name}); nothing is executed")
     echo(yaml.safe_dump(jsonable(configuration), sort_keys=True, default_flow_style=None).rstrip())
     return 0
