@@ -774,3 +774,63 @@ def test_grading_a_corpus_of_real_texts_gives_what_it_gave_before_issue_35() -> 
     digest = hashlib.sha256(repr(outputs).encode("utf-8")).hexdigest()
     assert (len(outputs), digest) == _GRADING_CORPUS
     assert _grading_corpus_outputs() == outputs  # again, from the memos
+
+
+def test_an_abandoned_verifier_is_never_stopped_through_a_thread_that_took_its_id() -> None:
+    """A thread's id is reused by the next thread as soon as it exits. The reaper raises SymbolicTimeout in an
+    overrunning verifier by id: once that verifier has ended, nothing is raised by its id any more (it marks itself
+    ended under the reaper's lock), so a comparison in a new verifier, or a caller's thread, is never hit. Before the
+    fix the comparison after an overrun, from worker threads, failed or raised under load."""
+    from r2mad_core.data.deadline import SymbolicTimeout, _Ending, _end, _stop_thread
+
+    ending = _Ending()
+    finished = threading.Event()
+
+    def work() -> None:
+        try:
+            finished.wait(5)
+        finally:
+            _end(ending)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    finished.set()
+    worker.join()
+    assert ending.ended
+    hits: list[BaseException] = []
+
+    def bystander() -> None:  # may get the ended worker's id
+        try:
+            end = time.monotonic() + 0.5
+            while time.monotonic() < end:
+                time.sleep(0.01)
+        except BaseException as error:  # noqa: BLE001
+            hits.append(error)
+
+    others = [threading.Thread(target=bystander) for _ in range(4)]
+    for other in others:
+        other.start()
+    _stop_thread(worker, ending)  # returns at once: the worker has ended
+    for other in others:
+        other.join()
+    assert hits == []
+
+    # and a running worker is stopped, then marked ended
+    ending, running = _Ending(), threading.Event()
+
+    def spin() -> None:
+        try:
+            running.set()
+            while True:
+                pass
+        except SymbolicTimeout:  # what the reaper raises, as in the verifier's own loop
+            pass
+        finally:
+            _end(ending)
+
+    worker = threading.Thread(target=spin, daemon=True)
+    worker.start()
+    running.wait(5)
+    _stop_thread(worker, ending)
+    worker.join(10)
+    assert not worker.is_alive() and ending.ended

@@ -78,16 +78,53 @@ class SymbolicTimeout(BaseException):
     that the ``except Exception`` blocks of sympy and math-verify do not swallow it)."""
 
 
-def _stop_thread(worker: threading.Thread) -> None:
+class _Ending:
+    """Whether a verifier thread has ended its work, under the lock :func:`_stop_thread` holds while it raises an
+    exception in that thread. A thread's id is reused by the next thread as soon as it exits: raising by id after
+    the thread ended would hit an unrelated thread (a debate's, the caller's). The thread marks itself ended under
+    the lock before it exits (:func:`_end`), and nothing is raised in it after that."""
+
+    __slots__ = ("lock", "ended")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ended = False
+
+
+def _raise_in(ident: int, exception: type[BaseException] | None) -> None:
+    """``PyThreadState_SetAsyncExc``: raise ``exception`` in thread ``ident`` at its next bytecode (None: withdraw
+    one not yet raised)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident),
+                                              ctypes.py_object(exception) if exception is not None else None)
+
+
+def _stop_thread(worker: threading.Thread, ending: _Ending) -> None:
     """Raise :class:`SymbolicTimeout` in ``worker`` until it ends (runs in a daemon reaper thread).
 
     ``PyThreadState_SetAsyncExc`` makes Python raise the exception in that thread at its next
     bytecode boundary, as a signal handler would; it is repeated because an exception that lands in a
-    finaliser or a bare ``except`` can be swallowed, and because long C calls delay it.
+    finaliser or a bare ``except`` can be swallowed, and because long C calls delay it. It is raised only while
+    ``ending`` says the thread has not ended (under its lock): never in a thread that took over the id.
     """
-    while worker.is_alive() and worker.ident is not None:
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(SymbolicTimeout))
+    while True:
+        with ending.lock:
+            if ending.ended or worker.ident is None or not worker.is_alive():
+                return
+            _raise_in(worker.ident, SymbolicTimeout)
         worker.join(0.1)
+
+
+def _end(ending: _Ending) -> None:
+    """The verifier thread's last step: mark it ended (no exception is raised in it after this) and withdraw one
+    raised before and not yet delivered. An exception delivered here is caught and the step done again."""
+    while True:
+        try:
+            with ending.lock:
+                ending.ended = True
+                _raise_in(threading.get_ident(), None)
+            return
+        except SymbolicTimeout:
+            continue
 
 
 class _Job:
@@ -102,7 +139,7 @@ class _Job:
         self.done = threading.Event()
 
 
-def _serve(jobs: "queue.SimpleQueue[_Job | None]") -> None:
+def _serve(jobs: "queue.SimpleQueue[_Job | None]", ending: _Ending) -> None:
     """The verifier thread's loop: run each job; end on ``None`` (abandoned) or when stopped."""
     try:
         while True:
@@ -118,6 +155,8 @@ def _serve(jobs: "queue.SimpleQueue[_Job | None]") -> None:
             job.done.set()
     except SymbolicTimeout:  # landed between jobs: this thread was abandoned anyway
         return
+    finally:
+        _end(ending)
 
 
 class _Verifier:
@@ -137,24 +176,27 @@ class _Verifier:
         self._lock = threading.Lock()  # one job at a time: a caller's deadline starts when its job is handed over
         self._worker: threading.Thread | None = None
         self._jobs: "queue.SimpleQueue[_Job | None] | None" = None
+        self._ending = _Ending()
 
     def run(self, function: Callable[[], T], seconds: float, on_timeout: T) -> T:
         if threading.current_thread() is self._worker:  # a job asking for another: run it here
             return function()
         with self._lock:
             if self._worker is None or not self._worker.is_alive():  # first call, after an overrun or a fork
-                self._jobs = queue.SimpleQueue()
-                self._worker = threading.Thread(target=_serve, args=(self._jobs,), name="r2mad-verifier", daemon=True)
+                self._jobs, self._ending = queue.SimpleQueue(), _Ending()
+                self._worker = threading.Thread(target=_serve, args=(self._jobs, self._ending), name="r2mad-verifier",
+                                                daemon=True)
                 self._worker.start()
             job = _Job(function)
             self._jobs.put(job)  # type: ignore[union-attr]
             if not wait_cpu_seconds(job.done, self._worker, seconds):
-                worker, jobs = self._worker, self._jobs
+                worker, jobs, ending = self._worker, self._jobs, self._ending
                 self._worker = self._jobs = None
                 logger.warning("symbolic comparison gave up after %.1f CPU s", seconds)
                 worker.name = "r2mad-symbolic-overrun"
                 jobs.put(None)  # type: ignore[union-attr]
-                threading.Thread(target=_stop_thread, args=(worker,), name="r2mad-symbolic-reaper", daemon=True).start()
+                threading.Thread(target=_stop_thread, args=(worker, ending), name="r2mad-symbolic-reaper",
+                                 daemon=True).start()
                 return on_timeout
         if job.error is not None:
             raise job.error
