@@ -16,7 +16,7 @@ import pytest
 from r2mad_core.engines import CachedEngine, EngineError, ResponseCache
 from r2mad_core.engines.base import Completion, Ledger, Request, SamplingParams
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def ask(content: str, *, sample_index: int = 0, seed: int = 0, tag: str = "debate", max_tokens: int = 64) -> Request:

@@ -16,7 +16,7 @@ from r2mad_core.experiments.profiles import load_profile
 from r2mad_core.reproduce.paper import calibrate, estimate, preflight, rehearsal, throughput
 from r2mad_core.reproduce.paper import command as paper_run
 
-REPOSITORY = Path(__file__).resolve().parents[1]
+REPOSITORY = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
