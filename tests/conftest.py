@@ -7,11 +7,11 @@ browser, starts the local llama.cpp model or runs a profile end to end through t
 2026-11-24 on the shared 2-core machine: the plugin through every notebook 199 s, the fresh clone 100 s, the budget
 end to end 65 s, the book in Chromium 38 s, of a 572 s suite), and any test that starts a Jupyter kernel (papermill or
 jupyter_client), however small its notebook: a kernel's start costs seconds of CPU and its time swings with the
-machine's load (issue 35: tests/reproduce/test_reproduce.py's six, 24 s of a 134 s fast suite). Some files mark their own tests
-(``@pytest.mark.slow``); the others are listed here, by module, by test function (every parametrisation) or by fixture
-(every test using it), so that no test file needs editing to move a test. A listed name that no longer exists is an
-error at collection time, not a silently fast suite. Modules are named by their path under tests/ (a test file lives
-in the folder of the r2mad_core unit it tests, or in tests/ itself when it crosses units).
+machine's load (issue 35: tests/reproduce/test_reproduce.py's six, 24 s of a 134 s fast suite). Some files mark
+their own tests (``@pytest.mark.slow``); the others are listed here, by module, by test function (every
+parametrisation) or by fixture (every test using it), so that no test file needs editing to move a test. A listed name
+that no longer exists is an error at collection time, not a silently fast suite. Modules are named by their path under
+tests/ (a test file lives in the folder of the r2mad_core unit it tests, or in tests/ itself when it crosses units).
 """
 
 from __future__ import annotations
@@ -118,7 +118,8 @@ def _check_names() -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _check_names()
     for item in items:
-        module = item.path.relative_to(HERE).as_posix() if item.path.is_relative_to(HERE) else item.path.name
+        path = item.path.resolve()  # HERE is resolved too
+        module = path.relative_to(HERE).as_posix() if path.is_relative_to(HERE) else path.name
         name = getattr(item, "originalname", None) or item.name.split("[", 1)[0]
         if (module in SLOW_MODULES or name in SLOW_TESTS.get(module, {})
                 or any(f in SLOW_FIXTURES for f in getattr(item, "fixturenames", ()))):
