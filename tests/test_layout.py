@@ -21,11 +21,11 @@ ROOT = TESTS.parent
 PACKAGE_DIR = ROOT / "r2mad_core"
 
 #: Where a path under tests/ may be named: the documents, the build and CI files, the package (docstrings,
-#: comments, profiles), the tests, the benchmarks and the engine tests. Generated outputs (figures/, published/,
+#: comments, profiles), the tests, the benchmarks, the engine tests and the notebooks. Generated outputs (figures/, published/,
 #: notebooks/executed/, the built book) are not read: they are rebuilt from these.
 NAMING_FILES = ("README.md", "Makefile", "pyproject.toml", ".ci/run")
-NAMING_FOLDERS = ("docs", "deploy", "r2mad_core", "tests", "benchmarks", "engine_tests")
-NAMING_SUFFIXES = {".md", ".py", ".yaml", ".yml", ".toml", ".js", ".css", ".tex", ".slurm", ""}
+NAMING_FOLDERS = ("docs", "deploy", "r2mad_core", "tests", "benchmarks", "engine_tests", "notebooks")
+NAMING_SUFFIXES = {".md", ".py", ".ipynb", ".yaml", ".yml", ".toml", ".js", ".css", ".tex", ".slurm", ""}
 #: A path under tests/ as text names it: ``tests/`` not inside another word or path (``engine_tests/``), then
 #: folders and a file with its suffix.
 TEST_PATH = re.compile(r"(?<![\w./-])tests/(?:[\w-]+/)*[\w-]+\.(?:py|jsonl|tex|json)\b")
@@ -68,7 +68,7 @@ def _naming_files() -> list[Path]:
     files = [ROOT / name for name in NAMING_FILES]
     for folder in NAMING_FOLDERS:
         files += [p for p in (ROOT / folder).rglob("*")
-                  if p.is_file() and p.suffix in NAMING_SUFFIXES and "__pycache__" not in p.parts]
+                  if p.is_file() and p.suffix in NAMING_SUFFIXES and not {"__pycache__", "executed"} & set(p.parts)]
     return sorted(p for p in files if p.is_file())
 
 
