@@ -7,10 +7,11 @@ browser, starts the local llama.cpp model or runs a profile end to end through t
 2026-11-24 on the shared 2-core machine: the plugin through every notebook 199 s, the fresh clone 100 s, the budget
 end to end 65 s, the book in Chromium 38 s, of a 572 s suite), and any test that starts a Jupyter kernel (papermill or
 jupyter_client), however small its notebook: a kernel's start costs seconds of CPU and its time swings with the
-machine's load (issue 35: tests/test_reproduce.py's six, 24 s of a 134 s fast suite). Some files mark their own tests
-(``@pytest.mark.slow``); the others are listed here, by module, by test function (every parametrisation) or by fixture
-(every test using it), so that no test file needs editing to move a test. A listed name that no longer exists is an
-error at collection time, not a silently fast suite.
+machine's load (issue 35: tests/reproduce/test_reproduce.py's six, 24 s of a 134 s fast suite). Some files mark
+their own tests (``@pytest.mark.slow``); the others are listed here, by module, by test function (every
+parametrisation) or by fixture (every test using it), so that no test file needs editing to move a test. A listed name
+that no longer exists is an error at collection time, not a silently fast suite. Modules are named by their path under
+tests/ (a test file lives in the folder of the r2mad_core unit it tests, or in tests/ itself when it crosses units).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ SLOW_TESTS = {
         "test_a_toy_benchmark_method_policy_and_engine_run_through_every_notebook_of_the_tiny_profile":
             "a plugin through every notebook of the tiny profile",
     },
-    "test_reproduce.py": {
+    "reproduce/test_reproduce.py": {
         name: "starts a Jupyter kernel" for name in (
             "test_runner_passes_the_profile_its_overrides_and_paths_and_stops_at_the_first_failure",
             "test_notebooks_run_two_at_a_time_each_after_the_notebooks_it_names",
@@ -85,7 +86,7 @@ SLOW_TESTS = {
             "test_executed_notebooks_inside_the_repository_hold_no_machine_paths",
         )
     },
-    "test_budget.py": {
+    "experiments/test_budget.py": {
         "test_api_profile_estimates_then_stops_at_the_cap_and_resumes":
             "the api profile's notebooks three times through the estimating and forwarding gateways",
     },
@@ -108,7 +109,7 @@ def _check_names() -> None:
         path = HERE / module
         source = path.read_text(encoding="utf-8") if path.is_file() else ""
         problems += [f"{module}::{name}" for name in tests if not re.search(rf"^(async )?def {name}\(", source, re.M)]
-    sources = "\n".join(p.read_text(encoding="utf-8") for p in HERE.glob("test_*.py"))
+    sources = "\n".join(p.read_text(encoding="utf-8") for p in HERE.rglob("test_*.py"))
     problems += [f"fixture {name}" for name in SLOW_FIXTURES if not re.search(rf"^def {name}\(", sources, re.M)]
     if problems:
         raise pytest.UsageError("tests/conftest.py lists slow tests that do not exist: " + ", ".join(problems))
@@ -117,7 +118,8 @@ def _check_names() -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _check_names()
     for item in items:
-        module = item.path.name
+        path = item.path.resolve()  # HERE is resolved too
+        module = path.relative_to(HERE).as_posix() if path.is_relative_to(HERE) else path.name
         name = getattr(item, "originalname", None) or item.name.split("[", 1)[0]
         if (module in SLOW_MODULES or name in SLOW_TESTS.get(module, {})
                 or any(f in SLOW_FIXTURES for f in getattr(item, "fixturenames", ()))):

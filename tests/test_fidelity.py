@@ -1,5 +1,5 @@
 """The real-model path as the paper specifies (issue: fidelity): per-request seeds, experiences that carry y,
-MAD-M2's lowest-perplexity masking (tests/test_methods.py), round 0 shared or independent, protocol options."""
+MAD-M2's lowest-perplexity masking (tests/experiments/test_methods.py), round 0 shared or independent, protocol options."""
 
 from __future__ import annotations
 

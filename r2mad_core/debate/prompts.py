@@ -555,7 +555,7 @@ def parse_judgement(text: str) -> Literal["YES", "NO", "NOT SURE"] | None:
 # Parsing (the inverse of the builders)
 # --------------------------------------------------------------------------------------------
 # Blocks are read with str.find (issue 35: the lazy ``.*?`` of the patterns that read them stepped through each prompt a
-# character at a time, ~10x slower); each helper gives what its docstring's pattern gives (tests/test_prompts.py checks).
+# character at a time, ~10x slower); each helper gives what its docstring's pattern gives (tests/debate/test_prompts.py checks).
 _AUTHORS_AGENT = re.compile(r'<agent index="\d+">\n<response>\n(.*?)\n</response>\n<answer>\n', re.DOTALL)
 _INDEXED_OPENINGS = {name: re.compile(rf'<{name} index="\d+">\n') for name in ("experience", "other_solution", "agent_response")}
 

@@ -50,7 +50,7 @@ TARGET_POWER = 0.8
 MONTE_CARLO_DRAWS = 20_000
 #: Largest support (product of the strata's D_k + 1) convolved exactly.
 EXACT_SUPPORT = 200_000
-#: Words that state a conclusion; generated only from an adjusted p below alpha (tests/test_inference.py greps for them).
+#: Words that state a conclusion; generated only from an adjusted p below alpha (tests/report/test_inference.py greps for them).
 VERDICT_WORDS = ("significant", "ranks first", "wins", "beats", "holds significantly")
 NULL_PHRASE = "not distinguishable from no difference"
 

@@ -49,7 +49,7 @@ sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 
 #: This package's modules: ``from r2mad_core.reproduce import grid`` asks this package for ``grid`` before it imports
 #: the module, and :func:`__getattr__` would import :mod:`.command` (1.7 s of CPU: pandas, scipy) to look for it there.
-#: Written out (no directory listing on import); tests/test_gpu_day.py checks it against the folder.
+#: Written out (no directory listing on import); tests/reproduce/paper/test_gpu_day.py checks it against the folder.
 _SUBMODULES = frozenset({
     "ablations", "collect", "command", "gc_settings", "grid", "launcher", "notebook_runner", "notebook_setup", "paper",
     "points", "published", "replicates", "sweeps", "up_to_date", "variants",

@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 from r2mad_core.experiments.profiles import Profile
 from r2mad_core.reproduce.paper import throughput
 
-#: The vLLM release line the ``gpu`` extra of pyproject.toml pins (tests/test_gpu_day.py checks they agree).
+#: The vLLM release line the ``gpu`` extra of pyproject.toml pins (tests/reproduce/paper/test_gpu_day.py checks they agree).
 VLLM_PIN = (0, 32)
 
 

@@ -15,7 +15,7 @@ from r2mad_core.cli import commands as cli
 from r2mad_core.data.benchmarks import BENCHMARKS
 from r2mad_core.experiments.cell import TRANSCRIPTS_FILE
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 # The benchmark files are the ones shipped with the package (or $R2MAD_DATA_DIR when set).
 
 

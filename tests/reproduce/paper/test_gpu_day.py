@@ -20,7 +20,7 @@ import yaml
 from r2mad_core.experiments.profiles import load_profile
 from r2mad_core.reproduce.paper import calibrate, estimate, preflight, rehearsal, serve
 
-REPOSITORY = Path(__file__).resolve().parents[1]
+REPOSITORY = Path(__file__).resolve().parents[3]
 NOTEBOOKS = sorted((REPOSITORY / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 

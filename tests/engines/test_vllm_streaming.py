@@ -1,6 +1,6 @@
 """The ``vllm`` backend's engine thread (issue 17): concurrent ``generate`` calls share one engine loop.
 
-The fake here extends ``tests/test_engine_vllm.py``'s fake ``LLM`` (vLLM 0.32's ``LLMEngine`` API) into a
+The fake here extends ``tests/engines/test_engine_vllm.py``'s fake ``LLM`` (vLLM 0.32's ``LLMEngine`` API) into a
 continuous-batching engine: each ``step()`` decodes one token for every running request, and a request
 finishes after as many steps as its script entry has tokens. It asserts that only one thread ever calls into
 the engine (vLLM's ``LLMEngine`` is not thread-safe). Five tests fail on the old backend, whose every

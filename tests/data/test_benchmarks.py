@@ -29,7 +29,7 @@ from r2mad_core.data.benchmarks import (
     load,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PAPER = {
     "math500": (366, 134),
     "mmlu_pro_economics": (633, 211),

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from r2mad_core.debate import prompts
 
-PAPER = Path(__file__).resolve().parents[1].parent / "shared" / "paper" / "r2mad_paper.tex"
+PAPER = Path(__file__).resolve().parents[2].parent / "shared" / "paper" / "r2mad_paper.tex"
 #: The appendix's prompt boxes, cut verbatim from the paper's source, so that a fresh clone tests the prompts too.
-BOXES = Path(__file__).resolve().parent / "data" / "paper_prompt_boxes.tex"
+BOXES = Path(__file__).resolve().parents[1] / "data" / "paper_prompt_boxes.tex"
 
 
 def _paper() -> str:

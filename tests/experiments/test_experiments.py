@@ -33,7 +33,7 @@ from r2mad_core.experiments.cell import (
 )
 from r2mad_core.experiments.methods import get_method
 
-TESTS_DIR = Path(__file__).resolve().parent
+TESTS_DIR = Path(__file__).resolve().parents[1]
 
 
 STABLE_KEYS = ("seconds",)

@@ -28,7 +28,7 @@ from r2mad_core.data.sources import (
 )
 from r2mad_core.data.benchmarks import PAPER_SPLIT_SIZES, load
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared" / "data"
 #: Upstream git blob ids (data README of the shared folder / the source repositories).
 UPSTREAM_BLOBS = {

@@ -16,7 +16,7 @@ from r2mad_core.experiments.profiles import load_profile
 from r2mad_core.reproduce.paper import calibrate, estimate, preflight, rehearsal, throughput
 from r2mad_core.reproduce.paper import command as paper_run
 
-REPOSITORY = Path(__file__).resolve().parents[1]
+REPOSITORY = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +203,7 @@ def test_estimate_only_reads_the_rehearsal_log_and_a_calibration(paper, tmp_path
     from r2mad_core.report import power
 
     # Both estimates end with the paper profile's power lines, the same pure function of the same profile (solving for
-    # 29 claims' MDEs, ~0.7 s of CPU; tests/test_power.py tests them): the second estimate prints the first's.
+    # 29 claims' MDEs, ~0.7 s of CPU; tests/report/test_power.py tests them): the second estimate prints the first's.
     monkeypatch.setattr(power, "claims_power_lines", _computed_once(power.claims_power_lines))
     _faked_rehearsal(tmp_path, paper)
     assert reproduce.main(["--profile", "paper", "--estimate-only", "--gpus", "8", "--output-dir", str(tmp_path)]) == 0

@@ -23,7 +23,7 @@ from r2mad_core.experiments.budget import (
 )
 from r2mad_core.engines import EngineError, Request, SamplingParams, make_engine
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fake_openai_server import FakeOpenAIServer  # noqa: E402
 
 

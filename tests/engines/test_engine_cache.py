@@ -16,7 +16,7 @@ import pytest
 from r2mad_core.engines import CachedEngine, EngineError, ResponseCache
 from r2mad_core.engines.base import Completion, Ledger, Request, SamplingParams
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def ask(content: str, *, sample_index: int = 0, seed: int = 0, tag: str = "debate", max_tokens: int = 64) -> Request:
@@ -264,7 +264,7 @@ def test_a_new_cache_opens_while_another_connection_holds_the_file(tmp_path: Pat
     """Two opens of a new cache at once (two threads, two notebooks started together): while one holds the new file's
     write lock, SQLite answers the other's switch to WAL mode SQLITE_BUSY at once, without waiting on the busy
     timeout. The open waits for the lock instead of failing (it failed in 910 of 2,000 pairs of threads opening a new
-    cache together; tests/test_vllm_streaming.py's engine-death test then hung)."""
+    cache together; tests/engines/test_vllm_streaming.py's engine-death test then hung)."""
     holder = sqlite3.connect(tmp_path / "responses.sqlite", isolation_level=None, check_same_thread=False)
     holder.execute("BEGIN IMMEDIATE")  # the write lock of the new file, still in rollback mode
     switching = threading.Event()

@@ -28,7 +28,7 @@ from r2mad_core.engines.vllm_backend import VLLMEngine
 @pytest.fixture(autouse=True)
 def no_full_collection_on_close(monkeypatch: pytest.MonkeyPatch) -> None:
     """VLLMEngine.close runs a full garbage collection to free a real engine's memory; the fakes here hold none, and
-    a collection of the whole test process took 0.1-0.3 s a close. (tests/test_vllm_streaming.py uses it too.)"""
+    a collection of the whole test process took 0.1-0.3 s a close. (tests/engines/test_vllm_streaming.py uses it too.)"""
     from r2mad_core.engines import vllm_backend
 
     monkeypatch.setattr(vllm_backend, "gc", SimpleNamespace(collect=lambda generation=2: 0))

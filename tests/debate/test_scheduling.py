@@ -297,7 +297,7 @@ def test_which_engines_accept_concurrent_calls(tmp_path):
         assert scheduling.accepts_concurrent_calls(CachedEngine(client, tmp_path / "c3", close_backend=False))
     finally:
         client.close()
-    # the offline vLLM engine: one engine thread takes every caller's requests (tests/test_vllm_streaming.py)
+    # the offline vLLM engine: one engine thread takes every caller's requests (tests/engines/test_vllm_streaming.py)
     assert VLLMEngine.concurrent_generate is True
 
 

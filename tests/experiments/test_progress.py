@@ -16,7 +16,7 @@ from tqdm import tqdm
 from r2mad_core.experiments.progress import HEARTBEAT_SECONDS, MIN_GAP_SECONDS, ProgressBoard, duration, parse_tqdm
 from r2mad_core.reproduce.notebook_runner import Display, NotebookProgress, NotebookResult
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 class Clock:

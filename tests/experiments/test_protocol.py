@@ -22,7 +22,7 @@ from r2mad_core.experiments.methods import RunContext, get_method
 from r2mad_core.experiments.profiles import PROTOCOL_FIELDS, load_profile
 from r2mad_core.memory.embeddings import HashingEmbedder
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_doc_table_is_the_declaration() -> None:
