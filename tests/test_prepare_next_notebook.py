@@ -180,3 +180,32 @@ def test_code_runs_silently_in_a_kept_kernel_and_its_error_is_raised(tmp_path: P
         notebook_runner.run_in_kernel(kernel, notebook_runner.load_runs_code(str(tmp_path / "no-runs"), 1000))
     finally:
         notebook_runner.shut_down(kernel)
+
+
+def test_a_running_notebook_is_written_at_most_every_few_seconds_and_completely_at_its_end(tmp_path: Path) -> None:
+    """papermill writes the whole notebook when each cell starts and ends; the runner's engine lets one write through
+    every ``SAVE_EVERY`` seconds, and papermill's own last write (the notebook ended) always goes through: the executed
+    file has every cell's output."""
+    import nbformat
+
+    calls: list[int] = []
+    throttled = notebook_runner._at_most_every(3600.0, lambda **kwargs: calls.append(1))
+    for _ in range(5):
+        throttled()
+    assert calls == []
+    every = notebook_runner._at_most_every(0.0, lambda **kwargs: calls.append(1))
+    every()
+    every()
+    assert calls == [1, 1]
+
+    notebook = tmp_path / "01_cells.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(f"print({k} * 7)") for k in range(4)]
+    nbformat.write(nb, notebook)
+    import io
+
+    board = notebook_runner.ProgressBoard(stream=io.StringIO())
+    output = tmp_path / "out.ipynb"
+    assert notebook_runner.execute(notebook, output, {}, progress=notebook_runner.NotebookProgress(board, "01")) is None
+    executed = nbformat.read(output, as_version=4)
+    assert [cell.outputs[0]["text"] for cell in executed.cells] == [f"{k * 7}\n" for k in range(4)]

@@ -400,11 +400,34 @@ def register_reusing_engine() -> None:
                 kwargs.pop("input_path", None)
                 timeout = execution_timeout if execution_timeout else kwargs.get("timeout")
                 kwargs = {k: v for k, v in kwargs.items() if k not in ("timeout", "startup_timeout")}
-                return ReusingClient(nb_man, **kwargs, timeout=timeout, startup_timeout=start_timeout,
-                                     kernel_name=kernel_name, log=logging.getLogger("papermill"),
-                                     log_output=log_output, stdout_file=stdout_file, stderr_file=stderr_file).execute()
+                save = nb_man.save
+                nb_man.save = _at_most_every(SAVE_EVERY, save)
+                try:
+                    return ReusingClient(nb_man, **kwargs, timeout=timeout, startup_timeout=start_timeout,
+                                         kernel_name=kernel_name, log=logging.getLogger("papermill"),
+                                         log_output=log_output, stdout_file=stdout_file,
+                                         stderr_file=stderr_file).execute()
+                finally:
+                    nb_man.save = save  # papermill's closing save (notebook_complete, in its finally) always writes
 
         papermill_engines.register(REUSING_ENGINE, ReusingEngine)
+
+
+#: Seconds between two writes of a running notebook's output file (papermill writes the whole notebook, validated,
+#: when each cell starts and ends: 168 of the runner's 227 busy samples in the sim profile, py-spy). The last write, when the
+#: notebook ends, fails or is interrupted, is always made, so the executed notebook is the same file.
+SAVE_EVERY = 15.0
+
+
+def _at_most_every(seconds: float, save: Callable[..., None]) -> Callable[..., None]:
+    last = [time.monotonic()]
+
+    def throttled(**kwargs: Any) -> None:
+        if time.monotonic() - last[0] >= seconds:
+            save(**kwargs)
+            last[0] = time.monotonic()
+
+    return throttled
 
 
 def record_timing(executed_dir: Path, notebook: str, seconds: float, succeeded: bool) -> None:
