@@ -40,6 +40,7 @@ def fake_kernels(monkeypatch: pytest.MonkeyPatch) -> list[FakeKernel]:
     monkeypatch.setattr(notebook_runner, "new_kernel_manager", new)
     monkeypatch.setattr(notebook_runner, "shut_down", lambda kernel: setattr(kernel, "shut", True))
     monkeypatch.setattr(notebook_runner, "PREPARE_PERIOD", 0.01)
+    monkeypatch.setattr(notebook_runner, "PREPARE_PERIOD_MAX", 0.04)
     return made
 
 
@@ -175,9 +176,13 @@ def test_code_runs_silently_in_a_kept_kernel_and_its_error_is_raised(tmp_path: P
         notebook_runner.run_in_kernel(kernel, f"import os\nopen({str(target)!r}, 'w').write("
                                               "str((os.getpid(), get_ipython().execution_count)))")
         assert target.read_text() == str((pid, 1))  # the same kernel; silent code counts no execution
-        assert notebook_runner.load_runs_code("../runs/sim", 1000) == (
-            "__import__('r2mad_core.reproduce.grid', fromlist=['grid']).load_finished_runs('../runs/sim', 1000)")
-        notebook_runner.run_in_kernel(kernel, notebook_runner.load_runs_code(str(tmp_path / "no-runs"), 1000))
+        assert notebook_runner.load_runs_code("../runs/sim", 1000) == ("_r2mad_read = __import__('r2mad_core.reproduce"
+                                                                       ".grid', fromlist=['grid']).load_finished_runs("
+                                                                       "'../runs/sim', 1000)")
+        assert notebook_runner.run_in_kernel(kernel, notebook_runner.load_runs_code(str(tmp_path / "no-runs"), 1000),
+                                             notebook_runner.RUNS_READ) == "0"
+        with pytest.raises(RuntimeError, match="NameError"):
+            notebook_runner.run_in_kernel(kernel, "", "not_a_name")
     finally:
         notebook_runner.shut_down(kernel)
 

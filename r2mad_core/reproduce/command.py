@@ -281,10 +281,10 @@ def run_notebooks(
             mark_variant(output, profile, paths.variant, paths.artifacts_dir, paths.figures_dir)
         return NotebookResult(notebook.stem, time.perf_counter() - start, output, error)
 
-    def prepare(notebook: Path, kernel: Any) -> None:  # the report's kernel reads the runs finished so far
+    def prepare(notebook: Path, kernel: Any) -> bool:  # the report's kernel reads the runs finished so far
         display.preparing(notebook)
-        notebook_runner.run_in_kernel(kernel, notebook_runner.load_runs_code(
-            passed_to(notebook)["runs_dir"], profile.spec.bootstrap_resamples))
+        return notebook_runner.run_in_kernel(kernel, notebook_runner.load_runs_code(
+            passed_to(notebook)["runs_dir"], profile.spec.bootstrap_resamples), notebook_runner.RUNS_READ) != "0"
 
     def finish(notebook: Path, result: NotebookResult) -> None:  # under the runner's lock
         notebook_runner.record_timing(paths.executed_dir, notebook.stem, result.seconds, result.error is None)

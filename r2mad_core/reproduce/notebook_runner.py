@@ -43,8 +43,10 @@ KERNEL_NAME = "python3"
 KERNEL_EXITS_WITH_RUNNER = "--IPKernelApp.exec_lines=[\"__import__('r2mad_core.files').files.exit_with_parent()\"]"
 #: Seconds a kernel may take to start (papermill's default is 60): on a loaded machine a start can take longer, slow not broken.
 KERNEL_START_TIMEOUT = 600
-#: Seconds between two steps of preparing a notebook that waits for others (``run_workers``' ``prepare``).
+#: Seconds between two steps of preparing a notebook that waits for others (``run_workers``' ``prepare``) after a
+#: step that found work, and the longest pause after steps that found none.
 PREPARE_PERIOD = 2.0
+PREPARE_PERIOD_MAX = 16.0
 logger = logging.getLogger(__name__)
 
 
@@ -131,7 +133,7 @@ def run_workers(
     hints: Mapping[str, float] | None = None,
     on_start: Callable[[Path], None] = lambda notebook: None,
     on_finish: Callable[[Path, NotebookResult], None] = lambda notebook, result: None,
-    prepare: Callable[[Path, Any], None] | None = None,
+    prepare: Callable[[Path, Any], Any] | None = None,
 ) -> list[NotebookResult]:
     """Run ``notebooks`` with ``jobs`` workers: a worker takes the next notebook whose :func:`prerequisites`
     succeeded (the longest by ``hints`` first, else in order) and calls ``run_one(notebook, kernel, clear)``:
@@ -141,9 +143,11 @@ def run_workers(
 
     ``prepare(notebook, kernel)``: a worker with a kept, started kernel and nothing to take, while the next notebook
     waits only for notebooks that are running (the report for the last one), keeps that notebook for itself and calls
-    ``prepare`` every :data:`PREPARE_PERIOD` seconds until it can start it, in that kernel (the report's kernel reads
-    the runs finished so far: :func:`r2mad_core.reproduce.grid.load_finished_runs`). A failed ``prepare`` only ends
-    the preparing; the notebook runs as it would have."""
+    ``prepare`` until it can start it, in that kernel (the report's kernel reads the runs finished so far:
+    :func:`r2mad_core.reproduce.grid.load_finished_runs`): :data:`PREPARE_PERIOD` seconds after a call that returned
+    something true (it found work), twice the last pause after one that did not, up to :data:`PREPARE_PERIOD_MAX`
+    (a call costs the runner and the kernel ~12 ms of CPU each). A failed ``prepare`` only ends the preparing; the
+    notebook runs as it would have."""
     hints = hints or {}
     position = {notebook: index for index, notebook in enumerate(notebooks)}
     needs = {notebook: prerequisites(notebook, notebooks) for notebook in notebooks}
@@ -162,6 +166,7 @@ def run_workers(
         """The next notebook whose prerequisites succeeded (waiting for one, preparing it meanwhile when it can), or
         None when there is none left."""
         me = threading.current_thread().name
+        pause = PREPARE_PERIOD / 2
         while True:
             with lock:
                 if failed or not pending:
@@ -188,13 +193,14 @@ def run_workers(
                     lock.wait()
                     continue
             try:
-                prepare(mine, kernel)
+                progressed = prepare(mine, kernel)
             except Exception as exc:  # preparing only saves time: the notebook still runs, from its own start
                 logger.info("preparing %s: %s: %s", mine.stem, type(exc).__name__, exc)
-                kernel = None  # nothing more to prepare in it
+                kernel, progressed = None, False  # nothing more to prepare in it
+            pause = PREPARE_PERIOD if progressed else min(2 * pause, PREPARE_PERIOD_MAX)
             with lock:
                 if not (needs[mine] <= succeeded or failed):
-                    lock.wait(PREPARE_PERIOD)
+                    lock.wait(pause)
 
     def finish(notebook: Path, result: NotebookResult) -> None:
         with lock:
@@ -316,28 +322,40 @@ def new_kernel_manager() -> Any:
     return AsyncKernelManager(kernel_name=KERNEL_NAME)
 
 
-def run_in_kernel(kernel: Any, code: str, timeout: float = KERNEL_START_TIMEOUT) -> None:
+def run_in_kernel(kernel: Any, code: str, value: str | None = None, timeout: float = KERNEL_START_TIMEOUT) -> str | None:
     """Run ``code`` silently in a kept kernel between two notebooks (no output, no history, the execution count as
-    it was; the next notebook's prologue clears the namespace anyway). Raises RuntimeError with the kernel's error."""
+    it was; the next notebook's prologue clears the namespace anyway); returns the repr of the expression ``value``
+    evaluated after it, if given. Raises RuntimeError with the kernel's error."""
     from jupyter_core.utils import run_sync
 
     client = kernel.client()
     client.start_channels()
     try:
         reply = run_sync(client.execute_interactive)(code, silent=True, store_history=False, timeout=timeout,
+                                                     user_expressions={"value": value} if value else None,
                                                      output_hook=lambda msg: None)
     finally:
         client.stop_channels()
     content = (reply or {}).get("content", {})
     if content.get("status") != "ok":
         raise RuntimeError(f"{content.get('ename')}: {content.get('evalue')}")
+    if not value:
+        return None
+    result = content.get("user_expressions", {}).get("value", {})
+    if result.get("status") != "ok":
+        raise RuntimeError(f"{result.get('ename')}: {result.get('evalue')}")
+    return result.get("data", {}).get("text/plain")
 
 
 def load_runs_code(runs_dir: str, bootstrap_resamples: int) -> str:
     """What a kept kernel runs while the notebook it runs next waits (``run_workers``' ``prepare``): the finished runs
     read into its memo (:func:`r2mad_core.reproduce.grid.load_finished_runs`), ``runs_dir`` as the notebook gets it."""
-    return (f"__import__('r2mad_core.reproduce.grid', fromlist=['grid']).load_finished_runs("
+    return (f"_r2mad_read = __import__('r2mad_core.reproduce.grid', fromlist=['grid']).load_finished_runs("
             f"{str(runs_dir)!r}, {int(bootstrap_resamples)})")
+
+
+#: The runs :func:`load_runs_code` read, for :func:`run_in_kernel`'s ``value``.
+RUNS_READ = "_r2mad_read"
 
 
 def shut_down(kernel: Any) -> None:
