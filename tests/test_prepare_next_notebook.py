@@ -214,3 +214,33 @@ def test_a_running_notebook_is_written_at_most_every_few_seconds_and_completely_
     assert notebook_runner.execute(notebook, output, {}, progress=notebook_runner.NotebookProgress(board, "01")) is None
     executed = nbformat.read(output, as_version=4)
     assert [cell.outputs[0]["text"] for cell in executed.cells] == [f"{k * 7}\n" for k in range(4)]
+
+
+def test_a_kept_kernels_reset_walks_the_objects_once_after_the_figures_are_closed() -> None:
+    """IPython's ``%reset -f`` calls ``gc.collect()`` twice (itself and its display hook): ``reset_namespace`` runs it
+    with the collector's walk switched off and puts ``gc.collect`` back, even when the reset fails; the kernel's
+    prologue collects once, after closing the figures."""
+    import gc
+
+    from r2mad_core.reproduce import gc_settings
+
+    real = gc.collect
+    seen: list[object] = []
+
+    class Shell:
+        def run_line_magic(self, name: str, line: str) -> None:
+            seen.append((name, line, gc.collect(), gc.collect is real))
+
+    gc_settings.reset_namespace(Shell())
+    assert seen == [("reset", "-f", 0, False)] and gc.collect is real
+
+    class Failing:
+        def run_line_magic(self, name: str, line: str) -> None:
+            raise KeyError(name)
+
+    with pytest.raises(KeyError):
+        gc_settings.reset_namespace(Failing())
+    assert gc.collect is real
+    prologue = notebook_runner.CLEAR_KERNEL.splitlines()
+    assert "reset_namespace(get_ipython())" in prologue[0] and "'reset'" not in notebook_runner.CLEAR_KERNEL
+    assert prologue.index("__import__('gc').collect()") > prologue.index("_p.close('all')")
