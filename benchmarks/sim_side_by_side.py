@@ -16,8 +16,10 @@ the machine's load than wall time does (docs/performance.md, "Stated times"); th
 
 What it checks: every file of ``figures/sim/`` but ``MANIFEST.json`` byte for byte, and every executed notebook of
 ``notebooks/executed/sim/`` after :func:`r2mad_core.report.volatile.normalized_notebook` (papermill's clock fields and
-the progress outputs), between every run and the first run of ``--before``. One line per run, then the summary; a CSV
-in ``benchmarks/results/sim_side_by_side.csv``. Exit status 1 when a file differs.
+the progress outputs) with the clone's commit name replaced (the report's list of artifacts names it), between
+every run and the first run of ``--before``. One line per run, then the summary; a CSV
+in ``benchmarks/results/sim_side_by_side.csv`` (another profile's: ``sim_side_by_side_<profile>.csv``). Exit status 1
+when a file differs.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import csv
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -36,7 +39,7 @@ from statistics import median
 HERE = Path(__file__).resolve().parent
 REPOSITORY = HERE.parent
 sys.path.insert(0, str(REPOSITORY))
-RESULTS = HERE / "results" / "sim_side_by_side.csv"
+RESULTS = HERE / "results" / "sim_side_by_side.csv"  # another profile's: sim_side_by_side_<profile>.csv
 
 
 def load() -> float:
@@ -82,8 +85,11 @@ def fingerprint(clone: Path, profile: str) -> dict[str, str]:
     figures = clone / "figures" / profile
     for path in sorted(p for p in figures.rglob("*") if p.is_file() and p.name != "MANIFEST.json"):
         found[str(path.relative_to(clone))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, check=True, capture_output=True,
+                            text=True).stdout.strip()
     for path in sorted((clone / "notebooks" / "executed" / profile).glob("*.ipynb")):
         text = json.dumps(normalized_notebook(path.read_text(encoding="utf-8")), sort_keys=True)
+        text = re.sub(re.escape(commit[:7]) + "[0-9a-f]*", "<commit>", text)  # the report lists each artifact's commit
         found[str(path.relative_to(clone))] = hashlib.sha256(text.encode()).hexdigest()
     return found
 
@@ -129,8 +135,9 @@ def main(argv: list[str] | None = None) -> int:
             if reference is None:
                 reference = found
             differing |= {name for name in set(reference) | set(found) if reference.get(name) != found.get(name)}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with RESULTS.open("w", newline="") as handle:
+    results = RESULTS if args.profile == "sim" else RESULTS.with_name(f"{RESULTS.stem}_{args.profile}.csv")
+    results.parent.mkdir(parents=True, exist_ok=True)
+    with results.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
@@ -145,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     files = len(reference or {})
     print(f"files compared: {files} (figures/{args.profile} but MANIFEST.json; executed notebooks normalized); "
           + (f"DIFFERING: {', '.join(sorted(differing))}" if differing else "all identical"))
-    print(f"written: {RESULTS.relative_to(REPOSITORY)}")
+    print(f"written: {results.relative_to(REPOSITORY)}")
     return 1 if differing or any(row["exit"] for row in rows) else 0
 
 
