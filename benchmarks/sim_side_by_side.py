@@ -16,7 +16,7 @@ the machine's load than wall time does (docs/performance.md, "Stated times"); th
 
 What it checks: every file of ``figures/sim/`` but ``MANIFEST.json`` byte for byte, and every executed notebook of
 ``notebooks/executed/sim/`` after :func:`r2mad_core.report.volatile.normalized_notebook` (papermill's clock fields and
-the progress outputs) with the clone's commit name replaced (the report's list of artifacts names it), between
+the progress outputs) with every commit name replaced (the report lists the commit that made each artifact), between
 every run and the first run of ``--before``. One line per run, then the summary; a CSV
 in ``benchmarks/results/sim_side_by_side.csv`` (another profile's: ``sim_side_by_side_<profile>.csv``). Exit status 1
 when a file differs.
@@ -77,6 +77,18 @@ def finish(process: subprocess.Popen, started: float) -> dict[str, float]:
             "cpu_s": usage.ru_utime + usage.ru_stime, "exit": process.returncode, "load_end": load()}
 
 
+def commit_names(clone: Path, tokens: set[str]) -> list[str]:
+    """The tokens that name a commit of the repository (the report's list of artifacts names the commit that made
+    each: the clone's own, or an earlier one whose package code is the same, which the manifest keeps)."""
+    if not tokens:
+        return []
+    ordered = sorted(tokens)
+    answer = subprocess.run(["git", "cat-file", "--batch-check"], cwd=clone, input="".join(f"{t}^{{commit}}\n"
+                            for t in ordered), capture_output=True, text=True, check=True).stdout.splitlines()
+    return [token for token, line in zip(ordered, answer) if not line.endswith("missing")
+            and not line.endswith("ambiguous")]
+
+
 def fingerprint(clone: Path, profile: str) -> dict[str, str]:
     """sha256 of every figure file but the manifest, and of every executed notebook without its volatile parts."""
     from r2mad_core.report.volatile import normalized_notebook
@@ -85,11 +97,10 @@ def fingerprint(clone: Path, profile: str) -> dict[str, str]:
     figures = clone / "figures" / profile
     for path in sorted(p for p in figures.rglob("*") if p.is_file() and p.name != "MANIFEST.json"):
         found[str(path.relative_to(clone))] = hashlib.sha256(path.read_bytes()).hexdigest()
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, check=True, capture_output=True,
-                            text=True).stdout.strip()
     for path in sorted((clone / "notebooks" / "executed" / profile).glob("*.ipynb")):
         text = json.dumps(normalized_notebook(path.read_text(encoding="utf-8")), sort_keys=True)
-        text = re.sub(re.escape(commit[:7]) + "[0-9a-f]*", "<commit>", text)  # the report lists each artifact's commit
+        for name in commit_names(clone, set(re.findall(r"(?<![0-9a-f])[0-9a-f]{7,40}(?![0-9a-f])", text))):
+            text = re.sub(rf"(?<![0-9a-f]){name}(?![0-9a-f])", "<commit>", text)  # the report lists each artifact's
         found[str(path.relative_to(clone))] = hashlib.sha256(text.encode()).hexdigest()
     return found
 
