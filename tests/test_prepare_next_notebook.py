@@ -135,6 +135,9 @@ def test_the_finished_runs_are_read_once_with_their_metrics_and_a_run_not_finish
     (unfinished / "config.json").write_text((run_dirs[0] / "config.json").read_text())
     (unfinished / "transcripts.jsonl").write_text((run_dirs[0] / "transcripts.jsonl").read_text())
 
+    import time
+
+    assert grid.load_finished_runs(str(tmp_path / "runs"), exp.bootstrap_resamples, since=time.time() + 60) == 0
     assert grid.load_finished_runs(str(tmp_path / "runs"), exp.bootstrap_resamples) == 2
     assert sorted(grid._FINISHED) == sorted(str(d) for d in run_dirs)
     assert grid.load_finished_runs(str(tmp_path / "runs"), exp.bootstrap_resamples) == 0  # unchanged: not again
@@ -176,9 +179,9 @@ def test_code_runs_silently_in_a_kept_kernel_and_its_error_is_raised(tmp_path: P
         notebook_runner.run_in_kernel(kernel, f"import os\nopen({str(target)!r}, 'w').write("
                                               "str((os.getpid(), get_ipython().execution_count)))")
         assert target.read_text() == str((pid, 1))  # the same kernel; silent code counts no execution
-        assert notebook_runner.load_runs_code("../runs/sim", 1000) == ("_r2mad_read = __import__('r2mad_core.reproduce"
-                                                                       ".grid', fromlist=['grid']).load_finished_runs("
-                                                                       "'../runs/sim', 1000)")
+        assert notebook_runner.load_runs_code("../runs/sim", 1000, 5.0) == ("_r2mad_read = __import__('r2mad_core."
+                                                                            "reproduce.grid', fromlist=['grid'])."
+                                                                            "load_finished_runs('../runs/sim', 1000, 5.0)")
         assert notebook_runner.run_in_kernel(kernel, notebook_runner.load_runs_code(str(tmp_path / "no-runs"), 1000),
                                              notebook_runner.RUNS_READ) == "0"
         with pytest.raises(RuntimeError, match="NameError"):

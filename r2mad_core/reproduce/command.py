@@ -252,7 +252,7 @@ def run_notebooks(
         os.environ["R2MAD_DATA_DIR"] = str(paths.data_dir)
     parameters = notebook_parameters(profile, paths)
     executed_before = ExecutedSnapshot(paths.executed_dir)  # a notebook whose results are unchanged keeps its bytes
-    total_start = time.perf_counter()
+    total_start, started = time.perf_counter(), time.time()
     for line in banner(profile) if show_banner else ():
         echo(line)
     jobs = default_jobs(profile) if jobs is None else max(1, jobs)
@@ -284,7 +284,7 @@ def run_notebooks(
     def prepare(notebook: Path, kernel: Any) -> bool:  # the report's kernel reads the runs finished so far
         display.preparing(notebook)
         return notebook_runner.run_in_kernel(kernel, notebook_runner.load_runs_code(
-            passed_to(notebook)["runs_dir"], profile.spec.bootstrap_resamples), notebook_runner.RUNS_READ) != "0"
+            passed_to(notebook)["runs_dir"], profile.spec.bootstrap_resamples, started), notebook_runner.RUNS_READ) != "0"
 
     def finish(notebook: Path, result: NotebookResult) -> None:  # under the runner's lock
         notebook_runner.record_timing(paths.executed_dir, notebook.stem, result.seconds, result.error is None)

@@ -609,19 +609,24 @@ _FINISHED: "OrderedDict[str, tuple[tuple, list[TranscriptRecord], dict[int, dict
 _FINISHED_MAX_RECORDS = 100_000
 
 
-def load_finished_runs(runs_dir: str | Path, bootstrap_resamples: int) -> int:
-    """Read every finished run directory under ``runs_dir`` (``<model>/<benchmark>/<run>``: its ``metrics.json``
-    written, as many records as its configuration's ``n_samples``) that this process does not remember as it is now
-    into :data:`_FINISHED`, with its metrics for ``bootstrap_resamples``; returns how many it read. What the report's
-    kernel does while the last notebook finishes (``make reproduce``: ``notebook_runner.run_workers``' ``prepare``):
-    the same reads and the same metrics the report's cells would make, earlier. ``runs_dir`` as the notebook is
-    given it: the memo is keyed by the path the grid builds from it."""
+def load_finished_runs(runs_dir: str | Path, bootstrap_resamples: int, since: float = 0.0) -> int:
+    """Read every run directory under ``runs_dir`` (``<model>/<benchmark>/<run>``) finished since ``since`` (its
+    ``metrics.json`` written then, as many records as its configuration's ``n_samples``) that this process does not
+    remember as it is now into :data:`_FINISHED`, with its metrics for ``bootstrap_resamples``; returns how many it
+    read. What the report's kernel does while the last notebook finishes (``make reproduce``:
+    ``notebook_runner.run_workers``' ``prepare``, ``since`` the run's start: the runs of other variants and sweeps
+    that share ``runs_dir`` are left): the same reads and the same metrics the report's cells would make, earlier.
+    ``runs_dir`` as the notebook is given it: the memo is keyed by the path the grid builds from it."""
     read = 0
     for config_path in sorted(Path(runs_dir).glob(f"*/*/*/{CONFIG_FILE}")):
         run_dir = config_path.parent
         stamp = _stamp(run_dir)
         remembered = _FINISHED.get(str(run_dir))
-        if stamp is None or not (run_dir / METRICS_FILE).exists() or (remembered and remembered[0] == stamp):
+        try:
+            finished = (run_dir / METRICS_FILE).stat().st_mtime >= since
+        except OSError:  # not finished
+            continue
+        if stamp is None or not finished or (remembered and remembered[0] == stamp):
             continue
         try:
             config, records = load_run(run_dir)

@@ -347,11 +347,12 @@ def run_in_kernel(kernel: Any, code: str, value: str | None = None, timeout: flo
     return result.get("data", {}).get("text/plain")
 
 
-def load_runs_code(runs_dir: str, bootstrap_resamples: int) -> str:
-    """What a kept kernel runs while the notebook it runs next waits (``run_workers``' ``prepare``): the finished runs
-    read into its memo (:func:`r2mad_core.reproduce.grid.load_finished_runs`), ``runs_dir`` as the notebook gets it."""
+def load_runs_code(runs_dir: str, bootstrap_resamples: int, since: float = 0.0) -> str:
+    """What a kept kernel runs while the notebook it runs next waits (``run_workers``' ``prepare``): the runs finished
+    since ``since`` read into its memo (:func:`r2mad_core.reproduce.grid.load_finished_runs`), ``runs_dir`` as the
+    notebook gets it."""
     return (f"_r2mad_read = __import__('r2mad_core.reproduce.grid', fromlist=['grid']).load_finished_runs("
-            f"{str(runs_dir)!r}, {int(bootstrap_resamples)})")
+            f"{str(runs_dir)!r}, {int(bootstrap_resamples)}, {float(since)!r})")
 
 
 #: The runs :func:`load_runs_code` read, for :func:`run_in_kernel`'s ``value``.
