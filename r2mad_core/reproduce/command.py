@@ -89,7 +89,8 @@ from r2mad_core.reproduce import published, up_to_date
 from r2mad_core.reproduce.paper import command as paper_run
 from r2mad_core.reproduce.sweeps import caption_note, parse_sweep
 from r2mad_core.reproduce.variants import mark_variant, shown_path, to_environment
-from r2mad_core.data.verdicts import ENVIRONMENT as ANSWER_MEMO_ENVIRONMENT
+from r2mad_core.data.verdicts import ENVIRONMENT as ANSWER_MEMO_ENVIRONMENT  # noqa: F401  (re-exported)
+from r2mad_core.reproduce.notebook_runner import ANSWER_MEMO_FILE, BLAS_THREAD_VARIABLES  # noqa: F401  (re-exported)
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 
@@ -251,7 +252,7 @@ def run_notebooks(
         os.environ["R2MAD_DATA_DIR"] = str(paths.data_dir)
     parameters = notebook_parameters(profile, paths)
     executed_before = ExecutedSnapshot(paths.executed_dir)  # a notebook whose results are unchanged keeps its bytes
-    total_start = time.perf_counter()
+    total_start, started = time.perf_counter(), time.time()
     for line in banner(profile) if show_banner else ():
         echo(line)
     jobs = default_jobs(profile) if jobs is None else max(1, jobs)
@@ -261,14 +262,7 @@ def run_notebooks(
     echo(f"reproduce: profile {profile.name} ({profile.source}); {len(notebooks)} notebooks{at_once}; "
          f"expected runtime: {expected_runtime(profile, replaying)}")
     echo(f"  figures -> {paths.artifacts_dir}\n  executed notebooks -> {paths.executed_dir}")
-    # The kernels share math-verify's verdicts (r2mad_core/data/verdicts.py): each would otherwise compare the same
-    # answers symbolically again. Speed only: a verdict is a pure function of the two answers.
-    memo = {ANSWER_MEMO_ENVIRONMENT: os.environ.get(ANSWER_MEMO_ENVIRONMENT) or str(paths.cache_dir / ANSWER_MEMO_FILE)}
-    # One BLAS thread per kernel unless the user chose otherwise: retrieval multiplies one query by the whole bank
-    # thousands of times, and OpenBLAS's threads on such small products cost 5x the product on a loaded 2-core
-    # machine (benchmarks/README.md, issue 24); the products are the same to the bit (the CSVs are byte-identical).
-    for variable in BLAS_THREAD_VARIABLES:
-        memo[variable] = os.environ.get(variable) or "1"
+    kernels_get = notebook_runner.kernel_environment(paths.cache_dir)  # the shared verdicts, one BLAS thread
     total = len(notebooks)
     position = {notebook.stem: index for index, notebook in enumerate(notebooks, start=1)}
 
@@ -287,6 +281,11 @@ def run_notebooks(
             mark_variant(output, profile, paths.variant, paths.artifacts_dir, paths.figures_dir)
         return NotebookResult(notebook.stem, time.perf_counter() - start, output, error)
 
+    def prepare(notebook: Path, kernel: Any) -> bool:  # the report's kernel reads the runs finished so far
+        display.preparing(notebook)
+        return notebook_runner.run_in_kernel(kernel, notebook_runner.load_runs_code(
+            passed_to(notebook)["runs_dir"], profile.spec.bootstrap_resamples, started), notebook_runner.RUNS_READ) != "0"
+
     def finish(notebook: Path, result: NotebookResult) -> None:  # under the runner's lock
         notebook_runner.record_timing(paths.executed_dir, notebook.stem, result.seconds, result.error is None)
         if after_notebook is not None:
@@ -297,10 +296,10 @@ def run_notebooks(
     hints = (notebook_runner.previous_seconds(paths.executed_dir)
              or notebook_runner.previous_seconds(REPOSITORY / "notebooks" / "executed" / profile.folder))
     display = notebook_runner.Display(position, notebooks, hints, echo)
-    with _environment(memo), display.board:
+    with _environment(kernels_get), display.board:
         results = [] if not notebooks else notebook_runner.run_workers(
             notebooks, run_one, jobs=jobs, reuse_kernels=reuse_kernels, hints=hints, on_start=display.started,
-            on_finish=finish)
+            on_finish=finish, prepare=prepare if reuse_kernels else None)
     executed_before.settle()
     if not (results and results[-1].error):
         if check is not None:
@@ -310,11 +309,6 @@ def run_notebooks(
             echo(f"reproduce: all {total} notebooks ran in {took}" if ran == total else
                  f"reproduce: {ran} of {total} notebooks ran in {took}; {total - ran} up to date")
     return results
-
-
-ANSWER_MEMO_FILE = "answer_verdicts.sqlite"
-#: The thread-count variable of numpy's BLAS (the OpenBLAS of its wheels) set for the kernels.
-BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS",)
 
 
 def default_jobs(profile: Profile) -> int:

@@ -36,8 +36,8 @@ from r2mad_core.memory.settings import DESCRIBED as MEMORY_DESCRIBED, SPECS as M
 from r2mad_core import engines  # engines.make_engine looked up at call time (tests replace it)
 from r2mad_core.experiments import method_labels
 from r2mad_core.experiments.build_memory import build_memory
-from r2mad_core.experiments.cell import (CONFIG_FILE, LOCK_FILE, TRANSCRIPTS_FILE, RunDirectoryBusy, load_run, preflight,
-                                         run_cell)
+from r2mad_core.experiments.cell import (CONFIG_FILE, LOCK_FILE, METRICS_FILE, TRANSCRIPTS_FILE, RunDirectoryBusy,
+                                         load_run, preflight, run_cell)
 from r2mad_core.experiments.methods import get_method
 from r2mad_core.experiments.methods import method_options as declared_options
 from r2mad_core.experiments import protocol as protocol_presets
@@ -607,6 +607,36 @@ def _finished_records(run_dir: Path, expected: int) -> list[TranscriptRecord] | 
 #: earlier notebook ran; the oldest are dropped beyond :data:`_FINISHED_MAX_RECORDS` records.
 _FINISHED: "OrderedDict[str, tuple[tuple, list[TranscriptRecord], dict[int, dict]]]" = OrderedDict()
 _FINISHED_MAX_RECORDS = 100_000
+
+
+def load_finished_runs(runs_dir: str | Path, bootstrap_resamples: int, since: float = 0.0) -> int:
+    """Read every run directory under ``runs_dir`` (``<model>/<benchmark>/<run>``) finished since ``since`` (its
+    ``metrics.json`` written then, as many records as its configuration's ``n_samples``) that this process does not
+    remember as it is now into :data:`_FINISHED`, with its metrics for ``bootstrap_resamples``; returns how many it
+    read. What the report's kernel does while the last notebook finishes (``make reproduce``:
+    ``notebook_runner.run_workers``' ``prepare``, ``since`` the run's start: the runs of other variants and sweeps
+    that share ``runs_dir`` are left): the same reads and the same metrics the report's cells would make, earlier.
+    ``runs_dir`` as the notebook is given it: the memo is keyed by the path the grid builds from it."""
+    read = 0
+    for config_path in sorted(Path(runs_dir).glob(f"*/*/*/{CONFIG_FILE}")):
+        run_dir = config_path.parent
+        stamp = _stamp(run_dir)
+        remembered = _FINISHED.get(str(run_dir))
+        try:
+            finished = (run_dir / METRICS_FILE).stat().st_mtime >= since
+        except OSError:  # not finished
+            continue
+        if stamp is None or not finished or (remembered and remembered[0] == stamp):
+            continue
+        try:
+            config, records = load_run(run_dir)
+        except (OSError, ValueError):  # half written, or not a run: the report's own read says what is wrong
+            continue
+        if len(records) == config.get("n_samples") and _stamp(run_dir) == stamp:
+            _remember_finished(run_dir, records, stamp)
+            _finished_metrics(run_dir, records, bootstrap_resamples)
+            read += 1
+    return read
 
 
 def _stamp(run_dir: Path) -> tuple | None:

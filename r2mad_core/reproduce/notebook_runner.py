@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -42,7 +43,34 @@ KERNEL_NAME = "python3"
 KERNEL_EXITS_WITH_RUNNER = "--IPKernelApp.exec_lines=[\"__import__('r2mad_core.files').files.exit_with_parent()\"]"
 #: Seconds a kernel may take to start (papermill's default is 60): on a loaded machine a start can take longer, slow not broken.
 KERNEL_START_TIMEOUT = 600
+#: Seconds between two steps of preparing a notebook that waits for others (``run_workers``' ``prepare``) after a
+#: step that found work, and the longest pause after steps that found none.
+PREPARE_PERIOD = 2.0
+PREPARE_PERIOD_MAX = 16.0
 logger = logging.getLogger(__name__)
+
+
+#: Where the kernels share math-verify's verdicts (r2mad_core/data/verdicts.py), under the profile's cache folder.
+ANSWER_MEMO_FILE = "answer_verdicts.sqlite"
+#: The thread-count variable of numpy's BLAS (the OpenBLAS of its wheels) set for the kernels.
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS",)
+
+
+def kernel_environment(cache_dir: Path) -> dict[str, str]:
+    """The environment variables ``make reproduce``'s kernels are started with (a variable the user set keeps its value).
+
+    - The shared verdicts (``R2MAD_ANSWER_MEMO``): each kernel would otherwise compare the same answers symbolically
+      again. Speed only: a verdict is a pure function of the two answers.
+    - One BLAS thread per kernel: retrieval multiplies one query by the whole bank thousands of times, and OpenBLAS's
+      threads on such small products cost 5x the product on a loaded 2-core machine (benchmarks/README.md, issue 24);
+      the products are the same to the bit (the CSVs are byte-identical).
+    """
+    from r2mad_core.data.verdicts import ENVIRONMENT
+
+    values = {ENVIRONMENT: os.environ.get(ENVIRONMENT) or str(Path(cache_dir) / ANSWER_MEMO_FILE)}
+    for variable in BLAS_THREAD_VARIABLES:
+        values[variable] = os.environ.get(variable) or "1"
+    return values
 
 
 @dataclass
@@ -105,12 +133,21 @@ def run_workers(
     hints: Mapping[str, float] | None = None,
     on_start: Callable[[Path], None] = lambda notebook: None,
     on_finish: Callable[[Path, NotebookResult], None] = lambda notebook, result: None,
+    prepare: Callable[[Path, Any], Any] | None = None,
 ) -> list[NotebookResult]:
     """Run ``notebooks`` with ``jobs`` workers: a worker takes the next notebook whose :func:`prerequisites`
     succeeded (the longest by ``hints`` first, else in order) and calls ``run_one(notebook, kernel, clear)``:
     ``kernel`` is the worker's kept kernel manager (None without ``reuse_kernels``), ``clear`` whether it ran a
     notebook before. ``on_start``/``on_finish`` are called under one lock. After a failure nothing new starts;
-    the results come in the order they finished, the first failure last."""
+    the results come in the order they finished, the first failure last.
+
+    ``prepare(notebook, kernel)``: a worker with a kept, started kernel and nothing to take, while the next notebook
+    waits only for notebooks that are running (the report for the last one), keeps that notebook for itself and calls
+    ``prepare`` until it can start it, in that kernel (the report's kernel reads the runs finished so far:
+    :func:`r2mad_core.reproduce.grid.load_finished_runs`): :data:`PREPARE_PERIOD` seconds after a call that returned
+    something true (it found work), twice the last pause after one that did not, up to :data:`PREPARE_PERIOD_MAX`
+    (a call costs the runner and the kernel ~12 ms of CPU each). A failed ``prepare`` only ends the preparing; the
+    notebook runs as it would have."""
     hints = hints or {}
     position = {notebook: index for index, notebook in enumerate(notebooks)}
     needs = {notebook: prerequisites(notebook, notebooks) for notebook in notebooks}
@@ -120,23 +157,50 @@ def run_workers(
     succeeded: set[Path] = set()
     results: list[NotebookResult] = []
     failed: list[NotebookResult] = []
+    kept_for: dict[Path, str] = {}  # a notebook being prepared -> the worker that prepares it and will run it
 
-    def take() -> Path | None:
-        """The next notebook whose prerequisites succeeded (waiting for one), or None when there is none left."""
-        with lock:
-            while True:
+    def order(notebook: Path) -> tuple[float, int]:
+        return -hints.get(notebook.stem, 0.0), position[notebook]
+
+    def take(kernel: Any = None) -> Path | None:
+        """The next notebook whose prerequisites succeeded (waiting for one, preparing it meanwhile when it can), or
+        None when there is none left."""
+        me = threading.current_thread().name
+        pause = PREPARE_PERIOD / 2
+        while True:
+            with lock:
                 if failed or not pending:
+                    kept_for.pop(next((n for n, w in kept_for.items() if w == me), None), None)
                     return None
-                ready = sorted((n for n in pending if needs[n] <= succeeded),
-                               key=lambda n: (-hints.get(n.stem, 0.0), position[n]))
+                ready = sorted((n for n in pending if needs[n] <= succeeded and kept_for.get(n, me) == me), key=order)
                 if ready:
                     pending.remove(ready[0])
                     running.add(ready[0])
+                    kept_for.pop(ready[0], None)
                     on_start(ready[0])
+                    lock.notify_all()  # a worker waiting for a notebook kept for this one may now have none left
                     return ready[0]
                 if not running:  # cannot happen: prerequisites only name earlier notebooks
                     return None
-                lock.wait()
+                mine = next((n for n, w in kept_for.items() if w == me), None)
+                can_prepare = prepare is not None and kernel is not None and kernel.has_kernel
+                if mine is None and can_prepare:
+                    mine = next((n for n in sorted(pending, key=order)
+                                 if n not in kept_for and needs[n] - succeeded <= running), None)
+                    if mine is not None:
+                        kept_for[mine] = me
+                if mine is None or not can_prepare:
+                    lock.wait()
+                    continue
+            try:
+                progressed = prepare(mine, kernel)
+            except Exception as exc:  # preparing only saves time: the notebook still runs, from its own start
+                logger.info("preparing %s: %s: %s", mine.stem, type(exc).__name__, exc)
+                kernel, progressed = None, False  # nothing more to prepare in it
+            pause = PREPARE_PERIOD if progressed else min(2 * pause, PREPARE_PERIOD_MAX)
+            with lock:
+                if not (needs[mine] <= succeeded or failed):
+                    lock.wait(pause)
 
     def finish(notebook: Path, result: NotebookResult) -> None:
         with lock:
@@ -152,7 +216,7 @@ def run_workers(
     def worker() -> None:
         kernel = None
         try:
-            while (notebook := take()) is not None:
+            while (notebook := take(kernel)) is not None:
                 clear = kernel is not None and kernel.has_kernel
                 if reuse_kernels and kernel is None:
                     kernel = new_kernel_manager()
@@ -235,13 +299,15 @@ START_KERNEL = ("import matplotlib as _m, matplotlib.pyplot as _p\n"
                 "_m._r2mad_fresh_rc = dict(_m.rcParams)\n"
                 "del _m, _p")
 #: Run silently before each later notebook in the same kernel: the user namespace and history emptied
-#: (%reset -f), figures closed, matplotlib's settings as in a fresh kernel, the execution count back to 1.
+#: (%reset -f), figures closed, matplotlib's settings as in a fresh kernel, what they held collected once
+#: (:func:`r2mad_core.reproduce.gc_settings.reset_namespace`), the execution count back to 1.
 #: Imported modules stay (that is the point: each kernel imports pandas, matplotlib, scipy and r2mad_core once).
-CLEAR_KERNEL = ("get_ipython().run_line_magic('reset', '-f')\n"
+CLEAR_KERNEL = ("__import__('r2mad_core.reproduce.gc_settings', fromlist=['gc_settings']).reset_namespace(get_ipython())\n"
                 "import matplotlib as _m, matplotlib.pyplot as _p\n"
                 "_p.close('all')\n"
                 "dict.update(_m.rcParams, _m._r2mad_fresh_rc)\n"
                 "del _m, _p\n"
+                "__import__('gc').collect()\n"
                 "get_ipython().execution_count = 1")
 REUSING_ENGINE = "r2mad-reusing"
 _ENGINE_LOCK = threading.Lock()
@@ -254,6 +320,43 @@ def new_kernel_manager() -> Any:
 
     register_reusing_engine()
     return AsyncKernelManager(kernel_name=KERNEL_NAME)
+
+
+def run_in_kernel(kernel: Any, code: str, value: str | None = None, timeout: float = KERNEL_START_TIMEOUT) -> str | None:
+    """Run ``code`` silently in a kept kernel between two notebooks (no output, no history, the execution count as
+    it was; the next notebook's prologue clears the namespace anyway); returns the repr of the expression ``value``
+    evaluated after it, if given. Raises RuntimeError with the kernel's error."""
+    from jupyter_core.utils import run_sync
+
+    client = kernel.client()
+    client.start_channels()
+    try:
+        reply = run_sync(client.execute_interactive)(code, silent=True, store_history=False, timeout=timeout,
+                                                     user_expressions={"value": value} if value else None,
+                                                     output_hook=lambda msg: None)
+    finally:
+        client.stop_channels()
+    content = (reply or {}).get("content", {})
+    if content.get("status") != "ok":
+        raise RuntimeError(f"{content.get('ename')}: {content.get('evalue')}")
+    if not value:
+        return None
+    result = content.get("user_expressions", {}).get("value", {})
+    if result.get("status") != "ok":
+        raise RuntimeError(f"{result.get('ename')}: {result.get('evalue')}")
+    return result.get("data", {}).get("text/plain")
+
+
+def load_runs_code(runs_dir: str, bootstrap_resamples: int, since: float = 0.0) -> str:
+    """What a kept kernel runs while the notebook it runs next waits (``run_workers``' ``prepare``): the runs finished
+    since ``since`` read into its memo (:func:`r2mad_core.reproduce.grid.load_finished_runs`), ``runs_dir`` as the
+    notebook gets it."""
+    return (f"_r2mad_read = __import__('r2mad_core.reproduce.grid', fromlist=['grid']).load_finished_runs("
+            f"{str(runs_dir)!r}, {int(bootstrap_resamples)}, {float(since)!r})")
+
+
+#: The runs :func:`load_runs_code` read, for :func:`run_in_kernel`'s ``value``.
+RUNS_READ = "_r2mad_read"
 
 
 def shut_down(kernel: Any) -> None:
@@ -316,11 +419,34 @@ def register_reusing_engine() -> None:
                 kwargs.pop("input_path", None)
                 timeout = execution_timeout if execution_timeout else kwargs.get("timeout")
                 kwargs = {k: v for k, v in kwargs.items() if k not in ("timeout", "startup_timeout")}
-                return ReusingClient(nb_man, **kwargs, timeout=timeout, startup_timeout=start_timeout,
-                                     kernel_name=kernel_name, log=logging.getLogger("papermill"),
-                                     log_output=log_output, stdout_file=stdout_file, stderr_file=stderr_file).execute()
+                save = nb_man.save
+                nb_man.save = _at_most_every(SAVE_EVERY, save)
+                try:
+                    return ReusingClient(nb_man, **kwargs, timeout=timeout, startup_timeout=start_timeout,
+                                         kernel_name=kernel_name, log=logging.getLogger("papermill"),
+                                         log_output=log_output, stdout_file=stdout_file,
+                                         stderr_file=stderr_file).execute()
+                finally:
+                    nb_man.save = save  # papermill's closing save (notebook_complete, in its finally) always writes
 
         papermill_engines.register(REUSING_ENGINE, ReusingEngine)
+
+
+#: Seconds between two writes of a running notebook's output file (papermill writes the whole notebook, validated,
+#: when each cell starts and ends: 168 of the runner's 227 busy samples in the sim profile, py-spy). The last write, when the
+#: notebook ends, fails or is interrupted, is always made, so the executed notebook is the same file.
+SAVE_EVERY = 15.0
+
+
+def _at_most_every(seconds: float, save: Callable[..., None]) -> Callable[..., None]:
+    last = [time.monotonic()]
+
+    def throttled(**kwargs: Any) -> None:
+        if time.monotonic() - last[0] >= seconds:
+            save(**kwargs)
+            last[0] = time.monotonic()
+
+    return throttled
 
 
 def record_timing(executed_dir: Path, notebook: str, seconds: float, succeeded: bool) -> None:
@@ -399,6 +525,8 @@ class Display:
                  echo: Callable[[str], None], board: ProgressBoard | None = None) -> None:
         self.position, self.total, self.hints, self.echo = position, len(position), hints, echo
         self.not_started = {notebook.stem for notebook in notebooks}
+        self.prepared: set[str] = set()
+        self.running: set[str] = set()
         self.board = board or ProgressBoard(waiting=self.waiting)
 
     def waiting(self) -> float | None:
@@ -408,12 +536,26 @@ class Display:
     def progress(self, notebook: Path) -> NotebookProgress:
         return NotebookProgress(self.board, notebook.stem)
 
+    def preparing(self, notebook: Path) -> None:
+        """Said once per notebook whose kernel prepares it (``run_workers``' ``prepare``) while others finish."""
+        if notebook.stem in self.prepared:
+            return
+        self.prepared.add(notebook.stem)
+        try:
+            waiting_for = sorted(self.running)
+        except RuntimeError:  # a notebook started or ended just now, in another worker
+            waiting_for = []
+        others = f" while {', '.join(waiting_for)} finishes" if waiting_for else ""
+        self.board.say(f"  {notebook.stem}: its kernel reads the finished runs{others}", self.echo)
+
     def started(self, notebook: Path) -> None:
         self.not_started.discard(notebook.stem)
+        self.running.add(notebook.stem)
         self.board.say(f"[{self.position[notebook.stem]}/{self.total}] {notebook.stem} ...", self.echo)
         self.board.begin(notebook.stem, expected=self.hints.get(notebook.stem))
 
     def finished(self, notebook: Path, result: NotebookResult) -> None:
+        self.running.discard(notebook.stem)
         self.board.end(notebook.stem)
         tag = f"[{self.position[notebook.stem]}/{self.total}] {notebook.stem}"
         if result.error:
