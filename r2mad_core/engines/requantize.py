@@ -107,6 +107,45 @@ def requantized(source: str | Path, target: str = "Q8_0", cache_dir: str | Path 
     return path
 
 
+def tensor_types(path: Path) -> dict[str, int]:
+    """How many tensors of each type the GGUF ``path`` holds (``{"Q8_0": 211, "F32": 61}``): its quantization, read
+    from the file itself."""
+    import gguf  # lazy, as in _write
+
+    counts: dict[str, int] = {}
+    for tensor in gguf.GGUFReader(path).tensors:
+        counts[tensor.tensor_type.name] = counts.get(tensor.tensor_type.name, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def file_record(identity: str, packaged: Path | None = None, cache_dir: str | Path | None = None) -> dict[str, Any]:
+    """The model file a ``local`` engine identity (``local:<file name>:<bytes>[:...]``) names, read back from that
+    file on this machine: its name, size, sha256 and tensor types, and for a file this module made, the source it
+    was made from (its sidecar). The file is looked for in :func:`model_cache_dir` (``cache_dir``) and as the
+    ``packaged`` file; one whose size is not the identity's is not the file that ran. ``{"file": name, "found":
+    False}`` when it is not here (the publication then records only what the identity says)."""
+    parts = identity.split(":")
+    if len(parts) < 3 or parts[0] != "local" or not parts[2].isdigit():
+        raise RequantizeError(f"requantize: {identity!r} is not a local engine identity (local:<file>:<bytes>)")
+    name, size = parts[1], int(parts[2])
+    folder = Path(cache_dir) if cache_dir is not None else model_cache_dir()
+    candidates = [folder / name] + ([Path(packaged)] if packaged is not None and Path(packaged).name == name else [])
+    for path in candidates:
+        if path.is_file() and path.stat().st_size == size:
+            record: dict[str, Any] = {"file": name, "bytes": size, "sha256": sha256_of(path),
+                                      "tensor_types": tensor_types(path)}
+            sidecar = path.with_name(path.name + ".json")
+            if path.parent == folder and sidecar.is_file():
+                try:
+                    made = json.loads(sidecar.read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    made = {}
+                if made.get("sha256") == record["sha256"]:
+                    record.update(type=made.get("type"), made_from=made.get("source"))
+            return record
+    return {"file": name, "bytes": size, "found": False}
+
+
 def _write(source: Path, path: Path, target: str) -> None:
     try:
         import gguf  # lazy: the cpu extra's `gguf` (llama.cpp's own GGUF reader and writer)

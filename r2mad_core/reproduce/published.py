@@ -4,9 +4,9 @@ A batching engine's completions depend on what else is in the batch (its floatin
 batch; per-request seeds do not make completions batch-invariant), so a fresh run of a real model differs from the
 committed one. The fix is to ship the generations: ``published/<profile>/responses.sqlite`` (a compacted copy of the
 run's response cache, :mod:`r2mad_core.engines.cache`) and ``published/<profile>/manifest.json`` (profile, commit,
-rows, sha256) at the repository's root, beside ``figures/<profile>/`` and ``notebooks/executed/<profile>/``, the
-other committed outputs of the same run. There a fresh clone and CI's copy find it (both hold every tracked file);
-the wheel does not carry it (it has no figures to replay either).
+rows, sha256, each local model file's sha256 and quantization) at the repository's root, beside ``figures/<profile>/``
+and ``notebooks/executed/<profile>/``, the other committed outputs of the same run. There a fresh clone and CI's
+copy find it (both hold every tracked file); the wheel does not carry it (it has no figures to replay either).
 
 - :func:`before_run` (``make reproduce``): when ``cache/<profile>/`` holds no response cache yet and the profile has a
   published one, copy it there (the published file is never opened for writing) and say so in one line. ``--fresh``
@@ -304,6 +304,22 @@ def _git(repository: Path, *args: str) -> str | None:
         return None
 
 
+def model_files(models: Mapping[str, int]) -> dict[str, dict[str, Any]]:
+    """Each local model file that made the published generations (``models``' keys: ``<identity> <model>``), read
+    back from the file on this machine: sha256, tensor types (its quantization) and, for a file re-quantized at
+    first use, the file it was made from (:func:`r2mad_core.engines.requantize.file_record`)."""
+    from r2mad_core.engines.base import EngineError
+    from r2mad_core.engines.local import packaged_model_path
+    from r2mad_core.engines.requantize import file_record
+
+    try:
+        packaged: Path | None = packaged_model_path()
+    except EngineError:
+        packaged = None
+    identities = sorted({key.split(" ", 1)[0] for key in models if key.startswith("local:")})
+    return {identity: file_record(identity, packaged=packaged) for identity in identities}
+
+
 def publish(profile: Profile, cache_dir: Path, published_dir: Path = PUBLISHED_DIR,
             repository: Path = REPOSITORY) -> dict[str, Any]:
     """Copy ``cache_dir/responses.sqlite`` compacted (``VACUUM INTO``, rollback journal: one self-contained file) to
@@ -361,6 +377,7 @@ def publish(profile: Profile, cache_dir: Path, published_dir: Path = PUBLISHED_D
         "bytes": target.stat().st_size,
         "sha256": _sha256(target),
         "models": models,
+        "model_files": model_files(models),
         "source": f"cache/{profile.folder}/{CACHE_FILENAME}",
         "published": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }

@@ -15,7 +15,7 @@ import pytest
 gguf = pytest.importorskip("gguf")
 
 from r2mad_core.engines.local import idle_cores, resolve_threads  # noqa: E402
-from r2mad_core.engines.requantize import RequantizeError, derived_name, requantized  # noqa: E402
+from r2mad_core.engines.requantize import RequantizeError, derived_name, file_record, requantized  # noqa: E402
 
 Q4_1 = gguf.GGMLQuantizationType.Q4_1
 
@@ -91,3 +91,22 @@ def test_threads_come_from_the_idle_cores() -> None:
     assert resolve_threads(3) == 3 and 1 <= resolve_threads("idle") <= (os.cpu_count() or 1)
     with pytest.raises(ValueError, match="threads"):
         resolve_threads("all")
+
+
+def test_the_file_that_ran_is_read_back_from_its_identity(tmp_path: Path) -> None:
+    """What the published manifest records for each local engine identity: the file's sha256 and tensor types read
+    from the file itself, the source a re-quantized file was made from; a file of another size is not the one."""
+    source = tmp_path / "Tiny.Q4_1.gguf"
+    _small_q4_1(source)
+    made = requantized(source, "Q8_0", cache_dir=tmp_path / "models")
+    record = file_record(f"local:{made.name}:{made.stat().st_size}", packaged=source, cache_dir=tmp_path / "models")
+    assert record["sha256"] == hashlib.sha256(made.read_bytes()).hexdigest()
+    assert record["tensor_types"] == {"F32": 1, "Q8_0": 1} and record["type"] == "Q8_0"
+    assert record["made_from"]["sha256"] == hashlib.sha256(source.read_bytes()).hexdigest()
+    packaged = file_record(f"local:{source.name}:{source.stat().st_size}:template-abc", packaged=source,
+                           cache_dir=tmp_path / "models")
+    assert packaged["tensor_types"] == {"F32": 1, "Q4_1": 1} and "made_from" not in packaged
+    assert file_record(f"local:{made.name}:1", cache_dir=tmp_path / "models") == {
+        "file": made.name, "bytes": 1, "found": False}
+    with pytest.raises(RequantizeError, match="not a local engine identity"):
+        file_record("openai:gpt")

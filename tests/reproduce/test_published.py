@@ -62,6 +62,8 @@ def test_publish_writes_a_compacted_self_contained_copy_and_its_manifest(publish
     assert manifest["sha256"] == hashlib.sha256(target.read_bytes()).hexdigest()
     assert manifest["bytes"] == target.stat().st_size
     assert manifest["models"] == {"local:smol.gguf:1 SmolLM2": 2}
+    # the model file is not on this machine: the manifest says so rather than a checksum it could not read
+    assert manifest["model_files"] == {"local:smol.gguf:1": {"file": "smol.gguf", "bytes": 1, "found": False}}
     assert set(manifest) >= {"commit", "dirty", "published", "source"}
     assert stored_texts(target) == {"k1": "the answer is 4", "k2": "(B)"}
     with sqlite3.connect(target) as connection:  # a rollback journal: the one file is the whole cache
