@@ -9,7 +9,7 @@ are not: both are printed, with the load average. Configurations alternate (A B 
 falls on all of them.
 
 Usage:
-    .venv/bin/python benchmarks/quantization.py [--configs Q4_1:2 Q4_1:1 Q8_0:1] [--requests 16] [--repetitions 2]
+    .venv/bin/python benchmarks/quantization.py [--configs Q4_1:2 Q4_1:1 Q8_0:1] [--requests 16] [--repetitions 2] [--experiences 2]
 
 Writes ``benchmarks/results/quantization.csv``.
 """
@@ -48,10 +48,10 @@ EXPERIENCE = ("Past case: a similar question about a popular belief. The debate 
               "answer the evidence supports over the one that sounds familiar.")
 
 
-def request(index: int, max_tokens: int) -> Request:
+def request(index: int, max_tokens: int, experiences: int = 2) -> Request:
     question = QUESTIONS[index % len(QUESTIONS)]
     peers = "\n".join(PEER.format(k=k, letter="ABCD"[(index + k) % 4]) for k in range(1, 4))
-    experiences = "\n".join(f"Experience {k}: {EXPERIENCE}" for k in range(1, 3))
+    experiences = "\n".join(f"Experience {k}: {EXPERIENCE}" for k in range(1, experiences + 1))
     content = (f"{experiences}\n\nQuestion: {question}\nOptions: {OPTIONS}\n\nOther agents' answers:\n{peers}\n\n"
                "Using the experiences and the other answers, give your answer as ((X)) and your confidence.")
     return Request(messages=({"role": "system", "content": "You are a careful, truthful assistant."},
@@ -60,17 +60,18 @@ def request(index: int, max_tokens: int) -> Request:
                    sample_index=0)
 
 
-def measure(file_type: str, threads: int, requests: int, max_tokens: int) -> dict:
+def measure(file_type: str, threads: int, requests: int, max_tokens: int, experiences: int = 2) -> dict:
     requantize = None if file_type == "Q4_1" else file_type
     with LocalEngine(requantize=requantize, threads=threads, parallel_slots=8, context_per_slot=2048) as engine:
         engine.generate([request(999, 4)])  # warm-up (the weights paged in)
-        batch = [request(i, max_tokens) for i in range(requests)]
+        batch = [request(i, max_tokens, experiences) for i in range(requests)]
         cpu, wall = time.process_time(), time.perf_counter()
         completions = engine.generate(batch)
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     prompt = sum(c.prompt_tokens or 0 for c in completions)
     generated = sum(c.completion_tokens or 0 for c in completions)
-    return {"file": file_type, "threads": threads, "requests": requests, "prompt_tokens": prompt,
+    return {"file": file_type, "threads": threads, "requests": requests, "experiences": experiences,
+            "prompt_tokens": prompt,
             "completion_tokens": generated, "cpu_seconds": round(cpu, 2), "wall_seconds": round(wall, 2),
             "cpu_seconds_per_request": round(cpu / requests, 3),
             "cpu_ms_per_token": round(1000 * cpu / max(1, prompt + generated), 3),
@@ -84,12 +85,14 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--repetitions", type=int, default=2)
+    parser.add_argument("--experiences", type=int, default=2,
+                        help="experiences in each prompt (2: about 360 prompt tokens; 8: about 800, the cpu run's mean)")
     args = parser.parse_args()
     rows = []
     for repetition in range(args.repetitions):
         for config in args.configs:
             file_type, threads = config.split(":")
-            row = {"repetition": repetition, **measure(file_type, int(threads), args.requests, args.max_tokens)}
+            row = {"repetition": repetition, **measure(file_type, int(threads), args.requests, args.max_tokens, args.experiences)}
             print(row, flush=True)
             rows.append(row)
     RESULTS.mkdir(exist_ok=True)
