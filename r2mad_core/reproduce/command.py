@@ -292,8 +292,9 @@ def run_notebooks(
             after_notebook(result)
         display.finished(notebook, result)
 
-    # the longest first: by this folder's last run, else by the committed run of the profile (also the time left)
-    hints = (notebook_runner.previous_seconds(paths.executed_dir)
+    # the longest first (also the time left): a run generating anew by the published run's generation; else by this
+    # folder's last run, else by the committed run of the profile
+    hints = (published.generation_hints(profile, paths.cache_dir) or notebook_runner.previous_seconds(paths.executed_dir)
              or notebook_runner.previous_seconds(REPOSITORY / "notebooks" / "executed" / profile.folder))
     display = notebook_runner.Display(position, notebooks, hints, echo)
     with _environment(kernels_get), display.board:

@@ -480,12 +480,14 @@ class NotebookProgress:
         self.name = name
         self._grid: tuple[str, int, int] | None = None  # the current grid bar: description, done, total
         self._runs_before = 0  # runs of the grids that finished
+        self._cell = ""  # the running cell, shown again when a bar it drew has finished
 
     def cell_started(self, cell: Any = None, cell_index: int = 0, **_: Any) -> None:
         source = str((cell or {}).get("source", "")) if cell is not None else ""
         first = next((line.strip().lstrip("#").strip() for line in source.splitlines() if line.strip()), "")
         summary = first if len(first) <= 48 else first[:47] + "…"
-        self.board.update(self.name, work=f"cell {cell_index}" + (f" ({summary})" if summary else ""))
+        self._cell = f"cell {cell_index}" + (f" ({summary})" if summary else "")
+        self.board.update(self.name, work=self._cell)
 
     def message(self, msg: Mapping[str, Any]) -> None:
         try:
@@ -503,6 +505,9 @@ class NotebookProgress:
                 self._runs_before += self._grid[1]  # a new grid: the last one's runs are done
             self._grid = (description, done, total)
             self.board.update(self.name, done=self._runs_before + done, total=self._runs_before + total, unit="runs")
+            return
+        if total and done >= total:  # a finished bar (a model's weights loaded) is not what the cell does now
+            self.board.update(self.name, work=self._cell)
             return
         counts = f" {done}/{total}" if total else f" {done}"
         self.board.update(self.name, work=f"{description}{counts}" + (f", {postfix}" if postfix else ""))

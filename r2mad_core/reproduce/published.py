@@ -13,7 +13,10 @@ copy find it (both hold every tracked file); the wheel does not carry it (it has
   skips it.
 - :func:`compare_tables` (after ``--fresh``, or a run that was just seeded): which committed table CSVs moved and by
   how much, one line per table.
-- :func:`publish` (``make publish PROFILE=cpu``): the maintainer's step after regenerating a profile.
+- :func:`publish` (``make publish PROFILE=cpu``): the maintainer's step after regenerating a profile. The manifest
+  keeps the notebooks' wall seconds in the run that made the generations (``generation_seconds``, from that run's
+  ``timings.json``): :func:`generation_hints` gives them to a run that generates anew, whose progress line would
+  otherwise estimate the time left from a replay's timings (minutes for what takes an hour).
 
 Which profiles publish is a convention: those with a real engine (any agent not simulated). Simulated agents are
 deterministic, so ``sim`` and ``tiny`` have nothing to publish and behave as before. docs/engines.md, "Published runs".
@@ -320,10 +323,40 @@ def model_files(models: Mapping[str, int]) -> dict[str, dict[str, Any]]:
     return {identity: file_record(identity, packaged=packaged) for identity in identities}
 
 
+def generation_seconds(executed_dir: Path | None, cache_dir: Path) -> dict[str, float] | None:
+    """Each notebook's wall seconds in the run that made ``cache_dir``'s generations: ``executed_dir/timings.json``
+    when that cache was generated here (no :data:`SEEDED_MARKER`: a seeded cache's last run was a replay), else None."""
+    if executed_dir is None or (Path(cache_dir) / SEEDED_MARKER).is_file():
+        return None
+    try:
+        timings = json.loads((Path(executed_dir) / "timings.json").read_text(encoding="utf-8"))
+        found = {name: round(float(entry["seconds"]), 2) for name, entry in sorted(timings.items())
+                 if entry.get("succeeded", True)}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return found or None
+
+
+def generation_hints(profile: Profile, cache_dir: Path, published_dir: Path = PUBLISHED_DIR) -> dict[str, float]:
+    """The notebooks' expected wall seconds for a run that generates every completion anew (``cache_dir`` holds no
+    cache yet after :func:`before_run`: ``--fresh`` from nothing, or no published cache): the published run's
+    ``generation_seconds``; empty otherwise (a replay or a resumed run: the folder's own timings are the better
+    guess)."""
+    if has_cache(cache_dir):
+        return {}
+    try:
+        manifest = json.loads((Path(published_dir) / profile.folder / MANIFEST_NAME).read_text(encoding="utf-8"))
+        return {str(name): float(seconds) for name, seconds in (manifest.get("generation_seconds") or {}).items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
 def publish(profile: Profile, cache_dir: Path, published_dir: Path = PUBLISHED_DIR,
-            repository: Path = REPOSITORY) -> dict[str, Any]:
+            repository: Path = REPOSITORY, executed_dir: Path | None = None) -> dict[str, Any]:
     """Copy ``cache_dir/responses.sqlite`` compacted (``VACUUM INTO``, rollback journal: one self-contained file) to
-    ``published_dir/<profile>/`` with ``manifest.json``; return the manifest. Replaces an earlier publication."""
+    ``published_dir/<profile>/`` with ``manifest.json``; return the manifest. Replaces an earlier publication.
+    ``executed_dir``: the folder of the run's executed notebooks, whose ``timings.json`` becomes the manifest's
+    ``generation_seconds`` when the cache was generated there (:func:`generation_seconds`)."""
     if not publishes(profile):
         raise PublishedError(f"profile {profile.name}: its agents are simulated (deterministic: a rerun makes the "
                              "same tables), nothing to publish")
@@ -381,6 +414,9 @@ def publish(profile: Profile, cache_dir: Path, published_dir: Path = PUBLISHED_D
         "source": f"cache/{profile.folder}/{CACHE_FILENAME}",
         "published": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
+    made_in = generation_seconds(executed_dir, cache_dir)
+    if made_in:
+        manifest["generation_seconds"] = made_in
     (target_dir / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest
 
@@ -398,7 +434,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         profile = load_profile(args.profile)
-        manifest = publish(profile, args.output_dir / "cache" / profile.folder, args.published_dir)
+        manifest = publish(profile, args.output_dir / "cache" / profile.folder, args.published_dir,
+                           executed_dir=args.output_dir / "notebooks" / "executed" / profile.folder)
     except (FileNotFoundError, ProfileError) as exc:
         print(f"publish: {exc}", file=sys.stderr)
         return 2

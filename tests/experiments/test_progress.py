@@ -128,6 +128,9 @@ def test_a_notebooks_runs_add_up_over_its_grids_and_its_cell_is_the_current_work
     task = board.tasks["04_ablations"]
     assert (task.done, task.total, task.unit) == (28, 44, "runs")
     assert task.work == "r2mad math500 0/1, round 2 (3 active)"
+    # a finished bar (a model's weights loaded) stops being the work: the cell is shown again
+    progress.message(_stderr("\rLoading weights: 100%|##########| 103/103 [00:01<00:00, 80it/s]"))
+    assert task.work == "cell 5 (the ablation grid)"
 
 
 def test_the_runner_says_each_notebook_and_shows_the_running_ones() -> None:

@@ -254,3 +254,54 @@ def test_make_reproduce_seeds_before_the_notebooks_and_reports_after_them(
     out = capsys.readouterr().out
     assert seen["cache"] is False and "reproduce: --fresh: the published generations (" in out
     assert "this fresh run against figures/cpu at abc1234: 0 of 0 tables moved, 0 identical; 1 not made" in out
+
+
+def write_timings(executed_dir: Path, seconds: dict[str, float]) -> None:
+    executed_dir.mkdir(parents=True, exist_ok=True)
+    (executed_dir / "timings.json").write_text(json.dumps(
+        {name: {"seconds": s, "succeeded": True, "finished": "2026-11-28T10:00:00+0000"} for name, s in seconds.items()}))
+
+
+def test_publish_keeps_the_generating_runs_notebook_times_and_a_run_from_nothing_is_told_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 52: a replay's timings (minutes) are no estimate for a run generating anew (an hour): the manifest keeps
+    the generating run's, a run from nothing starts the longest first and counts its time left from them."""
+    made = tmp_path / "made"
+    make_cache(made / "cache" / "cpu", {"k": "x"})
+    write_timings(made / "notebooks" / "executed" / "cpu", {"04_ablations": 1833.0, "01_data": 12.5})
+    assert published.main(["--profile", "cpu", "--output-dir", str(made), "--published-dir", str(tmp_path / "p")]) == 0
+    manifest = json.loads((tmp_path / "p" / "cpu" / "manifest.json").read_text())
+    assert manifest["generation_seconds"] == {"01_data": 12.5, "04_ablations": 1833.0}
+    # a cache seeded from published/ was replayed there: its timings are not a generation's
+    (made / "cache" / "cpu" / published.SEEDED_MARKER).write_text("{}")
+    assert "generation_seconds" not in published.publish(CPU, made / "cache" / "cpu", tmp_path / "q",
+                                                         executed_dir=made / "notebooks" / "executed" / "cpu")
+    # who is told them: only a run whose cache is empty when the notebooks start
+    assert published.generation_hints(CPU, tmp_path / "empty", tmp_path / "p") == {"01_data": 12.5, "04_ablations": 1833.0}
+    assert published.generation_hints(CPU, made / "cache" / "cpu", tmp_path / "p") == {}
+    assert published.generation_hints(CPU, tmp_path / "empty", tmp_path / "nothing-published") == {}
+    # through make reproduce's runner: the display gets the generating run's times, not the committed replay's
+    seen: dict[str, dict[str, float]] = {}
+
+    class Seen(Exception):
+        pass
+
+    def display(position, notebooks, hints, echo):  # noqa: ANN001, ANN202
+        seen["hints"] = dict(hints)
+        raise Seen
+
+    monkeypatch.setattr(published, "PUBLISHED_DIR", tmp_path / "p")
+    monkeypatch.setattr(published.generation_hints, "__defaults__", (tmp_path / "p",))
+    monkeypatch.setattr(command.notebook_runner, "Display", display)
+    fresh = ReproductionPaths(tmp_path / "fresh", "cpu")
+    write_timings(fresh.executed_dir, {"04_ablations": 72.9})  # a replay's, as committed for cpu
+    # from nothing: the generating run's times; with a cache (a resumed run): the folder's own
+    for paths, expected in ((fresh, {"01_data": 12.5, "04_ablations": 1833.0}),
+                            (ReproductionPaths(made, "cpu"), {"04_ablations": 1833.0, "01_data": 12.5})):
+        with pytest.raises(Seen):
+            command.run_notebooks(CPU, paths, only=["04_ablations"], echo=lambda line: None, up_to_date_check=None)
+        assert seen["hints"] == expected
+    write_timings(ReproductionPaths(made, "cpu").executed_dir, {"04_ablations": 80.0})
+    with pytest.raises(Seen):
+        command.run_notebooks(CPU, ReproductionPaths(made, "cpu"), only=["04_ablations"], echo=lambda line: None)
+    assert seen["hints"] == {"04_ablations": 80.0}
