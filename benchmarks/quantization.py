@@ -11,7 +11,7 @@ falls on all of them.
 Usage:
     .venv/bin/python benchmarks/quantization.py [--configs Q4_1:2 Q4_1:1 Q8_0:1] [--requests 16] [--repetitions 2] [--experiences 2]
 
-Writes ``benchmarks/results/quantization.csv``.
+Writes ``benchmarks/results/quantization.csv`` (``--output NAME``: another name there).
 """
 
 from __future__ import annotations
@@ -85,6 +85,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--repetitions", type=int, default=2)
+    parser.add_argument("--output", default="quantization.csv", help="the CSV's name under benchmarks/results/")
     parser.add_argument("--experiences", type=int, default=2,
                         help="experiences in each prompt (2: about 360 prompt tokens; 8: about 800, the cpu run's mean)")
     args = parser.parse_args()
@@ -96,7 +97,7 @@ def main() -> None:
             print(row, flush=True)
             rows.append(row)
     RESULTS.mkdir(exist_ok=True)
-    with open(RESULTS / "quantization.csv", "w", newline="", encoding="utf-8") as handle:
+    with open(RESULTS / args.output, "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)

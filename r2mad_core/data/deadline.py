@@ -176,7 +176,7 @@ class _Verifier:
         self._lock = threading.Lock()  # one job at a time: a caller's deadline starts when its job is handed over
         self._worker: threading.Thread | None = None
         self._jobs: "queue.SimpleQueue[_Job | None] | None" = None
-        self._ending = _Ending()
+        self._ending: _Ending | None = None  # each new worker gets its own (run)
 
     def run(self, function: Callable[[], T], seconds: float, on_timeout: T) -> T:
         if threading.current_thread() is self._worker:  # a job asking for another: run it here

@@ -110,8 +110,8 @@ class LocalEngine:
         request_timeout_seconds: the total deadline of one request attempt (the answer's last byte included).
         max_retries: HTTP retries (see :class:`OpenAICompatEngine`).
         extra_body: extra JSON fields for every request (e.g. ``chat_template_kwargs``).
-        server_log_verbosity: llama.cpp log verbosity (0 = quiet; 3 = every slot event).
-        flash_attention: leave llama.cpp's default (``None``) or force it on/off.
+        server_log_verbosity: llama.cpp log verbosity (0 = quiet; 3 = every slot event). Flash attention is left at
+            llama.cpp's default (auto): forced on or off it changed no CPU second here (docs/engines.md).
     """
 
     def __init__(

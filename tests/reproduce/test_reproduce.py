@@ -98,7 +98,7 @@ def test_default_profile_is_the_simulated_one_and_says_so() -> None:
     assert "PROFILE=cpu" in lines[2] and "PROFILE=api" in lines[2] and "PROFILE=paper" in lines[2]
     assert reproduce.banner(load_profile("cpu")) == [
         "reproduce: profile cpu: agents = SmolLM2-135M-Instruct (local engine, model the packaged default model, "
-        "re-quantized to Q4_0, stands in for Qwen2.5-7B-Instruct)"
+        "re-quantized to Q8_0, stands in for Qwen2.5-7B-Instruct)"
     ]
     makefile = (reproduce.REPOSITORY / "Makefile").read_text()
     assert "\nPROFILE ?= sim\n" in makefile
