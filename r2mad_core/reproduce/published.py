@@ -307,6 +307,14 @@ def _git(repository: Path, *args: str) -> str | None:
         return None
 
 
+def _outside(folder: Path, repository: Path) -> list[str]:
+    """A git pathspec leaving ``folder`` out, when it is inside ``repository``."""
+    try:
+        return [f":(exclude){Path(folder).resolve().relative_to(Path(repository).resolve()).as_posix()}"]
+    except ValueError:
+        return []
+
+
 def model_files(models: Mapping[str, int]) -> dict[str, dict[str, Any]]:
     """Each local model file that made the published generations (``models``' keys: ``<identity> <model>``), read
     back from the file on this machine: sha256, tensor types (its quantization) and, for a file re-quantized at
@@ -404,7 +412,9 @@ def publish(profile: Profile, cache_dir: Path, published_dir: Path = PUBLISHED_D
     manifest = {
         "profile": profile.name,
         "commit": _git(repository, "rev-parse", "HEAD"),
-        "dirty": bool(_git(repository, "status", "--porcelain", "--untracked-files=no")),
+        # tracked files changed but this publication itself (which always changes published/<profile>/)
+        "dirty": bool(_git(repository, "status", "--porcelain", "--untracked-files=no", "--", ".",
+                           *_outside(target_dir, repository))),
         "figures_made_at": made_at,
         "rows": rows,
         "bytes": target.stat().st_size,

@@ -305,3 +305,22 @@ def test_publish_keeps_the_generating_runs_notebook_times_and_a_run_from_nothing
     with pytest.raises(Seen):
         command.run_notebooks(CPU, ReproductionPaths(made, "cpu"), only=["04_ablations"], echo=lambda line: None)
     assert seen["hints"] == {"04_ablations": 80.0}
+
+
+def test_dirty_names_changes_besides_the_publication_itself(tmp_path: Path) -> None:
+    """Publishing rewrites published/<profile>/, a tracked folder: that alone does not make the tree dirty."""
+    import subprocess
+
+    repository = tmp_path / "repo"
+    make_cache(tmp_path / "cache" / "cpu", {"k": "x"})
+    published.publish(CPU, tmp_path / "cache" / "cpu", repository / "published", repository=tmp_path)  # not a repo yet
+    (repository / "code.py").write_text("x = 1\n")
+    git = ["git", "-C", str(repository), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "first"], check=True)
+    make_cache(tmp_path / "cache" / "cpu", {"k2": "y"})  # another generation: the published file changes
+    again = published.publish(CPU, tmp_path / "cache" / "cpu", repository / "published", repository=repository)
+    assert again["rows"] == 2 and again["dirty"] is False
+    (repository / "code.py").write_text("x = 2\n")
+    assert published.publish(CPU, tmp_path / "cache" / "cpu", repository / "published", repository=repository)["dirty"] is True
