@@ -19,7 +19,8 @@ Backends (constructor options are passed through ``**options``):
 Underneath: :mod:`~r2mad_core.engines.base` (requests, completions, the ``Engine`` protocol),
 :mod:`~r2mad_core.engines.cache` (the persistent response cache), :mod:`~r2mad_core.engines.thinking` (the
 ``<think>`` part of a completion), :mod:`~r2mad_core.engines.vllm_loop` (the vLLM engine thread),
-:mod:`~r2mad_core.engines.endpoints` (several servers of one model: least busy first, failover).
+:mod:`~r2mad_core.engines.endpoints` (several servers of one model: least busy first, failover, adaptive limits),
+:mod:`~r2mad_core.engines.deadline` (one attempt's total deadline for the budget gateway's blocking client).
 
 - ``rehearsal``: :class:`~r2mad_core.engines.rehearsal.RehearsalEngine` -- the paper run's dress rehearsal
   (a model's context and reply lengths, every request logged; unlisted).
