@@ -7,8 +7,10 @@ The servers (benchmarks/fake_vllm.py, one process, a port each) answer 25 reques
 shared by the decoding requests, 128 tokens a reply, 0.2 s to the first token, batch 128, 429 beyond a queue of
 256). Each point runs in a child process of its own (its CPU is the client's alone: the servers' process is
 apart) and sends ``seconds`` x capacity requests at ``max_num_seqs`` in flight per server (8 servers: 1,024 in
-flight), through ``generate_iter`` as the debate loop does. Achieved rate: completions between the 20th and the 80th
-percentile of their arrival times, over that span (the ramp up and the drain left out). Busy: achieved / capacity.
+flight), through ``generate_iter`` as the debate loop does. Between the 20th and the 80th percentile of the
+completions (the ramp up and the drain left out), read from the servers (``GET /stats``): req/s, what they answered
+a second; busy, the share of that time each server had enough requests decoding to run at its full throughput
+(32 or more), averaged over the servers.
 
     python benchmarks/request_path.py                 # 1, 2, 4, 8 servers, both clients
     python benchmarks/request_path.py --servers 8 --clients new --seconds 30
@@ -71,25 +73,37 @@ def point(client: str, ports: list[int], per_server: int, requests: int, timeout
         import threading
 
         cpu0, wall0 = time.process_time(), time.monotonic()
-        arrivals = []
+        arrivals = 0
+        marks = {int(0.2 * requests): None, int(0.8 * requests): None}
         most_threads = threading.active_count()
         for _index, _completion in engine.generate_iter(batch):
-            arrivals.append(time.monotonic())
-            if len(arrivals) % 64 == 0:
+            arrivals += 1
+            if arrivals in marks:
+                marks[arrivals] = (time.monotonic(), server_stats(ports))
+            if arrivals % 64 == 0:
                 most_threads = max(most_threads, threading.active_count())
         cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
         engine.close()
-    arrivals.sort()
-    low, high = arrivals[int(0.2 * len(arrivals))], arrivals[int(0.8 * len(arrivals)) - 1]
-    steady = (int(0.8 * len(arrivals)) - 1 - int(0.2 * len(arrivals))) / max(1e-9, high - low)
-    return {"requests": len(arrivals), "wall": wall, "cpu": cpu, "steady_rate": steady, "threads": most_threads}
+    (t0, first), (t1, last) = marks.values()
+    span = max(1e-9, t1 - t0)
+    busy = sum(b["busy_seconds"] - a["busy_seconds"] for a, b in zip(first, last)) / (span * len(ports))
+    rate = sum(b["completed"] - a["completed"] for a, b in zip(first, last)) / span
+    return {"requests": arrivals, "wall": wall, "cpu": cpu, "steady_rate": rate, "busy": busy,
+            "threads": most_threads}
+
+
+def server_stats(ports: list[int]) -> list[dict]:
+    import urllib.request
+
+    return [json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/stats", timeout=60).read())
+            for port in ports]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--servers", type=int, nargs="*", default=[1, 2, 4, 8])
     parser.add_argument("--clients", nargs="*", default=["old", "new"], choices=["old", "new"])
-    parser.add_argument("--seconds", type=float, default=16.0, help="requests per point: seconds x capacity")
+    parser.add_argument("--seconds", type=float, default=20.0, help="requests per point: seconds x capacity")
     parser.add_argument("--point", help=argparse.SUPPRESS)  # child: client,ports,per_server,requests
     args = parser.parse_args(argv)
     if args.point:
@@ -128,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                 if "skipped" in result:
                     print(f"{n:>7} {client:>6} skipped: {result['skipped']}")
                     continue
-                busy = result["steady_rate"] / (model.capacity * n)
+                busy = result["busy"]
                 print(f"{n:>7} {client:>6} {model.max_num_seqs * n:>9} {result['requests']:>8} "
                       f"{result['steady_rate']:>7.1f} {busy:>6.1%} {1000 * result['cpu'] / result['requests']:>10.2f} "
                       f"{result['threads']:>7} {result['wall']:>7.1f}  {load:.2f}/{os.getloadavg()[0]:.2f}",
