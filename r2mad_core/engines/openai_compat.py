@@ -29,7 +29,7 @@ sent, the attempts in flight are cancelled and not retried, and the completions 
 the interrupt goes on (the response cache keeps them); the process can exit at once.
 
 The request path (issue 62): every request is a coroutine on the process's one event-loop thread
-(:class:`_EventLoop`), never a thread; one ``httpx.AsyncClient`` per URL keeps at most ``max_concurrency_per_url``
+(:func:`~r2mad_core.engines.event_loop.event_loop`), never a thread; one ``httpx.AsyncClient`` per URL keeps at most ``max_concurrency_per_url``
 keep-alive connections to it; ``max_concurrency`` bounds the requests in flight over every batch of the engine (a
 semaphore), each URL's adaptive limit what it gets (:class:`~r2mad_core.engines.endpoints.EndpointPool`). A batch's
 completions come back to the thread that iterates through a queue. The bytes sent are those of the blocking client
@@ -85,6 +85,7 @@ from r2mad_core.engines.deadline import (  # noqa: F401 - attempt_limits, bounde
     bounded_client,
 )
 from r2mad_core.engines.endpoints import EndpointPool, without_userinfo
+from r2mad_core.engines.event_loop import event_loop
 from r2mad_core.engines.thinking import apply_thinking
 
 logger = logging.getLogger(__name__)
@@ -197,7 +198,7 @@ class OpenAICompatEngine:
         api_key_env: environment variable holding the API key (sent as a Bearer token when set;
             ``None`` sends no key).
         max_concurrency: requests in flight at once over all URLs (coroutines on the one event-loop thread:
-            :class:`_EventLoop`; no thread per request).
+            :func:`~r2mad_core.engines.event_loop.event_loop`; no thread per request).
         max_concurrency_per_url: requests in flight at once on one URL, its declared capacity (``--gpus N``: the
             server's batch, vLLM's ``max_num_seqs``); ``None``: ``max_concurrency``. It bounds the URL's
             keep-alive connections too. A URL's limit falls to half of what it had in flight on HTTP 429/503 and
@@ -284,7 +285,7 @@ class OpenAICompatEngine:
         self.endpoints = EndpointPool(self.base_urls, self._backoff,
                                       capacities=[self.max_concurrency_per_url] * len(self.base_urls))
         self._closed = False
-        self._loop = _EventLoop.get()
+        self._loop = event_loop()
         self._tasks: set[asyncio.Task[Any]] = set()  # every request's task now (the loop thread's set)
         self._call(self._open(headers))
         if neutral_sampling is None:
@@ -642,30 +643,6 @@ class _Batch:
             return 0
         self.cancelled = True
         return len(self.requests) - self.started
-
-
-class _EventLoop:
-    """The process's one event-loop thread for every :class:`OpenAICompatEngine` (started on first use, again in a
-    forked child): requests are coroutines on it, never a thread each."""
-
-    _lock = threading.Lock()
-    _loop: asyncio.AbstractEventLoop | None = None
-    _thread: threading.Thread | None = None
-    _pid: int | None = None
-
-    @classmethod
-    def get(cls) -> asyncio.AbstractEventLoop:
-        with cls._lock:
-            if cls._loop is None or cls._pid != os.getpid() or cls._thread is None or not cls._thread.is_alive():
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(target=loop.run_forever, name="r2mad-openai-loop", daemon=True)
-                thread.start()
-                cls._loop, cls._thread, cls._pid = loop, thread, os.getpid()
-            return cls._loop
-
-    @classmethod
-    def thread(cls) -> threading.Thread | None:
-        return cls._thread
 
 
 CONTEXT_OVERFLOW_MODES = ("record", "raise")
