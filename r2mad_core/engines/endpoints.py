@@ -7,6 +7,11 @@ consecutive failures, with full jitter, at least a ``Retry-After`` it sent (:cla
 openai_compat.RetryPolicy`) -- and the requests go to the live ones; a success puts it back at once. Without this, a
 server that refuses connections looks least busy (it answers at once) and receives every retry.
 
+Adaptive back-off (issue 62; as inspect's adaptive connections do): an endpoint given a capacity (its declared
+batch, vLLM's ``max_num_seqs``) takes at most ``limit`` requests at once; HTTP 429/503 halves the limit (to half of
+what it had in flight), every answer raises it by one, up to the capacity. An endpoint with no capacity (the budget
+gateway's) is bounded by nothing here.
+
 Who fails, and how often, is counted per endpoint (:meth:`EndpointPool.summary`); :meth:`EndpointPool.describe_failed`
 says which endpoints failed and how, for the one line a run ends with when none is live. Used by
 :class:`~r2mad_core.engines.openai_compat.OpenAICompatEngine` and the budget's forwarding gateway
@@ -49,6 +54,8 @@ class EndpointState:
     consecutive_failures: int = 0
     open_until: float = 0.0
     last_error: str = ""
+    capacity: int | None = None  # the most requests in flight it takes (None: no bound here)
+    limit: float = float("inf")  # the adaptive bound now: halved on 429/503, +1 per answer, up to capacity
 
     @property
     def shown(self) -> str:
@@ -59,10 +66,14 @@ class EndpointPool:
     """The endpoints of one engine or gateway. ``backoff(k, retry_after)`` is how long an endpoint stays out after its
     ``k+1``-th consecutive failure."""
 
-    def __init__(self, urls: Sequence[str], backoff: Callable[[int, float | None], float]) -> None:
+    def __init__(self, urls: Sequence[str], backoff: Callable[[int, float | None], float],
+                 capacities: Sequence[int | None] | None = None) -> None:
         if not urls:
             raise ValueError("expected at least one endpoint URL like http://host:8000/v1")
         self.endpoints = {url: EndpointState(url) for url in urls}
+        for state, capacity in zip(self.endpoints.values(), capacities or ()):
+            if capacity is not None:
+                state.capacity, state.limit = capacity, float(capacity)
         self._order = list(self.endpoints)
         self._next = 0
         self._backoff = backoff
@@ -76,13 +87,15 @@ class EndpointPool:
             return bool(self._live(time.monotonic()))
 
     def try_acquire(self) -> tuple[str | None, float]:
-        """``(url, 0)``: the least busy live endpoint, now counted in flight; ``(None, seconds)``: none is live, the
-        first comes back in ``seconds``."""
+        """``(url, 0)``: the least busy live endpoint with room under its limit, now counted in flight;
+        ``(None, seconds)``: none is live (or every live one is full), the first out comes back in ``seconds``;
+        ``(None, None)``: every endpoint is live and full (one comes free when an attempt ends)."""
         with self._lock:
             now = time.monotonic()
-            live = self._live(now)
+            live = [e for e in self._live(now) if e.in_flight < e.limit]
             if not live:
-                return None, min(e.open_until for e in self.endpoints.values()) - now
+                out = [e.open_until for e in self.endpoints.values() if e.open_until > now]
+                return None, (min(out) - now if out else None)
             count = len(self._order)
             rotated = [self.endpoints[self._order[(self._next + k) % count]] for k in range(count)]
             chosen = min((e for e in rotated if e in live), key=lambda e: e.in_flight)
@@ -97,7 +110,7 @@ class EndpointPool:
             url, wait = self.try_acquire()
             if url is not None:
                 return url
-            pause = max(0.001, min(wait, WAIT_SLICE_SECONDS))
+            pause = max(0.001, min(WAIT_SLICE_SECONDS if wait is None else wait, WAIT_SLICE_SECONDS))
             if stop is not None:
                 if stop.wait(pause):
                     return None
@@ -112,6 +125,8 @@ class EndpointPool:
             state.answered += 1
             state.consecutive_failures = 0
             state.open_until = 0.0
+            if state.capacity is not None and state.limit < state.capacity:
+                state.limit = min(float(state.capacity), state.limit + 1.0)
 
     def released(self, url: str) -> None:
         """The attempt ended without telling anything about the endpoint (stopped, interrupted)."""
@@ -119,10 +134,14 @@ class EndpointPool:
             self.endpoints[url].in_flight -= 1
             self.endpoints[url].sent -= 1
 
-    def failed(self, url: str, description: str, retry_after: float | None = None) -> bool:
-        """The endpoint failed an attempt: out for its backoff. Returns whether another endpoint is still live."""
+    def failed(self, url: str, description: str, retry_after: float | None = None, overloaded: bool = False) -> bool:
+        """The endpoint failed an attempt: out for its backoff; ``overloaded`` (HTTP 429/503) also halves its limit
+        on requests in flight (to half of what it had in flight, at least 1). Returns whether another endpoint is
+        still live."""
         with self._lock:
             state = self.endpoints[url]
+            if overloaded and state.capacity is not None:
+                state.limit = max(1.0, min(state.limit, float(state.in_flight)) / 2.0)
             state.in_flight -= 1
             state.failed += 1
             state.consecutive_failures += 1

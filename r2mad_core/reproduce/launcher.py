@@ -7,7 +7,8 @@ locks and SQLite the notebooks already share when they run at once (:mod:`r2mad_
 
 - ``--launcher local`` with ``--jobs 1`` (or a single point): in this process, one after another, as before;
 - ``--launcher local`` with ``--jobs N``: ``N`` at a time, each in its own process (``python -m
-  r2mad_core.reproduce --set ...`` of that point, its notebooks one at a time), its output in a log file;
+  r2mad_core.reproduce --set ...`` of that point, its notebooks one at a time), its output in a log file whose last
+  line is relayed to the terminal every :data:`RELAY_SECONDS` (one line per running point);
 - ``--launcher slurm``: each point a job of submitit (the library Hydra's SLURM launcher uses;
   ``submitit.AutoExecutor``: SLURM where ``sbatch`` exists, else submitit's local executor, a subprocess per job),
   with ``--slurm KEY=VALUE`` passed to the executor (``slurm_partition=gpu``, ``gpus_per_node=1``,
@@ -49,6 +50,8 @@ LEDGER = "jobs.json"
 DEFAULT_TIMEOUT_MINUTES = 24 * 60
 #: Seconds between two looks at the cluster jobs' states.
 POLL_SECONDS = 2.0
+#: Seconds between two lines relaying a side-by-side point's progress (the last line of its log) to the terminal.
+RELAY_SECONDS = 30.0
 
 
 def point_arguments(point: Point) -> list[str]:
@@ -206,6 +209,33 @@ def _log_name(point: Point) -> str:
     return f"{point.variant.name}.log"
 
 
+def last_line(log: Path) -> str:
+    """The last non-empty line of ``log`` (a progress bar's last state: lines end in ``\\r`` too), '' when none."""
+    try:
+        with open(log, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 4096))
+            tail = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in tail.replace("\r", "\n").split("\n") if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def wait_relaying(process: subprocess.Popen, log: Path, what: str, echo: Callable[[str], None],
+                  every: float | None = None) -> int:
+    """Wait for ``process``; every ``every`` seconds (:data:`RELAY_SECONDS`) one line with the last line of its log,
+    so a ``--jobs N`` run is never silent while its points run in their own processes (issue 62)."""
+    start = time.perf_counter()
+    while True:
+        try:
+            return process.wait(timeout=RELAY_SECONDS if every is None else every)
+        except subprocess.TimeoutExpired:
+            line = last_line(log)
+            echo(f"reproduce: {what} running for {duration(time.perf_counter() - start)}"
+                 + (f": {line[:200]}" if line else ""))
+
+
 def _side_by_side(points: Sequence[Point], pending: Sequence[int], child_arguments: Sequence[str], jobs: int,
                   folder: Path, ledger: Ledger, echo: Callable[[str], None]) -> dict[int, bool]:
     """``jobs`` points at a time, each ``python -m r2mad_core.reproduce`` in its own process."""
@@ -223,7 +253,7 @@ def _side_by_side(points: Sequence[Point], pending: Sequence[int], child_argumen
             process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             ledger.set(point.variant.name, {"label": point.label(), "launcher": "local", "job": process.pid,
                                             "log": str(log)})
-            code = process.wait()
+            code = wait_relaying(process, log, f"point {point.label()}", echo)
         ledger.set(point.variant.name, None if code == 0 else {
             "label": point.label(), "launcher": "local", "job": process.pid, "log": str(log),
             "state": f"exit code {code}"})
