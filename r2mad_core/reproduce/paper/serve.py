@@ -164,7 +164,8 @@ class Servers:
 
 def served_fields(fields: Mapping[str, Any], urls: Mapping[str, Sequence[str]]) -> dict[str, Any]:
     """The profile's fields with each served model (a key of ``urls``) on its servers: engine ``openai``, model name =
-    the served name (the Hugging Face id), ``max_concurrency`` :data:`IN_FLIGHT_PER_SERVER` per server."""
+    the served name (the Hugging Face id), ``max_concurrency`` :data:`IN_FLIGHT_PER_SERVER` per server, and no server more than that
+    (``max_concurrency_per_url``: its declared capacity)."""
     out = json.loads(json.dumps(dict(fields), default=str))
     for key in ("models", "memory_models"):
         for position, entry in enumerate(out.get(key) or []):
@@ -175,6 +176,7 @@ def served_fields(fields: Mapping[str, Any], urls: Mapping[str, Sequence[str]]) 
                 "label": entry["label"], "engine": "openai", "model": entry["model"],
                 "options": {"base_urls": list(urls[entry["label"]]), "api_key_env": None,
                             "max_concurrency": IN_FLIGHT_PER_SERVER * len(urls[entry["label"]]),
+                            "max_concurrency_per_url": IN_FLIGHT_PER_SERVER,
                             # the pinned revision stays in the cache keys (docs/paper-run.md, "The Hub")
                             **({"identity": f"openai+vllm:{options['revision']}"} if options.get("revision") else {})},
             }

@@ -417,7 +417,7 @@ def test_served_fields_point_each_model_at_its_servers(paper, tmp_path):
     fields = serve.served_fields(paper.fields, {"Qwen3-8B": ["http://127.0.0.1:8100/v1", "http://127.0.0.1:8104/v1"]})
     [served] = [m for m in fields["models"] if m["label"] == "Qwen3-8B"]
     assert served["engine"] == "openai" and served["options"]["base_urls"][1].endswith(":8104/v1")
-    assert served["options"]["max_concurrency"] == 384 and served["options"]["identity"].startswith("openai+vllm:")
+    assert served["options"]["max_concurrency"] == 384 and served["options"]["max_concurrency_per_url"] == 192 and served["options"]["identity"].startswith("openai+vllm:")
     assert [m for m in fields["models"] if m["label"] == "Gemma-3-4B-IT"][0]["engine"] == "vllm"
     path = tmp_path / "paper.yaml"  # the run writes it and the notebooks load it
     path.write_text(yaml.safe_dump(fields, sort_keys=False))
