@@ -41,71 +41,107 @@ PROFILE_FIELDS: tuple[str, ...] = tuple(dict.fromkeys((
     "train_limit", "bootstrap_resamples")))
 
 
+#: The protocol choices that are fields of the debate settings / of what R2-MAD adds: each is set there, nowhere else.
+DEBATE_CHOICES = tuple(c.name for c in presets.CHOICES if c.field == "debate")
+MEMORY_CHOICES = tuple(c.name for c in presets.CHOICES if c.field == "memory")
+#: The other choices (a method option, how the banks are built, which questions, the overflow): held in
+#: :attr:`RunSettings.choices` by name.
+OTHER_CHOICES = tuple(c.name for c in presets.CHOICES if c.field not in ("debate", "memory")
+                      and c.name in presets.PROFILE_CHOICES)
+
+
 @dataclass(frozen=True)
 class RunSettings:
-    """The settings of a profile's runs (see the module docstring). ``given``: the protocol choices stated explicitly
-    (the rest are the preset's); ``choices``: every choice resolved; ``memory.top_k`` is the resolved K."""
+    """The settings of a profile's runs (see the module docstring).
 
-    debate: DebateSettings = field(default_factory=DebateSettings)
-    memory: MemorySettings = field(default_factory=MemorySettings)
+    A preset is an overlay (:func:`r2mad_core.experiments.protocol.overlay`): what is left unset (None: ``debate``,
+    ``memory``, ``choices``, or a choice of ``choices``) takes the value of ``protocol``'s preset when the settings
+    are made, and nothing is changed after: an object given whole is taken whole (``RunSettings(memory=
+    MemorySettings(top_k=5))`` runs K = 5; its other fields are the declaration's defaults). ``choices``: every
+    protocol choice by name (read: the debate's and K from their objects, the others held here)."""
+
+    debate: DebateSettings = None  # type: ignore[assignment]  # None: the declaration's, overlaid by the preset
+    memory: MemorySettings = None  # type: ignore[assignment]
     protocol: str = presets.DEFAULT_PROTOCOL
-    given: Mapping[str, Any] = field(default_factory=dict)
     seed: int = 0
     embedder: str = "hashing"
     test_limit: int | None = None
     train_limit: int | None = None
     bootstrap_resamples: int = 10_000
-    choices: Mapping[str, Any] = field(init=False, repr=False, compare=False)
+    other: Mapping[str, Any] = None  # type: ignore[assignment]  # the choices of OTHER_CHOICES; None: the preset's
 
     def __post_init__(self) -> None:
-        presets.check_protocol(self.protocol)
-        given = {k: v for k, v in self.given.items() if v is not None}
-        choices = presets.resolve(self.protocol, given)
-        object.__setattr__(self, "given", MappingProxyType(given))
-        object.__setattr__(self, "choices", MappingProxyType(choices))
-        object.__setattr__(self, "memory", self.memory.replace(top_k=int(choices["top_k"])))
+        values = presets.preset(self.protocol)
+        if self.debate is None:
+            object.__setattr__(self, "debate", DebateSettings().replace(**{k: values[k] for k in DEBATE_CHOICES}))
+        if self.memory is None:
+            object.__setattr__(self, "memory", MemorySettings().replace(**{k: values[k] for k in MEMORY_CHOICES}))
+        other = dict(self.other or {})
+        unknown = sorted(set(other) - set(OTHER_CHOICES))
+        if unknown:
+            raise TypeError(f"RunSettings: {unknown} are not protocol choices held by name ({list(OTHER_CHOICES)})")
+        object.__setattr__(self, "other", MappingProxyType(
+            {k: values[k] if other.get(k) is None else other[k] for k in OTHER_CHOICES}))
 
     @classmethod
     def from_profile(cls, spec: Any) -> "RunSettings":
-        """The settings of a typed profile (:class:`~r2mad_core.experiments.profiles.ProfileSpec`)."""
+        """The settings of a typed profile (:class:`~r2mad_core.experiments.profiles.ProfileSpec`): its fields, and
+        for every protocol choice it leaves unset (null or left out) the value of its ``protocol``'s preset."""
+        values = presets.overlay(spec.protocol, {name: getattr(spec, name) for name in presets.PROFILE_CHOICES})
         return cls(
-            debate=DebateSettings().replace(**{name: getattr(spec, name) for name in PROFILE_SETTINGS}),
-            memory=MemorySettings(**{name: getattr(spec, name) for name in MEMORY_SPECS if name != "top_k"}),
-            protocol=spec.protocol, given={name: getattr(spec, name) for name in presets.PROFILE_CHOICES},
+            debate=DebateSettings().replace(**{name: getattr(spec, name) for name in PROFILE_SETTINGS},
+                                            **{k: values[k] for k in DEBATE_CHOICES}),
+            memory=MemorySettings(**{name: getattr(spec, name) for name in MEMORY_SPECS if name not in MEMORY_CHOICES},
+                                  **{k: values[k] for k in MEMORY_CHOICES}),
+            protocol=spec.protocol, other={k: values[k] for k in OTHER_CHOICES},
             seed=spec.seed, embedder=spec.embedder, test_limit=spec.test_limit, train_limit=spec.train_limit,
             bootstrap_resamples=spec.bootstrap_resamples,
         )
 
     def replace(self, **changes: Any) -> "RunSettings":
         """These settings with ``changes`` (flat names: ``w_low=0.4``, ``n_rounds=2``, ``round0="independent"``,
-        ``seed=1``; or a whole ``debate``/``memory`` object), each routed to the object that declares it: the
-        profile's debate settings to :attr:`debate`, the protocol choices (K among them) to :attr:`given`, what
-        R2-MAD adds to :attr:`memory`. None for a protocol choice: the preset's value."""
-        own = {f.name for f in dataclasses.fields(self) if f.init}
+        ``top_k=5``, ``seed=1``; or a whole ``debate``/``memory`` object, taken whole), each routed to the one object
+        that declares it: a debate setting (the loop's protocol choices among them) to :attr:`debate`, what R2-MAD
+        adds (K among it) to :attr:`memory`, any other protocol choice to :attr:`other`. A preset fills only what
+        is unset when settings are made: ``protocol`` and a choice's None are refused here (a profile override of
+        either is loaded with the profile file, :meth:`r2mad_core.experiments.profiles.Profile.with_overrides`)."""
+        own = {f.name for f in dataclasses.fields(self)} - {"protocol", "other"}
+        if "protocol" in changes:
+            raise TypeError("RunSettings.replace: protocol is a preset, applied to the unset settings when settings are "
+                            "made (RunSettings(protocol=...), a profile's protocol); it never changes settings after")
+        nulls = sorted(k for k, v in changes.items() if v is None and k in presets.BY_NAME)
+        if nulls:
+            raise TypeError(f"RunSettings.replace: {nulls}=None: a preset fills an unset choice when settings are made "
+                            "(a profile's null), never after")
         direct = {k: v for k, v in changes.items() if k in own}
-        debate = {k: v for k, v in changes.items() if k not in direct and (k in PROFILE_SETTINGS or (
-            k in DEBATE_SPECS and k not in presets.PROFILE_CHOICES))}
-        given = {k: v for k, v in changes.items() if k not in direct and k not in debate and k in presets.BY_NAME}
-        memory = {k: v for k, v in changes.items() if k not in direct and k not in debate and k not in given
-                  and k in MEMORY_SPECS}
-        unknown = sorted(set(changes) - set(direct) - set(debate) - set(given) - set(memory))
+        debate = {k: v for k, v in changes.items() if k not in direct and (k in PROFILE_SETTINGS or k in DEBATE_SPECS)}
+        memory = {k: v for k, v in changes.items() if k not in direct and k not in debate and k in MEMORY_SPECS}
+        other = {k: v for k, v in changes.items() if k in OTHER_CHOICES}
+        unknown = sorted(set(changes) - set(direct) - set(debate) - set(memory) - set(other))
         if unknown:
             raise TypeError(f"RunSettings: unknown setting(s) {unknown}")
-        values = {"debate": self.debate, "memory": self.memory, "given": self.given, **direct}
+        values: dict[str, Any] = dict(direct)
         if debate:
-            values["debate"] = values["debate"].replace(**debate)
+            values["debate"] = values.get("debate", self.debate).replace(**debate)
         if memory:
-            values["memory"] = values["memory"].replace(**memory)
-        if given:  # None: back to the preset's value (__post_init__ drops it)
-            values["given"] = {**values["given"], **given}
+            values["memory"] = values.get("memory", self.memory).replace(**memory)
+        if other:
+            values["other"] = {**self.other, **other}
         return dataclasses.replace(self, **values)
+
+    @property
+    def choices(self) -> Mapping[str, Any]:
+        """Every protocol choice by name, read from the object that holds it (a view, never a second copy)."""
+        held = {**{k: getattr(self.debate, k) for k in DEBATE_CHOICES},
+                **{k: getattr(self.memory, k) for k in MEMORY_CHOICES}, **self.other}
+        return MappingProxyType({c.name: held[c.name] for c in presets.CHOICES if c.name in held})
 
     # -- read ------------------------------------------------------------------------------------
     @property
     def method_choices(self) -> dict[str, Any]:
         """The protocol's method-level choices, under each method option's name (K apart: it is a memory setting)."""
-        return {c.method_option: self.choices[c.name] for c in presets.CHOICES
-                if c.level == "method" and c.name != "top_k"}
+        choices = self.choices
+        return {c.method_option: choices[c.name] for c in presets.CHOICES if c.level == "method" and c.name != "top_k"}
 
     def memory_options(self) -> dict[str, Any]:
         """How the memory banks are built under this protocol (:func:`r2mad_core.experiments.protocol.memory_options`)."""
