@@ -30,7 +30,7 @@ from typing import Any, Mapping
 
 from r2mad_core.debate.settings import PROFILE_SETTINGS, SPECS as DEBATE_SPECS, DebateSettings
 from r2mad_core.experiments import protocol as presets
-from r2mad_core.memory.settings import SPECS as MEMORY_SPECS, MemorySettings
+from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS, SPECS as MEMORY_SPECS, MemorySettings
 
 
 #: The profile fields that are run settings: what :meth:`RunSettings.from_profile` reads, the names
@@ -153,3 +153,42 @@ class RunSettings:
                 "choices": dict(self.choices), "seed": self.seed, "embedder": self.embedder,
                 "test_limit": self.test_limit, "train_limit": self.train_limit,
                 "bootstrap_resamples": self.bootstrap_resamples}
+
+
+@dataclass(frozen=True)
+class RecordedSettings:
+    """A run's settings read back from its ``config.json`` (:func:`read_settings`, the inverse of the flattening into
+    a method's options): ``method`` the registered method, ``options`` as recorded, the debate settings, what R2-MAD
+    adds and every protocol choice the method takes, each filled from its declaration where the run did not record
+    it (an option added after the run, one at its default that the run leaves out, one its policy does not read)."""
+
+    method: str
+    options: Mapping[str, Any]
+    debate: DebateSettings
+    memory: MemorySettings
+    choices: Mapping[str, Any]
+
+    def recorded(self, name: str) -> bool:
+        """Whether the run recorded option ``name`` (a setting its configuration does not read is not recorded)."""
+        return name in self.options
+
+
+def read_settings(config: Mapping[str, Any]) -> RecordedSettings:
+    """The settings of a run from its ``config.json`` (a mapping, or its ``method`` record: ``{"name", "options",
+    ...}``): one reader for the worked state, the viewer, the runs index and the run pages."""
+    method = config.get("method", config) if isinstance(config.get("method"), Mapping) else config
+    options = dict(method.get("options") or {})
+    debate = DebateSettings().replace(**{k: v for k, v in options.items() if k in DEBATE_SPECS})
+    memory = MemorySettings().replace(**{k: v for k, v in options.items() if k in MEMORY_SPECS
+                                         and (v is not None or MEMORY_DEFAULTS[k] is None)})
+    choices = {}
+    for choice in presets.CHOICES:
+        if choice.field in ("debate", "memory"):
+            choices[choice.name] = getattr(debate if choice.field == "debate" else memory, choice.name)
+        elif choice.field == "method" and choice.method_option in options:
+            choices[choice.name] = options[choice.method_option]
+        elif choice.name in presets.PROFILE_CHOICES:
+            choices[choice.name] = config.get(choice.name, presets.declared_default(choice.name)) if choice.field == \
+                "profile" else presets.declared_default(choice.name)
+    return RecordedSettings(str(method.get("name", "")), MappingProxyType(options), debate, memory,
+                            MappingProxyType(choices))

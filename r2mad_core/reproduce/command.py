@@ -597,6 +597,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, ProfileError, ValueError) as exc:
         print(f"reproduce: {exc}", file=sys.stderr)
         return 2
+    if args.show_config is not None:  # print the executed configuration, run nothing: no pre-flight, no GPU needed
+        beside = [flag for flag, given in (("--rehearse", args.rehearse), ("--calibrate", args.calibrate),
+                                           ("--preflight", args.preflight), ("--estimate-only", args.estimate_only),
+                                           ("--dry-run", args.dry_run)) if given]
+        if beside:  # never silently ignored beside another mode, nor ignoring it
+            print(f"reproduce: --show-config prints one point's executed configuration and runs nothing; it does not "
+                  f"combine with {', '.join(beside)} (run them apart)", file=sys.stderr)
+            return 2
+        return _ablation_main(args, overrides, only)
     if paper_run.wanted(args) or (args.estimate_only and paper_run.gpu_models(profile)):  # rehearsal, estimate, ...
         return paper_run.main(args, profile, only, run_notebooks, ReproductionPaths, discover_notebooks, run=_run_main)
     if not args.estimate_only and paper_run.gpu_models(profile) and paper_run.preflight_failed(profile, args):

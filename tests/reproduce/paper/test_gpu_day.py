@@ -73,8 +73,12 @@ def test_a_bank_records_the_round_0_its_debates_ran(tmp_path):
     build_memory("truthfulqa", make_engine("simulated", samples=train), "hashing", tmp_path / "bank", samples=train,
                  progress=False)
     method = json.loads((tmp_path / "bank" / "manifest.json").read_text())["metadata"]["method"]
-    assert method["debate"]["round0"] == "independent" and method["options"]["round0"] == "independent"
-    assert "own round 0" in method["round0_note"]
+    config = json.loads((tmp_path / "bank" / "debates" / "config.json").read_text())["method"]
+    # the manifest says what ran: its debates' own config.json (issue 57), round 0 included
+    assert method["debate"]["round0"] == config["debate"]["round0"] == "shared"
+    assert method["options"]["round0"] == config["options"]["round0"] == "shared"
+    assert {k: v for k, v in method.items() if k != "round0_note"} == config
+    assert "MAD's one stream" in method["round0_note"]
 
 
 # ------------------------------------------------------------------------------------------------------------------
