@@ -89,7 +89,8 @@ CHOICES: tuple[Choice, ...] = (
         "silent; Table 10 fits K = 1 (R2-MAD minus MAD debate tokens: +0.97K / +0.88K per query on Qwen2.5-7B / "
         "Gemma-3-4B; with our prompts about +1.2K at K = 1, +3.5K at K = 3)",
         "scripts/batch_run_r2mad.sh (--n_retrieval 1; run_cot.py's ICL-CoT default --n_retrieval 1)",
-        note="at K = 1 the MMR redundancy term is empty and lambda_t > 0 scales every score alike: lambda_t cannot "
+        note="also the declaration's one default (MemorySettings.top_k): a method built without a preset and "
+             "`r2mad run` without --protocol run K = 1 too; at K = 1 the MMR redundancy term is empty and lambda_t > 0 scales every score alike: lambda_t cannot "
              "change the pick (notebook 04 also runs K = 3)",
     ),
     Choice(
@@ -127,7 +128,11 @@ CHOICES: tuple[Choice, ...] = (
         "authors", "silent (each method is a separate run, Section 5.1)",
         "run_cot.py, run_mad.py (one run per method; nothing is shared)",
         values=("shared", "independent"),
-        note="shared (ours): a paired comparison, kept as notebook 06's paired analysis",
+        note="shared (ours): a paired comparison, kept as notebook 06's paired analysis. As executed under both "
+             "presets: the debates (CoT, Self-Consistency, MAD, MAD-M2, R2-MAD) run and record independent; "
+             "ICL-CoT takes no round0 option and runs and records shared (its one round on the run seed's stream); "
+             "the bank debates run and record shared (MAD's one stream on the training questions, which no other "
+             "run asks; the bank's manifest holds their config.json's record)",
     ),
     Choice(
         "experience_reference", "y (Eq. 4) as shown in a retrieved experience", "solution", "solution", "authors",
@@ -236,7 +241,8 @@ CHOICES: tuple[Choice, ...] = (
     Choice(
         "objective_keep", "MAD-M2 objective masking: what is kept", "lowest_perplexity", "lowest_perplexity", "paper",
         "Appendix 'Comparison of MAD-M2 Masking Strategies': 'retains only the response with the lowest perplexity'",
-        "none (the repository has no MAD-M2; Tian et al.'s code keeps one)", values=("lowest_perplexity", "better_half"),
+        "none (the repository has no MAD-M2; Tian et al.'s code, HongduanTian/MAD-MM _objective_prune, keeps the "
+        "responses above the round's median perplexity value, a count its stored versions differ on)", values=("lowest_perplexity", "better_half"),
     ),
     Choice(
         "overflow_policy", "a prompt longer than the model's context", "empty", "empty", "authors",
