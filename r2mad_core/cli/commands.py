@@ -86,7 +86,8 @@ def add_cell_arguments(parser: argparse.ArgumentParser) -> None:
         "--protocol",
         default=None,
         choices=PROTOCOLS,
-        help=protocol_help().replace("%", "%%") + " (default: none, each option its method's own default)",
+        help=protocol_help().replace("%", "%%") + " (default: none: each option its declaration's one default, "
+        "e.g. K = 1; a preset fills only the options not given)",
     )
     group.add_argument(
         "--split-rule",

@@ -2,10 +2,14 @@
 
 Everything that shapes a run cell besides the models, the questions' files and the folders, carried whole: the debate
 (:class:`~r2mad_core.debate.settings.DebateSettings`), what R2-MAD adds
-(:class:`~r2mad_core.memory.settings.MemorySettings`), the protocol preset with every choice resolved
-(:mod:`r2mad_core.experiments.protocol`), the seed, the embedder, the question limits and the bootstrap resamples.
+(:class:`~r2mad_core.memory.settings.MemorySettings`), the other protocol choices by name (:attr:`RunSettings.other`;
+every choice, read from the object that holds it: :attr:`RunSettings.choices`), the name of the preset that filled
+what was unset (:mod:`r2mad_core.experiments.protocol`), the seed, the embedder, the question limits and the
+bootstrap resamples. Each value has one holder and one default (its declaration's); a preset is an overlay applied
+when the settings are made, to what is unset, never after.
 
-- Built once from a profile (:meth:`RunSettings.from_profile`, when the profile file is loaded and validated); a
+- Built once from a profile (:meth:`RunSettings.from_profile`, when the profile file is loaded and validated: the
+  profile's ``protocol`` fills every choice it leaves null or out); a
   ``--set``, a sweep point, a variant, a replicate's seed (:meth:`r2mad_core.experiments.profiles.Profile.with_overrides`:
   every override of a field in :data:`PROFILE_FIELDS`) or a table row's own settings (``with_k``: K; the round-0 rows:
   ``round0``) land in it by one :meth:`RunSettings.replace` of flat names, routed to the object that declares each.
@@ -17,8 +21,10 @@ Everything that shapes a run cell besides the models, the questions' files and t
   (:func:`r2mad_core.experiments.method_labels.resolve`): the settings each row has always stated, every other
   memory setting and protocol choice only where it departs from the method's default, so a setting added with a
   default leaves every run key as it was.
+- Its inverse is :func:`read_settings`: a run's ``config.json`` read back into its settings objects (debate, memory,
+  choices), defaults from the declarations: the one reader of the worked state, the viewer and the runs index.
 
-The walk of one value (Eq. 6's tradeoff) from the profile to the line where it acts is drawn in docs/design.md.
+The walks of gamma and of K from the profile to the line where they act are drawn in docs/design.md.
 """
 
 from __future__ import annotations
@@ -173,14 +179,23 @@ class RecordedSettings:
         return name in self.options
 
 
+def _as_recorded(cls: Any, values: Mapping[str, Any]) -> Any:
+    """A settings object holding what a run recorded, the declaration's defaults elsewhere, not checked again: the
+    values were checked when the run was made (a plugin's policy need not be registered to read its run back)."""
+    made = object.__new__(cls)
+    for f in dataclasses.fields(cls):
+        object.__setattr__(made, f.name, values.get(f.name, f.default))
+    return made
+
+
 def read_settings(config: Mapping[str, Any]) -> RecordedSettings:
     """The settings of a run from its ``config.json`` (a mapping, or its ``method`` record: ``{"name", "options",
     ...}``): one reader for the worked state, the viewer, the runs index and the run pages."""
     method = config.get("method", config) if isinstance(config.get("method"), Mapping) else config
     options = dict(method.get("options") or {})
-    debate = DebateSettings().replace(**{k: v for k, v in options.items() if k in DEBATE_SPECS})
-    memory = MemorySettings().replace(**{k: v for k, v in options.items() if k in MEMORY_SPECS
-                                         and (v is not None or MEMORY_DEFAULTS[k] is None)})
+    debate = _as_recorded(DebateSettings, {k: v for k, v in options.items() if k in DEBATE_SPECS})
+    memory = _as_recorded(MemorySettings, {k: v for k, v in options.items() if k in MEMORY_SPECS
+                                           and (v is not None or MEMORY_DEFAULTS[k] is None)})
     choices = {}
     for choice in presets.CHOICES:
         if choice.field in ("debate", "memory"):
