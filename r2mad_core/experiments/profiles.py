@@ -88,8 +88,6 @@ from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS, SPECS as MEM
 from r2mad_core.theory.checks import GRID_PARAMETERS
 
 PROFILE_PACKAGE_DIR = "profiles"
-#: The profile fields a protocol preset fills when the profile leaves them unset (null or left out).
-PRESET_FILLED = frozenset(protocol_presets.PROFILE_CHOICES)
 #: Notebook parameters that are paths or the profile's name, set by the runner, never by a profile field.
 PATH_PARAMETERS = ("profile", "data_dir", "figures_dir", "runs_dir", "cache_dir")
 
@@ -572,7 +570,7 @@ class Profile:
         loaded again with it (:func:`load_profile`). An unknown key is refused (:func:`check_override_keys`)."""
         if not overrides:
             return self
-        if any(key not in RUN_SETTING_FIELDS or key == "protocol" or (value is None and key in PRESET_FILLED)
+        if any(key not in RUN_SETTING_FIELDS or key == "protocol" or (value is None and key in protocol_presets.PROFILE_CHOICES)
                for key, value in overrides.items()):  # a preset fills unset choices where the profile is loaded
             return load_profile(self.location or self.source, {**self.overrides, **overrides}, extra_keys=extra_keys)
         errors = []
@@ -663,7 +661,7 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
     if overrides and isinstance(data, dict):
         check_override_keys(overrides, data, name, extra_keys)
     run = {key: value for key, value in overrides.items() if key in RUN_SETTING_FIELDS and key != "protocol"
-           and not (value is None and key in PRESET_FILLED)}  # a preset and what it fills: with the file
+           and not (value is None and key in protocol_presets.PROFILE_CHOICES)}  # a preset and what it fills: with the file
     overrides = {key: value for key, value in overrides.items() if key not in run}
     if overrides and isinstance(data, dict):
         data = dict(data)

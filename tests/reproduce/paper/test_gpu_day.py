@@ -61,7 +61,8 @@ def test_the_max_tokens_help_names_what_protocol_authors_sends():
                           cwd=REPOSITORY, timeout=300)
     text = " ".join(done.stdout.split())
     help_text = text[text.index("--max-tokens N max new tokens"):][:200]
-    assert "default: 512; under --protocol authors: 6144" in help_text
+    assert "default: 512, sized for a CPU; --protocol authors sets 6144" in help_text
+    assert "--protocol paper keeps 512" in help_text  # the paper's 6144 is the paper profile's, not --protocol paper's
 
 
 def test_a_bank_records_the_round_0_its_debates_ran(tmp_path):
