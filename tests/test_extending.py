@@ -133,3 +133,25 @@ def test_each_walkthrough_runs_as_the_page_shows_it(section: str, tmp_path: Path
         cleanup = namespace.get("cleanup")
         if cleanup is not None:
             cleanup()
+
+
+@pytest.mark.slow  # it runs notebook 04 in a kernel
+def test_the_knobs_by_hand_command_runs_on_tiny(tmp_path: Path) -> None:
+    """The page's own by-hand command (`--profile tiny --only 04 --set candidate_factor=2`) after its two edits: the
+    worked state and notebook 04 read candidate_factor and K back from the run's config.json (issue 57), so the
+    notebook's own check that the candidates are the run's holds, and the knob touches only the page's files."""
+    copy = tmp_path / "copy"
+    shutil.copytree(ROOT / "r2mad_core", copy / "r2mad_core", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "notebooks", copy / "notebooks", ignore=shutil.ignore_patterns("executed"))
+    for path, old, new in edits("Add a memory knob"):
+        target = copy / "r2mad_core" / path
+        target.write_text(target.read_text(encoding="utf-8").replace(old, new), encoding="utf-8")
+    assert changed_files(ROOT / "r2mad_core", copy / "r2mad_core") == ["memory/retrieval.py", "memory/settings.py"]
+    command = "--profile tiny --only 04 --set candidate_factor=2"
+    assert command in (ROOT / "docs" / "extending.md").read_text(encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "r2mad_core.reproduce", *command.split(), "--output-dir",
+                           str(tmp_path / "out"), "--notebooks-dir", str(copy / "notebooks")],
+                          env={**os.environ, "PYTHONPATH": str(copy)}, cwd=copy, capture_output=True, text=True,
+                          timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "candidate_factor = 2" in done.stdout

@@ -86,7 +86,8 @@ def add_cell_arguments(parser: argparse.ArgumentParser) -> None:
         "--protocol",
         default=None,
         choices=PROTOCOLS,
-        help=protocol_help().replace("%", "%%") + " (default: none, each option its method's own default)",
+        help=protocol_help().replace("%", "%%") + " (default: none: each option its declaration's one default, "
+        "e.g. K = 1; a preset fills only the options not given)",
     )
     group.add_argument(
         "--split-rule",
@@ -141,8 +142,11 @@ def add_method_arguments(parser: argparse.ArgumentParser) -> None:
         "--objective-keep",
         dest="objective_keep",
         choices=OBJECTIVE_KEEP,
-        help="MAD-M2 objective masking: keep the single lowest-perplexity response (default; the paper's appendix "
-        "and Tian et al.'s code) or the better half by mean log-probability (ours, an option)",
+        help="MAD-M2 objective masking: keep the single lowest-perplexity response (default; the paper's appendix: "
+        "'retains only the response with the lowest perplexity') or the better half by mean log-probability (ours, an "
+        "option). Tian et al.'s code (HongduanTian/MAD-MM, _objective_prune) keeps the responses whose recorded "
+        "perplexity value is above the round's median, and its stored versions differ in how many that keeps "
+        "(one of them 2 of 3): the default follows the paper's text, not that code",
     )
     add_method_option(
         parser,

@@ -129,8 +129,9 @@ class DebateSettings:
                                  "servers accept)", flag="--temperature", minimum=0.0, maximum=2.0)
     top_p: float = setting(1.0, "nucleus sampling top_p (Appendix A; paper: 1.0)", flag="--top-p", minimum=0.0,
                            maximum=1.0, low_open=True)
-    max_tokens: int = setting(512, "max new tokens per response (default: 512; under --protocol authors: "
-                              "6144; paper: 6144; at most 1M)",
+    max_tokens: int = setting(512, "max new tokens per response (default: 512, sized for a CPU; --protocol "
+                              "authors sets 6144, the authors' SamplingParams; --protocol paper keeps 512; the "
+                              "paper profile sets 6144, Section 5.1's; at most 1M)",
                               flag="--max-tokens", minimum=1, maximum=1_048_576)
     stop_at_unanimity: bool = setting(True, "stop a debate when all agents agree (Cons = 1, Eq. 3; memory "
                                       "construction debates all rounds, Appendix A)", flag="--no-early-stop",

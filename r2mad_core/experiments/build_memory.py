@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 from r2mad_core.data import benchmarks as benchmark_data
 from r2mad_core.debate import prompts
-from r2mad_core.debate.settings import DebateSettings
+from r2mad_core.debate.settings import PROFILE_SETTINGS, DebateSettings
 from r2mad_core.engines.base import recorded_model
 from r2mad_core.experiments.cell import load_run, run_cell
 from r2mad_core.experiments.methods import get_method
@@ -71,21 +71,18 @@ def bank_set_from_run(
     )
 
 
-#: What the banks record of their debates' round 0 (docs/protocol.md: ``independent`` under both presets). The
-#: memory-construction debates are a run of their own on the training questions, which no other run asks: each
-#: draws its own round 0. MAD's option ``round0`` (``shared`` by default: replay MAD's round 0 in other methods'
-#: runs) has nothing to share there, so the record says what runs, not that default.
-BANK_ROUND0 = "independent"
-BANK_ROUND0_NOTE = ("the memory-construction debates draw their own round 0 on the training questions (no other run "
-                    "asks them); seed = the run seed")
+#: The round 0 of the memory-construction debates, as they run and as their ``config.json`` records it: MAD's one
+#: stream (``shared``, the declaration's default): the debates are the only run on the training questions, so nothing
+#: is replayed from another method and nothing is drawn apart from it (docs/protocol.md, the round0 row).
+BANK_ROUND0 = "shared"
+BANK_ROUND0_NOTE = ("the memory-construction debates run MAD's one stream (round0 shared: seed = the run seed) on the "
+                    "training questions, which no other run asks")
 
 
 def bank_method_record(record: Mapping[str, Any]) -> dict[str, Any]:
-    """The debates' method record as a bank stores it: ``round0`` says what ran (:data:`BANK_ROUND0`)."""
+    """The debates' method record as a bank's manifest stores it: the debates' own ``config.json`` record, whole (what
+    ran), with a note on their round 0."""
     out = json.loads(json.dumps(dict(record), default=str))
-    for part in (out.get("options"), out.get("debate")):
-        if isinstance(part, dict) and "round0" in part:
-            part["round0"] = BANK_ROUND0
     out["round0_note"] = BANK_ROUND0_NOTE
     return out
 
@@ -115,8 +112,9 @@ def build_memory(
     """Run the memory-construction debates on ``split`` and save the bank set to ``out_dir``.
 
     The debates (MAD with the debate ``settings``, :class:`~r2mad_core.debate.settings.DebateSettings`: ``n_agents``
-    personas, ``n_rounds`` rounds, sampling, summary length; always with summaries and no early stop; a
-    setting may also be given by name, ``n_agents=3``, on top of ``settings``) go to
+    personas, ``n_rounds`` rounds, sampling, summary length: :data:`~r2mad_core.debate.settings.PROFILE_SETTINGS`;
+    always with summaries, no early stop and round 0 :data:`BANK_ROUND0`; a setting may also be given by name,
+    ``n_agents=3``, on top of ``settings``) go to
     ``run_dir`` (default ``out_dir/debates``), a resumable run directory of :mod:`r2mad_core.experiments.cell`;
     a rerun reuses finished debates. ``embedder`` is an embedder or a name for :func:`get_embedder`.
     ``debate_options``: more options of those MAD debates (the protocol's ``summaries``, ``summary_agents``,
@@ -133,8 +131,10 @@ def build_memory(
     samples = list(samples)
     if limit is not None:
         samples = samples[:limit]
-    method = get_method("mad", **{**settings.values(), "stop_at_unanimity": False, "with_summaries": True,
-                                  **dict(debate_options or {})})
+    # the profile's debate settings (agents, rounds, sampling, summary length) from ``settings``; the loop's protocol
+    # choices from ``debate_options`` (the preset's, protocol.memory_options); round 0 as it runs (BANK_ROUND0)
+    method = get_method("mad", **{**settings.values(PROFILE_SETTINGS), "stop_at_unanimity": False,
+                                  "with_summaries": True, "round0": BANK_ROUND0, **dict(debate_options or {})})
     debates_dir = Path(run_dir) if run_dir is not None else out / "debates"
     result = run_cell(
         debates_dir, benchmark=benchmark, split=split, engine=engine, method=method, seed=seed,

@@ -258,10 +258,12 @@ def _setting_keywords(declaration: Any, defaults: Mapping[str, Any], marker: str
         @functools.wraps(builder)
         def build(**options: Any) -> Method:
             owner = f"method {builder.__name__!r}"
-            shared = {n: declaration.check(owner, n, options.pop(n, defaults[n])) for n in names}
-            if hasattr(declaration, "check_all"):
-                declaration.check_all(owner, shared)
-            return builder(**{marker: declaration(**shared)}, **options)
+            shared = {n: options.pop(n, defaults[n]) for n in names}
+            try:  # checked once, by the declaration, when the object is made
+                settings = declaration(**shared)
+            except ValueError as exc:
+                raise ValueError(str(exc).replace(f"{kind}:", f"{owner}:", 1)) from None
+            return builder(**{marker: settings}, **options)
 
         build.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
         return build
@@ -442,9 +444,8 @@ def icl_cot(
     def make_hook(context: RunContext) -> RoundHook:
         bank_set, bank_embedder = load_memory(memory, context.benchmark, embedder)
         solutions = reference_solutions(context.benchmark, context.data_dir) if reference == "solution" else None
-        return IclCotHook(bank_set, bank_embedder, top_k=memory_settings.top_k, match=match,
-                          max_experience_chars=memory_settings.max_experience_chars,
-                          experience_reference=reference, solutions=solutions)
+        return IclCotHook(bank_set, bank_embedder, memory_settings, match=match, experience_reference=reference,
+                          solutions=solutions)
 
     return Method(name=name, debate=debate, vote_rule=settings.vote_rule, make_hook=make_hook,
                   inputs=_memory_inputs(memory))

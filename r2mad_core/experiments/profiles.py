@@ -12,9 +12,11 @@ that must name a model, benchmarks that must be the profile's own, w_l <= w_h) l
 every problem becomes one line naming the file, the field, what was expected and what was found
 (:func:`validate_profile`). The protocol choices the paper leaves open (or where the authors' code
 differs) are optional fields whose vocabularies are defined once, next to their concepts
-(:data:`PROTOCOL_FIELDS`). A profile's ``protocol`` (``paper``, the default, or ``authors``) sets every such
-choice at once (:mod:`r2mad_core.experiments.protocol`, the one declaration of the presets); a choice the profile
-states explicitly (or ``--set``) beats the preset. :attr:`ProfileSpec.choices` is the resolved bundle.
+(:data:`PROTOCOL_FIELDS`). A profile's ``protocol`` (``paper``, the default, or ``authors``) is an overlay: it fills
+every such choice the profile leaves unset, once, when the profile is loaded
+(:meth:`~r2mad_core.experiments.run_settings.RunSettings.from_profile`); a choice the profile states explicitly (or
+``--set``) is kept. Each choice's one default is its declaration's (:func:`r2mad_core.experiments.protocol.declared_default`).
+:attr:`ProfileSpec.choices` is the overlaid bundle.
 
 A loaded profile (:class:`Profile`) carries the settings of its runs whole (``run_settings``, a
 :class:`~r2mad_core.experiments.run_settings.RunSettings` built once from the validated file); ``--set``, a sweep
@@ -356,7 +358,7 @@ class ProfileSpec(_MemoryFields):  # type: ignore[misc,valid-type]
     @property
     def choices(self) -> dict[str, Any]:
         """Every protocol choice resolved: the preset of ``protocol`` with the profile's explicit choices on top."""
-        return protocol_presets.resolve(self.protocol, {name: getattr(self, name) for name in protocol_presets.PROFILE_CHOICES})
+        return protocol_presets.overlay(self.protocol, {name: getattr(self, name) for name in protocol_presets.PROFILE_CHOICES})
 
     @field_validator("memory_models")
     @classmethod
@@ -556,7 +558,9 @@ class Profile:
         """This profile with ``overrides`` on top of its own (``--set``, a sweep point, a variant, a replicate's seed,
         a notebook's ``overrides``; None or empty: itself).
 
-        An override of a run setting (:data:`~r2mad_core.experiments.run_settings.PROFILE_FIELDS`: the debate's,
+        A preset fills only what a profile leaves unset, where the profile is loaded: an override of ``protocol``, or
+        a protocol choice set to null (the preset's value again), is loaded with the file (:func:`load_profile`).
+        Any other override of a run setting (:data:`~r2mad_core.experiments.run_settings.PROFILE_FIELDS`: the debate's,
         what R2-MAD adds, the protocol and its choices, the seed, the embedder, the limits) lands by one
         :meth:`RunSettings.replace` on :attr:`run_settings`: its value is checked against its declared type (the
         profile field's, generated from the declaration; one line naming the field), the profile file is neither
@@ -566,7 +570,8 @@ class Profile:
         loaded again with it (:func:`load_profile`). An unknown key is refused (:func:`check_override_keys`)."""
         if not overrides:
             return self
-        if any(key not in RUN_SETTING_FIELDS for key in overrides):
+        if any(key not in RUN_SETTING_FIELDS or key == "protocol" or (value is None and key in protocol_presets.PROFILE_CHOICES)
+               for key, value in overrides.items()):  # a preset fills unset choices where the profile is loaded
             return load_profile(self.location or self.source, {**self.overrides, **overrides}, extra_keys=extra_keys)
         errors = []
         for key, value in overrides.items():
@@ -655,7 +660,8 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
     given = overrides = dict(overrides or {})
     if overrides and isinstance(data, dict):
         check_override_keys(overrides, data, name, extra_keys)
-    run = {key: value for key, value in overrides.items() if key in RUN_SETTING_FIELDS}
+    run = {key: value for key, value in overrides.items() if key in RUN_SETTING_FIELDS and key != "protocol"
+           and not (value is None and key in protocol_presets.PROFILE_CHOICES)}  # a preset and what it fills: with the file
     overrides = {key: value for key, value in overrides.items() if key not in run}
     if overrides and isinstance(data, dict):
         data = dict(data)

@@ -8,11 +8,15 @@ was run. Our own choice only where neither says, and labelled ours. Two presets 
   (then ours, and the row says which bug);
 - ``authors``: the authors' code everywhere, also where it contradicts the paper's text.
 
-:data:`CHOICES` is the one declaration: one :class:`Choice` per row, with the value under each preset and the
-evidence. The profile defaults (:class:`r2mad_core.experiments.profiles.ProfileSpec`: a choice left out of a profile
-takes the value of its ``protocol``), the grid (:class:`r2mad_core.reproduce.grid.ExperimentGrid`), ``r2mad run
---protocol`` and ``docs/protocol.md`` (:func:`markdown_table`, ``python -m r2mad_core.experiments.protocol``) all
-read it. An individual choice set explicitly (a profile field, ``--set``, a method option) beats the preset.
+:data:`CHOICES` is the table of evidence: one :class:`Choice` per row, with the value under each preset and the
+evidence, printed by ``docs/protocol.md`` (:func:`markdown_table`, ``python -m r2mad_core.experiments.protocol``). It
+declares no setting and no default: each choice names the one declared field it sets (:attr:`Choice.field`: a
+:class:`~r2mad_core.debate.settings.DebateSettings` or :class:`~r2mad_core.memory.settings.MemorySettings` field, a
+method builder's option, the bank builder's, a profile field), whose declaration holds its one default
+(:func:`declared_default`). A preset is an overlay (:func:`overlay`): it fills only the choices a user left unset,
+by the profile loader (:meth:`r2mad_core.experiments.run_settings.RunSettings.from_profile`: a choice null or left out
+of a profile) and by ``r2mad run --protocol`` (an option not given), never after; a choice set explicitly (a profile
+field, ``--set``, a method option) is kept.
 """
 
 from __future__ import annotations
@@ -22,7 +26,10 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 from pathlib import Path
 
+from r2mad_core.data.benchmarks import SPLIT_RULES
 from r2mad_core.debate.overflow import OVERFLOW_POLICIES
+from r2mad_core.debate.settings import DEFAULTS as DEBATE_DEFAULTS, SPECS as DEBATE_SPECS
+from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS, SPECS as MEMORY_SPECS
 from r2mad_core.experiments.methods import method_options as declared
 from r2mad_core.memory.hook import SIMILARITY_MATCHES
 
@@ -59,6 +66,19 @@ class Choice:
     def method_option(self) -> str:
         return self.option or self.name
 
+    @property
+    def field(self) -> str:
+        """Where the one declared field this choice sets lives: ``debate`` (a
+        :class:`~r2mad_core.debate.settings.DebateSettings` field), ``memory`` (a
+        :class:`~r2mad_core.memory.settings.MemorySettings` field), ``method`` (the option of every method builder
+        that declares it), ``bank`` (the bank builder's, :func:`r2mad_core.memory.banks.build_bank_set`) or
+        ``profile`` (a profile field only)."""
+        if self.name in DEBATE_SPECS:
+            return "debate"
+        if self.name in MEMORY_SPECS:
+            return "memory"
+        return {"method": "method", "memory": "bank", "profile": "profile"}[self.level]
+
     def value(self, protocol: str) -> Any:
         return self.paper if check_protocol(protocol) == "paper" else self.authors
 
@@ -69,7 +89,8 @@ CHOICES: tuple[Choice, ...] = (
         "silent; Table 10 fits K = 1 (R2-MAD minus MAD debate tokens: +0.97K / +0.88K per query on Qwen2.5-7B / "
         "Gemma-3-4B; with our prompts about +1.2K at K = 1, +3.5K at K = 3)",
         "scripts/batch_run_r2mad.sh (--n_retrieval 1; run_cot.py's ICL-CoT default --n_retrieval 1)",
-        note="at K = 1 the MMR redundancy term is empty and lambda_t > 0 scales every score alike: lambda_t cannot "
+        note="also the declaration's one default (MemorySettings.top_k): a method built without a preset and "
+             "`r2mad run` without --protocol run K = 1 too; at K = 1 the MMR redundancy term is empty and lambda_t > 0 scales every score alike: lambda_t cannot "
              "change the pick (notebook 04 also runs K = 3)",
     ),
     Choice(
@@ -107,7 +128,11 @@ CHOICES: tuple[Choice, ...] = (
         "authors", "silent (each method is a separate run, Section 5.1)",
         "run_cot.py, run_mad.py (one run per method; nothing is shared)",
         values=("shared", "independent"),
-        note="shared (ours): a paired comparison, kept as notebook 06's paired analysis",
+        note="shared (ours): a paired comparison, kept as notebook 06's paired analysis. As executed under both "
+             "presets: the debates (CoT, Self-Consistency, MAD, MAD-M2, R2-MAD) run and record independent; "
+             "ICL-CoT takes no round0 option and runs and records shared (its one round on the run seed's stream); "
+             "the bank debates run and record shared (MAD's one stream on the training questions, which no other "
+             "run asks; the bank's manifest holds their config.json's record)",
     ),
     Choice(
         "experience_reference", "y (Eq. 4) as shown in a retrieved experience", "solution", "solution", "authors",
@@ -216,7 +241,8 @@ CHOICES: tuple[Choice, ...] = (
     Choice(
         "objective_keep", "MAD-M2 objective masking: what is kept", "lowest_perplexity", "lowest_perplexity", "paper",
         "Appendix 'Comparison of MAD-M2 Masking Strategies': 'retains only the response with the lowest perplexity'",
-        "none (the repository has no MAD-M2; Tian et al.'s code keeps one)", values=("lowest_perplexity", "better_half"),
+        "none (the repository has no MAD-M2; Tian et al.'s code, HongduanTian/MAD-MM _objective_prune, keeps the "
+        "responses above the round's median perplexity value, a count its stored versions differ on)", values=("lowest_perplexity", "better_half"),
     ),
     Choice(
         "overflow_policy", "a prompt longer than the model's context", "empty", "empty", "authors",
@@ -269,8 +295,8 @@ def preset(protocol: str) -> dict[str, Any]:
     return {c.name: c.value(protocol) for c in CHOICES if c.name in PROFILE_CHOICES}
 
 
-def resolve(protocol: str, explicit: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The preset's values with every explicitly set choice (not None) on top: an individual choice beats the preset."""
+def overlay(protocol: str, explicit: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Every choice: the one set explicitly (not None), else the preset's (a preset fills only what is unset)."""
     values = preset(protocol)
     for key, value in (explicit or {}).items():
         if key not in BY_NAME:
@@ -280,11 +306,45 @@ def resolve(protocol: str, explicit: Mapping[str, Any] | None = None) -> dict[st
     return values
 
 
+#: The former name of :func:`overlay`.
+resolve = overlay
+
+
+def declared_default(name: str) -> Any:
+    """The one default of choice ``name``, read from the declaration of the field it sets (:attr:`Choice.field`):
+    what runs where no preset fills it (a method built without one, ``r2mad run`` without ``--protocol``, a run's
+    ``config.json`` read back without the option)."""
+    choice = BY_NAME[name]
+    if choice.field == "debate":
+        return DEBATE_DEFAULTS[name]
+    if choice.field == "memory":
+        return MEMORY_DEFAULTS[name]
+    if choice.field == "method":
+        from r2mad_core.experiments.methods import METHOD_SPECS
+
+        found = {declared(m)[choice.method_option] for m in METHOD_SPECS if choice.method_option in declared(m)}
+        if len(found) != 1:
+            raise ValueError(f"choice {name}: the methods that declare {choice.method_option} give defaults {found}")
+        return found.pop()
+    if choice.field == "bank":
+        import inspect
+
+        from r2mad_core.memory.banks import build_bank_set
+
+        return inspect.signature(build_bank_set).parameters[name].default
+    return PROFILE_DEFAULTS[name]
+
+
+#: The defaults of the choices that are profile fields only (which questions, a prompt over the context, the model
+#: whose debates fill the banks): the first of each vocabulary, what the data loader, the cell runner and the grid take.
+PROFILE_DEFAULTS: dict[str, Any] = {"split_rule": SPLIT_RULES[0], "overflow_policy": OVERFLOW_POLICIES[0], "memory_model": None}
+
+
 def method_options(method_name: str, protocol: str, explicit: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The method options a preset sets for a registered method: every ``method``-level choice the method declares
     (``summaries`` and ``summary_agents`` only where it writes summaries), under its option name."""
     accepted = declared(method_name)
-    values = resolve(protocol, explicit)
+    values = overlay(protocol, explicit)
     options = {}
     for choice in CHOICES:
         if choice.level == "method" and choice.method_option in accepted:
@@ -295,7 +355,7 @@ def method_options(method_name: str, protocol: str, explicit: Mapping[str, Any] 
 def memory_options(protocol: str, explicit: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """How the memory banks are built under a preset: the bank options (reward, state layout) and the options of
     the memory-construction debates (summaries, prompts, empty peers, thinking)."""
-    values = resolve(protocol, explicit)
+    values = overlay(protocol, explicit)
     debate = {k: values[k] for k in ("summaries", "summary_agents", "empty_peers", "unclosed_thinking", "task_prompt")}
     if values["consensus_rule"] != BY_NAME["consensus_rule"].paper:  # a later choice: the paper's keeps bank keys
         debate["consensus_rule"] = values["consensus_rule"]

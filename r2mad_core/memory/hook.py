@@ -333,21 +333,22 @@ class IclCotHook:
     ``match="state"`` (authors' code): the question embedding against the stored state embeddings, top-K cases.
     """
 
-    def __init__(self, bank_set: MemoryBankSet, embedder: Embedder, top_k: int = 3, match: str = "question",
-                 bank_agent: int = 0, batch_size: int = 32, max_experience_chars: int | None = None,
+    def __init__(self, bank_set: MemoryBankSet, embedder: Embedder, settings: MemorySettings | None = None,
+                 match: str = "question", bank_agent: int = 0, batch_size: int = 32,
                  experience_reference: str = "answer", solutions: Mapping[str, str] | None = None) -> None:
+        """``settings``: K (``top_k``) and ``max_experience_chars``, from one checked
+        :class:`~r2mad_core.memory.settings.MemorySettings` (its defaults and bounds; None: the declaration's)."""
         if match not in SIMILARITY_MATCHES:
             raise ValueError(f"ICL-CoT match must be 'question' or 'state', found {match!r}")
-        if top_k < 1:
-            raise ValueError(f"ICL-CoT top_k must be >= 1, found {top_k}")
+        settings = settings if settings is not None else MemorySettings()
         bank_set.check_compatible(embedder)
         self.bank_set = bank_set
         self.embedder = embedder if isinstance(embedder, CachedEmbedder) else CachedEmbedder(embedder)
-        self.top_k = top_k
+        self.top_k = settings.top_k
         self.match = match
         self.bank = bank_set[bank_agent]
         self.batch_size = batch_size
-        self.max_experience_chars = max_experience_chars
+        self.max_experience_chars = settings.max_experience_chars
         self.experience_reference = experience_reference
         self.solutions = dict(solutions or {})
         self._bank_samples = {c.sample_id for c in self.bank.cases}

@@ -44,7 +44,7 @@ There is no Python loop over bank cases; the only per-query loop is the seeded d
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass, field, fields
+from dataclasses import InitVar, dataclass, field, fields
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -68,21 +68,26 @@ class RetrievalConfig:
     candidate_factor: int = CANDIDATE_FACTOR
     seed: int = 0
 
-    def __post_init__(self) -> None:
+    #: Built from a checked :class:`~r2mad_core.memory.settings.MemorySettings` (:meth:`from_settings`): its values
+    #: are not checked again (a frozen object checked when made is trusted downstream).
+    checked: InitVar[bool] = False
+
+    def __post_init__(self, checked: bool) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"unknown retrieval policy {self.policy!r}: expected one of {tuple(POLICIES)}")
         if self.candidate_factor < 1:
             raise ValueError(f"candidate_factor must be >= 1, found {self.candidate_factor}")
-        # the bounds are the declaration's (memory/settings.py), checked by it
-        MemorySettings.check_all("RetrievalConfig", {"top_k": self.k, **{
-            f.name: getattr(self, f.name) for f in fields(self) if f.name in MEMORY_DEFAULTS}})
+        if not checked:  # made by hand: the bounds are the declaration's (memory/settings.py), checked by it
+            MemorySettings.check_all("RetrievalConfig", {"top_k": self.k, **{
+                f.name: getattr(self, f.name) for f in fields(self) if f.name in MEMORY_DEFAULTS}})
 
     @classmethod
     def from_settings(cls, settings: MemorySettings, **retrieval: Any) -> "RetrievalConfig":
         """The retrieval configuration of ``settings`` (K, gamma, the fixed lambda, and every other field named as a
-        memory setting) with the retrieval-only fields in ``retrieval`` (``policy``, ``seed``)."""
+        memory setting) with the retrieval-only fields in ``retrieval`` (``policy``, ``seed``); ``settings`` was
+        checked when it was made, so nothing is checked again."""
         names = [f.name for f in fields(cls) if f.name in MEMORY_DEFAULTS]
-        return cls(k=settings.top_k, **{**settings.typed(names), **retrieval})
+        return cls(k=settings.top_k, **{**settings.typed(names), **retrieval}, checked=True)
 
     @property
     def num_candidates(self) -> int:
@@ -116,7 +121,6 @@ def mmr_tradeoff(consensus_ratio: np.ndarray | float, gamma: float = MEMORY_DEFA
     cons = np.asarray(consensus_ratio, dtype=np.float64)
     if np.any(~np.isfinite(cons)) or np.any((cons < 0) | (cons > 1)):
         raise ValueError(f"consensus ratios must be finite and in [0, 1], found {cons.ravel()[:8]}")
-    MemorySettings.check("mmr_tradeoff", "gamma", gamma)
     return (1.0 - gamma * cons).astype(np.float32)
 
 

@@ -19,8 +19,11 @@ doc citing the paper, the authors' code or "ours"). Everything else reads it:
 
 Adding a setting is one field here (and reading its default where it acts): docs/extending.md, "Add a memory knob".
 
-``top_k``'s default is the method's (3, ours); a profile's ``top_k: null`` takes the protocol preset's K
-(:mod:`r2mad_core.experiments.protocol`: the paper preset 1, as the authors' run script).
+Each setting has one default, here: ``top_k``'s is 1 (the authors' run script, ``--n_retrieval 1``), what a method
+built without a preset, ``r2mad run`` without ``--protocol`` and every profile run. A protocol preset
+(:mod:`r2mad_core.experiments.protocol`) is an overlay: it fills only the settings a profile or a command line leaves
+unset, when the settings are built, never after. The bounds are checked here, once, when a :class:`MemorySettings` is
+made; nothing downstream checks a frozen one again.
 """
 
 from __future__ import annotations
@@ -69,8 +72,9 @@ class RegisteredPolicies:
 class MemorySettings:
     """The settings R2-MAD adds to the debate (Section 4), with the paper's values where it gives them."""
 
-    top_k: int = setting(3, "K, experiences retrieved per agent and round by MMR (Eq. 5; the paper does not say; the "
-                         "authors' run script: 1; default 3 is ours)", flag="--top-k", minimum=1, maximum=MAX_TOP_K)
+    top_k: int = setting(1, "K, experiences retrieved per agent and round by MMR (Eq. 5; the paper does not say; "
+                         "default 1: the authors' run script, as both protocol presets)", flag="--top-k", minimum=1,
+                         maximum=MAX_TOP_K)
     gamma: float = setting(0.9, "gamma of lambda_t = 1 - gamma * Cons(Z^(t-1)) (Eq. 6; paper: 0.9)", flag="--gamma",
                            minimum=0.0, maximum=1.0)
     retrieval_policy: str = setting("state_aware", "retrieval policy of the R2-MAD rows (default: state_aware, Eq. "

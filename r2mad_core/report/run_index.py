@@ -34,6 +34,7 @@ from pydantic import ValidationError
 from r2mad_core.debate.scoring import compute_metrics
 from r2mad_core.experiments.cell import CONFIG_FILE, TRANSCRIPTS_FILE, load_run
 from r2mad_core.experiments.protocol import CHOICES, PROTOCOLS
+from r2mad_core.experiments.run_settings import RecordedSettings, read_settings
 from r2mad_core.records import RunConfig, problems
 from r2mad_core.report import inference, run_pages
 from r2mad_core.report.artifacts import MANIFEST_NAME, read_manifest
@@ -118,14 +119,15 @@ def manifest_feeds(figures_dir: str | Path) -> dict[str, list[str]]:
     return feeds
 
 
-def protocol_of(options: dict[str, Any]) -> str:
-    """The protocol preset a run's method options match best, with every choice it sets apart from it
-    (``paper``, ``authors; round0=independent``)."""
-    choices = [c for c in CHOICES if c.level == "method" and c.method_option in options]
+def protocol_of(options: dict[str, Any] | RecordedSettings) -> str:
+    """The protocol preset a run's settings match best, with every choice it sets apart from it
+    (``paper``, ``authors; round0=independent``): the method-level choices the run recorded."""
+    settings = options if isinstance(options, RecordedSettings) else read_settings({"options": dict(options)})
+    choices = [c for c in CHOICES if c.level == "method" and settings.recorded(c.method_option)]
     best = None
     for protocol in PROTOCOLS:
-        apart = [f"{c.method_option}={options[c.method_option]}" for c in choices
-                 if options[c.method_option] != c.value(protocol)]
+        apart = [f"{c.method_option}={settings.choices[c.name]}" for c in choices
+                 if settings.choices[c.name] != c.value(protocol)]
         if best is None or len(apart) < len(best[1]):
             best = (protocol, apart)
     if best is None or not choices:
@@ -135,28 +137,31 @@ def protocol_of(options: dict[str, Any]) -> str:
 
 def settings_of(config: RunConfig) -> str:
     """The settings that tell runs of one method apart, as executed: agents x rounds, paths, and for R2-MAD K, gamma,
-    the retrieval policy with its lambda, the memory or confidence switched off and a poisoned share; round 0."""
-    options = config.method.get("options", {})
+    the retrieval policy with its lambda, the memory or confidence switched off and a poisoned share; round 0. Read
+    back by the one reader of a run's settings (:func:`~r2mad_core.experiments.run_settings.read_settings`)."""
+    settings = read_settings(config.method)
+    options = settings.options  # the method's own row options (k_paths, use_memory, ...): as recorded
     parts = []
-    if "n_agents" in options:
-        parts.append(f"{options['n_agents']} agents x {options.get('n_rounds', '?')} rounds")
+    if settings.recorded("n_agents"):
+        rounds = settings.debate.n_rounds if settings.recorded("n_rounds") else "?"
+        parts.append(f"{settings.debate.n_agents} agents x {rounds} rounds")
     if "k_paths" in options:
         parts.append(f"{options['k_paths']} paths")
-    if config.method.get("name") == "r2mad":
-        parts.append(f"K={options.get('top_k')}")
-        if options.get("gamma") is not None:  # None under a policy that does not use it (Fixed-lambda, Random)
-            parts.append(f"gamma={options['gamma']}")
+    if settings.method == "r2mad":
+        parts.append(f"K={settings.memory.top_k}")
+        if settings.recorded("gamma"):  # not recorded under a policy that does not use it (Fixed-lambda, Random)
+            parts.append(f"gamma={settings.memory.gamma}")
         from r2mad_core.report.viewer import retrieval_label
 
-        parts.append(f"retrieval {retrieval_label(options)}")
+        parts.append(f"retrieval {retrieval_label(settings)}")
         if options.get("use_memory") is False:
             parts.append("memory off")
         if options.get("use_confidence") is False:
             parts.append("confidence off")
         if options.get("poison_fraction"):
             parts.append(f"poisoned {options['poison_fraction']:g}")
-    if "round0" in options:
-        parts.append(f"round 0 {options['round0']}")
+    if settings.recorded("round0"):
+        parts.append(f"round 0 {settings.debate.round0}")
     return ", ".join(parts)
 
 
@@ -237,10 +242,9 @@ def read_entry(run_dir: Path, root: Path, *, correct: bool = True) -> RunEntry:
     transcripts anyway)."""
     config = read_config(run_dir)
     metrics = read_metrics(run_dir)
-    options = config.method.get("options", {})
     label = RunView(run_dir, config, {}).label  # the viewer's name of the method; the records are the page's
     settings = settings_of(config)
-    protocol = protocol_of(options)
+    protocol = protocol_of(read_settings(config.method))
     parts = run_dir.relative_to(root).parts  # runs/<profile>/.../<engine>/<benchmark>/<run>
     engine = str(config.engine.get("identity", "?")).split(":", 1)[0]
     variant = "/".join(parts[1:parts.index(engine)] if engine in parts[1:] else parts[1:2])

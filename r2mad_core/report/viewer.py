@@ -26,11 +26,13 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from r2mad_core.debate import scoring
 from r2mad_core.experiments.cell import load_run
+from r2mad_core.experiments.run_settings import RecordedSettings, read_settings
 from r2mad_core.memory.cases import MemoryCase
+from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS, SPECS as MEMORY_SPECS
 from r2mad_core.memory.retrieval import POLICIES, policy_label
 from r2mad_core.data import benchmarks
 from r2mad_core.records import RoundRecord, RunConfig, TranscriptRecord, TurnRecord
@@ -62,7 +64,8 @@ class RunView:
 
     @property
     def label(self) -> str:
-        options = self.config.method.get("options", {})
+        settings = read_settings(self.config.method)  # the run's settings, read back whole (one reader)
+        options = settings.options  # the method's own row options (masking, use_memory, ...): as recorded
         name = METHOD_NAMES.get(self.method, self.method)
         extras = []
         if self.method == "mad_m2":
@@ -72,11 +75,11 @@ class RunView:
                 extras.append("w/o Memory")
             if options.get("use_confidence") is False:
                 extras.append("w/o Confidence")
-            if options.get("retrieval_policy", "state_aware") != "state_aware":
-                extras.append(f"retrieval={retrieval_label(options)}")
+            if settings.memory.retrieval_policy != MEMORY_DEFAULTS["retrieval_policy"]:
+                extras.append(f"retrieval={retrieval_label(settings)}")
             if options.get("poison_fraction"):
                 extras.append(f"poisoned {options['poison_fraction']:g}")
-        if options.get("round0") == "independent":
+        if settings.recorded("round0") and settings.debate.round0 == "independent":
             extras.append("independent round 0")
         return name + (f" ({', '.join(e for e in extras if e)})" if any(extras) else "")
 
@@ -90,14 +93,20 @@ class RunView:
                 f"seed {c.seed}, r2mad {c.r2mad_version}; run directory {self.run_dir.name}")
 
 
-def retrieval_label(options: dict[str, Any]) -> str:
-    """The executed retrieval policy with its parameter as the run's options recorded it: ``Fixed-lambda (0.25)``
-    (the policy's label, :func:`r2mad_core.memory.retrieval.policy_label`), else the policy's name as written."""
-    name = str(options.get("retrieval_policy", "state_aware"))
+def retrieval_label(settings: RecordedSettings | Mapping[str, Any]) -> str:
+    """The executed retrieval policy with its parameter as the run recorded it: ``Fixed-lambda (0.25)`` (the policy's
+    label, :func:`r2mad_core.memory.retrieval.policy_label`), else the policy's name as written. ``settings``: the
+    run's (:func:`~r2mad_core.experiments.run_settings.read_settings`), or its recorded options."""
+    if not isinstance(settings, RecordedSettings):
+        settings = read_settings({"options": dict(settings)})
+    name = str(settings.memory.retrieval_policy)
     spec = POLICIES.get(name)
     if spec is None:
         return name
-    value = options.get(spec.parameter) if spec.parameter else None
+    value = None
+    if spec.parameter:
+        value = getattr(settings.memory, spec.parameter) if spec.parameter in MEMORY_SPECS and \
+            settings.recorded(spec.parameter) else settings.options.get(spec.parameter)
     return policy_label(f"{name}:{value}" if value is not None else name)
 
 

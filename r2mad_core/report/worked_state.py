@@ -18,7 +18,6 @@ and the confidences in numpy and asserts that they are what the run recorded.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -31,7 +30,8 @@ from r2mad_core.experiments.cell import load_run
 from r2mad_core.memory.banks import MemoryBank
 from r2mad_core.memory.cases import AgentDebateState, encode_states
 from r2mad_core.memory.hook import load_memory
-from r2mad_core.memory.retrieval import CANDIDATE_FACTOR
+from r2mad_core.experiments.run_settings import read_settings
+from r2mad_core.memory.retrieval import RetrievalConfig
 from r2mad_core.records import TranscriptRecord
 from r2mad_core.report.viewer import _find_bank
 
@@ -124,13 +124,13 @@ def find_state(run_dirs: str | Path | Sequence[str | Path], memory: str | Path |
     best: tuple[tuple[int, ...], Path, dict[str, Any], TranscriptRecord, int, int] | None = None
     for run_dir in dirs:
         config, records = load_run(run_dir)
-        method = config.get("method", {})
-        options = method.get("options", {})
-        if method.get("name") != "r2mad":
-            raise WorkedStateError(f"{run_dir}: not an R2-MAD run (method {method.get('name')!r})")
-        if any(options.get(name, value) != value for name, value in REQUIRED_OPTIONS.items()):
+        settings = read_settings(config)
+        if settings.method != "r2mad":
+            raise WorkedStateError(f"{run_dir}: not an R2-MAD run (method {settings.method!r})")
+        if settings.memory.retrieval_policy != REQUIRED_OPTIONS["retrieval_policy"] or \
+                settings.options.get("poison_fraction", 0.0) != REQUIRED_OPTIONS["poison_fraction"]:
             continue
-        k = int(options.get("top_k", 0))
+        k = settings.memory.top_k
         for record in records:
             for t in range(1, len(record.rounds)):
                 for agent in range(len(record.rounds[t].agents)):
@@ -142,15 +142,16 @@ def find_state(run_dirs: str | Path | Sequence[str | Path], memory: str | Path |
                                "retrieved a case and recorded its peers' confidence")
     key, run_dir, config, record, t, agent = best
     missing = tuple(name for name, held in zip(TEACHES, key) if not held)
-    options = config["method"].get("options", {})
-    k = int(options.get("top_k", 0))
+    settings = read_settings(config)  # the run's settings, read back whole (defaults from the declarations)
+    retrieval = RetrievalConfig.from_settings(settings.memory)  # K and the candidates, as the run's retrieval took them
+    options = settings.options
     bank_dir = _find_bank(run_dir, memory if memory is not None else options.get("memory"))
     if bank_dir is None:
         raise WorkedStateError(f"{run_dir}: memory bank {options.get('memory')} not found (give it as memory=...)")
     bank_set, embedder = load_memory(bank_dir, record.benchmark, options.get("embedder"))
     previous = record.rounds[t - 1]
     texts = [turn.response for turn in previous.agents]
-    task_prompt = config.get("method", {}).get("debate", {}).get("task_prompt", "paper")
+    task_prompt = settings.debate.task_prompt
     state = AgentDebateState(question=_question(record, task_prompt, run_dir, data_dir), previous_response=texts[agent],
                              previous_summary=previous.summary or "", consensus_ratio=float(previous.consensus_ratio))
     query = encode_states(embedder, [state], bank_set.state_layout, bank_set.state_encoding)[0]
@@ -158,12 +159,12 @@ def find_state(run_dirs: str | Path | Sequence[str | Path], memory: str | Path |
         run_dir=run_dir, benchmark=record.benchmark, sample_id=record.sample_id, gold=record.gold, round=t,
         agent=agent, state=state, previous_answers=tuple(turn.answer for turn in previous.agents),
         previous_correct=tuple(turn.correct for turn in previous.agents), query=query,
-        responses=embedder.encode(texts), bank=bank_set[agent], k=k, candidate_factor=CANDIDATE_FACTOR,
-        gamma=float(options.get("gamma", math.nan)), w_high=float(options.get("w_high", math.nan)),
-        w_low=float(options.get("w_low", math.nan)),
-        confidence_label=str(options.get("confidence_label", "peer_correctness")),
-        confidence_pool=str(options.get("confidence_pool", "retrieved")),
-        peer_response_round=str(options.get("peer_response_round", "case")), recorded=_recorded(record.rounds[t].agents[agent]),
+        responses=embedder.encode(texts), bank=bank_set[agent], k=retrieval.k,
+        candidate_factor=retrieval.candidate_factor, gamma=float(settings.memory.gamma),
+        w_high=float(settings.memory.w_high), w_low=float(settings.memory.w_low),
+        confidence_label=str(settings.choices["confidence_label"]),
+        confidence_pool=str(settings.choices["confidence_pool"]),
+        peer_response_round=str(settings.choices["peer_response_round"]), recorded=_recorded(record.rounds[t].agents[agent]),
         missing=missing)
 
 

@@ -368,11 +368,9 @@ def banner(profile: Profile) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m r2mad_core.reproduce",
-        description="Run the numbered notebooks in order with papermill, fed by one profile; "
-        "writes every table and figure into figures/<profile>/.",
-    )
+    parser = argparse.ArgumentParser(prog="python -m r2mad_core.reproduce", description="Run the numbered notebooks "
+                                     "in order with papermill, fed by one profile; writes every table and figure into "
+                                     "figures/<profile>/.")
     parser.add_argument("--profile", default="sim",
                         help=f"a packaged profile ({', '.join(profile_names())}) or a YAML path (default: sim, "
                         "simulated agents; cpu/api/paper run real models)")
@@ -597,12 +595,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, ProfileError, ValueError) as exc:
         print(f"reproduce: {exc}", file=sys.stderr)
         return 2
+    if args.show_config is not None:  # the executed configuration, nothing run: no pre-flight, no GPU needed
+        beside = [f for f in ("rehearse", "calibrate", "preflight", "estimate_only", "dry_run") if getattr(args, f)]
+        if beside:  # never silently ignored beside another mode, nor ignoring it
+            print("reproduce: --show-config runs nothing; it does not combine with "
+                  f"{', '.join('--' + f.replace('_', '-') for f in beside)} (run them apart)", file=sys.stderr)
+            return 2
+        return _ablation_main(args, overrides, only)
     if paper_run.wanted(args) or (args.estimate_only and paper_run.gpu_models(profile)):  # rehearsal, estimate, ...
         return paper_run.main(args, profile, only, run_notebooks, ReproductionPaths, discover_notebooks, run=_run_main)
     if not args.estimate_only and paper_run.gpu_models(profile) and paper_run.preflight_failed(profile, args):
         return 1  # a GPU profile: the node, gated access, disk, memory checked before any GPU work (one line each)
-    if (overrides or args.sweep or args.variant or args.replicates > 1 or args.dry_run
-            or args.show_config is not None):
+    if overrides or args.sweep or args.variant or args.replicates > 1 or args.dry_run:
         return _ablation_main(args, overrides, only)
     return _run_main(args, profile, only)
 

@@ -158,7 +158,9 @@ class ExperimentGrid:
         self.cache_dir = Path(cache_dir)
         self.data_dir = data_dir
         try:
-            self.run_settings = (run_settings or RunSettings()).replace(**changes)
+            base = run_settings if run_settings is not None else RunSettings(  # a preset fills what is unset: here
+                protocol=changes.pop("protocol", RunSettings.protocol))
+            self.run_settings = base.replace(**changes)
         except TypeError as exc:
             raise TypeError(f"ExperimentGrid: {exc}") from None
         self.progress = progress

@@ -88,7 +88,9 @@ def test_run_and_build_memory_flags_come_from_the_declaration():
 def test_the_grid_carries_one_settings_object(tmp_path):
     exp = ExperimentGrid(models=[{"label": "sim", "engine": "simulated"}], benchmarks=["truthfulqa"], runs_dir=tmp_path,
                          cache_dir=tmp_path, n_agents=2, max_tokens=64, summary_max_tokens=32)
-    assert exp.debate == DebateSettings(n_agents=2, max_tokens=64, summary_max_tokens=32)
+    assert exp.debate == DebateSettings(n_agents=2, max_tokens=64, summary_max_tokens=32, round0="independent",
+                                        summaries="every_round", summary_agents="authors", empty_peers="drop")
+    assert exp.debate == exp.run_settings.debate  # one holder: the loop's choices are the debate settings' fields
     assert (exp.n_agents, exp.sampling["max_tokens"]) == (2, 64)
     assert exp.method_options("MAD")[1] == {"n_agents": 2, "n_rounds": 3, "temperature": 1.0, "top_p": 1.0,
                                             "max_tokens": 64, "round0": "independent", "summaries": "every_round",

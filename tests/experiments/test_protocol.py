@@ -165,7 +165,7 @@ def test_r2mad_run_protocol_sets_the_method_options_and_a_flag_beats_it(bank_dir
                                                         "--method-option", "summaries=before_next_round"]))
     assert (method.options["top_k"], method.debate.summaries, method.options["similarity_match"]) == (
         3, "before_next_round", "question")
-    assert cli.build_method(parser.parse_args(base)).options["top_k"] == 3  # no --protocol: the method's defaults
+    assert cli.build_method(parser.parse_args(base)).options["top_k"] == 1  # no --protocol: the declaration, one default
     assert cli.split_rule_of(parser.parse_args(base + ["--protocol", "authors"])) == "authors"
     assert cli.split_rule_of(parser.parse_args(base + ["--protocol", "authors", "--split-rule", "paper"])) == "paper"
 

@@ -26,7 +26,10 @@ def test_one_replace_routes_each_flat_name_to_its_declaration() -> None:
     assert changed.debate.n_rounds == 2 and changed.seed == 7
     assert changed.choices["round0"] == "independent" and changed.method_choices["round0"] == "independent"
     assert changed.memory.top_k == changed.choices["top_k"] == 5  # K is a protocol choice and a memory setting
-    assert changed.replace(top_k=None).memory.top_k == 1  # None: the preset's value again
+    with pytest.raises(TypeError, match="a preset fills an unset choice"):  # a preset fills when settings are made
+        changed.replace(top_k=None)
+    with pytest.raises(TypeError, match="protocol is a preset"):
+        changed.replace(protocol="authors")
     assert base == RunSettings() and base.memory.gamma == MemorySettings().gamma  # frozen: replace makes a new one
     with pytest.raises(TypeError, match="unknown setting"):
         base.replace(gama=0.5)

@@ -80,7 +80,7 @@ def _round1_prompts(engine: ScriptedEngine, agent_persona: int) -> list[str]:
 def test_r2mad_hook_prompts_and_records(bank_dir, tmp_path):
     engine = scripted()
     result = run_cell(tmp_path / "run", benchmark="truthfulqa", split="test", engine=engine, method="r2mad",
-                      method_options={"memory": str(bank_dir)}, samples=TEST, progress=False)
+                      method_options={"memory": str(bank_dir), "top_k": 3}, samples=TEST, progress=False)
     record = result.records[0]
     assert record.n_rounds_executed == 3  # B dissents: no unanimity
     round0, round1 = record.rounds[0], record.rounds[1]
@@ -106,7 +106,7 @@ def test_r2mad_hook_prompts_and_records(bank_dir, tmp_path):
 def test_r2mad_ablations(bank_dir, tmp_path):
     engine = scripted()
     no_memory = run_cell(tmp_path / "nomem", benchmark="truthfulqa", split="test", engine=engine, method="r2mad",
-                         method_options={"memory": str(bank_dir), "use_memory": False}, samples=TEST, progress=False)
+                         method_options={"memory": str(bank_dir), "top_k": 3, "use_memory": False}, samples=TEST, progress=False)
     agent0 = no_memory.records[0].rounds[1].agents[0]
     assert agent0.n_experiences == 0 and len(agent0.retrieved["case_ids"]) == 3
     assert agent0.peer_confidence == {1: "low", 2: "high"}  # confidence still estimated and shown
@@ -114,7 +114,7 @@ def test_r2mad_ablations(bank_dir, tmp_path):
 
     engine = scripted()
     no_conf = run_cell(tmp_path / "noconf", benchmark="truthfulqa", split="test", engine=engine, method="r2mad",
-                       method_options={"memory": str(bank_dir), "use_confidence": False}, samples=TEST, progress=False)
+                       method_options={"memory": str(bank_dir), "top_k": 3, "use_confidence": False}, samples=TEST, progress=False)
     agent0 = no_conf.records[0].rounds[1].agents[0]
     assert agent0.n_experiences == 3 and agent0.peer_confidence == {}
     assert agent0.retrieved["confidence"] == {"1": 0.0, "2": 1.0}  # recorded, not shown
@@ -212,7 +212,7 @@ def test_r2mad_variants_run(options, tmp_path):
     engine = make_engine("simulated", samples=train + test)
     build_memory("truthfulqa", engine, "hashing", tmp_path / "bank", samples=train, progress=False)
     result = run_cell(tmp_path / "run", benchmark="truthfulqa", split="test", engine=engine, method="r2mad",
-                      method_options={"memory": str(tmp_path / "bank"), **options}, samples=test, progress=False)
+                      method_options={"memory": str(tmp_path / "bank"), "top_k": 3, **options}, samples=test, progress=False)
     rounds = [rd for r in result.records for rd in r.rounds[1:]]
     banks = MemoryBankSet.load(tmp_path / "bank", embedder="hashing-384", benchmark="truthfulqa")
     for rd in rounds:
@@ -258,7 +258,7 @@ def test_cli_build_memory_audit_and_run(tmp_path, capsys):
 def test_experiences_can_be_shortened(bank_dir, tmp_path):
     engine = scripted()
     run_cell(tmp_path / "short", benchmark="truthfulqa", split="test", engine=engine, method="r2mad",
-             method_options={"memory": str(bank_dir), "max_experience_chars": 9}, samples=TEST, progress=False)
+             method_options={"memory": str(bank_dir), "top_k": 3, "max_experience_chars": 9}, samples=TEST, progress=False)
     parsed = prompts.parse_prompt(_round1_prompts(engine, 0)[0])
     # the stored response "I reason briefly. The answer is ((A))." cut after 9 characters
     assert [e.response for e in parsed.experiences] == ["I reason [...]"] * 3

@@ -61,7 +61,8 @@ def test_the_max_tokens_help_names_what_protocol_authors_sends():
                           cwd=REPOSITORY, timeout=300)
     text = " ".join(done.stdout.split())
     help_text = text[text.index("--max-tokens N max new tokens"):][:200]
-    assert "default: 512; under --protocol authors: 6144" in help_text
+    assert "default: 512, sized for a CPU; --protocol authors sets 6144" in help_text
+    assert "--protocol paper keeps 512" in help_text  # the paper's 6144 is the paper profile's, not --protocol paper's
 
 
 def test_a_bank_records_the_round_0_its_debates_ran(tmp_path):
@@ -73,8 +74,12 @@ def test_a_bank_records_the_round_0_its_debates_ran(tmp_path):
     build_memory("truthfulqa", make_engine("simulated", samples=train), "hashing", tmp_path / "bank", samples=train,
                  progress=False)
     method = json.loads((tmp_path / "bank" / "manifest.json").read_text())["metadata"]["method"]
-    assert method["debate"]["round0"] == "independent" and method["options"]["round0"] == "independent"
-    assert "own round 0" in method["round0_note"]
+    config = json.loads((tmp_path / "bank" / "debates" / "config.json").read_text())["method"]
+    # the manifest says what ran: its debates' own config.json (issue 57), round 0 included
+    assert method["debate"]["round0"] == config["debate"]["round0"] == "shared"
+    assert method["options"]["round0"] == config["options"]["round0"] == "shared"
+    assert {k: v for k, v in method.items() if k != "round0_note"} == config
+    assert "MAD's one stream" in method["round0_note"]
 
 
 # ------------------------------------------------------------------------------------------------------------------
