@@ -111,7 +111,7 @@ def is_progress(output: dict) -> bool:
 
 
 def without_progress(source: Path, target: Path, captions: dict[str, str] | None = None,
-                     tables_dir: str | None = None) -> int:
+                     tables_dir: str | None = None, figures_dir: Path | None = None) -> int:
     """Copy the notebook ``source`` to ``target`` without its progress output; returns how many were dropped.
 
     With ``captions`` (figure name -> caption, :func:`figure_captions`), every figure becomes a figure with its caption
@@ -130,7 +130,7 @@ def without_progress(source: Path, target: Path, captions: dict[str, str] | None
             dropped += len(cell["outputs"]) - len(kept)
             code = "".join(cell.get("source", ""))
             if captions is not None:
-                kept, figure_number = with_captions(kept, code, captions, source.stem, figure_number)
+                kept, figure_number = with_captions(kept, code, captions, source.stem, figure_number, figures_dir)
             names = TABLE_NAME.findall(code)
             if tables_dir is not None and names:
                 links = ", ".join(f'<a href="{tables_dir}/{n}.csv">{n}.csv</a>' for n in names)
@@ -152,12 +152,14 @@ def figure_captions(profile: str) -> dict[str, str]:
 
 
 def with_captions(outputs: list[dict], code: str, captions: dict[str, str], notebook: str,
-                  number: int) -> tuple[list[dict], int]:
+                  number: int, figures_dir: Path | None = None) -> tuple[list[dict], int]:
     """``outputs`` with every PNG figure replaced by an HTML <figure> holding it and its caption under it.
 
     The figures of a cell are named by the ``"fig_..."`` strings of its source, in order (``ctx.save_figure(fig,
     "fig_ablation", ...)``); each caption is the one the manifest recorded. A figure without a caption keeps a
-    caption that says so (the browser test fails on it). ``number`` counts the notebook's figures."""
+    caption that says so (the browser test fails on it). ``number`` counts the notebook's figures. With
+    ``figures_dir`` (the profile's figures), each figure is drawn no narrower than its smallest text needs
+    (:func:`figure_style`)."""
     names = [n for n in dict.fromkeys(FIGURE_NAME.findall(code)) if n in captions]
     out = []
     for output in outputs:
@@ -173,13 +175,67 @@ def with_captions(outputs: list[dict], code: str, captions: dict[str, str], note
         png = data["image/png"]
         png = "".join(png) if isinstance(png, list) else png
         label = f"Figure {notebook[:2].lstrip('0')}.{number}"
+        style = figure_style(png, figures_dir / f"{name}.pdf") if name and figures_dir is not None else ""
         figure = (f'<figure class="r2mad-figure" id="figure-{number}"{f" data-name={chr(34)}{name}{chr(34)}" if name else ""}>'
-                  f'<img src="data:image/png;base64,{png.strip()}" alt="{html.escape(caption)}">'
+                  f'<img src="data:image/png;base64,{png.strip()}" alt="{html.escape(caption)}"{style}>'
                   f"<figcaption><b>{label}.</b> {html.escape(caption)}"
                   + (f' <span class="r2mad-files">({name}.png)</span>' if name else "") + "</figcaption></figure>")
         out.append({"output_type": "display_data", "metadata": {},
                     "data": {"text/html": figure, "text/plain": f"{label}. {caption}"}})
     return out, number
+
+
+#: The smallest text a reader should have to read in a figure, in CSS px (issue 61: 5 px labels at 1280 px wide).
+MIN_TEXT_PX = 9.0
+PDF_BOX = re.compile(rb"/MediaBox\s*\[\s*([-\d.]+)\s+([-\d.]+)\s+([-\d.]+)\s+([-\d.]+)\s*\]")
+PDF_STREAM = re.compile(rb"stream\r?\n(.*?)\r?\nendstream", re.S)
+PDF_FONT_SIZE = re.compile(rb"/F\w*\s+([\d.]+)\s+Tf")
+
+
+def smallest_text(pdf: Path) -> tuple[float, float, float] | None:
+    """(page width, page height, the smallest font size), in points, of a figure's PDF (matplotlib's: every text is
+    set with ``/F<n> <size> Tf`` in a Flate-compressed content stream); None without a PDF or any text.
+
+    The PNG beside it is the same figure at another resolution, so size / width is the height of the smallest text
+    per unit of the figure's drawn width."""
+    import zlib
+
+    if not pdf.is_file():
+        return None
+    data = pdf.read_bytes()
+    box = PDF_BOX.search(data)
+    if box is None:
+        return None
+    x0, y0, x1, y1 = (float(v) for v in box.groups())
+    sizes = []
+    for stream in PDF_STREAM.finditer(data):
+        try:
+            content = zlib.decompress(stream.group(1))
+        except zlib.error:
+            content = stream.group(1)
+        sizes += [float(size) for size in PDF_FONT_SIZE.findall(content)]
+    sizes = [size for size in sizes if size > 0]
+    return (x1 - x0, y1 - y0, min(sizes)) if sizes else None
+
+
+def png_size(png_base64: str) -> tuple[int, int]:
+    """(width, height) in pixels of a base64 PNG, from its IHDR chunk."""
+    head = base64.b64decode(png_base64.strip()[:44])
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def figure_style(png_base64: str, pdf: Path) -> str:
+    """The <img> attributes that draw a figure no narrower than its smallest text needs (:data:`MIN_TEXT_PX`): the
+    column's width (never wider than the PNG itself), or the width at which that text is MIN_TEXT_PX tall when the
+    column is narrower (the figure then scrolls inside its box). The smallest text is read from the figure's PDF
+    (:func:`smallest_text`); the PNG and PDF must have one shape, else the figure keeps the column's width."""
+    text = smallest_text(pdf)
+    width, height = png_size(png_base64)
+    if text is None or not width or not height or abs(width / height - text[0] / text[1]) > 0.02 * width / height:
+        return ""
+    need = min(width, int(-(-MIN_TEXT_PX * text[0] // text[2])))
+    return (f' data-text-fraction="{text[2] / text[0]:.6f}" style="width:max(min(100%,{width}px),{need}px);'
+            f'max-width:none"')
 
 
 def source_page(module: str) -> str:
@@ -225,7 +281,7 @@ def stage(profile: str, stage_dir: Path, executed: Path | None = None) -> list[d
         source = executed / f"{name}.ipynb"
         if not source.exists():
             raise SystemExit(f"build_book: {source} is missing (make reproduce PROFILE={profile})")
-        without_progress(source, stage_dir / "notebooks" / source.name, captions, "../tables")
+        without_progress(source, stage_dir / "notebooks" / source.name, captions, "../tables", ROOT / "figures" / profile)
         modules.update(m.group(1) for m in SOURCE_LINK.finditer(source.read_text(encoding="utf-8")))
         nav_notebooks.append({title: f"notebooks/{source.name}"})
     for module in sorted(modules):  # the modules the notebooks link to, as pages (not in the navigation)
@@ -260,7 +316,9 @@ def config(profile: str, stage_dir: Path, site_dir: Path, nav: list[dict[str, ob
         "docs_dir": str(stage_dir),
         "site_dir": str(site_dir),
         "use_directory_urls": False,  # plain .html files: the site opens from the disk, no server
-        "theme": {"name": "material", "font": False, "features": ["navigation.sections", "toc.follow"]},
+        # toc.integrate: a page's contents in the navigation on the left, so the page's column has the width the
+        # right-hand sidebar took (issue 61)
+        "theme": {"name": "material", "font": False, "features": ["navigation.sections", "toc.follow", "toc.integrate"]},
         "plugins": [
             {"search": {}},
             {"mkdocs-jupyter": {

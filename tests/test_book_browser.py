@@ -48,7 +48,8 @@ LAYOUT_CHECK = """<script>
     var article = document.querySelector("article") || document.body;
     // the page's column: mkdocs-material's content box (its scroll wrappers of tables reach into its padding)
     var frame = (document.querySelector(".md-content") || article).getBoundingClientRect();
-    var out = {cut_equations: [], cut_tables: [], uncaptioned: [], equations: 0, tables: 0, figures: 0,
+    var out = {cut_equations: [], cut_tables: [], cut_elements: [], figure_widths: {}, uncaptioned: [], equations: 0,
+               tables: 0, figures: 0,
                folds: 0, open_folds: 0, unfolded_code: [], eqref_links: 0, tags: [], statements: {},
                mathjax: document.documentElement.getAttribute("data-mathjax"),
                book_js: document.documentElement.getAttribute("data-book-js"),
@@ -78,6 +79,26 @@ LAYOUT_CHECK = """<script>
       else out.unfolded_code.push(Array.prototype.filter.call(cell.classList, function (c) {
         return c.indexOf("celltag_") === 0; }).join(" ") || "untagged: " + label(input));
     });
+    // any other element: none runs past the column, or is cut by a box that hides it, without a scrolling box
+    // of its own inside the column (code, an output, a figure, a table's cell); the outermost of each is reported
+    var seenCut = [];
+    article.querySelectorAll("*").forEach(function (el) {
+      var box = el.getBoundingClientRect();
+      if (box.width <= 1 || box.height <= 1 || el.classList.contains("MJX_Assistive_MathML")  // MathJax's text for screen readers
+          || seenCut.some(function (outer) { return outer.contains(el); })) return;
+      var past = box.left + el.scrollWidth > frame.right + 1, clipped = el.scrollWidth > el.clientWidth + 1 && hides(el);
+      if ((past || clipped) && cut(el, frame)) {
+        seenCut.push(el);
+        out.cut_elements.push(el.tagName.toLowerCase() + (el.className && typeof el.className === "string"
+          ? "." + el.className.trim().split(/\s+/).join(".") : "") + " " + el.scrollWidth + "px: " + label(el));
+      }
+    });
+    // every figure the book sized: its name and the width it is drawn at (the test reads its smallest text from
+    // the figure's PDF), and whether a box it overflows scrolls
+    article.querySelectorAll("figure.r2mad-figure[data-name] img").forEach(function (img) {
+      out.figure_widths[img.closest("figure").getAttribute("data-name")] = img.getBoundingClientRect().width;
+    });
+    out.column = frame.width;
     out.eqref_links = article.querySelectorAll("a[href^='#mjx-eqn']").length;
     article.querySelectorAll(".MathJax_Display").forEach(function (el) {
       ((el.textContent || "").match(/\\(\\d+\\)/g) || []).forEach(function (tag) { out.tags.push(tag.slice(1, -1)); });
@@ -98,9 +119,9 @@ LAYOUT_CHECK = """<script>
 """
 
 
-def layout(chromium: str, page: Path, tmp_path: Path) -> tuple[dict, list[str]]:
-    """(what LAYOUT_CHECK found, the console messages) of ``page``."""
-    found, console, _ = injected_check(chromium, page, LAYOUT_CHECK, "data-layout-check", tmp_path, str(page))
+def layout(chromium: str, page: Path, tmp_path: Path, width: int = 1280) -> tuple[dict, list[str]]:
+    """(what LAYOUT_CHECK found, the console messages) of ``page`` in a window ``width`` px wide."""
+    found, console, _ = injected_check(chromium, page, LAYOUT_CHECK, "data-layout-check", tmp_path, str(page), width)
     return found, console
 
 

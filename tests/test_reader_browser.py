@@ -44,10 +44,12 @@ def chromium() -> str:
 
 
 def open_page(chromium: str, page: Path, tmp_path: Path, *, screenshot: Path | None = None,
-              budget_ms: int = 5000) -> tuple[str, list[str]]:
-    """(the DOM after scripts ran, the console messages) of ``page``; with ``screenshot``, also a PNG of it."""
+              budget_ms: int = 5000, width: int | None = None) -> tuple[str, list[str]]:
+    """(the DOM after scripts ran, the console messages) of ``page``; with ``screenshot``, also a PNG of it (1280 px
+    wide unless ``width``); ``width``: the window's width in CSS px (headless Chromium's own is 800)."""
     profile = Path(tempfile.mkdtemp(prefix=f"profile-{page.stem}-", dir=tmp_path))
-    action = [f"--screenshot={screenshot}", "--window-size=1280,1600"] if screenshot else ["--dump-dom"]
+    size = [f"--window-size={width or 1280},1600"] if screenshot or width else []
+    action = [f"--screenshot={screenshot}", *size] if screenshot else ["--dump-dom", *size]
     result = subprocess.run([chromium, *FLAGS, f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
                              f"--virtual-time-budget={budget_ms}", *action, page.as_uri()],
                             capture_output=True, text=True, timeout=180, check=False)
@@ -444,13 +446,14 @@ def broken_internal_links(site: Path) -> list[str]:
 
 
 def injected_check(chromium: str, page: Path, script: str, attribute: str, tmp_path: Path,
-                   shown: str) -> tuple[dict, list[str], str]:
+                   shown: str, width: int | None = None) -> tuple[dict, list[str], str]:
     """(what ``script`` found, the console messages, the DOM) of ``page`` opened with ``script`` before its
-    ``</body>``: the script writes its findings as JSON into the ``<html>`` element's ``attribute``."""
+    ``</body>`` (in a window ``width`` px wide, default Chromium's 800): the script writes its findings as JSON into
+    the ``<html>`` element's ``attribute``."""
     copy = page.with_name(page.stem + ".__check__.html")  # beside the page: its relative links resolve the same
     copy.write_text(page.read_text(encoding="utf-8").replace("</body>", script + "</body>", 1), encoding="utf-8")
     try:
-        dom, console = open_page(chromium, copy, tmp_path, budget_ms=20000)
+        dom, console = open_page(chromium, copy, tmp_path, budget_ms=20000, width=width)
     finally:
         copy.unlink()
     found = re.search(rf'<html[^>]*{attribute}="([^"]*)"', dom)
