@@ -255,11 +255,91 @@ def source_page(module: str) -> str:
     return "\n".join(lines)
 
 
+#: A list item's marker line: its indentation, its marker (``-``, ``*``, ``+``, ``12.``, ``3)``) and the spaces after it.
+LIST_MARKER = re.compile(r"^( *)([-*+]|\d{1,9}[.)])( *)")
+#: A continuation line of an item that Python-Markdown would read as a new item: its marker, escaped by the book.
+CONTINUED_MARKER = re.compile(r"^(\d{1,9}|)([.)]|[-*+])(?= )")
+#: Python-Markdown's indentation of a nested block (its ``tab_length``): the book's renderer needs 4 where
+#: CommonMark needs the width of the marker ("1. " is 3).
+NESTED_INDENT = 4
+
+
+def commonmark_lists(text: str) -> str:
+    """``text`` with every list laid out as CommonMark reads it, in the indentation Python-Markdown (mkdocs'
+    renderer) needs: each line inside a list item indented by :data:`NESTED_INDENT` per enclosing item, plus what it
+    has beyond the item's content column. Issue 61: docs/statistics.md's sub-bullets under "3. ", indented 3 spaces
+    (the width of "3. ", enough for CommonMark), were read by Python-Markdown as items 4-8 of the numbered list, so
+    its rules 4-9 showed as 9-14. markdown-it-py (CommonMark) finds the items; the source file is left as written."""
+    from markdown_it import MarkdownIt
+
+    lines = text.split("\n")
+    items = []  # (first line, end line, content column) of every list item, outermost first
+    # Python-Markdown needs a blank line where CommonMark does not: before a list right under a paragraph, before a
+    # list's item that follows a paragraph of the item before it (in a loose list: the blank line changes nothing),
+    # and where a list ends at a line that is not blank (a table right under a list's last item)
+    blank_before: set[int] = set()
+    code: set[int] = set()  # the lines of code blocks: never escaped
+    tokens = MarkdownIt("commonmark").enable("table").parse(text)
+    for index, token in enumerate(tokens):
+        if token.type in ("bullet_list_open", "ordered_list_open") and token.map is not None:
+            if token.level == 0:  # a list right under a paragraph (CommonMark lets a list interrupt a paragraph)
+                blank_before.update(token.map)
+            inner = []
+            for other in tokens[index + 1:]:
+                if other.level <= token.level:
+                    break
+                inner.append(other)
+            loose = any(o.type == "paragraph_open" and o.level == token.level + 2 and not o.hidden for o in inner)
+            if loose:
+                blank_before.update(o.map[0] for o in inner
+                                    if o.type == "list_item_open" and o.level == token.level + 1 and o.map)
+        if token.type in ("fence", "code_block") and token.map is not None:
+            code.update(range(*token.map))
+        if token.type != "list_item_open" or token.map is None:
+            continue
+        start, end = token.map
+        marker = LIST_MARKER.match(lines[start].expandtabs(4))
+        if marker is None:
+            continue
+        indent, mark, spaces = (len(g) for g in marker.groups())
+        rest = lines[start].expandtabs(4)[marker.end():]
+        spaces = 1 if not rest.strip() or spaces > 4 else spaces  # an empty item, or indented code after the marker
+        items.append((start, end, indent + mark + spaces))
+    if not items:
+        return text
+    out: list[str] = []
+    for number, line in enumerate(lines):
+        if number in blank_before and line.strip() and out and out[-1].strip():
+            out.append("")
+        inside = [column for start, end, column in items if start < number < end]  # continuation lines of the items
+        opens = [column for start, end, column in items if start == number]  # the item this line starts
+        if not line.strip() or not (inside or opens):
+            out.append(line)
+            continue
+        expanded = line.expandtabs(4)
+        indent = len(expanded) - len(expanded.lstrip(" "))
+        if opens and not inside:  # a top-level item's marker line: as written
+            out.append(line)
+            continue
+        depth, column = len(inside), max(inside)
+        extra = max(0, indent - column) if not opens else 0  # a nested marker sits at its parent's content
+        body = expanded.lstrip(" ")
+        if not opens and number not in code:  # a line of text that only looks like a marker ("435. Each ...")
+            body = CONTINUED_MARKER.sub(lambda m: m.group(1) + "\\" + m.group(2), body, count=1)
+        out.append(" " * (NESTED_INDENT * depth + extra) + body)
+    return "\n".join(out)
+
+
 def mathjax_dir() -> Path:
     """MathJax 2.7 as the jupyter-server-mathjax package ships it (the `docs` extra)."""
     import jupyter_server_mathjax
 
     return Path(jupyter_server_mathjax.__file__).parent / "static"
+
+
+def stage_markdown(source: Path, target: Path) -> None:
+    """A Markdown page into the book, its lists as CommonMark reads them (:func:`commonmark_lists`)."""
+    target.write_text(commonmark_lists(source.read_text(encoding="utf-8")), encoding="utf-8")
 
 
 def stage(profile: str, stage_dir: Path, executed: Path | None = None) -> list[dict[str, object]]:
@@ -268,7 +348,7 @@ def stage(profile: str, stage_dir: Path, executed: Path | None = None) -> list[d
         shutil.rmtree(stage_dir)
     (stage_dir / "docs").mkdir(parents=True)
     (stage_dir / "notebooks").mkdir()
-    shutil.copy2(ROOT / "README.md", stage_dir / "README.md")  # mkdocs makes it index.html
+    stage_markdown(ROOT / "README.md", stage_dir / "README.md")  # mkdocs makes it index.html
     # The README links docs/x.md; in the book the index sits beside docs/, so those links resolve as they are.
     executed = ROOT / "notebooks" / "executed" / profile if executed is None else executed
     captions = figure_captions(profile)
@@ -293,7 +373,7 @@ def stage(profile: str, stage_dir: Path, executed: Path | None = None) -> list[d
     titles = dict(DOCS)
     nav_docs = []
     for name in order:
-        shutil.copy2(pages[name], stage_dir / "docs" / name)
+        stage_markdown(pages[name], stage_dir / "docs" / name)
         nav_docs.append({titles.get(name, Path(name).stem.replace("-", " ").capitalize()): f"docs/{name}"})
     for pattern in PICTURES:
         for picture in sorted((ROOT / "docs").glob(pattern)):
@@ -301,7 +381,7 @@ def stage(profile: str, stage_dir: Path, executed: Path | None = None) -> list[d
     for name in LINKED:
         if (ROOT / name).exists():
             (stage_dir / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, stage_dir / name)
+            stage_markdown(ROOT / name, stage_dir / name)
     shutil.copytree(mathjax_dir(), stage_dir / "assets" / "mathjax")
     (stage_dir / "assets" / "mathjax" / "config" / f"{MATHJAX_CONFIG_NAME}.js").write_text(MATHJAX_CONFIG, encoding="utf-8")
     for asset in ("book.css", "book.js"):

@@ -169,6 +169,20 @@ def test_every_page_of_the_book_at_its_width(chromium, book, tmp_path):
     assert seen["docs/design.html"]["figures"] >= 1
 
 
+def test_the_books_pages_number_their_lists_as_their_sources(book):
+    """Every Markdown page as built: its lists nested and numbered as CommonMark reads its source (issue 61:
+    docs/statistics.md's rules 4-9 showed as 9-14); tests/test_book_lists.py checks the renderer the same way."""
+    from test_book_lists import PAGES, commonmark, outline
+
+    for source in PAGES:
+        name = source.relative_to(ROOT)
+        built = book / ("index.html" if name == Path("README.md") else name.with_suffix(".html"))
+        if name.parts[0] not in ("docs", "README.md") and not built.is_file():
+            built = book / name.parent / "index.html"  # notebooks/README.md is notebooks/index.html
+        article = re.search(r"<article[^>]*>(.*)</article>", built.read_text(encoding="utf-8"), re.S).group(1)
+        assert outline(article) == commonmark(source.read_text(encoding="utf-8")), name
+
+
 def test_notebook_04_numbers_its_equations_and_shows_the_worked_state(chromium, book, tmp_path):
     """Eqs. 5-7 carry the paper's numbers and the text links them; the by-hand cells are not folded."""
     found, _ = layout(chromium, book / "notebooks" / "04_ablations.html", tmp_path)
