@@ -99,6 +99,13 @@ LAYOUT_CHECK = """<script>
       out.figure_widths[img.closest("figure").getAttribute("data-name")] = img.getBoundingClientRect().width;
     });
     out.column = frame.width;
+    // each compact view of a long table: its headers, and whether each is in sight before any scrolling
+    out.compact_views = [];
+    article.querySelectorAll("table.r2mad-compact-view").forEach(function (table) {
+      var right = Math.min(table.getBoundingClientRect().right, frame.right);
+      out.compact_views.push(Array.prototype.map.call(table.rows[0].cells, function (cell) {
+        return [cell.textContent.trim(), cell.getBoundingClientRect().right <= right + 1]; }));
+    });
     out.eqref_links = article.querySelectorAll("a[href^='#mjx-eqn']").length;
     article.querySelectorAll(".MathJax_Display").forEach(function (el) {
       ((el.textContent || "").match(/\\(\\d+\\)/g) || []).forEach(function (tag) { out.tags.push(tag.slice(1, -1)); });
@@ -117,6 +124,24 @@ LAYOUT_CHECK = """<script>
 })();
 </script>
 """
+
+
+#: The smallest figure text the book draws at 1280 px (docs/build_book.py, MIN_TEXT_PX; ~9 px: issue 61).
+MIN_TEXT_PX = 9.0
+
+
+def figure_text(found: dict) -> dict[str, float]:
+    """Figure name -> the height in CSS px of its smallest text as drawn: its drawn width times the smallest font
+    size over the page width of the figure's PDF (figures/sim/<name>.pdf, read by build_book.smallest_text)."""
+    sys.path.insert(0, str(ROOT / "docs"))
+    import build_book
+
+    sizes = {}
+    for name, width in found["figure_widths"].items():
+        text = build_book.smallest_text(ROOT / "figures" / "sim" / f"{name}.pdf")
+        assert text is not None, f"{name}: no PDF with text beside its PNG"
+        sizes[name] = width * text[2] / text[0]
+    return sizes
 
 
 def layout(chromium: str, page: Path, tmp_path: Path, width: int = 1280) -> tuple[dict, list[str]]:
@@ -151,7 +176,11 @@ def test_every_page_of_the_book_at_its_width(chromium, book, tmp_path):
         found, _ = layout(chromium, page, tmp_path)
         name = str(page.relative_to(book))
         seen[name] = found
-        wrong = {key: found[key] for key in ("cut_equations", "cut_tables", "uncaptioned") if found[key]}
+        wrong = {key: found[key][:10] for key in ("cut_equations", "cut_tables", "cut_elements", "uncaptioned")
+                 if found[key]}
+        small = {name: round(px, 1) for name, px in figure_text(found).items() if px < MIN_TEXT_PX - 0.05}
+        if small:
+            wrong["figure text under 9 px"] = small
         if found["book_js"] != "done":
             wrong["book_js"] = "the book's script did not run"
         if found["has_mathjax"] and found["mathjax"] != "typeset":
@@ -181,6 +210,25 @@ def test_the_books_pages_number_their_lists_as_their_sources(book):
             built = book / name.parent / "index.html"  # notebooks/README.md is notebooks/index.html
         article = re.search(r"<article[^>]*>(.*)</article>", built.read_text(encoding="utf-8"), re.S).group(1)
         assert outline(article) == commonmark(source.read_text(encoding="utf-8")), name
+
+
+def test_notebook_10_at_1280_px_its_claims_verdicts_in_sight_and_its_figures_readable(chromium, book, tmp_path):
+    """Issue 61: the claims table was 1,749 px wide in a 648 px column, its verdicts off-screen; figure 10.2's labels
+    were 5 px tall. At 1280 px: nothing runs past the column or is cut without a scrolling box of its own, the
+    claims table's compact view shows each claim's outcome, significance and adjusted p before any scrolling, and
+    every figure's smallest text is at least 9 px tall."""
+    found, _ = layout(chromium, book / "notebooks" / "10_report.html", tmp_path, width=1280)
+    assert found["cut_elements"] == [] and found["cut_tables"] == [], found
+    assert found["column"] >= 900, found["column"]  # the page's contents moved to the left navigation
+    claims = next(view for view in found["compact_views"] if "ordering" in dict(view))
+    in_sight = [name for name, shown in claims if shown]
+    assert {"ordering", "benchmark", "outcome", "significant", "p_holm"} <= set(in_sight), claims
+    sizes = figure_text(found)
+    assert {"fig_paper_vs_reproduced", "fig_paper_claims_power"} <= set(sizes), sizes
+    assert min(sizes.values()) >= MIN_TEXT_PX - 0.05, sizes
+    found, _ = layout(chromium, book / "notebooks" / "10_report.html", tmp_path, width=800)
+    assert found["cut_elements"] == [] and found["cut_tables"] == [], found
+    assert min(figure_text(found).values()) >= MIN_TEXT_PX - 0.05
 
 
 def test_notebook_04_numbers_its_equations_and_shows_the_worked_state(chromium, book, tmp_path):
