@@ -84,7 +84,7 @@ LAYOUT_CHECK = """<script>
     var seenCut = [];
     article.querySelectorAll("*").forEach(function (el) {
       var box = el.getBoundingClientRect();
-      if (box.width <= 1 || box.height <= 1 || el.classList.contains("MJX_Assistive_MathML")  // MathJax's text for screen readers
+      if (box.width <= 1 || box.height <= 1 || el.closest(".MJX_Assistive_MathML")  // MathJax's text for screen readers
           || seenCut.some(function (outer) { return outer.contains(el); })) return;
       var past = box.left + el.scrollWidth > frame.right + 1, clipped = el.scrollWidth > el.clientWidth + 1 && hides(el);
       if ((past || clipped) && cut(el, frame)) {
