@@ -21,6 +21,13 @@ picture's alt text is its caption); code cells fold (one click shows them) excep
 injected cell and cells tagged ``show-code``; a link from a notebook to ``../r2mad_core/<path>.py#<function>`` opens
 that module's page in the book (:func:`source_page`), its functions as anchors.
 
+What a reader sees is what the page means (issue 61; tests/test_book_browser.py, tests/test_book_lists.py): a page's
+contents sit in the navigation on the left, so its column is 978 px at 1280 px wide; every figure is drawn no narrower
+than its smallest text needs to be 9 px tall (read from the figure's PDF: :func:`figure_style`), scrolling in its box
+when the column is narrower; code inputs scroll, outputs wrap at spaces; the compact view of a table of verdicts
+shows its verdict columns right after its labels; Markdown lists are laid out as CommonMark reads them
+(:func:`commonmark_lists`: Python-Markdown renumbered docs/statistics.md's rules).
+
 The site is written to site/ (gitignored); open site/index.html in a browser.
 """
 
