@@ -90,7 +90,7 @@ LAYOUT_CHECK = """<script>
       if ((past || clipped) && cut(el, frame)) {
         seenCut.push(el);
         out.cut_elements.push(el.tagName.toLowerCase() + (el.className && typeof el.className === "string"
-          ? "." + el.className.trim().split(/\s+/).join(".") : "") + " " + el.scrollWidth + "px: " + label(el));
+          ? "." + el.className.trim().split(/\\s+/).join(".") : "") + " " + el.scrollWidth + "px: " + label(el));
       }
     });
     // every figure the book sized: its name and the width it is drawn at (the test reads its smallest text from
