@@ -106,7 +106,12 @@ def test_a_part_of_a_profile_states_its_own_expected_time(tmp_path) -> None:
     from types import SimpleNamespace
 
     from r2mad_core.experiments.profiles import load_profile
-    from r2mad_core.reproduce.command import default_notebooks_dir, discover_notebooks, expected_runtime_of
+    from r2mad_core.reproduce.command import REPOSITORY, default_notebooks_dir, discover_notebooks, expected_runtime
+    from r2mad_core.reproduce.points import expected_time
+
+    def expected_runtime_of(profile, paths, notebooks, every):  # as run_notebooks states it
+        return expected_time(expected_runtime(profile), paths.executed_dir,
+                             REPOSITORY / "notebooks" / "executed" / profile.folder, notebooks, every)
 
     sim = load_profile("sim")
     every = discover_notebooks(default_notebooks_dir())

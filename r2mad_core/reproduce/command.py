@@ -81,7 +81,7 @@ from r2mad_core.engines.endpoints import without_userinfo
 from r2mad_core.experiments.budget import BudgetCap, EstimatingGateway, ForwardingGateway, Prices, Usage, format_estimate
 from r2mad_core.reproduce.ablations import run_ablation
 from r2mad_core.reproduce import launcher
-from r2mad_core.reproduce.points import PointCache
+from r2mad_core.reproduce.points import PointCache, expected_time
 from r2mad_core.report.artifacts import missing_artifacts
 from r2mad_core.report.headline import print_headline
 from r2mad_core.report.volatile import ExecutedSnapshot
@@ -259,9 +259,10 @@ def run_notebooks(
     reuse_kernels = _simulated_only(profile) if reuse_kernels is None else reuse_kernels
     at_once = f", {jobs} at a time" if jobs > 1 and len(notebooks) > 1 else ""
     replaying = (Path(paths.cache_dir) / published.SEEDED_MARKER).is_file()  # a cache seeded from published/
-    every = len(discover_notebooks(notebooks_dir or default_notebooks_dir()))
+    expected = expected_time(expected_runtime(profile, replaying), Path(paths.executed_dir), REPOSITORY / "notebooks"
+                             / "executed" / profile.folder, notebooks, len(discover_notebooks(notebooks_dir or default_notebooks_dir())))
     echo(f"reproduce: profile {profile.name} ({profile.source}); {len(notebooks)} notebooks{at_once}; "
-         f"expected runtime: {expected_runtime_of(profile, paths, notebooks, every, replaying)}")
+         f"expected runtime: {expected}")
     echo(f"  figures -> {paths.artifacts_dir}\n  executed notebooks -> {paths.executed_dir}")
     kernels_get = notebook_runner.kernel_environment(paths.cache_dir)  # the shared verdicts, one BLAS thread
     total = len(notebooks)
@@ -346,25 +347,6 @@ def expected_runtime(profile: Profile, replaying: bool = False) -> str:
     times", which tests/test_stated_times.py ties them to)."""
     replay = profile.fields.get("expected_runtime_replay")
     return str(replay if replaying and replay else profile["expected_runtime"])
-
-
-def expected_runtime_of(profile: Profile, paths: ReproductionPaths, notebooks: Sequence[Path], every: int,
-                        replaying: bool = False) -> str:
-    """The expected time of the notebooks a run executes: the profile's stated time (:func:`expected_runtime`) when
-    it runs all ``every`` notebooks; for a part (``--only``, a variant's or a sweep point's notebooks) their own
-    wall seconds in the last recorded run (``timings.json`` of ``paths.executed_dir``, else of the profile's committed
-    run), never the whole profile's (issue 61: a variant of notebook 04 said 142 s, the time of all ten)."""
-    whole = expected_runtime(profile, replaying)
-    if len(notebooks) >= every:
-        return whole
-    from r2mad_core.reproduce.points import duration, recorded_seconds
-
-    stems = [notebook.stem for notebook in notebooks]
-    seconds, source = recorded_seconds(Path(paths.executed_dir), REPOSITORY / "notebooks" / "executed" / profile.folder,
-                                       stems)
-    if not seconds:
-        return f"less than the whole profile's {whole} (no recorded time of {', '.join(stems)} alone)"
-    return f"about {duration(sum(seconds.values()))} for {', '.join(stems)} (their last recorded run, {source})"
 
 
 def banner(profile: Profile) -> list[str]:
