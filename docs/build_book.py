@@ -21,6 +21,13 @@ picture's alt text is its caption); code cells fold (one click shows them) excep
 injected cell and cells tagged ``show-code``; a link from a notebook to ``../r2mad_core/<path>.py#<function>`` opens
 that module's page in the book (:func:`source_page`), its functions as anchors.
 
+What a reader sees is what the page means (issue 61; tests/test_book_browser.py, tests/test_book_lists.py): a page's
+contents sit in the navigation on the left, so its column is 978 px at 1280 px wide; every figure is drawn no narrower
+than its smallest text needs to be 9 px tall (read from the figure's PDF: :func:`figure_style`), scrolling in its box
+when the column is narrower; code inputs scroll, outputs wrap at spaces; the compact view of a table of verdicts
+shows its verdict columns right after its labels; Markdown lists are laid out as CommonMark reads them
+(:func:`commonmark_lists`: Python-Markdown renumbered docs/statistics.md's rules).
+
 The site is written to site/ (gitignored); open site/index.html in a browser.
 """
 
@@ -111,7 +118,7 @@ def is_progress(output: dict) -> bool:
 
 
 def without_progress(source: Path, target: Path, captions: dict[str, str] | None = None,
-                     tables_dir: str | None = None) -> int:
+                     tables_dir: str | None = None, figures_dir: Path | None = None) -> int:
     """Copy the notebook ``source`` to ``target`` without its progress output; returns how many were dropped.
 
     With ``captions`` (figure name -> caption, :func:`figure_captions`), every figure becomes a figure with its caption
@@ -130,7 +137,7 @@ def without_progress(source: Path, target: Path, captions: dict[str, str] | None
             dropped += len(cell["outputs"]) - len(kept)
             code = "".join(cell.get("source", ""))
             if captions is not None:
-                kept, figure_number = with_captions(kept, code, captions, source.stem, figure_number)
+                kept, figure_number = with_captions(kept, code, captions, source.stem, figure_number, figures_dir)
             names = TABLE_NAME.findall(code)
             if tables_dir is not None and names:
                 links = ", ".join(f'<a href="{tables_dir}/{n}.csv">{n}.csv</a>' for n in names)
@@ -152,12 +159,14 @@ def figure_captions(profile: str) -> dict[str, str]:
 
 
 def with_captions(outputs: list[dict], code: str, captions: dict[str, str], notebook: str,
-                  number: int) -> tuple[list[dict], int]:
+                  number: int, figures_dir: Path | None = None) -> tuple[list[dict], int]:
     """``outputs`` with every PNG figure replaced by an HTML <figure> holding it and its caption under it.
 
     The figures of a cell are named by the ``"fig_..."`` strings of its source, in order (``ctx.save_figure(fig,
     "fig_ablation", ...)``); each caption is the one the manifest recorded. A figure without a caption keeps a
-    caption that says so (the browser test fails on it). ``number`` counts the notebook's figures."""
+    caption that says so (the browser test fails on it). ``number`` counts the notebook's figures. With
+    ``figures_dir`` (the profile's figures), each figure is drawn no narrower than its smallest text needs
+    (:func:`figure_style`)."""
     names = [n for n in dict.fromkeys(FIGURE_NAME.findall(code)) if n in captions]
     out = []
     for output in outputs:
@@ -173,13 +182,67 @@ def with_captions(outputs: list[dict], code: str, captions: dict[str, str], note
         png = data["image/png"]
         png = "".join(png) if isinstance(png, list) else png
         label = f"Figure {notebook[:2].lstrip('0')}.{number}"
+        style = figure_style(png, figures_dir / f"{name}.pdf") if name and figures_dir is not None else ""
         figure = (f'<figure class="r2mad-figure" id="figure-{number}"{f" data-name={chr(34)}{name}{chr(34)}" if name else ""}>'
-                  f'<img src="data:image/png;base64,{png.strip()}" alt="{html.escape(caption)}">'
+                  f'<img src="data:image/png;base64,{png.strip()}" alt="{html.escape(caption)}"{style}>'
                   f"<figcaption><b>{label}.</b> {html.escape(caption)}"
                   + (f' <span class="r2mad-files">({name}.png)</span>' if name else "") + "</figcaption></figure>")
         out.append({"output_type": "display_data", "metadata": {},
                     "data": {"text/html": figure, "text/plain": f"{label}. {caption}"}})
     return out, number
+
+
+#: The smallest text a reader should have to read in a figure, in CSS px (issue 61: 5 px labels at 1280 px wide).
+MIN_TEXT_PX = 9.0
+PDF_BOX = re.compile(rb"/MediaBox\s*\[\s*([-\d.]+)\s+([-\d.]+)\s+([-\d.]+)\s+([-\d.]+)\s*\]")
+PDF_STREAM = re.compile(rb"stream\r?\n(.*?)\r?\nendstream", re.S)
+PDF_FONT_SIZE = re.compile(rb"/F\w*\s+([\d.]+)\s+Tf")
+
+
+def smallest_text(pdf: Path) -> tuple[float, float, float] | None:
+    """(page width, page height, the smallest font size), in points, of a figure's PDF (matplotlib's: every text is
+    set with ``/F<n> <size> Tf`` in a Flate-compressed content stream); None without a PDF or any text.
+
+    The PNG beside it is the same figure at another resolution, so size / width is the height of the smallest text
+    per unit of the figure's drawn width."""
+    import zlib
+
+    if not pdf.is_file():
+        return None
+    data = pdf.read_bytes()
+    box = PDF_BOX.search(data)
+    if box is None:
+        return None
+    x0, y0, x1, y1 = (float(v) for v in box.groups())
+    sizes = []
+    for stream in PDF_STREAM.finditer(data):
+        try:
+            content = zlib.decompress(stream.group(1))
+        except zlib.error:
+            content = stream.group(1)
+        sizes += [float(size) for size in PDF_FONT_SIZE.findall(content)]
+    sizes = [size for size in sizes if size > 0]
+    return (x1 - x0, y1 - y0, min(sizes)) if sizes else None
+
+
+def png_size(png_base64: str) -> tuple[int, int]:
+    """(width, height) in pixels of a base64 PNG, from its IHDR chunk."""
+    head = base64.b64decode(png_base64.strip()[:44])
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def figure_style(png_base64: str, pdf: Path) -> str:
+    """The <img> attributes that draw a figure no narrower than its smallest text needs (:data:`MIN_TEXT_PX`): the
+    column's width (never wider than the PNG itself), or the width at which that text is MIN_TEXT_PX tall when the
+    column is narrower (the figure then scrolls inside its box). The smallest text is read from the figure's PDF
+    (:func:`smallest_text`); the PNG and PDF must have one shape, else the figure keeps the column's width."""
+    text = smallest_text(pdf)
+    width, height = png_size(png_base64)
+    if text is None or not width or not height or abs(width / height - text[0] / text[1]) > 0.02 * width / height:
+        return ""
+    need = min(width, int(-(-MIN_TEXT_PX * text[0] // text[2])))
+    return (f' data-text-fraction="{text[2] / text[0]:.6f}" style="width:max(min(100%,{width}px),{need}px);'
+            f'max-width:none"')
 
 
 def source_page(module: str) -> str:
@@ -199,11 +262,91 @@ def source_page(module: str) -> str:
     return "\n".join(lines)
 
 
+#: A list item's marker line: its indentation, its marker (``-``, ``*``, ``+``, ``12.``, ``3)``) and the spaces after it.
+LIST_MARKER = re.compile(r"^( *)([-*+]|\d{1,9}[.)])( *)")
+#: A continuation line of an item that Python-Markdown would read as a new item: its marker, escaped by the book.
+CONTINUED_MARKER = re.compile(r"^(\d{1,9}|)([.)]|[-*+])(?= )")
+#: Python-Markdown's indentation of a nested block (its ``tab_length``): the book's renderer needs 4 where
+#: CommonMark needs the width of the marker ("1. " is 3).
+NESTED_INDENT = 4
+
+
+def commonmark_lists(text: str) -> str:
+    """``text`` with every list laid out as CommonMark reads it, in the indentation Python-Markdown (mkdocs'
+    renderer) needs: each line inside a list item indented by :data:`NESTED_INDENT` per enclosing item, plus what it
+    has beyond the item's content column. Issue 61: docs/statistics.md's sub-bullets under "3. ", indented 3 spaces
+    (the width of "3. ", enough for CommonMark), were read by Python-Markdown as items 4-8 of the numbered list, so
+    its rules 4-9 showed as 9-14. markdown-it-py (CommonMark) finds the items; the source file is left as written."""
+    from markdown_it import MarkdownIt
+
+    lines = text.split("\n")
+    items = []  # (first line, end line, content column) of every list item, outermost first
+    # Python-Markdown needs a blank line where CommonMark does not: before a list right under a paragraph, before a
+    # list's item that follows a paragraph of the item before it (in a loose list: the blank line changes nothing),
+    # and where a list ends at a line that is not blank (a table right under a list's last item)
+    blank_before: set[int] = set()
+    code: set[int] = set()  # the lines of code blocks: never escaped
+    tokens = MarkdownIt("commonmark").enable("table").parse(text)
+    for index, token in enumerate(tokens):
+        if token.type in ("bullet_list_open", "ordered_list_open") and token.map is not None:
+            if token.level == 0:  # a list right under a paragraph (CommonMark lets a list interrupt a paragraph)
+                blank_before.update(token.map)
+            inner = []
+            for other in tokens[index + 1:]:
+                if other.level <= token.level:
+                    break
+                inner.append(other)
+            loose = any(o.type == "paragraph_open" and o.level == token.level + 2 and not o.hidden for o in inner)
+            if loose:
+                blank_before.update(o.map[0] for o in inner
+                                    if o.type == "list_item_open" and o.level == token.level + 1 and o.map)
+        if token.type in ("fence", "code_block") and token.map is not None:
+            code.update(range(*token.map))
+        if token.type != "list_item_open" or token.map is None:
+            continue
+        start, end = token.map
+        marker = LIST_MARKER.match(lines[start].expandtabs(4))
+        if marker is None:
+            continue
+        indent, mark, spaces = (len(g) for g in marker.groups())
+        rest = lines[start].expandtabs(4)[marker.end():]
+        spaces = 1 if not rest.strip() or spaces > 4 else spaces  # an empty item, or indented code after the marker
+        items.append((start, end, indent + mark + spaces))
+    if not items:
+        return text
+    out: list[str] = []
+    for number, line in enumerate(lines):
+        if number in blank_before and line.strip() and out and out[-1].strip():
+            out.append("")
+        inside = [column for start, end, column in items if start < number < end]  # continuation lines of the items
+        opens = [column for start, end, column in items if start == number]  # the item this line starts
+        if not line.strip() or not (inside or opens):
+            out.append(line)
+            continue
+        expanded = line.expandtabs(4)
+        indent = len(expanded) - len(expanded.lstrip(" "))
+        if opens and not inside:  # a top-level item's marker line: as written
+            out.append(line)
+            continue
+        depth, column = len(inside), max(inside)
+        extra = max(0, indent - column) if not opens else 0  # a nested marker sits at its parent's content
+        body = expanded.lstrip(" ")
+        if not opens and number not in code:  # a line of text that only looks like a marker ("435. Each ...")
+            body = CONTINUED_MARKER.sub(lambda m: m.group(1) + "\\" + m.group(2), body, count=1)
+        out.append(" " * (NESTED_INDENT * depth + extra) + body)
+    return "\n".join(out)
+
+
 def mathjax_dir() -> Path:
     """MathJax 2.7 as the jupyter-server-mathjax package ships it (the `docs` extra)."""
     import jupyter_server_mathjax
 
     return Path(jupyter_server_mathjax.__file__).parent / "static"
+
+
+def stage_markdown(source: Path, target: Path) -> None:
+    """A Markdown page into the book, its lists as CommonMark reads them (:func:`commonmark_lists`)."""
+    target.write_text(commonmark_lists(source.read_text(encoding="utf-8")), encoding="utf-8")
 
 
 def stage(profile: str, stage_dir: Path, executed: Path | None = None) -> list[dict[str, object]]:
@@ -212,7 +355,7 @@ def stage(profile: str, stage_dir: Path, executed: Path | None = None) -> list[d
         shutil.rmtree(stage_dir)
     (stage_dir / "docs").mkdir(parents=True)
     (stage_dir / "notebooks").mkdir()
-    shutil.copy2(ROOT / "README.md", stage_dir / "README.md")  # mkdocs makes it index.html
+    stage_markdown(ROOT / "README.md", stage_dir / "README.md")  # mkdocs makes it index.html
     # The README links docs/x.md; in the book the index sits beside docs/, so those links resolve as they are.
     executed = ROOT / "notebooks" / "executed" / profile if executed is None else executed
     captions = figure_captions(profile)
@@ -225,7 +368,7 @@ def stage(profile: str, stage_dir: Path, executed: Path | None = None) -> list[d
         source = executed / f"{name}.ipynb"
         if not source.exists():
             raise SystemExit(f"build_book: {source} is missing (make reproduce PROFILE={profile})")
-        without_progress(source, stage_dir / "notebooks" / source.name, captions, "../tables")
+        without_progress(source, stage_dir / "notebooks" / source.name, captions, "../tables", ROOT / "figures" / profile)
         modules.update(m.group(1) for m in SOURCE_LINK.finditer(source.read_text(encoding="utf-8")))
         nav_notebooks.append({title: f"notebooks/{source.name}"})
     for module in sorted(modules):  # the modules the notebooks link to, as pages (not in the navigation)
@@ -237,7 +380,7 @@ def stage(profile: str, stage_dir: Path, executed: Path | None = None) -> list[d
     titles = dict(DOCS)
     nav_docs = []
     for name in order:
-        shutil.copy2(pages[name], stage_dir / "docs" / name)
+        stage_markdown(pages[name], stage_dir / "docs" / name)
         nav_docs.append({titles.get(name, Path(name).stem.replace("-", " ").capitalize()): f"docs/{name}"})
     for pattern in PICTURES:
         for picture in sorted((ROOT / "docs").glob(pattern)):
@@ -245,7 +388,7 @@ def stage(profile: str, stage_dir: Path, executed: Path | None = None) -> list[d
     for name in LINKED:
         if (ROOT / name).exists():
             (stage_dir / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, stage_dir / name)
+            stage_markdown(ROOT / name, stage_dir / name)
     shutil.copytree(mathjax_dir(), stage_dir / "assets" / "mathjax")
     (stage_dir / "assets" / "mathjax" / "config" / f"{MATHJAX_CONFIG_NAME}.js").write_text(MATHJAX_CONFIG, encoding="utf-8")
     for asset in ("book.css", "book.js"):
@@ -260,7 +403,9 @@ def config(profile: str, stage_dir: Path, site_dir: Path, nav: list[dict[str, ob
         "docs_dir": str(stage_dir),
         "site_dir": str(site_dir),
         "use_directory_urls": False,  # plain .html files: the site opens from the disk, no server
-        "theme": {"name": "material", "font": False, "features": ["navigation.sections", "toc.follow"]},
+        # toc.integrate: a page's contents in the navigation on the left, so the page's column has the width the
+        # right-hand sidebar took (issue 61)
+        "theme": {"name": "material", "font": False, "features": ["navigation.sections", "toc.follow", "toc.integrate"]},
         "plugins": [
             {"search": {}},
             {"mkdocs-jupyter": {

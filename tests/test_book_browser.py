@@ -48,7 +48,8 @@ LAYOUT_CHECK = """<script>
     var article = document.querySelector("article") || document.body;
     // the page's column: mkdocs-material's content box (its scroll wrappers of tables reach into its padding)
     var frame = (document.querySelector(".md-content") || article).getBoundingClientRect();
-    var out = {cut_equations: [], cut_tables: [], uncaptioned: [], equations: 0, tables: 0, figures: 0,
+    var out = {cut_equations: [], cut_tables: [], cut_elements: [], figure_widths: {}, uncaptioned: [], equations: 0,
+               tables: 0, figures: 0,
                folds: 0, open_folds: 0, unfolded_code: [], eqref_links: 0, tags: [], statements: {},
                mathjax: document.documentElement.getAttribute("data-mathjax"),
                book_js: document.documentElement.getAttribute("data-book-js"),
@@ -78,6 +79,33 @@ LAYOUT_CHECK = """<script>
       else out.unfolded_code.push(Array.prototype.filter.call(cell.classList, function (c) {
         return c.indexOf("celltag_") === 0; }).join(" ") || "untagged: " + label(input));
     });
+    // any other element: none runs past the column, or is cut by a box that hides it, without a scrolling box
+    // of its own inside the column (code, an output, a figure, a table's cell); the outermost of each is reported
+    var seenCut = [];
+    article.querySelectorAll("*").forEach(function (el) {
+      var box = el.getBoundingClientRect();
+      if (box.width <= 1 || box.height <= 1 || el.closest(".MJX_Assistive_MathML")  // MathJax's text for screen readers
+          || seenCut.some(function (outer) { return outer.contains(el); })) return;
+      var past = box.left + el.scrollWidth > frame.right + 1, clipped = el.scrollWidth > el.clientWidth + 1 && hides(el);
+      if ((past || clipped) && cut(el, frame)) {
+        seenCut.push(el);
+        out.cut_elements.push(el.tagName.toLowerCase() + (el.className && typeof el.className === "string"
+          ? "." + el.className.trim().split(/\\s+/).join(".") : "") + " " + el.scrollWidth + "px: " + label(el));
+      }
+    });
+    // every figure the book sized: its name and the width it is drawn at (the test reads its smallest text from
+    // the figure's PDF), and whether a box it overflows scrolls
+    article.querySelectorAll("figure.r2mad-figure[data-name] img").forEach(function (img) {
+      out.figure_widths[img.closest("figure").getAttribute("data-name")] = img.getBoundingClientRect().width;
+    });
+    out.column = frame.width;
+    // each compact view of a long table: its headers, and whether each is in sight before any scrolling
+    out.compact_views = [];
+    article.querySelectorAll("table.r2mad-compact-view").forEach(function (table) {
+      var right = Math.min(table.getBoundingClientRect().right, frame.right);
+      out.compact_views.push(Array.prototype.map.call(table.rows[0].cells, function (cell) {
+        return [cell.textContent.trim(), cell.getBoundingClientRect().right <= right + 1]; }));
+    });
     out.eqref_links = article.querySelectorAll("a[href^='#mjx-eqn']").length;
     article.querySelectorAll(".MathJax_Display").forEach(function (el) {
       ((el.textContent || "").match(/\\(\\d+\\)/g) || []).forEach(function (tag) { out.tags.push(tag.slice(1, -1)); });
@@ -98,9 +126,27 @@ LAYOUT_CHECK = """<script>
 """
 
 
-def layout(chromium: str, page: Path, tmp_path: Path) -> tuple[dict, list[str]]:
-    """(what LAYOUT_CHECK found, the console messages) of ``page``."""
-    found, console, _ = injected_check(chromium, page, LAYOUT_CHECK, "data-layout-check", tmp_path, str(page))
+#: The smallest figure text the book draws at 1280 px (docs/build_book.py, MIN_TEXT_PX; ~9 px: issue 61).
+MIN_TEXT_PX = 9.0
+
+
+def figure_text(found: dict) -> dict[str, float]:
+    """Figure name -> the height in CSS px of its smallest text as drawn: its drawn width times the smallest font
+    size over the page width of the figure's PDF (figures/sim/<name>.pdf, read by build_book.smallest_text)."""
+    sys.path.insert(0, str(ROOT / "docs"))
+    import build_book
+
+    sizes = {}
+    for name, width in found["figure_widths"].items():
+        text = build_book.smallest_text(ROOT / "figures" / "sim" / f"{name}.pdf")
+        assert text is not None, f"{name}: no PDF with text beside its PNG"
+        sizes[name] = width * text[2] / text[0]
+    return sizes
+
+
+def layout(chromium: str, page: Path, tmp_path: Path, width: int = 1280) -> tuple[dict, list[str]]:
+    """(what LAYOUT_CHECK found, the console messages) of ``page`` in a window ``width`` px wide."""
+    found, console, _ = injected_check(chromium, page, LAYOUT_CHECK, "data-layout-check", tmp_path, str(page), width)
     return found, console
 
 
@@ -130,7 +176,11 @@ def test_every_page_of_the_book_at_its_width(chromium, book, tmp_path):
         found, _ = layout(chromium, page, tmp_path)
         name = str(page.relative_to(book))
         seen[name] = found
-        wrong = {key: found[key] for key in ("cut_equations", "cut_tables", "uncaptioned") if found[key]}
+        wrong = {key: found[key][:10] for key in ("cut_equations", "cut_tables", "cut_elements", "uncaptioned")
+                 if found[key]}
+        small = {name: round(px, 1) for name, px in figure_text(found).items() if px < MIN_TEXT_PX - 0.05}
+        if small:
+            wrong["figure text under 9 px"] = small
         if found["book_js"] != "done":
             wrong["book_js"] = "the book's script did not run"
         if found["has_mathjax"] and found["mathjax"] != "typeset":
@@ -146,6 +196,39 @@ def test_every_page_of_the_book_at_its_width(chromium, book, tmp_path):
     assert sum(f["equations"] for f in seen.values()) >= 12  # 04: Eqs. 5-7, 08: its statements, 01 and 03
     assert sum(f["figures"] for f in seen.values()) >= 16  # every notebook figure, and design.md's import graph
     assert seen["docs/design.html"]["figures"] >= 1
+
+
+def test_the_books_pages_number_their_lists_as_their_sources(book):
+    """Every Markdown page as built: its lists nested and numbered as CommonMark reads its source (issue 61:
+    docs/statistics.md's rules 4-9 showed as 9-14); tests/test_book_lists.py checks the renderer the same way."""
+    from test_book_lists import PAGES, commonmark, outline
+
+    for source in PAGES:
+        name = source.relative_to(ROOT)
+        built = book / ("index.html" if name == Path("README.md") else name.with_suffix(".html"))
+        if name.parts[0] not in ("docs", "README.md") and not built.is_file():
+            built = book / name.parent / "index.html"  # notebooks/README.md is notebooks/index.html
+        article = re.search(r"<article[^>]*>(.*)</article>", built.read_text(encoding="utf-8"), re.S).group(1)
+        assert outline(article) == commonmark(source.read_text(encoding="utf-8")), name
+
+
+def test_notebook_10_at_1280_px_its_claims_verdicts_in_sight_and_its_figures_readable(chromium, book, tmp_path):
+    """Issue 61: the claims table was 1,749 px wide in a 648 px column, its verdicts off-screen; figure 10.2's labels
+    were 5 px tall. At 1280 px: nothing runs past the column or is cut without a scrolling box of its own, the
+    claims table's compact view shows each claim's outcome, significance and adjusted p before any scrolling, and
+    every figure's smallest text is at least 9 px tall."""
+    found, _ = layout(chromium, book / "notebooks" / "10_report.html", tmp_path, width=1280)
+    assert found["cut_elements"] == [] and found["cut_tables"] == [], found
+    assert found["column"] >= 900, found["column"]  # the page's contents moved to the left navigation
+    claims = next(view for view in found["compact_views"] if "ordering" in dict(view))
+    in_sight = [name for name, shown in claims if shown]
+    assert {"ordering", "benchmark", "outcome", "significant", "p_holm"} <= set(in_sight), claims
+    sizes = figure_text(found)
+    assert {"fig_paper_vs_reproduced", "fig_paper_claims_power"} <= set(sizes), sizes
+    assert min(sizes.values()) >= MIN_TEXT_PX - 0.05, sizes
+    found, _ = layout(chromium, book / "notebooks" / "10_report.html", tmp_path, width=800)
+    assert found["cut_elements"] == [] and found["cut_tables"] == [], found
+    assert min(figure_text(found).values()) >= MIN_TEXT_PX - 0.05
 
 
 def test_notebook_04_numbers_its_equations_and_shows_the_worked_state(chromium, book, tmp_path):

@@ -44,10 +44,12 @@ def chromium() -> str:
 
 
 def open_page(chromium: str, page: Path, tmp_path: Path, *, screenshot: Path | None = None,
-              budget_ms: int = 5000) -> tuple[str, list[str]]:
-    """(the DOM after scripts ran, the console messages) of ``page``; with ``screenshot``, also a PNG of it."""
+              budget_ms: int = 5000, width: int | None = None) -> tuple[str, list[str]]:
+    """(the DOM after scripts ran, the console messages) of ``page``; with ``screenshot``, also a PNG of it (1280 px
+    wide unless ``width``); ``width``: the window's width in CSS px (headless Chromium's own is 800)."""
     profile = Path(tempfile.mkdtemp(prefix=f"profile-{page.stem}-", dir=tmp_path))
-    action = [f"--screenshot={screenshot}", "--window-size=1280,1600"] if screenshot else ["--dump-dom"]
+    size = [f"--window-size={width or 1280},1600"] if screenshot or width else []
+    action = [f"--screenshot={screenshot}", *size] if screenshot else ["--dump-dom", *size]
     result = subprocess.run([chromium, *FLAGS, f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
                              f"--virtual-time-budget={budget_ms}", *action, page.as_uri()],
                             capture_output=True, text=True, timeout=180, check=False)
@@ -181,6 +183,28 @@ VIEWER_CHECK = """<script>
       out.counts = ["c-both", "c-a", "c-b", "c-neither"].map(function (id) { return +document.getElementById(id).textContent; });
       out.p = document.getElementById("p-value") && document.getElementById("p-value").textContent;
       out.mcnemar = document.getElementById("mcnemar").textContent;
+      // the 2x2 as a reader reads it: each cell's name and number, and whether its number sits under its column's
+      // header and beside its row's header (centres within 3 px across, inside the header's height down)
+      var table = document.getElementById("twobytwo"), columns = table.querySelectorAll("thead th");
+      var centre = function (el) {  // of the text itself, wherever its box's alignment puts it
+        var range = document.createRange(); range.selectNodeContents(el);
+        var b = range.getBoundingClientRect(), box = el.getBoundingClientRect();
+        return {x: (b.left + b.right) / 2, y: (b.top + b.bottom) / 2, top: box.top, bottom: box.bottom}; };
+      out.grid = [];
+      Array.prototype.forEach.call(table.querySelectorAll("tbody tr"), function (tr) {
+        var head = tr.querySelector("th"), row = {row: head.textContent.trim(), cells: []};
+        Array.prototype.forEach.call(tr.querySelectorAll("td"), function (td, k) {
+          var number = td.querySelector(".num") || td, n = centre(number), h = centre(columns[k]), r = centre(head);
+          var name = td.querySelector(".cell-name");
+          row.cells.push({column: columns[k].textContent.trim(), name: name ? name.textContent.trim() : "",
+                          number: number.textContent.trim(), kind: td.getAttribute("data-kind")});
+          if (Math.abs(n.x - h.x) > 3) problem("2x2: " + row.row + "/" + columns[k].textContent + ": its number is "
+                                               + Math.round(n.x - h.x) + " px from its column's header");
+          if (n.y < r.top - 1 || n.y > r.bottom + 1) problem("2x2: " + row.row + "/" + columns[k].textContent
+                                                             + ": its number is not beside its row's header");
+        });
+        out.grid.push(row);
+      });
       var kinds = Array.prototype.map.call(document.querySelectorAll("#pairs tbody tr"), function (tr) { return tr.getAttribute("data-kind"); });
       out.kinds = kinds;
       var first = document.querySelector("#pairs tbody tr");
@@ -258,6 +282,16 @@ def test_the_run_index_sorts_filters_searches_and_compares_two_runs_in_chromium(
     assert seen["counts"] == [both, test.only_a_correct, test.only_b_correct, test.n - both - test.only_a_correct
                               - test.only_b_correct]
     assert seen["p"] == f"{test.p_value:.3g}"
+    # every cell named by what it counts, under its column's header and beside its row's (no problem reported above)
+    a_right, a_wrong, total = seen["grid"]
+    assert [c["name"] for c in a_right["cells"][:2] + a_wrong["cells"][:2]] == [
+        "both right", "only A right", "only B right", "both wrong"]
+    assert (a_right["row"], a_wrong["row"], total["row"]) == ("A right", "A wrong", "total")
+    assert [c["column"] for c in a_right["cells"]] == ["B right", "B wrong", "total"]
+    assert [int(c["number"]) for c in a_right["cells"] + a_wrong["cells"] + total["cells"]] == [
+        seen["counts"][0], seen["counts"][1], seen["counts"][0] + seen["counts"][1],
+        seen["counts"][2], seen["counts"][3], seen["counts"][2] + seen["counts"][3],
+        seen["counts"][0] + seen["counts"][2], seen["counts"][1] + seen["counts"][3], test.n]
     assert f"accuracy A {test.accuracy_a:.3f}, B {test.accuracy_b:.3f}" in seen["mcnemar"]
     discordant = test.only_a_correct + test.only_b_correct
     assert all(kind in ("a", "b") for kind in seen["kinds"][:discordant])  # the questions the runs disagree on first
@@ -268,6 +302,19 @@ def test_the_run_index_sorts_filters_searches_and_compares_two_runs_in_chromium(
     records = [json.loads(x) for x in (runs / "simulated" / "r2mad" / "transcripts.jsonl").read_text().splitlines()]
     assert seen["rows"] == len(records) and seen["wrong"] == sum(1 for r in records if not r["correct"])
     assert seen["rounds"] == len(records[0]["rounds"]) and seen["text"] > 0
+
+
+def test_the_2x2_check_fails_on_numbers_away_from_their_headers(chromium, viewer_site, tmp_path):
+    """The compare page's check sees the 2x2 of before (issue 61): a full-width table, headers on the left, numbers
+    on the right, so that a column's count stands under the next column's header."""
+    site = tmp_path / "copy"
+    shutil.copytree(viewer_site["runs"], site)
+    style = site / "_viewer" / "viewer.css"
+    style.write_text(style.read_text() + ".r2v table.twobytwo{width:100%}.r2v table.twobytwo th{text-align:left}"
+                     ".r2v table.twobytwo td{text-align:right}")
+    seen, _ = check_viewer(chromium, site / "index.html", tmp_path, pick=[viewer_site["a"], viewer_site["b"]])
+    seen, _ = check_viewer(chromium, site / "compare.html", tmp_path, query=seen["compare"][len("compare.html"):])
+    assert any(p.startswith("2x2: A right/B right: its number is") for p in seen["problems"]), seen
 
 
 @pytest.mark.parametrize("mutation", ["no-op filter", "syntax error"])
@@ -399,13 +446,14 @@ def broken_internal_links(site: Path) -> list[str]:
 
 
 def injected_check(chromium: str, page: Path, script: str, attribute: str, tmp_path: Path,
-                   shown: str) -> tuple[dict, list[str], str]:
+                   shown: str, width: int | None = None) -> tuple[dict, list[str], str]:
     """(what ``script`` found, the console messages, the DOM) of ``page`` opened with ``script`` before its
-    ``</body>``: the script writes its findings as JSON into the ``<html>`` element's ``attribute``."""
+    ``</body>`` (in a window ``width`` px wide, default Chromium's 800): the script writes its findings as JSON into
+    the ``<html>`` element's ``attribute``."""
     copy = page.with_name(page.stem + ".__check__.html")  # beside the page: its relative links resolve the same
     copy.write_text(page.read_text(encoding="utf-8").replace("</body>", script + "</body>", 1), encoding="utf-8")
     try:
-        dom, console = open_page(chromium, copy, tmp_path, budget_ms=20000)
+        dom, console = open_page(chromium, copy, tmp_path, budget_ms=20000, width=width)
     finally:
         copy.unlink()
     found = re.search(rf'<html[^>]*{attribute}="([^"]*)"', dom)

@@ -96,3 +96,33 @@ def test_the_banner_names_the_replays_figure_when_it_replays() -> None:
     assert table["cpu-replay"]["stated"] in expected_runtime(cpu, replaying=True)
     assert table["cpu-fresh"]["stated"] in expected_runtime(cpu, replaying=False)
     assert table["sim"]["stated"] in expected_runtime(load_profile("sim"), replaying=False)
+
+
+def test_a_part_of_a_profile_states_its_own_expected_time(tmp_path) -> None:
+    """Issue 61: a variant of notebook 04 printed the whole sim profile's 142 s. A run of some notebooks states their
+    own time from the last recorded run (the committed run's timings.json when this folder has none); all of them,
+    the profile's stated time."""
+    import json
+    from types import SimpleNamespace
+
+    from r2mad_core.experiments.profiles import load_profile
+    from r2mad_core.reproduce.command import REPOSITORY, default_notebooks_dir, discover_notebooks, expected_runtime
+    from r2mad_core.reproduce.points import expected_time
+
+    def expected_runtime_of(profile, paths, notebooks, every):  # as run_notebooks states it
+        return expected_time(expected_runtime(profile), paths.executed_dir,
+                             REPOSITORY / "notebooks" / "executed" / profile.folder, notebooks, every)
+
+    sim = load_profile("sim")
+    every = discover_notebooks(default_notebooks_dir())
+    part = [n for n in every if n.stem == "04_ablations"]
+    paths = SimpleNamespace(executed_dir=tmp_path / "variants" / "gamma=0.5")
+    committed = json.loads((REPO / "notebooks" / "executed" / "sim" / "timings.json").read_text(encoding="utf-8"))
+    said = expected_runtime_of(sim, paths, part, len(every))
+    assert stated_times()["sim"]["stated"] not in said and "04_ablations" in said, said
+    seconds = committed["04_ablations"]["seconds"]
+    assert f"{int(seconds // 60)} min {seconds % 60:02.0f} s" in said or f"{seconds:.0f} s" in said, said
+    paths.executed_dir.mkdir(parents=True)
+    (paths.executed_dir / "timings.json").write_text(json.dumps({"04_ablations": {"seconds": 7.2}}))
+    assert "about 7 s for 04_ablations" in expected_runtime_of(sim, paths, part, len(every))
+    assert stated_times()["sim"]["stated"] in expected_runtime_of(sim, paths, every, len(every))

@@ -3,8 +3,9 @@
    - code folds: a notebook's code cell shows its input behind a one-click "Show code", except the parameters cell,
      papermill's injected cell and cells tagged "show-code" (a computation the text asks the reader to follow);
    - long tables get a compact view: a table of more than COMPACT_COLUMNS columns shows the columns that tell its
-     rows apart (a column with one value says it once above the table), each cell on one line (its full text on
-     hover), the rest behind "Show all N columns" (and in the table's CSV, linked under it);
+     rows apart (a column with one value says it once above the table) and, in a table of verdicts (the claims
+     table, the paper comparison), the verdict columns (VERDICT_COLUMNS) beside them, each cell wrapped at a
+     readable width, the rest behind "Show all N columns" (and in the table's CSV, linked under it);
    - a Markdown picture (docs/) becomes a figure with its alt text as the caption under it. */
 (function () {
   "use strict";
@@ -29,13 +30,18 @@
 
   // The compact view of a table of more than COMPACT_COLUMNS columns: the columns a reader needs to tell its rows
   // apart. A column with one value in every row says it once, in the toggle's line ("model: Simulated"); of the
-  // rest, the first KEEP_FIRST (the row labels) and the last KEEP_LAST (the values) stay. Every cell on one line.
+  // rest, the first KEEP_FIRST (the row labels) and the verdict columns (in VERDICT_COLUMNS' order) stay;
+  // a table without a verdict column keeps its last KEEP_LAST (the values). Issue 61: the claims table's verdicts
+  // were its 8th to 14th columns, off-screen in the compact view of its first 4 and last 6.
   var KEEP_FIRST = 4, KEEP_LAST = 6;
+  var VERDICT_COLUMNS = ["outcome", "within_ci", "significant", "verdict", "p_holm", "difference", "reproduced", "paper"];
+  var LONG_CELL = 28;  // a cell of more characters wraps in the compact view; a shorter one stays on one line
   function compactTables() {
     document.querySelectorAll("article table").forEach(function (table) {
       var rows = Array.prototype.slice.call(table.rows);
       var header = rows.length ? rows[0] : null;
-      if (!header || header.cells.length <= COMPACT_COLUMNS || table.classList.contains("r2mad-compactable")) return;
+      if (!header || header.cells.length <= COMPACT_COLUMNS || table.classList.contains("r2mad-compactable")
+          || table.classList.contains("r2mad-compact-view")) return;
       var total = header.cells.length;
       var grid = rows.map(function (row) { return Array.prototype.slice.call(row.cells); });
       var body = grid.slice(1).filter(function (cells) {  // the data rows: a full row with a <td>
@@ -48,19 +54,41 @@
         if (name && body.length > 1 && values.every(function (v) { return v === values[0]; })) constant.push(column);
         else varying.push(column);
       }
-      var shown = varying.length > KEEP_FIRST + KEEP_LAST
-        ? varying.slice(0, KEEP_FIRST).concat(varying.slice(varying.length - KEEP_LAST)) : varying;
-      if (shown.length === total) return;
-      table.classList.add("r2mad-compactable", "r2mad-compact");
-      grid.forEach(function (cells) {
-        if (cells.length !== total) return;  // a header row with merged cells: left as it is
-        cells.forEach(function (cell, column) {
-          if (shown.indexOf(column) < 0) cell.classList.add("r2mad-extra-column");
-          if (!cell.title && cell.textContent.length > 40) cell.title = cell.textContent.trim();
+      var first = varying.slice(0, KEEP_FIRST), verdicts = [];
+      VERDICT_COLUMNS.forEach(function (name) {  // in VERDICT_COLUMNS' order: the verdict first, its numbers after it
+        varying.forEach(function (column) {
+          if (first.indexOf(column) < 0 && header.cells[column].textContent.trim() === name) verdicts.push(column);
         });
       });
+      var shown = verdicts.length ? first.concat(verdicts)
+        : varying.length > KEEP_FIRST + KEEP_LAST ? first.concat(varying.slice(varying.length - KEEP_LAST)) : varying;
+      if (shown.length === total) return;
+      // The compact view is a table of its own (the shown columns, in that order), before the full table, which is
+      // hidden until the toggle shows it instead.
+      var compact = table.cloneNode(false);
+      compact.removeAttribute("id");
+      compact.classList.add("r2mad-compact-view");
+      Array.prototype.forEach.call(table.children, function (section) {
+        if (!/^(THEAD|TBODY|TFOOT)$/.test(section.tagName)) return;
+        var part = section.cloneNode(false);
+        Array.prototype.forEach.call(section.rows, function (row) {
+          if (row.cells.length !== total) return;  // a header row with merged cells (an index's name): left out
+          var copy = row.cloneNode(false);
+          shown.forEach(function (column) {
+            var cell = row.cells[column].cloneNode(true);
+            if (cell.textContent.trim().length > LONG_CELL) cell.classList.add("r2mad-long");
+            copy.appendChild(cell);
+          });
+          part.appendChild(copy);
+        });
+        compact.appendChild(part);
+      });
+      table.classList.add("r2mad-compactable");
+      table.hidden = true;
+      table.parentNode.insertBefore(compact, table);
+      var anchor = compact;  // the toggle's line goes above both
       var said = constant.map(function (column) {
-        return header.cells[column].textContent.trim() + ": " + body[0][column].textContent.trim();
+        return header.cells[column].textContent.trim() + ": " + (body[0][column].textContent.trim() || "(empty)");
       });
       var tools = document.createElement("div");
       tools.className = "r2mad-table-tools";
@@ -69,15 +97,15 @@
       var note = document.createElement("span");
       note.textContent = said.length ? " In every row: " + said.join("; ") + "." : "";
       function label() {
-        button.textContent = table.classList.contains("r2mad-compact")
+        button.textContent = table.hidden
           ? "Show all " + total + " columns (compact view: " + shown.length + ")"
           : "Compact view (" + shown.length + " of " + total + " columns)";
       }
-      button.addEventListener("click", function () { table.classList.toggle("r2mad-compact"); label(); });
+      button.addEventListener("click", function () { table.hidden = !table.hidden; compact.hidden = !table.hidden; label(); });
       label();
       tools.appendChild(button);
       tools.appendChild(note);
-      table.parentNode.insertBefore(tools, table);
+      table.parentNode.insertBefore(tools, anchor);
     });
   }
 

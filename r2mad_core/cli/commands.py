@@ -347,7 +347,8 @@ def add_view_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a run directory written by r2mad run; a second one (e.g. MAD beside R2-MAD) is shown "
                         "beside it, question by question")
     parser.add_argument("--question", metavar="ID", help="only this question (a sample id, e.g. truthfulqa:768)")
-    parser.add_argument("--out", type=Path, metavar="FILE", help="the HTML file to write (default: RUN_DIR/view.html)")
+    parser.add_argument("--out", type=Path, metavar="FILE", help=f"the HTML file to write (default: RUN_DIR/{viewer.PAGE_FILE}, beside the run page "
+                        "view.html of `r2mad runs`)")
     parser.add_argument("--memory", type=Path, metavar="DIR",
                         help="the memory bank of the first run, if it is no longer where its config.json says")
     parser.add_argument("--shared-only", action="store_true", help="only the shared-misconception questions")

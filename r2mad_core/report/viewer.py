@@ -455,15 +455,21 @@ def _load_runs(run_dirs: Sequence[str | Path], memory: str | Path | None) -> lis
     return runs
 
 
+#: ``r2mad view``'s page in the run directory: its own name, beside ``r2mad runs``' ``view.html`` (issue 61: it
+#: replaced that page, silently).
+PAGE_FILE = "debates.html"
+
+
 def write_page(run_dirs: Sequence[str | Path], out: str | Path | None = None, *, question: str | None = None,
                memory: str | Path | None = None, shared_only: bool = False, differs_only: bool = False,
                limit: int | None = None) -> Path:
-    """Write the page of one run directory (or two, compared) to ``out`` (default: ``view.html`` in the first)."""
+    """Write the page of one run directory (or two, compared) to ``out`` (default: :data:`PAGE_FILE` in the first,
+    beside the run page ``view.html`` that ``r2mad runs`` writes there, never over it)."""
     runs = _load_runs(run_dirs, memory)
     ids = select_questions(runs, question=question, shared_only=shared_only, differs_only=differs_only, limit=limit)
     if not ids:
         raise ViewerError(f"{runs[0].run_dir}: no question to show (no finished questions, or none passes the filters)")
-    path = Path(out) if out is not None else runs[0].run_dir / "view.html"
+    path = Path(out) if out is not None else runs[0].run_dir / PAGE_FILE
     path.write_text(render(runs, ids, page=True), encoding="utf-8")
     return path
 

@@ -81,7 +81,7 @@ from r2mad_core.engines.endpoints import without_userinfo
 from r2mad_core.experiments.budget import BudgetCap, EstimatingGateway, ForwardingGateway, Prices, Usage, format_estimate
 from r2mad_core.reproduce.ablations import run_ablation
 from r2mad_core.reproduce import launcher
-from r2mad_core.reproduce.points import PointCache
+from r2mad_core.reproduce.points import PointCache, expected_time
 from r2mad_core.report.artifacts import missing_artifacts
 from r2mad_core.report.headline import print_headline
 from r2mad_core.report.volatile import ExecutedSnapshot
@@ -259,8 +259,10 @@ def run_notebooks(
     reuse_kernels = _simulated_only(profile) if reuse_kernels is None else reuse_kernels
     at_once = f", {jobs} at a time" if jobs > 1 and len(notebooks) > 1 else ""
     replaying = (Path(paths.cache_dir) / published.SEEDED_MARKER).is_file()  # a cache seeded from published/
+    expected = expected_time(expected_runtime(profile, replaying), Path(paths.executed_dir), REPOSITORY / "notebooks"
+                             / "executed" / profile.folder, notebooks, len(discover_notebooks(notebooks_dir or default_notebooks_dir())))
     echo(f"reproduce: profile {profile.name} ({profile.source}); {len(notebooks)} notebooks{at_once}; "
-         f"expected runtime: {expected_runtime(profile, replaying)}")
+         f"expected runtime: {expected}")
     echo(f"  figures -> {paths.artifacts_dir}\n  executed notebooks -> {paths.executed_dir}")
     kernels_get = notebook_runner.kernel_environment(paths.cache_dir)  # the shared verdicts, one BLAS thread
     total = len(notebooks)

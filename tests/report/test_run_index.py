@@ -233,3 +233,18 @@ def test_a_damaged_manifest_stops_with_one_line_naming_it(profile, tmp_path, cap
     errors = [line for line in err.splitlines() if "error" in line]
     assert len(errors) == 1 and str(manifest) in errors[0] and expected in errors[0], err
     assert "Traceback" not in err
+
+
+def test_r2mad_view_writes_beside_the_run_page_and_never_over_it(profile, tmp_path, capsys):
+    """Issue 61: `r2mad view RUN_DIR` replaced the run page `r2mad runs` wrote (both were RUN_DIR/view.html)."""
+    from r2mad_core.report import viewer
+
+    source = profile / "runs" / "demo" / "simulated" / "mad"
+    run = tmp_path / "mad"
+    shutil.copytree(source, run)  # the module's runs stay as the other tests read them
+    page = run / "view.html"
+    before = page.read_bytes()
+    assert main(["view", str(run)]) == 0
+    written = run / viewer.PAGE_FILE
+    assert page.read_bytes() == before and written.is_file() and written != page
+    assert f"wrote {written}" in capsys.readouterr().out

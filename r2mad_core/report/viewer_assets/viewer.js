@@ -279,6 +279,24 @@
   }
 
   /* ---------- two runs compared ---------- */
+  /* The 2x2 of two runs on their common questions: A's outcome by row, B's by column, every header centred over
+     (or beside) its cells, and each cell named by what it counts, its number under its name. */
+  var CELLS = [["both", "both right"], ["a", "only A right"], ["b", "only B right"], ["neither", "both wrong"]];
+  function twoByTwo(counts) {
+    function cell(k) {
+      var kind = CELLS[k][0], name = CELLS[k][1];
+      return '<td class="cell" data-kind="' + kind + '"><span class="cell-name">' + name + '</span><span class="num" id="c-'
+        + kind + '">' + counts[kind] + "</span></td>";
+    }
+    return '<table id="twobytwo" class="twobytwo"><caption>The common questions by outcome: A by row, B by column</caption>'
+      + '<thead><tr><td class="corner"></td><th scope="col">B right</th><th scope="col">B wrong</th><th scope="col">total</th></tr></thead>'
+      + '<tbody><tr><th scope="row">A right</th>' + cell(0) + cell(1) + '<td class="total">' + (counts.both + counts.a) + "</td></tr>"
+      + '<tr><th scope="row">A wrong</th>' + cell(2) + cell(3) + '<td class="total">' + (counts.b + counts.neither) + "</td></tr>"
+      + '<tr><th scope="row">total</th><td class="total">' + (counts.both + counts.b) + '</td><td class="total">'
+      + (counts.a + counts.neither) + '</td><td class="total">' + (counts.both + counts.a + counts.b + counts.neither)
+      + "</td></tr></tbody></table>";
+  }
+
   function comparePage(app) {
     var params = new URLSearchParams(location.search), a = params.get("a"), b = params.get("b");
     var runs = R2V.index.runs, ia = -1, ib = -1;
@@ -305,9 +323,7 @@
       document.title = "r2mad: " + A.name + " vs " + B.name;
       app.innerHTML = "<h1>" + esc(A.name) + " vs " + esc(B.name) + '</h1><div id="r2v-error" class="error hidden"></div>'
         + '<p class="what">A: ' + esc(ra.describe) + '</p><p class="what">B: ' + esc(rb.describe) + "</p>"
-        + '<table class="list" id="twobytwo"><tr><th></th><th>B right</th><th>B wrong</th></tr><tr><th>A right</th><td class="num" id="c-both">'
-        + counts.both + '</td><td class="num" id="c-a">' + counts.a + '</td></tr><tr><th>A wrong</th><td class="num" id="c-b">' + counts.b
-        + '</td><td class="num" id="c-neither">' + counts.neither + "</td></tr></table>"
+        + twoByTwo(counts)
         + '<p class="what" id="mcnemar">' + (test ? pairs.length + " paired questions; exact McNemar p = <b id=\"p-value\">" + esc(test.p_text) + "</b> ("
           + esc(test.rule) + "); accuracy A " + num(accA) + ", B " + num(accB) : "") + "</p>"
         + '<div class="filters"><label>search <input id="q-search" type="search"></label> showing <span id="f-count"></span> · the questions where the runs end differently first</div>'
