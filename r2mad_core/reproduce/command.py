@@ -261,8 +261,7 @@ def run_notebooks(
     replaying = (Path(paths.cache_dir) / published.SEEDED_MARKER).is_file()  # a cache seeded from published/
     expected = expected_time(expected_runtime(profile, replaying), Path(paths.executed_dir), REPOSITORY / "notebooks"
                              / "executed" / profile.folder, notebooks, len(discover_notebooks(notebooks_dir or default_notebooks_dir())))
-    echo(f"reproduce: profile {profile.name} ({profile.source}); {len(notebooks)} notebooks{at_once}; "
-         f"expected runtime: {expected}")
+    echo(f"reproduce: profile {profile.name} ({profile.source}); {len(notebooks)} notebooks{at_once}; expected runtime: {expected}")
     echo(f"  figures -> {paths.artifacts_dir}\n  executed notebooks -> {paths.executed_dir}")
     kernels_get = notebook_runner.kernel_environment(paths.cache_dir)  # the shared verdicts, one BLAS thread
     total = len(notebooks)
