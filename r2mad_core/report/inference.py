@@ -71,6 +71,7 @@ class PairedEstimate:
     b_only: int
     strata: int
     test: str  # the test's name as generated text states it
+    se: float = math.nan  # standard error of the difference (the bootstrap's standard deviation)
 
     @property
     def value_a_minus_b(self) -> float:
@@ -158,7 +159,8 @@ def paired_estimate(a: Sequence[bool], b: Sequence[bool], strata: Sequence[Any] 
     tail = (1.0 - level) / 2.0
     low, high = np.quantile(total, [tail, 1.0 - tail])
     return PairedEstimate(difference, float(low), float(high), stratified_sign_p(counts, seed), int(n.sum()),
-                          int(b_only.sum()), int(c_only.sum()), strata_n, test_name(strata_n))
+                          int(b_only.sum()), int(c_only.sum()), strata_n, test_name(strata_n),
+                          float(np.std(total, ddof=1)) if n_bootstrap > 1 else math.nan)
 
 
 # --------------------------------------------------------------------------------------------

@@ -174,9 +174,9 @@ def test_claims_summary_names_its_family_and_decides_by_p_holm() -> None:
     assert (table["significant"] == ((table["p_holm"] < 0.05) & (table["outcome"] == "as claimed"))).all()
     assert table["test"].iloc[0].startswith("stratified exact sign test over 2 strata")
     summary = claims_summary(table)
-    assert "Holm-adjusted over the 3 distinct claimed comparisons" in summary.sentence()
-    assert summary.verdict_line().startswith(f"Claims: {summary.holds} of 3 orderings go the claimed way, "
-                                             f"{summary.significant} of them with p_holm < 0.05")
+    assert "Holm-adjusted over the claims family of 3" in summary.sentence()
+    assert summary.verdict_line() == (f"Claims: {summary.holds} of 3 go the claimed way ({summary.significant} of them "
+                                      f"with p_holm < 0.05, Holm over the claims family of 3), 1 reversed, 0 tied.")
     assert inference.verdict_problems(summary.sentence()) == []
 
 
