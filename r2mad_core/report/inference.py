@@ -326,24 +326,57 @@ def clustered_mean_ci(values: dict[str, np.ndarray], *, level: float = 0.95, n_b
     return estimate, float(low), float(high)
 
 
-def pooled_paired(a: dict[str, np.ndarray], b: dict[str, np.ndarray], *, seed: int = 0) -> PairedEstimate:
+def sign_flip_p(values: dict[str, np.ndarray], *, draws: int = MONTE_CARLO_DRAWS, seed: int = 0) -> float:
+    """Two-sided p of the stratified sign-flip test of ``T = mean_k mean_q d_q``, one value ``d_q`` per question
+    (``values[stratum]``): under no difference the variant and the reference are exchangeable on each question, so
+    each ``d_q`` is ``+d_q`` or ``-d_q`` with probability 1/2, independently. Monte Carlo over ``draws`` seeded sign
+    draws, ``p = (1 + hits) / (1 + draws)`` (a valid p; its resolution is ``1 / (1 + draws)``)."""
+    strata = [np.asarray(v, dtype=float).ravel() for v in values.values() if np.asarray(v).size]
+    if not strata:
+        return math.nan
+    weights = np.concatenate([np.full(v.size, 1.0 / (len(strata) * v.size)) for v in strata])
+    d = np.concatenate(strata) * weights
+    observed = abs(float(d.sum()))
+    if not np.any(d):
+        return 1.0
+    rng = np.random.default_rng(seed)
+    hits, done = 0, 0
+    while done < draws:
+        size = min(2000, draws - done)
+        signs = rng.integers(0, 2, size=(size, d.size), dtype=np.int8) * 2 - 1
+        hits += int(np.sum(np.abs(signs @ d) >= observed - 1e-12))
+        done += size
+    return (1 + hits) / (1 + draws)
+
+
+def monte_carlo_name(test: str, draws: int = MONTE_CARLO_DRAWS) -> str:
+    """A Monte Carlo test's name as generated text states it, with its resolution (the smallest p it can give)."""
+    return f"{test}, Monte Carlo over {draws:,} draws (p resolution {1.0 / (1 + draws):.1e})"
+
+
+def pooled_paired(a: dict[str, np.ndarray], b: dict[str, np.ndarray], *, seed: int = 0, n_bootstrap: int = 2000,
+                  draws: int = MONTE_CARLO_DRAWS) -> PairedEstimate:
     """A variant ``a`` against ``b`` over several seeds: per stratum (benchmark) a matrix, one row per question and
-    one column per seed (the same seed in ``a`` and ``b``: common random numbers). The estimate is the mean over
-    seeds and strata of the paired differences with a question-clustered CI (:func:`clustered_mean_ci`); the test
-    is one stratified exact sign test with (seed, benchmark) as strata (:func:`stratified_sign_p`)."""
-    differences, counts = {}, []
+    one column per seed (the same seed in ``a`` and ``b``: common random numbers). Each question is reduced to one
+    value first, its mean paired difference over the seeds (as inspect's epochs reducers do): the estimate is the
+    mean over strata of the per-stratum means of those values, with a CI resampling questions
+    (:func:`clustered_mean_ci`), and the test the stratified sign-flip test on the questions (:func:`sign_flip_p`):
+    the seeds of one question are not independent, so the question is the unit. ``n`` counts questions;
+    ``a_only`` / ``b_only`` count the questions whose mean difference is above / below 0."""
+    differences = {}
     for stratum in a:
-        x = np.asarray(a[stratum], dtype=bool)
-        y = np.asarray(b[stratum], dtype=bool)
-        differences[stratum] = x.astype(float) - y.astype(float)
-        for column in range(x.shape[1]):
-            counts.append((x.shape[0], int(np.sum(x[:, column] & ~y[:, column])), int(np.sum(~x[:, column] & y[:, column]))))
-    estimate, low, high = clustered_mean_ci(differences, seed=seed)
-    table = np.asarray(counts, dtype=np.int64)
+        x = np.asarray(a[stratum], dtype=float)
+        y = np.asarray(b[stratum], dtype=float)
+        differences[stratum] = x - y
+    per_question = {k: v.mean(axis=1) for k, v in differences.items()}
+    estimate, low, high = clustered_mean_ci(differences, seed=seed, n_bootstrap=n_bootstrap)
+    se = math.nan
     seeds = next(iter(a.values())).shape[1] if a else 0
-    return PairedEstimate(estimate, low, high, stratified_sign_p(table, seed), int(table[:, 0].sum()),
-                          int(table[:, 1].sum()), int(table[:, 2].sum()), len(table),
-                          f"stratified exact sign test over {len(table)} strata ({seeds} seeds x {len(a)} benchmarks)")
+    values = np.concatenate(list(per_question.values())) if per_question else np.zeros(0)
+    return PairedEstimate(estimate, low, high, sign_flip_p(per_question, draws=draws, seed=seed), int(values.size),
+                          int(np.sum(values > 0)), int(np.sum(values < 0)), len(per_question),
+                          monte_carlo_name(f"stratified sign-flip test on the questions' mean differences over "
+                                           f"{seeds} seeds ({len(per_question)} benchmarks)", draws), se)
 
 
 def count_phrase(p_adjusted: Sequence[float], n: Sequence[float], family: str, alpha: float = ALPHA) -> str:

@@ -37,8 +37,8 @@ def test_compare_pools_benchmarks_like_the_papers_average_with_an_exact_mcnemar(
     big = GridResults([_outcome("R2-MAD", "math500", ([1] * 9 + [0]) * 4), _outcome("MAD", "math500", ([0] * 9 + [1]) * 4),
                        _outcome("R2-MAD", "truthfulqa", [1, 0] * 4), _outcome("MAD", "truthfulqa", [1, 0] * 4)])
     c = findings.compare(big, "R2-MAD", "MAD")
-    # a bare comparison is a paper claim's: its verdict is the claims family's, never this text's
-    assert not c.significant and "its verdict is the claims family" in c.clause() and "significant" not in c.clause()
+    # a bare comparison is a paper claim's: verdict: the claims family's, never this text's
+    assert not c.significant and "verdict: the claims family" in c.clause() and "significant" not in c.clause()
     c = findings.holm_family([c], "a test family")[0]
     assert c.significant and "; significant (Holm-adjusted p = " in c.clause() and "a test family of 1" in c.clause()
     tie = findings.compare(results, "R2-MAD", "MAD", benchmarks=["TruthfulQA"])
@@ -172,7 +172,7 @@ def test_round0_sentences_count_how_often_the_independent_round_0_was_also_wrong
     independent = GridResults([cell("MAD" + suffix, [record("a", wrong, False), record("b", wrong, False)]),
                                cell("R2-MAD" + suffix, [record("a", right, True), record("b", wrong, True)])])
     text = findings.round0_comparison(paired, independent, [SIM], suffix)
-    assert text[0].startswith("RQ4, TruthfulQA (Sim), with a shared round 0") and "R2-MAD 0.500 vs MAD 0.000 (+0.500" in text[0]
+    assert text[0].startswith("TruthfulQA (Sim), with a shared round 0") and "R2-MAD 0.500 vs MAD 0.000 (+0.500" in text[0]
     assert "no inference at n = 2" in text[0]
     assert "On the paper's design (the subset from the independent MAD run's own round 0) the difference is +1.000 on 2 " \
            "questions: biased toward R2-MAD, shown, not tested." in text[0]
