@@ -332,6 +332,7 @@ def check_orderings(
             outcome, p_value = BIASED_DESIGN, math.nan  # selects on one arm's outcomes: shown, never tested
         holds_here = outcome == AS_CLAIMED
         runs = tuple(sorted({(m, b) for m, b in zip(paired["model"], paired["benchmark"])}))
+        n_cell = int(paired.groupby(["model", "benchmark"]).size().min())  # the cutoff applies per benchmark cell
         key = (claim.metric, claim.better, claim.worse, claim.benchmark == AVERAGE_LABEL, runs)
         duplicate_of = seen.setdefault(key, len(rows))
         rows.append({
@@ -339,7 +340,8 @@ def check_orderings(
             "metric": claim.metric, "better": claim.better, "worse": claim.worse,
             "paper_better": paper_better, "paper_worse": paper_worse, "holds_in_paper": holds_in_paper,
             "reproduced_better": reproduced_better, "reproduced_worse": reproduced_worse,
-            "outcome": outcome, "holds_here": holds_here, "n_pairs": len(paired), "better_only": better_only,
+            "outcome": outcome, "holds_here": holds_here, "n_pairs": len(paired), "n_cell": n_cell,
+            "better_only": better_only,
             "worse_only": worse_only, "difference": test.difference, "ci_low": test.ci_low, "ci_high": test.ci_high,
             "test": test.test, "p_value": p_value, "p_holm": math.nan, "significant": False,
             "claim": claim.text, "runs": "; ".join(f"{m} / {b}" for m, b in runs),
@@ -353,8 +355,10 @@ def check_orderings(
         adjusted = multiplicity.holm(frame["p_value"].where(distinct))  # NaN (equal by construction): no test
         frame["p_holm"] = [adjusted[i] if distinct[i] else adjusted[int(frame.at[i, "duplicate_of"])]
                            for i in range(len(frame))]
-        frame["significant"] = [bool(h) and inference.decides(p, n, alpha)
-                                for h, p, n in zip(frame["holds_here"], frame["p_holm"], frame["n_pairs"])]
+        family = int((distinct & frame["p_value"].notna().to_numpy()).sum())
+        # the cutoff at the family's Holm level, per benchmark cell (docs/statistics.md, rule 6)
+        frame["significant"] = [bool(h) and inference.decides(p, n, alpha, family)
+                                for h, p, n in zip(frame["holds_here"], frame["p_holm"], frame["n_cell"])]
     return frame
 
 
@@ -399,12 +403,13 @@ class ClaimsSummary:
         :attr:`total`."""
         if not self.checked:
             return "No claimed ordering could be checked with the methods this profile ran."
-        small = bool(self.largest_n) and inference.too_small(self.largest_n, self.alpha)
+        small = bool(self.largest_n) and inference.too_small(self.largest_n, self.alpha, self.checked)
         text = (f"Of the {self.total} distinct claims the paper makes and this profile could check, {self.holds} go the "
                 f"claimed way here (strictly better in the point estimates), {self.reversed} reversed, {self.ties} tied"
                 + self._untested())
         if small:
-            text += f"; none is tested: {inference.small_sample_line(self.largest_n, self.alpha).rstrip('.')}"
+            text += ("; none is tested: " + inference.small_sample_line(
+                self.largest_n, self.alpha, what="paired questions per benchmark cell", family=self.checked).rstrip("."))
         else:
             text += (f"; {self.significant} of the {self.holds} with p_holm < {self.alpha:g} ({multiplicity.RULE}-adjusted "
                      f"over {self.family}; exact McNemar per benchmark, the stratified exact sign test for an Average)")
@@ -421,8 +426,9 @@ class ClaimsSummary:
             return "Claims: none of the paper's claimed orderings could be checked with what this profile ran."
         head = f"Claims: {self.holds} of {self.total} go the claimed way"
         tail = f", {self.reversed} reversed, {self.ties} tied" + self._untested()
-        if self.largest_n and inference.too_small(self.largest_n, self.alpha):
-            return (head + tail + f"; n = {self.largest_n} is below n = {inference.minimum_n(self.alpha)}: no inference.")
+        if self.largest_n and inference.too_small(self.largest_n, self.alpha, self.checked):
+            return (head + tail + f"; n = {self.largest_n} per benchmark cell is below n = "
+                    f"{inference.cutoff(self.alpha, self.checked)}: no inference.")
         return (head + f" ({self.significant} of them with p_holm < {self.alpha:g}, {multiplicity.RULE} over the claims "
                 f"family of {self.checked})" + tail + ".")
 
@@ -449,7 +455,7 @@ def claims_summary(claims: pd.DataFrame, alpha: float = 0.05) -> ClaimsSummary:
         repeated=repeated,
         holds_in_paper=int(distinct["holds_in_paper"].fillna(False).astype(bool).sum()),
         alpha=alpha,
-        largest_n=int(distinct["n_pairs"].max()),
+        largest_n=int(distinct["n_cell" if "n_cell" in distinct else "n_pairs"].max()),
         equal=equal,
         biased=biased,
     )

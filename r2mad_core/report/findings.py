@@ -62,6 +62,12 @@ class Comparison:
     ci_high: float = float("nan")
     test: str = "exact McNemar"
     se: float = float("nan")
+    n_cell: int = 0  # the smallest benchmark cell's paired questions (the cutoff applies per cell); 0: n_pairs
+    family_size: int = 1
+
+    @property
+    def cell_n(self) -> int:
+        return self.n_cell or self.n_pairs
 
     @property
     def difference(self) -> float:
@@ -78,7 +84,7 @@ class Comparison:
     def significant(self) -> bool:
         """The rule (:func:`r2mad_core.report.inference.decides`): the Holm-adjusted p of its family below alpha, on at
         least :func:`~r2mad_core.report.inference.minimum_n` pairs; never for a comparison whose family is elsewhere."""
-        return self.p_adjusted is not None and inference.decides(self.p_adjusted, self.n_pairs, ALPHA)
+        return self.p_adjusted is not None and inference.decides(self.p_adjusted, self.cell_n, ALPHA, self.family_size)
 
     @property
     def family_name(self) -> str:
@@ -95,10 +101,10 @@ class Comparison:
         se = "" if math.isnan(self.se) else f", SE {self.se:.3f}"
         head = f"{self.difference:+.3f}{ci}{se}; {self.test} on {self.n_pairs} paired questions, {fmt_p(self.p_value)}; "
         if self.p_adjusted is None:
-            if inference.too_small(self.n_pairs, ALPHA):
-                return head + f"no inference at n = {self.n_pairs}, below n = {inference.minimum_n(ALPHA)}"
+            if inference.too_small(self.cell_n, ALPHA):
+                return head + f"no inference at n = {self.cell_n} per benchmark cell, below n = {inference.minimum_n(ALPHA)}"
             return head + f"verdict: {self.family}"
-        return head + inference.verdict(self.p_adjusted, self.n_pairs, self.family, ALPHA)
+        return head + inference.verdict(self.p_adjusted, self.cell_n, self.family, ALPHA, self.family_size)
 
 
 def holm_family(comparisons: Sequence[Comparison | None], name: str) -> list[Comparison | None]:
@@ -108,7 +114,8 @@ def holm_family(comparisons: Sequence[Comparison | None], name: str) -> list[Com
     present = [c for c in comparisons if c is not None]
     adjusted = iter(multiplicity.holm([c.p_value for c in present]))
     family = f"{name} of {len(present)}"
-    return [None if c is None else dataclasses.replace(c, p_adjusted=next(adjusted), family=family)
+    return [None if c is None else dataclasses.replace(c, p_adjusted=next(adjusted), family=family,
+                                                       family_size=len(present))
             for c in comparisons]
 
 
@@ -142,7 +149,8 @@ def compare(results: GridResults | pd.DataFrame, better: str, worse: str, *, mod
     scope = f"on {names[0]}" if len(names) == 1 else f"on average over {len(names)} benchmarks"
     return Comparison(better, worse, float(per_benchmark["correct_a"].mean()), float(per_benchmark["correct_b"].mean()),
                       len(paired), test.a_only, test.b_only, test.p_value, scope, ci_low=test.ci_low,
-                      ci_high=test.ci_high, test=test.test, se=getattr(test, "se", float("nan")))
+                      ci_high=test.ci_high, test=test.test, se=test.se,
+                      n_cell=int(paired.groupby(["model", "benchmark"]).size().min()))
 
 
 def _simulated(models: Sequence[ModelSpec]) -> bool:
@@ -471,9 +479,9 @@ def poisoned_memory(frame: pd.DataFrame, poisoned: GridResults, models: Sequence
                              + (" (in the simulator a mislabelled experience teaches the opposite lesson: one "
                                 "labelled correct whose answer was wrong boosts the misconception, one labelled "
                                 "wrong whose answer was right penalises the true concept)." if simulated else "."))
-        elif c is not None and inference.too_small(c.n_pairs, ALPHA):
+        elif c is not None and inference.too_small(c.cell_n, ALPHA, c.family_size):
             sentences.append(f"On {benchmark} the sample is too small to say whether poisoning hurts: "
-                             + inference.small_sample_line(c.n_pairs, ALPHA))
+                             + inference.small_sample_line(c.cell_n, ALPHA, family=c.family_size))
         else:
             mde = planned_minimum_detectable_effect(c.n_pairs, min(float(clean["accuracy"]), 0.99), alpha=level) \
                 if c is not None else math.nan
@@ -566,7 +574,9 @@ def _claims_with_power(distinct: pd.DataFrame) -> list[str]:
     adjusted = pd.to_numeric(distinct["p_holm"] if "p_holm" in distinct else distinct["p_value"], errors="coerce")
     # a significant reversal is evidence against the claim whatever the power to see the paper's difference
     against = (distinct["outcome"] == "reversed") & pd.Series(
-        [inference.decides(p, n, ALPHA) for p, n in zip(adjusted, distinct["n_pairs"])], index=distinct.index, dtype=bool)
+        [inference.decides(p, n, ALPHA, len(distinct)) for p, n in
+         zip(adjusted, distinct["n_cell"] if "n_cell" in distinct else distinct["n_pairs"])],
+        index=distinct.index, dtype=bool)
     sentences = [power_sentence(distinct)[:-1] + f"; {int((confirmed & powered).sum())} of those have p_holm below "
                  f"{ALPHA:g}, and {int((confirmed & ~powered).sum())} more despite lower power."]
     for row, is_against in zip(distinct[~confirmed & (powered | against)].itertuples(), against[~confirmed & (powered | against)]):

@@ -100,8 +100,12 @@ class Table:
         if _is_missing(value):
             return "--"
         spec = self._spec(column)
+        if isinstance(value, (float, np.floating)) and abs(float(value)) < 1e-12:
+            value = 0.0  # float noise (a difference of equal sums) is 0, never "1.85e-17"
+        if isinstance(value, np.generic):
+            value = value.item()  # a numpy scalar prints as the number it is, never "np.int64(3)"
         if spec is None:
-            if isinstance(value, (bool, np.bool_)) or isinstance(value, (int, np.integer)):
+            if isinstance(value, bool) or isinstance(value, int):
                 return str(value)
             spec = self.float_spec or f".{self.digits}f"
         text = format(value, spec)
@@ -190,7 +194,7 @@ class Table:
                 return False
             strata = [key[:2] for key in common]
             per_cell = pd.Series(strata).value_counts()
-            if inference.too_small(int(per_cell.min())):
+            if inference.too_small(int(per_cell.min()), inference.ALPHA, len(others)):
                 return False  # below the small-sample n in some benchmark cell: no ranking
             a = [mine[k] for k in common]
             b = [theirs[k] for k in common]

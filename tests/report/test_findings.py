@@ -32,10 +32,10 @@ def test_compare_pools_benchmarks_like_the_papers_average_with_an_exact_mcnemar(
     # 12 pairs are below the smallest n with 80% power for any difference (15): no verdict, whatever the p
     assert (c.n_pairs, c.better_only, c.worse_only) == (12, 9, 1) and c.outcome == "holds" and not c.significant
     assert "R2-MAD 0.700 vs MAD 0.300 (+0.400, 95% CI" in c.clause() and "stratified exact sign test" in c.clause()
-    assert "no inference at n = 12" in c.clause() and "significant" not in c.clause()
+    assert "no inference at n = 2 per benchmark cell" in c.clause() and "significant" not in c.clause()
     # the same split at 4x the questions: the rule speaks, with the adjusted p beside the word
     big = GridResults([_outcome("R2-MAD", "math500", ([1] * 9 + [0]) * 4), _outcome("MAD", "math500", ([0] * 9 + [1]) * 4),
-                       _outcome("R2-MAD", "truthfulqa", [1, 0] * 4), _outcome("MAD", "truthfulqa", [1, 0] * 4)])
+                       _outcome("R2-MAD", "truthfulqa", [1, 0] * 8), _outcome("MAD", "truthfulqa", [1, 0] * 8)])
     c = findings.compare(big, "R2-MAD", "MAD")
     # a bare comparison is a paper claim's: verdict: the claims family's, never this text's
     assert not c.significant and "verdict: the claims family" in c.clause() and "significant" not in c.clause()
@@ -54,7 +54,7 @@ def test_main_results_sentences_follow_the_numbers() -> None:
     assert "Sim (simulated agents), standing in for Qwen2.5-7B-Instruct" in better[0]
     assert "strictly above 1 of the 1 baselines" in better[1] and "R2-MAD 0.750 vs MAD 0.500" in better[1]
     # 4 questions: the point estimate goes the claimed way, no verdict word; a claim's verdict is the claims family's
-    assert "tested once, in the claims family" in better[1] and "no inference at n = 4" in better[1]
+    assert "tested once, in the claims family" in better[1] and "no inference at n = 4 per benchmark cell" in better[1]
     assert "significant" not in " ".join(better[1:])
     tied = sentences([1, 1, 0, 0])
     assert "strictly above 0 of the 1 baselines" in tied[1] and "do not go the way" in tied[2]

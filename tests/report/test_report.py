@@ -346,7 +346,9 @@ def test_check_orderings_hand_computed() -> None:
         ("Smol", "R2-MAD", "Economics", same * 2), ("Smol", "MAD", "Economics", same * 2),
     ])
     row = check_orderings(doubled, [claim], stand_ins={"Smol": "Qwen2.5-7B-Instruct"}).iloc[0]
-    assert row.n_pairs == 28 and row.p_value < 0.05 and row.p_holm == row.p_value and bool(row.significant)
+    assert row.n_pairs == 28 and row.p_value < 0.05 and row.p_holm == row.p_value
+    # 8 questions in its smallest benchmark cell: below the cutoff (15), which applies per cell, so no verdict
+    assert row.n_cell == 8 and not bool(row.significant)
 
     benchmark_claim = OrderingClaim("tab:main_results", "Qwen2.5-7B-Instruct", "Economics", "R2-MAD", "MAD")
     row = check_orderings(frame, [benchmark_claim], stand_ins={"Smol": "Qwen2.5-7B-Instruct"}).iloc[0]
