@@ -225,7 +225,8 @@ def small_sample_line(n: int | float, alpha: float = ALPHA, power: float = TARGE
     at = f"alpha = {alpha:g}" if family <= 1 else f"the Holm level alpha / {int(family)} = {level:.2g}"
     return (f"Small sample: n = {shown} {what} is below n = {n_min}, the smallest n at which the exact McNemar "
             f"test at {at} detects any difference with {power:.0%} power (docs/statistics.md): this sample "
-            f"cannot support inference, and no verdict is drawn from it.")
+            f"cannot support inference, and no verdict is drawn from it; an accuracy's interval at this n is the exact "
+            f"Clopper-Pearson one.")
 
 
 # --------------------------------------------------------------------------------------------

@@ -500,7 +500,7 @@ def test_model_specs_stand_ins_and_environment(monkeypatch: pytest.MonkeyPatch) 
 def test_mean_accuracy_ci_matches_the_single_benchmark_bootstrap() -> None:
     from r2mad_core.debate.scoring import accuracy_with_ci
 
-    outcomes = [True, False, True, True, False, True, True]
+    outcomes = [True, False, True, True, False, True, True] * 3
     single = accuracy_with_ci(outcomes, n_bootstrap=2000, seed=3)
     mean, low, high = mean_accuracy_with_ci([outcomes], n_bootstrap=2000, seed=3)
     assert (mean, low, high) == pytest.approx((single.accuracy, single.low, single.high))
