@@ -66,6 +66,8 @@ def claims_records(claims: pd.DataFrame) -> dict[tuple[str, str, int, str], Mapp
     n_pairs, difference as shown) -> the row."""
     out = {}
     for row in claims.to_dict("records"):
+        if str(row.get("outcome", "")) in ("equal by construction", "paper's design: biased, not tested"):
+            continue  # no test: not a record a quoted verdict can cite
         better, _, worse = str(row["ordering"]).partition(" > ")
         shown = str(row["difference"])
         out[(better.strip(), worse.strip(), int(row["n_pairs"]), shown.split(" ")[0])] = row

@@ -153,6 +153,19 @@ def compare(results: GridResults | pd.DataFrame, better: str, worse: str, *, mod
                       n_cell=int(paired.groupby(["model", "benchmark"]).size().min()))
 
 
+def small_sample_note(results: GridResults | pd.DataFrame) -> list[str]:
+    """The small-sample line (:func:`r2mad_core.report.inference.small_sample_line`) when the smallest benchmark cell
+    of ``results`` (a grid's runs, or a frame with an ``n`` column) is below the cutoff: every text of such a sample
+    carries it."""
+    if isinstance(results, GridResults):
+        sizes = [len(o.records) for o in results.outcomes]
+    else:
+        sizes = [int(v) for v in pd.to_numeric(results.get("n", pd.Series(dtype=float)), errors="coerce").dropna()]
+    if not sizes or not inference.too_small(min(sizes), ALPHA):
+        return []
+    return [inference.small_sample_line(min(sizes), ALPHA, what="questions per benchmark cell")]
+
+
 def _simulated(models: Sequence[ModelSpec]) -> bool:
     return any(m.engine == "simulated" for m in models)
 
@@ -227,7 +240,7 @@ def main_results(results: GridResults, models: Sequence[ModelSpec], baselines: S
     if large_not_run:
         sentences.append(f"Table 9's larger models ({', '.join(large_not_run)}) are {NOT_RUN}: the profile has no "
                          "endpoint for them, so their rows say so instead of repeating another model's numbers.")
-    return sentences
+    return sentences + small_sample_note(results)
 
 
 # --------------------------------------------------------------------------------------------
@@ -283,7 +296,7 @@ def ablation(results: GridResults, models: Sequence[ModelSpec]) -> list[str]:
                     "style signal and the hashing embedder sees mostly shared wording, so c_ji mostly reflects the "
                     "retrieved cases' correctness labels, not the peer's current answer. Mostly-'high' annotations "
                     "then amplify every peer, including a wrong majority, and the agents converge more often on it.")
-    return sentences
+    return sentences + small_sample_note(results)
 
 
 def k_note(top_k: int) -> str:
@@ -371,7 +384,7 @@ def baselines(paths: GridResults, sc_methods: Sequence[str], masking: GridResult
                              f"memory ({i.scope}): {i.clause()}. The paper's App. C.5 claim (R2-MAD matches or "
                              f"exceeds ICL-CoT) is {'consistent' if i.outcome != 'reversed' else 'not consistent'} with the point "
                              "estimates here.")
-    return sentences
+    return sentences + small_sample_note(paths)
 
 
 # --------------------------------------------------------------------------------------------
@@ -405,7 +418,7 @@ def shared_misconception(subset_accuracy: pd.DataFrame, rates: pd.DataFrame, run
                                             and o.method == "R2-MAD" for r in o.records])
                 sentences.append("Why, in the simulator: " + annotation_sentence(counts) + " Annotations that do not "
                                  "separate right from wrong peers cannot protect a correct agent from a wrong majority.")
-    return sentences
+    return sentences + small_sample_note(runs)
 
 
 # --------------------------------------------------------------------------------------------
@@ -438,7 +451,7 @@ def cost(cost_frame: pd.DataFrame, models: Sequence[ModelSpec]) -> list[str]:
                     "Some generations were replayed from the response cache when the transcripts were written ("
                     + ", ".join(f"{name}: {share:.0%}" for name, share in replayed["replayed_share"].items())
                     + "); replayed generations were not timed, so those cells' times are lower bounds or 'replayed'.")
-    return sentences
+    return sentences + small_sample_note(cost_frame)
 
 
 # --------------------------------------------------------------------------------------------
