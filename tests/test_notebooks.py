@@ -287,11 +287,10 @@ def test_claims_hold_only_when_strict_and_count_each_comparison_once(tiny_run: P
         assert row.p_holm == "--" or float(row.p_holm) >= float(row.p) - 1e-9
     distinct = claims[claims["repeats"].isna()]
     caption = read_manifest(figures)["artifacts"]["tab_paper_claims"]["caption"]
-    tested = distinct[distinct["outcome"] != "equal by construction"]
+    tested = distinct[~distinct["outcome"].isin(["equal by construction", "paper's design: biased, not tested"])]
     holds = int((tested["outcome"] == "as claimed").sum())
-    assert f"Of the {len(tested)} distinct comparisons" in caption
+    assert f"Of the {len(distinct)} distinct claims" in caption
     assert f"{holds} go the claimed way here (strictly better in the point estimates)" in caption
-    assert f"Holm-adjusted over the family of the {len(tested)} distinct claimed comparisons" in caption
     assert "observed power" not in caption and "discordance the run observed" not in caption  # pre-run power only
     # no claim is about a model the profile did not run
     assert not set(claims["paper_model"]) & {"Llama-3.3-70B-Instruct", "GPT-4o-mini"}
@@ -327,7 +326,8 @@ def test_every_verdict_word_in_generated_text_is_backed_by_an_adjusted_p(tiny_ru
     assert manifest["tab_paper_claims"]["verdict"].startswith("Claims: ")
 
 
-def test_bold_marks_only_a_strictly_best_value(tiny_run: Path) -> None:
+def test_no_bold_below_the_small_sample_n(tiny_run: Path) -> None:
+    """tiny has 4 questions per benchmark cell: no row is ranked, so no cell is bold (docs/statistics.md, rule 4)."""
     figures = tiny_run / "figures" / "tiny"
     bold_seen = 0
     for path in sorted(figures.glob("tab_*.md")):
@@ -348,7 +348,7 @@ def test_bold_marks_only_a_strictly_best_value(tiny_run: Path) -> None:
                 same = [r for i, r in enumerate(rows) if i != position and tuple(r[: levels - 1]) == group
                         and _first_number(r[column].strip("*")) == value]
                 assert not same, f"{path.name}: bold {cell} in column {header[column]!r} ties with another row"
-    assert bold_seen > 0
+    assert bold_seen == 0
 
 
 def test_cost_time_is_measured_at_generation_or_absent(tiny_run: Path) -> None:

@@ -237,10 +237,16 @@ class Accuracy:
         return f"{self.accuracy:.3f} [{pct}% CI {self.low:.3f}, {self.high:.3f}] (n={self.n})"
 
 
+#: Below this many questions an accuracy's CI is the exact Clopper-Pearson interval, not the percentile bootstrap (the
+#: rule's small-sample n at alpha = 0.05, r2mad_core.report.inference.minimum_n; docs/statistics.md rule 6).
+EXACT_INTERVAL_BELOW = 15
+
+
 def accuracy_with_ci(
     correct: Sequence[bool] | np.ndarray, *, level: float = 0.95, n_bootstrap: int = 10_000, seed: int = 0
 ) -> Accuracy:
-    """Accuracy with a percentile bootstrap CI (seeded; see the module docstring). Empty -> NaN."""
+    """Accuracy with a percentile bootstrap CI (seeded; see the module docstring), the exact Clopper-Pearson interval
+    below :data:`EXACT_INTERVAL_BELOW` questions (``n_bootstrap`` recorded as 0). Empty -> NaN."""
     if not 0.0 < level < 1.0:
         raise ValueError(f"accuracy_with_ci: level must be in (0, 1), found {level}")
     if n_bootstrap < 1:
@@ -250,9 +256,18 @@ def accuracy_with_ci(
     if n == 0:
         return Accuracy(math.nan, math.nan, math.nan, 0, level, n_bootstrap)
     p = float(x.mean())
+    alpha = (1.0 - level) / 2.0
+    if n < EXACT_INTERVAL_BELOW:
+        # the percentile bootstrap collapses at small n ("0.000 [0.000, 0.000]" at n = 1): the exact
+        # (Clopper-Pearson) interval instead, which covers at least `level` at every n
+        from scipy.stats import beta  # lazy: scipy.stats takes seconds to import
+
+        k = int(x.sum())
+        low = 0.0 if k == 0 else float(beta.ppf(alpha, k, n - k + 1))
+        high = 1.0 if k == n else float(beta.ppf(1.0 - alpha, k + 1, n - k))
+        return Accuracy(p, low, high, n, level, 0)
     rng = np.random.default_rng(seed)
     replicates = rng.binomial(n, p, size=n_bootstrap) / n
-    alpha = (1.0 - level) / 2.0
     low, high = np.quantile(replicates, [alpha, 1.0 - alpha])
     return Accuracy(p, float(low), float(high), n, level, n_bootstrap)
 
@@ -652,6 +667,9 @@ def mean_accuracy_with_ci(
     arrays = [np.asarray(g, dtype=bool) for g in groups]
     if not arrays or any(a.size == 0 for a in arrays):
         return (math.nan, math.nan, math.nan)
+    if len(arrays) == 1:  # one benchmark: its accuracy's interval (exact below the cutoff), as its own cell shows
+        one = accuracy_with_ci(arrays[0], level=level, n_bootstrap=n_bootstrap, seed=seed)
+        return (one.accuracy, one.low, one.high)
     rng = np.random.default_rng(seed)
     replicates = np.zeros(n_bootstrap)
     for outcomes in arrays:

@@ -203,9 +203,16 @@ def _record(
     }
 
 
+#: Below this magnitude a float is float noise (a difference of equal sums, 1.85e-17): written and shown as 0.
+FLOAT_NOISE = 1e-12
+
+
 def round_float(value: float, digits: int = TABLE_SIGNIFICANT_DIGITS) -> float:
-    """``value`` rounded to ``digits`` significant digits (NaN and infinities unchanged)."""
-    return float(f"{value:.{digits}g}") if math.isfinite(value) else value
+    """``value`` rounded to ``digits`` significant digits, float noise (|x| < :data:`FLOAT_NOISE`) as 0 (NaN and
+    infinities unchanged)."""
+    if not math.isfinite(value):
+        return value
+    return 0.0 if abs(value) < FLOAT_NOISE else float(f"{value:.{digits}g}")
 
 
 def round_floats(frame: pd.DataFrame, digits: int = TABLE_SIGNIFICANT_DIGITS) -> pd.DataFrame:

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from r2mad_core.report.results import GridResults
+from r2mad_core.report.results import PAPER_DESIGN_METRIC, SUBSET_METRIC, GridResults
 from r2mad_core.debate.scoring import mean_accuracy_with_ci
 from r2mad_core.report.tables import AVERAGE_LABEL
 from r2mad_core.report import inference, multiplicity
@@ -137,6 +137,11 @@ TIE_TOLERANCE = 1e-12
 AS_CLAIMED = "as claimed"
 #: The outcome of a claim comparing two rows the recorded configuration makes the same computation (never tested).
 EQUAL_BY_CONSTRUCTION = "equal by construction"
+#: The outcome of a claim read on the paper's subset design (selected on the MAD run's own round 0 while R2-MAD draws
+#: its own): biased toward R2-MAD by regression to the mean (docs/statistics.md, "Subsets"); shown, never tested.
+BIASED_DESIGN = "paper's design: biased, not tested"
+#: Outcomes that are no test and stay out of the Holm family.
+UNTESTED = (EQUAL_BY_CONSTRUCTION, BIASED_DESIGN)
 #: Retrieval policies that pick the same case as the debate-state-aware one at K = 1 (lambda_t only rescales it).
 SAME_AT_K1 = ("Debate-State-Aware", "Fixed-lambda (0.25)", "Fixed-lambda (0.50)", "Fixed-lambda (0.75)")
 RETRIEVAL_PREFIX = "R2-MAD retrieval="
@@ -193,8 +198,8 @@ def _main_claims() -> list[OrderingClaim]:
     for benchmark in ("Economics", "Engineering"):
         claims.append(OrderingClaim(
             "fig:combined_eval (text)", "Qwen2.5-7B-Instruct", benchmark, "R2-MAD", "MAD",
-            metric="accuracy (shared-misconception subset)",
-            text="RQ4: on the shared-misconception subset R2-MAD outperforms MAD.",
+            metric=SUBSET_METRIC,
+            text="RQ4: on the shared-misconception subset R2-MAD outperforms MAD (tested with a shared round 0).",
         ))
     claims += [
         OrderingClaim("tab:icl_cot", BOTH_MODELS_LABEL, AVERAGE_LABEL, "R2-MAD", "ICL-CoT",
@@ -210,6 +215,18 @@ def _main_claims() -> list[OrderingClaim]:
 
 #: The orderings the paper claims in its text, checked by :func:`check_orderings`.
 PAPER_ORDERING_CLAIMS: tuple[OrderingClaim, ...] = tuple(_main_claims())
+#: RQ4 read on the paper's own subset design, shown beside the tested rows, labelled biased, never tested.
+PAPER_DESIGN_CLAIMS: tuple[OrderingClaim, ...] = tuple(
+    OrderingClaim(c.table, c.paper_model, c.benchmark, c.better, c.worse, metric=PAPER_DESIGN_METRIC,
+                  text="RQ4 on the paper's design (subset selected on MAD's own round 0): biased toward R2-MAD.")
+    for c in PAPER_ORDERING_CLAIMS if c.metric == SUBSET_METRIC)
+#: Every row of the claims table.
+CLAIMS_TABLE: tuple[OrderingClaim, ...] = PAPER_ORDERING_CLAIMS + PAPER_DESIGN_CLAIMS
+
+
+def paper_metric(metric: str) -> str:
+    """The metric of ``reported_results.csv`` a claim's metric reads the paper's number from."""
+    return SUBSET_METRIC if metric == PAPER_DESIGN_METRIC else metric
 
 
 def _paper_value(reported: pd.DataFrame, claim: OrderingClaim, method: str) -> float:
@@ -217,7 +234,7 @@ def _paper_value(reported: pd.DataFrame, claim: OrderingClaim, method: str) -> f
         (reported["model"] == claim.paper_model)
         & (reported["method"] == method)
         & (reported["benchmark"] == claim.benchmark)
-        & (reported["metric"] == claim.metric)
+        & (reported["metric"] == paper_metric(claim.metric))
     ]
     in_table = base[base["table"] == claim.table]
     chosen = in_table if len(in_table) else base
@@ -226,7 +243,7 @@ def _paper_value(reported: pd.DataFrame, claim: OrderingClaim, method: str) -> f
 
 def check_orderings(
     per_question: pd.DataFrame,
-    claims: Sequence[OrderingClaim] = PAPER_ORDERING_CLAIMS,
+    claims: Sequence[OrderingClaim] = CLAIMS_TABLE,
     *,
     reported: pd.DataFrame | None = None,
     stand_ins: Mapping[str, str] | None = None,
@@ -311,8 +328,11 @@ def check_orderings(
         outcome = AS_CLAIMED if difference > TIE_TOLERANCE else ("reversed" if difference < -TIE_TOLERANCE else "tie")
         if equal_by_construction(claim.better, claim.worse, top_k):
             outcome, p_value = EQUAL_BY_CONSTRUCTION, math.nan  # the same computation: no test, not in the family
+        if claim.metric == PAPER_DESIGN_METRIC:
+            outcome, p_value = BIASED_DESIGN, math.nan  # selects on one arm's outcomes: shown, never tested
         holds_here = outcome == AS_CLAIMED
         runs = tuple(sorted({(m, b) for m, b in zip(paired["model"], paired["benchmark"])}))
+        n_cell = int(paired.groupby(["model", "benchmark"]).size().min())  # the cutoff applies per benchmark cell
         key = (claim.metric, claim.better, claim.worse, claim.benchmark == AVERAGE_LABEL, runs)
         duplicate_of = seen.setdefault(key, len(rows))
         rows.append({
@@ -320,7 +340,8 @@ def check_orderings(
             "metric": claim.metric, "better": claim.better, "worse": claim.worse,
             "paper_better": paper_better, "paper_worse": paper_worse, "holds_in_paper": holds_in_paper,
             "reproduced_better": reproduced_better, "reproduced_worse": reproduced_worse,
-            "outcome": outcome, "holds_here": holds_here, "n_pairs": len(paired), "better_only": better_only,
+            "outcome": outcome, "holds_here": holds_here, "n_pairs": len(paired), "n_cell": n_cell,
+            "better_only": better_only,
             "worse_only": worse_only, "difference": test.difference, "ci_low": test.ci_low, "ci_high": test.ci_high,
             "test": test.test, "p_value": p_value, "p_holm": math.nan, "significant": False,
             "claim": claim.text, "runs": "; ".join(f"{m} / {b}" for m, b in runs),
@@ -334,8 +355,10 @@ def check_orderings(
         adjusted = multiplicity.holm(frame["p_value"].where(distinct))  # NaN (equal by construction): no test
         frame["p_holm"] = [adjusted[i] if distinct[i] else adjusted[int(frame.at[i, "duplicate_of"])]
                            for i in range(len(frame))]
-        frame["significant"] = [bool(h) and inference.decides(p, n, alpha)
-                                for h, p, n in zip(frame["holds_here"], frame["p_holm"], frame["n_pairs"])]
+        family = int((distinct & frame["p_value"].notna().to_numpy()).sum())
+        # the cutoff at the family's Holm level, per benchmark cell (docs/statistics.md, rule 6)
+        frame["significant"] = [bool(h) and inference.decides(p, n, alpha, family)
+                                for h, p, n in zip(frame["holds_here"], frame["p_holm"], frame["n_cell"])]
     return frame
 
 
@@ -344,7 +367,7 @@ def check_orderings(
 class ClaimsSummary:
     """The claim counts of :func:`check_orderings`, each distinct comparison once."""
 
-    checked: int  # distinct comparisons (a claim repeating an earlier comparison's runs is not counted)
+    checked: int  # distinct tested comparisons (a claim repeating an earlier comparison's runs is not counted)
     holds: int  # strict reproduced ordering in the claimed direction
     significant: int  # of those, Holm-adjusted exact McNemar p < alpha
     ties: int
@@ -355,34 +378,42 @@ class ClaimsSummary:
 
     largest_n: int = 0  # the most paired questions of a distinct comparison (0: unknown); below minimum_n: no inference
     equal: int = 0  # claims comparing rows equal by construction (not tested, not counted in checked)
+    biased: int = 0  # claims read on the paper's biased subset design (shown, not tested, not counted in checked)
+
+    @property
+    def total(self) -> int:
+        """Every distinct claim row: tested, equal by construction and on the biased design (the counts sum to it)."""
+        return self.checked + self.equal + self.biased
 
     @property
     def family(self) -> str:
         """The Holm family every claim's verdict is adjusted over, as generated text names it."""
-        return f"the {self.checked} distinct claimed comparisons of this table"
+        return f"the claims family of {self.checked} (the distinct tested comparisons of the claims table)"
+
+    def _untested(self) -> str:
+        parts = []
+        if self.equal:
+            parts.append(f"{self.equal} equal by construction")
+        if self.biased:
+            parts.append(f"{self.biased} on the paper's biased subset design")
+        return (", " + ", ".join(parts) + " (not tested)") if parts else ""
 
     def sentence(self) -> str:
-        """One sentence built from the counts (notebook 10, the headline and the README use it)."""
+        """One sentence built from the counts (notebook 10, the headline and the README use it); its counts sum to
+        :attr:`total`."""
         if not self.checked:
             return "No claimed ordering could be checked with the methods this profile ran."
-        text = (f"Of the {self.checked} distinct comparisons the paper claims and this profile could check, "
-                f"{self.holds} go the claimed way here (strictly better in the point estimates)")
-        if self.largest_n and inference.too_small(self.largest_n, self.alpha):
-            text += (f"; none is tested: {inference.small_sample_line(self.largest_n, self.alpha)}")
+        small = bool(self.largest_n) and inference.too_small(self.largest_n, self.alpha, self.checked)
+        text = (f"Of the {self.total} distinct claims the paper makes and this profile could check, {self.holds} go the "
+                f"claimed way here (strictly better in the point estimates), {self.reversed} reversed, {self.ties} tied"
+                + self._untested())
+        if small:
+            text += ("; none is tested: " + inference.small_sample_line(
+                self.largest_n, self.alpha, what="paired questions per benchmark cell", family=self.checked).rstrip("."))
         else:
-            text += (f", {self.significant} of them with p_holm < {self.alpha:g} ({multiplicity.RULE}-adjusted over "
-                     f"{self.family}; exact McNemar per benchmark, the stratified exact sign test for an Average)")
-        others = []
-        if self.ties:
-            others.append(f"{self.ties} {'is a tie' if self.ties == 1 else 'are ties'}")
-        if self.reversed:
-            others.append(f"{self.reversed} {'is' if self.reversed == 1 else 'are'} reversed")
-        if others:
-            text += "; " + " and ".join(others)
+            text += (f"; {self.significant} of the {self.holds} with p_holm < {self.alpha:g} ({multiplicity.RULE}-adjusted "
+                     f"over {self.family}; exact McNemar per benchmark, the stratified exact sign test for an Average)")
         text += "."
-        if self.equal:
-            text += (f" {self.equal} further claim{'s' if self.equal != 1 else ''} compare{'s' if self.equal == 1 else ''} "
-                     "rows equal by construction (the same computation at the run's K): not tested, not ranked.")
         if self.repeated:
             text += (f" {self.repeated} further claim{'s' if self.repeated != 1 else ''} of the paper "
                      f"{'reads' if self.repeated == 1 else 'read'} the same runs as one above and "
@@ -390,30 +421,31 @@ class ClaimsSummary:
         return text
 
     def verdict_line(self) -> str:
-        """The claims table's one-line verdict (the headline ends with it)."""
+        """The claims table's one-line verdict (the headline ends with it); its counts sum to :attr:`total`."""
         if not self.checked:
             return "Claims: none of the paper's claimed orderings could be checked with what this profile ran."
-        if self.largest_n and inference.too_small(self.largest_n, self.alpha):
-            return (f"Claims: {self.holds} of {self.checked} orderings go the claimed way, {self.reversed} reversed, "
-                    f"{self.ties} tied; "
-                    f"n = {self.largest_n} is below n = {inference.minimum_n(self.alpha)}: no inference.")
-        return (f"Claims: {self.holds} of {self.checked} orderings go the claimed way, {self.significant} of them with "
-                f"p_holm < {self.alpha:g} ({multiplicity.RULE} over the {self.checked} comparisons), {self.reversed} "
-                f"reversed, {self.ties} tied" + (f", {self.equal} equal by construction" if self.equal else "") + ".")
+        head = f"Claims: {self.holds} of {self.total} go the claimed way"
+        tail = f", {self.reversed} reversed, {self.ties} tied" + self._untested()
+        if self.largest_n and inference.too_small(self.largest_n, self.alpha, self.checked):
+            return (head + tail + f"; n = {self.largest_n} per benchmark cell is below n = "
+                    f"{inference.cutoff(self.alpha, self.checked)}: no inference.")
+        return (head + f" ({self.significant} of them with p_holm < {self.alpha:g}, {multiplicity.RULE} over the claims "
+                f"family of {self.checked})" + tail + ".")
 
 
 def claims_summary(claims: pd.DataFrame, alpha: float = 0.05) -> ClaimsSummary:
     """Count the rows of :func:`check_orderings`: each distinct comparison once (rows with a
-    ``duplicate_of`` and rows equal by construction are left out), "as claimed" only for a strict ordering,
-    significance separately."""
+    ``duplicate_of``, rows equal by construction and rows on the biased subset design are counted apart), "as
+    claimed" only for a strict ordering, significance separately."""
     if claims.empty:
         return ClaimsSummary(0, 0, 0, 0, 0, 0, 0, alpha, 0, 0)
     distinct = claims[claims["duplicate_of"].isna()]
     repeated = len(claims) - len(distinct)
     equal = int((distinct["outcome"] == EQUAL_BY_CONSTRUCTION).sum())
-    distinct = distinct[distinct["outcome"] != EQUAL_BY_CONSTRUCTION]
+    biased = int((distinct["outcome"] == BIASED_DESIGN).sum())
+    distinct = distinct[~distinct["outcome"].isin(UNTESTED)]
     if distinct.empty:
-        return ClaimsSummary(0, 0, 0, 0, 0, repeated, 0, alpha, 0, equal)
+        return ClaimsSummary(0, 0, 0, 0, 0, repeated, 0, alpha, 0, equal, biased)
     return ClaimsSummary(
         checked=len(distinct),
         holds=int((distinct["outcome"] == AS_CLAIMED).sum()),
@@ -423,8 +455,9 @@ def claims_summary(claims: pd.DataFrame, alpha: float = 0.05) -> ClaimsSummary:
         repeated=repeated,
         holds_in_paper=int(distinct["holds_in_paper"].fillna(False).astype(bool).sum()),
         alpha=alpha,
-        largest_n=int(distinct["n_pairs"].max()),
+        largest_n=int(distinct["n_cell" if "n_cell" in distinct else "n_pairs"].max()),
         equal=equal,
+        biased=biased,
     )
 
 

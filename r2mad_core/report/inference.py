@@ -71,6 +71,7 @@ class PairedEstimate:
     b_only: int
     strata: int
     test: str  # the test's name as generated text states it
+    se: float = math.nan  # standard error of the difference (the bootstrap's standard deviation)
 
     @property
     def value_a_minus_b(self) -> float:
@@ -136,9 +137,20 @@ def stratified_sign_p(counts: np.ndarray, seed: int = 0) -> float:
     return (1 + hits) / (1 + MONTE_CARLO_DRAWS)
 
 
-def test_name(strata: int) -> str:
-    return ("exact McNemar" if strata == 1 else
-            f"stratified exact sign test over {strata} strata (McNemar per stratum, the mean of their differences)")
+def is_monte_carlo(counts: np.ndarray) -> bool:
+    """Whether :func:`stratified_sign_p` of ``counts`` is a Monte Carlo p (the exact support is too large)."""
+    counts = np.asarray(counts, dtype=np.int64).reshape(-1, 3)
+    d = counts[:, 1] + counts[:, 2]
+    return len(counts) > 1 and bool(d.sum()) and float(np.prod(d.astype(float) + 1.0)) > EXACT_SUPPORT
+
+
+def test_name(strata: int, monte_carlo: bool = False) -> str:
+    if strata == 1:
+        return "exact McNemar"
+    if monte_carlo:
+        return (f"stratified sign test over {strata} strata (McNemar per stratum, the mean of their differences; "
+                f"Monte Carlo p over {MONTE_CARLO_DRAWS:,} draws, resolution {1.0 / (1 + MONTE_CARLO_DRAWS):.1e})")
+    return f"stratified exact sign test over {strata} strata (McNemar per stratum, the mean of their differences)"
 
 
 def paired_estimate(a: Sequence[bool], b: Sequence[bool], strata: Sequence[Any] | None = None, *,
@@ -158,36 +170,63 @@ def paired_estimate(a: Sequence[bool], b: Sequence[bool], strata: Sequence[Any] 
     tail = (1.0 - level) / 2.0
     low, high = np.quantile(total, [tail, 1.0 - tail])
     return PairedEstimate(difference, float(low), float(high), stratified_sign_p(counts, seed), int(n.sum()),
-                          int(b_only.sum()), int(c_only.sum()), strata_n, test_name(strata_n))
+                          int(b_only.sum()), int(c_only.sum()), strata_n, test_name(strata_n, is_monte_carlo(counts)),
+                          float(np.std(total, ddof=1)) if n_bootstrap > 1 else math.nan)
 
 
 # --------------------------------------------------------------------------------------------
 # Small samples
 # --------------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=16)
+#: :func:`minimum_n` at the Holm level of a family of m tests (alpha = 0.05 / m, 80% power), m = 1 .. 30: a constant
+#: of the rule, computed once (``tests/report/test_inference.py`` recomputes it), so a start pays no scipy for it.
+MINIMUM_N_AT_HOLM: dict[int, int] = {1: 15, 2: 17, 3: 17, 4: 19, 5: 19, 6: 19, 7: 21, 8: 21, 9: 21, 10: 21, 11: 21,
+                                     12: 21, **{m: 24 for m in range(13, 26)}, **{m: 26 for m in range(26, 31)}}
+
+
+@functools.lru_cache(maxsize=64)
 def minimum_n(alpha: float = ALPHA, power: float = TARGET_POWER) -> int:
     """The smallest number of paired questions at which the exact McNemar test at ``alpha`` detects *some* difference
     with ``power``: the planned minimum detectable effect (:func:`r2mad_core.report.mcnemar.planned_minimum_detectable_effect`,
-    a method at accuracy 0.5 against one up to 1.0, the assumed correlation) exists. Below it no verdict is generated."""
+    a method at accuracy 0.5 against one up to 1.0, the assumed correlation) exists. Below it no verdict is generated.
+    At the Holm levels 0.05 / m (m <= 30) and 80% power it is read from :data:`MINIMUM_N_AT_HOLM`."""
+    if power == TARGET_POWER:
+        for m, n in MINIMUM_N_AT_HOLM.items():
+            if math.isclose(alpha, ALPHA / m, rel_tol=1e-12):
+                return n
+    return computed_minimum_n(alpha, power)
+
+
+def computed_minimum_n(alpha: float = ALPHA, power: float = TARGET_POWER) -> int:
+    """:func:`minimum_n` computed (scipy): the search over n."""
     for n in range(1, 1000):
         if not math.isnan(planned_minimum_detectable_effect(n, 0.5, alpha=alpha, power=power)):
             return n
     return 1000
 
 
-def too_small(n: int | float, alpha: float = ALPHA) -> bool:
-    """``n`` paired questions (per compared cell) cannot support inference (:func:`minimum_n`)."""
-    return n is None or (isinstance(n, float) and math.isnan(n)) or int(n) < minimum_n(alpha)
+def cutoff(alpha: float = ALPHA, family: int = 1) -> int:
+    """The no-inference cutoff of a test in a Holm family of ``family`` tests: :func:`minimum_n` at alpha / family
+    (the level of Holm's first step), applied to each benchmark cell's paired questions."""
+    return minimum_n(alpha / max(1, int(family)))
+
+
+def too_small(n: int | float, alpha: float = ALPHA, family: int = 1) -> bool:
+    """``n`` paired questions (per compared benchmark cell) cannot support inference in a family of ``family`` tests
+    (:func:`cutoff`)."""
+    return n is None or (isinstance(n, float) and math.isnan(n)) or int(n) < cutoff(alpha, family)
 
 
 def small_sample_line(n: int | float, alpha: float = ALPHA, power: float = TARGET_POWER,
-                      what: str = "paired questions") -> str:
-    """The sentence every table and caption of a sample below :func:`minimum_n` carries."""
-    n_min = minimum_n(alpha, power)
+                      what: str = "paired questions", family: int = 1) -> str:
+    """The sentence every table and caption of a sample below :func:`cutoff` carries."""
+    level = alpha / max(1, int(family))
+    n_min = minimum_n(level, power)
     shown = "?" if n is None or (isinstance(n, float) and math.isnan(n)) else f"{int(n)}"
+    at = f"alpha = {alpha:g}" if family <= 1 else f"the Holm level alpha / {int(family)} = {level:.2g}"
     return (f"Small sample: n = {shown} {what} is below n = {n_min}, the smallest n at which the exact McNemar "
-            f"test at alpha = {alpha:g} detects any difference with {power:.0%} power (docs/statistics.md): this sample "
-            f"cannot support inference, and no verdict is drawn from it.")
+            f"test at {at} detects any difference with {power:.0%} power (docs/statistics.md): this sample "
+            f"cannot support inference, and no verdict is drawn from it; an accuracy's interval at this n is the exact "
+            f"Clopper-Pearson one.")
 
 
 # --------------------------------------------------------------------------------------------
@@ -197,23 +236,26 @@ def fmt_p(p: float) -> str:
     """``p = 0.031``, ``p = 2.0e-05``, ``p = 1``."""
     if p is None or (isinstance(p, float) and math.isnan(p)):
         return "p = --"
+    if math.isclose(float(p), 1.0 / (1 + MONTE_CARLO_DRAWS), rel_tol=1e-9):
+        return f"p <= {p:.1e} (the Monte Carlo floor)"  # no draw reached the observed value: p is at most this
     return f"p = {p:.3g}" if p >= 0.001 else f"p = {p:.1e}"
 
 
-def decides(p_adjusted: float, n: int | float, alpha: float = ALPHA) -> bool:
-    """The rule: an adjusted p below ``alpha`` on a sample large enough for inference."""
+def decides(p_adjusted: float, n: int | float, alpha: float = ALPHA, family_size: int = 1) -> bool:
+    """The rule: an adjusted p below ``alpha`` on a sample large enough for inference in its family
+    (``n``: the smallest benchmark cell's paired questions; :func:`cutoff`)."""
     return (p_adjusted is not None and not math.isnan(float(p_adjusted)) and float(p_adjusted) < alpha
-            and not too_small(n, alpha))
+            and not too_small(n, alpha, family_size))
 
 
-def verdict(p_adjusted: float, n: int | float, family: str, alpha: float = ALPHA) -> str:
+def verdict(p_adjusted: float, n: int | float, family: str, alpha: float = ALPHA, family_size: int = 1) -> str:
     """The verdict phrase of one test: ``significant (Holm-adjusted p = 0.003 < 0.05 over <family>)`` or
     ``not distinguishable from no difference at n = 40 (Holm-adjusted p = 0.2 over <family>)``; below
-    :func:`minimum_n` the small-sample phrase, never a verdict word."""
+    :func:`cutoff` (at the family's Holm level) no verdict phrase at all (neither word nor null phrase)."""
     adjusted = f"{multiplicity.RULE}-adjusted {fmt_p(p_adjusted)}"
-    if too_small(n, alpha):
-        return (f"no inference at n = {int(n) if n == n else '?'} (below n = {minimum_n(alpha)}, the smallest n with "
-                f"80% power for any difference; {adjusted} over {family})")
+    if too_small(n, alpha, family_size):
+        return (f"no inference at n = {int(n) if n == n else '?'} (below n = {cutoff(alpha, family_size)}, the "
+                f"smallest n with 80% power for any difference at the family's Holm level; {adjusted} over {family})")
     if decides(p_adjusted, n, alpha):
         return f"significant ({adjusted} < {alpha:g}, over {family})"
     return f"{NULL_PHRASE} at n = {int(n)} ({adjusted} over {family})"
@@ -324,24 +366,57 @@ def clustered_mean_ci(values: dict[str, np.ndarray], *, level: float = 0.95, n_b
     return estimate, float(low), float(high)
 
 
-def pooled_paired(a: dict[str, np.ndarray], b: dict[str, np.ndarray], *, seed: int = 0) -> PairedEstimate:
+def sign_flip_p(values: dict[str, np.ndarray], *, draws: int = MONTE_CARLO_DRAWS, seed: int = 0) -> float:
+    """Two-sided p of the stratified sign-flip test of ``T = mean_k mean_q d_q``, one value ``d_q`` per question
+    (``values[stratum]``): under no difference the variant and the reference are exchangeable on each question, so
+    each ``d_q`` is ``+d_q`` or ``-d_q`` with probability 1/2, independently. Monte Carlo over ``draws`` seeded sign
+    draws, ``p = (1 + hits) / (1 + draws)`` (a valid p; its resolution is ``1 / (1 + draws)``)."""
+    strata = [np.asarray(v, dtype=float).ravel() for v in values.values() if np.asarray(v).size]
+    if not strata:
+        return math.nan
+    weights = np.concatenate([np.full(v.size, 1.0 / (len(strata) * v.size)) for v in strata])
+    d = np.concatenate(strata) * weights
+    observed = abs(float(d.sum()))
+    if not np.any(d):
+        return 1.0
+    rng = np.random.default_rng(seed)
+    hits, done = 0, 0
+    while done < draws:
+        size = min(2000, draws - done)
+        signs = rng.integers(0, 2, size=(size, d.size), dtype=np.int8) * 2 - 1
+        hits += int(np.sum(np.abs(signs @ d) >= observed - 1e-12))
+        done += size
+    return (1 + hits) / (1 + draws)
+
+
+def monte_carlo_name(test: str, draws: int = MONTE_CARLO_DRAWS) -> str:
+    """A Monte Carlo test's name as generated text states it, with its resolution (the smallest p it can give)."""
+    return f"{test}, Monte Carlo over {draws:,} draws (p resolution {1.0 / (1 + draws):.1e})"
+
+
+def pooled_paired(a: dict[str, np.ndarray], b: dict[str, np.ndarray], *, seed: int = 0, n_bootstrap: int = 2000,
+                  draws: int = MONTE_CARLO_DRAWS) -> PairedEstimate:
     """A variant ``a`` against ``b`` over several seeds: per stratum (benchmark) a matrix, one row per question and
-    one column per seed (the same seed in ``a`` and ``b``: common random numbers). The estimate is the mean over
-    seeds and strata of the paired differences with a question-clustered CI (:func:`clustered_mean_ci`); the test
-    is one stratified exact sign test with (seed, benchmark) as strata (:func:`stratified_sign_p`)."""
-    differences, counts = {}, []
+    one column per seed (the same seed in ``a`` and ``b``: common random numbers). Each question is reduced to one
+    value first, its mean paired difference over the seeds (as inspect's epochs reducers do): the estimate is the
+    mean over strata of the per-stratum means of those values, with a CI resampling questions
+    (:func:`clustered_mean_ci`), and the test the stratified sign-flip test on the questions (:func:`sign_flip_p`):
+    the seeds of one question are not independent, so the question is the unit. ``n`` counts questions;
+    ``a_only`` / ``b_only`` count the questions whose mean difference is above / below 0."""
+    differences = {}
     for stratum in a:
-        x = np.asarray(a[stratum], dtype=bool)
-        y = np.asarray(b[stratum], dtype=bool)
-        differences[stratum] = x.astype(float) - y.astype(float)
-        for column in range(x.shape[1]):
-            counts.append((x.shape[0], int(np.sum(x[:, column] & ~y[:, column])), int(np.sum(~x[:, column] & y[:, column]))))
-    estimate, low, high = clustered_mean_ci(differences, seed=seed)
-    table = np.asarray(counts, dtype=np.int64)
+        x = np.asarray(a[stratum], dtype=float)
+        y = np.asarray(b[stratum], dtype=float)
+        differences[stratum] = x - y
+    per_question = {k: v.mean(axis=1) for k, v in differences.items()}
+    estimate, low, high = clustered_mean_ci(differences, seed=seed, n_bootstrap=n_bootstrap)
+    se = math.nan
     seeds = next(iter(a.values())).shape[1] if a else 0
-    return PairedEstimate(estimate, low, high, stratified_sign_p(table, seed), int(table[:, 0].sum()),
-                          int(table[:, 1].sum()), int(table[:, 2].sum()), len(table),
-                          f"stratified exact sign test over {len(table)} strata ({seeds} seeds x {len(a)} benchmarks)")
+    values = np.concatenate(list(per_question.values())) if per_question else np.zeros(0)
+    return PairedEstimate(estimate, low, high, sign_flip_p(per_question, draws=draws, seed=seed), int(values.size),
+                          int(np.sum(values > 0)), int(np.sum(values < 0)), len(per_question),
+                          monte_carlo_name(f"stratified sign-flip test on the questions' mean differences over "
+                                           f"{seeds} seeds ({len(per_question)} benchmarks)", draws), se)
 
 
 def count_phrase(p_adjusted: Sequence[float], n: Sequence[float], family: str, alpha: float = ALPHA) -> str:
@@ -365,7 +440,7 @@ def count_phrase(p_adjusted: Sequence[float], n: Sequence[float], family: str, a
 # The check of generated text: every verdict word beside an adjusted p below alpha
 # --------------------------------------------------------------------------------------------
 _WORDS = r"\b(significant(?:ly)?|ranks first|wins|beats|holds significantly)\b"
-_ADJUSTED = r"(?:Holm-adjusted p|adjusted p|p_holm)\s*=\s*([0-9.]+(?:e[-+]?[0-9]+)?)"
+_ADJUSTED = r"(?:Holm-adjusted p|adjusted p|p_holm)\s*<?=\s*([0-9.]+(?:e[-+]?[0-9]+)?)"
 _CRITERION = (r"(?:(?:Holm-adjusted p|adjusted p|p_holm)(?:\s*=\s*[0-9.e+-]+(?:\s+at most,)?)?\s*<\s*|"
               r"Holm-adjusted over [^.;]*?alpha = )(0?\.[0-9]+)")
 

@@ -57,6 +57,7 @@ from r2mad_core.report.comparison import (
     BOTH_MODELS_LABEL,
     EQUAL_BY_CONSTRUCTION,
     PAPER_ORDERING_CLAIMS,
+    UNTESTED,
     OrderingClaim,
     load_reported_results,
 )
@@ -109,7 +110,7 @@ def with_power(claims: pd.DataFrame, alpha: float = ALPHA, power: float = TARGET
         n = int(row.n_pairs)
         better, worse = float(row.paper_better), float(row.paper_worse)
         paper = better - worse
-        if math.isnan(paper) or getattr(row, "outcome", None) == EQUAL_BY_CONSTRUCTION:  # no test: no power
+        if math.isnan(paper) or getattr(row, "outcome", None) in UNTESTED:  # no test: no power
             psi.append(math.nan)
             mde.append(math.nan)
             paper_power.append(math.nan)
@@ -334,7 +335,7 @@ def plot_claims_power(claims: pd.DataFrame, title: str = "", power: float = TARG
     fig, ax = plt.subplots(figsize=(8.5, 0.34 * len(rows) + 1.6))
     ax.barh(y, np.where(np.isnan(mde), 0.0, mde), height=0.6, color="0.85",
             label=f"smallest difference this run detects with {power:.0%} power")
-    untested = (rows["outcome"] == EQUAL_BY_CONSTRUCTION).to_numpy() if "outcome" in rows.columns else np.zeros(len(rows), bool)
+    untested = rows["outcome"].isin(UNTESTED).to_numpy() if "outcome" in rows.columns else np.zeros(len(rows), bool)
     none = np.isnan(mde) & ~untested
     if none.any():
         ax.barh(y[none], np.full(int(none.sum()), high + 0.05 * reach), height=0.6, color="none", edgecolor="0.6", hatch="//",
@@ -359,7 +360,7 @@ def _family(claims: pd.DataFrame) -> pd.DataFrame:
     """The claims Holm's family holds (:func:`~r2mad_core.report.comparison.check_orderings`): the distinct comparisons,
     less those of rows equal by construction (known from the run's K before it runs; not tested)."""
     rows = claims[claims["duplicate_of"].isna()] if "duplicate_of" in claims.columns else claims
-    return rows[rows["outcome"] != EQUAL_BY_CONSTRUCTION] if "outcome" in rows.columns else rows
+    return rows[~rows["outcome"].isin(UNTESTED)] if "outcome" in rows.columns else rows
 
 
 def power_sentence(claims: pd.DataFrame, power: float = TARGET_POWER) -> str:

@@ -23,9 +23,42 @@ from r2mad_core.records import TranscriptRecord
 from r2mad_core.report.tables import AVERAGE_LABEL, Best, Table, _is_missing, benchmark_label
 from r2mad_core.debate.scoring import accuracy_with_ci, limit_counts, shared_misconception_subset, stance_transitions
 
+#: RQ4's accuracy on the shared-misconception subset, on a design that selects the subset on no arm's own outcomes
+#: (shared round 0: the subset from the round 0 both arms start from; docs/statistics.md, "Subsets").
 SUBSET_METRIC = "accuracy (shared-misconception subset)"
+#: The same on the paper's design: the subset selected on the MAD run's own round 0 while R2-MAD draws its own. It
+#: conditions on one arm's outcomes (regression to the mean pushes that arm down): shown, labelled biased, never tested.
+PAPER_DESIGN_METRIC = "accuracy (shared-misconception subset, paper's design: biased)"
+#: How a subset's selector relates to the two arms it compares (:func:`subset_design`).
+SHARED_DESIGN = "shared round 0"
+SELECTOR_DESIGN = "selector run neither arm uses"
+BIASED_DESIGN = "selected on one arm's own round 0"
 C_TO_W_METRIC = "C->W rate (shared-misconception subset)"
 W_TO_C_METRIC = "W->C rate (shared-misconception subset)"
+
+
+def _round0(records: Sequence[TranscriptRecord]) -> dict[str, tuple[str, ...]]:
+    return {r.sample_id: tuple(r.rounds[0].responses) for r in records if r.rounds}
+
+
+def subset_design(selector: Sequence[TranscriptRecord], a: Sequence[TranscriptRecord],
+                  b: Sequence[TranscriptRecord]) -> str:
+    """How a subset selected on ``selector``'s round 0 relates to the arms ``a`` and ``b`` it compares, read from the
+    recorded round-0 responses: :data:`SHARED_DESIGN` (the selector's round 0 is both arms' round 0),
+    :data:`SELECTOR_DESIGN` (it is neither arm's) or :data:`BIASED_DESIGN` (it is one arm's own round 0 only: the subset
+    conditions on that arm's outcomes, and regression to the mean favours the other arm; docs/statistics.md)."""
+    s, x, y = _round0(selector), _round0(a), _round0(b)
+
+    def same(other: dict[str, tuple[str, ...]]) -> bool:
+        common = s.keys() & other.keys()
+        return bool(common) and all(s[q] == other[q] for q in common)
+
+    in_a, in_b = same(x), same(y)
+    if in_a and in_b:
+        return SHARED_DESIGN
+    if not in_a and not in_b:
+        return SELECTOR_DESIGN
+    return BIASED_DESIGN
 
 
 @dataclass
@@ -113,7 +146,9 @@ class GridResults:
              "method": o.method, "sample_id": r.sample_id, "correct": bool(r.correct)}
             for o in self.outcomes for r in o.records
         ]
-        return pd.DataFrame(rows, columns=["model", "paper_model", "benchmark", "method", "sample_id", "correct"])
+        frame = pd.DataFrame(rows, columns=["model", "paper_model", "benchmark", "method", "sample_id", "correct"])
+        frame.attrs["bootstrap_resamples"] = self.bootstrap_resamples  # the profile's one count, for every CI of it
+        return frame
 
     def table(
         self,
@@ -295,6 +330,35 @@ class GridResults:
         keep = [row.sample_id in ids.get((row.model, row.benchmark), set()) for row in frame.itertuples()]
         frame = frame[keep].copy()
         frame["metric"] = SUBSET_METRIC
+        return frame
+
+    def subset_designs(self, a: str, b: str, reference: str = "MAD") -> dict[tuple[str, str], str]:
+        """(model label, benchmark id) -> how the subset of ``reference``'s round 0 relates to the arms ``a`` and
+        ``b`` (:func:`subset_design`, read from the recorded round-0 responses)."""
+        cells = {(o.model.label, o.benchmark, o.method): o.records for o in self.outcomes}
+        out = {}
+        for (model, benchmark, method), records in cells.items():
+            if method != reference or (model, benchmark, a) not in cells or (model, benchmark, b) not in cells:
+                continue
+            out[(model, benchmark)] = subset_design(records, cells[(model, benchmark, a)], cells[(model, benchmark, b)])
+        return out
+
+    def unbiased_subset_per_question(self, methods: Sequence[str], reference: str, suffix: str = "",
+                                     metric: str = SUBSET_METRIC) -> pd.DataFrame:
+        """:meth:`subset_per_question` of ``methods + suffix`` on ``reference``'s subset, the labels without
+        ``suffix``, refused (ValueError naming the cell) where the subset is selected on one arm's own round 0
+        (:data:`BIASED_DESIGN`): the design the claims test (docs/statistics.md, "Subsets")."""
+        labels = [f"{m}{suffix}" for m in methods]
+        for i, first in enumerate(labels):
+            for second in labels[i + 1:]:
+                for cell, design in self.subset_designs(first, second, reference).items():
+                    if design == BIASED_DESIGN:
+                        raise ValueError(f"subset of {reference} at {cell}: {design} ({first} vs {second}); "
+                                         "a subset comparison needs a shared round 0 or a selector neither arm uses")
+        frame = self.subset_per_question(labels, reference=reference)
+        if suffix:
+            frame["method"] = frame["method"].str.slice(0, -len(suffix))
+        frame["metric"] = metric
         return frame
 
     def transition_rates(self, methods: Sequence[str], reference: str = "MAD") -> pd.DataFrame:

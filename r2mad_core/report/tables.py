@@ -8,8 +8,10 @@ values with optional 95% bootstrap CI bounds per cell. It renders as
 - a Markdown pipe table (:func:`render_markdown`) and
 - a LaTeX ``booktabs`` table (:func:`render_latex`);
 
-accuracy cells read "0.522 [0.440, 0.604]" and the strictly best value of each column is bold, as
-in the paper (a tie at the shown precision is bold nowhere). Writing the files and recording them in the manifest is :mod:`r2mad_core.report.artifacts`.
+accuracy cells read "0.522 [0.440, 0.604]". A value is bold only where the rule of docs/statistics.md ranks it: its row
+beats every other row of its column block in a paired test on the same questions, Holm-adjusted over those comparisons
+(the column's family), on at least the small-sample n per benchmark cell, and is not one of a group of rows equal by
+construction (:meth:`Table.best_mask`); a table without per-question cells bolds nothing. Writing the files and recording them in the manifest is :mod:`r2mad_core.report.artifacts`.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ class Table:
     #: (row, column) -> the run cells (``CellOutcome``) a value was computed from, when a grid built the table:
     #: a variant compares these cells with the profile's on the same questions (:mod:`r2mad_core.reproduce.variants`).
     cells: Mapping[Any, Any] | None = field(default=None, repr=False, compare=False)
+    #: Groups of row labels the recorded configuration makes the same computation: never bold (never ranked).
+    equal_rows: Sequence[Sequence[Any]] = ()
 
     def __post_init__(self) -> None:
         for name in ("ci_low", "ci_high"):
@@ -96,8 +100,12 @@ class Table:
         if _is_missing(value):
             return "--"
         spec = self._spec(column)
+        if isinstance(value, (float, np.floating)) and abs(float(value)) < 1e-12:
+            value = 0.0  # float noise (a difference of equal sums) is 0, never "1.85e-17"
+        if isinstance(value, np.generic):
+            value = value.item()  # a numpy scalar prints as the number it is, never "np.int64(3)"
         if spec is None:
-            if isinstance(value, (bool, np.bool_)) or isinstance(value, (int, np.integer)):
+            if isinstance(value, bool) or isinstance(value, int):
                 return str(value)
             spec = self.float_spec or f".{self.digits}f"
         text = format(value, spec)
@@ -120,13 +128,20 @@ class Table:
                             index=self.values.index, columns=self.values.columns)
 
     def best_mask(self) -> pd.DataFrame:
-        """True where a cell holds its column's strictly best value (within first-level row groups).
-
-        Values are compared as shown (rounded to ``digits``): when two or more cells share the best
-        shown value, none is bold (a tie is no win), and a block with a single value has no best.
-        """
+        """True where a cell's row beats every other row of its column block (first-level row groups) by the rule:
+        it holds the block's strictly best shown value (a tie is no win), and its paired tests against each other
+        row on the same questions (:func:`r2mad_core.report.inference.paired_estimate`: exact McNemar per benchmark,
+        the stratified sign test for an Average), Holm-adjusted over those comparisons, are all below alpha in the
+        better direction, with every benchmark cell at least :func:`~r2mad_core.report.inference.minimum_n` questions.
+        Never a row of an :attr:`equal_rows` group; nothing without the per-question :attr:`cells` (no test)."""
         mask = pd.DataFrame(False, index=self.values.index, columns=self.values.columns)
         if self.best is None:
+            return mask
+        for column in self.values.columns:
+            direction = self.best if isinstance(self.best, str) else self.best.get(str(column))
+            if direction not in (None, "max", "min"):
+                raise ValueError(f"Table.best[{column!r}]: expected 'max' or 'min', found {direction!r}")
+        if not self.cells:
             return mask
         groups: list[Any]
         if isinstance(self.values.index, pd.MultiIndex):
@@ -136,6 +151,8 @@ class Table:
             groups = [np.array([k == key for k in keys]) for key in dict.fromkeys(keys)]
         else:
             groups = [np.ones(len(self.values), dtype=bool)]
+        labels = list(self.values.index)
+        equal = [set(map(_as_tuple, g)) for g in self.equal_rows]
         for column in self.values.columns:
             direction = self.best if isinstance(self.best, str) else self.best.get(str(column))
             if direction is None:
@@ -149,9 +166,57 @@ class Table:
                     continue  # a lone value is best of nothing
                 target = block.max() if direction == "max" else block.min()
                 hits = selector & (numeric == target).to_numpy()
-                if hits.sum() == 1:  # strictly best at the shown precision; a tie is bold nowhere
-                    mask.loc[hits, column] = True
+                if hits.sum() != 1:  # a tie at the shown precision is bold nowhere
+                    continue
+                best = int(np.flatnonzero(hits)[0])
+                if any(_as_tuple(labels[best]) in g and len(g) > 1 for g in equal):
+                    continue  # equal by construction: never ranked
+                others = [i for i in np.flatnonzero(selector & numeric.notna().to_numpy()) if i != best]
+                if self._beats(labels[best], [labels[i] for i in others], column, direction):
+                    mask.iloc[best, list(self.values.columns).index(column)] = True
         return mask
+
+    def _beats(self, row: Any, others: Sequence[Any], column: Any, direction: str) -> bool:
+        """Whether ``row`` beats each of ``others`` in ``column`` by the rule (:meth:`best_mask`)."""
+        from r2mad_core.report import inference, multiplicity
+
+        mine = _per_question(self.cells.get((row, column)))
+        if mine is None:
+            return False
+        sign = 1.0 if direction == "max" else -1.0
+        tests = []
+        for other in others:
+            theirs = _per_question(self.cells.get((other, column)))
+            if theirs is None:
+                return False
+            common = sorted(mine.keys() & theirs.keys())
+            if not common:
+                return False
+            strata = [key[:2] for key in common]
+            per_cell = pd.Series(strata).value_counts()
+            if inference.too_small(int(per_cell.min()), inference.ALPHA, len(others)):
+                return False  # below the small-sample n in some benchmark cell: no ranking
+            a = [mine[k] for k in common]
+            b = [theirs[k] for k in common]
+            test = inference.paired_estimate(a, b, [f"{m} / {bm}" for m, bm in strata], n_bootstrap=2)
+            if sign * test.difference <= 0:
+                return False
+            tests.append(test.p_value)
+        return bool(tests) and all(p < inference.ALPHA for p in multiplicity.holm(tests))
+
+
+def _per_question(outcomes: Any) -> dict[tuple, bool] | None:
+    """(model, benchmark, sample_id) -> correct of a cell's run outcomes (None: no per-question record)."""
+    if not outcomes:
+        return None
+    out = {}
+    for o in outcomes if isinstance(outcomes, (list, tuple)) else [outcomes]:
+        records = getattr(o, "records", None)
+        if records is None:
+            return None
+        for r in records:
+            out[(o.model.label, o.benchmark, r.sample_id)] = bool(r.correct)
+    return out
 
 
 def _is_missing(value: Any) -> bool:

@@ -29,7 +29,8 @@ from r2mad_core.experiments.method_labels import (
 )
 from r2mad_core.experiments.model_specs import large_model_plan
 from r2mad_core.report.comparison import pooled_average_rows
-from r2mad_core.report.results import C_TO_W_METRIC, SUBSET_METRIC, W_TO_C_METRIC, GridResults
+from r2mad_core.experiments.method_labels import SHARED_ROUND0
+from r2mad_core.report.results import C_TO_W_METRIC, PAPER_DESIGN_METRIC, SUBSET_METRIC, W_TO_C_METRIC, GridResults
 from r2mad_core.reproduce.grid import ExperimentGrid
 
 
@@ -87,7 +88,7 @@ def collect_reproduction(
     ``reported_results.csv``, the paper model each reproduced model stands in for."""
     grids: dict[str, GridResults] = {}
     frames: list[pd.DataFrame] = []
-    exp = _OneBar(exp, total=8 + sum("stand_in" not in e for e in large_models))  # one bar for the whole step
+    exp = _OneBar(exp, total=8 + (exp.choices["round0"] != "shared") + sum("stand_in" not in e for e in large_models))  # one bar for the whole step
     grids["tab:main_results"] = exp.grid(MAIN_METHODS)
     frames.append(grids["tab:main_results"].reproduced("tab:main_results", MAIN_METHODS))
     grids["tab:ablation"] = exp.grid(ABLATION_METHODS)
@@ -114,7 +115,16 @@ def collect_reproduction(
 
     subset_runs = exp.grid(sorted(set(SUBSET_METHODS) | set(TRANSITION_METHODS)))
     grids["shared_misconception"] = subset_runs
-    subset = subset_runs.subset_accuracy(SUBSET_METHODS)
+    # RQ4 on a design that selects on no arm's outcomes: both arms replay one round 0 and the subset is taken from it
+    # (docs/statistics.md, "Subsets"); with round0: independent the shared-round-0 pair is run (notebook 06 runs it)
+    rq4 = ("MAD", "R2-MAD")
+    if exp.choices["round0"] == "shared":
+        subset_pair, subset_suffix = subset_runs, ""
+    else:
+        subset_pair, subset_suffix = exp.grid([m + SHARED_ROUND0 for m in rq4]), str(SHARED_ROUND0)
+        grids["shared_misconception_shared_round0"] = subset_pair
+    subset = subset_pair.subset_accuracy([m + subset_suffix for m in rq4], reference="MAD" + subset_suffix)
+    subset["method"] = [m[:len(m) - len(subset_suffix)] for m in subset["method"]]
     frames.append(subset.assign(table="fig:combined_eval (text)", metric=SUBSET_METRIC)
                   .rename(columns={"accuracy": "value"}))
     rates = subset_runs.transition_rates(TRANSITION_METHODS)
@@ -142,7 +152,8 @@ def collect_reproduction(
     per_question = everything.per_question().drop_duplicates(["model", "paper_model", "benchmark", "method", "sample_id"])
     per_question = pd.concat([
         per_question.assign(metric="accuracy"),
-        subset_runs.subset_per_question(SUBSET_METHODS),
-    ], ignore_index=True)
+        subset_pair.unbiased_subset_per_question(rq4, reference="MAD" + subset_suffix, suffix=subset_suffix),
+    ] + ([] if not subset_suffix else [  # the paper's design, shown beside it, labelled biased and never tested
+        subset_runs.subset_per_question(rq4).assign(metric=PAPER_DESIGN_METRIC)]), ignore_index=True)
     exp.close_bar()
     return Reproduction(reproduced=reproduced, per_question=per_question, grids=grids)

@@ -10,8 +10,9 @@ random numbers) and over the seeds' mean (:func:`replicate_comparison`).
 
 The statistics are the one rule's (docs/statistics.md, :mod:`r2mad_core.report.inference`): beside the per-seed
 values, each cell's pooled value over the seeds with a 95% CI that resamples questions (each with all its seeds:
-the questions are the clusters); a variant's pooled paired difference over the seeds with that CI and one stratified
-exact sign test with the (seed, benchmark) pairs as strata, Holm over the table's cells.
+the questions are the clusters); a variant's pooled paired difference over the seeds with that CI, each question first
+reduced to its mean difference over the seeds, then one stratified sign-flip test on the questions (the question is
+the unit: its seeds are not independent), Holm over the table's cells; n counts questions.
 """
 
 from __future__ import annotations
@@ -216,7 +217,8 @@ def replicate_comparison(profile_runs: Sequence[Replicate], variant_runs: Sequen
                     f"{len(moved)} of {len(frame)} cells move the same way under every seed; the largest mean "
                     f"difference is {float(frame['mean difference'].abs().max()):.3f} (sd across seeds "
                     f"{float(frame.loc[frame['mean difference'].abs().idxmax(), 'sd']):.3f}). Pooled over the seeds "
-                    f"(stratified exact sign test, seeds x benchmarks as strata): "
+                    f"(each question reduced to its mean difference over the seeds, then the stratified sign-flip "
+                    f"test on the questions, Monte Carlo): "
                     + inference.count_phrase(frame["p_holm"].tolist(), frame["n"].tolist(), f"the {tested} cells") + ".")
         if frame["n"].notna().any() and inference.too_small(float(frame["n"].min())):
             sentence += " " + inference.small_sample_line(float(frame["n"].min()))
@@ -224,7 +226,8 @@ def replicate_comparison(profile_runs: Sequence[Replicate], variant_runs: Sequen
                    caption=(f"{quantity} ({table}): variant {variant_name} minus profile {profile}, seed by seed (each "
                             f"seed shares its random draws with the profile's run of that seed), the mean difference "
                             f"and its sd across the seeds, and the pooled paired difference over the seeds with its "
-                            f"95% CI (questions resampled with all their seeds), n (paired question-seeds), p, p_holm "
+                            f"95% CI (questions resampled with all their seeds), n (paired questions, each reduced to its mean over the "
+                            f"seeds), p (Monte Carlo sign-flip test on the questions), p_holm "
                             f"and the verdict of docs/statistics.md. {sentence}"),
                    profile=profile, notebook="reproduce --replicates", float_format="{:.4g}",
                    replicates={"seeds": seeds, "variant": variant_name}, notes=sentence)

@@ -13,7 +13,8 @@ retrieval policy of Table 3, n_agents, n_rounds, train_limit, ...). A run whose 
   0.9)``, :meth:`Variant.note`), figures carry the same line, the settings table marks the rows, the manifest
   records the overrides (:meth:`Variant.record`);
 - every table it shares with the profile is compared cell by cell with the profile's: the difference, a paired
-  test on the same questions (exact McNemar, :func:`r2mad_core.debate.scoring.paired_test`) and a generated
+  test on the same questions (:func:`r2mad_core.report.inference.paired_estimate`: exact McNemar per benchmark, the
+  stratified exact sign test of the shown mean of per-benchmark differences for an Average, as the sweeps') and a generated
   sentence of "What this shows", saved as ``<table>_vs_profile`` (:func:`compare_table`);
 - a sweep (``--sweep gamma=0,0.3,0.6,0.9``, :mod:`r2mad_core.reproduce.sweeps`) runs each value as a variant and draws each table's metric against
   the parameter with its 95% CIs, per benchmark column (:func:`sweep_artifacts`).
@@ -39,7 +40,7 @@ import numpy as np
 import yaml
 
 from r2mad_core.experiments.protocol import BY_NAME, PROFILE_CHOICES
-from r2mad_core.debate.scoring import paired_test
+from r2mad_core.report import inference
 from r2mad_core.experiments.profiles import load_profile
 from r2mad_core.report.artifacts import apply_style, display_path, jsonable, read_manifest, save_figure, save_table, update_manifest
 from r2mad_core.reproduce.grid import _finished_records
@@ -281,13 +282,14 @@ def round0_sharing(mine: Sequence[Any], theirs: Sequence[Any]) -> tuple[int, int
     return compared, unchanged, shared
 
 
-def _pairs(outcomes: Sequence[Any], baseline: Any) -> tuple[dict[str, bool], dict[str, bool], list[float], bool,
+def _pairs(outcomes: Sequence[Any], baseline: Any) -> tuple[dict[tuple, bool], dict[tuple, bool], list[float], bool,
                                                             tuple[int, int, int]] | None:
-    """Per-question correctness of the variant's cells and the profile's same cells (keyed benchmark/sample),
+    """Per-question correctness of the variant's cells and the profile's same cells (keyed (model, benchmark,
+    sample)),
     the profile's per-cell accuracies, whether every cell is the very same run, and the round-0 sharing counts
     (:func:`round0_sharing`); None when the profile has not run one of them."""
-    mine: dict[str, bool] = {}
-    theirs: dict[str, bool] = {}
+    mine: dict[tuple, bool] = {}
+    theirs: dict[tuple, bool] = {}
     accuracies: list[float] = []
     same = True
     sharing = [0, 0, 0]
@@ -302,9 +304,9 @@ def _pairs(outcomes: Sequence[Any], baseline: Any) -> tuple[dict[str, bool], dic
             return None
         same = same and Path(run_dir).resolve() == Path(outcome.run_dir).resolve()
         for r in outcome.records:
-            mine[f"{outcome.model.label}/{outcome.benchmark}/{r.sample_id}"] = bool(r.correct)
+            mine[(outcome.model.label, outcome.benchmark, r.sample_id)] = bool(r.correct)
         for r in records:
-            theirs[f"{outcome.model.label}/{outcome.benchmark}/{r.sample_id}"] = bool(r.correct)
+            theirs[(outcome.model.label, outcome.benchmark, r.sample_id)] = bool(r.correct)
         accuracies.append(sum(bool(r.correct) for r in records) / len(records))
         sharing = [a + b for a, b in zip(sharing, round0_sharing(outcome.records, records))]
     return mine, theirs, accuracies, same, (sharing[0], sharing[1], sharing[2])
@@ -333,10 +335,18 @@ def compare_table(table: Any, variant: Variant, baseline: Any, *, bootstrap_resa
             paired = _pairs(outcomes, baseline) if baseline is not None else None
             if paired is not None:
                 mine, theirs, accuracies, same, (_, unchanged, shared) = paired
-                test = paired_test(mine, theirs, n_bootstrap=bootstrap_resamples, seed=seed)
+                if set(mine) != set(theirs):
+                    raise ValueError(f"variant {variant.name}: cell {row} / {column} covers other questions than the "
+                                     f"profile's ({len(set(mine) ^ set(theirs))} differ)")
+                keys = sorted(mine)
+                # the quantity shown: for an Average the mean of per-benchmark differences, tested by the stratified
+                # exact sign test with its stratified CI (the sweeps' estimate: the same pair, the same p)
+                test = inference.paired_estimate([mine[k] for k in keys], [theirs[k] for k in keys],
+                                                 [f"{k[0]} / {k[1]}" for k in keys], n_bootstrap=bootstrap_resamples,
+                                                 seed=seed)
                 profile_value = sum(accuracies) / len(accuracies)  # a mean of cells, as the tables' Average
                 entry.update(profile=profile_value, difference=float(value) - profile_value,
-                             ci_low=test.difference_low, ci_high=test.difference_high, p_mcnemar=test.p_value,
+                             ci_low=test.ci_low, ci_high=test.ci_high, p_mcnemar=test.p_value,
                              pairs=test.n, same_run=same, round0_unchanged=unchanged, round0_shared=shared)
             rows.append(entry)
     frame = pd.DataFrame(rows)
@@ -365,8 +375,8 @@ def comparison_sentences(frame: pd.DataFrame, variant: Variant, table_name: str)
     tests = int(compared["p_holm"].notna().sum())
     verdict = count_phrase(list(compared["p_holm"]), list(compared["pairs"]), f"the {tests} cells tested at once")
     text = (f"{table_name}, {variant.describe()}: {len(changed)} of {len(compared)} cells differ from the profile's "
-            f"({same} are the very same runs, unchanged by the override); {verdict} (exact McNemar on the same "
-            f"questions, {multiplicity.describe(tests)}).")
+            f"({same} are the very same runs, unchanged by the override); {verdict} (exact McNemar per benchmark, the "
+            f"stratified exact sign test for an Average, on the same questions, {multiplicity.describe(tests)}).")
     if "round0_unchanged" in compared:
         unchanged, shared = int(compared["round0_unchanged"].sum()), int(compared["round0_shared"].sum())
         text += (f" Round 0: {shared} of the {unchanged} debates whose round-0 requests the change leaves unchanged "

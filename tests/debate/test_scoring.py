@@ -227,8 +227,10 @@ def test_bootstrap_ci_is_seeded_and_sane():
 
 
 def test_bootstrap_ci_degenerate_cases():
-    assert accuracy_with_ci([True] * 5).low == 1.0
-    assert accuracy_with_ci([False] * 5).high == 0.0
+    # a bootstrap of all-correct answers collapses to [1, 1]; from the cutoff on it is the bootstrap's, below it exact
+    assert accuracy_with_ci([True] * 20).low == 1.0
+    assert accuracy_with_ci([False] * 20).high == 0.0
+    assert accuracy_with_ci([True] * 5).low == pytest.approx(0.025 ** 0.2) and accuracy_with_ci([False] * 5).high < 1
     empty = accuracy_with_ci([])
     assert empty.n == 0 and math.isnan(empty.accuracy)
     with pytest.raises(ValueError, match="level"):
@@ -304,3 +306,11 @@ def test_annotation_counts_split_by_the_annotated_peers_correctness() -> None:
     assert counts.rate("high", True) == 0.0 and counts.rate("high", False) == 0.5
     assert counts.informativeness == -0.5  # here the annotations point the wrong way
     assert math.isnan(scoring.AnnotationCounts().informativeness)
+
+
+def test_an_accuracy_at_small_n_has_the_exact_interval() -> None:
+    one = accuracy_with_ci([False])
+    assert (one.low, one.high) == (0.0, pytest.approx(0.975)) and one.n_bootstrap == 0  # not "0.000 [0.000, 0.000]"
+    four = accuracy_with_ci([True, True, True, True])
+    assert four.low == pytest.approx(0.025 ** 0.25) and four.high == 1.0
+    assert accuracy_with_ci([True] * 10 + [False] * 10).n_bootstrap == 10_000  # bootstrap from the cutoff on

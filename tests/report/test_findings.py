@@ -32,12 +32,15 @@ def test_compare_pools_benchmarks_like_the_papers_average_with_an_exact_mcnemar(
     # 12 pairs are below the smallest n with 80% power for any difference (15): no verdict, whatever the p
     assert (c.n_pairs, c.better_only, c.worse_only) == (12, 9, 1) and c.outcome == "holds" and not c.significant
     assert "R2-MAD 0.700 vs MAD 0.300 (+0.400, 95% CI" in c.clause() and "stratified exact sign test" in c.clause()
-    assert "no inference at n = 12" in c.clause() and "significant" not in c.clause()
+    assert "no inference at n = 2 per benchmark cell" in c.clause() and "significant" not in c.clause()
     # the same split at 4x the questions: the rule speaks, with the adjusted p beside the word
     big = GridResults([_outcome("R2-MAD", "math500", ([1] * 9 + [0]) * 4), _outcome("MAD", "math500", ([0] * 9 + [1]) * 4),
-                       _outcome("R2-MAD", "truthfulqa", [1, 0] * 4), _outcome("MAD", "truthfulqa", [1, 0] * 4)])
+                       _outcome("R2-MAD", "truthfulqa", [1, 0] * 8), _outcome("MAD", "truthfulqa", [1, 0] * 8)])
     c = findings.compare(big, "R2-MAD", "MAD")
-    assert c.significant and "; significant (Holm-adjusted p = " in c.clause()
+    # a bare comparison is a paper claim's: verdict: the claims family's, never this text's
+    assert not c.significant and "verdict: the claims family" in c.clause() and "significant" not in c.clause()
+    c = findings.holm_family([c], "a test family")[0]
+    assert c.significant and "; significant (Holm-adjusted p = " in c.clause() and "a test family of 1" in c.clause()
     tie = findings.compare(results, "R2-MAD", "MAD", benchmarks=["TruthfulQA"])
     assert tie.outcome == "tie" and not tie.significant and tie.scope == "on TruthfulQA"
 
@@ -50,12 +53,12 @@ def test_main_results_sentences_follow_the_numbers() -> None:
     better = sentences([1, 1, 1, 0])
     assert "Sim (simulated agents), standing in for Qwen2.5-7B-Instruct" in better[0]
     assert "strictly above 1 of the 1 baselines" in better[1] and "R2-MAD 0.750 vs MAD 0.500" in better[1]
-    # 4 questions: the point estimate goes the claimed way, no verdict word
-    assert better[2].startswith("The point estimates go the way of the paper's RQ1 claim")
-    assert "not confirmed" in better[2] and "significant" not in " ".join(better[1:])
+    # 4 questions: the point estimate goes the claimed way, no verdict word; a claim's verdict is the claims family's
+    assert "tested once, in the claims family" in better[1] and "no inference at n = 4 per benchmark cell" in better[1]
+    assert "significant" not in " ".join(better[1:])
     tied = sentences([1, 1, 0, 0])
     assert "strictly above 0 of the 1 baselines" in tied[1] and "do not go the way" in tied[2]
-    assert "GPT-4o-mini) are not run in this profile" in tied[-1]
+    assert "GPT-4o-mini) are not run in this profile" in tied[-2] and tied[-1].startswith("Small sample: n = 4")
 
 
 def test_retrieval_sentence_names_the_winner_and_the_simulator_mechanism() -> None:
@@ -91,12 +94,12 @@ def test_poisoning_that_does_not_hurt_is_explained_as_a_simulation_limit() -> No
     frame["poisoned fraction"] = frame["method"].map(fractions)
     text = " ".join(findings.poisoned_memory(frame, poisoned, [SIM]))
     assert "accuracy 0.500 with clean memory and 0.750 with f = 1" in text and "MAD without memory: 0.250" in text
-    assert "Poisoning does not measurably hurt on TruthfulQA: the difference is reversed" in text
+    assert "too small to say whether poisoning hurts" in text and "Small sample: n = 4" in text
     hurt = GridResults([_outcome("R2-MAD poisoned=0", "truthfulqa", [1] * 12), _outcome("R2-MAD poisoned=1", "truthfulqa", [0] * 12)])
     frame = hurt.accuracy()
     frame["poisoned fraction"] = frame["method"].map(fractions)
     text = " ".join(findings.poisoned_memory(frame, hurt, [SIM]))
-    assert "not distinguishable from no difference at n = 12" in text  # 12 questions: no inference
+    assert "no inference at n = 12" in text and "not distinguishable" not in text  # 12 questions: no inference
     hurt = GridResults([_outcome("R2-MAD poisoned=0", "truthfulqa", [1] * 20), _outcome("R2-MAD poisoned=1", "truthfulqa", [0] * 20)])
     frame = hurt.accuracy()
     frame["poisoned fraction"] = frame["method"].map(fractions)
@@ -115,8 +118,8 @@ def test_claims_sentences_list_what_fails() -> None:
          "p_value": 0.01, "p_holm": 0.01, "significant": False, "duplicate_of": None, "n_pairs": 377},
     ])
     text = findings.claims(claims, claims_summary(claims), [SIM])
-    assert text[1].startswith("Of the 1 distinct comparisons") and "0 go the claimed way here" in text[1]
-    assert "1 is reversed" in text[1] and "Holm-adjusted over the 1 distinct claimed comparisons" in text[1]
+    assert text[1].startswith("Of the 1 distinct claims") and "0 go the claimed way here" in text[1]
+    assert "1 reversed, 0 tied" in text[1] and "Holm-adjusted over the claims family of 1" in text[1]
     assert "Does not go the claimed way (reversed): R2-MAD > R2-MAD w/o Confidence on Average" in text[2]
     assert "reproduced 0.710 vs 0.734; the paper 0.607 vs 0.585" in text[2]
 
@@ -169,6 +172,8 @@ def test_round0_sentences_count_how_often_the_independent_round_0_was_also_wrong
     independent = GridResults([cell("MAD" + suffix, [record("a", wrong, False), record("b", wrong, False)]),
                                cell("R2-MAD" + suffix, [record("a", right, True), record("b", wrong, True)])])
     text = findings.round0_comparison(paired, independent, [SIM], suffix)
-    assert text[0] == ("TruthfulQA (Sim): R2-MAD minus MAD on the subset is +0.500 with a shared round 0 (p = 1, 2 questions) "
-                       "and +1.000 with independent round-0 draws (p = 0.5, 2 questions).")
+    assert text[0].startswith("TruthfulQA (Sim), with a shared round 0") and "R2-MAD 0.500 vs MAD 0.000 (+0.500" in text[0]
+    assert "no inference at n = 2" in text[0]
+    assert "On the paper's design (the subset from the independent MAD run's own round 0) the difference is +1.000 on 2 " \
+           "questions: biased toward R2-MAD, shown, not tested." in text[0]
     assert "majority-wrong on 1 of the 2 questions of MAD's subset (50%)" in text[-1]

@@ -91,19 +91,40 @@ def test_cell_text_formats_ci_and_missing_values() -> None:
     assert custom.cell_text(0, "tokens") == "5,750"
 
 
-def test_bold_marks_only_a_strictly_best_value_within_each_model_block() -> None:
-    mask = grouped_table().best_mask()
-    assert mask.loc[("Qwen", "R2-MAD"), "MATH500"] and not mask.loc[("Qwen", "CoT"), "MATH500"]
-    # tie at 0.6 in the Qwen block: a tie is no win, neither is bold (issue 14, item 6)
-    assert not mask.loc[("Qwen", "CoT"), "Econ_%&"] and not mask.loc[("Qwen", "R2-MAD"), "Econ_%&"]
-    # Gemma block: NaN never best, and 0.2 is the only value: best of nothing, not bold
-    assert not mask.loc[("Gemma", "CoT"), "Econ_%&"] and not mask.loc[("Gemma", "R2-MAD"), "Econ_%&"]
-    lower = Table(values=pd.DataFrame({"C->W": [0.222, 0.294]}, index=pd.Index(["full", "w/o"], name="m")), best="min")
-    assert lower.best_mask()["C->W"].tolist() == [True, False]
-    # equal as shown (3 decimals) is a tie even when the floats differ
+def _cell(model: str, benchmark: str, correct: list[int]):
+    from types import SimpleNamespace
+
+    records = [SimpleNamespace(sample_id=f"q{i}", correct=bool(c)) for i, c in enumerate(correct)]
+    return [SimpleNamespace(model=SimpleNamespace(label=model), benchmark=benchmark, records=records)]
+
+
+def tested_table(n: int = 40, best_row: list[int] | None = None) -> Table:
+    """One column, three rows on the same n questions: a is right on all, b and c on half (a beats both, p tiny)."""
+    rows = {"a": best_row or [1] * n, "b": [i % 2 for i in range(n)], "c": [(i + 1) % 2 for i in range(n)]}
+    values = pd.DataFrame({"acc": [sum(v) / n for v in rows.values()]}, index=pd.Index(list(rows), name="m"))
+    cells = {(name, "acc"): _cell("M", "bench", v) for name, v in rows.items()}
+    return Table(values=values, best="max", cells=cells)
+
+
+def test_bold_only_where_a_row_beats_every_other_row_after_holm() -> None:
+    # no per-question cells: no test, nothing bold, whatever the values
+    assert not grouped_table().best_mask().to_numpy().any()
+    assert "**" not in render_markdown(grouped_table())
+    assert tested_table().best_mask()["acc"].tolist() == [True, False, False]
+    # the best value by a difference the test does not back: not bold (a right on 25 of 40, b on 20, c on 20)
+    weak = tested_table()
+    weak.cells[("a", "acc")] = _cell("M", "bench", [1 if i < 25 else 0 for i in range(40)])
+    weak.values.loc["a", "acc"] = 25 / 40
+    assert not weak.best_mask()["acc"].any()
+    # below the small-sample n in the benchmark cell: never bold
+    assert not tested_table(n=10).best_mask()["acc"].any()
+    # equal by construction: never ranked
+    equal = tested_table()
+    equal.equal_rows = [("a", "b")]
+    assert not equal.best_mask()["acc"].any()
+    # a tie at the shown precision is bold nowhere, tested or not
     shown = Table(values=pd.DataFrame({"acc": [0.0001, 0.0002, 0.0]}, index=pd.Index(["a", "b", "c"], name="m")), best="max")
     assert not shown.best_mask()["acc"].any()
-    assert "**" not in render_markdown(shown)
 
 
 def test_markdown_round_trip_and_bold() -> None:
@@ -111,7 +132,8 @@ def test_markdown_round_trip_and_bold() -> None:
     text = render_markdown(table)
     lines = text.splitlines()
     assert lines[0] == "| model | method | MATH500 | Econ_%& |"
-    assert "| Qwen | R2-MAD | **0.550 [0.450, 0.675]** |" in text
+    assert "**" not in text  # no per-question cells: no test, no bold
+    assert "| a | **1.000** |" in render_markdown(tested_table())
     parsed = parse_markdown_table(text)
     expected = table.text_frame().reset_index()
     expected.columns = ["model", "method", "MATH500", "Econ_%&"]
@@ -134,7 +156,7 @@ def test_latex_escapes_specials_groups_and_round_trips() -> None:
     assert r"\textbf{Econ\_\%\&}" in text
     assert r"\caption{A \& B: 95\% CI}" in text and r"\label{tab:main_results}" in text
     assert text.count(r"\midrule") == 2  # after the header and between the two model blocks
-    assert r"\textbf{0.550 [0.450, 0.675]}" in text
+    assert r"\textbf{0.550" not in text and r"\textbf{1.000}" in render_latex(tested_table())  # bold only when tested
     rows = parse_latex_table(text)
     assert rows[0] == ["model", "method", "MATH500", "Econ_%&"]
     assert rows[1:] == [[m, k, *table.text_frame().loc[(m, k)].tolist()] for m, k in table.values.index]
@@ -324,7 +346,9 @@ def test_check_orderings_hand_computed() -> None:
         ("Smol", "R2-MAD", "Economics", same * 2), ("Smol", "MAD", "Economics", same * 2),
     ])
     row = check_orderings(doubled, [claim], stand_ins={"Smol": "Qwen2.5-7B-Instruct"}).iloc[0]
-    assert row.n_pairs == 28 and row.p_value < 0.05 and row.p_holm == row.p_value and bool(row.significant)
+    assert row.n_pairs == 28 and row.p_value < 0.05 and row.p_holm == row.p_value
+    # 8 questions in its smallest benchmark cell: below the cutoff (15), which applies per cell, so no verdict
+    assert row.n_cell == 8 and not bool(row.significant)
 
     benchmark_claim = OrderingClaim("tab:main_results", "Qwen2.5-7B-Instruct", "Economics", "R2-MAD", "MAD")
     row = check_orderings(frame, [benchmark_claim], stand_ins={"Smol": "Qwen2.5-7B-Instruct"}).iloc[0]
@@ -476,7 +500,7 @@ def test_model_specs_stand_ins_and_environment(monkeypatch: pytest.MonkeyPatch) 
 def test_mean_accuracy_ci_matches_the_single_benchmark_bootstrap() -> None:
     from r2mad_core.debate.scoring import accuracy_with_ci
 
-    outcomes = [True, False, True, True, False, True, True]
+    outcomes = [True, False, True, True, False, True, True] * 3
     single = accuracy_with_ci(outcomes, n_bootstrap=2000, seed=3)
     mean, low, high = mean_accuracy_with_ci([outcomes], n_bootstrap=2000, seed=3)
     assert (mean, low, high) == pytest.approx((single.accuracy, single.low, single.high))
@@ -517,7 +541,7 @@ def test_grid_tables_subsets_and_transitions_by_hand() -> None:
     assert list(table.values.columns) == ["TruthfulQA", "MATH500", "Average"]
     assert table.values.at["MAD", "TruthfulQA"] == pytest.approx(2 / 3)
     assert table.values.at["R2-MAD", "Average"] == pytest.approx((1.0 + 0.5) / 2)
-    assert table.best_mask().at["R2-MAD", "Average"] and not table.best_mask().at["MAD", "Average"]
+    assert not table.best_mask().any().any()  # 2-10 questions per cell: below the small-sample n, nothing is ranked
     assert results.shared_misconception_subsets("MAD") == {("Sim", "truthfulqa"): {"q1", "q3"}, ("Sim", "math500"): {"q8"}}
     subset = results.subset_accuracy(["MAD", "R2-MAD"]).set_index(["benchmark", "method"])
     assert subset.at[("TruthfulQA", "MAD"), "accuracy"] == 0.5 and subset.at[("TruthfulQA", "R2-MAD"), "accuracy"] == 1.0
@@ -607,7 +631,7 @@ def test_a_comparison_read_twice_is_counted_once_and_a_tie_does_not_hold() -> No
     summary = claims_summary(out)
     assert (summary.checked, summary.holds, summary.significant, summary.repeated) == (1, 1, 0, 1)
     sentence = summary.sentence()
-    assert sentence.startswith("Of the 1 distinct comparisons") and "1 go the claimed way here" in sentence
+    assert sentence.startswith("Of the 1 distinct claims") and "1 go the claimed way here" in sentence
     assert "none is tested: Small sample: n = 4 paired questions" in sentence and "1 further claim" in sentence
     # a tie (0.5 vs 0.5) is not "holds", and a significant row always holds
     tie = _per_question([("Smol", "R2-MAD", "MATH500", [1, 0]), ("Smol", "MAD", "MATH500", [0, 1])])

@@ -178,6 +178,18 @@ def test_a_cell_the_variant_does_not_change_replays_and_compares_as_the_same_run
     assert r2["difference"] == pytest.approx(r2["variant"] - r2["profile"])
     average = frame[(frame["method"] == "R2-MAD") & (frame["benchmark"] == "Average")].iloc[0]
     assert average["variant"] == pytest.approx(table.values.at["R2-MAD", "Average"])
+    # the Average is tested as shown, by the sweeps' stratified estimate: the same pair gets the same p in both tables
+    from r2mad_core.reproduce import sweeps
+    from r2mad_core.report import inference
+
+    strata = {f"Sim / {o.benchmark}": {r.sample_id: bool(r.correct) for r in o.records}
+              for o in after.outcomes if o.method == "R2-MAD"}
+    theirs = {f"Sim / {o.benchmark}": {r.sample_id: bool(r.correct) for r in o.records}
+              for o in before.outcomes if o.method == "R2-MAD"}
+    xs, ys, labels = sweeps._paired(strata, theirs)
+    swept = inference.paired_estimate(xs, ys, labels, n_bootstrap=200)
+    assert average["p_mcnemar"] == swept.p_value and (average["ci_low"], average["ci_high"]) == (swept.ci_low, swept.ci_high)
+    assert average["difference"] == pytest.approx(swept.difference)
     sentence = variants.comparison_sentences(frame, variant, "tab_t")[0]
     assert sentence.startswith("tab_t, gamma = 0.5 (profile t: 0.9): ")
     assert f"of 6 cells differ from the profile's (3 are the very same runs" in sentence
