@@ -20,7 +20,8 @@ HELP = "write runs as Inspect eval logs (inspect view) or as one per-question ta
 
 
 def add_export_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="format", required=True, metavar="FORMAT", parser_class=type(parser))
+    sub = parser.add_subparsers(dest="format", required=True, metavar="FORMAT", parser_class=type(parser),
+                                help="inspect (Inspect eval logs) or table (the per-question table)")
     inspect = sub.add_parser("inspect", help="one Inspect .eval log per cell (replicates as epochs)",
                              description="one Inspect .eval log per (benchmark, method, model, variant)")
     inspect.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders, or folders holding run folders")
