@@ -20,7 +20,7 @@ The mapping, from the run folders' records (:mod:`r2mad_core.export.source`), wh
 
 Timestamps come from the run's own files: its start is when ``config.json`` was written, each event is placed at
 the start plus the recorded seconds of the rounds before it, the end is when ``transcripts.jsonl`` was last written.
-:func:`export_inspect` reads every folder before writing anything, and writes each log atomically.
+:func:`export_inspect` reads every folder before writing anything, then builds and writes one log at a time.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
+import shutil
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
@@ -35,7 +37,6 @@ from typing import Any, Sequence
 from r2mad_core import __version__
 from r2mad_core.data import benchmarks as benchmark_data
 from r2mad_core.export.source import ExportError, ExportRun, portable, read_runs, replicate_free
-from r2mad_core.files import atomic_write
 
 #: The score's name in every log (``score_r2mad_vote`` in ``samples_df``).
 SCORER = "r2mad_vote"
@@ -64,7 +65,8 @@ def _iso(moment: _dt.datetime) -> str:
 
 
 def group_cells(runs: Sequence[ExportRun]) -> list[list[ExportRun]]:
-    """The runs by cell (:attr:`ExportRun.cell_key`), each cell's replicates in seed order, cells in path order."""
+    """The runs by cell (:attr:`ExportRun.cell_key`), each cell's replicates in seed order, cells in path order;
+    :class:`ExportError` for two replicates with one seed or with different questions."""
     cells: dict[str, list[ExportRun]] = defaultdict(list)
     for run in runs:
         cells[run.cell_key].append(run)
@@ -74,6 +76,11 @@ def group_cells(runs: Sequence[ExportRun]) -> list[list[ExportRun]]:
         if len(set(seeds)) != len(seeds):
             raise ExportError(f"{cell[1].path}: seed: {cell[1].seed} as in {cell[0].path}; two runs of one cell with "
                               "the same seed cannot be two epochs (export them apart)")
+        ids = [r.sample_id for r in cell[0].records]
+        for run in cell[1:]:
+            if [r.sample_id for r in run.records] != ids:
+                raise ExportError(f"{run.path}/transcripts.jsonl: sample_id: its questions differ from "
+                                  f"{cell[0].path}'s (replicates of one cell answer the same questions)")
     return sorted(out, key=lambda c: c[0].path)
 
 
@@ -106,9 +113,6 @@ def build_log(cell: Sequence[ExportRun]) -> Any:
     samples = []
     usage_total = ModelUsage()
     for epoch, run in enumerate(cell, start=1):
-        if [r.sample_id for r in run.records] != ids:
-            raise ExportError(f"{run.path}/transcripts.jsonl: sample_id: its questions differ from {first.path}'s "
-                              "(replicates of one cell answer the same questions)")
         for record in run.records:
             samples.append(_sample(record, run, epoch, model, generate, questions.get(record.sample_id),
                                    ModelEvent, SpanBeginEvent, SpanEndEvent, EvalSample, ChatMessageAssistant,
@@ -250,17 +254,25 @@ def _stop(finish_reason: str) -> str:
 
 def export_inspect(run_dirs: Sequence[str | Path], out_dir: str | Path) -> list[Path]:
     """One ``.eval`` log per cell of ``run_dirs`` (folders holding runs stand for every run in them) into
-    ``out_dir``; every folder is read and every log built before the first is written (:class:`ExportError`: none)."""
+    ``out_dir``. Every folder is read and checked first (:class:`ExportError`: nothing written); then each log is
+    built and written, one at a time, into a hidden folder inside ``out_dir``, and moved into place when all are."""
     _inspect()
     from inspect_ai.log import write_eval_log
 
-    runs = read_runs(run_dirs)
-    logs = [(log_name(cell), build_log(cell)) for cell in group_cells(runs)]
+    cells = group_cells(read_runs(run_dirs))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, log in logs:
-        target = out_dir / name
-        atomic_write(target, lambda temporary, log=log: write_eval_log(log, os.fspath(temporary), format="eval"))
-        written.append(target)
-    return written
+    staging = Path(tempfile.mkdtemp(prefix=".r2mad-export-", dir=out_dir))
+    try:
+        names = []
+        for cell in cells:
+            name = log_name(cell)
+            write_eval_log(build_log(cell), os.fspath(staging / name), format="eval")
+            names.append(name)
+        written = []
+        for name in names:
+            os.replace(staging / name, out_dir / name)
+            written.append(out_dir / name)
+        return written
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
