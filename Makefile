@@ -27,7 +27,7 @@ EXTRAS ?= $(or $(REMEMBERED_EXTRAS),$(DEFAULT_EXTRAS))
 # The benchmark files ship inside the package (r2mad_core/data/packaged); set R2MAD_DATA_DIR to use
 # a folder of your own instead (an empty folder is filled from the Hugging Face Hub: EXTRAS=...,hub).
 
-.PHONY: setup test test-slow reproduce publish lab bench docs clean clean-runs test-engines
+.PHONY: setup test test-slow reproduce publish export lab bench docs clean clean-runs test-engines
 
 setup: $(VENV)/.installed
 
@@ -81,6 +81,13 @@ reproduce: setup
 # `make reproduce PROFILE=$(PROFILE)` with no cache/$(PROFILE)/ replays it (docs/engines.md, "Published runs").
 publish: setup
 	$(PY) -m r2mad_core.reproduce.published --profile $(PROFILE) $(ARGS)
+
+# Every run of $(PROFILE) (variants and replicates included) in the field's formats (docs/elsewhere.md): one Inspect
+# eval log per cell in exports/$(PROFILE)/inspect (`inspect view --log-dir exports/$(PROFILE)/inspect`) and the
+# per-question table exports/$(PROFILE)/samples.parquet. Needs the runs (make reproduce) and the inspect extra.
+export: setup
+	$(PY) -m r2mad_core export inspect runs/$(PROFILE) --out exports/$(PROFILE)/inspect
+	$(PY) -m r2mad_core export table runs/$(PROFILE) --out exports/$(PROFILE)/samples.parquet
 
 # JupyterLab on notebooks/ with this environment's kernel, on localhost only, with its token (the URL to open,
 # token included, is the one line it prints). Edit a parameters cell and run: the run is a variant (docs/ablations.md).

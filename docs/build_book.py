@@ -71,6 +71,7 @@ DOCS = [
     ("ablations.md", "Running an ablation"),
     ("paper-run.md", "The paper's run"),
     ("command-line.md", "The command line and the debate viewer"),
+    ("elsewhere.md", "Use your runs elsewhere"),
     ("data.md", "The data"),
     ("engines.md", "Engines and the cache"),
     ("performance.md", "Performance log"),

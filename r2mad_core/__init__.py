@@ -12,6 +12,7 @@ Bottom layer first (:data:`ARCHITECTURE`; tests/test_architecture.py holds every
 - ``experiments``: methods, run cells, memory construction, profiles, budgets.
 - ``report``: results into tables, figures and text: tables, artifacts with manifests, findings, the comparison with
   the paper (it runs nothing).
+- ``export``: runs in the field's formats: Inspect eval logs, the tidy per-question table (it runs nothing).
 - ``reproduce``: running a reproduction: ``make reproduce``, the notebooks through papermill, what each notebook runs
   first, the run grid, variants and sweeps, the pre-flight estimate.
 - ``cli``, ``__main__``: the ``r2mad`` command (``python -m r2mad_core``).
@@ -32,6 +33,7 @@ ARCHITECTURE: tuple[tuple[str, ...], ...] = (
     ("theory",),
     ("experiments",),
     ("report",),
+    ("export",),
     ("reproduce", "cli"),
     ("__main__",),
 )

@@ -247,13 +247,14 @@ def test_every_sub_package_says_what_it_is() -> None:
         assert not missing, f"{init}: the docstring does not name the modules {missing}"
 
 
-def test_r2mad_core_shows_at_most_twelve_units() -> None:
+def test_r2mad_core_shows_at_most_thirteen_units() -> None:
     """Issue 30: the sub-packages and top-level modules of ARCHITECTURE, ``__main__`` (``python -m r2mad_core``, the
-    package's script, not a unit of code) aside, are at most 12; everything that runs a reproduction is one of them."""
+    package's script, not a unit of code) aside, are at most 12 plus ``export`` (issue 60: the runs in the field's
+    formats, a concept of its own above ``report``); everything that runs a reproduction is one of them."""
     from r2mad_core import ARCHITECTURE
 
     units = [unit for layer in ARCHITECTURE for unit in layer if unit != "__main__"]
-    assert len(units) <= 12, f"r2mad_core shows {len(units)} units: {units}"
+    assert len(units) <= 13, f"r2mad_core shows {len(units)} units: {units}"
     assert "reproduce" in units and not {"notebook_runner", "notebook_setup"} & set(units)
 
 

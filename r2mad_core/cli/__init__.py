@@ -4,8 +4,12 @@
 - :mod:`~r2mad_core.cli.memory`: the memory commands (``build-memory``, ``audit``).
 - :mod:`~r2mad_core.cli.common`: arguments and checks both share.
 - :mod:`~r2mad_core.cli.runs`: ``runs``, every run of a profile as a table and an index page.
+- :mod:`~r2mad_core.cli.export`: ``export``, runs as Inspect eval logs and as one per-question table.
 """
 
-from r2mad_core.cli.commands import main
+from r2mad_core.cli import export as _export
+from r2mad_core.cli.commands import COMMANDS, Command, main
+
+COMMANDS.append(Command("export", _export.HELP, _export.add_export_arguments, _export.export_command))
 
 __all__ = ["main"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -28,6 +29,7 @@ from r2mad_core.experiments.method_labels import (
     sc_methods,
 )
 from r2mad_core.experiments.model_specs import large_model_plan
+from r2mad_core.export.table import write_profile_table
 from r2mad_core.report.comparison import pooled_average_rows
 from r2mad_core.experiments.method_labels import SHARED_ROUND0
 from r2mad_core.report.results import C_TO_W_METRIC, PAPER_DESIGN_METRIC, SUBSET_METRIC, W_TO_C_METRIC, GridResults
@@ -82,10 +84,13 @@ def collect_reproduction(
     icl_benchmarks: Sequence[str],
     cost_benchmark: str,
     large_models: Sequence[Mapping[str, Any]] = (),
+    samples_dir: str | Path | None = None,
 ) -> Reproduction:
     """Run (or, after notebooks 03-07, load) every cell behind the paper's tables and put each number
     in the paper's terms: same table label, method and benchmark names, metric names as in
-    ``reported_results.csv``, the paper model each reproduced model stands in for."""
+    ``reported_results.csv``, the paper model each reproduced model stands in for. ``samples_dir`` (the profile's
+    figures folder, a variant's for a variant): every cell's questions there as ``samples.parquet``
+    (:func:`r2mad_core.export.table.write_profile_table`)."""
     grids: dict[str, GridResults] = {}
     frames: list[pd.DataFrame] = []
     exp = _OneBar(exp, total=8 + (exp.choices["round0"] != "shared") + sum("stand_in" not in e for e in large_models))  # one bar for the whole step
@@ -156,4 +161,7 @@ def collect_reproduction(
     ] + ([] if not subset_suffix else [  # the paper's design, shown beside it, labelled biased and never tested
         subset_runs.subset_per_question(rq4).assign(metric=PAPER_DESIGN_METRIC)]), ignore_index=True)
     exp.close_bar()
+    if samples_dir is not None:
+        variant = getattr(exp, "variant", None)
+        write_profile_table(everything.outcomes, samples_dir, getattr(variant, "name", "") or "")
     return Reproduction(reproduced=reproduced, per_question=per_question, grids=grids)
