@@ -309,7 +309,7 @@ class OpenAICompatEngine:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     async def _open(self, headers: dict[str, str]) -> None:
-        """Each URL's ``httpx.AsyncClient``\ s, built on the loop thread: at most ``max_concurrency_per_url``
+        """Each URL's ``httpx.AsyncClient`` pools, built on the loop thread: at most ``max_concurrency_per_url``
         keep-alive connections to a URL, in pools of at most :data:`POOL_CONNECTIONS` (httpcore's pool looks at
         every connection, and polls its socket, for every waiting request at each event: measured at 128 in flight
         on one URL, one pool of 128 spent 38 ms of CPU a request, pools of 16 16 ms with the profiler on; at 1,024

@@ -10,6 +10,8 @@ comparison); it runs nothing (the cells are run by :mod:`r2mad_core.reproduce`).
 - :mod:`~r2mad_core.report.multiplicity`: Holm's adjustment of the p-values of tests made at once (a variant's cells, the claims).
 - :mod:`~r2mad_core.report.inference`: the one inference rule (docs/statistics.md): paired estimate with its CI, exact
   McNemar / stratified sign test, Holm family, verdict words only from the adjusted p, the small-sample n, trends.
+- :mod:`~r2mad_core.report.consistency`: the checker of the one inference rule across outputs: one record per
+  comparison, no verdict below the cutoff, no bold without a test.
 - :mod:`~r2mad_core.report.mcnemar`: the exact power of McNemar's test and the minimum detectable effect.
 - :mod:`~r2mad_core.report.power`: the claims' power: the smallest difference a run can detect, before the run, at the
   Holm-adjusted level.
