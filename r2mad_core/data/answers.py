@@ -606,7 +606,7 @@ def warm_worker() -> None:
     """Run once in the worker's zygote before it forks (r2mad_core.data.deadline): one parse and comparison load
     math-verify's LaTeX grammar (0.7 CPU s, which the first comparison would pay), so that an executor that replaces
     one after an overrun does not load it again. (Warming more forms, tuples and symbols, would cost every process
-    that compares symbolically 1 CPU s more, to save 0.1 s per overrun, which the default run has none of.)"""
+    that compares symbolically 1 CPU s more, to save about 0.1 s per overrun, which is rare.)"""
     _verify_in_worker("\\frac{1}{2}", "0.5")
 
 
