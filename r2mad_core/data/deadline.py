@@ -30,6 +30,7 @@ or ``fork`` (not POSIX) the work runs in the caller's thread with no deadline.
 
 from __future__ import annotations
 
+import atexit
 import gc
 import importlib
 import json
@@ -131,9 +132,10 @@ def _zygote_main(control_fd: int, preload: list[str]) -> None:
             control.send(_ANSWER.pack(answer))
         except OSError:
             break
-    for pid in children:  # they end anyway at the end of their sockets
+    for pid in children:  # reaped, so that their CPU time is counted in this process's children, and so the caller's
         try:
             os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
         except OSError:
             pass
     os._exit(0)
@@ -256,7 +258,7 @@ class _Worker:
             control.close()  # it ends at the end of its socket
         if zygote is not None:
             try:
-                zygote.wait(WALL_BACKSTOP_SECONDS)
+                zygote.wait(30)  # it ends at once at the end of its socket, after reaping its executor
             except subprocess.TimeoutExpired:
                 zygote.kill()
                 zygote.wait()
@@ -332,6 +334,12 @@ class _Worker:
             return value
         raise value
 
+    def close(self) -> None:
+        """End this process's worker and wait for it (at exit: its CPU time is then counted in this process's children,
+        as a benchmark's ``os.wait4`` on a run reads it). The next call would start a new one."""
+        if self._pid == os.getpid() and self._zygote is not None:
+            self._stop_zygote()
+
     def processes(self) -> tuple[int | None, int | None]:
         """``(zygote pid, executor pid)`` of this process's worker (None: not started); for tests and benchmarks."""
         return (self._zygote.pid if self._zygote is not None else None), self._executor
@@ -340,6 +348,7 @@ class _Worker:
 _WORKER = _Worker()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_WORKER.forget_parent)
+atexit.register(_WORKER.close)
 
 
 def with_deadline(function: Callable[[], T], seconds: float, on_timeout: T) -> T:
