@@ -22,9 +22,11 @@ from r2mad_core.data.deadline import with_deadline
 from deadline_jobs import catastrophic_regex, executor_pid, lineage, long_c_call, nested, sleep_then, spin
 
 MATH = "math500"
-#: (gold, predicted, math-verify's verdict) of the stress test: what the answer tests say of them.
-PAIRS = [(r"\frac{1}{2}", "0.5", True), ("(1,2)", "(2,1)", False), (r"3\sqrt{13}", r"\sqrt{117}", True),
-         ("2k+2", "2(k+1)", True), (r"\frac{3}{4}", "0.7", False), ("x^{2}+1", "1+x^2", True)]
+#: (gold, predicted, math-verify's verdict) of the stress test: what the answer tests say of them. Numbers only: a
+#: new executor (after each planted overrun) parses them again in milliseconds, where the first tuple or symbol of an
+#: executor costs 0.2 CPU s of sympy's lazy imports (test_answers.py::test_equivalence_from_worker_threads has those).
+PAIRS = [(r"\frac{1}{2}", "0.5", True), (r"\frac{3}{4}", "0.7", False), ("1.5", r"\frac{3}{2}", True),
+         (r"\frac{1}{3}", "0.5", False), (r"\frac{2}{4}", "0.5", True)]
 #: Warnings of pytest's unraisable-exception and thread-exception hooks: errors here (a stray exception anywhere).
 STRAY_EXCEPTIONS_ARE_ERRORS = pytest.mark.filterwarnings(
     "error::pytest.PytestUnraisableExceptionWarning", "error::pytest.PytestUnhandledThreadExceptionWarning")
