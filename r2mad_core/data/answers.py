@@ -49,10 +49,8 @@ are compared by normal form only (sums, products, integrals and limits are compa
 deadline). (2) Every math-verify parse and comparison has a deadline of
 :data:`SYMBOLIC_TIMEOUT_SECONDS` of CPU time (so a verdict does not depend on the machine's load, issue 52). math-verify's own timeouts use ``signal.alarm`` and raise ValueError
 outside the main thread, so they are switched off (``parsing_timeout=None``, ``timeout_seconds=None``)
-and replaced by a deadline that works in any thread (:func:`r2mad_core.data.deadline.with_deadline`: the work runs in a
-worker process that the kernel ends at the deadline, issue 58); a comparison that runs out of time counts as "not
-equivalent". The parsed expressions stay in the worker (:func:`_parsed_here`); this process memoises each parse's
-outcome and each verdict.
+and replaced by a deadline that works in any thread (:func:`r2mad_core.data.deadline.with_deadline`: a worker process
+that the kernel ends at the deadline, issue 58, which keeps the parsed expressions); out of time is "not equivalent".
 """
 
 from __future__ import annotations
@@ -585,14 +583,12 @@ def _parses_in_worker(cleaned: str) -> bool:
 
 
 def _verify_in_worker(gold: str, predicted: str) -> bool:
-    """A job of the worker: math-verify's verdict on two answers that parse (each parse, if the worker was replaced
-    since and has to do it again, and the comparison get a budget of their own, as when they were separate jobs)."""
+    """A job of the worker: math-verify's verdict on two answers that parse (a parse again, in a worker replaced since,
+    and the comparison get a budget of their own, as separate jobs did)."""
     from math_verify import verify  # lazy: as above
 
-    parsed_gold = _parsed_here(gold)
-    _renew_deadline()
-    parsed_predicted = _parsed_here(predicted)
-    _renew_deadline()
+    parsed_gold, _ = _parsed_here(gold), _renew_deadline()
+    parsed_predicted, _ = _parsed_here(predicted), _renew_deadline()
     if not parsed_gold or not parsed_predicted:
         return False
     try:
@@ -603,10 +599,8 @@ def _verify_in_worker(gold: str, predicted: str) -> bool:
 
 
 def warm_worker() -> None:
-    """Run once in the worker's zygote before it forks (r2mad_core.data.deadline): one parse and comparison load
-    math-verify's LaTeX grammar (0.7 CPU s, which the first comparison would pay), so that an executor that replaces
-    one after an overrun does not load it again. (Warming more forms, tuples and symbols, would cost every process
-    that compares symbolically 1 CPU s more, to save about 0.1 s per overrun, which is rare.)"""
+    """Run once in the worker's zygote before it forks (r2mad_core.data.deadline): loads math-verify's LaTeX grammar
+    (0.7 CPU s, which the first comparison would pay), so that an executor replacing one after an overrun does not."""
     _verify_in_worker("\\frac{1}{2}", "0.5")
 
 
@@ -640,7 +634,6 @@ def _verified(gold: str, predicted: str) -> bool | None:
     remembered = verdicts.lookup(gold, predicted)  # another process's verdict (make reproduce's kernels share them)
     if remembered is not None:
         return remembered  # before the worker starts (2.5 s): a rerun whose verdicts are all remembered starts none
-
     parsed_gold = _parse(gold)
     parsed_predicted = _parse(predicted)
     if not parsed_gold or not parsed_predicted:
