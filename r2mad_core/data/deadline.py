@@ -316,7 +316,12 @@ class _Worker:
                 self._end_executor(kill=True)
                 connection = self._fork_executor()
                 connection.send_bytes(job)
-            if not connection.poll(max(WALL_BACKSTOP_SECONDS, seconds)):
+            try:
+                answered = connection.poll(max(WALL_BACKSTOP_SECONDS, seconds))
+            except BaseException:  # KeyboardInterrupt in the wait: the job's answer would be read by the next call
+                self._end_executor(kill=True)
+                raise
+            if not answered:
                 self._end_executor(kill=True)
                 logger.warning("symbolic comparison gave up after %.0f s of wall time without finishing",
                                max(WALL_BACKSTOP_SECONDS, seconds))

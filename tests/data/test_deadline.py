@@ -142,15 +142,18 @@ def test_a_forked_child_gets_a_fresh_worker_and_the_parent_keeps_its_own() -> No
 
 @STRAY_EXCEPTIONS_ARE_ERRORS
 def test_stress_many_threads_with_overruns_beside_busy_loops(busy_loops) -> None:
-    """200 comparisons from 8 threads, 8 of them planted overruns, two busy loops beside: every verdict as on an idle
-    machine, every overrun on_timeout, no stray exception anywhere (pytest's hooks as errors)."""
+    """200 calls from 8 threads, 8 of them planted overruns and 8 asking where they run, two busy loops beside: every
+    verdict as on an idle machine, every overrun on_timeout, no stray exception anywhere (pytest's hooks as errors)."""
     rng = random.Random(58)
-    jobs = [("overrun", None) if i % 25 == 7 else ("compare", rng.choice(PAIRS)) for i in range(200)]
+    jobs = [("overrun", None) if i % 25 == 7 else ("where", None) if i % 25 == 19 else ("compare", rng.choice(PAIRS))
+            for i in range(200)]
 
     def run(job: tuple[str, tuple[str, str, bool] | None]) -> bool:
         kind, pair = job
         if kind == "overrun":
             return with_deadline(spin, 0.05, "gave up") == "gave up"
+        if kind == "where":  # in the worker process, never in this one
+            return with_deadline(executor_pid, 5, None) != os.getpid()
         gold, predicted, expected = pair  # type: ignore[misc]
         job_function = functools.partial(answers._verify_in_worker, gold, predicted)  # every one to the worker
         return with_deadline(job_function, answers.SYMBOLIC_TIMEOUT_SECONDS, None) is expected
@@ -167,3 +170,19 @@ def test_no_exception_is_raised_into_threads_anywhere() -> None:
     root = os.path.dirname(deadline.__file__)
     assert "PyThreadState_SetAsyncExc" not in open(os.path.join(root, "deadline.py")).read()
     assert signal.getitimer(signal.ITIMER_PROF) == (0.0, 0.0)  # the caller's process arms no timer
+
+
+def test_an_interrupted_wait_leaves_no_answer_for_the_next_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C in a notebook while a job runs: the executor is ended, so the next call does not read that job's answer."""
+    from multiprocessing.connection import Connection
+
+    real = Connection.poll
+
+    def interrupted(self: Connection, timeout: float = 0.0) -> bool:
+        monkeypatch.setattr(Connection, "poll", real)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Connection, "poll", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        with_deadline(functools.partial(sleep_then, 0.5, "late"), 5, None)
+    assert with_deadline(functools.partial(sleep_then, 0.0, "next"), 5, None) == "next"
