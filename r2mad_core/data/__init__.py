@@ -5,8 +5,8 @@
   (``BENCHMARK_SPECS``, ``register_benchmark``).
 - :mod:`~r2mad_core.data.answers`: answer extraction and checking (``extract_answer``, ``is_correct``).
 - :mod:`~r2mad_core.data.verdicts`: math-verify's verdicts shared between processes (``make reproduce``'s kernels).
-- :mod:`~r2mad_core.data.deadline`: a deadline for math-verify's parses and comparisons in any thread (one
-  long-lived verifier thread).
+- :mod:`~r2mad_core.data.deadline`: a CPU-time deadline for math-verify's parses and comparisons in any thread (a
+  worker process the kernel ends at the deadline).
 
 The files themselves ship in ``packaged/``; ``reported_results.csv`` holds every number the paper reports.
 """

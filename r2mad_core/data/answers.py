@@ -49,7 +49,8 @@ are compared by normal form only (sums, products, integrals and limits are compa
 deadline). (2) Every math-verify parse and comparison has a deadline of
 :data:`SYMBOLIC_TIMEOUT_SECONDS` of CPU time (so a verdict does not depend on the machine's load, issue 52). math-verify's own timeouts use ``signal.alarm`` and raise ValueError
 outside the main thread, so they are switched off (``parsing_timeout=None``, ``timeout_seconds=None``)
-and replaced by a deadline that works in any thread (:func:`r2mad_core.data.deadline.with_deadline`, one long-lived verifier thread); a comparison that runs out of time counts as "not equivalent".
+and replaced by a deadline that works in any thread (:func:`r2mad_core.data.deadline.with_deadline`: a worker process
+that the kernel ends at the deadline, issue 58, which keeps the parsed expressions); out of time is "not equivalent".
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ import re
 import unicodedata
 
 from r2mad_core.data import verdicts
-from r2mad_core.data.deadline import SymbolicTimeout, with_deadline as _with_deadline  # noqa: F401 - SymbolicTimeout: re-exported
+from r2mad_core.data.deadline import renew_deadline as _renew_deadline, with_deadline as _with_deadline
 from r2mad_core.data.benchmarks import BENCHMARKS, MULTIPLE_CHOICE_BENCHMARKS
 
 logger = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ for _name in ("math_verify.parser", "math_verify.grader"):
 MAX_ANSWER_CHARS = 200
 #: Longest text scanned for an answer: a longer response is cut to its last this-many characters.
 MAX_RESPONSE_CHARS = 200_000
-#: Time limit (CPU seconds of the verifier thread, not wall time) of one symbolic parse and of one symbolic
+#: Time limit (CPU seconds of the worker process, not wall time) of one symbolic parse and of one symbolic
 #: comparison, in any thread (r2mad_core.data.deadline).
 SYMBOLIC_TIMEOUT_SECONDS = 5.0
 #: Letters the multiple-choice prompts allow when the number of options is not given (A-J).
@@ -564,22 +565,54 @@ def safe_for_symbolic(answer: str) -> bool:
 
 
 @functools.lru_cache(maxsize=CACHE_SIZE)
-def _parse(cleaned: str) -> tuple:
+def _parsed_here(cleaned: str) -> tuple:
+    """math-verify's parse of a cleaned answer (in the worker process: the parsed expressions stay there)."""
     from math_verify import parse  # lazy: math_verify (sympy, antlr) takes seconds to import; MATH500 only
 
-    def run() -> tuple:
-        try:
-            # parsing_timeout=None: no signal.alarm (threads); _with_deadline guards the time instead.
-            return tuple(parse("\\boxed{" + cleaned + "}", parsing_timeout=None))  # type: ignore[arg-type]
-        except Exception:  # math-verify reports most errors itself; anything else means "cannot parse"
-            logger.debug("math-verify could not parse %r", cleaned, exc_info=True)
-            return ()
+    try:
+        # parsing_timeout=None: no signal.alarm; the worker's CPU deadline guards the time instead.
+        return tuple(parse("\\boxed{" + cleaned + "}", parsing_timeout=None))  # type: ignore[arg-type]
+    except Exception:  # math-verify reports most errors itself; anything else means "cannot parse"
+        logger.debug("math-verify could not parse %r", cleaned, exc_info=True)
+        return ()
 
-    return _with_deadline(run, SYMBOLIC_TIMEOUT_SECONDS, _TIMED_OUT)
+
+def _parses_in_worker(cleaned: str) -> bool:
+    """A job of the worker: whether math-verify parses ``cleaned`` to something (kept there for the comparisons)."""
+    return bool(_parsed_here(cleaned))
+
+
+def _verify_in_worker(gold: str, predicted: str) -> bool:
+    """A job of the worker: math-verify's verdict on two answers that parse (a parse again, in a worker replaced since,
+    and the comparison get a budget of their own, as separate jobs did)."""
+    from math_verify import verify  # lazy: as above
+
+    parsed_gold, _ = _parsed_here(gold), _renew_deadline()
+    parsed_predicted, _ = _parsed_here(predicted), _renew_deadline()
+    if not parsed_gold or not parsed_predicted:
+        return False
+    try:
+        return bool(verify(list(parsed_gold), list(parsed_predicted), timeout_seconds=None))
+    except Exception:
+        logger.debug("math-verify failed on %r vs %r", gold, predicted, exc_info=True)
+        return False
+
+
+def warm_worker() -> None:
+    """Run once in the worker's zygote before it forks (r2mad_core.data.deadline): loads math-verify's LaTeX grammar
+    (0.7 CPU s, which the first comparison would pay), so that an executor replacing one after an overrun does not."""
+    _verify_in_worker("\\frac{1}{2}", "0.5")
+
+
+@functools.lru_cache(maxsize=CACHE_SIZE)
+def _parse(cleaned: str) -> bool:
+    """Whether math-verify parses ``cleaned`` (in the worker, under the deadline); :data:`_TIMED_OUT` when it ran out
+    of time (memoised: not tried again in this process)."""
+    return _with_deadline(functools.partial(_parses_in_worker, cleaned), SYMBOLIC_TIMEOUT_SECONDS, _TIMED_OUT)
 
 
 class _TimedOut(tuple):
-    """The empty parse of a parse that ran out of time (falsy like ``()``, but told apart: never memoised on disk)."""
+    """The outcome of a parse that ran out of time (falsy like a failed parse, but told apart: never memoised on disk)."""
 
 
 _TIMED_OUT = _TimedOut()
@@ -600,9 +633,7 @@ def _verified(gold: str, predicted: str) -> bool | None:
         return gold == predicted
     remembered = verdicts.lookup(gold, predicted)  # another process's verdict (make reproduce's kernels share them)
     if remembered is not None:
-        return remembered  # before math-verify's import (2.5 s): a rerun whose verdicts are all remembered skips it
-    from math_verify import verify  # lazy: as above
-
+        return remembered  # before the worker starts (2.5 s): a rerun whose verdicts are all remembered starts none
     parsed_gold = _parse(gold)
     parsed_predicted = _parse(predicted)
     if not parsed_gold or not parsed_predicted:
@@ -610,14 +641,7 @@ def _verified(gold: str, predicted: str) -> bool | None:
             verdicts.store(gold, predicted, False)
         return False
 
-    def run() -> bool:
-        try:
-            return bool(verify(list(parsed_gold), list(parsed_predicted), timeout_seconds=None))
-        except Exception:
-            logger.debug("math-verify failed on %r vs %r", gold, predicted, exc_info=True)
-            return False
-
-    verdict = _with_deadline(run, SYMBOLIC_TIMEOUT_SECONDS, None)
+    verdict = _with_deadline(functools.partial(_verify_in_worker, gold, predicted), SYMBOLIC_TIMEOUT_SECONDS, None)
     if verdict is not None:
         verdicts.store(gold, predicted, verdict)
     return verdict
@@ -670,6 +694,7 @@ def clear_caches() -> None:
     """Empty the memo tables (e.g. between experiments that change the cleaning options)."""
     _parse.cache_clear()
     _verified.cache_clear()
+    _parsed_here.cache_clear()  # used here only where there is no worker; the worker's parses are pure in the text
     for memoised in (_extracted, _letter_in, clean_math_answer, _canonical_math, canonical_answer, answers_equivalent,
                      is_correct):
         memoised.cache_clear()

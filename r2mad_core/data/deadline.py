@@ -1,29 +1,51 @@
-"""A deadline for symbolic work that works in any thread: one long-lived verifier thread (issue 35).
+"""A CPU-time deadline for symbolic work, in a worker process that is stopped without its cooperation (issue 58).
 
 math-verify's own timeouts use ``signal.alarm``, which works only in the main thread (elsewhere it raises
-ValueError), so :mod:`r2mad_core.data.answers` switches them off and runs every parse and comparison through
-:func:`with_deadline`: the work runs in one long-lived daemon thread (a thread per call cost ~4% of the
-default run's CPU), the caller waits until the job has used ``seconds`` of CPU time and is never interrupted
-itself, and a computation that overruns is abandoned with its thread, which :func:`_stop_thread` stops in the
-background.
+ValueError) and counts wall time, so :mod:`r2mad_core.data.answers` switches them off and runs every parse and
+comparison through :func:`with_deadline`. The work runs in another process, never in the caller's: an exception
+raised into a thread (by its id, as issues 35 and 52 did) lands at any bytecode, including inside the
+code meant to withdraw it, and cannot stop C code at all; a process can be ended by the kernel at any instruction,
+and nothing of it is left in the caller.
 
-The budget is CPU time of the verifier thread (its own POSIX thread clock), not wall time (issue 52): on a loaded
-machine the thread waits for a core without using its budget, so whether a comparison finishes in time, and so a
-verdict, does not depend on the machine's load. A job that uses no CPU (it cannot happen in sympy, which never
-blocks) is still given up after :data:`WALL_BACKSTOP_SECONDS` of wall time. Without thread clocks (not Linux/BSD/macOS)
-the budget is wall time, as before.
+Two processes per process that needs them, started lazily (a forked child starts its own: :func:`os.getpid` is
+checked on every call, and :func:`os.register_at_fork` forgets the parent's):
+
+- the *zygote*: ``python -c`` with the caller's ``sys.path``; it imports :data:`PRELOAD` (math-verify, sympy: 2.5 CPU
+  s, once; a preloaded module's ``warm_worker()`` runs there too), then only forks executors and reaps them, on request over a socket. It is single-threaded, so a fork of it
+  is safe, and takes milliseconds: an overrun costs no new import. A dead executor stays a zombie until the caller
+  asks the zygote to reap it, so its pid is never reused under the caller's feet.
+- the *executor*: a fork of the zygote fed by a socket (:class:`multiprocessing.connection.Connection`), one job at
+  a time. Before a job it arms ``ITIMER_PROF`` for the budget: the timer counts the process's own CPU time (user and
+  system), and at its expiry the kernel sends ``SIGPROF``, whose default action ends the process. No Python code of
+  ours runs at the deadline, no exception is raised anywhere, and the budget does not run while the executor waits
+  for a core: on an idle and on a loaded machine the same jobs finish (issue 52). The caller sees the end of the
+  socket, asks the zygote how the executor ended (``SIGPROF``: an overrun, ``on_timeout``), and the next call forks
+  a new executor.
+
+One executor serves every thread of the caller, one job at a time (a lock): the symbolic work is CPU-bound and ran one
+job at a time under the GIL before too; a job's budget starts when the executor takes it. A job that uses no CPU
+(none of sympy's blocks) is still given up after :data:`WALL_BACKSTOP_SECONDS` of wall time. Without ``ITIMER_PROF``
+or ``fork`` (not POSIX) the work runs in the caller's thread with no deadline.
 """
 
 from __future__ import annotations
 
-import ctypes
+import atexit
+import gc
+import importlib
+import json
 import logging
 import os
-import queue
+import pickle
+import signal
+import socket
+import struct
+import subprocess
+import sys
 import threading
-import time
 from collections.abc import Callable
-from typing import TypeVar
+from multiprocessing.connection import Connection
+from typing import Any, TypeVar
 
 logger = logging.getLogger("r2mad_core.data.answers")  # the messages read as before
 T = TypeVar("T")
@@ -31,189 +53,314 @@ T = TypeVar("T")
 #: A job that has not used its CPU budget is still given up after this much wall time (far above any load: a job
 #: that never gets a core for 10 minutes). Only a job that blocks without computing can reach it.
 WALL_BACKSTOP_SECONDS = 600.0
+#: What the zygote imports once, before it forks any executor (a module missing here is imported by the job that needs
+#: it, and its ImportError reaches the caller as it would have in its own process).
+PRELOAD = ("r2mad_core.data.answers", "math_verify", "sympy")
+#: Whether this platform can run the worker (POSIX: fork and a CPU-time interval timer).
+SUPPORTED = hasattr(os, "fork") and hasattr(signal, "ITIMER_PROF") and hasattr(socket, "send_fds")
+
+_MESSAGE = struct.Struct("=cq")  # a request to the zygote: F(ork) / R(eap) / K(ill and reap), and a pid
+_ANSWER = struct.Struct("=q")  # its answer: the new pid, or the wait status
+#: Inside an executor: the budget of the job running now (None: not in an executor).
+_job_seconds: float | None = None
 
 
-def _thread_cpu_clock(thread: threading.Thread) -> int | None:
-    """The POSIX CPU-time clock of ``thread``, or None where there is none."""
-    getter = getattr(time, "pthread_getcpuclockid", None)
-    if getter is None or thread.ident is None:
-        return None
-    try:
-        return getter(thread.ident)
-    except (OSError, OverflowError):
-        return None
+class SymbolicWorkerError(RuntimeError):
+    """The symbolic worker could not start, or an executor ended otherwise than by its deadline (a crash)."""
 
 
-def wait_cpu_seconds(done: threading.Event, worker: threading.Thread, seconds: float,
-                     wall_backstop: float = WALL_BACKSTOP_SECONDS) -> bool:
-    """Wait until ``done`` is set (True) or ``worker`` has used ``seconds`` of CPU time since the call (False).
+def renew_deadline() -> None:
+    """Inside a job of several steps (parse, parse, compare): give the next step a budget of its own, the job's
+    ``seconds`` again. A no-op outside an executor."""
+    if _job_seconds is not None:
+        signal.setitimer(signal.ITIMER_PROF, _job_seconds)
 
-    The wait is in slices of the budget left: a thread cannot use more CPU than the wall time that passed, so no
-    slice can overshoot the budget. Without a thread clock the budget is wall time.
-    """
-    clock = _thread_cpu_clock(worker)
-    if clock is None:
-        return done.wait(seconds)
-    try:
-        start = time.clock_gettime(clock)
-    except OSError:  # the thread ended already
-        return done.is_set()
-    give_up = time.monotonic() + max(wall_backstop, seconds)
-    while True:
+
+def in_worker() -> bool:
+    """Whether this code runs in an executor (a job's own calls to :func:`with_deadline` run in place there)."""
+    return _job_seconds is not None
+
+
+# ----------------------------------------------------------------------------------------------------
+# The child processes
+# ----------------------------------------------------------------------------------------------------
+
+
+def _zygote_main(control_fd: int, preload: list[str]) -> None:
+    """The zygote's loop (``python -c``): import ``preload``, then fork, kill and reap executors on request."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's; this process ends when the caller does
+    control = socket.socket(fileno=control_fd)
+    for name in preload:
         try:
-            used = time.clock_gettime(clock) - start
-        except OSError:  # the thread ended: it set done or never will
-            return done.is_set()
-        left = seconds - used
-        if left <= 0:
-            return done.is_set()
-        if done.wait(min(left, max(0.0, give_up - time.monotonic())) + 1e-3):
-            return True
-        if time.monotonic() >= give_up:
-            return done.is_set()
-
-
-class SymbolicTimeout(BaseException):
-    """Raised inside a symbolic computation that ran past its deadline, to stop it (a BaseException, so
-    that the ``except Exception`` blocks of sympy and math-verify do not swallow it)."""
-
-
-class _Ending:
-    """Whether a verifier thread has ended its work, under the lock :func:`_stop_thread` holds while it raises an
-    exception in that thread. A thread's id is reused by the next thread as soon as it exits: raising by id after
-    the thread ended would hit an unrelated thread (a debate's, the caller's). The thread marks itself ended under
-    the lock before it exits (:func:`_end`), and nothing is raised in it after that."""
-
-    __slots__ = ("lock", "ended")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.ended = False
-
-
-def _raise_in(ident: int, exception: type[BaseException] | None) -> None:
-    """``PyThreadState_SetAsyncExc``: raise ``exception`` in thread ``ident`` at its next bytecode (None: withdraw
-    one not yet raised)."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident),
-                                              ctypes.py_object(exception) if exception is not None else None)
-
-
-def _stop_thread(worker: threading.Thread, ending: _Ending) -> None:
-    """Raise :class:`SymbolicTimeout` in ``worker`` until it ends (runs in a daemon reaper thread).
-
-    ``PyThreadState_SetAsyncExc`` makes Python raise the exception in that thread at its next
-    bytecode boundary, as a signal handler would; it is repeated because an exception that lands in a
-    finaliser or a bare ``except`` can be swallowed, and because long C calls delay it. It is raised only while
-    ``ending`` says the thread has not ended (under its lock): never in a thread that took over the id.
-    """
-    while True:
-        with ending.lock:
-            if ending.ended or worker.ident is None or not worker.is_alive():
-                return
-            _raise_in(worker.ident, SymbolicTimeout)
-        worker.join(0.1)
-
-
-def _end(ending: _Ending) -> None:
-    """The verifier thread's last step: mark it ended (no exception is raised in it after this) and withdraw one
-    raised before and not yet delivered. An exception delivered here is caught and the step done again."""
-    while True:
-        try:
-            with ending.lock:
-                ending.ended = True
-                _raise_in(threading.get_ident(), None)
-            return
-        except SymbolicTimeout:
+            module = importlib.import_module(name)
+        except ImportError:
             continue
-
-
-class _Job:
-    """One call handed to the verifier thread: the function, then its value or error."""
-
-    __slots__ = ("function", "value", "error", "done")
-
-    def __init__(self, function: Callable[[], object]) -> None:
-        self.function = function
-        self.value: object = None
-        self.error: BaseException | None = None
-        self.done = threading.Event()
-
-
-def _serve(jobs: "queue.SimpleQueue[_Job | None]", ending: _Ending) -> None:
-    """The verifier thread's loop: run each job; end on ``None`` (abandoned) or when stopped."""
-    try:
-        while True:
-            job = jobs.get()
-            if job is None:
-                return
+        warm = getattr(module, "warm_worker", None)
+        if callable(warm):  # what loads lazily at the first call (math-verify's LaTeX grammar): once, here
             try:
-                job.value = job.function()
-            except SymbolicTimeout:
-                return
-            except BaseException as error:  # noqa: BLE001 - handed to the caller
-                job.error = error
-            job.done.set()
-    except SymbolicTimeout:  # landed between jobs: this thread was abandoned anyway
-        return
-    finally:
-        _end(ending)
+                warm()
+            except Exception:  # noqa: BLE001 - speed only: the first job does it then
+                pass
+    gc.freeze()  # what is loaded stays shared with the executors (no copy-on-write from the collector)
+    children: set[int] = set()
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(control, _MESSAGE.size, 1)
+        except OSError:
+            break
+        if len(message) != _MESSAGE.size:  # end of the socket: the caller closed it or ended
+            break
+        command, pid = _MESSAGE.unpack(message)
+        if command == b"F":
+            child = os.fork()
+            if child == 0:
+                try:
+                    control.close()
+                    _executor_main(fds[0])
+                finally:
+                    os._exit(1)
+            for fd in fds:
+                os.close(fd)
+            children.add(child)
+            answer = child
+        else:
+            if command == b"K" and pid in children:
+                os.kill(pid, signal.SIGKILL)
+            answer = os.waitpid(pid, 0)[1] if pid in children else -1
+            children.discard(pid)
+        try:
+            control.send(_ANSWER.pack(answer))
+        except OSError:
+            break
+    for pid in children:  # reaped, so that their CPU time is counted in this process's children, and so the caller's
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
+    os._exit(0)
 
 
-class _Verifier:
-    """One long-lived daemon thread that runs every symbolic parse and comparison, one at a time.
+def _picklable(error: BaseException) -> BaseException:
+    try:
+        pickle.loads(pickle.dumps(error))
+        return error
+    except Exception:  # noqa: BLE001 - an exception that does not cross processes: its text does
+        return SymbolicWorkerError(f"{type(error).__name__}: {error}")
 
-    A thread per call cost ~4% of the default run's CPU (issue 35). The deadline: the caller waits until its job
-    has used ``seconds`` of the verifier thread's CPU time (:func:`wait_cpu_seconds`); a job that overruns gets ``on_timeout`` and its thread is
-    abandoned (renamed ``r2mad-symbolic-overrun``, stopped in the background by :func:`_stop_thread`, and
-    told to end by a ``None`` job should it finish first); the next call starts a new thread.
-    """
+
+def _executor_main(fd: int) -> None:
+    """An executor's loop: run each job under ``ITIMER_PROF``; end at the end of the socket (os._exit: never returns)."""
+    global _job_seconds
+    connection = Connection(fd)
+    while True:
+        try:
+            function, seconds = connection.recv()
+        except (EOFError, OSError):
+            os._exit(0)
+        _job_seconds = float(seconds)
+        signal.setitimer(signal.ITIMER_PROF, _job_seconds)
+        try:
+            reply: tuple[bool, Any] = (True, function())
+        except BaseException as error:  # noqa: BLE001 - handed to the caller
+            reply = (False, error)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        _job_seconds = None
+        try:
+            connection.send(reply)
+        except (EOFError, OSError):
+            os._exit(0)
+        except Exception as error:  # noqa: BLE001 - a value or an error that does not pickle
+            connection.send((False, _picklable(error) if reply[0] else _picklable(reply[1])))
+
+
+# ----------------------------------------------------------------------------------------------------
+# The caller's side
+# ----------------------------------------------------------------------------------------------------
+
+
+def _describe(status: int) -> str:
+    if status < 0:
+        return "unknown"
+    if os.WIFSIGNALED(status):
+        return f"signal {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exit code {os.WEXITSTATUS(status)}" if os.WIFEXITED(status) else f"status {status}"
+
+
+#: Objects of a parent's worker found in a forked child: kept, never finalised or used there (a finaliser could warn).
+_INHERITED: list[object] = []
+
+
+class _Worker:
+    """The caller's handle on its zygote and executor (one per process; see the module's docstring)."""
 
     def __init__(self) -> None:
         self._reset()
 
     def _reset(self) -> None:
-        """No thread and a free lock: at start, and in a forked child (the parent's thread and lock holder are not there)."""
-        self._lock = threading.Lock()  # one job at a time: a caller's deadline starts when its job is handed over
-        self._worker: threading.Thread | None = None
-        self._jobs: "queue.SimpleQueue[_Job | None] | None" = None
-        self._ending: _Ending | None = None  # each new worker gets its own (run)
+        self._pid = os.getpid()
+        self._lock = threading.Lock()  # one job at a time: a caller's budget starts when the executor takes its job
+        self._zygote: subprocess.Popen | None = None
+        self._control: socket.socket | None = None
+        self._executor: int | None = None
+        self._connection: Connection | None = None
+
+    def forget_parent(self) -> None:
+        """In a forked child: the parent's processes are the parent's; this process starts its own when it needs them.
+        Its copies of the sockets are closed here (the parent's are untouched)."""
+        for handle in (self._connection, self._control):
+            if handle is not None:
+                try:
+                    handle.close()
+                except OSError:
+                    pass
+        _INHERITED.append((self._zygote, self._connection, self._control))
+        self._reset()
+
+    # -- processes --
+
+    def _start_zygote(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        code = ("import sys, json; sys.path[:] = json.loads(sys.argv[2]); from r2mad_core.data import deadline; "
+                "deadline._zygote_main(int(sys.argv[1]), json.loads(sys.argv[3]))")
+        flags = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined] - -W, -X: as multiprocessing
+        try:
+            self._zygote = subprocess.Popen(
+                [sys.executable, *flags, "-c", code, str(theirs.fileno()), json.dumps(sys.path), json.dumps(PRELOAD)],
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        except OSError as error:
+            ours.close()
+            raise SymbolicWorkerError(f"the symbolic worker could not start ({sys.executable}: {error})") from error
+        finally:
+            theirs.close()
+        self._control = ours
+
+    def _ask(self, command: bytes, pid: int = 0, fds: tuple[int, ...] = ()) -> int:
+        """One request to the zygote and its answer; SymbolicWorkerError when the zygote is gone."""
+        assert self._control is not None
+        try:
+            socket.send_fds(self._control, [_MESSAGE.pack(command, pid)], list(fds))
+            answer = self._control.recv(_ANSWER.size)
+        except OSError:
+            answer = b""
+        if len(answer) != _ANSWER.size:
+            self._stop_zygote()
+            raise SymbolicWorkerError("the symbolic worker's zygote ended (see its error above)")
+        return _ANSWER.unpack(answer)[0]
+
+    def _stop_zygote(self) -> None:
+        zygote, control = self._zygote, self._control
+        self._zygote = self._control = self._executor = None
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+        if control is not None:
+            control.close()  # it ends at the end of its socket
+        if zygote is not None:
+            try:
+                zygote.wait(30)  # it ends at once at the end of its socket, after reaping its executor
+            except subprocess.TimeoutExpired:
+                zygote.kill()
+                zygote.wait()
+
+    def _fork_executor(self) -> Connection:
+        for attempt in (1, 2):  # a zygote that ended (killed from outside) is replaced once
+            if self._zygote is None:
+                self._start_zygote()
+            ours, theirs = socket.socketpair()
+            try:
+                self._executor = self._ask(b"F", fds=(theirs.fileno(),))
+            except SymbolicWorkerError:
+                ours.close()
+                if attempt == 2:
+                    raise
+                continue
+            finally:
+                theirs.close()
+            self._connection = Connection(ours.detach())
+            return self._connection
+        raise AssertionError("unreachable")
+
+    def _end_executor(self, kill: bool) -> int:
+        """Reap the executor (killed first if ``kill``): its wait status (-1: unknown)."""
+        pid, connection = self._executor, self._connection
+        self._executor = self._connection = None
+        if connection is not None:
+            connection.close()
+        if pid is None or self._control is None:
+            return -1
+        try:
+            return self._ask(b"K" if kill else b"R", pid)
+        except SymbolicWorkerError:
+            return -1
+
+    # -- jobs --
 
     def run(self, function: Callable[[], T], seconds: float, on_timeout: T) -> T:
-        if threading.current_thread() is self._worker:  # a job asking for another: run it here
+        if _job_seconds is not None:  # a job asking for another: run it here, under the job's own deadline
             return function()
+        if not SUPPORTED:
+            return function()
+        if self._pid != os.getpid():  # a fork that did not run the at-fork hook
+            self.forget_parent()
+        try:
+            job = pickle.dumps((function, float(seconds)), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as error:  # noqa: BLE001 - one line instead of pickle's
+            raise TypeError(f"with_deadline runs {function!r} in a worker process: it must pickle (a module-level "
+                            f"function, or functools.partial of one, with picklable arguments): {error}") from error
         with self._lock:
-            if self._worker is None or not self._worker.is_alive():  # first call, after an overrun or a fork
-                self._jobs, self._ending = queue.SimpleQueue(), _Ending()
-                self._worker = threading.Thread(target=_serve, args=(self._jobs, self._ending), name="r2mad-verifier",
-                                                daemon=True)
-                self._worker.start()
-            job = _Job(function)
-            self._jobs.put(job)  # type: ignore[union-attr]
-            if not wait_cpu_seconds(job.done, self._worker, seconds):
-                worker, jobs, ending = self._worker, self._jobs, self._ending
-                self._worker = self._jobs = None
-                logger.warning("symbolic comparison gave up after %.1f CPU s", seconds)
-                worker.name = "r2mad-symbolic-overrun"
-                jobs.put(None)  # type: ignore[union-attr]
-                threading.Thread(target=_stop_thread, args=(worker, ending), name="r2mad-symbolic-reaper",
-                                 daemon=True).start()
+            connection = self._connection or self._fork_executor()
+            try:
+                connection.send_bytes(job)
+            except OSError:  # the executor was killed from outside between two jobs: a new one takes the job
+                self._end_executor(kill=True)
+                connection = self._fork_executor()
+                connection.send_bytes(job)
+            try:
+                answered = connection.poll(max(WALL_BACKSTOP_SECONDS, seconds))
+            except BaseException:  # KeyboardInterrupt in the wait: the job's answer would be read by the next call
+                self._end_executor(kill=True)
+                raise
+            if not answered:
+                self._end_executor(kill=True)
+                logger.warning("symbolic comparison gave up after %.0f s of wall time without finishing",
+                               max(WALL_BACKSTOP_SECONDS, seconds))
                 return on_timeout
-        if job.error is not None:
-            raise job.error
-        return job.value  # type: ignore[return-value]
+            try:
+                ok, value = connection.recv()
+            except EOFError:
+                status = self._end_executor(kill=False)
+                if status >= 0 and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGPROF:
+                    logger.warning("symbolic comparison gave up after %.1f CPU s", seconds)
+                    return on_timeout
+                raise SymbolicWorkerError(f"the symbolic worker ended during {function!r} ({_describe(status)})") \
+                    from None
+        if ok:
+            return value
+        raise value
+
+    def close(self) -> None:
+        """End this process's worker and wait for it (at exit: its CPU time is then counted in this process's children,
+        as a benchmark's ``os.wait4`` on a run reads it). The next call would start a new one."""
+        if self._pid == os.getpid() and self._zygote is not None:
+            self._stop_zygote()
+
+    def processes(self) -> tuple[int | None, int | None]:
+        """``(zygote pid, executor pid)`` of this process's worker (None: not started); for tests and benchmarks."""
+        return (self._zygote.pid if self._zygote is not None else None), self._executor
 
 
-_VERIFIER = _Verifier()
+_WORKER = _Worker()
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_VERIFIER._reset)
+    os.register_at_fork(after_in_child=_WORKER.forget_parent)
+atexit.register(_WORKER.close)
 
 
 def with_deadline(function: Callable[[], T], seconds: float, on_timeout: T) -> T:
     """``function()``, or ``on_timeout`` when it uses more than ``seconds`` of CPU time; safe in any thread.
 
-    math-verify's own timeouts use ``signal.alarm``, which works only in the main thread (elsewhere it
-    raises ValueError). Here the work runs in one long-lived daemon thread (:class:`_Verifier`); the caller
-    waits until the job has used ``seconds`` of CPU time (whatever the machine's load) and is never interrupted itself. A worker that overruns is stopped by
-    :func:`_stop_thread` in the background.
+    ``function`` runs in this process's executor (see the module's docstring), so it must pickle: a module-level
+    function, or a ``functools.partial`` of one; so must its value. Its exceptions reach the caller. The caller is
+    never interrupted; an overrunning job's process is ended by the kernel (``SIGPROF``) and replaced.
     """
-    return _VERIFIER.run(function, seconds, on_timeout)
+    return _WORKER.run(function, seconds, on_timeout)

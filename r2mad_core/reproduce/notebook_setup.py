@@ -21,9 +21,12 @@ progress bar each (:meth:`r2mad_core.reproduce.grid.ExperimentGrid.grid`).
 
 from __future__ import annotations
 
+import ast
+import difflib
 import logging
 import warnings
 from dataclasses import dataclass, field
+from os import PathLike
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterable, Mapping, MutableMapping, Sequence
@@ -61,9 +64,88 @@ NOTEBOOK_PARAMETERS = ("profile", "overrides", "data_dir", "figures_dir", "runs_
 WRITTEN = "_r2mad_written"
 
 
+class NotebookParameterError(ValueError):
+    """A notebook parameter of the wrong type, or an unknown one (one line: its name and what to write instead)."""
+
+
+#: The header of the cell papermill injects with the ``-p``/``-y`` parameters (its Python translator's).
+PAPERMILL_HEADER = "# Parameters"
+
+
+def _papermill_example(overrides: str) -> tuple[str, str]:
+    """What to write instead of ``-p overrides TEXT``: ``(-y 'overrides: TEXT', -p KEY VALUE ...)``."""
+    import yaml
+
+    try:
+        parsed = yaml.safe_load(overrides)
+    except yaml.YAMLError:
+        parsed = None
+    pairs = parsed if isinstance(parsed, dict) and parsed else {"top_k": 3}
+    text = overrides.strip() if isinstance(parsed, dict) and parsed else "{top_k: 3}"
+    return f"-y 'overrides: {text}'", " ".join(f"-p {key} {value}" for key, value in pairs.items())
+
+
+def check_parameters(namespace: Mapping[str, Any]) -> None:
+    """Refuse, in one line naming it, a notebook parameter of the wrong type (papermill's ``-p`` passes a mapping as a
+    string: ``-p overrides '{top_k: 3}'``) and a name papermill injected that is neither a notebook parameter, a
+    profile field nor one of the notebook's own parameters (a typo: ``-p topk 3``)."""
+    overrides = namespace.get("overrides")
+    if overrides is not None and not isinstance(overrides, Mapping):
+        if isinstance(overrides, str):
+            yaml_form, p_form = _papermill_example(overrides)
+            raise NotebookParameterError(
+                f"notebook parameter 'overrides' is the string {overrides!r} (papermill's -p passes a string), not a "
+                f"mapping of profile fields: write {yaml_form} or {p_form}")
+        raise NotebookParameterError(f"notebook parameter 'overrides' must be a mapping of profile fields, not "
+                                     f"{type(overrides).__name__} {overrides!r}: write -y 'overrides: {{top_k: 3}}'")
+    profile = namespace.get("profile")
+    if profile is not None and not isinstance(profile, (str, PathLike)):
+        raise NotebookParameterError(f"notebook parameter 'profile' must be a profile's name or a YAML file's path, "
+                                     f"not {type(profile).__name__} {profile!r}: write -p profile sim")
+    for key in (*PATH_DEFAULTS, "data_dir"):
+        value = namespace.get(key)
+        if value is not None and not isinstance(value, (str, PathLike)):
+            raise NotebookParameterError(f"notebook parameter {key!r} must be a folder's path, not "
+                                         f"{type(value).__name__} {value!r}: write -p {key} PATH")
+    injected, own = _papermill_cells(namespace)
+    known = {*NOTEBOOK_PARAMETERS, *ProfileSpec.model_fields, *own}
+    for name in injected:
+        if name not in known and not name.startswith("PAPERMILL_"):
+            close = difflib.get_close_matches(name, sorted(known), n=2)
+            hint = f"did you mean {' or '.join(close)}? " if close else ""
+            raise NotebookParameterError(
+                f"unknown notebook parameter {name!r} (papermill -p): {hint}a parameter is a profile field "
+                f"(-p top_k 3), overrides (-y 'overrides: {{top_k: 3}}') or one of {', '.join(NOTEBOOK_PARAMETERS)}")
+
+
+def _papermill_cells(namespace: Mapping[str, Any]) -> tuple[list[str], set[str]]:
+    """``(the names of papermill's injected cell, the names the notebook's parameters cell before it assigns)``, read
+    from IPython's input history (``In``); nothing outside a kernel or without papermill."""
+    history = namespace.get("In")
+    if not isinstance(history, list):
+        return [], set()
+    for index in range(len(history) - 1, 0, -1):
+        source = history[index]
+        if isinstance(source, str) and source.startswith(PAPERMILL_HEADER + "\n"):
+            previous = history[index - 1] if isinstance(history[index - 1], str) else ""
+            return _assigned(source), set(_assigned(previous))
+    return [], set()
+
+
+def _assigned(source: str) -> list[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    return [target.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(target, ast.Name)]
+
+
 def requested_overrides(namespace: Mapping[str, Any]) -> dict[str, Any]:
     """The overrides a notebook asks for: its ``overrides`` mapping, plus every profile field assigned in its
     namespace (papermill ``-p``, an edited parameters cell) that :func:`setup` did not put there itself."""
+    check_parameters(namespace)
     written = namespace.get(WRITTEN) or {}
     found = dict(namespace.get("overrides") or {})
     for key in ProfileSpec.model_fields:

@@ -49,3 +49,26 @@ def test_quiet_logging_silences_the_core_below_error(caplog: pytest.LogCaptureFi
         assert logging.getLogger("httpx").level == logging.WARNING
     finally:
         logging.getLogger("r2mad_core").setLevel(before)
+
+
+@pytest.mark.parametrize("namespace,message", [
+    ({"overrides": "{top_k: 3}"}, "notebook parameter 'overrides' is the string '{top_k: 3}' (papermill's -p passes a "
+     "string), not a mapping of profile fields: write -y 'overrides: {top_k: 3}' or -p top_k 3"),
+    ({"overrides": "{top_k: 3, seed: 2}"}, "write -y 'overrides: {top_k: 3, seed: 2}' or -p top_k 3 -p seed 2"),
+    ({"overrides": 3}, "notebook parameter 'overrides' must be a mapping of profile fields, not int 3"),
+    ({"profile": 3}, "notebook parameter 'profile' must be a profile's name or a YAML file's path, not int 3"),
+    ({"cache_dir": 1.5}, "notebook parameter 'cache_dir' must be a folder's path, not float 1.5"),
+    ({"In": ["", "profile = 'tiny'\nnum_trials = 5\n", "# Parameters\ntopk = 3\n"]},
+     "unknown notebook parameter 'topk' (papermill -p): did you mean top_k or top_p?"),
+])
+def test_a_bad_notebook_parameter_is_one_line_naming_it_and_what_to_write(namespace: dict, message: str) -> None:
+    """Issue 58: `papermill ... -p overrides '{top_k: 3}'` ended in a 20-line ValueError from dict()."""
+    with pytest.raises(notebook_setup.NotebookParameterError) as raised:
+        notebook_setup.resolve_profile({"profile": "tiny", **namespace})
+    assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_papermills_parameters_that_the_notebook_declares_are_accepted() -> None:
+    history = ["", "profile = 'tiny'\nnum_trials = 5\n", "# Parameters\nnum_trials = 7\ntop_k = 3\nprofile = 'tiny'\n"]
+    loaded, _ = notebook_setup.resolve_profile({"profile": "tiny", "num_trials": 7, "top_k": 3, "In": history})
+    assert loaded.spec.top_k == 3
