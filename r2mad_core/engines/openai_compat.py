@@ -272,7 +272,9 @@ class OpenAICompatEngine:
         self.extra_body = dict(extra_body or {})
         self.ledger = Ledger()
         self.api_key_env = api_key_env
-        headers = {"Content-Type": "application/json"}
+        # Accept-Encoding stated, not httpx's default, which adds zstd when the zstandard package happens to be installed:
+        # the bytes sent do not depend on what else is in the environment
+        headers = {"Content-Type": "application/json", "Accept-Encoding": "gzip, deflate"}
         api_key = os.environ.get(api_key_env) if api_key_env else None
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"

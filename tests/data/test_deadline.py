@@ -87,7 +87,7 @@ def test_an_overrun_returns_on_timeout_ends_the_computation_and_the_next_call_wo
     answers.clear_caches()
     assert answers.is_correct("0.25", r"\frac{1}{4}", MATH)  # the next comparison works
     assert not set(threading.enumerate()) - threads  # none started and left (another test's may end meanwhile)
-    assert not [t.name for t in threading.enumerate() if t.name.startswith("r2mad-")]
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("r2mad-symbolic")]  # the old reaper's
 
 
 def test_a_long_c_call_is_stopped_at_the_deadline() -> None:
