@@ -279,7 +279,7 @@ def test_claims_hold_only_when_strict_and_count_each_comparison_once(tiny_run: P
         better, worse = (float(x) for x in row.reproduced.split(" vs "))
         expected = "as claimed" if better > worse else ("tie" if better == worse else "reversed")
         # shown to 3 decimals: a displayed tie may still be a strict difference, never the other way round
-        if expected != "tie" and row.outcome != "equal by construction":
+        if expected != "tie" and row.outcome not in ("equal by construction", "paper's design: biased, not tested"):
             assert row.outcome == expected, f"{row.ordering} on {row.benchmark}: {row.reproduced} -> {row.outcome}"
         assert not (row.significant and row.outcome != "as claimed")
         # significant is decided by p_holm (docs/statistics.md), never by the unadjusted p
