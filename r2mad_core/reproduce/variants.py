@@ -43,7 +43,7 @@ from r2mad_core.experiments.protocol import BY_NAME, PROFILE_CHOICES
 from r2mad_core.report import inference
 from r2mad_core.experiments.profiles import load_profile
 from r2mad_core.report.artifacts import apply_style, display_path, jsonable, read_manifest, save_figure, save_table, update_manifest
-from r2mad_core.reproduce.grid import _finished_records
+from r2mad_core.experiments.run_reader import finished_records as _finished_records
 from r2mad_core.report import multiplicity
 from r2mad_core.report.tables import Table
 

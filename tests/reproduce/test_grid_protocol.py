@@ -203,16 +203,16 @@ def test_cells_whose_bank_another_process_builds_go_last_and_the_results_keep_th
     whose bank another process holds is put off while another cell can run; the results come in the declared order."""
     import os
 
-    from r2mad_core.reproduce.grid import _held_elsewhere
+    from r2mad_core.experiments.waiting import held_elsewhere
 
     exp = experiment(tmp_path, models=[SIM_A], benchmarks=["truthfulqa", "mmlu_pro_economics"], test_limit=2)
     bank = exp.memory_dir(exp.models[0], "truthfulqa")
     lock = bank.parent / f".{bank.name}.lock"
-    assert not _held_elsewhere(lock)
+    assert not held_elsewhere(lock)
     descriptor = _hold_lock(lock)
-    assert _held_elsewhere(lock)
+    assert held_elsewhere(lock)
     order: list[tuple[str, str]] = []
-    run = exp.run
+    run = exp.cells.run
 
     def recording_run(model: str, benchmark: str, method: str):
         order.append((benchmark, method))
@@ -221,7 +221,7 @@ def test_cells_whose_bank_another_process_builds_go_last_and_the_results_keep_th
             os.close(descriptor)
         return run(model, benchmark, method)
 
-    monkeypatch.setattr(exp, "run", recording_run)
+    monkeypatch.setattr(exp.cells, "run", recording_run)
     results = exp.grid(["R2-MAD", "MAD"])
     assert order == [("truthfulqa", "MAD"), ("mmlu_pro_economics", "R2-MAD"), ("mmlu_pro_economics", "MAD"),
                      ("truthfulqa", "R2-MAD")]
@@ -239,7 +239,7 @@ def test_memories_builds_the_banks_nobody_else_is_building_first(tmp_path: Path,
     bank = exp.memory_dir(exp.models[0], "truthfulqa")
     descriptor = _hold_lock(bank.parent / f".{bank.name}.lock")
     built: list[str] = []
-    memory = exp.memory
+    memory = exp.banks.memory
 
     def recording_memory(spec, benchmark: str) -> Path:
         built.append(benchmark)
@@ -248,7 +248,7 @@ def test_memories_builds_the_banks_nobody_else_is_building_first(tmp_path: Path,
             os.close(descriptor)
         return memory(spec, benchmark)
 
-    monkeypatch.setattr(exp, "memory", recording_memory)
+    monkeypatch.setattr(exp.banks, "memory", recording_memory)
     pairs = [("Sim A", b) for b in ("truthfulqa", "mmlu_pro_economics", "math500")]
     directories = exp.memories(pairs)
     assert built == ["mmlu_pro_economics", "math500", "truthfulqa"]
@@ -263,14 +263,14 @@ def test_a_finished_cell_is_read_once_per_process_until_its_files_change(tmp_pat
     import os
 
     from r2mad_core.experiments.cell import TRANSCRIPTS_FILE
-    from r2mad_core.reproduce import grid as grid_module
+    from r2mad_core.experiments import run_reader
 
     exp = experiment(tmp_path, models=[SIM_A], test_limit=3)
     first = exp.run("Sim A", "mmlu_pro_engineering", "MAD")
     assert first.n_new == 3
     reads = []
-    real_load_run = grid_module.load_run
-    monkeypatch.setattr(grid_module, "load_run", lambda run_dir: reads.append(run_dir) or real_load_run(run_dir))
+    real_load_run = run_reader.load_run
+    monkeypatch.setattr(run_reader, "load_run", lambda run_dir: reads.append(run_dir) or real_load_run(run_dir))
     again = exp.run("Sim A", "mmlu_pro_engineering", "MAD")
     assert reads == [] and again.n_new == 0
     assert [r.model_dump() for r in again.records] == [r.model_dump() for r in first.records]

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from r2mad_core.experiments import run_reader
 from r2mad_core.reproduce import grid, notebook_runner
 from r2mad_core.reproduce.notebook_runner import NotebookResult, run_workers
 
@@ -128,7 +129,7 @@ def test_the_finished_runs_are_read_once_with_their_metrics_and_a_run_not_finish
                    test_limit=3, train_limit=2, max_tokens=64, progress=False)
     exp = ExperimentGrid(**options)
     made = exp.grid(["MAD", "CoT"])
-    grid._FINISHED.clear()
+    run_reader.FINISHED.clear()
     run_dirs = [outcome.run_dir for outcome in made.outcomes]
     unfinished = run_dirs[0].parent / "mad-000000000000"
     unfinished.mkdir()
@@ -139,23 +140,23 @@ def test_the_finished_runs_are_read_once_with_their_metrics_and_a_run_not_finish
 
     assert grid.load_finished_runs(str(tmp_path / "runs"), exp.bootstrap_resamples, since=time.time() + 60) == 0
     assert grid.load_finished_runs(str(tmp_path / "runs"), exp.bootstrap_resamples) == 2
-    assert sorted(grid._FINISHED) == sorted(str(d) for d in run_dirs)
+    assert sorted(run_reader.FINISHED) == sorted(str(d) for d in run_dirs)
     assert grid.load_finished_runs(str(tmp_path / "runs"), exp.bootstrap_resamples) == 0  # unchanged: not again
 
     def no_reading(run_dir: Any) -> Any:
         raise AssertionError(f"read again: {run_dir}")
 
-    original = grid.load_run
-    grid.load_run = no_reading
+    original = run_reader.load_run
+    run_reader.load_run = no_reading
     try:
         again = ExperimentGrid(**options).grid(["MAD", "CoT"])
     finally:
-        grid.load_run = original
+        run_reader.load_run = original
     for before, after in zip(made.outcomes, again.outcomes):
         assert [r.model_dump() for r in after.records] == [r.model_dump() for r in before.records]
         assert json.dumps(after.metrics, sort_keys=True, default=str) == json.dumps(before.metrics, sort_keys=True,
                                                                                     default=str)
-    grid._FINISHED.clear()
+    run_reader.FINISHED.clear()
 
 
 def test_code_runs_silently_in_a_kept_kernel_and_its_error_is_raised(tmp_path: Path) -> None:

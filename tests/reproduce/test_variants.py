@@ -151,7 +151,7 @@ def _grid(tmp_path: Path, **changes) -> ExperimentGrid:
 
 def _generations(grid: ExperimentGrid) -> int:
     """Requests the grid's engines answered (the simulated agents run uncached: each one is a generation)."""
-    return sum(cost.requests for engine in grid._engines.values() for cost in engine.ledger.by_tag.values())
+    return sum(cost.requests for engine in grid.engines.opened() for cost in engine.ledger.by_tag.values())
 
 
 def test_a_cell_the_variant_does_not_change_replays_and_compares_as_the_same_run(tmp_path: Path) -> None:
