@@ -2,7 +2,10 @@
 
 - :mod:`~r2mad_core.experiments.methods`: the method registry (CoT, SC, MAD, MAD-M2, R2-MAD, ICL-CoT, ablations).
 - :mod:`~r2mad_core.experiments.cell`: one run cell (a method on a benchmark with a model): resumable transcripts.
+- :mod:`~r2mad_core.experiments.run_reader`: finished run directories read back once per process, with their metrics.
 - :mod:`~r2mad_core.experiments.build_memory`: the training-split debates that fill the banks.
+- :mod:`~r2mad_core.experiments.engine_pool`: one engine per model of a grid, opened on first need, closed together.
+- :mod:`~r2mad_core.experiments.waiting`: work ordered around other processes' locks (what another holds goes last).
 - :mod:`~r2mad_core.experiments.run_settings`: ``RunSettings``, a run's settings carried whole from the profile.
 - :mod:`~r2mad_core.experiments.method_labels`: the paper's row names -> registered methods and options (the
   run settings flattened, once).

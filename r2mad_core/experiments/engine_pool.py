@@ -8,6 +8,7 @@ behind the response cache unless its backend says a generation costs less than t
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from pathlib import Path
 from typing import Any, Sequence
@@ -15,7 +16,6 @@ from typing import Any, Sequence
 from r2mad_core import engines  # engines.make_engine looked up at call time (tests replace it)
 from r2mad_core.data.benchmarks import load as load_benchmark
 from r2mad_core.experiments.model_specs import ModelSpec
-from r2mad_core.experiments.run_keys import config_hash
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class EnginePool:
         ``vllm`` engine closes the previous one: one GPU model in memory at a time. A ``vllm`` model (any backend with
         ``identity_of``) is loaded only when a request misses the cache (``lazy``), so a cell whose generations are all
         cached never loads it."""
-        key = config_hash({**spec.describe(), "all_options": dict(spec.options)})
+        key = self.key(spec)
         if key not in self._open:
             if spec.engine == "vllm":
                 # one GPU model at a time: the models of a profile run one after another
@@ -63,6 +63,12 @@ class EnginePool:
             self._open[key] = engines.make_engine(spec.engine, model=model, cache_dir=cache_dir, lazy=True, **options)
             self._kinds[key] = spec.engine
         return self._open[key]
+
+    @staticmethod
+    def key(spec: ModelSpec) -> str:
+        """Which models share an engine in this process: those equal in what identifies them in run configurations
+        and in every option (the speed knobs too). Never written anywhere: not a run key."""
+        return json.dumps({**spec.describe(), "all_options": dict(spec.options)}, sort_keys=True, default=str)
 
     def opened(self) -> list[Any]:
         """The engines open now, in the order they were opened."""

@@ -5,6 +5,7 @@ comparison); it runs nothing (the cells are run by :mod:`r2mad_core.reproduce`).
 - :mod:`~r2mad_core.report.tables`: one ``Table`` type rendered as CSV, Markdown and LaTeX.
 - :mod:`~r2mad_core.report.artifacts`: writing tables and figures with their manifest (what ran, at which commit).
 - :mod:`~r2mad_core.report.findings`: the generated "What this shows" text.
+- :mod:`~r2mad_core.report.grid_notes`: a grid in words: the notebooks' settings table, the captions' notes.
 - :mod:`~r2mad_core.report.protocol_notes`: the generated text on what the protocol preset changed.
 - :mod:`~r2mad_core.report.comparison`: the reproduction against the paper's numbers, the claims with McNemar.
 - :mod:`~r2mad_core.report.multiplicity`: Holm's adjustment of the p-values of tests made at once (a variant's cells, the claims).

@@ -6,7 +6,7 @@ composed of one part per trade:
 
 - ``exp.engines``: one engine per model behind the response cache (:class:`~r2mad_core.experiments.engine_pool.EnginePool`);
 - ``exp.banks``: the memory banks, built once per (model, benchmark) from the train split (Appendix A;
-  :class:`~r2mad_core.experiments.memory_banks.MemoryBanks`);
+  :class:`MemoryBanks`: here beside the cells, since both are named by this module's run keys, :func:`config_hash`);
 - ``exp.cells``: one run directory per cell keyed by a hash of its configuration, run or read back
   (:class:`GridCells`; finished runs are read once per process: :mod:`r2mad_core.experiments.run_reader`);
 - ``exp.notes``: the settings table and the captions' notes (:class:`~r2mad_core.report.grid_notes.GridNotes`).
@@ -23,7 +23,10 @@ GridResults) are importable from here too (:data:`__all__`).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import re
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -35,8 +38,8 @@ from r2mad_core.debate.overflow import check_overflow_policy
 from r2mad_core.debate.settings import SAMPLING, DebateSettings
 from r2mad_core.experiments import method_labels
 from r2mad_core.experiments.cell import LOCK_FILE, RunDirectoryBusy, preflight, run_cell
+from r2mad_core.experiments.build_memory import build_memory
 from r2mad_core.experiments.engine_pool import EnginePool
-from r2mad_core.experiments.memory_banks import MemoryBanks
 from r2mad_core.experiments.method_labels import (
     ABLATION_METHODS, COST_METHODS, ICL_METHODS, INDEPENDENT_ROUND0, LARGE_MODEL_METHODS, MAD_M2_METHODS,
     MAIN_METHODS, SHARED_ROUND0, SUBSET_METHODS, TRANSITION_METHODS, Row, poisoned_method_label,
@@ -44,11 +47,11 @@ from r2mad_core.experiments.method_labels import (
 )
 from r2mad_core.experiments.methods import get_method
 from r2mad_core.experiments.model_specs import ENGINE_TITLES, SPEED_OPTIONS, ModelSpec, large_model_plan
-from r2mad_core.experiments.run_keys import config_hash, slug
 from r2mad_core.experiments.run_reader import finished_metrics, finished_records, load_finished_runs, remember_finished
 from r2mad_core.experiments.run_settings import RunSettings
 from r2mad_core.experiments.waiting import held_elsewhere, least_waiting
-from r2mad_core.files import locked
+from r2mad_core.files import atomic_write, locked
+from r2mad_core.report.artifacts import jsonable
 from r2mad_core.report.grid_notes import GridNotes
 from r2mad_core.report.results import C_TO_W_METRIC, SUBSET_METRIC, W_TO_C_METRIC, CellOutcome, GridResults
 
@@ -56,7 +59,7 @@ from r2mad_core.report.results import C_TO_W_METRIC, SUBSET_METRIC, W_TO_C_METRI
 #: table rows and label builders, the model specs, the results) so that ``from r2mad_core.reproduce import grid``
 #: is the one import a notebook needs.
 __all__ = [
-    "ExperimentGrid", "GridCells", "RunSettingsFace", "STREAMING_ENGINES", "STREAMING_WINDOW", "profile_samples",
+    "ExperimentGrid", "GridCells", "MemoryBanks", "RunSettingsFace", "STREAMING_ENGINES", "STREAMING_WINDOW", "profile_samples",
     "slug", "config_hash", "load_finished_runs",
     "ABLATION_METHODS", "COST_METHODS", "ICL_METHODS", "INDEPENDENT_ROUND0", "LARGE_MODEL_METHODS", "MAD_M2_METHODS",
     "MAIN_METHODS", "SHARED_ROUND0", "SUBSET_METHODS", "TRANSITION_METHODS", "Row", "poisoned_method_label",
@@ -87,6 +90,105 @@ def profile_samples(
         raise ValueError(f"limit: expected a positive integer or None, found {limit!r}")
     return {name: load_benchmark(name, split, data_dir, split_rule=split_rule)[:limit] for name in benchmarks}
 
+
+def slug(text: str) -> str:
+    """A file-name-safe form of a label: ``R2-MAD w/o Memory`` -> ``r2-mad-w-o-memory``."""
+    return re.sub(r"[^0-9a-z.]+", "-", str(text).lower()).strip("-") or "x"
+
+
+def config_hash(payload: Any, length: int = 12) -> str:
+    """First ``length`` hex digits of SHA-256 of the canonical JSON of ``payload``: a run cell's and a bank's folder
+    name end in it (published caches replay only while these names stay as they are)."""
+    blob = json.dumps(jsonable(payload), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:length]
+
+
+class MemoryBanks:
+    """The banks of ``exp`` (an :class:`~r2mad_core.reproduce.grid.ExperimentGrid`), read from it when asked: its
+    run settings, models (``models``, ``memory_models``, ``memory_model``, ``model(label)``), ``runs_dir``,
+    ``data_dir``, train questions (``samples``), engines (``engines``) and ``progress``."""
+
+    def __init__(self, exp: Any) -> None:
+        self.exp = exp
+
+    def memory_spec(self, spec: ModelSpec) -> ModelSpec:
+        """The model whose debates fill the memory banks used by ``spec``: itself (``memory_model: null``, one bank
+        per evaluated model; ours, the paper does not say) or the profile's ``memory_model`` (the authors built one
+        bank with Qwen3-4B-Instruct-2507 for every evaluated model)."""
+        exp = self.exp
+        if exp.memory_model is None:
+            return spec
+        return next((m for m in exp.memory_models if m.label == exp.memory_model), None) or exp.model(exp.memory_model)
+
+    def memory_options(self) -> dict[str, Any]:
+        """How the banks are built under this protocol (:func:`r2mad_core.experiments.protocol.memory_options`)."""
+        return self.exp.run_settings.memory_options()
+
+    def memory_config(self, spec: ModelSpec, benchmark: str) -> dict[str, Any]:
+        """What builds the bank set of (``spec``, ``benchmark``): its folder's key and its ``build_config.json``."""
+        spec = self.memory_spec(spec)
+        settings = self.exp.run_settings
+        return {
+            "benchmark": benchmark, "split": "train", "limit": settings.train_limit, "seed": settings.seed,
+            **settings.debate.values(("n_agents", "n_rounds", "summary_max_tokens")),
+            "embedder": settings.embedder, "model": spec.describe(), **self.exp.sampling, **self.memory_options(),
+        }
+
+    def memory_dir(self, spec: ModelSpec, benchmark: str) -> Path:
+        """The folder of the bank set of (``spec``, ``benchmark``), under the model that builds it."""
+        config = self.memory_config(spec, benchmark)
+        builder = self.memory_spec(spec)
+        return self.exp.runs_dir / slug(builder.label) / benchmark / f"memory-{config_hash(config)}"
+
+    def memory(self, spec: ModelSpec | str, benchmark: str) -> Path:
+        """The memory bank directory of (model, benchmark), built from the train split if missing
+        (Appendix A: a forced 3-round MAD with summaries on each training question)."""
+        exp = self.exp
+        spec = exp.model(spec) if isinstance(spec, str) else spec
+        directory = self.memory_dir(spec, benchmark)
+        if (directory / "manifest.json").exists():
+            return directory
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        # one builder at a time: a notebook running beside another that builds this bank waits, then loads it
+        with locked(directory.parent / f".{directory.name}.lock"):
+            if (directory / "manifest.json").exists():
+                return directory
+            directory.mkdir(parents=True, exist_ok=True)
+            atomic_write(directory / "build_config.json",
+                         json.dumps(jsonable(self.memory_config(spec, benchmark)), indent=2))
+            settings = exp.run_settings
+            build_memory(
+                benchmark, exp.engines.engine(self.memory_spec(spec)), settings.embedder, directory,
+                limit=settings.train_limit, split="train", seed=settings.seed, settings=settings.debate,
+                data_dir=exp.data_dir, samples=exp.samples(benchmark, "train"), progress=False, overwrite=True,
+                **self.memory_options(),
+            )
+        return directory
+
+    def memories(self, pairs: Sequence[tuple[ModelSpec | str, str]]) -> dict[tuple[str, str], Path]:
+        """The memory bank of every (model, benchmark) of ``pairs``, built where missing, by ``(label, benchmark)``:
+        the banks no other process is building first, those another is building last (:func:`held_elsewhere`), so
+        two notebooks that need banks build different ones at once instead of one waiting for the other."""
+        specs = [(self.exp.model(m) if isinstance(m, str) else m, benchmark) for m, benchmark in pairs]
+        bar = None
+        if self.exp.progress:
+            bar = tqdm(total=len(specs), desc=f"{len(specs)} memory bank sets", unit="set", mininterval=2.0,
+                       file=sys.stderr)
+        try:
+            built = {}
+            for spec, benchmark in least_waiting(specs, lambda item: self.busy(*item)):
+                built[(spec.label, benchmark)] = self.memory(spec, benchmark)
+                if bar is not None:
+                    bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
+        return {(spec.label, benchmark): built[(spec.label, benchmark)] for spec, benchmark in specs}
+
+    def busy(self, spec: ModelSpec, benchmark: str) -> bool:
+        """Whether asking for this bank now would wait: missing, and another process holds its lock (building it)."""
+        directory = self.memory_dir(spec, benchmark)
+        return not (directory / "manifest.json").exists() and held_elsewhere(directory.parent / f".{directory.name}.lock")
 
 class RunSettingsFace:
     """The run settings read by name on a grid (``exp.n_agents``, ``exp.top_k``, ``exp.choices``): each a read of
