@@ -47,8 +47,8 @@ class GridNotes:
             "agents x rounds": f"{exp.n_agents} x {exp.n_rounds}",
             "temperature / top_p / max_tokens": f"{exp.sampling['temperature']} / {exp.sampling['top_p']} / "
                                                 f"{exp.sampling['max_tokens']}",
-            "protocol": exp.protocol_name + "".join(
-                f"; {k}={v}" for k, v in exp.choices.items() if v != protocol_presets.BY_NAME[k].value(exp.protocol_name)),
+            "protocol": exp.protocol_name + "".join(f"; {k}={v}" for k, v in exp.choices.items()
+                                                    if v != protocol_presets.BY_NAME[k].value(exp.protocol_name)),
             **{row: " / ".join(str(getattr(memory, n)) for n in names) for row, names in MEMORY_DESCRIBED.items()},
             "memory built by": exp.memory_model or "each evaluated model (its own bank)",
             "experience responses shown": (f"first {memory.max_experience_chars} characters"

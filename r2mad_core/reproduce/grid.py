@@ -4,7 +4,8 @@
 a profile runs (its models, benchmarks, folders and :class:`~r2mad_core.experiments.run_settings.RunSettings`) and is
 composed of one part per trade:
 
-- ``exp.engines``: one engine per model behind the response cache (:class:`~r2mad_core.experiments.engine_pool.EnginePool`);
+- ``exp.engines``: one engine per model behind the response cache
+  (:class:`~r2mad_core.experiments.engine_pool.EnginePool`);
 - ``exp.banks``: the memory banks, built once per (model, benchmark) from the train split (Appendix A;
   :class:`MemoryBanks`: here beside the cells, since both are named by this module's run keys, :func:`config_hash`);
 - ``exp.cells``: one run directory per cell keyed by a hash of its configuration, run or read back
@@ -16,7 +17,8 @@ methods, bound in :meth:`ExperimentGrid.__init__`; its results are a :class:`~r2
 
 Method names are the paper's row names (``CoT``, ``Self-Consistency (9)``, ``MAD``, ``MAD-M2 (O)``,
 ``R2-MAD w/o Confidence``, ``R2-MAD retrieval=Random``, ...) or a registered method's label;
-:mod:`r2mad_core.experiments.method_labels` maps each to a registered method of :mod:`r2mad_core.experiments.methods` and its options.
+:mod:`r2mad_core.experiments.method_labels` maps each to a registered method of :mod:`r2mad_core.experiments.methods`
+and its options.
 The names the notebooks use from the modules this one builds on (the table rows, label builders, ModelSpec,
 GridResults) are importable from here too (:data:`__all__`).
 """
@@ -59,8 +61,8 @@ from r2mad_core.report.results import C_TO_W_METRIC, SUBSET_METRIC, W_TO_C_METRI
 #: table rows and label builders, the model specs, the results) so that ``from r2mad_core.reproduce import grid``
 #: is the one import a notebook needs.
 __all__ = [
-    "ExperimentGrid", "GridCells", "MemoryBanks", "RunSettingsFace", "STREAMING_ENGINES", "STREAMING_WINDOW", "profile_samples",
-    "slug", "config_hash", "load_finished_runs",
+    "ExperimentGrid", "GridCells", "MemoryBanks", "RunSettingsFace", "STREAMING_ENGINES", "STREAMING_WINDOW",
+    "profile_samples", "slug", "config_hash", "load_finished_runs",
     "ABLATION_METHODS", "COST_METHODS", "ICL_METHODS", "INDEPENDENT_ROUND0", "LARGE_MODEL_METHODS", "MAD_M2_METHODS",
     "MAIN_METHODS", "SHARED_ROUND0", "SUBSET_METHODS", "TRANSITION_METHODS", "Row", "poisoned_method_label",
     "retrieval_method_label", "retrieval_policy_label", "sc_methods", "with_k",
@@ -108,7 +110,7 @@ class MemoryBanks:
     run settings, models (``models``, ``memory_models``, ``memory_model``, ``model(label)``), ``runs_dir``,
     ``data_dir``, train questions (``samples``), engines (``engines``) and ``progress``."""
 
-    def __init__(self, exp: Any) -> None:
+    def __init__(self, exp: "ExperimentGrid") -> None:
         self.exp = exp
 
     def memory_spec(self, spec: ModelSpec) -> ModelSpec:
@@ -188,7 +190,8 @@ class MemoryBanks:
     def busy(self, spec: ModelSpec, benchmark: str) -> bool:
         """Whether asking for this bank now would wait: missing, and another process holds its lock (building it)."""
         directory = self.memory_dir(spec, benchmark)
-        return not (directory / "manifest.json").exists() and held_elsewhere(directory.parent / f".{directory.name}.lock")
+        lock = directory.parent / f".{directory.name}.lock"
+        return not (directory / "manifest.json").exists() and held_elsewhere(lock)
 
 class RunSettingsFace:
     """The run settings read by name on a grid (``exp.n_agents``, ``exp.top_k``, ``exp.choices``): each a read of
@@ -443,12 +446,14 @@ class ExperimentGrid(RunSettingsFace):
         self.window = window
         self.memory_models: list[ModelSpec] = []
         for entry in memory_models:
-            self.memory_models.append(entry if isinstance(entry, ModelSpec) else ModelSpec.from_entry(entry, self.memory_models))
+            self.memory_models.append(entry if isinstance(entry, ModelSpec)
+                                      else ModelSpec.from_entry(entry, self.memory_models))
         known = [m.label for m in self.models] + [m.label for m in self.memory_models]
         if memory_model is not None and memory_model not in known:
             raise ValueError(f"memory_model {memory_model!r}: expected null or one of the profile's model labels "
                              f"(models or memory_models) {known}")
-        #: The variant these settings make (:mod:`r2mad_core.reproduce.variants`), set by the notebook setup; None: the profile.
+        #: The variant these settings make (:mod:`r2mad_core.reproduce.variants`), set by the notebook setup; None: the
+        #: profile.
         self.variant: Any = None
         self._samples: dict[tuple[str, str], list[Any]] = {}
         # the parts, one per trade, each reading this grid's settings when asked
@@ -477,9 +482,9 @@ class ExperimentGrid(RunSettingsFace):
         :meth:`RunSettings.replace <r2mad_core.experiments.run_settings.RunSettings.replace>`). The models and the
         memory-only models and ``memory_model`` are read from ``profile.spec``; every other field that shapes a run
         cell is in the profile's :class:`~r2mad_core.experiments.run_settings.RunSettings`, held whole. The notebooks
-        (:func:`r2mad_core.reproduce.notebook_setup.setup`), the pre-flight estimate, the variants' baseline and the report all build their grid here. ``replace`` replaces
-        constructor arguments after the profile's (the estimate: its stand-in engines and sampled sizes; a flat
-        setting lands in the run settings)."""
+        (:func:`r2mad_core.reproduce.notebook_setup.setup`), the pre-flight estimate, the variants' baseline and the
+        report all build their grid here. ``replace`` replaces constructor arguments after the profile's (the
+        estimate: its stand-in engines and sampled sizes; a flat setting lands in the run settings)."""
         profile = profile.with_overrides(overrides)
         spec = profile.spec
         options: dict[str, Any] = dict(
