@@ -69,8 +69,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
-import httpx
-
 from r2mad_core.engines.base import (
     Completion,
     EngineError,
@@ -86,6 +84,7 @@ from r2mad_core.engines.deadline import (  # noqa: F401 - attempt_limits, bounde
 )
 from r2mad_core.engines.endpoints import EndpointPool, without_userinfo
 from r2mad_core.engines.event_loop import event_loop
+from r2mad_core.engines.http1 import HostPool, RequestError, direct_target, user_agent
 from r2mad_core.engines.thinking import apply_thinking
 
 logger = logging.getLogger(__name__)
@@ -278,6 +277,7 @@ class OpenAICompatEngine:
         api_key = os.environ.get(api_key_env) if api_key_env else None
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
+        self._headers = headers
         self.timeout_seconds = timeout_seconds
         self._connect_timeout = connect_timeout_seconds
         # set by close() and by Ctrl-C in generate_iter: the attempts in flight are cancelled, none is retried
@@ -289,7 +289,7 @@ class OpenAICompatEngine:
         self._closed = False
         self._loop = event_loop()
         self._tasks: set[asyncio.Task[Any]] = set()  # every request's task now (the loop thread's set)
-        self._call(self._open(headers))
+        self._call(self._open())
         if neutral_sampling is None:
             neutral_sampling = self._call(self._server_is_vllm(connect_timeout_seconds))
         self.neutral_sampling = bool(neutral_sampling)
@@ -310,21 +310,44 @@ class OpenAICompatEngine:
         """Run ``coroutine`` on the loop thread and wait for its result (construction and close only)."""
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
-    async def _open(self, headers: dict[str, str]) -> None:
-        """Each URL's ``httpx.AsyncClient`` pools, built on the loop thread: at most ``max_concurrency_per_url``
-        keep-alive connections to a URL, in pools of at most :data:`POOL_CONNECTIONS` (httpcore's pool looks at
-        every connection, and polls its socket, for every waiting request at each event: measured at 128 in flight
-        on one URL, one pool of 128 spent 38 ms of CPU a request, pools of 16 16 ms with the profiler on; at 1,024
-        in flight over 8 URLs pools of 4 and of 1 cost the same, 3.5 ms); and the engine-wide bound on requests in
-        flight."""
-        verify = _verifying_ssl_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
-        timeout = httpx.Timeout(self.timeout_seconds, connect=self._connect_timeout)
+    async def _open(self) -> None:
+        """Each URL's connections, built on the loop thread, and the engine-wide bound on requests in flight.
+
+        A URL this package's own HTTP/1.1 client serves (:func:`~r2mad_core.engines.http1.direct_target`: no proxy,
+        no credentials in it) gets one :class:`~r2mad_core.engines.http1.HostPool`; its keep-alive connections are
+        as many as the URL's requests in flight, at most ``max_concurrency_per_url`` (:class:`EndpointPool` bounds
+        them). Any other URL gets ``httpx.AsyncClient`` pools of at most :data:`POOL_CONNECTIONS` connections
+        (httpcore's pool looks at every connection, and polls its socket, for every waiting request at each event:
+        one pool of 128 spent 38 ms of CPU a request at 128 in flight)."""
+        self._slots = asyncio.Semaphore(self.max_concurrency)
+        self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._clients: dict[str, list[Any]] = {}
+        self._request_errors: tuple[type[BaseException], ...] = (RequestError,)
+        verify = None
+        for url in self.base_urls:
+            target = direct_target(url)
+            if target is None:
+                continue
+            scheme, host, port, path = target
+            if scheme == "https" and verify is None:
+                verify = _verifying_ssl_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+            headers = [("User-Agent", user_agent()), *self._headers.items()]
+            self._clients[url] = [HostPool(scheme, host, port, path, headers, connect_timeout=self._connect_timeout,
+                                           ssl_context=verify)]
         pools = -(-self.max_concurrency_per_url // POOL_CONNECTIONS)
         size = -(-self.max_concurrency_per_url // pools)
-        limits = httpx.Limits(max_connections=size, max_keepalive_connections=size, keepalive_expiry=60.0)
-        self._clients = {url: [httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits, verify=verify)
-                               for _ in range(pools)] for url in self.base_urls}
-        self._pool_load = {url: [0] * pools for url in self.base_urls}
+        for url in self.base_urls:
+            if url in self._clients:
+                continue
+            import httpx  # a URL behind a proxy, or with credentials in it
+
+            verify = _verifying_ssl_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+            timeout = httpx.Timeout(self.timeout_seconds, connect=self._connect_timeout)
+            limits = httpx.Limits(max_connections=size, max_keepalive_connections=size, keepalive_expiry=60.0)
+            self._clients[url] = [httpx.AsyncClient(headers=self._headers, timeout=timeout, limits=limits,
+                                                    verify=verify) for _ in range(pools)]
+            self._request_errors = (RequestError, httpx.RequestError)
+        self._pool_load = {url: [0] * len(self._clients[url]) for url in self.base_urls}
         self._slots = asyncio.Semaphore(self.max_concurrency)
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
 
@@ -403,7 +426,10 @@ class OpenAICompatEngine:
             await asyncio.gather(*tasks, return_exceptions=True)
         for clients in self._clients.values():
             for client in clients:
-                await client.aclose()
+                if isinstance(client, HostPool):
+                    client.close()
+                else:
+                    await client.aclose()
 
     def __enter__(self) -> "OpenAICompatEngine":
         return self
@@ -415,9 +441,10 @@ class OpenAICompatEngine:
         """Whether every base URL's ``GET /models`` lists models owned by ``vllm``."""
         for url in self.base_urls:
             try:
-                response = await self._clients[url][0].get(f"{url}/models", timeout=timeout)
+                async with asyncio.timeout(timeout):
+                    response = await self._send(url, 0, "GET", f"{url}/models", None)
                 models = response.json().get("data") if response.status_code == 200 else None
-            except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            except (*self._request_errors, TimeoutError, ValueError, AttributeError) as exc:
                 logger.warning(
                     "openai backend: could not ask %s/models what server it is (%s); neutral sampling fields "
                     "not sent (pass neutral_sampling=true for a vLLM server)", without_userinfo(url), exc,
@@ -537,7 +564,9 @@ class OpenAICompatEngine:
         failed attempt takes its endpoint out for a backoff and the request goes on at once to a live one. Retries
         are counted (``max_retries``) only when no endpoint is left live, so a dead endpoint next to a healthy one
         costs no request its retries; at most ``(max_retries + 1) * len(base_urls)`` attempts in all."""
-        body = self.payload(request)
+        # httpx's encoding of ``json=`` (the bytes sent have always been these)
+        body = json.dumps(self.payload(request), ensure_ascii=False, separators=(",", ":"),
+                          allow_nan=False).encode("utf-8")
         policy = self.retry_policy
         started = time.perf_counter()
         attempt = counted = 0
@@ -578,16 +607,24 @@ class OpenAICompatEngine:
             completion.seconds = time.perf_counter() - started
             return apply_thinking(completion)
 
-    async def _attempt(self, url: str, endpoint: str, body: dict[str, Any], request: Request) -> Completion:
+    async def _send(self, url: str, pool: int, method: str, endpoint: str, body: bytes | None) -> Any:
+        """One request on the URL's ``pool``-th client: an :class:`~r2mad_core.engines.http1.Response` or an
+        ``httpx.Response`` (the same attributes are used of both)."""
+        client = self._clients[url][pool]
+        if isinstance(client, HostPool):
+            return await client.request(method, client.path + endpoint[len(url):], body)
+        return await client.request(method, endpoint, content=body)
+
+    async def _attempt(self, url: str, endpoint: str, body: bytes, request: Request) -> Completion:
         load = self._pool_load[url]
-        pool = load.index(min(load))  # the URL's least busy pool
+        pool = load.index(min(load)) if len(load) > 1 else 0  # the URL's least busy pool
         load[pool] += 1
         try:
             async with asyncio.timeout(self.timeout_seconds):  # the total deadline: connect, send, every byte back
-                response = await self._clients[url][pool].post(endpoint, json=body)
+                response = await self._send(url, pool, "POST", endpoint, body)
         except TimeoutError:
             raise _RetryableError("ReadTimeout: no answer within the attempt's deadline (timeout_seconds)") from None
-        except httpx.RequestError as exc:
+        except self._request_errors as exc:
             if self._stop.is_set():
                 raise EngineError(f"openai backend: stopped (interrupted or closed) during POST {without_userinfo(endpoint)}") from None
             raise _RetryableError(f"{type(exc).__name__}: {exc}") from exc
