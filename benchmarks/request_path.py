@@ -29,19 +29,24 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OLD_COMMIT = "dc0c295"
+#: The clients measured side by side: a commit whose engines/openai_compat.py is read from git, or None for today's.
+CLIENTS = {
+    "old": "dc0c295",  # a thread per request over httpx.Client
+    "httpx": "dc2d4db",  # coroutines on one event-loop thread over httpx.AsyncClient pools
+    "new": None,  # coroutines over the package's own HTTP/1.1 client (r2mad_core/engines/http1.py)
+}
 
 
-def old_client_module(directory: Path) -> object | None:
-    """The client at :data:`OLD_COMMIT` as a module, or ``None`` when this is not a git checkout."""
+def old_client_module(directory: Path, commit: str) -> object | None:
+    """The client at ``commit`` as a module, or ``None`` when this is not a git checkout."""
     try:
-        source = subprocess.run(["git", "show", f"{OLD_COMMIT}:r2mad_core/engines/openai_compat.py"], cwd=ROOT,
+        source = subprocess.run(["git", "show", f"{commit}:r2mad_core/engines/openai_compat.py"], cwd=ROOT,
                                 capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
-    path = directory / "r2mad_openai_compat_dc0c295.py"
+    path = directory / f"r2mad_openai_compat_{commit}.py"
     path.write_text(source)
-    spec = importlib.util.spec_from_file_location("r2mad_openai_compat_dc0c295", path)
+    spec = importlib.util.spec_from_file_location(f"r2mad_openai_compat_{commit}", path)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules[spec.name] = module  # type: ignore[union-attr]  (dataclasses look their module up)
     spec.loader.exec_module(module)  # type: ignore[union-attr]
@@ -59,10 +64,15 @@ def point(client: str, ports: list[int], per_server: int, requests: int, timeout
                    neutral_sampling=False, max_retries=20)
     with tempfile.TemporaryDirectory() as scratch:
         if client == "old":
-            module = old_client_module(Path(scratch))
+            module = old_client_module(Path(scratch), CLIENTS[client])
             if module is None:
                 return {"skipped": "not a git checkout: the old client cannot be read"}
             engine = module.OpenAICompatEngine("modelled", urls, **options)
+        elif CLIENTS[client] is not None:
+            module = old_client_module(Path(scratch), CLIENTS[client])
+            if module is None:
+                return {"skipped": "not a git checkout: the old client cannot be read"}
+            engine = module.OpenAICompatEngine("modelled", urls, max_concurrency_per_url=per_server, **options)
         else:
             from r2mad_core.engines.openai_compat import OpenAICompatEngine
 
@@ -102,7 +112,7 @@ def server_stats(ports: list[int]) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--servers", type=int, nargs="*", default=[1, 2, 4, 8])
-    parser.add_argument("--clients", nargs="*", default=["old", "new"], choices=["old", "new"])
+    parser.add_argument("--clients", nargs="*", default=list(CLIENTS), choices=list(CLIENTS))
     parser.add_argument("--seconds", type=float, default=20.0, help="requests per point: seconds x capacity")
     parser.add_argument("--point", help=argparse.SUPPRESS)  # child: client,ports,per_server,requests
     args = parser.parse_args(argv)

@@ -77,11 +77,6 @@ from r2mad_core.engines.base import (
     backend_seed,
     collect_in_order,
 )
-from r2mad_core.engines.deadline import (  # noqa: F401 - attempt_limits, bounded_client: the budget gateway's
-    _verifying_ssl_context,
-    attempt_limits,
-    bounded_client,
-)
 from r2mad_core.engines.endpoints import EndpointPool, without_userinfo
 from r2mad_core.engines.event_loop import event_loop
 from r2mad_core.engines.http1 import HostPool, RequestError, direct_target, user_agent
@@ -323,6 +318,8 @@ class OpenAICompatEngine:
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
         self._clients: dict[str, list[Any]] = {}
         self._request_errors: tuple[type[BaseException], ...] = (RequestError,)
+        from r2mad_core.engines.deadline import _verifying_ssl_context  # imports httpx: only for https or httpx's URLs
+
         verify = None
         for url in self.base_urls:
             target = direct_target(url)
