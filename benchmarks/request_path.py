@@ -1,7 +1,9 @@
 """The ``openai`` backend's request path against modelled vLLM servers (issue 62): achieved requests/s against the
-servers' capacity at 1, 2, 4 and 8 servers, and the package's CPU per request, for today's client (coroutines on
-one event-loop thread) and the thread-per-request client it replaced (r2mad_core/engines/openai_compat.py at
-dc0c295, read from git into a temporary module), in one run, with the machine's load beside each line.
+servers' capacity at 1, 2, 4 and 8 servers, and the package's CPU per request, for three clients in one run, with
+the machine's load beside each line (:data:`CLIENTS`): ``old``, a thread per request over ``httpx.Client``
+(r2mad_core/engines/openai_compat.py at dc0c295, read from git into a temporary module); ``httpx``, coroutines on
+one event-loop thread over ``httpx.AsyncClient`` pools (at dc2d4db, read likewise); ``new``, today's: coroutines
+over the package's own HTTP/1.1 client (r2mad_core/engines/http1.py).
 
 The servers (benchmarks/fake_vllm.py, one process, a port each) answer 25 requests/s each when busy (3,200 tokens/s
 shared by the decoding requests, 128 tokens a reply, 0.2 s to the first token, batch 128, 429 beyond a queue of
@@ -12,7 +14,7 @@ completions (the ramp up and the drain left out), read from the servers (``GET /
 a second; busy, the share of that time each server had enough requests decoding to run at its full throughput
 (32 or more), averaged over the servers.
 
-    python benchmarks/request_path.py                 # 1, 2, 4, 8 servers, both clients
+    python benchmarks/request_path.py                 # 1, 2, 4, 8 servers, the three clients
     python benchmarks/request_path.py --servers 8 --clients new --seconds 30
 """
 
@@ -134,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"modelled vLLM servers: {model.capacity:g} requests/s each when busy ({model.tokens_per_second:g} "
               f"tokens/s, {model.tokens} tokens a reply, ttft {model.ttft} s, batch {model.max_num_seqs}); "
               f"{os.cpu_count()} cores")
-        print(f"{'servers':>7} {'client':>6} {'in flight':>9} {'requests':>8} {'req/s':>7} {'busy':>6} "
+        print(f"{'servers':>7} {'client':>6} {'in flight':>9} {'requests':>8} {'req/s':>7} {'of cap.':>7} {'busy':>6} "
               f"{'CPU ms/req':>10} {'threads':>7} {'wall s':>7}  load (1 min) before/after")
         for n in args.servers:
             for client in args.clients:
@@ -154,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 busy = result["busy"]
                 print(f"{n:>7} {client:>6} {model.max_num_seqs * n:>9} {result['requests']:>8} "
-                      f"{result['steady_rate']:>7.1f} {busy:>6.1%} {1000 * result['cpu'] / result['requests']:>10.2f} "
+                      f"{result['steady_rate']:>7.1f} {result['steady_rate'] / (model.capacity * n):>7.0%} {busy:>6.1%} "
+                      f"{1000 * result['cpu'] / result['requests']:>10.2f} "
                       f"{result['threads']:>7} {result['wall']:>7.1f}  {load:.2f}/{os.getloadavg()[0]:.2f}",
                       flush=True)
     finally:

@@ -28,13 +28,15 @@ hangs. Ctrl-C (a ``KeyboardInterrupt`` while the batch is awaited) and :meth:`cl
 sent, the attempts in flight are cancelled and not retried, and the completions that came back are yielded before
 the interrupt goes on (the response cache keeps them); the process can exit at once.
 
-The request path (issue 62): every request is a coroutine on the process's one event-loop thread
-(:func:`~r2mad_core.engines.event_loop.event_loop`), never a thread; one ``httpx.AsyncClient`` per URL keeps at most ``max_concurrency_per_url``
-keep-alive connections to it; ``max_concurrency`` bounds the requests in flight over every batch of the engine (a
-semaphore), each URL's adaptive limit what it gets (:class:`~r2mad_core.engines.endpoints.EndpointPool`). A batch's
-completions come back to the thread that iterates through a queue. The bytes sent are those of the blocking client
-it replaced (httpx encodes ``json=`` alike in both; tests/engines/test_engine_async_path.py compares them with
-the captured ones). Measured against modelled vLLM servers: benchmarks/README.md, "The request path".
+The request path: every request is a coroutine on the process's one event-loop thread
+(:func:`~r2mad_core.engines.event_loop.event_loop`), never a thread; each URL's keep-alive connections (at most
+``max_concurrency_per_url``) are the package's own HTTP/1.1 client's (:class:`~r2mad_core.engines.http1.HostPool`),
+or ``httpx.AsyncClient`` pools for a URL behind a proxy or with credentials in it; ``max_concurrency`` bounds the
+requests in flight over every batch of the engine (a semaphore), each URL's adaptive limit what it gets
+(:class:`~r2mad_core.engines.endpoints.EndpointPool`). A batch's completions come back to the thread that iterates
+through a queue. The bytes sent are those httpx sent (the body is encoded as httpx encodes ``json=``; tests/engines/
+test_engine_async_path.py compares them with ones captured from the client before). Measured against modelled vLLM
+servers: benchmarks/README.md, "The request path".
 
 Neutral sampling fields: vLLM's OpenAI server fills every sampling field a request leaves out from the
 model's ``generation_config.json`` (seen: ``top_k=20``, ``repetition_penalty=1.05``), while offline vLLM
@@ -84,7 +86,8 @@ from r2mad_core.engines.thinking import apply_thinking
 
 logger = logging.getLogger(__name__)
 
-#: The most connections in one httpx pool (:meth:`OpenAICompatEngine._open`); a URL of larger capacity gets several.
+#: The most connections in one httpx pool (:meth:`OpenAICompatEngine._open`, a URL httpx serves); a URL of larger
+#: capacity gets several.
 POOL_CONNECTIONS = 4
 
 #: The sampling fields vLLM's server would otherwise take from the model's generation_config.json,
