@@ -253,6 +253,16 @@ async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
         await reader.readexactly(2)
 
 
+def retry_after_seconds(value: str | None) -> float | None:
+    """A ``Retry-After`` header's seconds (>= 0); ``None`` when absent or not a number (an HTTP date is not read)."""
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
 def user_agent() -> str:
     """The User-Agent the engine has always sent (httpx's): kept so the bytes of a request do not change."""
     from importlib.metadata import PackageNotFoundError, version

@@ -28,15 +28,12 @@ hangs. Ctrl-C (a ``KeyboardInterrupt`` while the batch is awaited) and :meth:`cl
 sent, the attempts in flight are cancelled and not retried, and the completions that came back are yielded before
 the interrupt goes on (the response cache keeps them); the process can exit at once.
 
-The request path: every request is a coroutine on the process's one event-loop thread
-(:func:`~r2mad_core.engines.event_loop.event_loop`), never a thread; each URL's keep-alive connections (at most
-``max_concurrency_per_url``) are the package's own HTTP/1.1 client's (:class:`~r2mad_core.engines.http1.HostPool`),
-or ``httpx.AsyncClient`` pools for a URL behind a proxy or with credentials in it; ``max_concurrency`` bounds the
-requests in flight over every batch of the engine (a semaphore), each URL's adaptive limit what it gets
-(:class:`~r2mad_core.engines.endpoints.EndpointPool`). A batch's completions come back to the thread that iterates
-through a queue. The bytes sent are those httpx sent (the body is encoded as httpx encodes ``json=``; tests/engines/
-test_engine_async_path.py compares them with ones captured from the client before). Measured against modelled vLLM
-servers: benchmarks/README.md, "The request path".
+The request path: every request is a coroutine on the process's one event-loop thread (:mod:`~r2mad_core.engines.
+event_loop`), never a thread, sent by :mod:`~r2mad_core.engines.http1` (httpx for a URL behind a proxy or with
+credentials in it) in the bytes httpx sent (tests/engines/test_engine_async_path.py); ``max_concurrency`` bounds the
+requests in flight over every batch (a semaphore), each URL's adaptive limit what it gets (:class:`~r2mad_core.
+engines.endpoints.EndpointPool`); completions come back to the iterating thread through a queue (benchmarks/
+README.md, "The request path").
 
 Neutral sampling fields: vLLM's OpenAI server fills every sampling field a request leaves out from the
 model's ``generation_config.json`` (seen: ``top_k=20``, ``repetition_penalty=1.05``), while offline vLLM
@@ -81,13 +78,12 @@ from r2mad_core.engines.base import (
 )
 from r2mad_core.engines.endpoints import EndpointPool, without_userinfo
 from r2mad_core.engines.event_loop import event_loop
-from r2mad_core.engines.http1 import HostPool, RequestError, direct_target, user_agent
+from r2mad_core.engines.http1 import HostPool, RequestError, direct_target, retry_after_seconds, user_agent
 from r2mad_core.engines.thinking import apply_thinking
 
 logger = logging.getLogger(__name__)
 
-#: The most connections in one httpx pool (:meth:`OpenAICompatEngine._open`, a URL httpx serves); a URL of larger
-#: capacity gets several.
+#: The most connections in one httpx pool (a URL httpx serves, :meth:`OpenAICompatEngine._open`; or several).
 POOL_CONNECTIONS = 4
 
 #: The sampling fields vLLM's server would otherwise take from the model's generation_config.json,
@@ -309,47 +305,35 @@ class OpenAICompatEngine:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     async def _open(self) -> None:
-        """Each URL's connections, built on the loop thread, and the engine-wide bound on requests in flight.
-
-        A URL this package's own HTTP/1.1 client serves (:func:`~r2mad_core.engines.http1.direct_target`: no proxy,
-        no credentials in it) gets one :class:`~r2mad_core.engines.http1.HostPool`; its keep-alive connections are
-        as many as the URL's requests in flight, at most ``max_concurrency_per_url`` (:class:`EndpointPool` bounds
-        them). Any other URL gets ``httpx.AsyncClient`` pools of at most :data:`POOL_CONNECTIONS` connections
-        (httpcore's pool looks at every connection, and polls its socket, for every waiting request at each event:
-        one pool of 128 spent 38 ms of CPU a request at 128 in flight)."""
+        """(loop thread) Each URL's connections, and the engine-wide bound on requests in flight. A URL the small
+        client serves (:func:`~r2mad_core.engines.http1.direct_target`) gets one ``HostPool``: as many keep-alive
+        connections as its requests in flight, at most ``max_concurrency_per_url``. Any other gets ``httpx.AsyncClient``
+        pools of at most :data:`POOL_CONNECTIONS` (httpcore's pool looks at every connection, and polls its socket,
+        for every waiting request at each event: one pool of 128 spent 38 ms of CPU a request)."""
         self._slots = asyncio.Semaphore(self.max_concurrency)
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
         self._clients: dict[str, list[Any]] = {}
         self._request_errors: tuple[type[BaseException], ...] = (RequestError,)
-        from r2mad_core.engines.deadline import _verifying_ssl_context  # imports httpx: only for https or httpx's URLs
-
-        verify = None
-        for url in self.base_urls:
-            target = direct_target(url)
-            if target is None:
-                continue
-            scheme, host, port, path = target
-            if scheme == "https" and verify is None:
-                verify = _verifying_ssl_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
-            headers = [("User-Agent", user_agent()), *self._headers.items()]
-            self._clients[url] = [HostPool(scheme, host, port, path, headers, connect_timeout=self._connect_timeout,
-                                           ssl_context=verify)]
         pools = -(-self.max_concurrency_per_url // POOL_CONNECTIONS)
         size = -(-self.max_concurrency_per_url // pools)
         for url in self.base_urls:
-            if url in self._clients:
+            target, verify = direct_target(url), None
+            if target is None or target[0] == "https":
+                from r2mad_core.engines.deadline import _verifying_ssl_context  # imports httpx
+
+                verify = _verifying_ssl_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+            if target is not None:
+                self._clients[url] = [HostPool(*target, [("User-Agent", user_agent()), *self._headers.items()],
+                                               connect_timeout=self._connect_timeout, ssl_context=verify)]
                 continue
             import httpx  # a URL behind a proxy, or with credentials in it
 
-            verify = _verifying_ssl_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
             timeout = httpx.Timeout(self.timeout_seconds, connect=self._connect_timeout)
             limits = httpx.Limits(max_connections=size, max_keepalive_connections=size, keepalive_expiry=60.0)
             self._clients[url] = [httpx.AsyncClient(headers=self._headers, timeout=timeout, limits=limits,
                                                     verify=verify) for _ in range(pools)]
             self._request_errors = (RequestError, httpx.RequestError)
         self._pool_load = {url: [0] * len(self._clients[url]) for url in self.base_urls}
-        self._slots = asyncio.Semaphore(self.max_concurrency)
-        self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
 
     # -- public ------------------------------------------------------------------------------------
 
@@ -608,8 +592,7 @@ class OpenAICompatEngine:
             return apply_thinking(completion)
 
     async def _send(self, url: str, pool: int, method: str, endpoint: str, body: bytes | None) -> Any:
-        """One request on the URL's ``pool``-th client: an :class:`~r2mad_core.engines.http1.Response` or an
-        ``httpx.Response`` (the same attributes are used of both)."""
+        """One request on the URL's ``pool``-th client: an http1 ``Response`` or an ``httpx.Response`` (alike here)."""
         client = self._clients[url][pool]
         if isinstance(client, HostPool):
             return await client.request(method, client.path + endpoint[len(url):], body)
@@ -633,8 +616,8 @@ class OpenAICompatEngine:
         status = response.status_code
         if status == 429 or status >= 500:
             raise _RetryableError(
-                f"HTTP {status}: {response.text[:200]!r}", retry_after=_retry_after(response.headers.get("retry-after")),
-                overloaded=status in (429, 503),
+                f"HTTP {status}: {response.text[:200]!r}", overloaded=status in (429, 503),
+                retry_after=retry_after_seconds(response.headers.get("retry-after")),
             )
         if status == 400 and self.context_overflow == "record" and is_context_overflow(response.text):
             logger.warning(
@@ -715,12 +698,3 @@ def _overflow_prompt_tokens(body: str) -> int:
         return int(match.group(1)) if match else 0
     except (ValueError, AttributeError, TypeError):
         return 0
-
-
-def _retry_after(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None
