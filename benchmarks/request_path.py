@@ -1,7 +1,9 @@
 """The ``openai`` backend's request path against modelled vLLM servers (issue 62): achieved requests/s against the
-servers' capacity at 1, 2, 4 and 8 servers, and the package's CPU per request, for today's client (coroutines on
-one event-loop thread) and the thread-per-request client it replaced (r2mad_core/engines/openai_compat.py at
-dc0c295, read from git into a temporary module), in one run, with the machine's load beside each line.
+servers' capacity at 1, 2, 4 and 8 servers, and the package's CPU per request, for three clients in one run, with
+the machine's load beside each line (:data:`CLIENTS`): ``old``, a thread per request over ``httpx.Client``
+(r2mad_core/engines/openai_compat.py at dc0c295, read from git into a temporary module); ``httpx``, coroutines on
+one event-loop thread over ``httpx.AsyncClient`` pools (at dc2d4db, read likewise); ``new``, today's: coroutines
+over the package's own HTTP/1.1 client (r2mad_core/engines/http1.py).
 
 The servers (benchmarks/fake_vllm.py, one process, a port each) answer 25 requests/s each when busy (3,200 tokens/s
 shared by the decoding requests, 128 tokens a reply, 0.2 s to the first token, batch 128, 429 beyond a queue of
@@ -12,7 +14,7 @@ completions (the ramp up and the drain left out), read from the servers (``GET /
 a second; busy, the share of that time each server had enough requests decoding to run at its full throughput
 (32 or more), averaged over the servers.
 
-    python benchmarks/request_path.py                 # 1, 2, 4, 8 servers, both clients
+    python benchmarks/request_path.py                 # 1, 2, 4, 8 servers, the three clients
     python benchmarks/request_path.py --servers 8 --clients new --seconds 30
 """
 
@@ -29,19 +31,24 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OLD_COMMIT = "dc0c295"
+#: The clients measured side by side: a commit whose engines/openai_compat.py is read from git, or None for today's.
+CLIENTS = {
+    "old": "dc0c295",  # a thread per request over httpx.Client
+    "httpx": "dc2d4db",  # coroutines on one event-loop thread over httpx.AsyncClient pools
+    "new": None,  # coroutines over the package's own HTTP/1.1 client (r2mad_core/engines/http1.py)
+}
 
 
-def old_client_module(directory: Path) -> object | None:
-    """The client at :data:`OLD_COMMIT` as a module, or ``None`` when this is not a git checkout."""
+def old_client_module(directory: Path, commit: str) -> object | None:
+    """The client at ``commit`` as a module, or ``None`` when this is not a git checkout."""
     try:
-        source = subprocess.run(["git", "show", f"{OLD_COMMIT}:r2mad_core/engines/openai_compat.py"], cwd=ROOT,
+        source = subprocess.run(["git", "show", f"{commit}:r2mad_core/engines/openai_compat.py"], cwd=ROOT,
                                 capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
-    path = directory / "r2mad_openai_compat_dc0c295.py"
+    path = directory / f"r2mad_openai_compat_{commit}.py"
     path.write_text(source)
-    spec = importlib.util.spec_from_file_location("r2mad_openai_compat_dc0c295", path)
+    spec = importlib.util.spec_from_file_location(f"r2mad_openai_compat_{commit}", path)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules[spec.name] = module  # type: ignore[union-attr]  (dataclasses look their module up)
     spec.loader.exec_module(module)  # type: ignore[union-attr]
@@ -59,10 +66,15 @@ def point(client: str, ports: list[int], per_server: int, requests: int, timeout
                    neutral_sampling=False, max_retries=20)
     with tempfile.TemporaryDirectory() as scratch:
         if client == "old":
-            module = old_client_module(Path(scratch))
+            module = old_client_module(Path(scratch), CLIENTS[client])
             if module is None:
                 return {"skipped": "not a git checkout: the old client cannot be read"}
             engine = module.OpenAICompatEngine("modelled", urls, **options)
+        elif CLIENTS[client] is not None:
+            module = old_client_module(Path(scratch), CLIENTS[client])
+            if module is None:
+                return {"skipped": "not a git checkout: the old client cannot be read"}
+            engine = module.OpenAICompatEngine("modelled", urls, max_concurrency_per_url=per_server, **options)
         else:
             from r2mad_core.engines.openai_compat import OpenAICompatEngine
 
@@ -102,7 +114,7 @@ def server_stats(ports: list[int]) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--servers", type=int, nargs="*", default=[1, 2, 4, 8])
-    parser.add_argument("--clients", nargs="*", default=["old", "new"], choices=["old", "new"])
+    parser.add_argument("--clients", nargs="*", default=list(CLIENTS), choices=list(CLIENTS))
     parser.add_argument("--seconds", type=float, default=20.0, help="requests per point: seconds x capacity")
     parser.add_argument("--point", help=argparse.SUPPRESS)  # child: client,ports,per_server,requests
     args = parser.parse_args(argv)
@@ -124,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"modelled vLLM servers: {model.capacity:g} requests/s each when busy ({model.tokens_per_second:g} "
               f"tokens/s, {model.tokens} tokens a reply, ttft {model.ttft} s, batch {model.max_num_seqs}); "
               f"{os.cpu_count()} cores")
-        print(f"{'servers':>7} {'client':>6} {'in flight':>9} {'requests':>8} {'req/s':>7} {'busy':>6} "
+        print(f"{'servers':>7} {'client':>6} {'in flight':>9} {'requests':>8} {'req/s':>7} {'of cap.':>7} {'busy':>6} "
               f"{'CPU ms/req':>10} {'threads':>7} {'wall s':>7}  load (1 min) before/after")
         for n in args.servers:
             for client in args.clients:
@@ -144,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 busy = result["busy"]
                 print(f"{n:>7} {client:>6} {model.max_num_seqs * n:>9} {result['requests']:>8} "
-                      f"{result['steady_rate']:>7.1f} {busy:>6.1%} {1000 * result['cpu'] / result['requests']:>10.2f} "
+                      f"{result['steady_rate']:>7.1f} {result['steady_rate'] / (model.capacity * n):>7.0%} {busy:>6.1%} "
+                      f"{1000 * result['cpu'] / result['requests']:>10.2f} "
                       f"{result['threads']:>7} {result['wall']:>7.1f}  {load:.2f}/{os.getloadavg()[0]:.2f}",
                       flush=True)
     finally:

@@ -21,7 +21,8 @@ Underneath: :mod:`~r2mad_core.engines.base` (requests, completions, the ``Engine
 ``<think>`` part of a completion), :mod:`~r2mad_core.engines.vllm_loop` (the vLLM engine thread),
 :mod:`~r2mad_core.engines.endpoints` (several servers of one model: least busy first, failover, adaptive limits),
 :mod:`~r2mad_core.engines.deadline` (one attempt's total deadline for the budget gateway's blocking client),
-:mod:`~r2mad_core.engines.event_loop` (the one event-loop thread the ``openai`` engine's requests run on).
+:mod:`~r2mad_core.engines.event_loop` (the one event-loop thread the ``openai`` engine's requests run on),
+:mod:`~r2mad_core.engines.http1` (the small HTTP/1.1 client they are sent with: keep-alive connections to a server).
 
 - ``rehearsal``: :class:`~r2mad_core.engines.rehearsal.RehearsalEngine` -- the paper run's dress rehearsal
   (a model's context and reply lengths, every request logged; unlisted).

@@ -28,13 +28,12 @@ hangs. Ctrl-C (a ``KeyboardInterrupt`` while the batch is awaited) and :meth:`cl
 sent, the attempts in flight are cancelled and not retried, and the completions that came back are yielded before
 the interrupt goes on (the response cache keeps them); the process can exit at once.
 
-The request path (issue 62): every request is a coroutine on the process's one event-loop thread
-(:func:`~r2mad_core.engines.event_loop.event_loop`), never a thread; one ``httpx.AsyncClient`` per URL keeps at most ``max_concurrency_per_url``
-keep-alive connections to it; ``max_concurrency`` bounds the requests in flight over every batch of the engine (a
-semaphore), each URL's adaptive limit what it gets (:class:`~r2mad_core.engines.endpoints.EndpointPool`). A batch's
-completions come back to the thread that iterates through a queue. The bytes sent are those of the blocking client
-it replaced (httpx encodes ``json=`` alike in both; tests/engines/test_engine_async_path.py compares them with
-the captured ones). Measured against modelled vLLM servers: benchmarks/README.md, "The request path".
+The request path: every request is a coroutine on the process's one event-loop thread (:mod:`~r2mad_core.engines.
+event_loop`), never a thread, sent by :mod:`~r2mad_core.engines.http1` (httpx for a URL behind a proxy or with
+credentials in it) in the bytes httpx sent (tests/engines/test_engine_async_path.py); ``max_concurrency`` bounds the
+requests in flight over every batch (a semaphore), each URL's adaptive limit what it gets (:class:`~r2mad_core.
+engines.endpoints.EndpointPool`); completions come back to the iterating thread through a queue (benchmarks/
+README.md, "The request path").
 
 Neutral sampling fields: vLLM's OpenAI server fills every sampling field a request leaves out from the
 model's ``generation_config.json`` (seen: ``top_k=20``, ``repetition_penalty=1.05``), while offline vLLM
@@ -69,8 +68,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
-import httpx
-
 from r2mad_core.engines.base import (
     Completion,
     EngineError,
@@ -79,18 +76,14 @@ from r2mad_core.engines.base import (
     backend_seed,
     collect_in_order,
 )
-from r2mad_core.engines.deadline import (  # noqa: F401 - attempt_limits, bounded_client: the budget gateway's
-    _verifying_ssl_context,
-    attempt_limits,
-    bounded_client,
-)
 from r2mad_core.engines.endpoints import EndpointPool, without_userinfo
 from r2mad_core.engines.event_loop import event_loop
+from r2mad_core.engines.http1 import HostPool, RequestError, direct_target, retry_after_seconds, user_agent
 from r2mad_core.engines.thinking import apply_thinking
 
 logger = logging.getLogger(__name__)
 
-#: The most connections in one httpx pool (:meth:`OpenAICompatEngine._open`); a URL of larger capacity gets several.
+#: The most connections in one httpx pool (a URL httpx serves, :meth:`OpenAICompatEngine._open`; or several).
 POOL_CONNECTIONS = 4
 
 #: The sampling fields vLLM's server would otherwise take from the model's generation_config.json,
@@ -278,6 +271,7 @@ class OpenAICompatEngine:
         api_key = os.environ.get(api_key_env) if api_key_env else None
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
+        self._headers = headers
         self.timeout_seconds = timeout_seconds
         self._connect_timeout = connect_timeout_seconds
         # set by close() and by Ctrl-C in generate_iter: the attempts in flight are cancelled, none is retried
@@ -289,7 +283,7 @@ class OpenAICompatEngine:
         self._closed = False
         self._loop = event_loop()
         self._tasks: set[asyncio.Task[Any]] = set()  # every request's task now (the loop thread's set)
-        self._call(self._open(headers))
+        self._call(self._open())
         if neutral_sampling is None:
             neutral_sampling = self._call(self._server_is_vllm(connect_timeout_seconds))
         self.neutral_sampling = bool(neutral_sampling)
@@ -310,23 +304,36 @@ class OpenAICompatEngine:
         """Run ``coroutine`` on the loop thread and wait for its result (construction and close only)."""
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
-    async def _open(self, headers: dict[str, str]) -> None:
-        """Each URL's ``httpx.AsyncClient`` pools, built on the loop thread: at most ``max_concurrency_per_url``
-        keep-alive connections to a URL, in pools of at most :data:`POOL_CONNECTIONS` (httpcore's pool looks at
-        every connection, and polls its socket, for every waiting request at each event: measured at 128 in flight
-        on one URL, one pool of 128 spent 38 ms of CPU a request, pools of 16 16 ms with the profiler on; at 1,024
-        in flight over 8 URLs pools of 4 and of 1 cost the same, 3.5 ms); and the engine-wide bound on requests in
-        flight."""
-        verify = _verifying_ssl_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
-        timeout = httpx.Timeout(self.timeout_seconds, connect=self._connect_timeout)
-        pools = -(-self.max_concurrency_per_url // POOL_CONNECTIONS)
-        size = -(-self.max_concurrency_per_url // pools)
-        limits = httpx.Limits(max_connections=size, max_keepalive_connections=size, keepalive_expiry=60.0)
-        self._clients = {url: [httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits, verify=verify)
-                               for _ in range(pools)] for url in self.base_urls}
-        self._pool_load = {url: [0] * pools for url in self.base_urls}
+    async def _open(self) -> None:
+        """(loop thread) Each URL's connections, and the engine-wide bound on requests in flight. A URL the small
+        client serves (:func:`~r2mad_core.engines.http1.direct_target`) gets one ``HostPool``: as many keep-alive
+        connections as its requests in flight, at most ``max_concurrency_per_url``. Any other gets ``httpx.AsyncClient``
+        pools of at most :data:`POOL_CONNECTIONS` (httpcore's pool looks at every connection, and polls its socket,
+        for every waiting request at each event: one pool of 128 spent 38 ms of CPU a request)."""
         self._slots = asyncio.Semaphore(self.max_concurrency)
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._clients: dict[str, list[Any]] = {}
+        self._request_errors: tuple[type[BaseException], ...] = (RequestError,)
+        pools = -(-self.max_concurrency_per_url // POOL_CONNECTIONS)
+        size = -(-self.max_concurrency_per_url // pools)
+        for url in self.base_urls:
+            target, verify = direct_target(url), None
+            if target is None or target[0] == "https":
+                from r2mad_core.engines.deadline import _verifying_ssl_context  # imports httpx
+
+                verify = _verifying_ssl_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+            if target is not None:
+                self._clients[url] = [HostPool(*target, [("User-Agent", user_agent()), *self._headers.items()],
+                                               connect_timeout=self._connect_timeout, ssl_context=verify)]
+                continue
+            import httpx  # a URL behind a proxy, or with credentials in it
+
+            timeout = httpx.Timeout(self.timeout_seconds, connect=self._connect_timeout)
+            limits = httpx.Limits(max_connections=size, max_keepalive_connections=size, keepalive_expiry=60.0)
+            self._clients[url] = [httpx.AsyncClient(headers=self._headers, timeout=timeout, limits=limits,
+                                                    verify=verify) for _ in range(pools)]
+            self._request_errors = (RequestError, httpx.RequestError)
+        self._pool_load = {url: [0] * len(self._clients[url]) for url in self.base_urls}
 
     # -- public ------------------------------------------------------------------------------------
 
@@ -403,7 +410,10 @@ class OpenAICompatEngine:
             await asyncio.gather(*tasks, return_exceptions=True)
         for clients in self._clients.values():
             for client in clients:
-                await client.aclose()
+                if isinstance(client, HostPool):
+                    client.close()
+                else:
+                    await client.aclose()
 
     def __enter__(self) -> "OpenAICompatEngine":
         return self
@@ -415,9 +425,10 @@ class OpenAICompatEngine:
         """Whether every base URL's ``GET /models`` lists models owned by ``vllm``."""
         for url in self.base_urls:
             try:
-                response = await self._clients[url][0].get(f"{url}/models", timeout=timeout)
+                async with asyncio.timeout(timeout):
+                    response = await self._send(url, 0, "GET", f"{url}/models", None)
                 models = response.json().get("data") if response.status_code == 200 else None
-            except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            except (*self._request_errors, TimeoutError, ValueError, AttributeError) as exc:
                 logger.warning(
                     "openai backend: could not ask %s/models what server it is (%s); neutral sampling fields "
                     "not sent (pass neutral_sampling=true for a vLLM server)", without_userinfo(url), exc,
@@ -537,7 +548,9 @@ class OpenAICompatEngine:
         failed attempt takes its endpoint out for a backoff and the request goes on at once to a live one. Retries
         are counted (``max_retries``) only when no endpoint is left live, so a dead endpoint next to a healthy one
         costs no request its retries; at most ``(max_retries + 1) * len(base_urls)`` attempts in all."""
-        body = self.payload(request)
+        # httpx's encoding of ``json=`` (the bytes sent have always been these)
+        body = json.dumps(self.payload(request), ensure_ascii=False, separators=(",", ":"),
+                          allow_nan=False).encode("utf-8")
         policy = self.retry_policy
         started = time.perf_counter()
         attempt = counted = 0
@@ -578,16 +591,23 @@ class OpenAICompatEngine:
             completion.seconds = time.perf_counter() - started
             return apply_thinking(completion)
 
-    async def _attempt(self, url: str, endpoint: str, body: dict[str, Any], request: Request) -> Completion:
+    async def _send(self, url: str, pool: int, method: str, endpoint: str, body: bytes | None) -> Any:
+        """One request on the URL's ``pool``-th client: an http1 ``Response`` or an ``httpx.Response`` (alike here)."""
+        client = self._clients[url][pool]
+        if isinstance(client, HostPool):
+            return await client.request(method, client.path + endpoint[len(url):], body)
+        return await client.request(method, endpoint, content=body)
+
+    async def _attempt(self, url: str, endpoint: str, body: bytes, request: Request) -> Completion:
         load = self._pool_load[url]
-        pool = load.index(min(load))  # the URL's least busy pool
+        pool = load.index(min(load)) if len(load) > 1 else 0  # the URL's least busy pool
         load[pool] += 1
         try:
             async with asyncio.timeout(self.timeout_seconds):  # the total deadline: connect, send, every byte back
-                response = await self._clients[url][pool].post(endpoint, json=body)
+                response = await self._send(url, pool, "POST", endpoint, body)
         except TimeoutError:
             raise _RetryableError("ReadTimeout: no answer within the attempt's deadline (timeout_seconds)") from None
-        except httpx.RequestError as exc:
+        except self._request_errors as exc:
             if self._stop.is_set():
                 raise EngineError(f"openai backend: stopped (interrupted or closed) during POST {without_userinfo(endpoint)}") from None
             raise _RetryableError(f"{type(exc).__name__}: {exc}") from exc
@@ -596,8 +616,8 @@ class OpenAICompatEngine:
         status = response.status_code
         if status == 429 or status >= 500:
             raise _RetryableError(
-                f"HTTP {status}: {response.text[:200]!r}", retry_after=_retry_after(response.headers.get("retry-after")),
-                overloaded=status in (429, 503),
+                f"HTTP {status}: {response.text[:200]!r}", overloaded=status in (429, 503),
+                retry_after=retry_after_seconds(response.headers.get("retry-after")),
             )
         if status == 400 and self.context_overflow == "record" and is_context_overflow(response.text):
             logger.warning(
@@ -678,12 +698,3 @@ def _overflow_prompt_tokens(body: str) -> int:
         return int(match.group(1)) if match else 0
     except (ValueError, AttributeError, TypeError):
         return 0
-
-
-def _retry_after(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None

@@ -41,10 +41,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Sequence
 
-import httpx
-
 from r2mad_core.engines.endpoints import EndpointPool, without_userinfo
-from r2mad_core.engines.openai_compat import RetryPolicy, attempt_limits, bounded_client
+from r2mad_core.engines.openai_compat import RetryPolicy
 
 #: Characters per token of the estimate (English text and code average about 4 in BPE tokenizers).
 CHARS_PER_TOKEN = 4
@@ -335,6 +333,10 @@ class ForwardingGateway(_Gateway):
         single = len(self.upstreams) == 1
         self.pool = EndpointPool(self.upstreams, lambda k, after: 0.0 if single else policy.delay(k, rng, after))
         self.timeout_seconds = timeout_seconds  # a total deadline per forwarded request (a trickle is cut off too)
+        import httpx  # here, not at the top: a run that forwards nothing (an up-to-date rerun) never loads it
+
+        from r2mad_core.engines.deadline import bounded_client
+
         self._client = bounded_client(timeout=httpx.Timeout(timeout_seconds, connect=10.0),
                                     limits=httpx.Limits(max_connections=64, max_keepalive_connections=64))
 
@@ -357,6 +359,7 @@ class ForwardingGateway(_Gateway):
         return path[len("/v1"):] if path.startswith("/v1") else path
 
     def handle_get(self, path: str, headers: dict[str, str]) -> tuple[int, bytes, dict[str, str]]:
+        import httpx
         url, wait = self.pool.try_acquire()
         if url is None:
             return self._none_live(wait)
@@ -370,6 +373,10 @@ class ForwardingGateway(_Gateway):
         return response.status_code, response.content, {"content-type": response.headers.get("content-type", "application/json")}
 
     def handle_post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes, dict[str, str]]:
+        import httpx
+
+        from r2mad_core.engines.deadline import attempt_limits
+
         try:
             request = json.loads(body)
             prompt_tokens = estimate_tokens(request["messages"])
@@ -395,7 +402,7 @@ class ForwardingGateway(_Gateway):
                         response = self._client.post(url + self._suffix(path), content=body,
                                                      headers=self._forwarded_headers(headers))
                 except httpx.RequestError as exc:
-                    sent = not isinstance(exc, NOT_SENT_ERRORS)
+                    sent = not isinstance(exc, not_sent_errors())
                     self.pool.failed(url, f"{type(exc).__name__}: {exc}")
                     if not sent:
                         continue
@@ -425,8 +432,11 @@ def _seconds(value: str | None) -> float | None:
         return None
 
 
-#: The request errors after which the endpoint has not seen the request: no connection was made.
-NOT_SENT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+def not_sent_errors() -> tuple[type[Exception], ...]:
+    """The request errors after which the endpoint has not seen the request: no connection was made."""
+    import httpx
+
+    return httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol
 
 
 def _reported_tokens(response: httpx.Response, default: tuple[int, int]) -> tuple[int, int]:

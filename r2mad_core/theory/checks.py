@@ -22,7 +22,6 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy.special import expit
 
 from r2mad_core.theory.model import (
     MISCONCEPTION,
@@ -254,6 +253,8 @@ def check_log_odds_decomposition(
 
 def sigmoid_slope(x: np.ndarray) -> np.ndarray:
     """sigma'(x) = sigma(x)(1 - sigma(x))."""
+    from scipy.special import expit  # here: scipy takes a second to import; profiles need only GRID_PARAMETERS
+
     s = expit(x)
     return s * (1.0 - s)
 
