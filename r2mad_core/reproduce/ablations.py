@@ -1,11 +1,11 @@
 """Ablation runs: ``reproduce --set``, ``--variant`` and ``--sweep`` as variants of a profile, each beside its baseline.
 
 The paper's ablations (Section 5.3, Tables 2-3 and the hyperparameter study of K, gamma, w_l/w_h) change one value
-of the setup. :func:`run_ablation` turns the runner's overrides into a :class:`~r2mad_core.reproduce.variants.Variant`
+of the setup. :func:`run_ablation` turns the runner's overrides into a :class:`~r2mad_core.reproduce.points.Variant`
 (no variant when every override equals the profile's value), makes sure the profile itself (the baseline) has run
 the chosen notebooks first (it runs them when it has not), runs the variant into its own folders, and prints each
 comparison with the baseline; a sweep runs every value as a variant and draws the metric against the parameter
-(:func:`r2mad_core.reproduce.sweeps.sweep_artifacts`). The runner (:mod:`r2mad_core.reproduce`) passes the function
+(:func:`r2mad_core.reproduce.compare.sweep.sweep_artifacts`). The runner (:mod:`r2mad_core.reproduce`) passes the function
 that executes notebooks (``run``), so this module stays below it.
 """
 
@@ -17,25 +17,31 @@ from typing import Any, Callable, Mapping, Sequence
 
 from r2mad_core.experiments.profiles import load_profile
 from r2mad_core.report.artifacts import read_manifest
-from r2mad_core.reproduce.variants import (
-    COMPARISON_SUFFIX,
+from r2mad_core.reproduce.compare.replicate import replicate_artifacts, replicate_comparison
+from r2mad_core.reproduce.compare.sweep import sweep_artifacts
+from r2mad_core.reproduce.compare.tables import COMPARISON_SUFFIX
+from r2mad_core.reproduce.compare.variant import changes_nothing
+from r2mad_core.reproduce.launcher import execute
+from r2mad_core.reproduce.point_cache import PointCache, dry_run as dry_run_of, show_config as show_config_of
+from r2mad_core.reproduce.points import (
+    INCOMPLETE_MARKER,
+    REPLICATES_DIR,
     SWEEPS_DIR,
+    Point,
+    Replicate,
+    SweepPoint,
     Variant,
-    changes_nothing,
     check_name,
     differences,
     inert_notes,
+    parse_sweep,
+    plan_points,
     profile_values,
+    replicate_seeds,
     show_value,
+    sweep_points,
     variant_dir,
-    variant_name,
 )
-
-from r2mad_core.reproduce.sweeps import SweepPoint, parse_sweep, sweep_artifacts, sweep_points
-from r2mad_core.reproduce.replicates import REPLICATES_DIR, Replicate, replicate_artifacts, replicate_comparison, replicate_seeds
-from r2mad_core.reproduce.launcher import execute
-from r2mad_core.reproduce.points import INCOMPLETE_MARKER, Point, PointCache, dry_run as dry_run_of, plan_points
-from r2mad_core.reproduce.points import show_config as show_config_of
 
 #: ``run(overrides, variant, only) -> figures folder or None (a notebook failed)``: the runner's notebook execution.
 Runner = Callable[[Mapping[str, Any], "Variant | None", "Sequence[str] | None"], "Path | None"]
@@ -106,8 +112,8 @@ def run_ablation(run: Runner, profile: Any, profile_dir: Path, notebooks: Sequen
     ``profile``: the :class:`~r2mad_core.experiments.profiles.Profile` (or a packaged name).
 
     Several ``--sweep`` axes run their Cartesian product; ``replicates`` > 1 runs the profile (and the variant, or
-    every sweep point) under that many run seeds (:mod:`r2mad_core.reproduce.replicates`). ``cache``: the points
-    already made are left (:mod:`r2mad_core.reproduce.points`); ``launch``: how the others run
+    every sweep point) under that many run seeds (:mod:`r2mad_core.reproduce.compare.replicate`). ``cache``: the points
+    already made are left (:mod:`r2mad_core.reproduce.point_cache`); ``launch``: how the others run
     (:func:`r2mad_core.reproduce.launcher.execute`'s keywords: ``jobs``, ``launcher``, ``child_arguments``, ...);
     ``dry_run``/``show_config``: print the points (or one point's settings) and execute nothing."""
     loaded = load_profile(profile) if isinstance(profile, (str, Path)) else profile
@@ -265,4 +271,4 @@ def variant_overrides(variant: Variant | None) -> dict[str, Any]:
 
 
 __all__ = ["comparison_lines", "ensure_baseline", "notebooks_without_baseline", "plan_variant", "run_ablation",
-           "variant_name", "variant_overrides"]
+           "variant_overrides"]

@@ -484,7 +484,7 @@ class ExperimentGrid:
         spec = self.model(model) if isinstance(model, str) else model
         samples = self.samples(benchmark, "test")
         run_dir, name, options = self.run_dir(spec, benchmark, method)
-        done = _finished_records(run_dir, len(samples))
+        done = finished_records(run_dir, len(samples))
         if done is not None:
             # a finished directory is reused only if it holds this very cell (the method as the code derives it
             # today: options, file digests, sampling stream); otherwise RunConfigMismatch names the difference
@@ -587,7 +587,7 @@ def _least_waiting(items: Sequence[Any], busy: Any) -> Any:
         yield left.pop(index)
 
 
-def _finished_records(run_dir: Path, expected: int) -> list[TranscriptRecord] | None:
+def finished_records(run_dir: Path, expected: int) -> list[TranscriptRecord] | None:
     """The records of a complete run directory (all ``expected`` samples), else None. A directory this process
     read or wrote before and that is unchanged since (:func:`_stamp`) is not read again (:data:`_FINISHED`)."""
     if not (run_dir / CONFIG_FILE).exists():

@@ -37,13 +37,13 @@ from typing import Any, Callable, Mapping, Sequence
 import yaml
 
 from r2mad_core.files import atomic_write
-from r2mad_core.reproduce import up_to_date
-from r2mad_core.reproduce.points import Point, PointCache, duration
+from r2mad_core.reproduce.point_cache import PointCache, duration
+from r2mad_core.reproduce.points import Point
 
 LAUNCHERS = ("local", "slurm")
-#: Under ``runs/<profile>/``: the points' logs, submitit's folder and the jobs' ledger (inside the up-to-date records'
-#: folder, which the profile's own up-to-date digest of ``runs/`` leaves out).
-LAUNCHER_DIR = f"{up_to_date.RECORD_DIR}/launcher"
+#: The points' records folder (:meth:`~r2mad_core.reproduce.point_cache.PointCache.records`) of the points' logs,
+#: submitit's folder and the jobs' ledger.
+LAUNCHER_DIR = "launcher"
 LEDGER = "jobs.json"
 #: A job's time limit unless ``--slurm timeout_min=N`` sets one (submitit's local executor's own default, 2 minutes,
 #: stopped a tiny point half-way).
@@ -143,7 +143,7 @@ def execute(points: Sequence[Point], run: Callable[..., Path | None], cache: Poi
         elif point.variant.name not in seen:  # the same variant twice: run once
             seen[point.variant.name] = position
             pending.append(position)
-    ledger = Ledger(cache.runs_dir / LAUNCHER_DIR) if cache is not None else None
+    ledger = Ledger(cache.records(LAUNCHER_DIR)) if cache is not None else None
     unfinished = ledger.read() if ledger is not None else {}
     for position, point in enumerate(points):  # finished after all (a job whose process outlived its controller)
         if ledger is not None and position in folders and point.variant is not None and point.variant.name in unfinished:

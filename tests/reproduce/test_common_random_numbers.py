@@ -19,7 +19,8 @@ from r2mad_core.experiments.method_labels import resolve
 from r2mad_core.experiments.run_settings import RunSettings
 from r2mad_core.experiments.methods import get_method
 from r2mad_core.report import inference, multiplicity
-from r2mad_core.reproduce.variants import Variant, comparison_sentences, round0_sharing
+from r2mad_core.reproduce.points import Variant
+from r2mad_core.reproduce.compare.variant import comparison_sentences, round0_sharing
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +163,7 @@ def _tidy_table(folder, name: str, values: dict, caption: str = "Main results: a
 
 
 def test_sweep_points_are_the_cartesian_product_and_a_repeated_axis_is_refused() -> None:
-    from r2mad_core.reproduce.sweeps import sweep_points
+    from r2mad_core.reproduce.points import sweep_points
 
     assert sweep_points([("gamma", [0, 0.9]), ("top_k", [1, 3])]) == [
         {"gamma": 0, "top_k": 1}, {"gamma": 0, "top_k": 3}, {"gamma": 0.9, "top_k": 1}, {"gamma": 0.9, "top_k": 3}]
@@ -172,7 +173,8 @@ def test_sweep_points_are_the_cartesian_product_and_a_repeated_axis_is_refused()
 
 def test_a_two_axis_sweep_draws_every_point_on_one_figure(tmp_path) -> None:
     from r2mad_core.report.artifacts import read_manifest
-    from r2mad_core.reproduce.sweeps import SweepPoint, sweep_artifacts
+    from r2mad_core.reproduce.points import SweepPoint
+    from r2mad_core.reproduce.compare.sweep import sweep_artifacts
 
     points = []
     for i, setting in enumerate([{"gamma": 0, "top_k": 1}, {"gamma": 0, "top_k": 3}, {"gamma": 0.9, "top_k": 1},
@@ -193,7 +195,8 @@ def test_a_two_axis_sweep_draws_every_point_on_one_figure(tmp_path) -> None:
 
 
 def test_replicates_report_mean_spread_and_the_seed_by_seed_comparison(tmp_path) -> None:
-    from r2mad_core.reproduce.replicates import Replicate, replicate_artifacts, replicate_comparison, replicate_seeds
+    from r2mad_core.reproduce.points import Replicate, replicate_seeds
+    from r2mad_core.reproduce.compare.replicate import replicate_artifacts, replicate_comparison
 
     assert replicate_seeds(3, 3) == [3, 4, 5]
     with pytest.raises(ValueError, match="--replicates"):
@@ -218,8 +221,9 @@ def test_replicates_report_mean_spread_and_the_seed_by_seed_comparison(tmp_path)
 
 def test_a_variant_folder_is_marked_incomplete_until_it_finishes_and_a_name_is_not_reused(tmp_path) -> None:
     from r2mad_core.report.artifacts import save_table
-    from r2mad_core.reproduce.ablations import INCOMPLETE_MARKER, run_ablation
-    from r2mad_core.reproduce.variants import variant_dir
+    from r2mad_core.reproduce.ablations import run_ablation
+    from r2mad_core.reproduce.points import INCOMPLETE_MARKER
+    from r2mad_core.reproduce.points import variant_dir
 
     profile_dir = tmp_path / "figures" / "tiny"
     seen: list[bool] = []
