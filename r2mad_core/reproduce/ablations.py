@@ -19,8 +19,7 @@ from r2mad_core.experiments.profiles import load_profile
 from r2mad_core.report.artifacts import read_manifest
 from r2mad_core.reproduce.compare.replicate import replicate_artifacts, replicate_comparison
 from r2mad_core.reproduce.compare.sweep import sweep_artifacts
-from r2mad_core.reproduce.compare.tables import COMPARISON_SUFFIX
-from r2mad_core.reproduce.compare.variant import changes_nothing
+from r2mad_core.reproduce.compare.variant import changes_nothing, comparison_lines
 from r2mad_core.reproduce.launcher import execute
 from r2mad_core.reproduce.point_cache import PointCache, dry_run as dry_run_of, show_config as show_config_of
 from r2mad_core.reproduce.points import (
@@ -75,13 +74,6 @@ def notebooks_without_baseline(profile_dir: Path, notebooks: Sequence[str]) -> l
     """The notebooks (stems) that have not written any artifact into the profile's own folder yet."""
     written = {record.get("notebook") for record in read_manifest(profile_dir)["artifacts"].values()}
     return [stem for stem in notebooks if stem not in written]
-
-
-def comparison_lines(figures_dir: Path) -> list[str]:
-    """The "What this shows" sentences of every ``*_vs_profile`` table of a variant folder."""
-    manifest = read_manifest(figures_dir)["artifacts"]
-    return [record.get("notes", "") for name, record in manifest.items()
-            if name.endswith(COMPARISON_SUFFIX) and record.get("notes")]
 
 
 def ensure_baseline(run: Runner, profile: str, profile_dir: Path, notebooks: Sequence[str],
@@ -270,5 +262,5 @@ def variant_overrides(variant: Variant | None) -> dict[str, Any]:
     return {} if variant is None else {key: value for key, (value, _) in variant.overrides.items()}
 
 
-__all__ = ["comparison_lines", "ensure_baseline", "notebooks_without_baseline", "plan_variant", "run_ablation",
+__all__ = ["ensure_baseline", "notebooks_without_baseline", "plan_variant", "run_ablation",
            "variant_overrides"]

@@ -267,7 +267,10 @@ def run_notebooks(
     def passed_to(notebook: Path) -> dict[str, Any]:
         return {k: _portable(v, notebook.parent) if k in PORTABLE_PATH_PARAMETERS else v for k, v in parameters.items()}
 
-    check = up_to_date.Check(notebooks, profile, paths, passed_to, other_runs=POINT_FOLDERS) if up_to_date_check is not None else None
+    check = None
+    if up_to_date_check is not None:
+        needs = {n: prerequisites(n, notebooks) for n in notebooks}
+        check = up_to_date.Check(notebooks, profile, paths, passed_to, needs=needs, other_runs=POINT_FOLDERS)
     notebooks = check.out_of_date(echo, run_all=not up_to_date_check) if check is not None else notebooks
 
     def run_one(notebook: Path, kernel: Any, clear: bool) -> NotebookResult:

@@ -231,14 +231,15 @@ class Check:
     """One run's use of the record: which notebooks are out of date before it, the record after it."""
 
     def __init__(self, notebooks: Sequence[Path], profile: Any, paths: Any,
-                 parameters: Callable[[Path], Mapping[str, Any]], *, other_runs: Iterable[str]) -> None:
-        from r2mad_core.reproduce.notebook_runner import prerequisites
-
+                 parameters: Callable[[Path], Mapping[str, Any]], *, needs: Mapping[Path, set[Path]],
+                 other_runs: Iterable[str]) -> None:
+        """``needs``: each notebook's prerequisites (:func:`~r2mad_core.reproduce.notebook_runner.prerequisites`);
+        ``other_runs``: the artifacts folder's subfolders of other runs, not this run's outputs."""
         self.notebooks = list(notebooks)
-        self.other_runs = tuple(other_runs)  # the artifacts folder's subfolders of other runs, not this run's outputs
+        self.other_runs = tuple(other_runs)
         self.paths = paths
         self.profile_source = profile.source
-        self.needs = {n: prerequisites(n, self.notebooks) for n in self.notebooks}
+        self.needs = dict(needs)
         self.file = record_path(paths.runs_dir, paths.variant or profile.folder)
         self.environment = environment_digest(self.profile_source, paths.data_dir)
         self.digests = {n.stem: notebook_digest(n, parameters(n)) for n in self.notebooks}

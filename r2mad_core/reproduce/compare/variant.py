@@ -167,6 +167,13 @@ def comparison_sentences(frame: pd.DataFrame, variant: Variant, table_name: str)
     return [text]
 
 
+def comparison_lines(figures_dir: Path) -> list[str]:
+    """The "What this shows" sentences of every ``*_vs_profile`` table of a variant folder."""
+    manifest = read_manifest(figures_dir)["artifacts"]
+    return [record.get("notes", "") for name, record in manifest.items()
+            if name.endswith(COMPARISON_SUFFIX) and record.get("notes")]
+
+
 @dataclass
 class TableComparer:
     """``ReportContext.after_table`` of a variant: compares every table it saves with the profile's copy
