@@ -127,7 +127,7 @@ class ReproductionPaths:
     output_dir: Path
     profile: str
     data_dir: Path | None = None
-    #: A variant's name (:mod:`r2mad_core.reproduce.variants`): its executed notebooks and artifacts go to
+    #: A variant's name (:mod:`r2mad_core.reproduce.points`): its executed notebooks and artifacts go to
     #: ``.../variants/<name>/``; the kernels get the profile's ``figures_dir`` and put the variant's beside it.
     variant: str | None = None
     figures_dir: Path = field(init=False)

@@ -14,7 +14,7 @@ locks and SQLite the notebooks already share when they run at once (:mod:`r2mad_
   with ``--slurm KEY=VALUE`` passed to the executor (``slurm_partition=gpu``, ``gpus_per_node=1``,
   ``timeout_min=600``; docs/ablations.md).
 
-Every finished point prints one line. Each point records itself when it finishes (its :class:`~.points.PointCache`
+Every finished point prints one line. Each point records itself when it finishes (its :class:`~.point_cache.PointCache`
 record), so the driver collects them by their records into the same tables as a run one by one. A point whose process
 or job fails or is killed is named with where its log is; its folder stays ``INCOMPLETE``, the ablation writes no
 table without it, and the jobs' ledger (``runs/<profile>/.up_to_date/launcher/jobs.json``) lets the next invocation
@@ -126,7 +126,7 @@ def execute(points: Sequence[Point], run: Callable[..., Path | None], cache: Poi
             echo: Callable[[str], None] = print) -> dict[int, Path] | None:
     """The figures folder of every point (by position), running those that are not up to date; None when one
     failed (each failure named). ``run``: the in-process runner (with ``cache``, wrapped by
-    :meth:`~.points.PointCache.wrap`: it records each point it runs); ``child_arguments``: the reproduce arguments
+    :meth:`~.point_cache.PointCache.wrap`: it records each point it runs); ``child_arguments``: the reproduce arguments
     every point's own process gets besides its ``--set`` values. Without ``cache`` (a test's runner): in this
     process, one by one, nothing left as up to date."""
     folders: dict[int, Path] = {}

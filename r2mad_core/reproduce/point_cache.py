@@ -69,7 +69,7 @@ def canonical(value: Any) -> Any:
 def executed_configuration(profile: Any, overrides: Mapping[str, Any], extra_keys: set[str] | None = None) -> dict[str, Any]:
     """Every parameter the notebooks run with: the profile (a loaded one, or its name or path) with the overrides as a
     kernel applies them (:meth:`~r2mad_core.experiments.profiles.Profile.with_overrides`), each protocol choice at its
-    preset's value (:func:`~.variants.profile_values`), as :func:`canonical` compares them."""
+    preset's value (:func:`~.points.profile_values`), as :func:`canonical` compares them."""
     base = load_profile(profile) if isinstance(profile, (str, Path)) else profile
     loaded = base.with_overrides(dict(overrides), extra_keys=extra_keys or ())
     values = profile_values(loaded)

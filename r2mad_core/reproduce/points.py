@@ -384,7 +384,7 @@ class Point:
 def plan_points(base: Mapping[str, Any], profile: str, fixed: Mapping[str, Any],
                 axes: Sequence[tuple[str, Sequence[Any]]], seeds: Sequence[int], name: str | None = None) -> list[Point]:
     """Every point: the product of the swept axes (first outermost) and the seeds (innermost). ``base``: the
-    profile's values (:func:`~.variants.profile_values`); ``fixed``: the ``--set`` overrides every point keeps;
+    profile's values (:func:`~.points.profile_values`); ``fixed``: the ``--set`` overrides every point keeps;
     ``name``: ``--variant NAME`` for a single variant's first seed."""
     points = []
     for setting in sweep_points(axes):

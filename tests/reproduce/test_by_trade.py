@@ -50,8 +50,9 @@ def constants(module: str) -> frozenset[str]:
     tuple of them; ``VARIANTS_DIR = "variants"``), not to a table of objects (``GPUS = {"H100": GPU(...)}``)."""
     found = set()
     for node in ast.parse(modules()[module].read_text(encoding="utf-8")).body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        value = getattr(node, "value", None)
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)):
+            continue
+        targets, value = (node.targets if isinstance(node, ast.Assign) else [node.target]), node.value
         if isinstance(value, (ast.Constant, ast.JoinedStr, ast.Tuple, ast.Name)):
             found.update(t.id for t in targets if isinstance(t, ast.Name) and t.id.isupper())
     return frozenset(found)

@@ -1,4 +1,4 @@
-"""Comparing seed replicates: the same configuration under several run seeds, the spread across seeds beside one seed's CI.
+"""Comparing seed replicates: one configuration under several run seeds, the spread across seeds beside one seed's CI.
 
 One run's 95% bootstrap CI (Section 5's tables) measures the uncertainty over the questions for *one* draw of the
 agents' samples; a second run seed draws other samples. ``reproduce --replicates N`` runs the profile (and a variant,

@@ -169,8 +169,8 @@ class SweepLayout:
 
     def reference(self) -> SweepPoint:
         """The profile's point: the point at the profile's value of every axis, else the profile's own folder."""
-        at_profile = [p for p in self.points if all(k in self.profile_values and same_value(p.setting[k], self.profile_values[k])
-                                                    for k in self.keys)]
+        at = self.profile_values
+        at_profile = [p for p in self.points if all(k in at and same_value(p.setting[k], at[k]) for k in self.keys)]
         return at_profile[0] if at_profile else SweepPoint(dict(self.profile_values),
                                                            profile_dir_of(self.points[0].figures_dir), True)
 
