@@ -27,8 +27,6 @@ from r2mad_core.reproduce.points import (
     REPLICATES_DIR,
     SWEEPS_DIR,
     Point,
-    Replicate,
-    SweepPoint,
     Variant,
     check_name,
     differences,
@@ -167,7 +165,7 @@ def run_ablation(run: Runner, profile: Any, profile_dir: Path, notebooks: Sequen
             _say_comparisons(fixed, folders[0], echo)
         return _replicate_tables(loaded, profile_dir, seeds, fixed, points, folders, echo)
     first = [(position, p) for position, p in enumerate(points) if p.replicate == 0 and p.setting]
-    swept = [SweepPoint(dict(p.setting), folders[position], p.variant is None) for position, p in first]
+    swept = [p.at(folders[position]) for position, p in first]
     folder_name = "__".join(keys) if fixed is None else f"{'__'.join(keys)}__{fixed.name}"
     folder = profile_dir / SWEEPS_DIR / folder_name
     sentences = sweep_artifacts(swept, keys, profile, {k: base.get(k) for k in keys}, folder, fixed=fixed,
@@ -210,9 +208,9 @@ def _replicate_tables(loaded: Any, profile_dir: Path, seeds: Sequence[int], vari
     variant_keys = set(variant.overrides) - {"seed"} if variant is not None else set()
     for point, position in zip(points, positions):
         own = set(point.values) - {"seed"}
-        (by_seed_variant if own and own == variant_keys else by_seed_profile)[point.seed] = folders[position]
-    profile_runs = [Replicate(seed, by_seed_profile[seed]) for seed in seeds if seed in by_seed_profile]
-    variant_runs = [Replicate(seed, by_seed_variant[seed]) for seed in seeds if seed in by_seed_variant]
+        (by_seed_variant if own and own == variant_keys else by_seed_profile)[point.seed] = point.at(folders[position])
+    profile_runs = [by_seed_profile[seed] for seed in seeds if seed in by_seed_profile]
+    variant_runs = [by_seed_variant[seed] for seed in seeds if seed in by_seed_variant]
     tag = f"seeds={seeds[0]}-{seeds[-1]}"
     folder = profile_dir / REPLICATES_DIR / tag
     sentences = replicate_artifacts(profile_runs, folder, profile, f"profile {profile}") if with_profile else []

@@ -2,8 +2,8 @@
 
 An ablation is a change of one parameter (K of Eq. 5, gamma of Eq. 6, the thresholds w_l/w_h of Eq. 7, the
 retrieval policy of Table 3, n_agents, n_rounds, train_limit, ...). A *point* is one run of the chosen notebooks under
-one configuration: the overrides, the seed and the folder they write (:class:`Point`). Every kind of ablation is a
-way of making points, nothing more:
+one configuration: the overrides, the seed and the folder they write, one data object (:class:`Point`). Every kind
+of ablation is a way of making points, nothing more:
 
 - ``--set`` (papermill ``-p``, an edited parameters cell): one *variant* (:class:`Variant`), its name from the
   overrides, sorted and filesystem-safe (``gamma=0.5``, ``gamma=0.5,top_k=5``; :func:`variant_name`) or from
@@ -13,9 +13,9 @@ way of making points, nothing more:
   artifact says so (captions name each override with the profile's value, ``gamma = 0.5 (profile tiny: 0.9)``,
   :meth:`Variant.note`; the manifest records the overrides, :meth:`Variant.record`);
 - ``--sweep KEY=V1,V2,...`` (several flags: their Cartesian product, :func:`sweep_points`): each value a variant, the
-  figures and tables that compare them under ``figures/<profile>/sweeps/`` (:class:`SweepPoint`);
+  figures and tables that compare them under ``figures/<profile>/sweeps/``;
 - ``--replicates N``: the same configuration under the run seeds ``seed, ..., seed + N - 1`` (:func:`replicate_seeds`),
-  each extra seed a variant ``seed=<s>``, their summary under ``figures/<profile>/replicates/`` (:class:`Replicate`);
+  each extra seed a variant ``seed=<s>``, their summary under ``figures/<profile>/replicates/``;
 - all of them together (:func:`plan_points`): the product of the axes and the seeds, first axis outermost, seeds
   innermost.
 
@@ -33,7 +33,7 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -317,23 +317,7 @@ def sweep_points(axes: Sequence[tuple[str, Sequence[Any]]]) -> list[dict[str, An
     return [dict(zip(keys, values)) for values in itertools.product(*(list(v) for _, v in axes))]
 
 
-@dataclass
-class SweepPoint:
-    """One point of a sweep: its value on every swept axis (``setting``, in the order the axes were given) and where
-    its artifacts are (the profile's own folder when every value is the profile's)."""
 
-    setting: dict[str, Any]
-    figures_dir: Path
-    is_profile: bool
-
-    @property
-    def value(self) -> Any:
-        """The value on the first axis (the figures' x axis)."""
-        return next(iter(self.setting.values()))
-
-    def label(self, keys: Sequence[str] | None = None) -> str:
-        keys = list(self.setting) if keys is None else keys
-        return ", ".join(f"{k}={show_value(self.setting[k])}" for k in keys)
 
 # --------------------------------------------------------------------------------------------
 # Replicates: one point per run seed
@@ -347,13 +331,6 @@ def replicate_seeds(seed: int, replicates: int) -> list[int]:
     return [int(seed) + i for i in range(replicates)]
 
 
-@dataclass
-class Replicate:
-    """One seed's run: its seed and where its tables are."""
-
-    seed: int
-    figures_dir: Path
-
 # --------------------------------------------------------------------------------------------
 # Every point of an ablation: the product of the axes and the seeds
 # --------------------------------------------------------------------------------------------
@@ -361,25 +338,44 @@ class Replicate:
 
 @dataclass
 class Point:
-    """One run of the chosen notebooks: its swept values (``setting``), its seed, the values it runs with (every
-    override: ``--set``, the setting, the seed) and the variant they make (None: the profile itself)."""
+    """One run of the chosen notebooks: its swept values (``setting``, in the order the axes were given), its seed,
+    the values it runs with (every override: ``--set``, the setting, the seed), the variant they make (None: the
+    profile itself) and, once it ran, the folder of its figures and tables (:meth:`at`). A sweep's point, a
+    replicate and a ``--set`` variant are all this one object; the comparisons read what they need of it."""
 
-    setting: dict[str, Any]
-    seed: int
-    values: dict[str, Any]
-    variant: Variant | None
+    setting: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    values: dict[str, Any] = field(default_factory=dict)
+    variant: Variant | None = None
     replicate: int = 0  # 0: the profile's own seed
+    figures_dir: Path | None = None
 
     @property
     def name(self) -> str:
         return self.variant.name if self.variant is not None else "the profile itself"
 
-    def label(self) -> str:
+    @property
+    def is_profile(self) -> bool:
+        """Whether the point is the profile itself (no value differs from the profile's)."""
+        return self.variant is None
+
+    @property
+    def value(self) -> Any:
+        """The value on the first swept axis (a sweep figure's x axis)."""
+        return next(iter(self.setting.values()))
+
+    def at(self, figures_dir: str | Path) -> "Point":
+        """The same point with the folder its run wrote."""
+        return replace(self, figures_dir=Path(figures_dir))
+
+    def label(self, keys: Sequence[str] | None = None) -> str:
+        """``gamma=0.5, seed=1``; with ``keys``: those axes only (``gamma=0.5``)."""
+        if keys is not None:
+            return ", ".join(f"{k}={show_value(self.setting[k])}" for k in keys)
         parts = [f"{k}={show_value(v)}" for k, v in self.setting.items()]
         if self.replicate:
             parts.append(f"seed={self.seed}")
         return ", ".join(parts) or (self.variant.name if self.variant is not None else "profile")
-
 
 def plan_points(base: Mapping[str, Any], profile: str, fixed: Mapping[str, Any],
                 axes: Sequence[tuple[str, Sequence[Any]]], seeds: Sequence[int], name: str | None = None) -> list[Point]:

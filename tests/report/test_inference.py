@@ -217,7 +217,7 @@ def _swept_point(folder, monkeypatch_store: dict, setting: dict, outcomes: dict[
     from r2mad_core.records import as_transcript
     from r2mad_core.report.artifacts import save_table
     from r2mad_core.report.tables import Table
-    from r2mad_core.reproduce.points import SweepPoint
+    from r2mad_core.reproduce.points import plan_points
 
     values = pd.DataFrame({"MATH500": [float(np.mean(v)) for v in outcomes.values()]},
                           index=pd.Index(list(outcomes), name="method"))
@@ -229,7 +229,8 @@ def _swept_point(folder, monkeypatch_store: dict, setting: dict, outcomes: dict[
         cell_runs.append({"cell": [method, "MATH500"], "runs": [["M / math500", str(run)]]})
     save_table(Table(values=values, ci_low=values - 0.1, ci_high=values + 0.1), "tab_t", folder, profile="p",
                cell_runs=cell_runs)
-    return SweepPoint(setting, folder, setting == {"gamma": 0.9})
+    # the point the profile (gamma 0.9) makes of this setting, at the folder its run wrote
+    return plan_points({"gamma": 0.9}, "p", {}, [(k, [v]) for k, v in setting.items()], [0])[0].at(folder)
 
 
 def test_a_sweep_table_has_each_points_paired_difference_and_a_trend_test(tmp_path, monkeypatch) -> None:

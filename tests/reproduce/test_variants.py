@@ -205,12 +205,13 @@ def test_sweep_artifacts_draw_each_table_against_the_parameter(tmp_path: Path) -
     from r2mad_core.report.artifacts import save_table
 
     swept = []
-    for value in (0.0, 0.5, 0.9):
+    for point in points.plan_points({"gamma": 0.9}, "p", {}, [("gamma", [0.0, 0.5, 0.9])], [0]):
+        value = point.value
         folder = tmp_path / str(value)
         values = pd.DataFrame({"TruthfulQA": [value, 1 - value]}, index=pd.Index(["A", "B"], name="method"))
         values.columns.name = "benchmark"
         save_table(Table(values=values, ci_low=values - 0.1, ci_high=values + 0.1), "tab_t", folder, profile="p")
-        swept.append(points.SweepPoint({"gamma": value}, folder, value == 0.9))
+        swept.append(point.at(folder))
     out = tmp_path / "sweep"
     sentences = sweep_comparison.sweep_artifacts(swept, "gamma", "p", 0.9, out)
     assert {p.name for p in out.iterdir()} >= {"fig_sweep_tab_t.png", "tab_sweep_tab_t.csv", "MANIFEST.json"}

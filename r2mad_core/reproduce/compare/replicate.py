@@ -26,11 +26,11 @@ import pandas as pd
 from r2mad_core.report import inference
 from r2mad_core.report.artifacts import save_table
 from r2mad_core.reproduce.compare.tables import COMPARISON_SUFFIX, cell_outcomes, point_tables, quantity_of, tidy
-from r2mad_core.reproduce.points import Replicate
+from r2mad_core.reproduce.points import Point
 
 
 
-def _cells(replicates: Sequence[Replicate], table: str) -> pd.DataFrame | None:
+def _cells(replicates: Sequence[Point], table: str) -> pd.DataFrame | None:
     """One row per cell, one ``seed=<s>`` column per replicate, plus the first seed's CI; None when a replicate has
     not written the table (or it has no CIs)."""
     merged = None
@@ -47,7 +47,7 @@ def _cells(replicates: Sequence[Replicate], table: str) -> pd.DataFrame | None:
     return merged
 
 
-def _matrices(replicates: Sequence[Replicate], table: str) -> dict[tuple[str, ...], dict[str, np.ndarray]] | None:
+def _matrices(replicates: Sequence[Point], table: str) -> dict[tuple[str, ...], dict[str, np.ndarray]] | None:
     """Per cell: per stratum (benchmark) the questions' correctness, one row per question every seed answered, one
     column per seed; None when a replicate's runs are not readable."""
     cache: dict[str, dict[str, bool]] = {}
@@ -75,7 +75,7 @@ def _labels_of(frame: pd.DataFrame) -> list[str]:
             ("mean", "sd", "min", "max", "seeds", "pooled", "pooled ci_low", "pooled ci_high", "n")]
 
 
-def replicate_summary(replicates: Sequence[Replicate], table: str) -> pd.DataFrame | None:
+def replicate_summary(replicates: Sequence[Point], table: str) -> pd.DataFrame | None:
     """Per cell of ``table``: the value under each seed, the mean, sd (ddof 1), min and max over the seeds, the
     first seed's 95% CI, and the pooled value over the seeds with its question-clustered 95% CI (``pooled``,
     ``pooled ci_low``, ``pooled ci_high``; n the questions per seed)."""
@@ -104,11 +104,11 @@ def replicate_summary(replicates: Sequence[Replicate], table: str) -> pd.DataFra
     return cells
 
 
-def _tables(replicates: Sequence[Replicate]) -> list[str]:
+def _tables(replicates: Sequence[Point]) -> list[str]:
     return [s for s in point_tables(replicates[0].figures_dir) if not s.startswith("tab_replicates_")]
 
 
-def replicate_artifacts(replicates: Sequence[Replicate], out_dir: Path, profile: str, what: str) -> list[str]:
+def replicate_artifacts(replicates: Sequence[Point], out_dir: Path, profile: str, what: str) -> list[str]:
     """``tab_replicates_<table>`` for every table with CIs all replicates wrote, into ``out_dir``; the "What this
     shows" sentences (one per table: the median and the widest spread across seeds beside the single-seed CI)."""
     sentences = []
@@ -146,7 +146,7 @@ def replicate_artifacts(replicates: Sequence[Replicate], out_dir: Path, profile:
     return sentences
 
 
-def replicate_comparison(profile_runs: Sequence[Replicate], variant_runs: Sequence[Replicate], out_dir: Path,
+def replicate_comparison(profile_runs: Sequence[Point], variant_runs: Sequence[Point], out_dir: Path,
                          profile: str, variant_name: str) -> list[str]:
     """A variant against its profile across the seeds: per cell the difference under each seed (the same seed shares
     its draws), the mean difference, its sd across seeds and how many seeds moved each way;

@@ -26,7 +26,7 @@ from r2mad_core.report import inference
 from r2mad_core.report.artifacts import apply_style, read_manifest, save_figure, save_table, update_manifest
 from r2mad_core.report.tables import Table
 from r2mad_core.reproduce.compare.tables import cell_outcomes, point_tables, quantity_of, tidy
-from r2mad_core.reproduce.points import SweepPoint, Variant, profile_dir_of, same_value, show_value
+from r2mad_core.reproduce.points import Point, Variant, profile_dir_of, same_value, show_value
 
 def _paired(a: dict[str, dict[str, bool]], b: dict[str, dict[str, bool]]) -> tuple[list[bool], list[bool], list[str]]:
     """The two runs' outcomes on the questions both answered, with their strata."""
@@ -45,7 +45,7 @@ def _numeric(values: Sequence[Any]) -> bool:
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
 
-def sweep_tests(points: Sequence[SweepPoint], reference: SweepPoint, table: str, keys: Sequence[str], *,
+def sweep_tests(points: Sequence[Point], reference: Point, table: str, keys: Sequence[str], *,
                 seed: int = 0) -> tuple[pd.DataFrame | None, str]:
     """The tests of one swept table: per cell and point (the reference, the profile's point, left out) the paired
     difference from the reference on the same questions with its 95% CI and test, p_holm over the cell's points;
@@ -117,7 +117,7 @@ def sweep_tests(points: Sequence[SweepPoint], reference: SweepPoint, table: str,
     return frame, " ".join(sentence_parts)
 
 
-def sweep_frame(points: Sequence[SweepPoint], table: str) -> pd.DataFrame | None:
+def sweep_frame(points: Sequence[Point], table: str) -> pd.DataFrame | None:
     """The table's cells at every sweep value, one row per (value, cell): labels, value, ci_low, ci_high."""
     frames = []
     for position, point in enumerate(points):
@@ -149,7 +149,7 @@ class SweepLayout:
     keys: list[str]
     profile: str
     profile_values: dict[str, Any]
-    points: Sequence[SweepPoint]
+    points: Sequence[Point]
 
     def __post_init__(self) -> None:
         self.x_key, self.other_keys = self.keys[0], self.keys[1:]
@@ -167,12 +167,12 @@ class SweepLayout:
                 "values": [p.value for p in self.points], "profile_value": self.profile_values.get(self.x_key),
                 "profile_values": {k: self.profile_values.get(k) for k in self.keys}}
 
-    def reference(self) -> SweepPoint:
+    def reference(self) -> Point:
         """The profile's point: the point at the profile's value of every axis, else the profile's own folder."""
         at = self.profile_values
         at_profile = [p for p in self.points if all(k in at and same_value(p.setting[k], at[k]) for k in self.keys)]
-        return at_profile[0] if at_profile else SweepPoint(dict(self.profile_values),
-                                                           profile_dir_of(self.points[0].figures_dir), True)
+        return at_profile[0] if at_profile else Point(dict(self.profile_values),
+                                                      figures_dir=profile_dir_of(self.points[0].figures_dir))
 
     def label_lines(self, frame: pd.DataFrame, quantity: str) -> str:
         """Adds each row's table row, series and line to ``frame`` (:func:`sweep_frame`); returns the panel column."""
@@ -278,7 +278,7 @@ def sweep_sentence(named: str, values: pd.DataFrame, layout: SweepLayout) -> str
 # --------------------------------------------------------------------------------------------
 
 
-def sweep_artifacts(points: Sequence[SweepPoint], key: str | Sequence[str], profile: str, profile_value: Any,
+def sweep_artifacts(points: Sequence[Point], key: str | Sequence[str], profile: str, profile_value: Any,
                     out_dir: Path, *, fixed: Variant | None = None, engine_note: str = "") -> list[str]:
     """For every table with CIs that each point wrote: a figure of the metric against the first swept axis (one
     panel per column, e.g. per benchmark; one line per row and value of the other axes, with 95% CIs; the panels share
@@ -334,7 +334,7 @@ def _caption(table: str, quantity: str, layout: SweepLayout, panel_column: str, 
             + f").{fixed_note} {tests_sentence} {engine_note}").strip()
 
 
-def _tests_caption(table: str, quantity: str, layout: SweepLayout, reference: SweepPoint, tests_sentence: str) -> str:
+def _tests_caption(table: str, quantity: str, layout: SweepLayout, reference: Point, tests_sentence: str) -> str:
     return (f"{quantity} ({table}) swept over {' and '.join(layout.keys)}: each point's paired difference from the "
             f"profile's point ({reference.label(layout.keys)}) on the same questions, its 95% CI (stratified "
             f"bootstrap), n paired questions, the test and p, p_holm ({inference.multiplicity.RULE} over the "
