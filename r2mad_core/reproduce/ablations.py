@@ -138,17 +138,7 @@ def run_ablation(run: Runner, profile: Any, profile_dir: Path, notebooks: Sequen
     if fixed is not None and name is not None:
         check_reuse(variant_dir(profile_dir, fixed.name), fixed)
     if not sweeps and replicates == 1:
-        if fixed is None:
-            return 0 if run({}, None, only) is not None else 1
-        if not ensure_baseline(run, profile, profile_dir, notebooks, echo, baseline_first):
-            return 1
-        echo(f"reproduce: variant {fixed.name} of profile {profile}: {fixed.describe()}; its figures and "
-             f"tables go to {variant_dir(profile_dir, fixed.name)} (the profile's own are not touched)")
-        variant_figures = run(variant_overrides(fixed), fixed, only)
-        if variant_figures is None:
-            return 1
-        _say_comparisons(fixed, variant_figures, echo)
-        return 0
+        return _one_variant(run, fixed, profile, profile_dir, notebooks, only, echo, baseline_first)
     if sweeps:
         for note in inert_notes({**variant_overrides(fixed), **points[0].setting}, base):
             echo(note)
@@ -165,7 +155,50 @@ def run_ablation(run: Runner, profile: Any, profile_dir: Path, notebooks: Sequen
             _say_comparisons(fixed, folders[0], echo)
         return _replicate_tables(loaded, profile_dir, seeds, fixed, points, folders, echo)
     first = [(position, p) for position, p in enumerate(points) if p.replicate == 0 and p.setting]
-    swept = [p.at(folders[position]) for position, p in first]
+    _sweep_tables(loaded, profile_dir, keys, fixed, [p.at(folders[position]) for position, p in first], base,
+                  engine_note, echo)
+    if replicates > 1:
+        _sweep_replicates(loaded, profile_dir, seeds, fixed, points, [p for _, p in first], folders, echo)
+    return 0
+
+
+def _sweep_replicates(loaded: Any, profile_dir: Path, seeds: Sequence[int], fixed: Variant | None,
+                      points: Sequence[Point], first: Sequence[Point], folders: Mapping[int, Path],
+                      echo: Callable[[str], None]) -> None:
+    """A sweep under several seeds: each point's replicate summary and comparison with the profile's seeds
+    (``first``: each sweep point's own seed, in order; the profile's summary once, with the first)."""
+    plain = [i for i, p in enumerate(points) if not set(p.values) - {"seed"}]  # the profile's own seeds
+    for number, point in enumerate(first):
+        variant = plan_variant(loaded, {**variant_overrides(fixed), **point.setting}, None, echo=lambda line: None)
+        if variant is None and number:
+            continue
+        same = [i for i, p in enumerate(points) if p.setting == point.setting and i not in plain]
+        positions = same + plain
+        _replicate_tables(loaded, profile_dir, seeds, variant, [points[i] for i in positions], folders, echo,
+                          positions=positions, with_profile=not number)
+
+
+def _one_variant(run: Runner, fixed: Variant | None, profile: str, profile_dir: Path, notebooks: Sequence[str],
+                 only: Sequence[str] | None, echo: Callable[[str], None], baseline_first: bool) -> int:
+    """A single ``--set`` variant (or the profile itself when nothing differs): the baseline first, then the variant,
+    then its comparisons."""
+    if fixed is None:
+        return 0 if run({}, None, only) is not None else 1
+    if not ensure_baseline(run, profile, profile_dir, notebooks, echo, baseline_first):
+        return 1
+    echo(f"reproduce: variant {fixed.name} of profile {profile}: {fixed.describe()}; its figures and "
+         f"tables go to {variant_dir(profile_dir, fixed.name)} (the profile's own are not touched)")
+    variant_figures = run(variant_overrides(fixed), fixed, only)
+    if variant_figures is None:
+        return 1
+    _say_comparisons(fixed, variant_figures, echo)
+    return 0
+
+
+def _sweep_tables(loaded: Any, profile_dir: Path, keys: Sequence[str], fixed: Variant | None, swept: Sequence[Point],
+                  base: Mapping[str, Any], engine_note: str, echo: Callable[[str], None]) -> None:
+    """A sweep's figures and tables once its points ran (each at its folder), and what they show."""
+    profile = loaded.name
     folder_name = "__".join(keys) if fixed is None else f"{'__'.join(keys)}__{fixed.name}"
     folder = profile_dir / SWEEPS_DIR / folder_name
     sentences = sweep_artifacts(swept, keys, profile, {k: base.get(k) for k in keys}, folder, fixed=fixed,
@@ -176,17 +209,6 @@ def run_ablation(run: Runner, profile: Any, profile_dir: Path, notebooks: Sequen
     if not sentences:
         echo(f"reproduce: the notebooks chosen wrote no table with confidence intervals to draw against "
              f"{' and '.join(keys)}")
-    if replicates > 1:
-        plain = [i for i, p in enumerate(points) if not set(p.values) - {"seed"}]  # the profile's own seeds
-        for number, (_, point) in enumerate(first):
-            variant = plan_variant(loaded, {**variant_overrides(fixed), **point.setting}, None, echo=lambda line: None)
-            if variant is None and number:
-                continue
-            same = [i for i, p in enumerate(points) if p.setting == point.setting and i not in plain]
-            positions = same + plain
-            _replicate_tables(loaded, profile_dir, seeds, variant, [points[i] for i in positions], folders, echo,
-                              positions=positions, with_profile=not number)
-    return 0
 
 
 def _say_comparisons(variant: Variant, figures: Path, echo: Callable[[str], None]) -> None:
