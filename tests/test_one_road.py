@@ -26,7 +26,8 @@ from r2mad_core.reproduce import command as reproduce
 from r2mad_core.reproduce import notebook_setup
 from r2mad_core.reproduce.paper import rehearsal
 from r2mad_core.report.artifacts import read_manifest, update_manifest
-from r2mad_core.reproduce import variants
+from r2mad_core.reproduce import points
+from r2mad_core.reproduce.compare import variant as comparison
 from r2mad_core.reproduce.grid import ExperimentGrid
 
 PROFILES_DIR = reproduce.REPOSITORY / "r2mad_core" / "profiles"
@@ -188,17 +189,17 @@ def test_a_variants_label_is_read_back_from_the_run_configs(tmp_path: Path) -> N
     shared = [_run_dir(tmp_path, f"r{i}", round0="shared", top_k=1) for i in range(3)]
     cot = _run_dir(tmp_path, "cot")  # a method without round0 records no round0
     overrides = {"round0": ("shared", "independent"), "top_k": (5, 1), "sc_paths": ([3], [3, 5])}
-    executed = variants.as_executed([*shared, cot], overrides)
+    executed = comparison.as_executed([*shared, cot], overrides)
     assert executed["round0"] == {"value": "shared", "cells": 4, "recorded_by": 3, "with_value": 3}
     assert executed["top_k"]["with_value"] == 0 and executed["sc_paths"]["recorded_by"] == 0
-    sentence = variants.executed_sentence("tab_main_results", executed)
+    sentence = comparison.executed_sentence("tab_main_results", executed)
     assert sentence.startswith("tab_main_results as executed (read back from its 4 run configs): round0 = shared in "
                                "3 of 3 runs that record it; top_k = 5: in none of the 3 runs")
     # a variant whose every recorded override is the profile's value changed nothing that ran
-    update_manifest(tmp_path, "tab_a", {"variant_as_executed": variants.as_executed(shared, {"top_k": (5, 1)})})
-    assert variants.changes_nothing(tmp_path)
-    update_manifest(tmp_path, "tab_b", {"variant_as_executed": variants.as_executed(shared, {"round0": ("shared", "x")})})
-    assert not variants.changes_nothing(tmp_path)
+    update_manifest(tmp_path, "tab_a", {"variant_as_executed": comparison.as_executed(shared, {"top_k": (5, 1)})})
+    assert comparison.changes_nothing(tmp_path)
+    update_manifest(tmp_path, "tab_b", {"variant_as_executed": comparison.as_executed(shared, {"round0": ("shared", "x")})})
+    assert not comparison.changes_nothing(tmp_path)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -278,7 +279,7 @@ def test_what_one_cell_recorded_is_the_label_of_each_override(field: str, tmp_pa
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """For an override of every field a run records, run one small cell on tiny the way a notebook does and read
     the label (the variant's value) back from what the cell recorded: its config.json (or its bank's manifest)."""
-    monkeypatch.delenv(variants.ENVIRONMENT, raising=False)
+    monkeypatch.delenv(points.ENVIRONMENT, raising=False)
     small = {"benchmarks": ["truthfulqa"], "retrieval_benchmarks": ["truthfulqa"], "icl_benchmarks": ["truthfulqa"],
              "poison_benchmarks": ["truthfulqa"], "cost_benchmark": "truthfulqa", "test_limit": 1, "train_limit": 2}
     override = {**TOGETHER.get(field, {}), field: ALTERNATIVES[field]}
@@ -289,7 +290,7 @@ def test_what_one_cell_recorded_is_the_label_of_each_override(field: str, tmp_pa
     profile = reproduce.load_profile("tiny", {**small, **override})
     namespace = dict(reproduce.notebook_parameters(profile, reproduce.ReproductionPaths(tmp_path, profile.folder)))
     loaded, base = notebook_setup.resolve_profile(namespace)
-    variant = variants.detect(loaded, base)
+    variant = points.detect(loaded, base)
     label = variant.overrides[field][0]
     grid = ExperimentGrid.from_profile(loaded, runs_dir=namespace["runs_dir"], cache_dir=namespace["cache_dir"])
     outcome = grid.run(grid.models[0], "truthfulqa", RECORDED_BY_METHOD.get(field, "R2-MAD"))
@@ -298,6 +299,6 @@ def test_what_one_cell_recorded_is_the_label_of_each_override(field: str, tmp_pa
         recorded = json.loads((bank / "manifest.json").read_text())[field]
     else:
         config = json.loads((Path(outcome.run_dir) / "config.json").read_text())
-        ok, recorded = variants.recorded_value(config, field)
+        ok, recorded = comparison.recorded_value(config, field)
         assert ok, f"{field}: the cell's config.json does not record it"
-    assert variants.same_value(recorded, label), f"{field}: label {label!r}, the run recorded {recorded!r}"
+    assert points.same_value(recorded, label), f"{field}: label {label!r}, the run recorded {recorded!r}"

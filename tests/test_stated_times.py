@@ -107,7 +107,7 @@ def test_a_part_of_a_profile_states_its_own_expected_time(tmp_path) -> None:
 
     from r2mad_core.experiments.profiles import load_profile
     from r2mad_core.reproduce.command import REPOSITORY, default_notebooks_dir, discover_notebooks, expected_runtime
-    from r2mad_core.reproduce.points import expected_time
+    from r2mad_core.reproduce.point_cache import expected_time
 
     def expected_runtime_of(profile, paths, notebooks, every):  # as run_notebooks states it
         return expected_time(expected_runtime(profile), paths.executed_dir,

@@ -430,7 +430,7 @@ def table_run_dirs(table: Any) -> list[Path] | None:
 def table_cell_runs(table: Any, out_dir: str | Path) -> list[dict[str, Any]] | None:
     """Per cell of a table built from run cells: its labels as the tidy CSV writes them (row levels, then the column)
     and its runs, each ``[stratum, run path]`` (stratum: ``model / benchmark``): what a sweep or replicate table
-    reads to pair the same cell's questions across runs (:func:`r2mad_core.reproduce.sweeps.cell_outcomes`)."""
+    reads to pair the same cell's questions across runs (:func:`r2mad_core.reproduce.compare.tables.cell_outcomes`)."""
     cells = table.cells if isinstance(table, Table) else None
     if not cells:
         return None
@@ -467,7 +467,7 @@ class ReportContext:
     #: returning ``GridResults.limits()``-style entries (the grid: every cell it ran or loaded so far). A save may
     #: pass ``limit_cells=`` (entries or a GridResults) to name its own cells; ``None`` here: no limits recorded.
     limit_cells: Any = None
-    #: A variant of the profile (:class:`r2mad_core.reproduce.variants.Variant`): every caption ends with its note
+    #: A variant of the profile (:class:`r2mad_core.reproduce.points.Variant`): every caption ends with its note
     #: ("gamma = 0.5 (profile tiny: 0.9)"), every figure shows it, every manifest entry records it, and
     #: ``after_table(table, name)`` compares each table with the profile's (in ``baseline_dir``).
     variant: Any = None

@@ -1,6 +1,6 @@
 """Multiple comparisons: Holm's step-down adjustment of the p-values of tests run at once.
 
-A variant's comparison with its profile (:mod:`r2mad_core.reproduce.variants`) tests every cell of a table at once, and
+A variant's comparison with its profile (:mod:`~r2mad_core.reproduce.compare`) tests every cell of a table at once, and
 the report tests every claimed ordering of the paper at once (:mod:`r2mad_core.report.comparison`). A cell or claim is
 called significant only when its Holm-adjusted p is below alpha, which holds the family-wise error rate (the chance of
 calling *any* true null significant) at alpha whatever the dependence between the tests (Holm 1979, "A simple

@@ -68,7 +68,7 @@ class Table:
     show_index: bool = True
     float_spec: str | None = None
     #: (row, column) -> the run cells (``CellOutcome``) a value was computed from, when a grid built the table:
-    #: a variant compares these cells with the profile's on the same questions (:mod:`r2mad_core.reproduce.variants`).
+    #: a variant compares these cells with the profile's on the same questions (:mod:`r2mad_core.reproduce.compare`).
     cells: Mapping[Any, Any] | None = field(default=None, repr=False, compare=False)
     #: Groups of row labels the recorded configuration makes the same computation: never bold (never ranked).
     equal_rows: Sequence[Sequence[Any]] = ()

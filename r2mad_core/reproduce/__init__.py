@@ -1,7 +1,7 @@
 """Running a reproduction: from one profile (plus the user's overrides) to the notebooks that ran and what they wrote.
 
 - :mod:`~r2mad_core.reproduce.command` (run by ``__main__``): ``python -m r2mad_core.reproduce`` / ``make reproduce``: the command line,
-  the banner, the API budget guard, the run of the notebooks.
+  the banner, the run of the notebooks.
 - :mod:`~r2mad_core.reproduce.notebook_runner`: the notebooks through papermill, each after those it needs,
   several at once, kernels kept.
 - :mod:`~r2mad_core.reproduce.up_to_date`: which notebooks a rerun leaves (their inputs and outputs as their last run
@@ -11,16 +11,17 @@
 - :mod:`~r2mad_core.reproduce.gc_settings`: the garbage collector set for batch work (what is alive after the imports
   frozen, collections less often), in every notebook's kernel and every test worker.
 - :mod:`~r2mad_core.reproduce.grid`: the run cells a notebook asks for (``ExperimentGrid``), run or replayed.
-- :mod:`~r2mad_core.reproduce.variants`: a profile plus overrides (an ablation): its own folder, labels, and the
-  comparison with the profile's run on the same questions (common random numbers, Holm-adjusted).
-- :mod:`~r2mad_core.reproduce.sweeps`: ``--sweep`` (several: their product), each point a variant, drawn against the axes.
-- :mod:`~r2mad_core.reproduce.replicates`: ``--replicates N``: the same runs under N seeds, mean and spread across seeds.
-- :mod:`~r2mad_core.reproduce.ablations`: ``reproduce --set/--variant/--sweep/--replicates``: the baseline first, then
-  each variant.
-- :mod:`~r2mad_core.reproduce.points`: the points of an ablation (sweep values x seeds), each up to date when its
-  executed configuration was made before; the dry run (``--dry-run``, ``--show-config``).
+- :mod:`~r2mad_core.reproduce.points`: making the points of an ablation (a profile plus overrides, one seed, one
+  folder): ``--set`` variants, ``--sweep`` (several: their product), ``--replicates N`` (the run seeds).
+- :mod:`~r2mad_core.reproduce.compare`: comparing them: a variant's tables with the profile's on the same questions
+  (common random numbers, Holm-adjusted), a sweep's tests, table and figure, the mean and spread across seeds.
+- :mod:`~r2mad_core.reproduce.point_cache`: each point up to date when its executed configuration was made before;
+  the dry run (``--dry-run``, ``--show-config``).
 - :mod:`~r2mad_core.reproduce.launcher`: the points not up to date, run one by one, side by side (``--jobs``) or as
   cluster jobs (``--launcher slurm``, submitit); a failed or killed job named and run again by the next invocation.
+- :mod:`~r2mad_core.reproduce.ablations`: ``reproduce --set/--variant/--sweep/--replicates``: the points planned, the
+  baseline first, then the points run and compared.
+- :mod:`~r2mad_core.reproduce.api_budget`: an API profile's cost estimate and budget cap.
 - :mod:`~r2mad_core.reproduce.collect`: every cell behind the paper's tables, run or loaded, in the paper's terms
   (notebook 10's one step).
 - :mod:`~r2mad_core.reproduce.paper`: the paper run on GPUs (``--rehearse``, ``--estimate-only`` from the rehearsal,
@@ -51,8 +52,8 @@ sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 #: the module, and :func:`__getattr__` would import :mod:`.command` (1.7 s of CPU: pandas, scipy) to look for it there.
 #: Written out (no directory listing on import); tests/reproduce/paper/test_gpu_day.py checks it against the folder.
 _SUBMODULES = frozenset({
-    "ablations", "collect", "command", "gc_settings", "grid", "launcher", "notebook_runner", "notebook_setup", "paper",
-    "points", "published", "replicates", "sweeps", "up_to_date", "variants",
+    "ablations", "api_budget", "collect", "command", "compare", "gc_settings", "grid", "launcher", "notebook_runner",
+    "notebook_setup", "paper", "point_cache", "points", "published", "up_to_date",
 })
 
 

@@ -1,11 +1,11 @@
 """Ablation runs: ``reproduce --set``, ``--variant`` and ``--sweep`` as variants of a profile, each beside its baseline.
 
 The paper's ablations (Section 5.3, Tables 2-3 and the hyperparameter study of K, gamma, w_l/w_h) change one value
-of the setup. :func:`run_ablation` turns the runner's overrides into a :class:`~r2mad_core.reproduce.variants.Variant`
+of the setup. :func:`run_ablation` turns the runner's overrides into a :class:`~r2mad_core.reproduce.points.Variant`
 (no variant when every override equals the profile's value), makes sure the profile itself (the baseline) has run
 the chosen notebooks first (it runs them when it has not), runs the variant into its own folders, and prints each
 comparison with the baseline; a sweep runs every value as a variant and draws the metric against the parameter
-(:func:`r2mad_core.reproduce.sweeps.sweep_artifacts`). The runner (:mod:`r2mad_core.reproduce`) passes the function
+(:func:`r2mad_core.reproduce.compare.sweep.sweep_artifacts`). The runner (:mod:`r2mad_core.reproduce`) passes the function
 that executes notebooks (``run``), so this module stays below it.
 """
 
@@ -17,25 +17,28 @@ from typing import Any, Callable, Mapping, Sequence
 
 from r2mad_core.experiments.profiles import load_profile
 from r2mad_core.report.artifacts import read_manifest
-from r2mad_core.reproduce.variants import (
-    COMPARISON_SUFFIX,
+from r2mad_core.reproduce.compare.replicate import replicate_artifacts, replicate_comparison
+from r2mad_core.reproduce.compare.sweep import sweep_artifacts
+from r2mad_core.reproduce.compare.variant import changes_nothing, comparison_lines
+from r2mad_core.reproduce.launcher import execute
+from r2mad_core.reproduce.point_cache import PointCache, dry_run as dry_run_of, show_config as show_config_of
+from r2mad_core.reproduce.points import (
+    INCOMPLETE_MARKER,
+    REPLICATES_DIR,
     SWEEPS_DIR,
+    Point,
     Variant,
-    changes_nothing,
     check_name,
     differences,
     inert_notes,
+    parse_sweep,
+    plan_points,
     profile_values,
+    replicate_seeds,
     show_value,
+    sweep_points,
     variant_dir,
-    variant_name,
 )
-
-from r2mad_core.reproduce.sweeps import SweepPoint, parse_sweep, sweep_artifacts, sweep_points
-from r2mad_core.reproduce.replicates import REPLICATES_DIR, Replicate, replicate_artifacts, replicate_comparison, replicate_seeds
-from r2mad_core.reproduce.launcher import execute
-from r2mad_core.reproduce.points import INCOMPLETE_MARKER, Point, PointCache, dry_run as dry_run_of, plan_points
-from r2mad_core.reproduce.points import show_config as show_config_of
 
 #: ``run(overrides, variant, only) -> figures folder or None (a notebook failed)``: the runner's notebook execution.
 Runner = Callable[[Mapping[str, Any], "Variant | None", "Sequence[str] | None"], "Path | None"]
@@ -71,13 +74,6 @@ def notebooks_without_baseline(profile_dir: Path, notebooks: Sequence[str]) -> l
     return [stem for stem in notebooks if stem not in written]
 
 
-def comparison_lines(figures_dir: Path) -> list[str]:
-    """The "What this shows" sentences of every ``*_vs_profile`` table of a variant folder."""
-    manifest = read_manifest(figures_dir)["artifacts"]
-    return [record.get("notes", "") for name, record in manifest.items()
-            if name.endswith(COMPARISON_SUFFIX) and record.get("notes")]
-
-
 def ensure_baseline(run: Runner, profile: str, profile_dir: Path, notebooks: Sequence[str],
                     echo: Callable[[str], None], auto: bool = True) -> bool:
     """Run the profile itself for the notebooks it has not run yet (a variant is compared with it). ``auto`` False
@@ -106,8 +102,8 @@ def run_ablation(run: Runner, profile: Any, profile_dir: Path, notebooks: Sequen
     ``profile``: the :class:`~r2mad_core.experiments.profiles.Profile` (or a packaged name).
 
     Several ``--sweep`` axes run their Cartesian product; ``replicates`` > 1 runs the profile (and the variant, or
-    every sweep point) under that many run seeds (:mod:`r2mad_core.reproduce.replicates`). ``cache``: the points
-    already made are left (:mod:`r2mad_core.reproduce.points`); ``launch``: how the others run
+    every sweep point) under that many run seeds (:mod:`r2mad_core.reproduce.compare.replicate`). ``cache``: the points
+    already made are left (:mod:`r2mad_core.reproduce.point_cache`); ``launch``: how the others run
     (:func:`r2mad_core.reproduce.launcher.execute`'s keywords: ``jobs``, ``launcher``, ``child_arguments``, ...);
     ``dry_run``/``show_config``: print the points (or one point's settings) and execute nothing."""
     loaded = load_profile(profile) if isinstance(profile, (str, Path)) else profile
@@ -142,17 +138,7 @@ def run_ablation(run: Runner, profile: Any, profile_dir: Path, notebooks: Sequen
     if fixed is not None and name is not None:
         check_reuse(variant_dir(profile_dir, fixed.name), fixed)
     if not sweeps and replicates == 1:
-        if fixed is None:
-            return 0 if run({}, None, only) is not None else 1
-        if not ensure_baseline(run, profile, profile_dir, notebooks, echo, baseline_first):
-            return 1
-        echo(f"reproduce: variant {fixed.name} of profile {profile}: {fixed.describe()}; its figures and "
-             f"tables go to {variant_dir(profile_dir, fixed.name)} (the profile's own are not touched)")
-        variant_figures = run(variant_overrides(fixed), fixed, only)
-        if variant_figures is None:
-            return 1
-        _say_comparisons(fixed, variant_figures, echo)
-        return 0
+        return _one_variant(run, fixed, profile, profile_dir, notebooks, only, echo, baseline_first)
     if sweeps:
         for note in inert_notes({**variant_overrides(fixed), **points[0].setting}, base):
             echo(note)
@@ -169,7 +155,50 @@ def run_ablation(run: Runner, profile: Any, profile_dir: Path, notebooks: Sequen
             _say_comparisons(fixed, folders[0], echo)
         return _replicate_tables(loaded, profile_dir, seeds, fixed, points, folders, echo)
     first = [(position, p) for position, p in enumerate(points) if p.replicate == 0 and p.setting]
-    swept = [SweepPoint(dict(p.setting), folders[position], p.variant is None) for position, p in first]
+    _sweep_tables(loaded, profile_dir, keys, fixed, [p.at(folders[position]) for position, p in first], base,
+                  engine_note, echo)
+    if replicates > 1:
+        _sweep_replicates(loaded, profile_dir, seeds, fixed, points, [p for _, p in first], folders, echo)
+    return 0
+
+
+def _sweep_replicates(loaded: Any, profile_dir: Path, seeds: Sequence[int], fixed: Variant | None,
+                      points: Sequence[Point], first: Sequence[Point], folders: Mapping[int, Path],
+                      echo: Callable[[str], None]) -> None:
+    """A sweep under several seeds: each point's replicate summary and comparison with the profile's seeds
+    (``first``: each sweep point's own seed, in order; the profile's summary once, with the first)."""
+    plain = [i for i, p in enumerate(points) if not set(p.values) - {"seed"}]  # the profile's own seeds
+    for number, point in enumerate(first):
+        variant = plan_variant(loaded, {**variant_overrides(fixed), **point.setting}, None, echo=lambda line: None)
+        if variant is None and number:
+            continue
+        same = [i for i, p in enumerate(points) if p.setting == point.setting and i not in plain]
+        positions = same + plain
+        _replicate_tables(loaded, profile_dir, seeds, variant, [points[i] for i in positions], folders, echo,
+                          positions=positions, with_profile=not number)
+
+
+def _one_variant(run: Runner, fixed: Variant | None, profile: str, profile_dir: Path, notebooks: Sequence[str],
+                 only: Sequence[str] | None, echo: Callable[[str], None], baseline_first: bool) -> int:
+    """A single ``--set`` variant (or the profile itself when nothing differs): the baseline first, then the variant,
+    then its comparisons."""
+    if fixed is None:
+        return 0 if run({}, None, only) is not None else 1
+    if not ensure_baseline(run, profile, profile_dir, notebooks, echo, baseline_first):
+        return 1
+    echo(f"reproduce: variant {fixed.name} of profile {profile}: {fixed.describe()}; its figures and "
+         f"tables go to {variant_dir(profile_dir, fixed.name)} (the profile's own are not touched)")
+    variant_figures = run(variant_overrides(fixed), fixed, only)
+    if variant_figures is None:
+        return 1
+    _say_comparisons(fixed, variant_figures, echo)
+    return 0
+
+
+def _sweep_tables(loaded: Any, profile_dir: Path, keys: Sequence[str], fixed: Variant | None, swept: Sequence[Point],
+                  base: Mapping[str, Any], engine_note: str, echo: Callable[[str], None]) -> None:
+    """A sweep's figures and tables once its points ran (each at its folder), and what they show."""
+    profile = loaded.name
     folder_name = "__".join(keys) if fixed is None else f"{'__'.join(keys)}__{fixed.name}"
     folder = profile_dir / SWEEPS_DIR / folder_name
     sentences = sweep_artifacts(swept, keys, profile, {k: base.get(k) for k in keys}, folder, fixed=fixed,
@@ -180,17 +209,6 @@ def run_ablation(run: Runner, profile: Any, profile_dir: Path, notebooks: Sequen
     if not sentences:
         echo(f"reproduce: the notebooks chosen wrote no table with confidence intervals to draw against "
              f"{' and '.join(keys)}")
-    if replicates > 1:
-        plain = [i for i, p in enumerate(points) if not set(p.values) - {"seed"}]  # the profile's own seeds
-        for number, (_, point) in enumerate(first):
-            variant = plan_variant(loaded, {**variant_overrides(fixed), **point.setting}, None, echo=lambda line: None)
-            if variant is None and number:
-                continue
-            same = [i for i, p in enumerate(points) if p.setting == point.setting and i not in plain]
-            positions = same + plain
-            _replicate_tables(loaded, profile_dir, seeds, variant, [points[i] for i in positions], folders, echo,
-                              positions=positions, with_profile=not number)
-    return 0
 
 
 def _say_comparisons(variant: Variant, figures: Path, echo: Callable[[str], None]) -> None:
@@ -212,9 +230,9 @@ def _replicate_tables(loaded: Any, profile_dir: Path, seeds: Sequence[int], vari
     variant_keys = set(variant.overrides) - {"seed"} if variant is not None else set()
     for point, position in zip(points, positions):
         own = set(point.values) - {"seed"}
-        (by_seed_variant if own and own == variant_keys else by_seed_profile)[point.seed] = folders[position]
-    profile_runs = [Replicate(seed, by_seed_profile[seed]) for seed in seeds if seed in by_seed_profile]
-    variant_runs = [Replicate(seed, by_seed_variant[seed]) for seed in seeds if seed in by_seed_variant]
+        (by_seed_variant if own and own == variant_keys else by_seed_profile)[point.seed] = point.at(folders[position])
+    profile_runs = [by_seed_profile[seed] for seed in seeds if seed in by_seed_profile]
+    variant_runs = [by_seed_variant[seed] for seed in seeds if seed in by_seed_variant]
     tag = f"seeds={seeds[0]}-{seeds[-1]}"
     folder = profile_dir / REPLICATES_DIR / tag
     sentences = replicate_artifacts(profile_runs, folder, profile, f"profile {profile}") if with_profile else []
@@ -264,5 +282,5 @@ def variant_overrides(variant: Variant | None) -> dict[str, Any]:
     return {} if variant is None else {key: value for key, (value, _) in variant.overrides.items()}
 
 
-__all__ = ["comparison_lines", "ensure_baseline", "notebooks_without_baseline", "plan_variant", "run_ablation",
-           "variant_name", "variant_overrides"]
+__all__ = ["ensure_baseline", "notebooks_without_baseline", "plan_variant", "run_ablation",
+           "variant_overrides"]

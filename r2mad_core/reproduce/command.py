@@ -24,7 +24,7 @@ llama.cpp; ``api``: any OpenAI-compatible endpoint; ``paper``: vLLM on a GPU).
 Strings of the form ``${NAME}`` in a profile are replaced by the environment variable ``NAME`` when
 the profile is loaded (the ``api`` profile takes its model name from ``$R2MAD_API_MODEL`` this way, so
 tables and run keys carry the real model's name). A profile with ``api_budget: true`` is guarded by
-:mod:`r2mad_core.experiments.budget`: before anything is sent, the notebooks run once against an estimating
+:mod:`r2mad_core.reproduce.api_budget`: before anything is sent, the notebooks run once against an estimating
 gateway and the requests, tokens and (with prices) money are printed per notebook and in total; then
 the real run goes through a forwarding gateway with the budget cap (``--max-requests``,
 ``--max-cost`` or ``$R2MAD_API_MAX_REQUESTS``, ``$R2MAD_API_MAX_COST``), which stops cleanly and
@@ -41,12 +41,11 @@ from __future__ import annotations
 
 import argparse
 import ast
-import contextlib
 import json
 import math
 import os
+import re
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,19 +75,17 @@ from r2mad_core.experiments.profiles import (  # noqa: F401  (re-exported: repro
     validate_profile,
 )
 
-from r2mad_core.reproduce.variants import ENVIRONMENT as VARIANT_ENVIRONMENT, VARIANTS_DIR
-from r2mad_core.engines.endpoints import without_userinfo
-from r2mad_core.experiments.budget import BudgetCap, EstimatingGateway, ForwardingGateway, Prices, Usage, format_estimate
 from r2mad_core.reproduce.ablations import run_ablation
 from r2mad_core.reproduce import launcher
-from r2mad_core.reproduce.points import PointCache, expected_time
+from r2mad_core.reproduce.api_budget import budget_main, guarded_endpoints, temporary_environment
+from r2mad_core.reproduce.point_cache import PointCache, expected_time
 from r2mad_core.report.artifacts import missing_artifacts
 from r2mad_core.report.headline import print_headline
 from r2mad_core.report.volatile import ExecutedSnapshot
 from r2mad_core.reproduce import published, up_to_date
 from r2mad_core.reproduce.paper import command as paper_run
-from r2mad_core.reproduce.sweeps import caption_note, parse_sweep
-from r2mad_core.reproduce.variants import mark_variant, shown_path, to_environment
+from r2mad_core.reproduce.points import ENVIRONMENT as VARIANT_ENVIRONMENT, POINT_FOLDERS, VARIANTS_DIR
+from r2mad_core.reproduce.points import mark_variant, parse_sweep, shown_path, to_environment
 from r2mad_core.data.verdicts import ENVIRONMENT as ANSWER_MEMO_ENVIRONMENT  # noqa: F401  (re-exported)
 from r2mad_core.reproduce.notebook_runner import ANSWER_MEMO_FILE, BLAS_THREAD_VARIABLES  # noqa: F401  (re-exported)
 
@@ -130,7 +127,7 @@ class ReproductionPaths:
     output_dir: Path
     profile: str
     data_dir: Path | None = None
-    #: A variant's name (:mod:`r2mad_core.reproduce.variants`): its executed notebooks and artifacts go to
+    #: A variant's name (:mod:`r2mad_core.reproduce.points`): its executed notebooks and artifacts go to
     #: ``.../variants/<name>/``; the kernels get the profile's ``figures_dir`` and put the variant's beside it.
     variant: str | None = None
     figures_dir: Path = field(init=False)
@@ -270,7 +267,10 @@ def run_notebooks(
     def passed_to(notebook: Path) -> dict[str, Any]:
         return {k: _portable(v, notebook.parent) if k in PORTABLE_PATH_PARAMETERS else v for k, v in parameters.items()}
 
-    check = up_to_date.Check(notebooks, profile, paths, passed_to) if up_to_date_check is not None else None
+    check = None
+    if up_to_date_check is not None:
+        needs = {n: prerequisites(n, notebooks) for n in notebooks}
+        check = up_to_date.Check(notebooks, profile, paths, passed_to, needs=needs, other_runs=POINT_FOLDERS)
     notebooks = check.out_of_date(echo, run_all=not up_to_date_check) if check is not None else notebooks
 
     def run_one(notebook: Path, kernel: Any, clear: bool) -> NotebookResult:
@@ -298,7 +298,7 @@ def run_notebooks(
     hints = (published.generation_hints(profile, paths.cache_dir) or notebook_runner.previous_seconds(paths.executed_dir)
              or notebook_runner.previous_seconds(REPOSITORY / "notebooks" / "executed" / profile.folder))
     display = notebook_runner.Display(position, notebooks, hints, echo)
-    with _environment(kernels_get), display.board:
+    with temporary_environment(kernels_get), display.board:
         results = [] if not notebooks else notebook_runner.run_workers(
             notebooks, run_one, jobs=jobs, reuse_kernels=reuse_kernels, hints=hints, on_start=display.started,
             on_finish=finish, prepare=prepare if reuse_kernels else None)
@@ -366,6 +366,13 @@ def banner(profile: Profile) -> list[str]:
         stands = f", stands in for {m['stands_in_for']}" if m.get("stands_in_for") else ""
         described.append(f"{m['label']} ({m['engine']} engine, model {model}{stands})")
     return [f"reproduce: profile {profile.name}: agents = " + "; ".join(described)]
+
+
+def caption_note(lines: Sequence[str]) -> str:
+    """A console banner line as a caption's sentence: no ``reproduce: profile NAME:`` prefix, no shouting."""
+    text = " ".join(lines)
+    text = re.sub(r"^reproduce: (profile [^:]+: )?", "", text).replace("SIMULATED", "simulated")
+    return text[:1].upper() + text[1:]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -436,144 +443,6 @@ def _at_least(kind: type, minimum: int = 0) -> Callable[[str], Any]:
     return parse
 
 
-# --------------------------------------------------------------------------------------------
-# API profiles: the cost estimate and the budget cap (r2mad_core.experiments.budget)
-# --------------------------------------------------------------------------------------------
-def guarded_endpoints(profile: Profile) -> dict[str, list[str]]:
-    """``base_url_env`` -> the endpoint URLs it holds (comma-separated), for every ``openai`` model of
-    a profile with ``api_budget: true``. A variable that is not set is a :class:`ProfileError`."""
-    if not profile.fields.get("api_budget"):
-        return {}
-    endpoints: dict[str, list[str]] = {}
-    for group in ("models", "large_models"):
-        for position, entry in enumerate(profile[group]):
-            variable = entry.get("base_url_env")
-            if entry.get("engine") != "openai" or not variable:
-                continue
-            urls = [u.strip() for u in os.environ.get(variable, "").split(",") if u.strip()]
-            if not urls:
-                raise ProfileError(
-                    f"{profile.source}: field '{group}[{position}].base_url_env': the environment variable "
-                    f"{variable} is not set; export the endpoint's base URL(s), e.g. {variable}=http://host:8000/v1 "
-                    f"(several: comma-separated)"
-                )
-            endpoints[variable] = urls
-    return endpoints
-
-
-def _env_number(variable: str, kind: type) -> Any:
-    text = os.environ.get(variable, "").strip()
-    if not text:
-        return None
-    try:
-        value = kind(text)
-    except ValueError:
-        raise ProfileError(f"environment variable {variable}: expected a number >= 0, found {text!r}") from None
-    if not value >= 0:
-        raise ProfileError(f"environment variable {variable}: expected a number >= 0, found {text!r}")
-    return value
-
-
-@contextlib.contextmanager
-def _environment(values: Mapping[str, str]) -> Any:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-def estimate_cost(
-    profile: Profile, paths: ReproductionPaths, endpoints: Mapping[str, Sequence[str]], prices: Any, *,
-    notebooks_dir: Path | None = None, only: Sequence[str] | None = None, echo: Callable[[str], None] = print,
-) -> tuple[dict[str, Any], NotebookResult | None]:
-    """Run the notebooks once against :class:`~r2mad_core.experiments.budget.EstimatingGateway` (in a scratch
-    output folder) and return the usage per notebook, plus the failed notebook if one failed."""
-    per_notebook: dict[str, Usage] = {}
-    with EstimatingGateway() as gateway, tempfile.TemporaryDirectory(prefix="r2mad-estimate-") as scratch:
-        before = [gateway.snapshot()]
-
-        def record(result: NotebookResult) -> None:
-            now = gateway.snapshot()
-            per_notebook[result.notebook] = now.minus(before[0])
-            before[0] = now
-
-        scratch_paths = ReproductionPaths(Path(scratch), profile.folder, paths.data_dir)
-        with _environment({variable: gateway.base_url for variable in endpoints}):
-            results = run_notebooks(profile, scratch_paths, notebooks_dir=notebooks_dir, only=only,
-                                    echo=lambda line: None, after_notebook=record)
-    failed = results[-1] if results and results[-1].error else None
-    return per_notebook, failed
-
-
-def run_guarded(
-    profile: Profile, paths: ReproductionPaths, endpoints: Mapping[str, Sequence[str]], cap: Any, *,
-    notebooks_dir: Path | None = None, only: Sequence[str] | None = None, echo: Callable[[str], None] = print,
-) -> list[NotebookResult]:
-    """Run the notebooks with every guarded endpoint behind a :class:`~r2mad_core.experiments.budget.ForwardingGateway`
-    sharing the budget ``cap``."""
-    gateways = {variable: ForwardingGateway(urls, cap) for variable, urls in endpoints.items()}
-    with contextlib.ExitStack() as stack:
-        for variable, gateway in gateways.items():
-            stack.enter_context(gateway)
-            stack.callback(lambda v=variable, g=gateway: echo(f"reproduce: requests per endpoint of {v}: {g.pool.summary()}"))
-        with _environment({variable: gateway.base_url for variable, gateway in gateways.items()}):
-            return run_notebooks(profile, paths, notebooks_dir=notebooks_dir, only=only, echo=echo, show_banner=False)
-
-
-def _budget_main(
-    args: argparse.Namespace, profile: Profile, paths: ReproductionPaths, endpoints: Mapping[str, Sequence[str]],
-    only: Sequence[str] | None,
-) -> int | list[NotebookResult]:
-    """The estimate, then the capped run; an exit code when it stops early, else the results."""
-    prices = Prices(
-        args.price_prompt if args.price_prompt is not None else _env_number("R2MAD_API_PRICE_PROMPT", float),
-        args.price_completion if args.price_completion is not None else _env_number("R2MAD_API_PRICE_COMPLETION", float),
-    )
-    max_requests = args.max_requests if args.max_requests is not None else _env_number("R2MAD_API_MAX_REQUESTS", int)
-    max_cost = args.max_cost if args.max_cost is not None else _env_number("R2MAD_API_MAX_COST", float)
-    try:
-        cap = BudgetCap(max_requests=max_requests, max_cost=max_cost, prices=prices)
-    except ValueError as exc:
-        raise ProfileError(f"budget: {exc} (--price-prompt/--price-completion or R2MAD_API_PRICE_PROMPT/_COMPLETION)") from None
-    for line in banner(profile):
-        print(line)
-    described = "; ".join(f"{variable}={','.join(map(without_userinfo, urls))}" for variable, urls in endpoints.items())
-    print(f"reproduce: endpoints {described}; budget cap: {cap.describe()}")
-    if not args.no_estimate:
-        print("reproduce: estimating the cost (the notebooks run once against a local estimating gateway; "
-              "nothing is sent) ...")
-        per_notebook, failed = estimate_cost(profile, paths, endpoints, prices, notebooks_dir=args.notebooks_dir, only=only)
-        if failed is not None:
-            print(f"reproduce: the estimate failed in {failed.notebook}: {failed.error}", file=sys.stderr)
-            return 1
-        print("reproduce: cost estimate before anything is sent (upper bound: every debate runs all rounds, "
-              "every completion max_tokens long; prompt tokens = characters/4; requests already in the "
-              "response cache are not sent again):")
-        for line in format_estimate(per_notebook, prices):
-            print(line)
-        if args.estimate_only:
-            print("reproduce: --estimate-only: nothing sent")
-            return 0
-    results = run_guarded(profile, paths, endpoints, cap, notebooks_dir=args.notebooks_dir, only=only)
-    spent = cap.spent.describe(prices).replace("<= ", "").replace("~", "")
-    if cap.refused:
-        print(
-            f"reproduce: stopped by the budget cap ({cap.describe()}): {spent} sent; {cap.refused} request(s) "
-            f"refused before sending. Everything finished is kept (response cache {paths.cache_dir}, runs "
-            f"{paths.runs_dir}); rerun with a higher cap to resume (cached requests are not sent again).",
-            file=sys.stderr,
-        )
-        return 1
-    print(f"reproduce: sent through the budget gateway: {spent}")
-    return results
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.notebooks_dir = args.notebooks_dir or default_notebooks_dir()
@@ -623,7 +492,7 @@ def _ablation_main(args: argparse.Namespace, overrides: Mapping[str, Any], only:
         profile = base.with_overrides(values, extra_keys=keys)
         name = variant.name if variant is not None else None
         environment = {VARIANT_ENVIRONMENT: to_environment(values, name)} if variant is not None else {}
-        with _environment(environment):
+        with temporary_environment(environment):
             code = _run_main(args, profile, chosen, variant=name, show_banner=False)
         return ReproductionPaths(args.output_dir, profile.folder, variant=name).artifacts_dir if code == 0 else None
 
@@ -664,7 +533,7 @@ def _run_main(args: argparse.Namespace, profile: Profile, only: Sequence[str] | 
         replay = published.before_run(profile, paths, fresh=args.fresh)  # seeds cache/<profile>/ from published/
         endpoints = guarded_endpoints(profile)
         if endpoints:
-            outcome = _budget_main(args, profile, paths, endpoints, only)
+            outcome = budget_main(args, profile, paths, endpoints, only, run_notebooks, banner(profile))
             if isinstance(outcome, int):
                 return outcome
             results = outcome

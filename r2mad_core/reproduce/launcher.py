@@ -14,7 +14,7 @@ locks and SQLite the notebooks already share when they run at once (:mod:`r2mad_
   with ``--slurm KEY=VALUE`` passed to the executor (``slurm_partition=gpu``, ``gpus_per_node=1``,
   ``timeout_min=600``; docs/ablations.md).
 
-Every finished point prints one line. Each point records itself when it finishes (its :class:`~.points.PointCache`
+Every finished point prints one line. Each point records itself when it finishes (its :class:`~.point_cache.PointCache`
 record), so the driver collects them by their records into the same tables as a run one by one. A point whose process
 or job fails or is killed is named with where its log is; its folder stays ``INCOMPLETE``, the ablation writes no
 table without it, and the jobs' ledger (``runs/<profile>/.up_to_date/launcher/jobs.json``) lets the next invocation
@@ -37,13 +37,13 @@ from typing import Any, Callable, Mapping, Sequence
 import yaml
 
 from r2mad_core.files import atomic_write
-from r2mad_core.reproduce import up_to_date
-from r2mad_core.reproduce.points import Point, PointCache, duration
+from r2mad_core.reproduce.point_cache import PointCache, duration
+from r2mad_core.reproduce.points import Point
 
 LAUNCHERS = ("local", "slurm")
-#: Under ``runs/<profile>/``: the points' logs, submitit's folder and the jobs' ledger (inside the up-to-date records'
-#: folder, which the profile's own up-to-date digest of ``runs/`` leaves out).
-LAUNCHER_DIR = f"{up_to_date.RECORD_DIR}/launcher"
+#: The points' records folder (:meth:`~r2mad_core.reproduce.point_cache.PointCache.records`) of the points' logs,
+#: submitit's folder and the jobs' ledger.
+LAUNCHER_DIR = "launcher"
 LEDGER = "jobs.json"
 #: A job's time limit unless ``--slurm timeout_min=N`` sets one (submitit's local executor's own default, 2 minutes,
 #: stopped a tiny point half-way).
@@ -126,7 +126,7 @@ def execute(points: Sequence[Point], run: Callable[..., Path | None], cache: Poi
             echo: Callable[[str], None] = print) -> dict[int, Path] | None:
     """The figures folder of every point (by position), running those that are not up to date; None when one
     failed (each failure named). ``run``: the in-process runner (with ``cache``, wrapped by
-    :meth:`~.points.PointCache.wrap`: it records each point it runs); ``child_arguments``: the reproduce arguments
+    :meth:`~.point_cache.PointCache.wrap`: it records each point it runs); ``child_arguments``: the reproduce arguments
     every point's own process gets besides its ``--set`` values. Without ``cache`` (a test's runner): in this
     process, one by one, nothing left as up to date."""
     folders: dict[int, Path] = {}
@@ -143,7 +143,7 @@ def execute(points: Sequence[Point], run: Callable[..., Path | None], cache: Poi
         elif point.variant.name not in seen:  # the same variant twice: run once
             seen[point.variant.name] = position
             pending.append(position)
-    ledger = Ledger(cache.runs_dir / LAUNCHER_DIR) if cache is not None else None
+    ledger = Ledger(cache.records(LAUNCHER_DIR)) if cache is not None else None
     unfinished = ledger.read() if ledger is not None else {}
     for position, point in enumerate(points):  # finished after all (a job whose process outlived its controller)
         if ledger is not None and position in folders and point.variant is not None and point.variant.name in unfinished:

@@ -34,7 +34,8 @@ from typing import Any, Iterable, Mapping, MutableMapping, Sequence
 import pandas as pd
 
 from r2mad_core.reproduce import gc_settings
-from r2mad_core.reproduce import variants
+from r2mad_core.reproduce import points
+from r2mad_core.reproduce.compare import variant as comparison
 from r2mad_core.report.artifacts import ReportContext, apply_style
 from r2mad_core.reproduce.grid import ExperimentGrid
 from r2mad_core.plugins import load_plugins
@@ -221,11 +222,11 @@ def setup(namespace: MutableMapping[str, Any], notebook: str, *, experiment: boo
     profile = loaded.name
     figures_dir = Path(paths["figures_dir"])
     # An override that changes what runs (reproduce --set, papermill -p, an edited parameters cell) makes this run a
-    # variant: its artifacts go beside the profile's, never over them (r2mad_core.reproduce.variants).
-    variant = variants.detect(loaded, base)
-    baseline_dir = variants.profile_dir_of(figures_dir)
+    # variant: its artifacts go beside the profile's, never over them (r2mad_core.reproduce.points).
+    variant = points.detect(loaded, base)
+    baseline_dir = points.profile_dir_of(figures_dir)
     if variant is not None:
-        figures_dir = variants.variant_dir(baseline_dir, variant.name)
+        figures_dir = points.variant_dir(baseline_dir, variant.name)
         namespace["figures_dir"] = str(figures_dir)
         announce_variant(variant, figures_dir, baseline_dir)
     grid_paths = {"runs_dir": paths["runs_dir"], "cache_dir": paths["cache_dir"], "data_dir": paths["data_dir"]}
@@ -242,14 +243,14 @@ def setup(namespace: MutableMapping[str, Any], notebook: str, *, experiment: boo
         if exp is not None:
             exp.variant = variant
             baseline = ExperimentGrid.from_profile(base, **grid_paths)
-        compare = variants.TableComparer(
+        compare = comparison.TableComparer(
             ctx, variant, baseline, notebook_number=notebook.split("_", 1)[0],
             bootstrap_resamples=int(loaded.spec.bootstrap_resamples), seed=int(loaded.spec.seed))
 
         def after_table(table: Any, name: str) -> None:
             compare(table, name)
             # the label read back from what ran: each override as the table's cells' config.json recorded it
-            variants.record_executed(ctx, table, name, variant)
+            comparison.record_executed(ctx, table, name, variant)
 
         ctx.after_table = after_table
     gc_settings.settle()  # the imports (matplotlib's by apply_style too), the profile and the grid stay: frozen
@@ -257,14 +258,14 @@ def setup(namespace: MutableMapping[str, Any], notebook: str, *, experiment: boo
                    loaded=loaded)
 
 
-def announce_variant(variant: "variants.Variant", figures_dir: Path, baseline_dir: Path) -> None:
+def announce_variant(variant: "points.Variant", figures_dir: Path, baseline_dir: Path) -> None:
     """The notebook's first output of a variant run: which variant, what it changes, where its outputs go."""
-    display_path = variants.shown_path
+    display_path = points.shown_path
     text = (f"**Variant `{variant.name}` of profile {variant.profile}**: {variant.describe()}.  \n"
             f"Figures and tables go to `{display_path(figures_dir)}/`; the profile's own artifacts in "
             f"`{display_path(baseline_dir)}/` are not touched. Runs and the response cache are shared: every "
             f"generation the change does not affect is replayed. Each table is compared with the profile's "
-            f"(`<table>{variants.COMPARISON_SUFFIX}`).")
+            f"(`<table>{comparison.COMPARISON_SUFFIX}`).")
     try:
         from IPython.display import Markdown, display  # lazy: IPython only inside a notebook kernel
 

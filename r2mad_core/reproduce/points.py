@@ -1,25 +1,28 @@
-"""The points of an ablation, each cached by the configuration it executes; the dry run that lists them first.
+"""Making the points of an ablation: a profile plus overrides, one seed, one folder (Eqs. 5-7's K, gamma, w_l/w_h).
 
-A *point* is one run of the chosen notebooks under one configuration: a ``--set`` variant, a value of a sweep (or a
-combination of several swept axes), one seed of ``--replicates``, or a sweep point under one of its seeds
-(:func:`plan_points`: the product of the axes and the seeds, first axis outermost, seeds innermost).
+An ablation is a change of one parameter (K of Eq. 5, gamma of Eq. 6, the thresholds w_l/w_h of Eq. 7, the
+retrieval policy of Table 3, n_agents, n_rounds, train_limit, ...). A *point* is one run of the chosen notebooks under
+one configuration: the overrides, the seed and the folder they write, one data object (:class:`Point`). Every kind
+of ablation is a way of making points, nothing more:
 
-**Cached by what it executes.** A point is up to date when a point with the very same *executed configuration* has
-finished before (:class:`PointCache`, our choice in the spirit of :mod:`r2mad_core.reproduce.up_to_date`). The
-configuration is every parameter the notebooks are given, resolved as the kernels resolve it: the profile loaded with
-the overrides, with the protocol preset's choices filled in (:func:`executed_configuration`; ``1`` and ``1.0`` the
-same). So ``--set top_k=3`` and the ``top_k=3`` point of ``--sweep gamma=0,0.9 --set top_k=3`` (gamma 0.9 being the
-profile's) are one point. A finished point's record is keyed by the configuration *read back from its executed
-notebooks* (the profile and overrides papermill recorded in each), not by the command line, together with what the
-profile's own up-to-date check digests of the code and the environment (:func:`~.up_to_date.environment_digest`) and
-the notebooks' bytes. The record (``runs/<profile>/.up_to_date/points/<key>.json``) holds the digests of the executed
-notebooks, of the point's artifacts and of the profile's artifacts it was compared with; a point whose folder is
-marked ``INCOMPLETE``, or whose executed copies, artifacts or baseline changed since, is not up to date. ``--force``
-re-executes.
+- ``--set`` (papermill ``-p``, an edited parameters cell): one *variant* (:class:`Variant`), its name from the
+  overrides, sorted and filesystem-safe (``gamma=0.5``, ``gamma=0.5,top_k=5``; :func:`variant_name`) or from
+  ``--variant NAME``; its figures and tables go to ``figures/<profile>/variants/<name>/`` and its executed notebooks
+  to ``notebooks/executed/<profile>/variants/<name>/`` (:func:`variant_dir`); the profile's own artifacts are never
+  written; runs and the response cache stay shared, so every generation the change does not affect replays; every
+  artifact says so (captions name each override with the profile's value, ``gamma = 0.5 (profile tiny: 0.9)``,
+  :meth:`Variant.note`; the manifest records the overrides, :meth:`Variant.record`);
+- ``--sweep KEY=V1,V2,...`` (several flags: their Cartesian product, :func:`sweep_points`): each value a variant, the
+  figures and tables that compare them under ``figures/<profile>/sweeps/``;
+- ``--replicates N``: the same configuration under the run seeds ``seed, ..., seed + N - 1`` (:func:`replicate_seeds`),
+  each extra seed a variant ``seed=<s>``, their summary under ``figures/<profile>/replicates/``;
+- all of them together (:func:`plan_points`): the product of the axes and the seeds, first axis outermost, seeds
+  innermost.
 
-**The dry run** (:func:`dry_run`): every point with the overrides it runs with, whether it is up to date, and the
-expected time from the profile's recorded timings (``timings.json`` of its last run here, else of its committed
-run); nothing runs and no folder is made. :func:`show_config` prints one point's every resolved setting.
+An override equal to the profile's value is no override (no variant); overrides of a variant run again with
+more changes make a variant of the profile with every change in its name (a variant is always relative to its
+profile, never nested). Comparing the points is :mod:`r2mad_core.reproduce.compare`'s trade; caching and running them
+the launcher's (:mod:`r2mad_core.reproduce.point_cache`, :mod:`r2mad_core.reproduce.launcher`).
 """
 
 from __future__ import annotations
@@ -28,64 +31,359 @@ import hashlib
 import itertools
 import json
 import math
-import time
-from dataclasses import dataclass, field
+import os
+import re
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import yaml
 
 from r2mad_core.experiments.profiles import load_profile
-from r2mad_core.files import atomic_write, file_sha256
-from r2mad_core.reproduce import up_to_date
-from r2mad_core.reproduce.notebook_runner import previous_seconds
-from r2mad_core.report.artifacts import jsonable, read_manifest
-from r2mad_core.reproduce.variants import VARIANTS_DIR, Variant, differences, profile_values, show_value, shown_path
+from r2mad_core.experiments.protocol import PROFILE_CHOICES
+from r2mad_core.report.artifacts import display_path, jsonable
 
-#: Where the point records go, under ``runs/<profile>/`` (inside the up-to-date records' folder, which the profile's
-#: own up-to-date digest of ``runs/`` leaves out).
-POINTS_DIR = f"{up_to_date.RECORD_DIR}/points"
-POINT_RECORD_VERSION = 1
+VARIANTS_DIR = "variants"
+
+SWEEPS_DIR = "sweeps"
+#: Where a replicate summary goes, under the profile's figures folder.
+REPLICATES_DIR = "replicates"
+#: The folders of an artifacts folder that hold other points' artifacts (left out of the profile's own digest).
+POINT_FOLDERS = (VARIANTS_DIR, SWEEPS_DIR, REPLICATES_DIR)
 #: The file a variant's folder holds while its run has not finished (:func:`r2mad_core.reproduce.ablations.marking_incomplete`).
 INCOMPLETE_MARKER = "INCOMPLETE"
+#: The environment variable ``reproduce`` passes the overrides and the chosen name through to the kernels
+#: (fields a notebook does not declare are still part of its variant).
+ENVIRONMENT = "R2MAD_VARIANT"
+#: Parameters that never make a variant: the profile's name and where things go.
+NOT_OVERRIDES = frozenset({"profile", "data_dir", "figures_dir", "runs_dir", "cache_dir", "variant"})
+MAX_NAME = 80
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]+")
+#: The most seeds ``--replicates`` takes (each a whole run of the chosen notebooks).
+MAX_REPLICATES = 20
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether an override equals the profile's value (``1`` and ``1.0`` are equal; lists and mappings by item)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return float(a) == float(b) or (math.isnan(float(a)) and math.isnan(float(b)))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return set(a) == set(b) and all(same_value(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+def show_value(value: Any) -> str:
+    """A value as a name and a caption show it: YAML-like and compact (``0.5``, ``[3, 6]``, ``null``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if hasattr(value, "model_dump"):
+        value = value.model_dump(exclude_defaults=True)
+    return json.dumps(value, separators=(", ", ": "), default=str) if isinstance(value, (list, tuple, dict)) else str(value)
+
+
+def variant_name(overrides: Mapping[str, Any]) -> str:
+    """The stable, filesystem-safe name of a set of overrides: ``key=value`` sorted by key, joined by ``,``;
+    characters other than letters, digits and ``._=,+-`` become ``_`` (``fixed_lambda:0.5`` ->
+    ``fixed_lambda_0.5``); a name over 80 characters keeps its start and a hash of the whole."""
+    if not overrides:
+        raise ValueError("variant_name: no overrides (the profile itself is not a variant)")
+    text = ",".join(f"{key}={_name_value(_value(overrides[key]))}" for key in sorted(overrides))
+    name = _UNSAFE.sub("_", text).strip("._") or "variant"
+    if len(name) > MAX_NAME:
+        name = name[: MAX_NAME - 13] + "-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+    return name
+
+
+def _name_value(value: Any) -> str:
+    """A value inside a name: list items joined by ``+`` (``0.0+0.5``), anything else as shown, without spaces."""
+    if isinstance(value, (list, tuple)):
+        return "+".join(_name_value(v) for v in value) if value else "empty"
+    return show_value(value).replace(" ", "")
+
+
+def check_name(name: str) -> str:
+    """``--variant NAME``: a single folder name of safe characters, else a one-line ValueError."""
+    if not name or _UNSAFE.search(name) or name in (".", "..") or name.startswith("."):
+        raise ValueError(f"--variant {name!r}: expected a folder name of letters, digits and ._=,+- "
+                         f"(e.g. --variant low-gamma)")
+    return name
+
+
+def _value(entry: Any) -> Any:
+    """An override is stored as ``(value, profile value)``; a bare value is the value."""
+    return entry[0] if isinstance(entry, tuple) and len(entry) == 2 else entry
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A profile plus overrides: ``overrides[field] = (value, profile's value)``, sorted by field."""
+
+    profile: str
+    overrides: Mapping[str, tuple[Any, Any]]
+    name: str = ""
+    notebook_declares: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "overrides", dict(sorted(self.overrides.items())))
+        if not self.name:
+            object.__setattr__(self, "name", variant_name(self.overrides))
+
+    def describe_one(self, key: str) -> str:
+        """``gamma = 0.5 (profile tiny: 0.9)``."""
+        value, base = self.overrides[key]
+        return f"{key} = {show_value(value)} (profile {self.profile}: {show_value(base)})"
+
+    def describe(self) -> str:
+        """``gamma = 0.5 (profile tiny: 0.9); top_k = 5 (profile tiny: 3)``."""
+        return "; ".join(self.describe_one(key) for key in self.overrides)
+
+    def note(self) -> str:
+        """The sentence every caption of the variant ends with."""
+        return f"Variant {self.name} of profile {self.profile}: {self.describe()}."
+
+    def record(self, baseline_dir: str | Path | None = None) -> dict[str, Any]:
+        """The manifest's ``variant`` entry."""
+        return {"name": self.name, "profile": self.profile,
+                "overrides": {k: {"value": jsonable(v), "profile_value": jsonable(b)} for k, (v, b) in self.overrides.items()},
+                "baseline": display_path(baseline_dir) if baseline_dir else None}
+
+    def command(self, only: str | None = None) -> str:
+        """The one command that runs the profile itself (the baseline) for ``only``."""
+        return f"python -m r2mad_core.reproduce --profile {self.profile}" + (f" --only {only}" if only else "")
+
+
+def differences(values: Mapping[str, Any], profile_values: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """``field -> (value, profile's value)`` for every parameter in ``values`` that differs from the profile's
+    (paths and the profile's name never count; a name the profile does not have is an override of nothing: kept
+    with profile value None; a protocol choice given as None is the preset's value, the profile's own)."""
+    found = {}
+    for key, value in values.items():
+        if key in NOT_OVERRIDES or key.startswith("_") or value is Ellipsis:
+            continue
+        if value is None and key in PROFILE_CHOICES:  # a protocol choice left to the preset: the profile's own
+            continue
+        base = profile_values.get(key)
+        if key not in profile_values or not same_value(value, base):
+            found[key] = (value, base)
+    return found
+
+
+def inert_notes(overrides: Mapping[str, Any], profile_values: Mapping[str, Any]) -> list[str]:
+    """One line per override that cannot act where the run would spend its time, said before it runs: gamma (and a
+    fixed lambda) act only through lambda_t of the MMR pick (Eqs. 5-6), which at K = 1 cannot change the pick (the
+    first pick is the most relevant candidate whatever lambda_t; memory/retrieval.py), so at the profile's K = 1 a
+    gamma change reaches only the rows that set their own K (notebook 04's "(K=3)" retrieval ablation)."""
+    values = {**profile_values, **overrides}
+    notes = []
+    for key in ("gamma",):
+        if key in overrides and int(values.get("top_k") or 1) == 1:
+            notes.append(f"reproduce: note: {key} acts only through lambda_t, which at K = 1 cannot change the pick "
+                         f"(Eqs. 5-6): with top_k = 1 it reaches only rows that set their own K (notebook 04's "
+                         f"retrieval ablation at K = 3); every other cell is the profile's run. To see it act: "
+                         f"--set top_k=3 --sweep {key}=...")
+    return notes
+
+
+def profile_values(profile: Any) -> dict[str, Any]:
+    """Every notebook parameter of a profile (a :class:`~r2mad_core.experiments.profiles.Profile`, or a name or path
+    to load): the fields, ``extra_parameters`` spread out, optional defaults, each protocol choice the profile leaves
+    to its preset at the preset's value (``top_k`` of the paper preset: 1)."""
+    loaded = load_profile(profile) if isinstance(profile, (str, Path)) else profile
+    values = loaded.parameters({})
+    for name, value in loaded.spec.choices.items():
+        if values.get(name) is None:
+            values[name] = value
+    return values
+
+
+def shown_path(path: str | Path) -> str:
+    """A path as a variant's labels show it: relative to the repository when inside it, else from its ``figures``
+    (or ``notebooks``) part on (``.../figures/tiny/variants/gamma=0.5``): no machine paths in outputs."""
+    shown = display_path(path)
+    if not shown.startswith(".../"):
+        return shown
+    parts = Path(path).resolve().parts
+    for anchor in ("figures", "notebooks"):
+        if anchor in parts:
+            return ".../" + "/".join(parts[len(parts) - 1 - parts[::-1].index(anchor):])
+    return shown
+
+
+def variant_dir(profile_dir: str | Path, name: str) -> Path:
+    """``<profile_dir>/variants/<name>``."""
+    return Path(profile_dir) / VARIANTS_DIR / name
+
+
+def profile_dir_of(directory: str | Path) -> Path:
+    """The profile's own folder of ``directory``: itself, or two levels up for ``.../variants/<name>``."""
+    directory = Path(directory)
+    return directory.parent.parent if directory.parent.name == VARIANTS_DIR else directory
+
+
+def to_environment(overrides: Mapping[str, Any], name: str | None) -> str:
+    return json.dumps({"name": name, "overrides": jsonable({k: _value(v) for k, v in overrides.items()})})
+
+
+def from_environment() -> tuple[dict[str, Any], str | None]:
+    """The overrides and name ``reproduce`` passed to this kernel (``({}, None)`` when run otherwise)."""
+    text = os.environ.get(ENVIRONMENT, "").strip()
+    if not text:
+        return {}, None
+    data = json.loads(text)
+    return dict(data.get("overrides") or {}), data.get("name")
+
+
+def detect(loaded: Any, base: Any, name: str | None = None) -> Variant | None:
+    """The variant a notebook runs: every resolved value of ``loaded`` (the profile with the notebook's overrides)
+    that differs from ``base`` (the profile itself), compared after the protocol preset is resolved, so an override
+    that equals what the profile resolves to is no variant. The name: ``name``, else the one ``reproduce`` passed
+    (:data:`ENVIRONMENT`), else from the overrides. None when nothing differs."""
+    found = differences(profile_values(loaded), profile_values(base))
+    if not found:
+        return None
+    name = name or from_environment()[1]
+    return Variant(base.name, found, check_name(str(name)) if name else "")
+
+
+def mark_variant(executed: Path, profile: Any, name: str | None, artifacts_dir: Path, figures_dir: Path) -> None:
+    """A variant's executed notebook says at its top which variant it is and where its outputs went."""
+    import nbformat  # lazy: the notebooks extra
+
+    from r2mad_core.files import atomic_write
+
+    if not executed.is_file():
+        return
+    found = differences(profile_values(profile), profile_values(profile.reloaded()))
+    variant = Variant(profile.name, found or {"?": (None, None)}, name or "")
+    notebook = nbformat.read(executed, as_version=4)
+    cell = nbformat.v4.new_markdown_cell(
+        f"**Variant `{variant.name}` of profile {profile.name}**: {variant.describe()}. Its figures and tables are in "
+        f"`{shown_path(artifacts_dir)}/`, each compared with the profile's (`*_vs_profile`); the profile's "
+        f"own artifacts are in `{shown_path(figures_dir)}/`.")
+    cell.metadata["tags"] = ["variant"]
+    notebook.cells.insert(0, cell)
+    atomic_write(executed, nbformat.writes(notebook) + "\n")
+
+# --------------------------------------------------------------------------------------------
+# A sweep: its axes, their product, one point per setting
+# --------------------------------------------------------------------------------------------
+
+
+def parse_sweep(text: str) -> tuple[str, list[Any]]:
+    """``"gamma=0,0.3,0.6"`` -> ``("gamma", [0, 0.3, 0.6])``; values are YAML, split at top-level commas
+    (``"top_k=[1, 2],[3]"`` is two lists). A one-line ValueError for anything else."""
+    key, sep, rest = text.partition("=")
+    key = key.strip()
+    if not sep or not key or not rest.strip():
+        raise ValueError(f"--sweep {text!r}: expected KEY=V1,V2,..., e.g. --sweep gamma=0,0.3,0.6,0.9")
+    parts, depth, current = [], 0, ""
+    for char in rest:
+        if char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    parts.append(current)
+    try:
+        values = [yaml.safe_load(p) for p in parts if p.strip()]
+    except yaml.YAMLError as exc:
+        raise ValueError(f"--sweep {text!r}: a value is not valid YAML: {exc}") from None
+    if len(values) < 2:
+        raise ValueError(f"--sweep {text!r}: expected at least two values, e.g. --sweep {key}=0,0.5")
+    if len({json.dumps(v, sort_keys=True, default=str) for v in values}) != len(values):
+        raise ValueError(f"--sweep {text!r}: a value repeats")
+    return key, values
+
+
+def sweep_points(axes: Sequence[tuple[str, Sequence[Any]]]) -> list[dict[str, Any]]:
+    """The Cartesian product of the swept axes (``[("gamma", [0, 0.9]), ("top_k", [1, 3])]`` -> 4 settings), first
+    axis outermost. A key swept twice is a one-line ValueError."""
+    keys = [key for key, _ in axes]
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    if repeated:
+        raise ValueError(f"--sweep {repeated[0]} is given twice; give its values once: --sweep {repeated[0]}=V1,V2,...")
+    return [dict(zip(keys, values)) for values in itertools.product(*(list(v) for _, v in axes))]
+
+
 
 
 # --------------------------------------------------------------------------------------------
-# The points of an ablation
+# Replicates: one point per run seed
+# --------------------------------------------------------------------------------------------
+
+
+def replicate_seeds(seed: int, replicates: int) -> list[int]:
+    """``seed, seed + 1, ..., seed + replicates - 1`` (a one-line ValueError for a count out of range)."""
+    if isinstance(replicates, bool) or not isinstance(replicates, int) or not 1 <= replicates <= MAX_REPLICATES:
+        raise ValueError(f"--replicates: expected a whole number from 1 to {MAX_REPLICATES}, found {replicates!r}")
+    return [int(seed) + i for i in range(replicates)]
+
+
+# --------------------------------------------------------------------------------------------
+# Every point of an ablation: the product of the axes and the seeds
 # --------------------------------------------------------------------------------------------
 
 
 @dataclass
 class Point:
-    """One run of the chosen notebooks: its swept values (``setting``), its seed, the values it runs with (every
-    override: ``--set``, the setting, the seed) and the variant they make (None: the profile itself)."""
+    """One run of the chosen notebooks: its swept values (``setting``, in the order the axes were given), its seed,
+    the values it runs with (every override: ``--set``, the setting, the seed), the variant they make (None: the
+    profile itself) and, once it ran, the folder of its figures and tables (:meth:`at`). A sweep's point, a
+    replicate and a ``--set`` variant are all this one object; the comparisons read what they need of it."""
 
-    setting: dict[str, Any]
-    seed: int
-    values: dict[str, Any]
-    variant: Variant | None
+    setting: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    values: dict[str, Any] = field(default_factory=dict)
+    variant: Variant | None = None
     replicate: int = 0  # 0: the profile's own seed
+    figures_dir: Path | None = None
 
     @property
     def name(self) -> str:
         return self.variant.name if self.variant is not None else "the profile itself"
 
-    def label(self) -> str:
+    @property
+    def is_profile(self) -> bool:
+        """Whether the point is the profile itself (no value differs from the profile's)."""
+        return self.variant is None
+
+    @property
+    def value(self) -> Any:
+        """The value on the first swept axis (a sweep figure's x axis)."""
+        return next(iter(self.setting.values()))
+
+    def at(self, figures_dir: str | Path) -> "Point":
+        """The same point with the folder its run wrote."""
+        return replace(self, figures_dir=Path(figures_dir))
+
+    def label(self, keys: Sequence[str] | None = None) -> str:
+        """``gamma=0.5, seed=1``; with ``keys``: those axes only (``gamma=0.5``)."""
+        if keys is not None:
+            return ", ".join(f"{k}={show_value(self.setting[k])}" for k in keys)
         parts = [f"{k}={show_value(v)}" for k, v in self.setting.items()]
         if self.replicate:
             parts.append(f"seed={self.seed}")
         return ", ".join(parts) or (self.variant.name if self.variant is not None else "profile")
 
-
 def plan_points(base: Mapping[str, Any], profile: str, fixed: Mapping[str, Any],
                 axes: Sequence[tuple[str, Sequence[Any]]], seeds: Sequence[int], name: str | None = None) -> list[Point]:
     """Every point: the product of the swept axes (first outermost) and the seeds (innermost). ``base``: the
-    profile's values (:func:`~.variants.profile_values`); ``fixed``: the ``--set`` overrides every point keeps;
+    profile's values (:func:`~.points.profile_values`); ``fixed``: the ``--set`` overrides every point keeps;
     ``name``: ``--variant NAME`` for a single variant's first seed."""
-    keys = [key for key, _ in axes]
-    settings = [dict(zip(keys, values)) for values in itertools.product(*(list(v) for _, v in axes))] or [{}]
     points = []
-    for setting in settings:
+    for setting in sweep_points(axes):
         for position, seed in enumerate(seeds):
             values = {**{k: v for k, v in fixed.items() if k not in setting}, **setting}
             if position:
@@ -95,277 +393,3 @@ def plan_points(base: Mapping[str, Any], profile: str, fixed: Mapping[str, Any],
             variant = Variant(profile, found, named) if found else None
             points.append(Point(dict(setting), seed, {k: v for k, v in values.items() if k in found}, variant, position))
     return points
-
-
-# --------------------------------------------------------------------------------------------
-# What a point executes, and its key
-# --------------------------------------------------------------------------------------------
-
-
-def canonical(value: Any) -> Any:
-    """A value as the key compares it: numbers as floats (``1`` and ``1.0`` are one setting), lists and mappings by
-    item, mappings sorted."""
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return value
-    if isinstance(value, (int, float)):
-        number = float(value)
-        return "nan" if math.isnan(number) else number
-    if isinstance(value, Mapping):
-        return {str(k): canonical(v) for k, v in sorted(value.items(), key=lambda item: str(item[0]))}
-    if isinstance(value, (list, tuple)):
-        return [canonical(v) for v in value]
-    return canonical(jsonable(value))
-
-
-def executed_configuration(profile: Any, overrides: Mapping[str, Any], extra_keys: set[str] | None = None) -> dict[str, Any]:
-    """Every parameter the notebooks run with: the profile (a loaded one, or its name or path) with the overrides as a
-    kernel applies them (:meth:`~r2mad_core.experiments.profiles.Profile.with_overrides`), each protocol choice at its
-    preset's value (:func:`~.variants.profile_values`), as :func:`canonical` compares them."""
-    base = load_profile(profile) if isinstance(profile, (str, Path)) else profile
-    loaded = base.with_overrides(dict(overrides), extra_keys=extra_keys or ())
-    values = profile_values(loaded)
-    values.update({k: v for k, v in overrides.items() if k not in values})  # a notebook's own extra parameter
-    return canonical({k: v for k, v in values.items() if not k.startswith("_")})
-
-
-def point_key(configuration: Mapping[str, Any], notebooks: Sequence[Path], environment: str) -> str:
-    """The key of a point: its executed configuration, the notebooks (names and bytes) and what they run from."""
-    digest = hashlib.sha256()
-    digest.update(json.dumps(configuration, sort_keys=True, default=str).encode())
-    for notebook in sorted(notebooks):
-        digest.update(f"\0{notebook.stem}\0{file_sha256(notebook)}".encode())
-    digest.update(f"\1{environment}".encode())
-    return digest.hexdigest()[:32]
-
-
-def artifacts_digest(folder: Path, stems: Sequence[str]) -> str:
-    """The manifest entries the notebooks ``stems`` wrote into ``folder`` and their files' bytes."""
-    digest = hashlib.sha256()
-    for name, record in sorted(read_manifest(folder)["artifacts"].items()):
-        if record.get("notebook") not in stems:
-            continue
-        digest.update(name.encode() + b"\0" + json.dumps(record, sort_keys=True, default=str).encode())
-        for file in record.get("files") or []:
-            digest.update(f"\0{file}\0{up_to_date.file_digest(folder / file)}".encode())
-    return digest.hexdigest()
-
-
-def read_back(executed: Path) -> tuple[str, dict[str, Any]] | None:
-    """The profile and the overrides papermill recorded in an executed notebook (None: no such notebook)."""
-    try:
-        metadata = json.loads(executed.read_text(encoding="utf-8")).get("metadata", {})
-    except (OSError, ValueError):
-        return None
-    parameters = (metadata.get("papermill") or {}).get("parameters") or {}
-    if "profile" not in parameters:
-        return None
-    return str(parameters["profile"]), dict(parameters.get("overrides") or {})
-
-
-@dataclass
-class Hit:
-    """An up-to-date point: where its artifacts are and when it ran."""
-
-    folder: Path
-    name: str
-    ran_at: str
-
-
-@dataclass
-class PointCache:
-    """The records of finished points of one profile (``runs/<profile>/.up_to_date/points/``)."""
-
-    profile: str  # what load_profile takes: the packaged name or the YAML path
-    runs_dir: Path
-    figures_dir: Path
-    executed_root: Path  # notebooks/executed/<profile>/
-    notebooks: Callable[[Sequence[str] | None], list[Path]]
-    extra_keys: set[str] | None = None
-    profile_source: str | None = None
-    data_dir: Path | None = None
-    force: bool = False
-    echo: Callable[[str], None] = print
-    _environment: str | None = field(default=None, init=False, repr=False)
-    _base: Any = field(default=None, init=False, repr=False)
-
-    @property
-    def base(self) -> Any:
-        """The profile itself, loaded and validated once: every point's overrides land on it."""
-        if self._base is None:
-            self._base = load_profile(self.profile)
-        return self._base
-
-    @property
-    def environment(self) -> str:
-        if self._environment is None:
-            self._environment = up_to_date.environment_digest(self.profile_source, self.data_dir)
-        return self._environment
-
-    def key(self, values: Mapping[str, Any], only: Sequence[str] | None) -> str:
-        return point_key(executed_configuration(self.base, values, self.extra_keys), self.notebooks(only),
-                         self.environment)
-
-    def record_file(self, key: str) -> Path:
-        return self.runs_dir / POINTS_DIR / f"{key}.json"
-
-    def lookup(self, values: Mapping[str, Any], only: Sequence[str] | None) -> Hit | None:
-        """The finished point with this executed configuration, when everything it made is as it left it."""
-        try:
-            record = json.loads(self.record_file(self.key(values, only)).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        if not isinstance(record, dict) or record.get("version") != POINT_RECORD_VERSION:
-            return None
-        folder, executed = self.figures_dir / record["folder"], self.executed_root / record["executed"]
-        stems = list(record.get("notebooks") or {})
-        if (folder / INCOMPLETE_MARKER).exists() or not stems:
-            return None
-        if any(up_to_date.file_digest(executed / f"{stem}.ipynb") != digest
-               for stem, digest in record["notebooks"].items()):
-            return None
-        if artifacts_digest(folder, stems) != record.get("artifacts"):
-            return None
-        if artifacts_digest(self.figures_dir, stems) != record.get("baseline"):
-            return None
-        return Hit(folder, str(record.get("name") or folder.name), str(record.get("ran_at") or "earlier"))
-
-    def record(self, variant: Variant, only: Sequence[str] | None) -> str | None:
-        """After a point ran: its record, keyed by the configuration read back from its executed notebooks (None:
-        they disagree, or one is missing: nothing is recorded)."""
-        folder = self.figures_dir / VARIANTS_DIR / variant.name
-        executed = self.executed_root / VARIANTS_DIR / variant.name
-        notebooks = self.notebooks(only)
-        keys = set()
-        for notebook in notebooks:
-            found = read_back(executed / notebook.name)
-            if found is None:
-                return None
-            keys.add(point_key(executed_configuration(found[0], found[1], self.extra_keys), notebooks,
-                               self.environment))
-        if len(keys) != 1 or (folder / INCOMPLETE_MARKER).exists():
-            return None
-        key = keys.pop()
-        stems = [n.stem for n in notebooks]
-        record = {"version": POINT_RECORD_VERSION, "name": variant.name,
-                  "overrides": {k: jsonable(v) for k, (v, _) in variant.overrides.items()},
-                  "folder": folder.relative_to(self.figures_dir).as_posix(),
-                  "executed": executed.relative_to(self.executed_root).as_posix(),
-                  "notebooks": {s: up_to_date.file_digest(executed / f"{s}.ipynb") for s in stems},
-                  "artifacts": artifacts_digest(folder, stems), "baseline": artifacts_digest(self.figures_dir, stems),
-                  "ran_at": time.strftime("%Y-%m-%d %H:%M:%S %Z").strip()}
-        path = self.record_file(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, json.dumps(record, indent=2) + "\n")
-        return key
-
-    def up_to_date_line(self, variant: Variant, hit: Hit, label: str = "") -> str:
-        where = "" if hit.name == variant.name else f", made as variant {hit.name}"
-        point = f"point {label}, " if label and label != variant.name else ""
-        return (f"reproduce: up to date, not run: {point}variant {variant.name} (a run with the same executed configuration "
-                f"finished {hit.ran_at}{where}; its tables are in {up_to_date_path(hit.folder)}; --force reruns it)")
-
-    def wrap(self, run: Callable[..., Path | None]) -> Callable[..., Path | None]:
-        """``run`` that leaves a point that is up to date (one line says so) and records each point it runs."""
-        def cached(values: Mapping[str, Any], variant: Variant | None, only: Sequence[str] | None) -> Path | None:
-            if variant is None:
-                return run(values, variant, only)
-            hit = None if self.force else self.lookup(values, only)
-            if hit is not None:
-                self.echo(self.up_to_date_line(variant, hit))
-                return hit.folder
-            folder = run(values, variant, only)
-            if folder is not None:
-                self.record(variant, only)
-            return folder
-
-        return cached
-
-
-def up_to_date_path(folder: Path) -> str:
-    return shown_path(folder)
-
-
-# --------------------------------------------------------------------------------------------
-# The dry run
-# --------------------------------------------------------------------------------------------
-
-
-def recorded_seconds(executed_root: Path, committed_root: Path, stems: Sequence[str]) -> tuple[dict[str, float], str]:
-    """Each notebook's wall seconds in the profile's last run here (``timings.json``), else in its committed run;
-    with where they were read."""
-    for root in (executed_root, committed_root):
-        found = previous_seconds(root)
-        if found and all(stem in found for stem in stems):
-            return {stem: found[stem] for stem in stems}, up_to_date_path(root / "timings.json")
-    return {}, ""
-
-
-def expected_time(whole: str, executed_root: Path, committed_root: Path, notebooks: Sequence[Path], every: int) -> str:
-    """The expected time of the notebooks a run executes: ``whole`` (the profile's stated time) when it runs all
-    ``every`` notebooks; for a part (``--only``, a variant's or a sweep point's notebooks) their own wall seconds in
-    the last recorded run (:func:`recorded_seconds`), never the whole profile's (issue 61: a variant of notebook 04
-    said 142 s, the time of all ten)."""
-    if len(notebooks) >= every:
-        return whole
-    stems = [notebook.stem for notebook in notebooks]
-    seconds, source = recorded_seconds(executed_root, committed_root, stems)
-    if not seconds:
-        return f"less than the whole profile's {whole} (no recorded time of {', '.join(stems)} alone)"
-    return f"about {duration(sum(seconds.values()))} for {', '.join(stems)} (their last recorded run, {source})"
-
-
-def duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    return f"{int(seconds // 60)} min {seconds % 60:02.0f} s"
-
-
-def dry_run(points: Sequence[Point], cache: PointCache, only: Sequence[str] | None, *, jobs: int,
-            baseline_missing: Sequence[str], committed_root: Path, expected_minutes: float | None,
-            echo: Callable[[str], None] = print) -> int:
-    """Print every point, what it runs with, whether it is up to date, and the expected time; execute nothing."""
-    stems = [n.stem for n in cache.notebooks(only)]
-    seconds, source = recorded_seconds(cache.executed_root, committed_root, stems)
-    per_point = sum(seconds.values()) if seconds else None
-    if per_point is None and expected_minutes:
-        per_point, source = float(expected_minutes) * 60, "the profile's expected_runtime_minutes (no recorded timings)"
-    echo(f"reproduce: dry run: {len(points)} point{'s' if len(points) != 1 else ''} of notebooks {', '.join(stems)}; "
-         f"nothing is executed")
-    to_run = []
-    width = len(str(len(points)))
-    for number, point in enumerate(points, start=1):
-        if point.variant is None:
-            state = ("to run (the profile itself has not run " + ", ".join(baseline_missing) + ")"
-                     if baseline_missing else "up to date (the profile's own run)")
-            if baseline_missing:
-                to_run.append(point)
-            settings = "the profile's own values"
-        else:
-            hit = None if cache.force else cache.lookup(point.values, only)
-            state = (f"up to date ({up_to_date_path(hit.folder)}, ran {hit.ran_at})" if hit is not None else "to run")
-            if hit is None:
-                to_run.append(point)
-            settings = point.variant.describe()
-        echo(f"  [{number:>{width}}] {point.label()}: {settings}; {state}")
-    if per_point is not None and to_run:
-        serial = per_point * len(to_run)
-        at_once = max(1, min(jobs, len(to_run)))
-        echo(f"reproduce: {len(points) - len(to_run)} of {len(points)} up to date, {len(to_run)} to run: expected "
-             f"about {duration(serial / at_once)} at {at_once} at a time ({duration(per_point)} a point, "
-             f"{duration(serial)} one by one; from {source})")
-    else:
-        echo(f"reproduce: {len(points) - len(to_run)} of {len(points)} up to date, {len(to_run)} to run"
-             + ("" if per_point is not None or not to_run else " (no recorded timings to estimate the time from)"))
-    echo("reproduce: --show-config N prints every setting point N runs with")
-    return 0
-
-
-def show_config(points: Sequence[Point], number: int, cache: PointCache, echo: Callable[[str], None] = print) -> int:
-    """Every resolved setting of point ``number`` (1-based), as YAML."""
-    if not 1 <= number <= len(points):
-        raise ValueError(f"--show-config {number}: there are {len(points)} points (1 to {len(points)})")
-    point = points[number - 1]
-    configuration = profile_values(cache.base.with_overrides(point.values, extra_keys=cache.extra_keys or ()))
-    echo(f"# point {number} of {len(points)}: {point.label()} ({point.name}); nothing is executed")
-    echo(yaml.safe_dump(jsonable(configuration), sort_keys=True, default_flow_style=None).rstrip())
-    return 0

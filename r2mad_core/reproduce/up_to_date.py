@@ -35,8 +35,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from r2mad_core.files import atomic_write, file_sha256, file_stamps
-from r2mad_core.reproduce.replicates import REPLICATES_DIR
-from r2mad_core.reproduce.variants import SWEEPS_DIR, VARIANTS_DIR
 
 #: The folder under ``runs/<profile>/`` holding the records (left out of the runs' own digest).
 RECORD_DIR = ".up_to_date"
@@ -47,9 +45,6 @@ ENVIRONMENT_PREFIXES = ("R2MAD_",)
 ENVIRONMENT_NAMES = ("OPENBLAS_NUM_THREADS",)
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 NO_RECORD = "no record of an earlier complete run in this folder"
-#: Subfolders of an artifacts folder that belong to other runs (the variants of a profile, its sweeps' and
-#: replicates' tables).
-OTHER_RUNS = (VARIANTS_DIR, SWEEPS_DIR, REPLICATES_DIR)
 
 
 def _files(root: Path, skip_dirs: Iterable[str] = ()) -> list[Path]:
@@ -146,12 +141,13 @@ def environment_digest(profile_source: str | None, data_dir: Path | None) -> str
     return digest.hexdigest()
 
 
-def outputs_digest(runs_dir: Path, artifacts_dir: Path) -> str:
+def outputs_digest(runs_dir: Path, artifacts_dir: Path, other_runs: Iterable[str]) -> str:
     """What the notebooks read and write: the run folders (by their files' stamps) and the figures and tables (by
-    bytes)."""
+    bytes), without ``other_runs``, the subfolders of the artifacts folder that belong to other runs (the points of
+    an ablation: :data:`r2mad_core.reproduce.points.POINT_FOLDERS`)."""
     digest = hashlib.sha256()
     digest.update(stat_digest(runs_dir, skip_dirs=(RECORD_DIR,)).encode())
-    digest.update(content_digest(artifacts_dir, skip_dirs=OTHER_RUNS).encode())
+    digest.update(content_digest(artifacts_dir, skip_dirs=other_runs).encode())
     return digest.hexdigest()
 
 
@@ -235,13 +231,15 @@ class Check:
     """One run's use of the record: which notebooks are out of date before it, the record after it."""
 
     def __init__(self, notebooks: Sequence[Path], profile: Any, paths: Any,
-                 parameters: Callable[[Path], Mapping[str, Any]]) -> None:
-        from r2mad_core.reproduce.notebook_runner import prerequisites
-
+                 parameters: Callable[[Path], Mapping[str, Any]], *, needs: Mapping[Path, set[Path]],
+                 other_runs: Iterable[str]) -> None:
+        """``needs``: each notebook's prerequisites (:func:`~r2mad_core.reproduce.notebook_runner.prerequisites`);
+        ``other_runs``: the artifacts folder's subfolders of other runs, not this run's outputs."""
         self.notebooks = list(notebooks)
+        self.other_runs = tuple(other_runs)
         self.paths = paths
         self.profile_source = profile.source
-        self.needs = {n: prerequisites(n, self.notebooks) for n in self.notebooks}
+        self.needs = dict(needs)
         self.file = record_path(paths.runs_dir, paths.variant or profile.folder)
         self.environment = environment_digest(self.profile_source, paths.data_dir)
         self.digests = {n.stem: notebook_digest(n, parameters(n)) for n in self.notebooks}
@@ -255,7 +253,7 @@ class Check:
             self.forget()
             return list(self.notebooks)
         decision = decide(self.notebooks, self.needs, _read(self.file), self.environment,
-                          outputs_digest(self.paths.runs_dir, self.paths.artifacts_dir), self.digests,
+                          outputs_digest(self.paths.runs_dir, self.paths.artifacts_dir, self.other_runs), self.digests,
                           self.paths.executed_dir)
         self.ran_at = dict(decision.ran_at)
         total = len(self.notebooks)
@@ -286,7 +284,7 @@ class Check:
         record = {
             "version": RECORD_VERSION,
             "environment": self.environment,
-            "outputs": outputs_digest(self.paths.runs_dir, self.paths.artifacts_dir),
+            "outputs": outputs_digest(self.paths.runs_dir, self.paths.artifacts_dir, self.other_runs),
             "notebooks": {stem: {"inputs": digest,
                                  "executed": file_digest(self.paths.executed_dir / f"{stem}.ipynb"),
                                  "ran_at": self.ran_at.get(stem, now)}

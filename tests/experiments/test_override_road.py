@@ -15,7 +15,7 @@ from r2mad_core.experiments.run_settings import PROFILE_FIELDS, RunSettings
 from r2mad_core.reproduce import command as reproduce
 from r2mad_core.reproduce import notebook_setup
 from r2mad_core.reproduce.grid import ExperimentGrid
-from r2mad_core.reproduce.points import executed_configuration
+from r2mad_core.reproduce.point_cache import executed_configuration
 
 
 @pytest.fixture

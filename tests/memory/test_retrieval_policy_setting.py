@@ -13,7 +13,7 @@ import pytest
 from r2mad_core.experiments.cell import load_run
 from r2mad_core.experiments.profiles import ProfileError, load_profile
 from r2mad_core.reproduce import command as reproduce
-from r2mad_core.reproduce import notebook_setup, variants
+from r2mad_core.reproduce import notebook_setup, points
 from r2mad_core.reproduce.grid import ExperimentGrid
 
 SMALL = {"benchmarks": ["truthfulqa"], "retrieval_benchmarks": ["truthfulqa"], "icl_benchmarks": ["truthfulqa"],
@@ -42,7 +42,7 @@ def _all(values: list[float], expected: float) -> bool:
 
 def test_the_settings_policy_and_lambda_reach_the_r2mad_rows_and_table_3_keeps_its_own(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(variants.ENVIRONMENT, raising=False)
+    monkeypatch.delenv(points.ENVIRONMENT, raising=False)
     grid = _kernel_grid({**SMALL, "retrieval_policy": "fixed_lambda", "fixed_lambda": 0.3}, tmp_path)
     model = grid.models[0]
     r2mad = grid.run(model, "truthfulqa", "R2-MAD")

@@ -217,7 +217,7 @@ def _swept_point(folder, monkeypatch_store: dict, setting: dict, outcomes: dict[
     from r2mad_core.records import as_transcript
     from r2mad_core.report.artifacts import save_table
     from r2mad_core.report.tables import Table
-    from r2mad_core.reproduce.sweeps import SweepPoint
+    from r2mad_core.reproduce.points import plan_points
 
     values = pd.DataFrame({"MATH500": [float(np.mean(v)) for v in outcomes.values()]},
                           index=pd.Index(list(outcomes), name="method"))
@@ -229,20 +229,21 @@ def _swept_point(folder, monkeypatch_store: dict, setting: dict, outcomes: dict[
         cell_runs.append({"cell": [method, "MATH500"], "runs": [["M / math500", str(run)]]})
     save_table(Table(values=values, ci_low=values - 0.1, ci_high=values + 0.1), "tab_t", folder, profile="p",
                cell_runs=cell_runs)
-    return SweepPoint(setting, folder, setting == {"gamma": 0.9})
+    # the point the profile (gamma 0.9) makes of this setting, at the folder its run wrote
+    return plan_points({"gamma": 0.9}, "p", {}, [(k, [v]) for k, v in setting.items()], [0])[0].at(folder)
 
 
 def test_a_sweep_table_has_each_points_paired_difference_and_a_trend_test(tmp_path, monkeypatch) -> None:
-    from r2mad_core.reproduce import sweeps
+    from r2mad_core.reproduce.compare import sweep as sweep_comparison, tables
 
     store: dict = {}
-    monkeypatch.setattr(sweeps, "load_run", lambda run: ({}, store[str(run)]))
+    monkeypatch.setattr(tables, "load_run", lambda run: ({}, store[str(run)]))
     rng = np.random.default_rng(4)
     base = rng.random(80)
     same = list(rng.random(80) < 0.5)
     points = [_swept_point(tmp_path / str(g), store, {"gamma": g}, {"R2-MAD": list(base < 0.3 + 0.6 * g / 0.9),
                                                                        "MAD": same}) for g in (0.0, 0.45, 0.9)]
-    sentences = sweeps.sweep_artifacts(points, "gamma", "p", 0.9, tmp_path / "sweep")
+    sentences = sweep_comparison.sweep_artifacts(points, "gamma", "p", 0.9, tmp_path / "sweep")
     paired = pd.read_csv(tmp_path / "sweep" / "tab_sweep_tab_t_paired.csv")
     assert set(paired["setting"]) == {"gamma=0.0", "gamma=0.45"}  # the profile's point is the reference
     r2 = paired[paired["cell"] == "R2-MAD / MATH500"].set_index("setting")

@@ -19,7 +19,8 @@ from r2mad_core.experiments.method_labels import resolve
 from r2mad_core.experiments.run_settings import RunSettings
 from r2mad_core.experiments.methods import get_method
 from r2mad_core.report import inference, multiplicity
-from r2mad_core.reproduce.variants import Variant, comparison_sentences, round0_sharing
+from r2mad_core.reproduce.points import Variant
+from r2mad_core.reproduce.compare.variant import comparison_sentences, round0_sharing
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +163,7 @@ def _tidy_table(folder, name: str, values: dict, caption: str = "Main results: a
 
 
 def test_sweep_points_are_the_cartesian_product_and_a_repeated_axis_is_refused() -> None:
-    from r2mad_core.reproduce.sweeps import sweep_points
+    from r2mad_core.reproduce.points import sweep_points
 
     assert sweep_points([("gamma", [0, 0.9]), ("top_k", [1, 3])]) == [
         {"gamma": 0, "top_k": 1}, {"gamma": 0, "top_k": 3}, {"gamma": 0.9, "top_k": 1}, {"gamma": 0.9, "top_k": 3}]
@@ -172,15 +173,18 @@ def test_sweep_points_are_the_cartesian_product_and_a_repeated_axis_is_refused()
 
 def test_a_two_axis_sweep_draws_every_point_on_one_figure(tmp_path) -> None:
     from r2mad_core.report.artifacts import read_manifest
-    from r2mad_core.reproduce.sweeps import SweepPoint, sweep_artifacts
+    from r2mad_core.reproduce.points import plan_points
+    from r2mad_core.reproduce.compare.sweep import sweep_artifacts
 
     points = []
-    for i, setting in enumerate([{"gamma": 0, "top_k": 1}, {"gamma": 0, "top_k": 3}, {"gamma": 0.9, "top_k": 1},
-                                 {"gamma": 0.9, "top_k": 3}]):
+    planned = plan_points({"gamma": 0.9, "top_k": 1}, "tiny", {}, [("gamma", [0, 0.9]), ("top_k", [1, 3])], [0])
+    assert [p.setting for p in planned] == [{"gamma": 0, "top_k": 1}, {"gamma": 0, "top_k": 3},
+                                            {"gamma": 0.9, "top_k": 1}, {"gamma": 0.9, "top_k": 3}]
+    for i, point in enumerate(planned):
         folder = tmp_path / f"p{i}"
         _tidy_table(folder, "tab_main_results", {"MAD": {"MATH500": 0.5, "TruthfulQA": 0.4},
                                                  "R2-MAD": {"MATH500": 0.5 + 0.1 * i, "TruthfulQA": 0.4}})
-        points.append(SweepPoint(setting, folder, setting == {"gamma": 0.9, "top_k": 1}))
+        points.append(point.at(folder))
     out = tmp_path / "sweep"
     sentences = sweep_artifacts(points, ["gamma", "top_k"], "tiny", {"gamma": 0.9, "top_k": 1}, out)
     record = read_manifest(out)["artifacts"]["fig_sweep_tab_main_results"]
@@ -193,7 +197,8 @@ def test_a_two_axis_sweep_draws_every_point_on_one_figure(tmp_path) -> None:
 
 
 def test_replicates_report_mean_spread_and_the_seed_by_seed_comparison(tmp_path) -> None:
-    from r2mad_core.reproduce.replicates import Replicate, replicate_artifacts, replicate_comparison, replicate_seeds
+    from r2mad_core.reproduce.points import Point, replicate_seeds
+    from r2mad_core.reproduce.compare.replicate import replicate_artifacts, replicate_comparison
 
     assert replicate_seeds(3, 3) == [3, 4, 5]
     with pytest.raises(ValueError, match="--replicates"):
@@ -202,8 +207,8 @@ def test_replicates_report_mean_spread_and_the_seed_by_seed_comparison(tmp_path)
     for seed, (p, v) in enumerate([(0.5, 0.6), (0.6, 0.65), (0.7, 0.9)]):
         _tidy_table(tmp_path / f"profile{seed}", "tab_main_results", {"R2-MAD": {"MATH500": p}})
         _tidy_table(tmp_path / f"variant{seed}", "tab_main_results", {"R2-MAD": {"MATH500": v}})
-        profile.append(Replicate(seed, tmp_path / f"profile{seed}"))
-        variant.append(Replicate(seed, tmp_path / f"variant{seed}"))
+        profile.append(Point(seed=seed).at(tmp_path / f"profile{seed}"))
+        variant.append(Point(seed=seed).at(tmp_path / f"variant{seed}"))
     sentences = replicate_artifacts(profile, tmp_path / "out", "tiny", "profile tiny")
     summary = pd.read_csv(tmp_path / "out" / "tab_replicates_tab_main_results.csv").iloc[0]
     assert summary["mean"] == pytest.approx(0.6) and summary["sd"] == pytest.approx(0.1)
@@ -218,8 +223,9 @@ def test_replicates_report_mean_spread_and_the_seed_by_seed_comparison(tmp_path)
 
 def test_a_variant_folder_is_marked_incomplete_until_it_finishes_and_a_name_is_not_reused(tmp_path) -> None:
     from r2mad_core.report.artifacts import save_table
-    from r2mad_core.reproduce.ablations import INCOMPLETE_MARKER, run_ablation
-    from r2mad_core.reproduce.variants import variant_dir
+    from r2mad_core.reproduce.ablations import run_ablation
+    from r2mad_core.reproduce.points import INCOMPLETE_MARKER
+    from r2mad_core.reproduce.points import variant_dir
 
     profile_dir = tmp_path / "figures" / "tiny"
     seen: list[bool] = []

@@ -14,16 +14,17 @@ from pathlib import Path
 import pytest
 
 from r2mad_core.reproduce import command
+from r2mad_core.reproduce.up_to_date import RECORD_DIR
 from r2mad_core.reproduce.launcher import LAUNCHER_DIR, LEDGER, Ledger, _cluster, parse_slurm_options, point_arguments
 from r2mad_core.reproduce.points import plan_points
-from r2mad_core.reproduce.variants import profile_values
+from r2mad_core.reproduce.points import profile_values
 
 TOY = [
     "import os, signal\n"
     "from pathlib import Path\n"
     "import pandas as pd\n"
     "from r2mad_core.report.artifacts import save_table\n"
-    "from r2mad_core.reproduce.variants import from_environment\n"
+    "from r2mad_core.reproduce.points import from_environment\n"
     "values, name = from_environment()\n"
     "kill = Path(figures_dir).parent.parent / (str(values.get('gamma')) + '.kill')\n"
     "if name and kill.exists():  # killed mid-run: the point's own process, once\n"
@@ -76,7 +77,7 @@ def test_points_side_by_side_write_the_same_tables_byte_for_byte(toy) -> None:
     assert "4 points to run, 2 at a time, each in its own process" in two
     assert sum(f"[{n}/4] point " in two for n in range(1, 5)) == 4  # a line per finished point
     assert _tables(tmp_path / "one") and _tables(tmp_path / "one") == _tables(tmp_path / "two")
-    logs = list((tmp_path / "two" / "runs" / "tiny" / LAUNCHER_DIR).glob("*.log"))
+    logs = list((tmp_path / "two" / "runs" / "tiny" / RECORD_DIR / LAUNCHER_DIR).glob("*.log"))
     assert len(logs) == 4  # one process per point, each with its log
     code, again = reproduce(tmp_path / "two", *sweep, "--jobs", "2")
     assert code == 0 and again.count("up to date, not run: point") == 4 and "points to run" not in again
@@ -103,7 +104,7 @@ def test_the_slurm_launcher_runs_each_point_as_a_job_and_reruns_a_killed_one(toy
     assert "point gamma=0.5 (variant gamma=0.5) did not finish in an earlier invocation (local job" in second
     assert "[1/1] point gamma=0.5 (variant gamma=0.5) finished" in second
     assert _tables(tmp_path / "slurm") and _tables(tmp_path / "slurm") == _tables(tmp_path / "local")
-    ledger = tmp_path / "slurm" / "runs" / "tiny" / LAUNCHER_DIR / LEDGER
+    ledger = tmp_path / "slurm" / "runs" / "tiny" / RECORD_DIR / LAUNCHER_DIR / LEDGER
     assert json.loads(ledger.read_text()) == {}
 
 

@@ -15,8 +15,9 @@ import pandas as pd
 import pytest
 
 from r2mad_core.reproduce import command, notebook_runner
-from r2mad_core.reproduce.points import canonical, executed_configuration, plan_points
-from r2mad_core.reproduce.variants import from_environment, profile_values
+from r2mad_core.reproduce.point_cache import canonical, executed_configuration
+from r2mad_core.reproduce.points import plan_points
+from r2mad_core.reproduce.points import from_environment, profile_values
 
 
 def _notebook(name: str) -> str:

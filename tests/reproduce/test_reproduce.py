@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from r2mad_core.reproduce import command as reproduce
+from r2mad_core.reproduce import api_budget, command as reproduce
 
 from r2mad_core.experiments import profiles as profile_schema
 from r2mad_core.data.benchmarks import BENCHMARKS
@@ -83,10 +83,10 @@ def test_api_endpoints_come_from_the_environment(monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv("R2MAD_API_BASE_URL", raising=False)
     profile = load_profile("api")
     with pytest.raises(ProfileError, match="R2MAD_API_BASE_URL is not set"):
-        reproduce.guarded_endpoints(profile)
+        api_budget.guarded_endpoints(profile)
     monkeypatch.setenv("R2MAD_API_BASE_URL", "http://a:1/v1, http://b:2/v1")
-    assert reproduce.guarded_endpoints(profile) == {"R2MAD_API_BASE_URL": ["http://a:1/v1", "http://b:2/v1"]}
-    assert reproduce.guarded_endpoints(load_profile("sim")) == {}
+    assert api_budget.guarded_endpoints(profile) == {"R2MAD_API_BASE_URL": ["http://a:1/v1", "http://b:2/v1"]}
+    assert api_budget.guarded_endpoints(load_profile("sim")) == {}
 
 
 def test_default_profile_is_the_simulated_one_and_says_so() -> None:

@@ -13,12 +13,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from r2mad_core.reproduce import sweeps, variants  # noqa: E402
+from r2mad_core.reproduce import points  # noqa: E402
+from r2mad_core.reproduce.compare import sweep as sweep_comparison, tables, variant as comparison  # noqa: E402
 from r2mad_core.reproduce.ablations import plan_variant, variant_overrides  # noqa: E402
 from r2mad_core.report.artifacts import ReportContext, read_manifest  # noqa: E402
 from r2mad_core.reproduce.grid import ExperimentGrid  # noqa: E402
-from r2mad_core.reproduce.sweeps import parse_sweep
-from r2mad_core.reproduce.variants import Variant, detect, same_value, variant_name  # noqa: E402
+from r2mad_core.reproduce.points import parse_sweep
+from r2mad_core.reproduce.points import Variant, detect, same_value, variant_name  # noqa: E402
 
 
 # --------------------------------------------------------------------------------------------
@@ -33,11 +34,11 @@ def test_the_name_is_sorted_stable_and_filesystem_safe() -> None:
         "retrieval_policies=state_aware+fixed_lambda_0.5")
     assert variant_name({"memory_model": None, "train_limit": 3}) == "memory_model=null,train_limit=3"
     long = variant_name({"benchmarks": ["mmlu_pro_economics"] * 10})
-    assert len(long) == variants.MAX_NAME and "/" not in long
+    assert len(long) == points.MAX_NAME and "/" not in long
     assert long == variant_name({"benchmarks": ["mmlu_pro_economics"] * 10})  # stable
     assert long != variant_name({"benchmarks": ["mmlu_pro_economics"] * 11})
     with pytest.raises(ValueError, match="--variant '../x'"):
-        variants.check_name("../x")
+        points.check_name("../x")
 
 
 def test_an_override_equal_to_the_profiles_value_is_no_variant() -> None:
@@ -64,7 +65,7 @@ def test_two_overrides_make_one_variant_and_only_real_changes_count() -> None:
 def test_the_kernel_compares_its_resolved_profile_with_the_profile(monkeypatch: pytest.MonkeyPatch) -> None:
     from r2mad_core.reproduce.notebook_setup import resolve_profile
 
-    monkeypatch.delenv(variants.ENVIRONMENT, raising=False)
+    monkeypatch.delenv(points.ENVIRONMENT, raising=False)
     namespace = {"profile": "tiny", "overrides": {}, "pd": pd}
     assert detect(*resolve_profile(namespace)) is None  # the profile's own values (an unrelated global is ignored)
     namespace["gamma"] = 0.5  # papermill -p gamma 0.5, or a line added to the parameters cell
@@ -72,10 +73,10 @@ def test_the_kernel_compares_its_resolved_profile_with_the_profile(monkeypatch: 
     # reproduce passes its overrides as the notebook's ``overrides``: every one is part of the variant
     namespace = {"profile": "tiny", "overrides": {"gamma": 0.5, "n_agents": 5}}
     assert detect(*resolve_profile(namespace)).name == "gamma=0.5,n_agents=5"
-    monkeypatch.setenv(variants.ENVIRONMENT, variants.to_environment({"gamma": 0.5}, "mine"))
+    monkeypatch.setenv(points.ENVIRONMENT, points.to_environment({"gamma": 0.5}, "mine"))
     assert detect(*resolve_profile({"profile": "tiny", "overrides": {"gamma": 0.5}})).name == "mine"
     # an override equal to what the profile resolves to (tiny's protocol preset: round0 independent) is no variant
-    monkeypatch.delenv(variants.ENVIRONMENT, raising=False)
+    monkeypatch.delenv(points.ENVIRONMENT, raising=False)
     assert detect(*resolve_profile({"profile": "tiny", "overrides": {"round0": "independent"}})) is None
 
 
@@ -83,13 +84,13 @@ def test_a_variant_of_a_variant_is_a_variant_of_the_profile_with_both_changes(mo
     """Rerunning a variant's executed notebook with one more edit: its folder is beside the profile's, never nested."""
     from r2mad_core.reproduce.notebook_setup import resolve_profile
 
-    monkeypatch.delenv(variants.ENVIRONMENT, raising=False)
+    monkeypatch.delenv(points.ENVIRONMENT, raising=False)
     figures = Path("figures/tiny/variants/gamma=0.5")  # the executed variant notebook's figures_dir
-    assert variants.profile_dir_of(figures) == Path("figures/tiny")
+    assert points.profile_dir_of(figures) == Path("figures/tiny")
     namespace = {"profile": "tiny", "overrides": {"gamma": 0.5}, "top_k": 5, "figures_dir": str(figures)}
     variant = detect(*resolve_profile(namespace))
     assert variant.name == "gamma=0.5,top_k=5"
-    assert variants.variant_dir(variants.profile_dir_of(figures), variant.name) == Path(
+    assert points.variant_dir(points.profile_dir_of(figures), variant.name) == Path(
         "figures/tiny/variants/gamma=0.5,top_k=5")
 
 
@@ -167,7 +168,7 @@ def test_a_cell_the_variant_does_not_change_replays_and_compares_as_the_same_run
     table = after.table(methods)
     assert set(table.cells) == {(m, c) for m in methods for c in ("TruthfulQA", "Economics", "Average")}
     variant = Variant("t", {"gamma": (0.5, 0.9)})
-    frame = variants.compare_table(table, variant, _grid(tmp_path), bootstrap_resamples=200)
+    frame = comparison.compare_table(table, variant, _grid(tmp_path), bootstrap_resamples=200)
     assert len(frame) == 6 and (frame["pairs"] == [4, 4, 8] * 2).all()
     mad_rows = frame[frame["method"] == "MAD"]
     assert mad_rows["same_run"].all() and (mad_rows["difference"] == 0).all() and (mad_rows["p_mcnemar"] == 1).all()
@@ -179,39 +180,40 @@ def test_a_cell_the_variant_does_not_change_replays_and_compares_as_the_same_run
     average = frame[(frame["method"] == "R2-MAD") & (frame["benchmark"] == "Average")].iloc[0]
     assert average["variant"] == pytest.approx(table.values.at["R2-MAD", "Average"])
     # the Average is tested as shown, by the sweeps' stratified estimate: the same pair gets the same p in both tables
-    from r2mad_core.reproduce import sweeps
+    from r2mad_core.reproduce.compare import sweep as sweep_comparison
     from r2mad_core.report import inference
 
     strata = {f"Sim / {o.benchmark}": {r.sample_id: bool(r.correct) for r in o.records}
               for o in after.outcomes if o.method == "R2-MAD"}
     theirs = {f"Sim / {o.benchmark}": {r.sample_id: bool(r.correct) for r in o.records}
               for o in before.outcomes if o.method == "R2-MAD"}
-    xs, ys, labels = sweeps._paired(strata, theirs)
+    xs, ys, labels = sweep_comparison._paired(strata, theirs)
     swept = inference.paired_estimate(xs, ys, labels, n_bootstrap=200)
     assert average["p_mcnemar"] == swept.p_value and (average["ci_low"], average["ci_high"]) == (swept.ci_low, swept.ci_high)
     assert average["difference"] == pytest.approx(swept.difference)
-    sentence = variants.comparison_sentences(frame, variant, "tab_t")[0]
+    sentence = comparison.comparison_sentences(frame, variant, "tab_t")[0]
     assert sentence.startswith("tab_t, gamma = 0.5 (profile t: 0.9): ")
     assert f"of 6 cells differ from the profile's (3 are the very same runs" in sentence
     # a cell the profile has not run: no profile value, and the one command that runs it
-    fresh = variants.compare_table(table, variant, _grid(tmp_path / "elsewhere"), bootstrap_resamples=200)
+    fresh = comparison.compare_table(table, variant, _grid(tmp_path / "elsewhere"), bootstrap_resamples=200)
     assert fresh["profile"].isna().all()
-    assert "`python -m r2mad_core.reproduce --profile t`" in variants.comparison_sentences(fresh, variant, "tab_t")[0]
+    assert "`python -m r2mad_core.reproduce --profile t`" in comparison.comparison_sentences(fresh, variant, "tab_t")[0]
 
 
 def test_sweep_artifacts_draw_each_table_against_the_parameter(tmp_path: Path) -> None:
     from r2mad_core.report.tables import Table
     from r2mad_core.report.artifacts import save_table
 
-    points = []
-    for value in (0.0, 0.5, 0.9):
+    swept = []
+    for point in points.plan_points({"gamma": 0.9}, "p", {}, [("gamma", [0.0, 0.5, 0.9])], [0]):
+        value = point.value
         folder = tmp_path / str(value)
         values = pd.DataFrame({"TruthfulQA": [value, 1 - value]}, index=pd.Index(["A", "B"], name="method"))
         values.columns.name = "benchmark"
         save_table(Table(values=values, ci_low=values - 0.1, ci_high=values + 0.1), "tab_t", folder, profile="p")
-        points.append(sweeps.SweepPoint({"gamma": value}, folder, value == 0.9))
+        swept.append(point.at(folder))
     out = tmp_path / "sweep"
-    sentences = sweeps.sweep_artifacts(points, "gamma", "p", 0.9, out)
+    sentences = sweep_comparison.sweep_artifacts(swept, "gamma", "p", 0.9, out)
     assert {p.name for p in out.iterdir()} >= {"fig_sweep_tab_t.png", "tab_sweep_tab_t.csv", "MANIFEST.json"}
     table = pd.read_csv(out / "tab_sweep_tab_t.csv")
     assert list(pd.unique(table["setting"])) == ["gamma=0.0", "gamma=0.5", "gamma=0.9 (profile p)"]
@@ -227,7 +229,7 @@ def test_a_flat_table_with_a_flag_column_is_compared_number_by_number(tmp_path: 
     profile, variant = tmp_path / "p.csv", tmp_path / "v.csv"
     profile.write_text("cell,holds,slack\na,True,0.5\nb,False,0.25\n")
     variant.write_text("cell,holds,slack\na,True,0.75\nb,False,0.25\n")
-    frame = variants.compare_files(profile, variant)
+    frame = tables.compare_files(profile, variant)
     assert list(frame["column"]) == ["slack", "slack"] and list(frame["difference"]) == [0.25, 0.0]
     variant.write_text("cell,holds,slack\na,False,0.75\nb,False,0.25\n")  # a flag that changed: not comparable
-    assert variants.compare_files(profile, variant) is None
+    assert tables.compare_files(profile, variant) is None

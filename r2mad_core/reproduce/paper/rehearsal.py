@@ -109,7 +109,7 @@ def notebooks_key(only: Sequence[str] | None) -> str | list[str]:
 def rehearsal_folder(profile: Profile, only: Sequence[str] | None = None) -> str:
     """The rehearsal's folder name under ``figures/``, ``runs/``, ``cache/``: ``<profile>-rehearsal`` for every notebook
     of the profile as written; else ``<profile>-rehearsal/variants/<name>`` (its overrides, and the notebooks of a part)."""
-    from r2mad_core.reproduce.variants import VARIANTS_DIR, variant_name  # lazy: pandas
+    from r2mad_core.reproduce.points import VARIANTS_DIR, variant_name  # lazy: pandas
 
     keyed = dict(profile.overrides)
     notebooks = notebooks_key(only)
@@ -233,7 +233,7 @@ def rehearse(profile: Profile, output_dir: Path, *, run: Callable[[Profile, Any]
     ``run_notebooks``), ``paths_of(output_dir, folder, data_dir)`` gives its folders. Returns an exit code."""
     import os
 
-    from r2mad_core.reproduce.variants import VARIANTS_DIR  # lazy: pandas
+    from r2mad_core.reproduce.points import VARIANTS_DIR  # lazy: pandas
 
     started = time.perf_counter()
     name = rehearsal_folder(profile, only)

@@ -1,257 +1,31 @@
-"""Variants: a profile plus overrides, its own artifacts beside the profile's, compared with the profile's.
+"""A variant against its profile: every table it shares compared cell by cell on the same questions.
 
-An ablation is a change of one parameter (K of Eq. 5, gamma of Eq. 6, the thresholds w_l/w_h of Eq. 7, the
-retrieval policy of Table 3, n_agents, n_rounds, train_limit, ...). A run whose parameters differ from its profile
-(``reproduce --set``, papermill ``-p``, an edited parameters cell) is a *variant*:
-
-- its name comes from the overrides, sorted and filesystem-safe (``gamma=0.5``, ``gamma=0.5,top_k=5``;
-  :func:`variant_name`) or from ``--variant NAME``;
-- its figures and tables go to ``figures/<profile>/variants/<name>/`` and its executed notebooks to
-  ``notebooks/executed/<profile>/variants/<name>/`` (:func:`variant_dir`); the profile's own artifacts are never
-  written; runs and the response cache stay shared, so every generation the change does not affect replays;
-- every artifact says so: captions name each override with the profile's value (``gamma = 0.5 (profile tiny:
-  0.9)``, :meth:`Variant.note`), figures carry the same line, the settings table marks the rows, the manifest
-  records the overrides (:meth:`Variant.record`);
-- every table it shares with the profile is compared cell by cell with the profile's: the difference, a paired
-  test on the same questions (:func:`r2mad_core.report.inference.paired_estimate`: exact McNemar per benchmark, the
-  stratified exact sign test of the shown mean of per-benchmark differences for an Average, as the sweeps') and a generated
-  sentence of "What this shows", saved as ``<table>_vs_profile`` (:func:`compare_table`);
-- a sweep (``--sweep gamma=0,0.3,0.6,0.9``, :mod:`r2mad_core.reproduce.sweeps`) runs each value as a variant and draws each table's metric against
-  the parameter with its 95% CIs, per benchmark column (:func:`sweep_artifacts`).
-
-An override equal to the profile's value is no override (no variant); overrides of a variant run again with
-more changes make a variant of the profile with every change in its name (a variant is always relative to its
-profile, never nested).
+Every table a variant shares with its profile is compared cell by cell with the profile's: the difference, a paired
+test on the same questions (:func:`r2mad_core.report.inference.paired_estimate`: exact McNemar per benchmark, the
+stratified exact sign test of the shown mean of per-benchmark differences for an Average, as the sweeps'), Holm over
+the table's cells (:mod:`r2mad_core.report.multiplicity`) and a generated sentence of "What this shows", saved as
+``<table>_vs_profile`` (:func:`compare_table`, in the kernel :class:`TableComparer`). The variant's overrides are also
+read back from the run configurations its tables came from (:func:`record_executed`), so a variant that changed
+nothing that ran says so (:func:`changes_nothing`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
-import hashlib
 
 import pandas as pd
-import numpy as np
-import yaml
 
-from r2mad_core.experiments.protocol import BY_NAME, PROFILE_CHOICES
-from r2mad_core.report import inference
-from r2mad_core.experiments.profiles import load_profile
-from r2mad_core.report.artifacts import apply_style, display_path, jsonable, read_manifest, save_figure, save_table, update_manifest
-from r2mad_core.experiments.run_reader import finished_records as _finished_records
-from r2mad_core.report import multiplicity
+from r2mad_core.experiments.protocol import BY_NAME
+from r2mad_core.report import inference, multiplicity
+from r2mad_core.experiments.run_reader import finished_records
+from r2mad_core.report.artifacts import jsonable, read_manifest, update_manifest
 from r2mad_core.report.tables import Table
-
-VARIANTS_DIR = "variants"
-SWEEPS_DIR = "sweeps"
-#: The environment variable ``reproduce`` passes the overrides and the chosen name through to the kernels
-#: (fields a notebook does not declare are still part of its variant).
-ENVIRONMENT = "R2MAD_VARIANT"
-#: Parameters that never make a variant: the profile's name and where things go.
-NOT_OVERRIDES = frozenset({"profile", "data_dir", "figures_dir", "runs_dir", "cache_dir", "variant"})
-COMPARISON_SUFFIX = "_vs_profile"
-MAX_NAME = 80
-_UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]+")
-
-
-def same_value(a: Any, b: Any) -> bool:
-    """Whether an override equals the profile's value (``1`` and ``1.0`` are equal; lists and mappings by item)."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return float(a) == float(b) or (math.isnan(float(a)) and math.isnan(float(b)))
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return set(a) == set(b) and all(same_value(a[k], b[k]) for k in a)
-    return bool(a == b)
-
-
-def show_value(value: Any) -> str:
-    """A value as a name and a caption show it: YAML-like and compact (``0.5``, ``[3, 6]``, ``null``)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return value
-    if hasattr(value, "model_dump"):
-        value = value.model_dump(exclude_defaults=True)
-    return json.dumps(value, separators=(", ", ": "), default=str) if isinstance(value, (list, tuple, dict)) else str(value)
-
-
-def variant_name(overrides: Mapping[str, Any]) -> str:
-    """The stable, filesystem-safe name of a set of overrides: ``key=value`` sorted by key, joined by ``,``;
-    characters other than letters, digits and ``._=,+-`` become ``_`` (``fixed_lambda:0.5`` ->
-    ``fixed_lambda_0.5``); a name over 80 characters keeps its start and a hash of the whole."""
-    if not overrides:
-        raise ValueError("variant_name: no overrides (the profile itself is not a variant)")
-    text = ",".join(f"{key}={_name_value(_value(overrides[key]))}" for key in sorted(overrides))
-    name = _UNSAFE.sub("_", text).strip("._") or "variant"
-    if len(name) > MAX_NAME:
-        name = name[: MAX_NAME - 13] + "-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
-    return name
-
-
-def _name_value(value: Any) -> str:
-    """A value inside a name: list items joined by ``+`` (``0.0+0.5``), anything else as shown, without spaces."""
-    if isinstance(value, (list, tuple)):
-        return "+".join(_name_value(v) for v in value) if value else "empty"
-    return show_value(value).replace(" ", "")
-
-
-def check_name(name: str) -> str:
-    """``--variant NAME``: a single folder name of safe characters, else a one-line ValueError."""
-    if not name or _UNSAFE.search(name) or name in (".", "..") or name.startswith("."):
-        raise ValueError(f"--variant {name!r}: expected a folder name of letters, digits and ._=,+- "
-                         f"(e.g. --variant low-gamma)")
-    return name
-
-
-def _value(entry: Any) -> Any:
-    """An override is stored as ``(value, profile value)``; a bare value is the value."""
-    return entry[0] if isinstance(entry, tuple) and len(entry) == 2 else entry
-
-
-@dataclass(frozen=True)
-class Variant:
-    """A profile plus overrides: ``overrides[field] = (value, profile's value)``, sorted by field."""
-
-    profile: str
-    overrides: Mapping[str, tuple[Any, Any]]
-    name: str = ""
-    notebook_declares: frozenset[str] = field(default_factory=frozenset)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "overrides", dict(sorted(self.overrides.items())))
-        if not self.name:
-            object.__setattr__(self, "name", variant_name(self.overrides))
-
-    def describe_one(self, key: str) -> str:
-        """``gamma = 0.5 (profile tiny: 0.9)``."""
-        value, base = self.overrides[key]
-        return f"{key} = {show_value(value)} (profile {self.profile}: {show_value(base)})"
-
-    def describe(self) -> str:
-        """``gamma = 0.5 (profile tiny: 0.9); top_k = 5 (profile tiny: 3)``."""
-        return "; ".join(self.describe_one(key) for key in self.overrides)
-
-    def note(self) -> str:
-        """The sentence every caption of the variant ends with."""
-        return f"Variant {self.name} of profile {self.profile}: {self.describe()}."
-
-    def record(self, baseline_dir: str | Path | None = None) -> dict[str, Any]:
-        """The manifest's ``variant`` entry."""
-        return {"name": self.name, "profile": self.profile,
-                "overrides": {k: {"value": jsonable(v), "profile_value": jsonable(b)} for k, (v, b) in self.overrides.items()},
-                "baseline": display_path(baseline_dir) if baseline_dir else None}
-
-    def command(self, only: str | None = None) -> str:
-        """The one command that runs the profile itself (the baseline) for ``only``."""
-        return f"python -m r2mad_core.reproduce --profile {self.profile}" + (f" --only {only}" if only else "")
-
-
-def differences(values: Mapping[str, Any], profile_values: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """``field -> (value, profile's value)`` for every parameter in ``values`` that differs from the profile's
-    (paths and the profile's name never count; a name the profile does not have is an override of nothing: kept
-    with profile value None; a protocol choice given as None is the preset's value, the profile's own)."""
-    found = {}
-    for key, value in values.items():
-        if key in NOT_OVERRIDES or key.startswith("_") or value is Ellipsis:
-            continue
-        if value is None and key in PROFILE_CHOICES:  # a protocol choice left to the preset: the profile's own
-            continue
-        base = profile_values.get(key)
-        if key not in profile_values or not same_value(value, base):
-            found[key] = (value, base)
-    return found
-
-
-def inert_notes(overrides: Mapping[str, Any], profile_values: Mapping[str, Any]) -> list[str]:
-    """One line per override that cannot act where the run would spend its time, said before it runs: gamma (and a
-    fixed lambda) act only through lambda_t of the MMR pick (Eqs. 5-6), which at K = 1 cannot change the pick (the
-    first pick is the most relevant candidate whatever lambda_t; memory/retrieval.py), so at the profile's K = 1 a
-    gamma change reaches only the rows that set their own K (notebook 04's "(K=3)" retrieval ablation)."""
-    values = {**profile_values, **overrides}
-    notes = []
-    for key in ("gamma",):
-        if key in overrides and int(values.get("top_k") or 1) == 1:
-            notes.append(f"reproduce: note: {key} acts only through lambda_t, which at K = 1 cannot change the pick "
-                         f"(Eqs. 5-6): with top_k = 1 it reaches only rows that set their own K (notebook 04's "
-                         f"retrieval ablation at K = 3); every other cell is the profile's run. To see it act: "
-                         f"--set top_k=3 --sweep {key}=...")
-    return notes
-
-
-def profile_values(profile: Any) -> dict[str, Any]:
-    """Every notebook parameter of a profile (a :class:`~r2mad_core.experiments.profiles.Profile`, or a name or path
-    to load): the fields, ``extra_parameters`` spread out, optional defaults, each protocol choice the profile leaves
-    to its preset at the preset's value (``top_k`` of the paper preset: 1)."""
-    loaded = load_profile(profile) if isinstance(profile, (str, Path)) else profile
-    values = loaded.parameters({})
-    for name, value in loaded.spec.choices.items():
-        if values.get(name) is None:
-            values[name] = value
-    return values
-
-
-def shown_path(path: str | Path) -> str:
-    """A path as a variant's labels show it: relative to the repository when inside it, else from its ``figures``
-    (or ``notebooks``) part on (``.../figures/tiny/variants/gamma=0.5``): no machine paths in outputs."""
-    shown = display_path(path)
-    if not shown.startswith(".../"):
-        return shown
-    parts = Path(path).resolve().parts
-    for anchor in ("figures", "notebooks"):
-        if anchor in parts:
-            return ".../" + "/".join(parts[len(parts) - 1 - parts[::-1].index(anchor):])
-    return shown
-
-
-def variant_dir(profile_dir: str | Path, name: str) -> Path:
-    """``<profile_dir>/variants/<name>``."""
-    return Path(profile_dir) / VARIANTS_DIR / name
-
-
-def profile_dir_of(directory: str | Path) -> Path:
-    """The profile's own folder of ``directory``: itself, or two levels up for ``.../variants/<name>``."""
-    directory = Path(directory)
-    return directory.parent.parent if directory.parent.name == VARIANTS_DIR else directory
-
-
-def to_environment(overrides: Mapping[str, Any], name: str | None) -> str:
-    return json.dumps({"name": name, "overrides": jsonable({k: _value(v) for k, v in overrides.items()})})
-
-
-def from_environment() -> tuple[dict[str, Any], str | None]:
-    """The overrides and name ``reproduce`` passed to this kernel (``({}, None)`` when run otherwise)."""
-    text = os.environ.get(ENVIRONMENT, "").strip()
-    if not text:
-        return {}, None
-    data = json.loads(text)
-    return dict(data.get("overrides") or {}), data.get("name")
-
-
-def detect(loaded: Any, base: Any, name: str | None = None) -> Variant | None:
-    """The variant a notebook runs: every resolved value of ``loaded`` (the profile with the notebook's overrides)
-    that differs from ``base`` (the profile itself), compared after the protocol preset is resolved, so an override
-    that equals what the profile resolves to is no variant. The name: ``name``, else the one ``reproduce`` passed
-    (:data:`ENVIRONMENT`), else from the overrides. None when nothing differs."""
-    found = differences(profile_values(loaded), profile_values(base))
-    if not found:
-        return None
-    name = name or from_environment()[1]
-    return Variant(base.name, found, check_name(str(name)) if name else "")
-
-
-# --------------------------------------------------------------------------------------------
-# Comparison with the profile's run
-# --------------------------------------------------------------------------------------------
+from r2mad_core.reproduce.compare.tables import COMPARISON_SUFFIX, compare_files
+from r2mad_core.reproduce.points import Variant, same_value, show_value
 
 #: The columns of a ``_vs_profile`` table that are not the cell's labels.
 COMPARISON_COLUMNS = ("variant", "profile", "difference", "ci_low", "ci_high", "p_mcnemar", "p_holm", "pairs",
@@ -299,7 +73,7 @@ def _pairs(outcomes: Sequence[Any], baseline: Any) -> tuple[dict[tuple, bool], d
         except KeyError:
             return None
         run_dir = baseline.run_dir(spec, outcome.benchmark, outcome.method)[0]
-        records = _finished_records(run_dir, len(outcome.records))
+        records = finished_records(run_dir, len(outcome.records))
         if records is None:
             return None
         same = same and Path(run_dir).resolve() == Path(outcome.run_dir).resolve()
@@ -393,45 +167,11 @@ def comparison_sentences(frame: pd.DataFrame, variant: Variant, table_name: str)
     return [text]
 
 
-# --------------------------------------------------------------------------------------------
-# In the kernel: each table a variant saves, compared with the profile's
-# --------------------------------------------------------------------------------------------
-
-
-def compare_files(profile_csv: Path, variant_csv: Path) -> pd.DataFrame | None:
-    """For a table without run cells (a plain frame or a table of other numbers): the variant's and the profile's
-    numbers cell by cell (tidy tables: by their row and column labels; plain frames with the same columns and
-    rows: every numeric column) and their difference; no paired test. None when they do not line up."""
-    if not profile_csv.is_file():
-        return None
-    mine, theirs = pd.read_csv(variant_csv), pd.read_csv(profile_csv)
-    if list(mine.columns) != list(theirs.columns):
-        return None
-    if list(mine.columns[-3:]) == ["value", "ci_low", "ci_high"]:
-        labels = list(mine.columns[:-3])
-        merged = mine[labels + ["value"]].merge(theirs[labels + ["value"]], on=labels, how="inner",
-                                                suffixes=("_variant", "_profile"))
-        merged = merged.rename(columns={"value_variant": "variant", "value_profile": "profile"})
-        for column in ("variant", "profile"):
-            merged[column] = pd.to_numeric(merged[column], errors="coerce")
-        merged["difference"] = merged["variant"] - merged["profile"]
-        return merged.dropna(subset=["variant", "profile"])
-    if len(mine) != len(theirs):
-        return None
-    def number(frame: pd.DataFrame, column: str) -> bool:  # a flag column (True/False) is text here, not a number
-        return pd.api.types.is_numeric_dtype(frame[column]) and not pd.api.types.is_bool_dtype(frame[column])
-
-    numeric = [c for c in mine.columns if number(mine, c) and number(theirs, c)]
-    text = [c for c in mine.columns if c not in numeric]
-    if not numeric or not mine[text].astype(str).equals(theirs[text].astype(str)):
-        return None
-    rows = []
-    for position in range(len(mine)):
-        for column in numeric:
-            rows.append({**{c: mine.at[position, c] for c in text}, "column": column,
-                         "variant": mine.at[position, column], "profile": theirs.at[position, column],
-                         "difference": mine.at[position, column] - theirs.at[position, column]})
-    return pd.DataFrame(rows)
+def comparison_lines(figures_dir: Path) -> list[str]:
+    """The "What this shows" sentences of every ``*_vs_profile`` table of a variant folder."""
+    manifest = read_manifest(figures_dir)["artifacts"]
+    return [record.get("notes", "") for name, record in manifest.items()
+            if name.endswith(COMPARISON_SUFFIX) and record.get("notes")]
 
 
 @dataclass
@@ -493,26 +233,6 @@ class TableComparer:
             return
         text = "**Compared with the profile.** " + " ".join(sentences)
         display(Markdown(text))
-
-
-def mark_variant(executed: Path, profile: Any, name: str | None, artifacts_dir: Path, figures_dir: Path) -> None:
-    """A variant's executed notebook says at its top which variant it is and where its outputs went."""
-    import nbformat  # lazy: the notebooks extra
-
-    from r2mad_core.files import atomic_write
-
-    if not executed.is_file():
-        return
-    found = differences(profile_values(profile), profile_values(profile.reloaded()))
-    variant = Variant(profile.name, found or {"?": (None, None)}, name or "")
-    notebook = nbformat.read(executed, as_version=4)
-    cell = nbformat.v4.new_markdown_cell(
-        f"**Variant `{variant.name}` of profile {profile.name}**: {variant.describe()}. Its figures and tables are in "
-        f"`{shown_path(artifacts_dir)}/`, each compared with the profile's (`*_vs_profile`); the profile's "
-        f"own artifacts are in `{shown_path(figures_dir)}/`.")
-    cell.metadata["tags"] = ["variant"]
-    notebook.cells.insert(0, cell)
-    atomic_write(executed, nbformat.writes(notebook) + "\n")
 
 
 # --------------------------------------------------------------------------------------------

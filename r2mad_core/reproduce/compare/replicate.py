@@ -1,4 +1,4 @@
-"""Seed replicates: the same configuration under several run seeds, the spread across seeds beside one seed's CI.
+"""Comparing seed replicates: one configuration under several run seeds, the spread across seeds beside one seed's CI.
 
 One run's 95% bootstrap CI (Section 5's tables) measures the uncertainty over the questions for *one* draw of the
 agents' samples; a second run seed draws other samples. ``reproduce --replicates N`` runs the profile (and a variant,
@@ -17,7 +17,6 @@ the unit: its seeds are not independent), Holm over the table's cells; n counts 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -26,40 +25,21 @@ import pandas as pd
 
 from r2mad_core.report import inference
 from r2mad_core.report.artifacts import save_table
-from r2mad_core.reproduce.sweeps import _tidy, cell_outcomes, quantity_of
-from r2mad_core.reproduce.variants import COMPARISON_SUFFIX
-
-#: Where a replicate summary goes, under the profile's figures folder.
-REPLICATES_DIR = "replicates"
-#: The most seeds ``--replicates`` takes (each a whole run of the chosen notebooks).
-MAX_REPLICATES = 20
+from r2mad_core.reproduce.compare.tables import COMPARISON_SUFFIX, cell_outcomes, point_tables, quantity_of, tidy
+from r2mad_core.reproduce.points import Point
 
 
-def replicate_seeds(seed: int, replicates: int) -> list[int]:
-    """``seed, seed + 1, ..., seed + replicates - 1`` (a one-line ValueError for a count out of range)."""
-    if isinstance(replicates, bool) or not isinstance(replicates, int) or not 1 <= replicates <= MAX_REPLICATES:
-        raise ValueError(f"--replicates: expected a whole number from 1 to {MAX_REPLICATES}, found {replicates!r}")
-    return [int(seed) + i for i in range(replicates)]
 
-
-@dataclass
-class Replicate:
-    """One seed's run: its seed and where its tables are."""
-
-    seed: int
-    figures_dir: Path
-
-
-def _cells(replicates: Sequence[Replicate], table: str) -> pd.DataFrame | None:
+def _cells(replicates: Sequence[Point], table: str) -> pd.DataFrame | None:
     """One row per cell, one ``seed=<s>`` column per replicate, plus the first seed's CI; None when a replicate has
     not written the table (or it has no CIs)."""
     merged = None
     for i, rep in enumerate(replicates):
-        tidy = _tidy(rep.figures_dir / f"{table}.csv")
-        if tidy is None:
+        read = tidy(rep.figures_dir / f"{table}.csv")
+        if read is None:
             return None
-        labels = [c for c in tidy.columns if c not in ("value", "ci_low", "ci_high")]
-        keep = tidy[labels + ["value"] + (["ci_low", "ci_high"] if i == 0 else [])].rename(
+        labels = [c for c in read.columns if c not in ("value", "ci_low", "ci_high")]
+        keep = read[labels + ["value"] + (["ci_low", "ci_high"] if i == 0 else [])].rename(
             columns={"value": f"seed={rep.seed}"})
         if i == 0:
             keep = keep.rename(columns={"ci_low": f"seed={rep.seed} ci_low", "ci_high": f"seed={rep.seed} ci_high"})
@@ -67,7 +47,7 @@ def _cells(replicates: Sequence[Replicate], table: str) -> pd.DataFrame | None:
     return merged
 
 
-def _matrices(replicates: Sequence[Replicate], table: str) -> dict[tuple[str, ...], dict[str, np.ndarray]] | None:
+def _matrices(replicates: Sequence[Point], table: str) -> dict[tuple[str, ...], dict[str, np.ndarray]] | None:
     """Per cell: per stratum (benchmark) the questions' correctness, one row per question every seed answered, one
     column per seed; None when a replicate's runs are not readable."""
     cache: dict[str, dict[str, bool]] = {}
@@ -95,7 +75,7 @@ def _labels_of(frame: pd.DataFrame) -> list[str]:
             ("mean", "sd", "min", "max", "seeds", "pooled", "pooled ci_low", "pooled ci_high", "n")]
 
 
-def replicate_summary(replicates: Sequence[Replicate], table: str) -> pd.DataFrame | None:
+def replicate_summary(replicates: Sequence[Point], table: str) -> pd.DataFrame | None:
     """Per cell of ``table``: the value under each seed, the mean, sd (ddof 1), min and max over the seeds, the
     first seed's 95% CI, and the pooled value over the seeds with its question-clustered 95% CI (``pooled``,
     ``pooled ci_low``, ``pooled ci_high``; n the questions per seed)."""
@@ -124,12 +104,11 @@ def replicate_summary(replicates: Sequence[Replicate], table: str) -> pd.DataFra
     return cells
 
 
-def _tables(replicates: Sequence[Replicate]) -> list[str]:
-    stems = sorted(p.stem for p in replicates[0].figures_dir.glob("tab_*.csv"))
-    return [s for s in stems if not s.endswith(COMPARISON_SUFFIX) and not s.startswith("tab_replicates_")]
+def _tables(replicates: Sequence[Point]) -> list[str]:
+    return [s for s in point_tables(replicates[0].figures_dir) if not s.startswith("tab_replicates_")]
 
 
-def replicate_artifacts(replicates: Sequence[Replicate], out_dir: Path, profile: str, what: str) -> list[str]:
+def replicate_artifacts(replicates: Sequence[Point], out_dir: Path, profile: str, what: str) -> list[str]:
     """``tab_replicates_<table>`` for every table with CIs all replicates wrote, into ``out_dir``; the "What this
     shows" sentences (one per table: the median and the widest spread across seeds beside the single-seed CI)."""
     sentences = []
@@ -167,7 +146,7 @@ def replicate_artifacts(replicates: Sequence[Replicate], out_dir: Path, profile:
     return sentences
 
 
-def replicate_comparison(profile_runs: Sequence[Replicate], variant_runs: Sequence[Replicate], out_dir: Path,
+def replicate_comparison(profile_runs: Sequence[Point], variant_runs: Sequence[Point], out_dir: Path,
                          profile: str, variant_name: str) -> list[str]:
     """A variant against its profile across the seeds: per cell the difference under each seed (the same seed shares
     its draws), the mean difference, its sd across seeds and how many seeds moved each way;
