@@ -343,7 +343,7 @@ def check_orderings(
             "outcome": outcome, "holds_here": holds_here, "n_pairs": len(paired), "n_cell": n_cell,
             "better_only": better_only,
             "worse_only": worse_only, "difference": test.difference, "ci_low": test.ci_low, "ci_high": test.ci_high,
-            "test": test.test, "p_value": p_value, "p_holm": math.nan, "significant": False,
+            "test": test.test, "draws": test.draws, "p_value": p_value, "p_holm": math.nan, "significant": False,
             "claim": claim.text, "runs": "; ".join(f"{m} / {b}" for m, b in runs),
             "duplicate_of": None if duplicate_of == len(rows) else duplicate_of,
         })
@@ -390,6 +390,11 @@ class ClaimsSummary:
         """The Holm family every claim's verdict is adjusted over, as generated text names it."""
         return f"the claims family of {self.checked} (the distinct tested comparisons of the claims table)"
 
+    @property
+    def family_short(self) -> str:
+        """The family's name with its size, as a cutoff is stated for it (``the claims family of 14``)."""
+        return f"the claims family of {self.checked}"
+
     def _untested(self) -> str:
         parts = []
         if self.equal:
@@ -409,7 +414,8 @@ class ClaimsSummary:
                 + self._untested())
         if small:
             text += ("; none is tested: " + inference.small_sample_line(
-                self.largest_n, self.alpha, what="paired questions per benchmark cell", family=self.checked).rstrip("."))
+                self.largest_n, self.alpha, what="paired questions per benchmark cell", family=self.checked,
+                family_name=self.family_short).rstrip("."))
         else:
             text += (f"; {self.significant} of the {self.holds} with p_holm < {self.alpha:g} ({multiplicity.RULE}-adjusted "
                      f"over {self.family}; exact McNemar per benchmark, the stratified exact sign test for an Average)")
@@ -427,8 +433,8 @@ class ClaimsSummary:
         head = f"Claims: {self.holds} of {self.total} go the claimed way"
         tail = f", {self.reversed} reversed, {self.ties} tied" + self._untested()
         if self.largest_n and inference.too_small(self.largest_n, self.alpha, self.checked):
-            return (head + tail + f"; n = {self.largest_n} per benchmark cell is below n = "
-                    f"{inference.cutoff(self.alpha, self.checked)}: no inference.")
+            return (head + tail + f"; n = {self.largest_n} per benchmark cell is "
+                    f"{inference.cutoff_phrase(self.alpha, self.checked, self.family_short)}: no inference.")
         return (head + f" ({self.significant} of them with p_holm < {self.alpha:g}, {multiplicity.RULE} over the claims "
                 f"family of {self.checked})" + tail + ".")
 
