@@ -26,7 +26,9 @@ import pandas as pd
 from r2mad_core.report.results import PAPER_DESIGN_METRIC, SUBSET_METRIC, GridResults
 from r2mad_core.debate.scoring import mean_accuracy_with_ci
 from r2mad_core.report.tables import AVERAGE_LABEL
-from r2mad_core.report import inference, multiplicity
+from r2mad_core.report import inference, intervals, multiplicity
+from r2mad_core.data import benchmarks as benchmark_registry
+from r2mad_core.report.tables import benchmark_label
 
 REPORTED_RESULTS_RESOURCE = "reported_results.csv"
 #: The paper's "(both)" rows average over Qwen2.5-7B-Instruct and Gemma-3-4B-IT.
@@ -80,7 +82,8 @@ def compare_with_paper(
     present, takes precedence. Returns one row per reproduced
     number: ..., ``paper_model``, ``reproduced``, ``paper`` (NaN when the paper has no such
     number; for an ``Average`` over fewer benchmarks than the paper's, the paper's mean over the same benchmarks,
-    named in ``paper_average_over``), ``difference`` (reproduced - paper) and ``paper_within_ci``.
+    named in ``paper_average_over``), ``difference`` (reproduced - paper) with its interval ``difference_low`` /
+    ``difference_high`` and ``consistent_with_paper`` (:func:`_difference_intervals`).
     """
     required = ["table", "model", "method", "benchmark", "metric", "value"]
     missing = [c for c in required if c not in reproduced.columns]
@@ -99,15 +102,50 @@ def compare_with_paper(
     merged = merged.rename(columns={"value": "reproduced"})
     merged = _average_over_same_benchmarks(merged, paper)
     merged["difference"] = merged["reproduced"] - merged["paper"]
-    has_ci = merged["ci_low"].notna() & merged["ci_high"].notna() & merged["paper"].notna()
-    within = (merged["paper"] >= merged["ci_low"]) & (merged["paper"] <= merged["ci_high"])
-    merged["paper_within_ci"] = pd.Series(pd.NA, index=merged.index, dtype="boolean")
-    merged.loc[has_ci, "paper_within_ci"] = within[has_ci]
+    merged = _difference_intervals(merged)
     columns = [
         "table", "model", "paper_model", "method", "benchmark", "metric",
-        "reproduced", "ci_low", "ci_high", "n", "paper", "difference", "paper_within_ci",
+        "reproduced", "ci_low", "ci_high", "n", "paper", "difference", "difference_low", "difference_high",
+        "consistent_with_paper",
     ]
     return merged[columns + [c for c in merged.columns if c not in columns]]
+
+
+def paper_test_size(benchmark: str) -> int | None:
+    """The questions of the paper's test split of a benchmark (its table name: ``Economics``); None when unknown."""
+    for key, sizes in benchmark_registry.PAPER_SPLIT_SIZES.items():
+        if benchmark_label(key) == benchmark:
+            return int(sizes["test"])
+    return None
+
+
+def _difference_intervals(merged: pd.DataFrame) -> pd.DataFrame:
+    """``difference_low`` / ``difference_high``: the 95% interval of reproduced - paper as two independent samples of
+    known sizes (the paper's test split, :func:`paper_test_size`; :func:`r2mad_core.report.intervals.difference_from_paper`,
+    an Average over its benchmarks' cells), and ``consistent_with_paper``: whether it contains 0. A perfect
+    reproduction is consistent about 95% of the time; the paper's number inside the reproduced CI alone treated it as
+    exact and failed a perfect reproduction about 17% of the time (docs/statistics.md). Accuracy rows with a known n
+    and a paper number only; NA elsewhere."""
+    merged = merged.copy()
+    merged["difference_low"] = np.nan
+    merged["difference_high"] = np.nan
+    merged["consistent_with_paper"] = pd.Series(pd.NA, index=merged.index, dtype="boolean")
+    keys = ["table", "model", "paper_model", "method", "metric"]
+    for index in merged.index[(merged["metric"] == "accuracy") & merged["paper"].notna()]:
+        row = merged.loc[index]
+        if row["benchmark"] == AVERAGE_LABEL:
+            cells = merged[(merged[keys] == row[keys]).all(axis=1) & (merged["benchmark"] != AVERAGE_LABEL)]
+        else:
+            cells = merged.loc[[index]]
+        sizes = [paper_test_size(b) for b in cells["benchmark"]]
+        if cells.empty or None in sizes or cells["n"].isna().any() or cells["paper"].isna().any():
+            continue
+        _, low, high = intervals.difference_from_paper(
+            list(zip(cells["reproduced"].astype(float), cells["n"].astype(int))),
+            list(zip(cells["paper"].astype(float), sizes)))
+        merged.at[index, "difference_low"], merged.at[index, "difference_high"] = low, high
+        merged.at[index, "consistent_with_paper"] = bool(low <= 0.0 <= high)
+    return merged
 
 
 def _average_over_same_benchmarks(merged: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:

@@ -156,8 +156,11 @@ def test_name(strata: int, monte_carlo: bool = False) -> str:
 
 def paired_estimate(a: Sequence[bool], b: Sequence[bool], strata: Sequence[Any] | None = None, *,
                     level: float = 0.95, n_bootstrap: int = 2000, seed: int = 0) -> PairedEstimate:
-    """The paired difference ``a - b`` on the same questions (the mean of the per-stratum differences), its
-    stratified bootstrap CI and its exact test (module docstring)."""
+    """The paired difference ``a - b`` on the same questions (the mean of the per-stratum differences), its CI and
+    its exact test (module docstring). The CI of one stratum is the exact interval that agrees with McNemar's exact
+    test by construction (:func:`r2mad_core.report.intervals.mcnemar_interval`: it excludes 0 exactly when p < 0.05,
+    and keeps its coverage at small n); over several strata the stratified bootstrap's. The SE is the bootstrap's
+    standard deviation of the same estimate."""
     counts = stratum_counts(a, b, strata)
     n, b_only, c_only = counts[:, 0], counts[:, 1], counts[:, 2]
     strata_n = len(counts)
@@ -170,6 +173,10 @@ def paired_estimate(a: Sequence[bool], b: Sequence[bool], strata: Sequence[Any] 
     total /= strata_n
     tail = (1.0 - level) / 2.0
     low, high = np.quantile(total, [tail, 1.0 - tail])
+    if strata_n == 1:  # the exact interval that agrees with McNemar's exact test (never a bootstrap point at small n)
+        from r2mad_core.report.intervals import mcnemar_interval
+
+        low, high = mcnemar_interval(int(b_only[0]), int(c_only[0]), int(n[0]), level)
     monte_carlo = is_monte_carlo(counts)
     return PairedEstimate(difference, float(low), float(high), stratified_sign_p(counts, seed), int(n.sum()),
                           int(b_only.sum()), int(c_only.sum()), strata_n, test_name(strata_n, monte_carlo),
