@@ -1,7 +1,8 @@
 """Score and exact intervals for accuracies and their differences (Wilson 1927; Newcombe 1998; Zou and Donner 2008;
 Clopper and Pearson 1934): intervals that keep their coverage at small n, where a percentile bootstrap collapses, and that agree with a test by construction.
 
-- :func:`wilson`: the score interval of one proportion k / n.
+- :func:`wilson`: the score interval of one proportion k / n; :func:`accuracy_se` the standard error of an
+  accuracy (or a mean of accuracies over strata) the tables print beside its CI.
 - :func:`mover`: the interval of a weighted sum of independent estimates from their own intervals (the method of
   variance estimates recovery, Zou and Donner 2008): ``L = est - sqrt(sum_i (w_i (est_i - bound_i))^2)`` with each
   ``bound_i`` the end of interval i on the side that lowers the sum (the upper end likewise). With the Wilson
@@ -21,6 +22,16 @@ from __future__ import annotations
 
 import math
 from typing import Sequence
+
+def accuracy_se(accuracies: Sequence[float], sizes: Sequence[int]) -> float:
+    """The standard error of the mean over strata of accuracies ``p_k`` on ``n_k`` questions,
+    ``sqrt(sum_k p_k (1 - p_k) / n_k) / K``: the standard deviation of the tables' bootstrap (per stratum a
+    Binomial(n_k, p_k) / n_k draw, averaged), so the SE is of the same estimate as the CI beside it."""
+    pairs = [(float(p), float(n)) for p, n in zip(accuracies, sizes)]
+    if not pairs or any(n <= 0 or math.isnan(p) or math.isnan(n) for p, n in pairs):
+        return math.nan
+    return math.sqrt(sum(p * (1.0 - p) / n for p, n in pairs)) / len(pairs)
+
 
 #: The two-sided 95% normal quantile (the intervals are 95%; scipy is not needed for it).
 Z95 = 1.959963984540054

@@ -70,3 +70,31 @@ def test_the_exact_paired_interval_agrees_with_mcnemar_and_covers_at_small_n() -
         covered = np.mean([intervals.mcnemar_interval(int(b), int(c), n)[0] <= p10 - p01
                            <= intervals.mcnemar_interval(int(b), int(c), n)[1] for b, c, _ in draws])
         assert covered >= 0.93, (n, covered)
+
+
+def test_the_se_beside_a_ci_is_the_sd_of_the_same_bootstrap() -> None:
+    from r2mad_core.debate.scoring import mean_accuracy_with_ci
+
+    rng = np.random.default_rng(5)
+    groups = [rng.random(n) < p for n, p in ((134, 0.55), (211, 0.7), (242, 0.4))]
+    se = intervals.accuracy_se([g.mean() for g in groups], [g.size for g in groups])
+    replicates = np.mean([rng.binomial(g.size, g.mean(), size=20000) / g.size for g in groups], axis=0)
+    assert se == pytest.approx(float(np.std(replicates)), rel=0.03)
+    mean, lo, hi = mean_accuracy_with_ci(groups, n_bootstrap=20000)
+    assert (hi - lo) / (2 * 1.96) == pytest.approx(se, rel=0.06)  # the CI beside it: about +-1.96 SE
+
+
+def test_tables_print_the_se_beside_every_ci_and_keep_it_in_the_tidy_csv(tmp_path) -> None:
+    import pandas as pd
+
+    from r2mad_core.report.tables import Table, read_table, render_markdown, table_to_tidy
+
+    index = pd.Index(["a", "b"], name="method")
+    values = pd.DataFrame({"X": [0.5, 0.25]}, index=index)
+    table = Table(values=values, ci_low=values - 0.1, ci_high=values + 0.1,
+                  se=pd.DataFrame({"X": [0.05, 0.04]}, index=index))
+    assert "0.500 [0.400, 0.600] SE 0.050" in render_markdown(table)
+    tidy = table_to_tidy(table)
+    assert list(tidy.columns[-4:]) == ["value", "ci_low", "ci_high", "se"]
+    tidy.to_csv(tmp_path / "t.csv", index=False)
+    assert read_table(tmp_path / "t.csv").se["X"].tolist() == [0.05, 0.04]
