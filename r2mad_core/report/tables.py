@@ -63,7 +63,7 @@ class Table:
     ci_high: pd.DataFrame | None = None
     caption: str = ""
     #: The standard error of each cell's estimate, the same estimate its CI is of (the field's convention: an SE
-    #: beside every CI); shown after the interval (``0.637 [0.600, 0.670] SE 0.018``) and as the tidy CSV's ``se``.
+    #: beside every CI); shown after the interval (``0.637 [0.600, 0.670] SE 0.018``) in the Markdown and LaTeX.
     se: pd.DataFrame | None = None
     digits: int = 3
     best: Best | Mapping[str, Best] | None = None
@@ -274,8 +274,11 @@ def tidy_to_table(
                  **table_options)
 
 
-def table_to_tidy(table: Table) -> pd.DataFrame:
-    """One row per cell: the row labels, ``column``, ``value``, ``ci_low``, ``ci_high`` (row-major order)."""
+def table_to_tidy(table: Table, with_se: bool = False) -> pd.DataFrame:
+    """One row per cell: the row labels, ``column``, ``value``, ``ci_low``, ``ci_high`` (row-major order), and with
+    ``with_se`` the cells' ``se`` last. The saved CSVs leave it out: the readers of a profile's tidy CSVs in
+    reproduce/ (sweeps, variants, replicates) take the last three columns for value and CI, and the SE is a function
+    of the value and n (:func:`r2mad_core.report.intervals.accuracy_se`)."""
     row_names = _row_names(table.values.index)
     column_name = table.values.columns.name or "column"
     if column_name in row_names:
@@ -288,10 +291,10 @@ def table_to_tidy(table: Table) -> pd.DataFrame:
             record["value"] = table.values.at[row, column]
             record["ci_low"] = np.nan if table.ci_low is None else table.ci_low.at[row, column]
             record["ci_high"] = np.nan if table.ci_high is None else table.ci_high.at[row, column]
-            if table.se is not None:
+            if with_se and table.se is not None:
                 record["se"] = table.se.at[row, column]
             records.append(record)
-    tail = ["value", "ci_low", "ci_high"] + (["se"] if table.se is not None else [])
+    tail = ["value", "ci_low", "ci_high"] + (["se"] if with_se and table.se is not None else [])
     return pd.DataFrame.from_records(records, columns=[*row_names, column_name, *tail])
 
 

@@ -84,7 +84,7 @@ def test_the_se_beside_a_ci_is_the_sd_of_the_same_bootstrap() -> None:
     assert (hi - lo) / (2 * 1.96) == pytest.approx(se, rel=0.06)  # the CI beside it: about +-1.96 SE
 
 
-def test_tables_print_the_se_beside_every_ci_and_keep_it_in_the_tidy_csv(tmp_path) -> None:
+def test_tables_print_the_se_beside_every_ci_and_read_it_back_from_a_tidy_csv(tmp_path) -> None:
     import pandas as pd
 
     from r2mad_core.report.tables import Table, read_table, render_markdown, table_to_tidy
@@ -94,7 +94,8 @@ def test_tables_print_the_se_beside_every_ci_and_keep_it_in_the_tidy_csv(tmp_pat
     table = Table(values=values, ci_low=values - 0.1, ci_high=values + 0.1,
                   se=pd.DataFrame({"X": [0.05, 0.04]}, index=index))
     assert "0.500 [0.400, 0.600] SE 0.050" in render_markdown(table)
-    tidy = table_to_tidy(table)
+    assert list(table_to_tidy(table).columns[-3:]) == ["value", "ci_low", "ci_high"]  # the saved CSV's layout
+    tidy = table_to_tidy(table, with_se=True)
     assert list(tidy.columns[-4:]) == ["value", "ci_low", "ci_high", "se"]
     tidy.to_csv(tmp_path / "t.csv", index=False)
     assert read_table(tmp_path / "t.csv").se["X"].tolist() == [0.05, 0.04]
