@@ -132,7 +132,7 @@ def small_sample_problems(text: str, where: str = "", alpha: float = inference.A
 #: A stated no-inference cutoff (:func:`r2mad_core.report.inference.cutoff_phrase`): ``below n = 24, the cutoff of
 #: the claims family of 14``; the family's name runs to the next parenthesis, colon, semicolon or sentence end.
 CUTOFF = re.compile(r"below n = (?P<n>[0-9]+), the cutoff of (?P<family>[^:;()]*?(?:\([^)]*\)[^:;()]*?)*)"
-                    r"(?=[:;)]|\.(?:\s|$)| \(|,? so\b|, the smallest|$)")
+                    r"(?=[:;)]|\.(?:\s|$)| \(the smallest|, the smallest|, so of any|$)")
 
 
 def cutoff_problems(texts: Mapping[str, str], alpha: float = inference.ALPHA) -> list[str]:

@@ -103,8 +103,8 @@ class Comparison:
         head = f"{self.difference:+.3f}{ci}{se}; {self.test} on {self.n_pairs} paired questions, {fmt_p(self.p_value, self.draws)}; "
         if self.p_adjusted is None:
             if inference.too_small(self.cell_n, ALPHA):
-                return head + (f"no inference at n = {self.cell_n} per benchmark cell, {inference.cutoff_phrase(ALPHA)} "
-                               f"(so of any family)")
+                return head + (f"no inference at n = {self.cell_n} per benchmark cell, {inference.cutoff_phrase(ALPHA)}, "
+                               f"so of any family")
             return head + f"verdict: {self.family}"
         return head + inference.verdict(self.p_adjusted, self.cell_n, self.family, ALPHA, self.family_size)
 

@@ -99,8 +99,11 @@ def test_one_cutoff_per_family_and_a_planted_mismatch_is_caught() -> None:
 
     claims_line = inference.small_sample_line(4, family=14, family_name="the claims family of 14")
     caption = inference.small_sample_line(4, what="test questions per benchmark")
-    poisoning = inference.verdict(1.0, 4, "notebook 09's poisoning family of 2", family_size=2)
-    generated = {"10": claims_line, "fig": caption, "09": poisoning}
+    poisoning = inference.verdict(1.0, 4, "notebook 09's poisoning family (clean vs poisoned, one per cell) of 4",
+                                  family_size=4)
+    quoted = _comparison(n_pairs=4, n_cell=4).clause()  # a claim quoted below the cutoff: no inference in any family
+    generated = {"10": claims_line, "fig": caption, "09": poisoning, "03": quoted}
+    assert "below n = 19, the cutoff of notebook 09's poisoning family" in poisoning
     assert "below n = 24, the cutoff of the claims family of 14" in claims_line
     assert "below n = 15, the cutoff of a single test" in caption
     assert consistency.cutoff_problems(generated) == []
