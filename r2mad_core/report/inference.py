@@ -283,6 +283,18 @@ def fmt_p(p: float, draws: int = 0) -> str:
     return f"p = {p:.3g}" if p >= 0.001 else f"p = {p:.1e}"
 
 
+def p_kind(p: float, draws: int = 0) -> str:
+    """What a table's ``p`` cell is (:func:`fmt_p`'s wording, for a column beside a numeric p): ``exact``, ``Monte
+    Carlo, 20,000 draws``, or at the floor ``Monte Carlo floor: p < 1/20,001`` (the number shown is then a bound)."""
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return "--"
+    text = fmt_p(p, draws)
+    if "Monte Carlo" not in text:
+        return "exact"
+    return (f"Monte Carlo floor: {text.split(' (')[0]}" if text.startswith("p < ")
+            else text[text.index("(") + 1:-1])
+
+
 def decides(p_adjusted: float, n: int | float, alpha: float = ALPHA, family_size: int = 1) -> bool:
     """The rule: an adjusted p below ``alpha`` on a sample large enough for inference in its family
     (``n``: the smallest benchmark cell's paired questions; :func:`cutoff`)."""
