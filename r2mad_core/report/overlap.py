@@ -25,9 +25,13 @@ def retrievals(outcomes: Iterable[Any]) -> dict[tuple, frozenset]:
     (``CellOutcome``\\ s); a retrieval that recorded no case ids is left out."""
     out = {}
     for outcome in outcomes:
-        cell = (getattr(outcome.model, "label", outcome.model), outcome.benchmark)
-        for record in outcome.records:
-            record = as_transcript(record)
+        model = getattr(outcome, "model", None)
+        cell = (getattr(model, "label", model), getattr(outcome, "benchmark", None))
+        for record in getattr(outcome, "records", None) or ():
+            try:
+                record = as_transcript(record)
+            except ValueError:  # not a debate transcript (a table of other cells): nothing retrieved to compare
+                continue
             for rnd in record.rounds[1:]:
                 for agent in rnd.agents:
                     ids = (agent.retrieved or {}).get("case_ids")
