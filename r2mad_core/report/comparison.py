@@ -381,6 +381,7 @@ def check_orderings(
             "outcome": outcome, "holds_here": holds_here, "n_pairs": len(paired), "n_cell": n_cell,
             "better_only": better_only,
             "worse_only": worse_only, "difference": test.difference, "ci_low": test.ci_low, "ci_high": test.ci_high,
+            "se": test.se,
             "test": test.test, "draws": test.draws, "p_value": p_value, "p_holm": math.nan, "significant": False,
             "claim": claim.text, "runs": "; ".join(f"{m} / {b}" for m, b in runs),
             "duplicate_of": None if duplicate_of == len(rows) else duplicate_of,
