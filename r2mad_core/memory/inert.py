@@ -28,7 +28,8 @@ LAMBDA_SETTINGS = {
 
 
 def inert_at(name: str, top_k: Any) -> bool:
-    """Whether ``name`` can change what is retrieved at ``top_k`` only through lambda_t reaching 0 (module docstring)."""
+    """Whether ``name`` can change what is retrieved at ``top_k`` only through lambda_t reaching 0 (module
+    docstring)."""
     return name in LAMBDA_SETTINGS and top_k is not None and int(top_k) <= 1
 
 

@@ -279,7 +279,8 @@ def fmt_p(p: float, draws: int = 0) -> str:
     if draws:
         if p <= 1.0 / (1 + draws) * (1 + 1e-9):
             return f"p < 1/{draws + 1:,} (Monte Carlo, {draws:,} draws)"
-        return f"p = {p:.3g} (Monte Carlo, {draws:,} draws)" if p >= 0.001 else f"p = {p:.1e} (Monte Carlo, {draws:,} draws)"
+        shown = f"{p:.3g}" if p >= 0.001 else f"{p:.1e}"
+        return f"p = {shown} (Monte Carlo, {draws:,} draws)"
     return f"p = {p:.3g}" if p >= 0.001 else f"p = {p:.1e}"
 
 
@@ -302,7 +303,8 @@ def decides(p_adjusted: float, n: int | float, alpha: float = ALPHA, family_size
             and not too_small(n, alpha, family_size))
 
 
-def verdict(p_adjusted: float, n: int | float, family: str, alpha: float = ALPHA, family_size: int | None = None) -> str:
+def verdict(p_adjusted: float, n: int | float, family: str, alpha: float = ALPHA,
+            family_size: int | None = None) -> str:
     """The verdict phrase of one test: ``significant (Holm-adjusted p = 0.003 < 0.05 over <family>)`` or
     ``not distinguishable from no difference at n = 40 (Holm-adjusted p = 0.2 over <family>)``; below
     :func:`cutoff` (at the family's Holm level) no verdict phrase at all (neither word nor null phrase)."""

@@ -1,5 +1,6 @@
 """Score and exact intervals for accuracies and their differences (Wilson 1927; Newcombe 1998; Zou and Donner 2008;
-Clopper and Pearson 1934): intervals that keep their coverage at small n, where a percentile bootstrap collapses, and that agree with a test by construction.
+Clopper and Pearson 1934): intervals that keep their coverage at small n, where a percentile bootstrap collapses, and
+that agree with a test by construction.
 
 - :func:`wilson`: the score interval of one proportion k / n; :func:`accuracy_se` the standard error of an
   accuracy (or a mean of accuracies over strata) the tables print beside its CI.
@@ -56,7 +57,8 @@ def wilson(k: float, n: float, level: float = 0.95) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def mover(estimates: Sequence[float], intervals: Sequence[tuple[float, float]], weights: Sequence[float]) -> tuple[float, float]:
+def mover(estimates: Sequence[float], intervals: Sequence[tuple[float, float]],
+          weights: Sequence[float]) -> tuple[float, float]:
     """The interval of ``sum_i w_i est_i`` from independent estimates and their intervals (module docstring)."""
     total = sum(w * e for w, e in zip(weights, estimates))
     down = up = 0.0
