@@ -159,8 +159,10 @@ def paired_estimate(a: Sequence[bool], b: Sequence[bool], strata: Sequence[Any] 
     """The paired difference ``a - b`` on the same questions (the mean of the per-stratum differences), its CI and
     its exact test (module docstring). The CI of one stratum is the exact interval that agrees with McNemar's exact
     test by construction (:func:`r2mad_core.report.intervals.mcnemar_interval`: it excludes 0 exactly when p < 0.05,
-    and keeps its coverage at small n); over several strata the stratified bootstrap's. The SE is the bootstrap's
-    standard deviation of the same estimate."""
+    and keeps its coverage at small n); over several strata the stratified bootstrap's, or, where a stratum is below
+    the cutoff of a single test (no verdict is drawn there), the strata's exact intervals combined by MOVER
+    (:func:`r2mad_core.report.intervals.mover`), which never collapses to a point. The SE is the bootstrap's standard
+    deviation of the same estimate."""
     counts = stratum_counts(a, b, strata)
     n, b_only, c_only = counts[:, 0], counts[:, 1], counts[:, 2]
     strata_n = len(counts)
@@ -177,6 +179,11 @@ def paired_estimate(a: Sequence[bool], b: Sequence[bool], strata: Sequence[Any] 
         from r2mad_core.report.intervals import mcnemar_interval
 
         low, high = mcnemar_interval(int(b_only[0]), int(c_only[0]), int(n[0]), level)
+    elif int(n.min()) < cutoff():  # below the cutoff the bootstrap collapses: the strata's exact intervals, by MOVER
+        from r2mad_core.report.intervals import mcnemar_interval, mover
+
+        low, high = mover((b_only - c_only) / n, [mcnemar_interval(int(b), int(c), int(m), level)
+                                                  for m, b, c in counts], [1.0 / strata_n] * strata_n)
     monte_carlo = is_monte_carlo(counts)
     return PairedEstimate(difference, float(low), float(high), stratified_sign_p(counts, seed), int(n.sum()),
                           int(b_only.sum()), int(c_only.sum()), strata_n, test_name(strata_n, monte_carlo),

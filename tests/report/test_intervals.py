@@ -99,3 +99,21 @@ def test_tables_print_the_se_beside_every_ci_and_read_it_back_from_a_tidy_csv(tm
     assert list(tidy.columns[-4:]) == ["value", "ci_low", "ci_high", "se"]
     tidy.to_csv(tmp_path / "t.csv", index=False)
     assert read_table(tmp_path / "t.csv").se["X"].tolist() == [0.05, 0.04]
+
+
+def test_an_average_at_small_n_has_an_interval_that_never_collapses_and_covers() -> None:
+    # tiny's shape: four benchmarks of 4 questions; the bootstrap gave [0, 0] when no question was discordant
+    strata = np.repeat(["a", "b", "c", "d"], 4)
+    same = np.array([True, False] * 8)
+    est = inference.paired_estimate(same, same, strata, n_bootstrap=200)
+    assert est.ci_low < 0 < est.ci_high
+    rng = np.random.default_rng(2)
+    p10, p01 = np.array([0.3, 0.1, 0.2, 0.0]), np.array([0.1, 0.1, 0.0, 0.2])
+    truth, covered = float(np.mean(p10 - p01)), 0
+    for _ in range(400):
+        u = rng.random((4, 4))
+        a = (u < p10[:, None]) | (u > 1 - 0.4)
+        b = ((u >= p10[:, None]) & (u < (p10 + p01)[:, None])) | (u > 1 - 0.4)
+        e = inference.paired_estimate(a.ravel(), b.ravel(), strata, n_bootstrap=50)
+        covered += e.ci_low <= truth <= e.ci_high
+    assert covered / 400 >= 0.93
