@@ -457,7 +457,8 @@ class ClaimsSummary:
                 family_name=self.family_short).rstrip("."))
         else:
             text += (f"; {self.significant} of the {self.holds} with p_holm < {self.alpha:g} ({multiplicity.RULE}-adjusted "
-                     f"over {self.family}; exact McNemar per benchmark, the stratified exact sign test for an Average)")
+                     f"over {self.family}; exact McNemar per benchmark, the stratified sign test for an Average, exact or "
+                     f"Monte Carlo as the table's p_is says)")
         text += "."
         if self.repeated:
             text += (f" {self.repeated} further claim{'s' if self.repeated != 1 else ''} of the paper "
