@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
 COMMANDS = {
     "a variant": ["--set", "gamma=0.5"],
-    "a sweep": ["--sweep", "gamma=0.5,0.9"],
+    "a sweep": ["--sweep", "w_high=0.5,0.55"],  # not gamma: inert at K = 1, refused (r2mad_core.memory.inert)
     "seed replicates": ["--replicates", "2"],
     "a rehearsal": ["--rehearse"],
 }

@@ -34,7 +34,7 @@
   // a table without a verdict column keeps its last KEEP_LAST (the values). Issue 61: the claims table's verdicts
   // were its 8th to 14th columns, off-screen in the compact view of its first 4 and last 6.
   var KEEP_FIRST = 4, KEEP_LAST = 6;
-  var VERDICT_COLUMNS = ["outcome", "within_ci", "significant", "verdict", "p_holm", "difference", "reproduced", "paper"];
+  var VERDICT_COLUMNS = ["outcome", "consistent", "significant", "verdict", "p_holm", "difference", "reproduced", "paper"];
   var LONG_CELL = 28;  // a cell of more characters wraps in the compact view; a shorter one stays on one line
   function compactTables() {
     document.querySelectorAll("article table").forEach(function (table) {

@@ -7,6 +7,8 @@
 - :mod:`~r2mad_core.memory.banks`: the per-agent banks M_i: build, poison, save and load.
 - :mod:`~r2mad_core.memory.retrieval`: debate-state-aware MMR (Eqs. 5-6, lambda_t falls with the consensus) and
   the policy registry (``POLICIES``, ``register_policy``; ``mmr_policy`` for a new MMR variant).
+- :mod:`~r2mad_core.memory.inert`: which retrieval settings are inert given the others (gamma and the fixed lambda at
+  K = 1); a sweep over an inert one is refused before it runs.
 - :mod:`~r2mad_core.memory.confidence`: peer reliability from retrieved cases (Eq. 7) and its annotation.
 - :mod:`~r2mad_core.memory.hook`: the R2-MAD round hook that ties them into the debate loop.
 - :mod:`~r2mad_core.memory.audit`: the Limitations audit of a bank (mislabelled cases, near duplicates).

@@ -13,6 +13,10 @@ comparison); it runs nothing (the cells are run by :mod:`r2mad_core.reproduce`).
   McNemar / stratified sign test, Holm family, verdict words only from the adjusted p, the small-sample n, trends.
 - :mod:`~r2mad_core.report.consistency`: the checker of the one inference rule across outputs: one record per
   comparison, no verdict below the cutoff, no bold without a test.
+- :mod:`~r2mad_core.report.intervals`: score and exact intervals (Wilson, MOVER/Newcombe for the difference from the
+  paper's number, the exact paired interval that agrees with McNemar) and the SE printed beside every CI.
+- :mod:`~r2mad_core.report.overlap`: near-identical rows, the share of retrievals with the same cases, named in a
+  table's caption.
 - :mod:`~r2mad_core.report.mcnemar`: the exact power of McNemar's test and the minimum detectable effect.
 - :mod:`~r2mad_core.report.power`: the claims' power: the smallest difference a run can detect, before the run, at the
   Holm-adjusted level.

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from r2mad_core.files import atomic_write, locked
-from r2mad_core.report import inference
+from r2mad_core.report import inference, overlap
 from r2mad_core.report.tables import Table, render_latex, render_markdown, table_to_tidy
 from r2mad_core.report.volatile import same_but_volatile
 
@@ -537,7 +537,10 @@ class ReportContext:
 
     def save_table(self, table: Table | pd.DataFrame, name: str, **overrides: Any) -> list[Path]:
         own = table.caption if isinstance(table, Table) else None
-        caption = self.with_engine_note(self.with_sample_note(overrides.get("caption", own), overrides))
+        caption = overrides.get("caption", own)
+        if isinstance(table, Table) and table.cells:  # rows that retrieved the same cases almost always are named
+            caption = overlap.with_note(caption, [overlap.near_identical_note(table)])
+        caption = self.with_engine_note(self.with_sample_note(caption, overrides))
         own_runs = table_run_dirs(table)
         if own_runs is not None and "runs" not in overrides:
             overrides["runs"], overrides["runs_from"] = run_paths(own_runs, self.out_dir), RUNS_FROM_TABLE

@@ -26,7 +26,9 @@ import pandas as pd
 from r2mad_core.report.results import PAPER_DESIGN_METRIC, SUBSET_METRIC, GridResults
 from r2mad_core.debate.scoring import mean_accuracy_with_ci
 from r2mad_core.report.tables import AVERAGE_LABEL
-from r2mad_core.report import inference, multiplicity
+from r2mad_core.report import inference, intervals, multiplicity
+from r2mad_core.data import benchmarks as benchmark_registry
+from r2mad_core.report.tables import benchmark_label
 
 REPORTED_RESULTS_RESOURCE = "reported_results.csv"
 #: The paper's "(both)" rows average over Qwen2.5-7B-Instruct and Gemma-3-4B-IT.
@@ -80,7 +82,8 @@ def compare_with_paper(
     present, takes precedence. Returns one row per reproduced
     number: ..., ``paper_model``, ``reproduced``, ``paper`` (NaN when the paper has no such
     number; for an ``Average`` over fewer benchmarks than the paper's, the paper's mean over the same benchmarks,
-    named in ``paper_average_over``), ``difference`` (reproduced - paper) and ``paper_within_ci``.
+    named in ``paper_average_over``), ``difference`` (reproduced - paper) with its interval ``difference_low`` /
+    ``difference_high`` and ``consistent_with_paper`` (:func:`_difference_intervals`).
     """
     required = ["table", "model", "method", "benchmark", "metric", "value"]
     missing = [c for c in required if c not in reproduced.columns]
@@ -99,15 +102,50 @@ def compare_with_paper(
     merged = merged.rename(columns={"value": "reproduced"})
     merged = _average_over_same_benchmarks(merged, paper)
     merged["difference"] = merged["reproduced"] - merged["paper"]
-    has_ci = merged["ci_low"].notna() & merged["ci_high"].notna() & merged["paper"].notna()
-    within = (merged["paper"] >= merged["ci_low"]) & (merged["paper"] <= merged["ci_high"])
-    merged["paper_within_ci"] = pd.Series(pd.NA, index=merged.index, dtype="boolean")
-    merged.loc[has_ci, "paper_within_ci"] = within[has_ci]
+    merged = _difference_intervals(merged)
     columns = [
         "table", "model", "paper_model", "method", "benchmark", "metric",
-        "reproduced", "ci_low", "ci_high", "n", "paper", "difference", "paper_within_ci",
+        "reproduced", "ci_low", "ci_high", "n", "paper", "difference", "difference_low", "difference_high",
+        "consistent_with_paper",
     ]
     return merged[columns + [c for c in merged.columns if c not in columns]]
+
+
+def paper_test_size(benchmark: str) -> int | None:
+    """The questions of the paper's test split of a benchmark (its table name: ``Economics``); None when unknown."""
+    for key, sizes in benchmark_registry.PAPER_SPLIT_SIZES.items():
+        if benchmark_label(key) == benchmark:
+            return int(sizes["test"])
+    return None
+
+
+def _difference_intervals(merged: pd.DataFrame) -> pd.DataFrame:
+    """``difference_low`` / ``difference_high``: the 95% interval of reproduced - paper as two independent samples of
+    known sizes (the paper's test split, :func:`paper_test_size`; :func:`r2mad_core.report.intervals.difference_from_paper`,
+    an Average over its benchmarks' cells), and ``consistent_with_paper``: whether it contains 0. A perfect
+    reproduction is consistent about 95% of the time; the paper's number inside the reproduced CI alone treated it as
+    exact and failed a perfect reproduction about 17% of the time (docs/statistics.md). Accuracy rows with a known n
+    and a paper number only; NA elsewhere."""
+    merged = merged.copy()
+    merged["difference_low"] = np.nan
+    merged["difference_high"] = np.nan
+    merged["consistent_with_paper"] = pd.Series(pd.NA, index=merged.index, dtype="boolean")
+    keys = ["table", "model", "paper_model", "method", "metric"]
+    for index in merged.index[(merged["metric"] == "accuracy") & merged["paper"].notna()]:
+        row = merged.loc[index]
+        if row["benchmark"] == AVERAGE_LABEL:
+            cells = merged[(merged[keys] == row[keys]).all(axis=1) & (merged["benchmark"] != AVERAGE_LABEL)]
+        else:
+            cells = merged.loc[[index]]
+        sizes = [paper_test_size(b) for b in cells["benchmark"]]
+        if cells.empty or None in sizes or cells["n"].isna().any() or cells["paper"].isna().any():
+            continue
+        _, low, high = intervals.difference_from_paper(
+            list(zip(cells["reproduced"].astype(float), cells["n"].astype(int))),
+            list(zip(cells["paper"].astype(float), sizes)))
+        merged.at[index, "difference_low"], merged.at[index, "difference_high"] = low, high
+        merged.at[index, "consistent_with_paper"] = bool(low <= 0.0 <= high)
+    return merged
 
 
 def _average_over_same_benchmarks(merged: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
@@ -343,7 +381,8 @@ def check_orderings(
             "outcome": outcome, "holds_here": holds_here, "n_pairs": len(paired), "n_cell": n_cell,
             "better_only": better_only,
             "worse_only": worse_only, "difference": test.difference, "ci_low": test.ci_low, "ci_high": test.ci_high,
-            "test": test.test, "p_value": p_value, "p_holm": math.nan, "significant": False,
+            "se": test.se,
+            "test": test.test, "draws": test.draws, "p_value": p_value, "p_holm": math.nan, "significant": False,
             "claim": claim.text, "runs": "; ".join(f"{m} / {b}" for m, b in runs),
             "duplicate_of": None if duplicate_of == len(rows) else duplicate_of,
         })
@@ -390,6 +429,11 @@ class ClaimsSummary:
         """The Holm family every claim's verdict is adjusted over, as generated text names it."""
         return f"the claims family of {self.checked} (the distinct tested comparisons of the claims table)"
 
+    @property
+    def family_short(self) -> str:
+        """The family's name with its size, as a cutoff is stated for it (``the claims family of 14``)."""
+        return f"the claims family of {self.checked}"
+
     def _untested(self) -> str:
         parts = []
         if self.equal:
@@ -409,10 +453,12 @@ class ClaimsSummary:
                 + self._untested())
         if small:
             text += ("; none is tested: " + inference.small_sample_line(
-                self.largest_n, self.alpha, what="paired questions per benchmark cell", family=self.checked).rstrip("."))
+                self.largest_n, self.alpha, what="paired questions per benchmark cell", family=self.checked,
+                family_name=self.family_short).rstrip("."))
         else:
             text += (f"; {self.significant} of the {self.holds} with p_holm < {self.alpha:g} ({multiplicity.RULE}-adjusted "
-                     f"over {self.family}; exact McNemar per benchmark, the stratified exact sign test for an Average)")
+                     f"over {self.family}; exact McNemar per benchmark, the stratified sign test for an Average, exact or "
+                     f"Monte Carlo as the table's p_is says)")
         text += "."
         if self.repeated:
             text += (f" {self.repeated} further claim{'s' if self.repeated != 1 else ''} of the paper "
@@ -427,8 +473,8 @@ class ClaimsSummary:
         head = f"Claims: {self.holds} of {self.total} go the claimed way"
         tail = f", {self.reversed} reversed, {self.ties} tied" + self._untested()
         if self.largest_n and inference.too_small(self.largest_n, self.alpha, self.checked):
-            return (head + tail + f"; n = {self.largest_n} per benchmark cell is below n = "
-                    f"{inference.cutoff(self.alpha, self.checked)}: no inference.")
+            return (head + tail + f"; n = {self.largest_n} per benchmark cell is "
+                    f"{inference.cutoff_phrase(self.alpha, self.checked, self.family_short)}: no inference.")
         return (head + f" ({self.significant} of them with p_holm < {self.alpha:g}, {multiplicity.RULE} over the claims "
                 f"family of {self.checked})" + tail + ".")
 

@@ -9,6 +9,8 @@ alpha; this module checks what it cannot see from one sentence:
   carries that row's p and CI and cites the claims family, never a family of its own;
 - **no verdict below the cutoff** (:func:`small_sample_problems`): no verdict phrase ("significant", "not
   distinguishable from no difference") on fewer paired questions than the cutoff of its family's Holm level;
+- **one cutoff per family** (:func:`cutoff_problems`): every stated no-inference cutoff names its family and is
+  that family's (at its Holm level), so no two texts give one family two cutoffs;
 - **no bold without a test** (:func:`bold_problems`): a table's bold cells are exactly those its rule bolds
   (:meth:`r2mad_core.report.tables.Table.best_mask`, recomputed from the per-question cells).
 
@@ -33,7 +35,7 @@ _NUMBER = r"[+-]?[0-9.]+(?:e[-+]?[0-9]+)?"
 CLAUSE = re.compile(
     rf"(?P<better>[^;:]+?) (?P<vb>[0-9]\.[0-9]{{3}}) vs (?P<worse>[^;:]+?) (?P<vw>[0-9]\.[0-9]{{3}}) "
     rf"\((?P<diff>[+-][0-9]\.[0-9]{{3}})(?:, 95% CI \[(?P<lo>{_NUMBER}), (?P<hi>{_NUMBER})\])?(?:, SE [0-9.]+)?; "
-    rf"(?P<test>[^;]+?) on (?P<n>[0-9]+) paired questions, p (?:=|<=) (?P<p>{_NUMBER})[^;]*; (?P<verdict>[^)]*(?:\([^)]*\))?[^)]*)\)")
+    rf"(?P<test>[^;]+?) on (?P<n>[0-9]+) paired questions, p (?:(?:=|<=) (?P<p>{_NUMBER})|< 1/(?P<floor>[0-9,]+))[^;]*; (?P<verdict>[^)]*(?:\([^)]*\))?[^)]*)\)")
 _VERDICT = re.compile(r"\b(significant|not distinguishable from no difference)\b")
 
 
@@ -57,7 +59,8 @@ def clauses(text: str, where: str = "") -> list[Quoted]:
     for m in CLAUSE.finditer(text):
         ci = (m["lo"], m["hi"]) if m["lo"] is not None else None
         out.append(Quoted(where, m["better"].strip(), m["worse"].strip(), int(m["n"]), m["diff"], ci,
-                          float(m["p"]), m["verdict"]))
+                          float(m["p"]) if m["p"] is not None else 1.0 / int(m["floor"].replace(",", "")),
+                          m["verdict"]))
     return out
 
 
@@ -116,14 +119,41 @@ def small_sample_problems(text: str, where: str = "", alpha: float = inference.A
     for q in clauses(text, where):
         if not _VERDICT.search(q.verdict):
             continue
-        size = re.findall(r"\bof ([0-9]+)\b", q.verdict)
-        family = int(size[-1]) if size else 1
+        family = inference.family_size_of(q.verdict)
         if inference.too_small(q.n, alpha, family):
-            problems.append(f"{where}: a verdict phrase at n = {q.n}, below n = {inference.cutoff(alpha, family)} "
-                            f"(the cutoff of a family of {family}): {q.verdict!r}")
+            problems.append(f"{where}: a verdict phrase at n = {q.n}, {inference.cutoff_phrase(alpha, family)} "
+                            f"(a family of {family}): {q.verdict!r}")
     for m in re.finditer(r"not distinguishable from no difference at n = ([0-9]+)", text):
         if inference.too_small(int(m.group(1)), alpha):
-            problems.append(f"{where}: the null phrase at n = {m.group(1)}, below n = {inference.minimum_n(alpha)}")
+            problems.append(f"{where}: the null phrase at n = {m.group(1)}, {inference.cutoff_phrase(alpha)}")
+    return problems
+
+
+#: A stated no-inference cutoff (:func:`r2mad_core.report.inference.cutoff_phrase`): ``below n = 24, the cutoff of
+#: the claims family of 14``; the family's name runs to the next parenthesis, colon, semicolon or sentence end.
+CUTOFF = re.compile(r"below n = (?P<n>[0-9]+), the cutoff of (?P<family>[^:;()]*?(?:\([^)]*\)[^:;()]*?)*)"
+                    r"(?=[:;)]|\.(?:\s|$)| \(the smallest|, the smallest|, so of any|$)")
+
+
+def cutoff_problems(texts: Mapping[str, str], alpha: float = inference.ALPHA) -> list[str]:
+    """Every stated cutoff must be its family's (:func:`~r2mad_core.report.inference.cutoff` at the Holm level of the
+    size the family's name states), so every text of one family states the same n; and one family named in two texts
+    with two cutoffs is reported once more as such. A cutoff stated without its family (``below n = 15`` alone) is a
+    problem: which family's it is cannot be checked."""
+    problems, stated = [], {}
+    for where, text in texts.items():
+        for m in CUTOFF.finditer(text):
+            family, n = m["family"].strip(), int(m["n"])
+            size = 1 if family == "a single test" else inference.family_size_of(family)
+            expected = inference.cutoff(alpha, size)
+            if n != expected:
+                problems.append(f"{where}: 'below n = {n}' for {family!r}, whose cutoff (Holm level alpha / {size}) "
+                                f"is n = {expected}")
+            first = stated.setdefault(family, (where, n))
+            if first[1] != n:
+                problems.append(f"{where}: {family!r} has the cutoff n = {n}; {first[0]} states n = {first[1]}")
+        for m in re.finditer(r"below n = ([0-9]+)\b(?!, the cutoff of )", text):
+            problems.append(f"{where}: a cutoff without its family: ...{text[max(0, m.start() - 60):m.end() + 40]}...")
     return problems
 
 
@@ -175,7 +205,7 @@ def check(figures_dir: str | Path, executed_dir: str | Path | None = None) -> li
     claims_path = figures / "tab_paper_claims.csv"
     claims = pd.read_csv(claims_path) if claims_path.exists() else pd.DataFrame(
         columns=["ordering", "n_pairs", "difference", "p"])
-    problems = pair_problems(texts, claims)
+    problems = pair_problems(texts, claims) + cutoff_problems(texts)
     for where, text in texts.items():
         problems += small_sample_problems(text, where)
         if "over this one comparison" in text:

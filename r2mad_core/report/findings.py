@@ -64,6 +64,7 @@ class Comparison:
     se: float = float("nan")
     n_cell: int = 0  # the smallest benchmark cell's paired questions (the cutoff applies per cell); 0: n_pairs
     family_size: int = 1
+    draws: int = 0  # Monte Carlo draws behind ``p_value`` (0: exact)
 
     @property
     def cell_n(self) -> int:
@@ -99,10 +100,11 @@ class Comparison:
         """The parenthesis of :meth:`clause`: difference, CI, SE, test, p and the verdict over its family."""
         ci = "" if math.isnan(self.ci_low) else f", 95% CI [{self.ci_low:+.3f}, {self.ci_high:+.3f}]"
         se = "" if math.isnan(self.se) else f", SE {self.se:.3f}"
-        head = f"{self.difference:+.3f}{ci}{se}; {self.test} on {self.n_pairs} paired questions, {fmt_p(self.p_value)}; "
+        head = f"{self.difference:+.3f}{ci}{se}; {self.test} on {self.n_pairs} paired questions, {fmt_p(self.p_value, self.draws)}; "
         if self.p_adjusted is None:
             if inference.too_small(self.cell_n, ALPHA):
-                return head + f"no inference at n = {self.cell_n} per benchmark cell, below n = {inference.minimum_n(ALPHA)}"
+                return head + (f"no inference at n = {self.cell_n} per benchmark cell, {inference.cutoff_phrase(ALPHA)}, "
+                               f"so of any family")
             return head + f"verdict: {self.family}"
         return head + inference.verdict(self.p_adjusted, self.cell_n, self.family, ALPHA, self.family_size)
 
@@ -149,7 +151,7 @@ def compare(results: GridResults | pd.DataFrame, better: str, worse: str, *, mod
     scope = f"on {names[0]}" if len(names) == 1 else f"on average over {len(names)} benchmarks"
     return Comparison(better, worse, float(per_benchmark["correct_a"].mean()), float(per_benchmark["correct_b"].mean()),
                       len(paired), test.a_only, test.b_only, test.p_value, scope, ci_low=test.ci_low,
-                      ci_high=test.ci_high, test=test.test, se=test.se,
+                      ci_high=test.ci_high, test=test.test, se=test.se, draws=test.draws,
                       n_cell=int(paired.groupby(["model", "benchmark"]).size().min()))
 
 
@@ -494,7 +496,8 @@ def poisoned_memory(frame: pd.DataFrame, poisoned: GridResults, models: Sequence
                                 "wrong whose answer was right penalises the true concept)." if simulated else "."))
         elif c is not None and inference.too_small(c.cell_n, ALPHA, c.family_size):
             sentences.append(f"On {benchmark} the sample is too small to say whether poisoning hurts: "
-                             + inference.small_sample_line(c.cell_n, ALPHA, family=c.family_size))
+                             + inference.small_sample_line(c.cell_n, ALPHA, family=c.family_size,
+                                                          family_name=c.family))
         else:
             mde = planned_minimum_detectable_effect(c.n_pairs, min(float(clean["accuracy"]), 0.99), alpha=level) \
                 if c is not None else math.nan
@@ -566,8 +569,14 @@ def claims(claims_frame: pd.DataFrame, summary: Any, models: Sequence[ModelSpec]
         sentences.append(f"{len(weak)} of the orderings in the claimed direction are {inference.NULL_PHRASE} "
                          f"(p_holm not below {ALPHA:g}, {multiplicity.RULE} over {summary.family}): "
                          + "; ".join(f"{r.better} > {r.worse} ({r.table}, {r.benchmark}, n = {getattr(r, 'n_pairs', '?')}, "
-                                     f"{fmt_p(r.p_value)}, p_holm = {_p(r)})" for r in weak.itertuples()) + ".")
+                                     f"{fmt_p(r.p_value, _draws(r))}, p_holm = {_p(r)})" for r in weak.itertuples()) + ".")
     return sentences
+
+
+def _draws(row: Any) -> int:
+    """The Monte Carlo draws behind a claims row's p (0: exact; a row read back without the column: 0)."""
+    value = getattr(row, "draws", 0)
+    return 0 if value is None or (isinstance(value, float) and math.isnan(value)) else int(value)
 
 
 def _p(row: Any) -> str:
@@ -611,7 +620,7 @@ def _claims_with_power(distinct: pd.DataFrame) -> list[str]:
                 f"power {row.power_paper_difference:.0%} for the paper's {paper:+.3f}")
             mde = "none" if math.isnan(row.mde) else f"{row.mde:.3f}"
             parts.append(f"{row.better} > {row.worse} ({row.table}, {row.benchmark}): {row.outcome} here "
-                         f"({row.reproduced_better - row.reproduced_worse:+.3f}, {fmt_p(row.p_value)}, p_holm = {_p(row)}), "
+                         f"({row.reproduced_better - row.reproduced_worse:+.3f}, {fmt_p(row.p_value, _draws(row))}, p_holm = {_p(row)}), "
                          f"smallest detectable {mde} on {row.n_pairs} pairs, {power_text}")
         sentences.append(f"Could not have been detected at this size ({len(small)} claim{'s' if len(small) != 1 else ''}; "
                          f"{inference.NULL_PHRASE} here, but no evidence against the paper either; smallest detectable: "

@@ -72,6 +72,7 @@ class PairedEstimate:
     strata: int
     test: str  # the test's name as generated text states it
     se: float = math.nan  # standard error of the difference (the bootstrap's standard deviation)
+    draws: int = 0  # Monte Carlo draws behind ``p_value``; 0: the p is exact
 
     @property
     def value_a_minus_b(self) -> float:
@@ -155,8 +156,13 @@ def test_name(strata: int, monte_carlo: bool = False) -> str:
 
 def paired_estimate(a: Sequence[bool], b: Sequence[bool], strata: Sequence[Any] | None = None, *,
                     level: float = 0.95, n_bootstrap: int = 2000, seed: int = 0) -> PairedEstimate:
-    """The paired difference ``a - b`` on the same questions (the mean of the per-stratum differences), its
-    stratified bootstrap CI and its exact test (module docstring)."""
+    """The paired difference ``a - b`` on the same questions (the mean of the per-stratum differences), its CI and
+    its exact test (module docstring). The CI of one stratum is the exact interval that agrees with McNemar's exact
+    test by construction (:func:`r2mad_core.report.intervals.mcnemar_interval`: it excludes 0 exactly when p < 0.05,
+    and keeps its coverage at small n); over several strata the stratified bootstrap's, or, where a stratum is below
+    the cutoff of a single test (no verdict is drawn there), the strata's exact intervals combined by MOVER
+    (:func:`r2mad_core.report.intervals.mover`), which never collapses to a point. The SE is the bootstrap's standard
+    deviation of the same estimate."""
     counts = stratum_counts(a, b, strata)
     n, b_only, c_only = counts[:, 0], counts[:, 1], counts[:, 2]
     strata_n = len(counts)
@@ -169,9 +175,20 @@ def paired_estimate(a: Sequence[bool], b: Sequence[bool], strata: Sequence[Any] 
     total /= strata_n
     tail = (1.0 - level) / 2.0
     low, high = np.quantile(total, [tail, 1.0 - tail])
+    if strata_n == 1:  # the exact interval that agrees with McNemar's exact test (never a bootstrap point at small n)
+        from r2mad_core.report.intervals import mcnemar_interval
+
+        low, high = mcnemar_interval(int(b_only[0]), int(c_only[0]), int(n[0]), level)
+    elif int(n.min()) < cutoff():  # below the cutoff the bootstrap collapses: the strata's exact intervals, by MOVER
+        from r2mad_core.report.intervals import mcnemar_interval, mover
+
+        low, high = mover((b_only - c_only) / n, [mcnemar_interval(int(b), int(c), int(m), level)
+                                                  for m, b, c in counts], [1.0 / strata_n] * strata_n)
+    monte_carlo = is_monte_carlo(counts)
     return PairedEstimate(difference, float(low), float(high), stratified_sign_p(counts, seed), int(n.sum()),
-                          int(b_only.sum()), int(c_only.sum()), strata_n, test_name(strata_n, is_monte_carlo(counts)),
-                          float(np.std(total, ddof=1)) if n_bootstrap > 1 else math.nan)
+                          int(b_only.sum()), int(c_only.sum()), strata_n, test_name(strata_n, monte_carlo),
+                          float(np.std(total, ddof=1)) if n_bootstrap > 1 else math.nan,
+                          MONTE_CARLO_DRAWS if monte_carlo else 0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -216,29 +233,74 @@ def too_small(n: int | float, alpha: float = ALPHA, family: int = 1) -> bool:
     return n is None or (isinstance(n, float) and math.isnan(n)) or int(n) < cutoff(alpha, family)
 
 
+def family_size_of(name: str | None) -> int:
+    """The size a family's name states (``"the claims family of 14"``, ``"the 5 cells of this table"``, ``"each
+    cell's 4 points"``); 1 when it states none. Generated text names a family with its size, and the checker reads the
+    size back with this one function."""
+    import re
+
+    sizes = re.findall(r"(?:\bof|\bthe|'s) ([0-9]+)\b", name or "")
+    return int(sizes[-1]) if sizes else 1
+
+
+def cutoff_phrase(alpha: float = ALPHA, family: int = 1, family_name: str | None = None) -> str:
+    """``below n = 24, the cutoff of the claims family of 14``: the one way a text states a family's no-inference cutoff
+    (:func:`cutoff`), its family named, so that every text of one family states the same n
+    (:func:`r2mad_core.report.consistency.cutoff_problems` checks it). ``family_name`` ends with its size ("... of 14");
+    without one, a family of ``family`` tests (one: "a single test")."""
+    m = max(1, int(family))
+    if family_name is None:
+        family_name = "a single test" if m == 1 else f"a family of {m}"
+    return f"below n = {cutoff(alpha, m)}, the cutoff of {family_name}"
+
+
 def small_sample_line(n: int | float, alpha: float = ALPHA, power: float = TARGET_POWER,
-                      what: str = "paired questions", family: int = 1) -> str:
-    """The sentence every table and caption of a sample below :func:`cutoff` carries."""
-    level = alpha / max(1, int(family))
-    n_min = minimum_n(level, power)
+                      what: str = "paired questions", family: int = 1, family_name: str | None = None) -> str:
+    """The sentence every table and caption of a sample below :func:`cutoff` carries; it names the family whose
+    cutoff it states (:func:`cutoff_phrase`): a text that draws no verdict of its own states the cutoff of a single
+    test, the lowest of any family, so a sample below it supports no inference in any family."""
+    m = max(1, int(family))
+    level = alpha / m
     shown = "?" if n is None or (isinstance(n, float) and math.isnan(n)) else f"{int(n)}"
-    at = f"alpha = {alpha:g}" if family <= 1 else f"the Holm level alpha / {int(family)} = {level:.2g}"
-    return (f"Small sample: n = {shown} {what} is below n = {n_min}, the smallest n at which the exact McNemar "
-            f"test at {at} detects any difference with {power:.0%} power (docs/statistics.md): this sample "
-            f"cannot support inference, and no verdict is drawn from it; an accuracy's interval at this n is the exact "
-            f"Clopper-Pearson one.")
+    at = f"alpha = {alpha:g}" if m <= 1 else f"the Holm level alpha / {m} = {level:.2g}"
+    return (f"Small sample: n = {shown} {what} is {cutoff_phrase(alpha, m, family_name)} (the smallest n at which the "
+            f"exact McNemar test at {at} detects any difference with {power:.0%} power, docs/statistics.md): this "
+            f"sample cannot support inference, and no verdict is drawn from it; an accuracy's interval at this n is "
+            f"the exact Clopper-Pearson one.")
 
 
 # --------------------------------------------------------------------------------------------
 # Verdicts
 # --------------------------------------------------------------------------------------------
-def fmt_p(p: float) -> str:
-    """``p = 0.031``, ``p = 2.0e-05``, ``p = 1``."""
+def fmt_p(p: float, draws: int = 0) -> str:
+    """``p = 0.031``, ``p = 2.0e-05``, ``p = 1``; a Monte Carlo p (``draws`` > 0, ``(1 + hits) / (1 + draws)``) is
+    named as such with its resolution: ``p = 0.0123 (Monte Carlo, 20,000 draws)``, and at its floor, where no draw
+    reached the observed value, ``p < 1/20,001 (Monte Carlo, 20,000 draws)``: the p is at most the floor, never
+    "exact" and never printed as a value. ``draws`` 0: an exact p (a p equal to the default draws' floor is read as
+    that floor, so a caller that lost the count still never prints it as a value)."""
     if p is None or (isinstance(p, float) and math.isnan(p)):
         return "p = --"
-    if math.isclose(float(p), 1.0 / (1 + MONTE_CARLO_DRAWS), rel_tol=1e-9):
-        return f"p <= {p:.1e} (the Monte Carlo floor)"  # no draw reached the observed value: p is at most this
+    p = float(p)
+    if not draws and math.isclose(p, 1.0 / (1 + MONTE_CARLO_DRAWS), rel_tol=1e-9):
+        draws = MONTE_CARLO_DRAWS
+    if draws:
+        if p <= 1.0 / (1 + draws) * (1 + 1e-9):
+            return f"p < 1/{draws + 1:,} (Monte Carlo, {draws:,} draws)"
+        shown = f"{p:.3g}" if p >= 0.001 else f"{p:.1e}"
+        return f"p = {shown} (Monte Carlo, {draws:,} draws)"
     return f"p = {p:.3g}" if p >= 0.001 else f"p = {p:.1e}"
+
+
+def p_kind(p: float, draws: int = 0) -> str:
+    """What a table's ``p`` cell is (:func:`fmt_p`'s wording, for a column beside a numeric p): ``exact``, ``Monte
+    Carlo, 20,000 draws``, or at the floor ``Monte Carlo floor: p < 1/20,001`` (the number shown is then a bound)."""
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return "--"
+    text = fmt_p(p, draws)
+    if "Monte Carlo" not in text:
+        return "exact"
+    return (f"Monte Carlo floor: {text.split(' (')[0]}" if text.startswith("p < ")
+            else text[text.index("(") + 1:-1])
 
 
 def decides(p_adjusted: float, n: int | float, alpha: float = ALPHA, family_size: int = 1) -> bool:
@@ -248,15 +310,17 @@ def decides(p_adjusted: float, n: int | float, alpha: float = ALPHA, family_size
             and not too_small(n, alpha, family_size))
 
 
-def verdict(p_adjusted: float, n: int | float, family: str, alpha: float = ALPHA, family_size: int = 1) -> str:
+def verdict(p_adjusted: float, n: int | float, family: str, alpha: float = ALPHA,
+            family_size: int | None = None) -> str:
     """The verdict phrase of one test: ``significant (Holm-adjusted p = 0.003 < 0.05 over <family>)`` or
     ``not distinguishable from no difference at n = 40 (Holm-adjusted p = 0.2 over <family>)``; below
     :func:`cutoff` (at the family's Holm level) no verdict phrase at all (neither word nor null phrase)."""
     adjusted = f"{multiplicity.RULE}-adjusted {fmt_p(p_adjusted)}"
+    family_size = family_size_of(family) if family_size is None else family_size
     if too_small(n, alpha, family_size):
-        return (f"no inference at n = {int(n) if n == n else '?'} (below n = {cutoff(alpha, family_size)}, the "
-                f"smallest n with 80% power for any difference at the family's Holm level; {adjusted} over {family})")
-    if decides(p_adjusted, n, alpha):
+        return (f"no inference at n = {int(n) if n == n else '?'} ({cutoff_phrase(alpha, family_size, family)}, the "
+                f"smallest n with 80% power for any difference at its Holm level; {adjusted})")
+    if decides(p_adjusted, n, alpha, family_size):
         return f"significant ({adjusted} < {alpha:g}, over {family})"
     return f"{NULL_PHRASE} at n = {int(n)} ({adjusted} over {family})"
 
@@ -275,6 +339,7 @@ class Trend:
     p_value: float
     n: int  # questions
     points: int
+    draws: int = 0  # the permutation test's Monte Carlo draws
 
 
 def _slopes(values: np.ndarray, x: np.ndarray, groups: np.ndarray) -> np.ndarray:
@@ -333,14 +398,14 @@ def trend_test(outcomes: np.ndarray, x: Sequence[float], strata: Sequence[Any] |
         slopes = _slopes(shown(permuted), xs, group)
         hits += int(np.sum(np.abs(slopes) >= abs(observed) - 1e-12))
         done += size
-    return Trend(observed, (1 + hits) / (1 + draws), int(len(y)), int(xs.size))
+    return Trend(observed, (1 + hits) / (1 + draws), int(len(y)), int(xs.size), int(draws))
 
 
 def trend_phrase(trend: Trend, axis: str, family: str, p_adjusted: float | None = None, alpha: float = ALPHA) -> str:
     """``slope +0.12 per unit of gamma, paired permutation p = 0.004 (Holm ...): significant`` (the rule's words)."""
     p = trend.p_value if p_adjusted is None else p_adjusted
     return (f"slope {trend.slope:+.3g} per unit of {axis} (paired permutation test over {trend.n} questions and "
-            f"{trend.points} points, {fmt_p(trend.p_value)}): {verdict(p, trend.n, family, alpha)}")
+            f"{trend.points} points, {fmt_p(trend.p_value, trend.draws)}): {verdict(p, trend.n, family, alpha)}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -416,23 +481,25 @@ def pooled_paired(a: dict[str, np.ndarray], b: dict[str, np.ndarray], *, seed: i
     return PairedEstimate(estimate, low, high, sign_flip_p(per_question, draws=draws, seed=seed), int(values.size),
                           int(np.sum(values > 0)), int(np.sum(values < 0)), len(per_question),
                           monte_carlo_name(f"stratified sign-flip test on the questions' mean differences over "
-                                           f"{seeds} seeds ({len(per_question)} benchmarks)", draws), se)
+                                           f"{seeds} seeds ({len(per_question)} benchmarks)", draws), se, int(draws))
 
 
 def count_phrase(p_adjusted: Sequence[float], n: Sequence[float], family: str, alpha: float = ALPHA) -> str:
     """How many tests of one family the rule calls significant, the family named: ``2 of 25 significant (p_holm <
-    0.05, Holm over <family>)``; tests below :func:`minimum_n` are counted apart and, when every one is, no verdict
-    word at all (``no inference: n below 15``)."""
+    0.05, Holm over <family>)``; tests below the family's :func:`cutoff` (at the Holm level of its m tests) are counted
+    apart and, when every one is, no verdict word at all (``no inference: ... below n = 24, the cutoff of ...``)."""
     tests = [(p, m) for p, m in zip(p_adjusted, n) if not (isinstance(p, float) and math.isnan(p))]
-    small = [t for t in tests if too_small(t[1], alpha)]
+    stated = family_size_of(family)  # a family named with its size (a sweep's: each cell's points) is that size
+    size = stated if stated > 1 else max(1, len(tests))
+    phrase = cutoff_phrase(alpha, size, family if stated == size else f"{family} (a family of {size})")
+    small = [t for t in tests if too_small(t[1], alpha, size)]
     if tests and len(small) == len(tests):
-        return (f"no inference for any of the {len(tests)} (n at most {int(max(m for _, m in tests))}, below "
-                f"n = {minimum_n(alpha)})")
-    decided = sum(decides(p, m, alpha) for p, m in tests)
+        return f"no inference for any of the {len(tests)} (n at most {int(max(m for _, m in tests))}, {phrase})"
+    decided = sum(decides(p, m, alpha, size) for p, m in tests)
     text = (f"{decided} of {len(tests) - len(small)} significant (p_holm < {alpha:g}, {multiplicity.RULE} over "
             f"{family}), the rest {NULL_PHRASE} at their n")
     if small:
-        text += f"; {len(small)} below n = {minimum_n(alpha)}: no inference"
+        text += f"; {len(small)} {phrase}: no inference"
     return text
 
 

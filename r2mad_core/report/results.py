@@ -20,6 +20,7 @@ import pandas as pd
 from r2mad_core.experiments.model_specs import ModelSpec
 from r2mad_core.debate.scoring import agents_correct_by_round, mean_accuracy_with_ci, replayed_share
 from r2mad_core.records import TranscriptRecord
+from r2mad_core.report import intervals
 from r2mad_core.report.tables import AVERAGE_LABEL, Best, Table, _is_missing, benchmark_label
 from r2mad_core.debate.scoring import accuracy_with_ci, limit_counts, shared_misconception_subset, stance_transitions
 
@@ -178,7 +179,7 @@ class GridResults:
         columns = benchmarks + ([AVERAGE_LABEL] if with_average and len(benchmarks) > 1 else [])
         index = pd.MultiIndex.from_tuples(rows, names=["model", "method"])
         values = pd.DataFrame(np.nan, index=index, columns=pd.Index(columns, name="benchmark"))
-        low, high = values.copy(), values.copy()
+        low, high, errors = values.copy(), values.copy(), values.copy()
         for model, method in rows:
             part = frame[(frame[model_column] == model) & (frame.method == method)].set_index("benchmark")
             for benchmark in benchmarks:
@@ -186,6 +187,8 @@ class GridResults:
                     values.loc[(model, method), benchmark] = part.at[benchmark, "accuracy"]
                     low.loc[(model, method), benchmark] = part.at[benchmark, "ci_low"]
                     high.loc[(model, method), benchmark] = part.at[benchmark, "ci_high"]
+                    errors.loc[(model, method), benchmark] = intervals.accuracy_se(
+                        [part.at[benchmark, "accuracy"]], [part.at[benchmark, "n"]])
             if AVERAGE_LABEL in columns and set(benchmarks) <= set(part.index):
                 mine = questions[(questions[model_column] == model) & (questions.method == method)]
                 groups = [mine[mine.benchmark == b]["correct"].to_numpy() for b in benchmarks]
@@ -193,6 +196,8 @@ class GridResults:
                 values.loc[(model, method), AVERAGE_LABEL] = mean
                 low.loc[(model, method), AVERAGE_LABEL] = lo
                 high.loc[(model, method), AVERAGE_LABEL] = hi
+                errors.loc[(model, method), AVERAGE_LABEL] = intervals.accuracy_se(
+                    [g.mean() for g in groups], [g.size for g in groups])
         cells = {}
         for model, method in rows:
             mine = [o for o in self.outcomes if getattr(o.model, model_column if model_column != "model" else "label")
@@ -203,9 +208,9 @@ class GridResults:
             if AVERAGE_LABEL in columns and len(mine) == len(benchmarks):
                 cells[(row, AVERAGE_LABEL)] = mine
         if not grouped:
-            for frame_ in (values, low, high):
+            for frame_ in (values, low, high, errors):
                 frame_.index = frame_.index.droplevel("model")
-        return Table(values=values, ci_low=low, ci_high=high, caption=caption, best="max",
+        return Table(values=values, ci_low=low, ci_high=high, se=errors, caption=caption, best="max",
                      cells={k: v for k, v in cells.items() if v})
 
     def reproduced(self, table_label: str, methods: Sequence[str] | None = None, *,
@@ -246,7 +251,7 @@ class GridResults:
         columns = [f"{m} / {b}" for m, b in pairs] + [AVERAGE_LABEL]
         index = pd.Index([(row_names or {}).get(m, m) for m in methods], name="method")
         values = pd.DataFrame(np.nan, index=index, columns=pd.Index(columns, name="cell"))
-        low, high = values.copy(), values.copy()
+        low, high, errors = values.copy(), values.copy(), values.copy()
         cells: dict[Any, list[CellOutcome]] = {}
         for method, row in zip(methods, index):
             groups = []
@@ -257,6 +262,7 @@ class GridResults:
                 values.at[row, column] = hit["accuracy"].iloc[0]
                 low.at[row, column] = hit["ci_low"].iloc[0]
                 high.at[row, column] = hit["ci_high"].iloc[0]
+                errors.at[row, column] = intervals.accuracy_se([hit["accuracy"].iloc[0]], [hit["n"].iloc[0]])
                 mine = questions[(questions.model == model) & (questions.benchmark == benchmark)
                                  & (questions.method == method)]
                 groups.append(mine["correct"].to_numpy())
@@ -265,8 +271,9 @@ class GridResults:
             if len(groups) == len(pairs):
                 mean, lo, hi = mean_accuracy_with_ci(groups, n_bootstrap=self.bootstrap_resamples, seed=self.seed)
                 values.at[row, AVERAGE_LABEL], low.at[row, AVERAGE_LABEL], high.at[row, AVERAGE_LABEL] = mean, lo, hi
+                errors.at[row, AVERAGE_LABEL] = intervals.accuracy_se([g.mean() for g in groups], [g.size for g in groups])
                 cells[(row, AVERAGE_LABEL)] = [o for c in columns[:-1] for o in cells.get((row, c), [])]
-        return Table(values=values, ci_low=low, ci_high=high, caption=caption, best=best, cells=cells)
+        return Table(values=values, ci_low=low, ci_high=high, se=errors, caption=caption, best=best, cells=cells)
 
     def method_columns_table(self, methods: Sequence[str], *, caption: str = "") -> Table:
         """Rows = (model, benchmark), columns = methods, plus an ``Average`` row over all rows: the
@@ -277,7 +284,7 @@ class GridResults:
         pairs = list(dict.fromkeys(zip(frame["model"], frame["benchmark"])))
         index = pd.MultiIndex.from_tuples([*pairs, (AVERAGE_LABEL, "")], names=["model", "benchmark"])
         values = pd.DataFrame(np.nan, index=index, columns=pd.Index(list(methods), name="method"))
-        low, high = values.copy(), values.copy()
+        low, high, errors = values.copy(), values.copy(), values.copy()
         for method in methods:
             groups = []
             for pair in pairs:
@@ -287,6 +294,7 @@ class GridResults:
                 values.at[pair, method] = hit["accuracy"].iloc[0]
                 low.at[pair, method] = hit["ci_low"].iloc[0]
                 high.at[pair, method] = hit["ci_high"].iloc[0]
+                errors.at[pair, method] = intervals.accuracy_se([hit["accuracy"].iloc[0]], [hit["n"].iloc[0]])
                 mine = questions[(questions.model == pair[0]) & (questions.benchmark == pair[1])
                                  & (questions.method == method)]
                 groups.append(mine["correct"].to_numpy())
@@ -294,7 +302,8 @@ class GridResults:
                 mean, lo, hi = mean_accuracy_with_ci(groups, n_bootstrap=self.bootstrap_resamples, seed=self.seed)
                 key = (AVERAGE_LABEL, "")
                 values.at[key, method], low.at[key, method], high.at[key, method] = mean, lo, hi
-        return Table(values=values, ci_low=low, ci_high=high, caption=caption, best=None)
+                errors.at[key, method] = intervals.accuracy_se([g.mean() for g in groups], [g.size for g in groups])
+        return Table(values=values, ci_low=low, ci_high=high, se=errors, caption=caption, best=None)
 
     # -- the shared-misconception subset (RQ4) and stance transitions (Table 4) ------------------
     def shared_misconception_subsets(self, reference: str = "MAD") -> dict[tuple[str, str], set[str]]:

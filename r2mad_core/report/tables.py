@@ -62,6 +62,9 @@ class Table:
     ci_low: pd.DataFrame | None = None
     ci_high: pd.DataFrame | None = None
     caption: str = ""
+    #: The standard error of each cell's estimate, the same estimate its CI is of (the field's convention: an SE
+    #: beside every CI); shown after the interval (``0.637 [0.600, 0.670] SE 0.018``) in the Markdown and LaTeX.
+    se: pd.DataFrame | None = None
     digits: int = 3
     best: Best | Mapping[str, Best] | None = None
     formats: Mapping[str, str] = field(default_factory=dict)
@@ -74,7 +77,7 @@ class Table:
     equal_rows: Sequence[Sequence[Any]] = ()
 
     def __post_init__(self) -> None:
-        for name in ("ci_low", "ci_high"):
+        for name in ("ci_low", "ci_high", "se"):
             frame = getattr(self, name)
             if frame is None:
                 continue
@@ -92,9 +95,10 @@ class Table:
         """The text of one cell: ``0.522``, ``0.522 [0.440, 0.604]``, ``--`` for a missing value."""
         with_ci = self.ci_low is not None and self.ci_high is not None
         return self._text(self.values.at[row, column], column, self.ci_low.at[row, column] if with_ci else None,
-                          self.ci_high.at[row, column] if with_ci else None)
+                          self.ci_high.at[row, column] if with_ci else None,
+                          None if self.se is None else self.se.at[row, column])
 
-    def _text(self, value: Any, column: Any, low: Any, high: Any) -> str:
+    def _text(self, value: Any, column: Any, low: Any, high: Any, se: Any = None) -> str:
         if isinstance(value, str):
             return value
         if _is_missing(value):
@@ -111,6 +115,8 @@ class Table:
         text = format(value, spec)
         if low is not None and high is not None and not (_is_missing(low) or _is_missing(high)):
             text += f" [{format(low, spec)}, {format(high, spec)}]"
+            if se is not None and not _is_missing(se):
+                text += f" SE {format(se, spec)}"
         return text
 
     def text_frame(self) -> pd.DataFrame:
@@ -123,7 +129,8 @@ class Table:
             values = self.values.iloc[:, position].tolist()
             lows = self.ci_low.iloc[:, position].tolist() if with_ci else none
             highs = self.ci_high.iloc[:, position].tolist() if with_ci else none
-            columns.append([self._text(v, column, lo, hi) for v, lo, hi in zip(values, lows, highs)])
+            errors = self.se.iloc[:, position].tolist() if self.se is not None else none
+            columns.append([self._text(v, column, lo, hi, e) for v, lo, hi, e in zip(values, lows, highs, errors)])
         return pd.DataFrame(list(zip(*columns)) if columns else [[] for _ in self.values.index],
                             index=self.values.index, columns=self.values.columns)
 
@@ -267,8 +274,11 @@ def tidy_to_table(
                  **table_options)
 
 
-def table_to_tidy(table: Table) -> pd.DataFrame:
-    """One row per cell: the row labels, ``column``, ``value``, ``ci_low``, ``ci_high`` (row-major order)."""
+def table_to_tidy(table: Table, with_se: bool = False) -> pd.DataFrame:
+    """One row per cell: the row labels, ``column``, ``value``, ``ci_low``, ``ci_high`` (row-major order), and with
+    ``with_se`` the cells' ``se`` last. The saved CSVs leave it out: the readers of a profile's tidy CSVs in
+    reproduce/ (sweeps, variants, replicates) take the last three columns for value and CI, and the SE is a function
+    of the value and n (:func:`r2mad_core.report.intervals.accuracy_se`)."""
     row_names = _row_names(table.values.index)
     column_name = table.values.columns.name or "column"
     if column_name in row_names:
@@ -281,12 +291,19 @@ def table_to_tidy(table: Table) -> pd.DataFrame:
             record["value"] = table.values.at[row, column]
             record["ci_low"] = np.nan if table.ci_low is None else table.ci_low.at[row, column]
             record["ci_high"] = np.nan if table.ci_high is None else table.ci_high.at[row, column]
+            if with_se and table.se is not None:
+                record["se"] = table.se.at[row, column]
             records.append(record)
-    return pd.DataFrame.from_records(records, columns=[*row_names, column_name, "value", "ci_low", "ci_high"])
+    tail = ["value", "ci_low", "ci_high"] + (["se"] if with_se and table.se is not None else [])
+    return pd.DataFrame.from_records(records, columns=[*row_names, column_name, *tail])
 
 
 def table_from_tidy(tidy: pd.DataFrame, **table_options: Any) -> Table:
-    """Inverse of :func:`table_to_tidy` (row and column order as they first appear)."""
+    """Inverse of :func:`table_to_tidy` (row and column order as they first appear; a trailing ``se`` column is the
+    cells' standard errors)."""
+    se_column = tidy.columns[-1] == "se"
+    errors = tidy["se"] if se_column else None
+    tidy = tidy.drop(columns=["se"]) if se_column else tidy
     expected_tail = ["value", "ci_low", "ci_high"]
     if list(tidy.columns[-3:]) != expected_tail or tidy.shape[1] < 5:
         raise ValueError(
@@ -313,10 +330,15 @@ def table_from_tidy(tidy: pd.DataFrame, **table_options: Any) -> Table:
     values = pivot("value")
     ci_low, ci_high = pivot("ci_low"), pivot("ci_high")
     has_ci = pd.to_numeric(tidy["ci_low"], errors="coerce").notna().any()
+    se = None
+    if errors is not None:
+        tidy = tidy.assign(se=errors)
+        se = pivot("se").astype(float)
     return Table(
         values=values,
         ci_low=ci_low.astype(float) if has_ci else None,
         ci_high=ci_high.astype(float) if has_ci else None,
+        se=se,
         **table_options,
     )
 
@@ -462,7 +484,8 @@ def with_not_run_rows(table: Table | None, models: Sequence[str], methods: Seque
     empty = pd.DataFrame(np.nan, index=extra.index, columns=table.values.columns)
     low = None if table.ci_low is None else pd.concat([table.ci_low, empty])
     high = None if table.ci_high is None else pd.concat([table.ci_high, empty])
-    return Table(values=values, ci_low=low, ci_high=high, caption=caption or table.caption, digits=table.digits,
+    se = None if table.se is None else pd.concat([table.se, empty])
+    return Table(values=values, ci_low=low, ci_high=high, se=se, caption=caption or table.caption, digits=table.digits,
                  best=table.best, formats=table.formats)
 
 

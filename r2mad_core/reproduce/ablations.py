@@ -113,7 +113,7 @@ def run_ablation(run: Runner, profile: Any, profile_dir: Path, notebooks: Sequen
     seeds = replicate_seeds(int(base.get("seed") or 0), replicates)
     axes = [parse_sweep(text) for text in sweeps]
     keys = [key for key, _ in axes]
-    sweep_points(axes)  # a key swept twice: one line, before anything runs
+    sweep_points(axes, {**base, **overrides})  # a key swept twice, an inert axis: one line, before anything runs
     quiet = dry_run or show_config is not None
     fixed = plan_variant(loaded, {k: v for k, v in overrides.items() if k not in keys}, None if sweeps else name,
                          (lambda line: None) if quiet and sweeps else echo)

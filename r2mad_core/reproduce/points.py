@@ -41,6 +41,7 @@ import yaml
 
 from r2mad_core.experiments.profiles import load_profile
 from r2mad_core.experiments.protocol import PROFILE_CHOICES
+from r2mad_core.memory.inert import inert_sweep_problem
 from r2mad_core.report.artifacts import display_path, jsonable
 
 VARIANTS_DIR = "variants"
@@ -307,13 +308,17 @@ def parse_sweep(text: str) -> tuple[str, list[Any]]:
     return key, values
 
 
-def sweep_points(axes: Sequence[tuple[str, Sequence[Any]]]) -> list[dict[str, Any]]:
+def sweep_points(axes: Sequence[tuple[str, Sequence[Any]]], settings: Mapping[str, Any] | None = None
+                 ) -> list[dict[str, Any]]:
     """The Cartesian product of the swept axes (``[("gamma", [0, 0.9]), ("top_k", [1, 3])]`` -> 4 settings), first
-    axis outermost. A key swept twice is a one-line ValueError."""
+    axis outermost. A key swept twice, or an axis inert given ``settings`` (r2mad_core.memory.inert), is a one-line
+    ValueError."""
     keys = [key for key, _ in axes]
     repeated = sorted({k for k in keys if keys.count(k) > 1})
     if repeated:
         raise ValueError(f"--sweep {repeated[0]} is given twice; give its values once: --sweep {repeated[0]}=V1,V2,...")
+    if settings is not None and (inert := inert_sweep_problem(axes, settings)):
+        raise ValueError(inert)
     return [dict(zip(keys, values)) for values in itertools.product(*(list(v) for _, v in axes))]
 
 

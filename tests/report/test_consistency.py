@@ -92,3 +92,25 @@ def test_the_minimum_n_table_is_the_computed_one() -> None:
 
     for m in (1, 2, 4, 7, 12, 13, 25, 26, 30):
         assert inference.computed_minimum_n(0.05 / m) == inference.MINIMUM_N_AT_HOLM[m], m
+
+
+def test_one_cutoff_per_family_and_a_planted_mismatch_is_caught() -> None:
+    from r2mad_core.report import inference
+
+    claims_line = inference.small_sample_line(4, family=14, family_name="the claims family of 14")
+    caption = inference.small_sample_line(4, what="test questions per benchmark")
+    poisoning = inference.verdict(1.0, 4, "notebook 09's poisoning family (clean vs poisoned, one per cell) of 4",
+                                  family_size=4)
+    quoted = _comparison(n_pairs=4, n_cell=4).clause()  # a claim quoted below the cutoff: no inference in any family
+    generated = {"10": claims_line, "fig": caption, "09": poisoning, "03": quoted}
+    assert "below n = 19, the cutoff of notebook 09's poisoning family" in poisoning
+    assert "below n = 24, the cutoff of the claims family of 14" in claims_line
+    assert "below n = 15, the cutoff of a single test" in caption
+    assert consistency.cutoff_problems(generated) == []
+    # tiny's old mismatch: the claims family stated with a single test's cutoff in another text
+    planted = dict(generated, **{"04": "Small sample: n = 4 is below n = 15, the cutoff of the claims family of 14."})
+    problems = consistency.cutoff_problems(planted)
+    assert any("whose cutoff (Holm level alpha / 14) is n = 24" in p for p in problems)
+    assert any("'the claims family of 14' has the cutoff n = 15; 10 states n = 24" in p for p in problems)
+    # a cutoff that does not name its family cannot be checked, and is a problem
+    assert consistency.cutoff_problems({"x": "n = 4 is below n = 15: no inference."})

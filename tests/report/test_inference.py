@@ -256,3 +256,22 @@ def test_a_sweep_table_has_each_points_paired_difference_and_a_trend_test(tmp_pa
     assert "Trend along gamma" in caption and "paired difference from the profile's point" in caption
     assert inference.verdict_problems(caption) == [] and inference.verdict_problems(" ".join(sentences)) == []
     assert inference.verdict_problems((tmp_path / "sweep" / "tab_sweep_tab_t_paired.md").read_text()) == []
+
+
+def test_a_monte_carlo_p_is_named_with_its_resolution_never_exact() -> None:
+    floor = 1.0 / (1 + inference.MONTE_CARLO_DRAWS)
+    assert inference.fmt_p(floor) == "p < 1/20,001 (Monte Carlo, 20,000 draws)"
+    assert inference.fmt_p(1.0 / 4001, draws=4000) == "p < 1/4,001 (Monte Carlo, 4,000 draws)"
+    assert inference.fmt_p(0.0123, draws=4000) == "p = 0.0123 (Monte Carlo, 4,000 draws)"
+    assert inference.fmt_p(0.0123) == "p = 0.0123"
+    # a stratified test over a large support is Monte Carlo: its estimate carries the draws and its name says so
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    a, b = rng.random(2000) < 0.7, rng.random(2000) < 0.5
+    strata = np.repeat(["s1", "s2", "s3", "s4"], 500)
+    est = inference.paired_estimate(a, b, strata, n_bootstrap=50)
+    assert est.draws == inference.MONTE_CARLO_DRAWS and "Monte Carlo" in est.test and "exact" not in est.test
+    assert inference.fmt_p(est.p_value, est.draws).startswith("p < 1/20,001 (Monte Carlo")
+    exact = inference.paired_estimate(a[:40], b[:40], n_bootstrap=50)
+    assert exact.draws == 0 and "Monte Carlo" not in inference.fmt_p(exact.p_value, exact.draws)

@@ -299,10 +299,12 @@ def test_compare_with_paper_on_a_hand_made_frame() -> None:
     assert len(out) == 4
     assert out.paper_model.tolist()[:3] == ["Qwen2.5-7B-Instruct"] * 3
     assert out.paper.iloc[0] == 0.522 and out.difference.iloc[0] == pytest.approx(0.5 - 0.522)
-    assert bool(out.paper_within_ci.iloc[0]) is True
-    assert bool(out.paper_within_ci.iloc[1]) is False and out.paper.iloc[1] == 0.701
-    assert np.isnan(out.paper.iloc[2]) and pd.isna(out.paper_within_ci.iloc[2])
-    assert out.paper.iloc[3] == 0.428 and pd.isna(out.paper_within_ci.iloc[3])  # no CI, no verdict
+    # two independent samples of known sizes (the paper's test split): not the paper's number inside the reproduced CI
+    assert bool(out.consistent_with_paper.iloc[0]) is True
+    assert bool(out.consistent_with_paper.iloc[1]) is False and out.paper.iloc[1] == 0.701
+    assert np.isnan(out.paper.iloc[2]) and pd.isna(out.consistent_with_paper.iloc[2])
+    assert out.paper.iloc[3] == 0.428 and bool(out.consistent_with_paper.iloc[3]) is True  # n = 3: a wide interval
+    assert out.difference_low.iloc[3] < -0.3 and out.difference_high.iloc[3] > 0.3
     with pytest.raises(ValueError, match=r"missing columns \['metric'\]"):
         compare_with_paper(reproduced.drop(columns=["metric"]))
 

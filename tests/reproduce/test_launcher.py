@@ -86,7 +86,7 @@ def test_points_side_by_side_write_the_same_tables_byte_for_byte(toy) -> None:
 @pytest.mark.slow
 def test_the_slurm_launcher_runs_each_point_as_a_job_and_reruns_a_killed_one(toy) -> None:
     reproduce, tmp_path = toy
-    sweep = ["--sweep", "gamma=0,0.5"]
+    sweep = ["--sweep", "gamma=1,0.5"]  # gamma = 1 lets lambda_t reach 0: not an inert sweep at K = 1 (memory.inert)
     code, local = reproduce(tmp_path / "local", *sweep, "--jobs", "1")
     assert code == 0, local
     (tmp_path / "slurm").mkdir()
@@ -100,7 +100,7 @@ def test_the_slurm_launcher_runs_each_point_as_a_job_and_reruns_a_killed_one(toy
     assert (tmp_path / "slurm" / "figures" / "tiny" / "variants" / "gamma=0.5" / "INCOMPLETE").exists()
     code, second = reproduce(tmp_path / "slurm", *sweep, "--launcher", "slurm")
     assert code == 0, second
-    assert "up to date, not run: variant gamma=0 (" in second  # the finished job is kept
+    assert "up to date, not run: variant gamma=1 (" in second  # the finished job is kept
     assert "point gamma=0.5 (variant gamma=0.5) did not finish in an earlier invocation (local job" in second
     assert "[1/1] point gamma=0.5 (variant gamma=0.5) finished" in second
     assert _tables(tmp_path / "slurm") and _tables(tmp_path / "slurm") == _tables(tmp_path / "local")

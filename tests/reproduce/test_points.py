@@ -121,12 +121,13 @@ def test_a_sweep_does_not_execute_the_point_it_shares_with_a_set_variant(loop) -
 
 def test_replicates_of_a_sweep_run_every_point_under_every_seed(loop) -> None:
     reproduce, out = loop
-    code, lines, ran = reproduce("--only", "04", "--sweep", "gamma=0,0.9", "--replicates", "2")
+    # w_high, not gamma: gamma is inert at K = 1, and its sweep is refused (r2mad_core.memory.inert)
+    code, lines, ran = reproduce("--only", "04", "--sweep", "w_high=0.5,0.55", "--replicates", "2")
     assert code == 0
     assert sorted(json.dumps(o, sort_keys=True) for _, o in ran) == sorted(json.dumps(o, sort_keys=True) for o in [
-        {}, {"gamma": 0}, {"gamma": 0, "seed": 1}, {"seed": 1}])  # the baseline, then 3 points (gamma 0.9, seed 0: it)
-    summary = pd.read_csv(out / "figures" / "tiny" / "replicates" / "gamma=0__seeds=0-1" / "tab_replicates_tab_toy.csv")
-    assert list(summary["seed=0"]) == [1.0] and list(summary["seed=1"]) == [2.0]
+        {}, {"w_high": 0.5}, {"w_high": 0.5, "seed": 1}, {"seed": 1}])  # the baseline, then 3 points (0.55, seed 0: it)
+    summary = pd.read_csv(out / "figures" / "tiny" / "replicates" / "w_high=0.5__seeds=0-1" / "tab_replicates_tab_toy.csv")
+    assert list(summary["seed=0"]) == [1.9] and list(summary["seed=1"]) == [2.9]  # the toy: gamma + top_k + seed
     assert (out / "figures" / "tiny" / "replicates" / "seeds=0-1" / "tab_replicates_tab_toy.csv").is_file()
 
 
