@@ -452,7 +452,7 @@ class ExperimentGrid(RunSettingsFace):
         if memory_model is not None and memory_model not in known:
             raise ValueError(f"memory_model {memory_model!r}: expected null or one of the profile's model labels "
                              f"(models or memory_models) {known}")
-        #: The variant these settings make (:mod:`r2mad_core.reproduce.variants`), set by the notebook setup; None: the
+        #: The variant these settings make (:mod:`r2mad_core.reproduce.points`), set by the notebook setup; None: the
         #: profile.
         self.variant: Any = None
         self._samples: dict[tuple[str, str], list[Any]] = {}
