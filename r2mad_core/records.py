@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Iterable, Literal, Mapping, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_serializer
 
@@ -127,7 +127,7 @@ class RoundRecord(_Record):
 
 
 class VoteRecord(_Record):
-    """The final answer of the last round (:func:`r2mad_core.debate.scoring.vote`)."""
+    """The final answer of the last round (:func:`r2mad_core.debate.vote.vote`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -165,6 +165,10 @@ class TranscriptRecord(_Record):
     tokens: dict[str, TokenCount] = {}  # by tag: debate, summary, judge (written always; recomputable)
     seconds: float
     truncated_completions: int
+
+
+#: A transcript record, or its JSON object (validated at the door by :func:`as_transcript`).
+Transcript = Union[TranscriptRecord, Mapping[str, Any]]
 
 
 def as_transcript(record: TranscriptRecord | Any) -> TranscriptRecord:

@@ -1,5 +1,6 @@
-"""What the ``r2mad`` commands share: exit codes, the one-line errors, argument types, method-option and engine
-arguments. Both :mod:`r2mad_core.cli.commands` and :mod:`r2mad_core.cli.memory` import from here (and never from each
+"""What the ``r2mad`` commands share: exit codes, one-line errors, argument types, method-option and engine arguments.
+
+Both :mod:`r2mad_core.cli.commands` and :mod:`r2mad_core.cli.memory` import from here (and never from each
 other's direction upwards), so the command modules form no import circle.
 """
 

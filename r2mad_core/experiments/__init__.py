@@ -2,6 +2,10 @@
 
 - :mod:`~r2mad_core.experiments.methods`: the method registry (CoT, SC, MAD, MAD-M2, R2-MAD, ICL-CoT, ablations).
 - :mod:`~r2mad_core.experiments.cell`: one run cell (a method on a benchmark with a model): resumable transcripts.
+- :mod:`~r2mad_core.experiments.metrics`: a run's ``metrics.json``: accuracy with its CI, cost per query, completion
+  health, the summary line.
+- :mod:`~r2mad_core.experiments.statistics`: the accuracy's bootstrap / exact CI, the Average column's CI, the
+  paired McNemar test.
 - :mod:`~r2mad_core.experiments.build_memory`: the training-split debates that fill the banks.
 - :mod:`~r2mad_core.experiments.run_settings`: ``RunSettings``, a run's settings carried whole from the profile.
 - :mod:`~r2mad_core.experiments.method_labels`: the paper's row names -> registered methods and options (the

@@ -1,5 +1,6 @@
-"""Run cells: (benchmark, split, engine/model, method config, seed, limit) -> a run directory
-(docs/design.md "Runs and results"; the debate of Eq. 1-3, scored as in Section 5).
+"""Run cells: (benchmark, split, engine/model, method config, seed, limit) -> a run directory.
+
+See docs/design.md "Runs and results" (the debate of Eq. 1-3, scored as in Section 5).
 
 A run directory holds
 
@@ -13,7 +14,7 @@ A run directory holds
   warning) on its next run.
 - ``transcripts.jsonl``: append-only, one JSON line per finished sample (schema below). Each line is
   written with one ``os.write`` on an ``O_APPEND`` descriptor, then ``fsync``.
-- ``metrics.json``: recomputed from the transcripts (:func:`r2mad_core.debate.scoring.compute_metrics`),
+- ``metrics.json``: recomputed from the transcripts (:func:`r2mad_core.experiments.metrics.compute_metrics`),
   written atomically (temporary file + ``os.replace``).
 
 Resume and crash safety: a call on an existing directory skips the samples already in
@@ -41,7 +42,7 @@ naming the file, the line and the field. ``config.json``: :class:`r2mad_core.rec
 cached completion). ``truncated`` is ``finish_reason == "length"`` (cut off at ``max_tokens``),
 ``empty`` a blank response; both are counted in the metrics (``completion_health``,
 ``truncated_share``), and ``score_run(truncated_answers="missing")`` scores truncated answers as
-missing (see :mod:`r2mad_core.debate.scoring`). ``truncated_completions`` counts the sample's truncated turns.
+missing (see :mod:`r2mad_core.debate.vote`). ``truncated_completions`` counts the sample's truncated turns.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ from pydantic import ValidationError
 from tqdm.std import tqdm  # not tqdm.auto: in a kernel without ipywidgets it warns at import (a notebook stays quiet)
 from r2mad_core.debate.overflow import DEFAULT_OVERFLOW_POLICY, check_overflow_policy, with_overflow_policy
 from r2mad_core.debate.scheduling import check_schedule, run_scheduled
-from r2mad_core.debate.scoring import compute_metrics, sample_cost, vote
+from r2mad_core.debate.vote import vote
+from r2mad_core.experiments.metrics import compute_metrics, sample_cost
 from r2mad_core.data import benchmarks
 
 logger = logging.getLogger(__name__)
@@ -682,7 +684,7 @@ def score_run(
     run_dir: str | Path, *, vote_rule: str | None = None, truncated_answers: str = "keep", write: bool = True
 ) -> dict[str, Any]:
     """Recompute a run's metrics from its transcripts (``vote_rule`` None: the stored final answers;
-    ``truncated_answers``: ``"keep"`` or ``"missing"``, see :mod:`r2mad_core.debate.scoring`). ``metrics.json``
+    ``truncated_answers``: ``"keep"`` or ``"missing"``, see :mod:`r2mad_core.debate.vote`). ``metrics.json``
     is rewritten only for the run's own scoring (no vote rule, ``"keep"``)."""
     run_dir = Path(run_dir)
     config, records = load_run(run_dir)

@@ -1,4 +1,6 @@
-"""A profile's text: YAML read as Python reads numbers, the ``${NAME}`` rule of its model and endpoint fields, and
+"""A profile's text: YAML numbers, the ``${NAME}`` rule, ``--set KEY=VALUE``, and the one profile error.
+
+YAML read as Python reads numbers, the ``${NAME}`` rule of its model and endpoint fields, and
 ``--set KEY=VALUE``; :class:`ProfileError`, the one error of a profile (:mod:`r2mad_core.experiments.profiles` is the
 schema and the loading, and re-exports these names)."""
 

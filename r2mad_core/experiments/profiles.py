@@ -80,7 +80,7 @@ from r2mad_core.memory.hook import EXPERIENCE_REFERENCES, SIMILARITY_MATCHES
 from r2mad_core.memory.retrieval import parse_retrieval_policy
 from r2mad_core.debate.settings import CONSENSUS_RULES
 from r2mad_core.debate.loop import EMPTY_PEER_MODES, SUMMARY_SCHEDULES, SUMMARY_AGENT_SLOTS, UNCLOSED_THINKING_MODES
-from r2mad_core.debate.scoring import VOTE_RULES
+from r2mad_core.debate.settings import VOTE_RULES
 from r2mad_core.memory.cases import REWARD_DEFINITIONS, STATE_LAYOUTS
 from r2mad_core.memory.confidence import EVIDENCE_LABELS, EVIDENCE_POOLS, PEER_RESPONSE_ROUNDS
 from r2mad_core.debate.settings import SPECS as DEBATE_SPECS, Spec

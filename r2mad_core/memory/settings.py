@@ -1,4 +1,6 @@
-"""What R2-MAD adds to the debate, declared once: K (Eq. 5), gamma (Eq. 6), the retrieval policy and its fixed lambda,
+"""What R2-MAD adds to the debate, declared once (``MemorySettings``).
+
+K (Eq. 5), gamma (Eq. 6), the retrieval policy and its fixed lambda,
 the thresholds w_h/w_l (Eq. 7) and how much of a past response an experience shows.
 
 :class:`MemorySettings` is to the method what :class:`~r2mad_core.debate.settings.DebateSettings` is to the debate: a

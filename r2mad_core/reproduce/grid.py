@@ -30,7 +30,7 @@ from tqdm.std import tqdm
 
 from r2mad_core.data.benchmarks import load as load_benchmark
 from r2mad_core.debate.overflow import check_overflow_policy
-from r2mad_core.debate.scoring import compute_metrics
+from r2mad_core.experiments.metrics import compute_metrics
 from r2mad_core.debate.settings import SAMPLING, DebateSettings
 from r2mad_core.memory.settings import DESCRIBED as MEMORY_DESCRIBED, SPECS as MEMORY_SPECS
 from r2mad_core import engines  # engines.make_engine looked up at call time (tests replace it)
