@@ -11,7 +11,7 @@ builds them as it runs (:mod:`r2mad_core.debate.loop` appends :class:`RoundRecor
 each debate state and fills in ``correct``, ``summary`` and ``seconds`` when they are known), the run cell
 writes them (:func:`r2mad_core.experiments.cell.transcript_record`, one ``model_dump`` per line), and every
 reader -- scoring, grid results, findings, memory construction -- gets them back, validated, from
-:class:`r2mad_core.experiments.cell.TranscriptStore` and reads attributes. A line that does not fit is an error
+:class:`r2mad_core.experiments.transcripts.TranscriptStore` and reads attributes. A line that does not fit is an error
 naming the file, the line and the field, not an ``AttributeError`` three modules later. Transcripts written
 before these models existed have the same JSON and load unchanged (tests/test_records.py keeps a line of that
 format). :func:`as_transcript` is the door for a hand-made record (a dict).

@@ -16,7 +16,8 @@ from r2mad_core.experiments.metrics import compute_metrics, sample_cost
 from r2mad_core.memory.diagnostics import annotation_counts
 from r2mad_core.report.stances import shared_misconception_subset, stance_transitions
 from r2mad_core.debate.loop import run_debate, score_turns
-from r2mad_core.experiments.cell import TRANSCRIPTS_FILE, TranscriptStore, run_cell, transcript_record
+from r2mad_core.experiments.cell import TRANSCRIPTS_FILE, run_cell, transcript_record
+from r2mad_core.experiments.transcripts import TranscriptStore
 from r2mad_core.experiments.methods import get_method
 from r2mad_core.records import RoundRecord, TranscriptRecord, TurnRecord, VoteRecord, as_transcript, without_seconds
 

@@ -17,7 +17,8 @@ import yaml
 from r2mad_core import engines
 from r2mad_core.data.benchmarks import SPLIT_RULES
 from r2mad_core.debate.settings import DEFAULTS, Spec, specs
-from r2mad_core.experiments.cell import TRANSCRIPTS_FILE, TranscriptStore
+from r2mad_core.experiments.cell import TRANSCRIPTS_FILE
+from r2mad_core.experiments.transcripts import TranscriptStore
 from r2mad_core.experiments.protocol import preset
 
 logger = logging.getLogger(__name__)

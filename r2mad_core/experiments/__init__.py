@@ -6,6 +6,8 @@
   health, the summary line.
 - :mod:`~r2mad_core.experiments.statistics`: the accuracy's bootstrap / exact CI, the Average column's CI, the
   paired McNemar test.
+- :mod:`~r2mad_core.experiments.transcripts`: the transcript store (``transcripts.jsonl``: crash-safe appends, lines
+  read back validated).
 - :mod:`~r2mad_core.experiments.build_memory`: the training-split debates that fill the banks.
 - :mod:`~r2mad_core.experiments.run_settings`: ``RunSettings``, a run's settings carried whole from the profile.
 - :mod:`~r2mad_core.experiments.method_labels`: the paper's row names -> registered methods and options (the
