@@ -1,6 +1,7 @@
 """The debate (Du et al.'s multi-agent debate; paper Eqs. 1-2, Appendix A prompts).
 
-- :mod:`~r2mad_core.debate.prompts`: every prompt an agent receives, rendered and parsed back.
+- :mod:`~r2mad_core.debate.prompts`: every prompt an agent receives, written (personas, task, debate, summary, judge).
+- :mod:`~r2mad_core.debate.prompt_parsing`: a written prompt read back (``parse_prompt``) or trimmed of an experience.
 - :mod:`~r2mad_core.debate.authors_prompts`: the authors' code's prompt text, verbatim (``task_prompt="authors"``).
 - :mod:`~r2mad_core.debate.settings`: the debate settings (``DebateSettings``), declared once: defaults, bounds,
   vocabularies and docs that the methods, the grid, memory construction and the CLI read.
