@@ -13,8 +13,9 @@
 - :mod:`~r2mad_core.experiments.method_labels`: the paper's row names -> registered methods and options (the
   run settings flattened, once).
 - :mod:`~r2mad_core.experiments.model_specs`: the models of a profile (engine, model, stand-ins).
-- :mod:`~r2mad_core.experiments.profiles`: the typed profile schema (``ProfileSpec``), how a profile is loaded and how
-  overrides land on it (``Profile.with_overrides``).
+- :mod:`~r2mad_core.experiments.profile_schema`: the typed profile schema (``ProfileSpec``): fields, bounds, rules.
+- :mod:`~r2mad_core.experiments.profiles`: how a profile is loaded and how overrides land on it
+  (``Profile.with_overrides``).
 - :mod:`~r2mad_core.experiments.profile_text`: a profile's text read (YAML numbers, ``${NAME}``, ``--set KEY=VALUE``).
 - :mod:`~r2mad_core.experiments.protocol`: the protocol presets (paper, authors): every open choice and its evidence.
 - :mod:`~r2mad_core.experiments.budget`: request, token and price estimates and caps for paid runs.

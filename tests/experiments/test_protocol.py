@@ -20,7 +20,8 @@ from r2mad_core.engines.thinking import apply_thinking
 from r2mad_core.experiments import protocol
 from r2mad_core.experiments.build_memory import build_memory
 from r2mad_core.experiments.methods import RunContext, get_method
-from r2mad_core.experiments.profiles import PROTOCOL_FIELDS, load_profile
+from r2mad_core.experiments.profile_schema import PROTOCOL_FIELDS
+from r2mad_core.experiments.profiles import load_profile
 from r2mad_core.memory.embeddings import HashingEmbedder
 
 ROOT = Path(__file__).resolve().parents[2]
