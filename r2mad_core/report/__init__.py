@@ -6,6 +6,7 @@ The paper's tables and figures, the claims, the comparison; it runs nothing (the
 - :mod:`~r2mad_core.report.tables`: one ``Table`` type rendered as CSV, Markdown and LaTeX.
 - :mod:`~r2mad_core.report.artifacts`: writing tables and figures with their manifest (what ran, at which commit).
 - :mod:`~r2mad_core.report.stances`: stance transitions (Table 3) and the shared-misconception subset (RQ4).
+- :mod:`~r2mad_core.report.subset_tables`: notebook 06's tables: the subset's accuracy, Tables 4 and 7, round 0.
 - :mod:`~r2mad_core.report.findings`: the generated "What this shows" text.
 - :mod:`~r2mad_core.report.protocol_notes`: the generated text on what the protocol preset changed.
 - :mod:`~r2mad_core.report.comparison`: the reproduction against the paper's numbers, the claims with McNemar.
