@@ -6,10 +6,10 @@ Bottom layer first (:data:`ARCHITECTURE`; tests/test_architecture.py holds every
   writer and readers), plugin loading.
 - ``data``: the benchmarks, their splits and answers (Section 5.1).
 - ``engines``: the one batched generation call behind every method, its response cache, the engine registry.
-- ``debate``: the debate of Eqs. 1-2: prompts, the round loop, scheduling, scoring of a transcript.
+- ``debate``: the debate of Eqs. 1-2: prompts, the round loop, scheduling, Appendix A's vote.
 - ``memory``: what R2-MAD adds: cases (Eqs. 2, 4), banks, MMR retrieval (Eqs. 5-6), confidence (Eq. 7), the round hook.
 - ``theory``: Section 4 and Appendix C: the latent-concept model, its checks and simulations, simulated agents.
-- ``experiments``: methods, run cells, memory construction, profiles, budgets.
+- ``experiments``: methods, run cells and their metrics, memory construction, profiles, budgets.
 - ``report``: results into tables, figures and text: tables, artifacts with manifests, findings, the comparison with
   the paper (it runs nothing).
 - ``export``: runs in the field's formats: Inspect eval logs, the tidy per-question table (it runs nothing).

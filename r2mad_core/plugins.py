@@ -1,5 +1,6 @@
-"""Extensions from outside the package: modules that register benchmarks, retrieval policies, methods or engines
-(docs/design.md, "Extension points").
+"""Extensions from outside the package: modules that register benchmarks, retrieval policies, methods or engines.
+
+See docs/design.md, "Extension points".
 
 Each extension point has one registry (:data:`r2mad_core.data.benchmarks.BENCHMARK_SPECS`,
 :data:`r2mad_core.memory.retrieval.POLICIES`, :data:`r2mad_core.experiments.methods.METHOD_SPECS`,

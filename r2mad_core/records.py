@@ -11,7 +11,7 @@ builds them as it runs (:mod:`r2mad_core.debate.loop` appends :class:`RoundRecor
 each debate state and fills in ``correct``, ``summary`` and ``seconds`` when they are known), the run cell
 writes them (:func:`r2mad_core.experiments.cell.transcript_record`, one ``model_dump`` per line), and every
 reader -- scoring, grid results, findings, memory construction -- gets them back, validated, from
-:class:`r2mad_core.experiments.cell.TranscriptStore` and reads attributes. A line that does not fit is an error
+:class:`r2mad_core.experiments.transcripts.TranscriptStore` and reads attributes. A line that does not fit is an error
 naming the file, the line and the field, not an ``AttributeError`` three modules later. Transcripts written
 before these models existed have the same JSON and load unchanged (tests/test_records.py keeps a line of that
 format). :func:`as_transcript` is the door for a hand-made record (a dict).
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Iterable, Literal, Mapping, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_serializer
 
@@ -127,7 +127,7 @@ class RoundRecord(_Record):
 
 
 class VoteRecord(_Record):
-    """The final answer of the last round (:func:`r2mad_core.debate.scoring.vote`)."""
+    """The final answer of the last round (:func:`r2mad_core.debate.vote.vote`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -165,6 +165,10 @@ class TranscriptRecord(_Record):
     tokens: dict[str, TokenCount] = {}  # by tag: debate, summary, judge (written always; recomputable)
     seconds: float
     truncated_completions: int
+
+
+#: A transcript record, or its JSON object (validated at the door by :func:`as_transcript`).
+Transcript = Union[TranscriptRecord, Mapping[str, Any]]
 
 
 def as_transcript(record: TranscriptRecord | Any) -> TranscriptRecord:

@@ -11,6 +11,7 @@ import time
 from typing import Callable, Sequence
 
 from r2mad_core.debate import prompts
+from r2mad_core.debate import prompt_parsing
 from r2mad_core.data.benchmarks import Sample, format_question
 from r2mad_core.engines.base import Completion, Ledger, Request
 
@@ -93,7 +94,7 @@ class ScriptedEngine:
         out = []
         for request in requests:
             text = last_user(request)
-            parsed = prompts.parse_prompt(text)
+            parsed = prompt_parsing.parse_prompt(text)
             if parsed.kind == "summary":
                 result: str | Completion = self.summary_text
             elif parsed.kind == "judge":

@@ -23,12 +23,14 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent / PACKAGE
 KNOWN_CYCLES: list[frozenset[str]] = []
 
 #: The report layer from the bottom up: a module may import only modules listed before it here (or
-#: below the layer altogether: scoring, experiments, methods, ...), never one after it, nor the
+#: below the layer altogether: the vote, the run metrics and their statistics, methods, ...), never one after it, nor the
 #: entry points above the layer.
 REPORT_LAYER = ("report.tables", "report.artifacts", "report.results", "report.comparison", "report.findings")
 #: Entry points above everything: the command lines, the notebook runner and the notebooks' setup.
 ENTRY_POINTS = ("reproduce", "reproduce.command", "reproduce.notebook_setup", "reproduce.grid", "cli", "cli.commands",
                 "cli.common", "cli.memory", "__main__")
+#: What the report layer reads of the transcripts, from below it: the vote, a run's metrics, their statistics.
+READ_BY_THE_REPORT = ("debate.vote", "experiments.metrics", "experiments.statistics")
 #: Upward imports from the report layer that remain (none: keep it so).
 KNOWN_UPWARD: set[tuple[str, str]] = set()
 
@@ -147,8 +149,8 @@ def test_the_walker_sees_function_level_and_relative_imports() -> None:
         "    from ..engines import make_engine\n"
         "    import numpy\n"
     )
-    modules = {"report", "report.tables", "reproduce.grid", "report.comparison", "engines", "debate.scoring"}
-    assert imported_modules(PACKAGE_DIR / "debate" / "scoring.py", modules, source) == {
+    modules = {"report", "report.tables", "reproduce.grid", "report.comparison", "engines", "debate.vote"}
+    assert imported_modules(PACKAGE_DIR / "debate" / "vote.py", modules, source) == {
         "report.tables", "reproduce.grid", "report.comparison", "engines"}
     assert imported_modules(PACKAGE_DIR / "engines" / "base.py", {"engines", "engines.cache"},
                             "from .cache import X\nfrom . import cache\n") == {"engines.cache"}
@@ -165,7 +167,7 @@ def test_no_import_circles_beyond_the_known_ones() -> None:
 
 def test_the_report_layer_is_in_no_circle() -> None:
     cycles = strongly_connected(import_graph())
-    layer = set(REPORT_LAYER) | {"debate.scoring"}
+    layer = set(REPORT_LAYER) | set(READ_BY_THE_REPORT)
     touching = [sorted(c) for c in cycles if c & layer]
     assert not touching, f"the report layer is in an import circle: {touching}"
 
@@ -178,29 +180,69 @@ def test_the_report_layer_imports_only_downwards() -> None:
             continue
         above = set(REPORT_LAYER[position + 1:]) | set(ENTRY_POINTS)
         upward += [(module, target) for target in sorted(graph[module] & above) if (module, target) not in KNOWN_UPWARD]
-    # scoring sits below the whole layer: it reads transcripts, never tables, grids or reports
-    upward += [("debate.scoring", t) for t in sorted(graph.get("debate.scoring", set()) & (set(REPORT_LAYER) | set(ENTRY_POINTS)))]
+    # the vote, a run's metrics and their statistics sit below the whole layer: they read transcripts, never tables,
+    # grids or reports
+    upward += [(low, t) for low in READ_BY_THE_REPORT
+               for t in sorted(graph.get(low, set()) & (set(REPORT_LAYER) | set(ENTRY_POINTS)))]
     assert not upward, f"imports that run back up the report layer (module -> imported): {upward}"
 
 
-#: Modules past ~700 lines that are one concept each (issue 13's rule), with the concept; any other module over
-#: 700 lines fails, and one of these past 850 too.
-ONE_CONCEPT_OVER_700 = {
-    "debate.loop": "the debate loop of Eqs. 1-2: its config, the per-turn records it fills and the round loop",
-    "debate.scoring": "scoring a transcript: answers by vote, metrics, bootstrap CIs, McNemar, stance transitions",
-}
+#: A hard cap on a module's length, far above any module's size: a module is split along its concepts (its docstring's
+#: first line names the one it holds, :func:`test_every_module_names_its_one_concept_in_its_first_docstring_line`),
+#: never squeezed under a count.
+MODULE_LINE_CAP = 1000
 
 
-def _modules() -> list[Path]:
-    return sorted(p for p in PACKAGE_DIR.rglob("*.py") if p.name != "__init__.py")
+def _all_modules() -> list[Path]:
+    return sorted(p for p in PACKAGE_DIR.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE_DIR)))
-def test_no_module_over_700_lines_unless_it_is_one_concept(path: Path) -> None:
-    lines = len(path.read_text(encoding="utf-8").splitlines())
-    name = ".".join(path.relative_to(PACKAGE_DIR).with_suffix("").parts)
-    limit = 850 if name in ONE_CONCEPT_OVER_700 else 700
-    assert lines <= limit, f"{name}.py has {lines} lines: split it along its concepts (issue 13: ~700)"
+def _dotted(path: Path) -> str:
+    return ".".join(path.relative_to(PACKAGE_DIR).with_suffix("").parts)
+
+
+def test_no_module_reaches_the_hard_cap() -> None:
+    sizes = {_dotted(p): len(p.read_text(encoding="utf-8").splitlines()) for p in _all_modules()}
+    over = {name: n for name, n in sizes.items() if n > MODULE_LINE_CAP}
+    assert not over, f"modules over {MODULE_LINE_CAP} lines (split each along its concepts): {over}"
+
+
+def first_docstring_line(path: Path) -> str | None:
+    """The first line of a module's docstring when it is a summary of its own (the docstring's first paragraph is
+    that one line); None when the module has no docstring or its first sentence wraps onto a second line."""
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"), str(path)), clean=True)
+    if not doc or not doc.strip():
+        return None
+    lines = doc.splitlines()
+    if not lines[0].strip() or (len(lines) > 1 and lines[1].strip()):
+        return None
+    return lines[0].strip()
+
+
+def test_first_docstring_line_reads_one_summary_line(tmp_path: Path) -> None:
+    def first(text: str) -> str | None:
+        path = tmp_path / "probe.py"
+        path.write_text(text, encoding="utf-8")
+        return first_docstring_line(path)
+
+    assert first('"""The vote of Appendix A.\n\nMore text.\n"""\n') == "The vote of Appendix A."
+    assert first('"""The vote of Appendix A."""\n') == "The vote of Appendix A."
+    assert first('"""The vote of Appendix A, wrapped\nonto a second line."""\n') is None
+    assert first('"""   """\n') is None
+    assert first("X = 1\n") is None
+
+
+def test_every_module_names_its_one_concept_in_its_first_docstring_line() -> None:
+    """Each module of the package (packages' ``__init__`` included) holds one concept, named by its docstring's first
+    line: present, one line of its own (the first paragraph), not empty, and no other module's."""
+    firsts = {_dotted(p): first_docstring_line(p) for p in _all_modules()}
+    missing = sorted(name for name, line in firsts.items() if line is None)
+    assert not missing, f"modules whose docstring does not open with one summary line naming their concept: {missing}"
+    seen: dict[str, list[str]] = {}
+    for name, line in firsts.items():
+        seen.setdefault(line.rstrip(".").lower(), []).append(name)
+    shared = {line: names for line, names in seen.items() if len(names) > 1}
+    assert not shared, f"modules that name the same concept in their first docstring line: {shared}"
 
 
 def _owner(module: str) -> str:

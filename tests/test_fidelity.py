@@ -10,6 +10,7 @@ import pytest
 from debate_fakes import ScriptedEngine, last_user, mc_answer, mc_sample, round_of
 from fake_openai_server import FakeOpenAIServer
 from r2mad_core.debate import prompts
+from r2mad_core.debate import prompt_parsing
 from r2mad_core.debate.loop import run_debate
 from r2mad_core.memory.embeddings import HashingEmbedder
 from r2mad_core.engines import CachedEngine
@@ -128,7 +129,7 @@ def test_a_round1_r2mad_prompt_shows_the_reference_answer(bank_dir: Path, tmp_pa
                   ["<reference_answer>", f"A. option A for {c.sample_id}", "</reference_answer>"] for c in cases]
     text = _round1_user_turn(engine, 1)
     assert text.startswith(_expected_experience_block(cases, references))
-    parsed = prompts.parse_prompt(text)
+    parsed = prompt_parsing.parse_prompt(text)
     assert [e.reference for e in parsed.experiences] == ["" if mode == "none" else f"A. option A for {c.sample_id}"
                                                          for c in cases]
 
@@ -144,7 +145,7 @@ def test_math_reference_answer_and_solution(bank_dir: Path) -> None:
     view = experience_view(math_case, reference="solution", solutions={"m1": "Full solution."})
     block = prompts.format_experiences([view])
     assert "<reference_solution>\nFull solution.\n</reference_solution>" in block
-    assert prompts.parse_prompt(block + prompts.task_prompt("math500", "Q")).experiences[0].reference_is_solution
+    assert prompt_parsing.parse_prompt(block + prompts.task_prompt("math500", "Q")).experiences[0].reference_is_solution
 
 
 # ------------------------------------------------------------------------------------------------

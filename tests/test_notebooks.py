@@ -19,7 +19,8 @@ from r2mad_core.report import run_pages
 from r2mad_core.report.artifacts import read_manifest
 from r2mad_core.report.tables import NOT_RUN
 from r2mad_core.report.tables import read_table
-from r2mad_core.experiments.profiles import OPTIONAL_FIELDS, TOP_LEVEL_FIELDS, load_profile
+from r2mad_core.experiments.profile_schema import OPTIONAL_FIELDS, TOP_LEVEL_FIELDS
+from r2mad_core.experiments.profiles import load_profile
 
 # nbformat and papermill are imported where used: with papermill's jupyter_client, nbclient and tornado they take
 # ~0.45 s of CPU to import, which every `make test` worker paid while collecting this module (each worker collects

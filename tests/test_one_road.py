@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from r2mad_core.experiments.profiles import ProfileSpec, load_profile, profile_names
+from r2mad_core.experiments.profile_schema import ProfileSpec
+from r2mad_core.experiments.profiles import load_profile, profile_names
 from r2mad_core.experiments.protocol import PROFILE_CHOICES
 from r2mad_core.memory.settings import SPECS as MEMORY_SPECS
 from r2mad_core.reproduce import command as reproduce

@@ -266,7 +266,7 @@ def test_a_registered_engine_is_a_cli_choice_and_a_profile_engine() -> None:
 
     from r2mad_core.cli.commands import build_parser
     from r2mad_core.engines import ENGINES, EngineSpec, register_engine
-    from r2mad_core.experiments.profiles import ModelEntry
+    from r2mad_core.experiments.profile_schema import ModelEntry
 
     with pytest.raises(SystemExit):
         build_parser().parse_args(["run", "--benchmark", "truthfulqa", "--method", "mad", "--out", "run", "--engine", "toy_echo"])

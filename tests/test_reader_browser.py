@@ -24,7 +24,7 @@ from typing import Sequence
 import pytest
 
 from r2mad_core.cli import main
-from r2mad_core.debate.scoring import paired_test
+from r2mad_core.experiments.statistics import paired_test
 
 ROOT = Path(__file__).resolve().parent.parent
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -12,9 +12,12 @@ import pytest
 
 from debate_fakes import ScriptedEngine, hashed_respond, samples
 from hand_transcripts import transcript
-from r2mad_core.debate import scoring
+from r2mad_core.experiments.metrics import compute_metrics, sample_cost
+from r2mad_core.memory.diagnostics import annotation_counts
+from r2mad_core.report.stances import shared_misconception_subset, stance_transitions
 from r2mad_core.debate.loop import run_debate, score_turns
-from r2mad_core.experiments.cell import TRANSCRIPTS_FILE, TranscriptStore, run_cell, transcript_record
+from r2mad_core.experiments.cell import TRANSCRIPTS_FILE, run_cell, transcript_record
+from r2mad_core.experiments.transcripts import TranscriptStore
 from r2mad_core.experiments.methods import get_method
 from r2mad_core.records import RoundRecord, TranscriptRecord, TurnRecord, VoteRecord, as_transcript, without_seconds
 
@@ -49,19 +52,19 @@ def test_an_old_transcript_file_loads_as_records_and_writes_back_byte_for_byte(t
 def test_scoring_reads_the_old_records_by_attribute_hand_counted(tmp_path):
     r2mad, m2 = _old(tmp_path)
     # correctness per round (gold 12 / 64): r2mad T F F | F T F | F T F; mad_m2 T F F | T T F | F F F
-    rates = scoring.stance_transitions([r2mad, m2])
+    rates = stance_transitions([r2mad, m2])
     assert (rates.n_correct_before, rates.n_c_to_w, rates.n_wrong_before, rates.n_w_to_c) == (5, 3, 7, 2)
-    assert scoring.shared_misconception_subset([r2mad, m2]) == {r2mad.sample_id, m2.sample_id}
+    assert shared_misconception_subset([r2mad, m2]) == {r2mad.sample_id, m2.sample_id}
     # the stored cost per tag is what sample_cost recomputes from the turns and extra calls
     for record in (r2mad, m2):
-        assert scoring.sample_cost(record) == {tag: count.model_dump() for tag, count in record.tokens.items()}
-    assert scoring.sample_cost(m2)["judge"]["requests"] == 6
+        assert sample_cost(record) == {tag: count.model_dump() for tag, count in record.tokens.items()}
+    assert sample_cost(m2)["judge"]["requests"] == 6
     # round 1 of R2-MAD: agent 0 marks its two wrong peers high; agents 1 and 2 mark the right agent 0 low
-    counts = scoring.annotation_counts([r2mad.model_copy(update={"rounds": r2mad.rounds[:2]})])
+    counts = annotation_counts([r2mad.model_copy(update={"rounds": r2mad.rounds[:2]})])
     assert (counts.high_wrong, counts.low_correct, counts.low_wrong, counts.total) == (3, 2, 1, 6)
     # a dict (the JSON object) goes through the same door and scores the same
     as_json = json.loads(OLD_LINES.read_text().splitlines()[0])
-    assert scoring.compute_metrics([as_json], n_bootstrap=10) == scoring.compute_metrics([r2mad], n_bootstrap=10)
+    assert compute_metrics([as_json], n_bootstrap=10) == compute_metrics([r2mad], n_bootstrap=10)
 
 
 def test_the_loop_builds_the_records_the_cell_writes_and_readers_get():
@@ -81,7 +84,7 @@ def test_a_hand_made_record_that_does_not_fit_names_the_field():
     assert without_seconds(as_transcript(line))["rounds"][0]["agents"][0]["peer_confidence"] == {"1": "low"}
     del line["rounds"][0]["agents"][0]["answer"]
     with pytest.raises(ValueError, match=r"^not a transcript record .*: rounds\.0\.agents\.0\.answer: Field required"):
-        scoring.compute_metrics([line])
+        compute_metrics([line])
 
 
 TRANSCRIPT_ONLY_KEYS = {"rounds", "agents", "sample_id", "final_answer", "extra_calls", "consensus_ratio",
@@ -89,7 +92,7 @@ TRANSCRIPT_ONLY_KEYS = {"rounds", "agents", "sample_id", "final_answer", "extra_
                         "response", "answer", "correct", "vote", "masking", "summary"}
 
 
-@pytest.mark.parametrize("module", ["debate/scoring.py", "report/results.py", "report/findings.py"])
+@pytest.mark.parametrize("module", ["debate/vote.py", "experiments/metrics.py", "report/stances.py", "memory/diagnostics.py", "report/results.py", "report/findings.py"])
 def test_scoring_results_and_findings_read_transcript_fields_as_attributes(module):
     """No ``x["rounds"]``-style lookup of a transcript field is left (pandas columns such as "method" may stay)."""
     tree = ast.parse((ROOT / "r2mad_core" / module).read_text(encoding="utf-8"))

@@ -60,11 +60,12 @@ from r2mad_core.cli.common import (  # noqa: F401  (re-exported: the command-lin
 from r2mad_core.data.benchmarks import BENCHMARKS, SPLIT_RULES
 from r2mad_core.experiments.methods import MASKING_STRATEGIES, OBJECTIVE_KEEP
 from r2mad_core.debate.scheduling import SCHEDULES
-from r2mad_core.debate.scoring import TRUNCATED_ANSWER_POLICIES, VOTE_RULES
+from r2mad_core.debate.settings import VOTE_RULES
+from r2mad_core.debate.vote import TRUNCATED_ANSWER_POLICIES
 from r2mad_core.memory.hook import EXPERIENCE_REFERENCES
 from r2mad_core.experiments.protocol import PROTOCOLS, help_text as protocol_help, preset as protocol_preset
 from r2mad_core.data import benchmarks
-from r2mad_core.debate import scoring
+from r2mad_core.experiments.metrics import summary_line
 from r2mad_core import engines  # engines.make_engine looked up at call time (tests replace it)
 from r2mad_core.engines import EngineError
 from r2mad_core.experiments import cell as experiments
@@ -289,7 +290,7 @@ def run_command(args: argparse.Namespace) -> int:
         engine.close()
     print(
         f"{args.method} on {args.benchmark} {args.split} ({result.n_new} new, {result.n_reused} reused): "
-        + scoring.summary_line(result.metrics)
+        + summary_line(result.metrics)
     )
     return 0
 
@@ -310,7 +311,7 @@ def add_score_arguments(parser: argparse.ArgumentParser) -> None:
         choices=TRUNCATED_ANSWER_POLICIES,
         default="keep",
         help="answers of completions cut off at max_tokens: keep (default: as written, as the debate used them) "
-        "or missing (no answer); see r2mad_core.debate.scoring",
+        "or missing (no answer); see r2mad_core.debate.vote",
     )
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
 
@@ -328,7 +329,7 @@ def score_command(args: argparse.Namespace) -> int:
     health = metrics["completion_health"]
     lines = [
         f"run: {args.run_dir} ({metrics['n']} samples{'' if metrics.get('complete') else ', incomplete'})",
-        scoring.summary_line(metrics),
+        summary_line(metrics),
         f"vote rule: {metrics['vote_rule']} (ties broken: {metrics['vote_ties']}); "
         f"truncated answers: {metrics['truncated_answers']}",
         "agent accuracy by round: " + ", ".join(f"t={t}: {a:.3f}" for t, a in enumerate(metrics["agent_accuracy_by_round"])),

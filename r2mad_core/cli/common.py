@@ -1,5 +1,6 @@
-"""What the ``r2mad`` commands share: exit codes, the one-line errors, argument types, method-option and engine
-arguments. Both :mod:`r2mad_core.cli.commands` and :mod:`r2mad_core.cli.memory` import from here (and never from each
+"""What the ``r2mad`` commands share: exit codes, one-line errors, argument types, method-option and engine arguments.
+
+Both :mod:`r2mad_core.cli.commands` and :mod:`r2mad_core.cli.memory` import from here (and never from each
 other's direction upwards), so the command modules form no import circle.
 """
 
@@ -16,7 +17,8 @@ import yaml
 from r2mad_core import engines
 from r2mad_core.data.benchmarks import SPLIT_RULES
 from r2mad_core.debate.settings import DEFAULTS, Spec, specs
-from r2mad_core.experiments.cell import TRANSCRIPTS_FILE, TranscriptStore
+from r2mad_core.experiments.cell import TRANSCRIPTS_FILE
+from r2mad_core.experiments.transcripts import TranscriptStore
 from r2mad_core.experiments.protocol import preset
 
 logger = logging.getLogger(__name__)

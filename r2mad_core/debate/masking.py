@@ -11,11 +11,12 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from r2mad_core.debate import prompts
 from r2mad_core.debate.loop import DebateConfig, DebateState, ExtraCall, PeerSelection, record_extra_call
 from r2mad_core.engines.base import Engine, Request, SamplingParams
+from r2mad_core.records import Transcript, as_transcript
 
 logger = logging.getLogger(__name__)
 
@@ -108,3 +109,17 @@ class SubjectiveMasking:
                 )
             )
         return selections
+
+
+def masking_decisions(records: Iterable[Transcript]) -> list[dict[str, Any]]:
+    """MAD-M2's masking of every round t > 0: how many responses were kept and, for subjective
+    masking, the judge's verdicts (comma-separated)."""
+    rows = []
+    for record in map(as_transcript, records):
+        for rnd in record.rounds[1:]:
+            info = rnd.masking or {}  # the peer selector's own record (its keys are the selector's)
+            if not info:
+                continue
+            rows.append({"round": rnd.round, "responses kept": len(info.get("kept") or []),
+                         "verdicts": ",".join(str(v) for v in info.get("verdicts", [])) or None})
+    return rows

@@ -11,7 +11,7 @@ happens next (:data:`OVERFLOW_POLICIES`):
   ``max_model_len`` is skipped with a warning and its response is ``""``; the paper says nothing): the agent's
   turn is the empty response, recorded and counted.
 - ``trim_experiences`` (ours; keeps the debate going): the oldest retrieved experiences are left out, one at a
-  time (the earliest round's first, :func:`r2mad_core.debate.prompts.drop_oldest_experience`), and the request
+  time (the earliest round's first, :func:`r2mad_core.debate.prompt_parsing.drop_oldest_experience`), and the request
   is sent again until it fits; the turn records how many were left out (``trimmed_experiences``). A prompt with
   no experience left to drop (MAD, or still too long) ends as under ``empty``.
 - ``raise``: the run stops with one line naming the request (fix: a longer context, a smaller max_tokens).
@@ -26,7 +26,7 @@ import threading
 from dataclasses import replace
 from typing import Any, Iterator, Sequence
 
-from r2mad_core.debate.prompts import drop_oldest_experience
+from r2mad_core.debate.prompt_parsing import drop_oldest_experience
 from r2mad_core.engines.base import Completion, EngineError, Request, collect_in_order
 
 logger = logging.getLogger(__name__)

@@ -41,7 +41,7 @@ UNCLOSED_THINKING_MODES = ("drop", "keep")
 #: Consensus ratio and early stop (option ``consensus_rule``): Eq. 3 over checker-equivalent answers, stop at unanimity
 #: (the paper), or the authors' ``_check_consensus``, which reads the gold answer (:mod:`r2mad_core.debate.loop`).
 CONSENSUS_RULES = ("equivalent_answers", "authors_reads_gold")
-#: How the final answer is taken from the last round (:mod:`r2mad_core.debate.scoring`).
+#: How the final answer is taken from the last round (:mod:`r2mad_core.debate.vote`).
 VOTE_RULES = ("plurality", "authors_majority_correct")
 
 

@@ -248,7 +248,7 @@ class Completion:
     ``context_overflow`` (the prompt alone did not fit the model's context: nothing was generated),
     ``context_capped`` (prompt + output reached the context before ``max_tokens``) or ``max_tokens``.
     ``unclosed_thinking``: the output stopped inside a ``<think>`` block (its visible text is what came
-    before the tag). Each is counted apart in every run's metrics (:func:`r2mad_core.debate.scoring.completion_health`).
+    before the tag). Each is counted apart in every run's metrics (:func:`r2mad_core.experiments.metrics.completion_health`).
     """
 
     text: str

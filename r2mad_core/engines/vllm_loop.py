@@ -1,4 +1,6 @@
-"""The engine thread of the ``vllm`` backend: one thread drives vLLM's ``LLMEngine``, callers in any threads
+"""The engine thread of the ``vllm`` backend.
+
+One thread drives vLLM's ``LLMEngine``, callers in any threads
 submit requests to it and wait for their own completions (issue 17: continuous batching for the question-by-
 question schedule, :mod:`r2mad_core.debate.scheduling`).
 

@@ -3,6 +3,12 @@
 - :mod:`~r2mad_core.experiments.methods`: the method registry (CoT, SC, MAD, MAD-M2, R2-MAD, ICL-CoT, ablations).
 - :mod:`~r2mad_core.experiments.cell`: one run cell (a method on a benchmark with a model): resumable transcripts.
 - :mod:`~r2mad_core.experiments.run_reader`: finished run directories read back once per process, with their metrics.
+- :mod:`~r2mad_core.experiments.metrics`: a run's ``metrics.json``: accuracy with its CI, cost per query, completion
+  health, the summary line.
+- :mod:`~r2mad_core.experiments.statistics`: the accuracy's bootstrap / exact CI, the Average column's CI, the
+  paired McNemar test.
+- :mod:`~r2mad_core.experiments.transcripts`: the transcript store (``transcripts.jsonl``: crash-safe appends, lines
+  read back validated).
 - :mod:`~r2mad_core.experiments.build_memory`: the training-split debates that fill the banks.
 - :mod:`~r2mad_core.experiments.engine_pool`: one engine per model of a grid, opened on first need, closed together.
 - :mod:`~r2mad_core.experiments.waiting`: work ordered around other processes' locks (what another holds goes last).
@@ -10,8 +16,9 @@
 - :mod:`~r2mad_core.experiments.method_labels`: the paper's row names -> registered methods and options (the
   run settings flattened, once).
 - :mod:`~r2mad_core.experiments.model_specs`: the models of a profile (engine, model, stand-ins).
-- :mod:`~r2mad_core.experiments.profiles`: the typed profile schema (``ProfileSpec``), how a profile is loaded and how
-  overrides land on it (``Profile.with_overrides``).
+- :mod:`~r2mad_core.experiments.profile_schema`: the typed profile schema (``ProfileSpec``): fields, bounds, rules.
+- :mod:`~r2mad_core.experiments.profiles`: how a profile is loaded and how overrides land on it
+  (``Profile.with_overrides``).
 - :mod:`~r2mad_core.experiments.profile_text`: a profile's text read (YAML numbers, ``${NAME}``, ``--set KEY=VALUE``).
 - :mod:`~r2mad_core.experiments.protocol`: the protocol presets (paper, authors): every open choice and its evidence.
 - :mod:`~r2mad_core.experiments.budget`: request, token and price estimates and caps for paid runs.

@@ -1,5 +1,6 @@
-"""Run cells: (benchmark, split, engine/model, method config, seed, limit) -> a run directory
-(docs/design.md "Runs and results"; the debate of Eq. 1-3, scored as in Section 5).
+"""Run cells: (benchmark, split, engine/model, method config, seed, limit) -> a run directory.
+
+See docs/design.md "Runs and results" (the debate of Eq. 1-3, scored as in Section 5).
 
 A run directory holds
 
@@ -11,18 +12,15 @@ A run directory holds
   free). A memory bank rebuilt at the same path is a different cell: resuming against it would mix
   debates that saw two banks. A directory written before ``inputs`` existed gets them added (with a
   warning) on its next run.
-- ``transcripts.jsonl``: append-only, one JSON line per finished sample (schema below). Each line is
-  written with one ``os.write`` on an ``O_APPEND`` descriptor, then ``fsync``.
-- ``metrics.json``: recomputed from the transcripts (:func:`r2mad_core.debate.scoring.compute_metrics`),
+- ``transcripts.jsonl``: append-only, one JSON line per finished sample (schema below), kept by
+  :class:`r2mad_core.experiments.transcripts.TranscriptStore`.
+- ``metrics.json``: recomputed from the transcripts (:func:`r2mad_core.experiments.metrics.compute_metrics`),
   written atomically (temporary file + ``os.replace``).
 
 Resume and crash safety: a call on an existing directory skips the samples already in
 ``transcripts.jsonl`` (and the engine cache replays the generations of a half-finished chunk).
-Samples are processed in chunks (``chunk_size``), so transcripts appear progressively. A run killed
-mid-write leaves at most a truncated last line: on load it is detected (no trailing newline or not
-valid JSON), logged as a warning and the file is truncated back to the last complete line. A
-corrupt line that is not the last one is an error naming the file and line. A sample id never
-appears twice (skipped at write time; a duplicate found on load is an error). One process at a
+Samples are processed in chunks (``chunk_size``), so transcripts appear progressively; how a run killed
+mid-write is read back is the store's (:mod:`r2mad_core.experiments.transcripts`). One process at a
 time: the directory is locked with ``fcntl.flock`` on ``.lock`` (released by the kernel when a
 process dies).
 
@@ -41,7 +39,7 @@ naming the file, the line and the field. ``config.json``: :class:`r2mad_core.rec
 cached completion). ``truncated`` is ``finish_reason == "length"`` (cut off at ``max_tokens``),
 ``empty`` a blank response; both are counted in the metrics (``completion_health``,
 ``truncated_share``), and ``score_run(truncated_answers="missing")`` scores truncated answers as
-missing (see :mod:`r2mad_core.debate.scoring`). ``truncated_completions`` counts the sample's truncated turns.
+missing (see :mod:`r2mad_core.debate.vote`). ``truncated_completions`` counts the sample's truncated turns.
 """
 
 from __future__ import annotations
@@ -50,7 +48,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -61,13 +58,13 @@ from r2mad_core.files import write_json_atomic
 from r2mad_core.debate.loop import DebateState, score_turns
 from r2mad_core.engines.base import Engine, recorded_model
 from r2mad_core.experiments.methods import Method, RunContext, get_method
-from r2mad_core.records import (RunConfigMismatch, TranscriptError, TranscriptRecord, as_transcripts, check_records,
-                                problems, read_config)
-from pydantic import ValidationError
+from r2mad_core.experiments.transcripts import TranscriptStore
+from r2mad_core.records import RunConfigMismatch, TranscriptError, TranscriptRecord, check_records, read_config
 from tqdm.std import tqdm  # not tqdm.auto: in a kernel without ipywidgets it warns at import (a notebook stays quiet)
 from r2mad_core.debate.overflow import DEFAULT_OVERFLOW_POLICY, check_overflow_policy, with_overflow_policy
 from r2mad_core.debate.scheduling import check_schedule, run_scheduled
-from r2mad_core.debate.scoring import compute_metrics, sample_cost, vote
+from r2mad_core.debate.vote import vote
+from r2mad_core.experiments.metrics import compute_metrics, sample_cost
 from r2mad_core.data import benchmarks
 
 logger = logging.getLogger(__name__)
@@ -83,162 +80,6 @@ INFORMATIONAL_KEYS = frozenset({"r2mad_version", "chunk_size"})
 
 class RunDirectoryBusy(RuntimeError):
     """Another process holds the run directory's lock."""
-
-
-# --------------------------------------------------------------------------------------------
-# Files
-# --------------------------------------------------------------------------------------------
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _validated_json(schema: type[TranscriptRecord], raw: bytes) -> TranscriptRecord | None:
-    """``raw`` parsed and validated by ``schema`` from JSON, or None when it does not fit (the caller says why)."""
-    try:
-        return schema.model_validate_json(raw)
-    except ValidationError:
-        return None
-
-
-class TranscriptStore:
-    """The append-only ``transcripts.jsonl`` of a run directory (see the module docstring): every complete line
-    read is validated into ``schema`` (:class:`r2mad_core.records.TranscriptRecord`, the one transcript type) and
-    :meth:`load` returns the typed records; :meth:`append` takes typed records (or a record's JSON object, validated
-    at the door by :func:`~r2mad_core.records.as_transcript`)."""
-
-    def __init__(self, path: str | Path, schema: type[TranscriptRecord] = TranscriptRecord) -> None:
-        self.path = Path(path)
-        self.schema = schema
-        self._ids: set[str] | None = None
-
-    def load(self, repair: bool = True) -> list[Any]:
-        """All complete records (:class:`TranscriptRecord` with a schema), in file order. A truncated last line
-        is dropped with a warning and, when ``repair``, cut from the file."""
-        if not self.path.exists():
-            self._ids = set()
-            return []
-        data = self.path.read_bytes()
-        records: list[Any] = []
-        ids: set[str] = set()
-        position = 0
-        line_number = 0
-        good_end = 0
-        while position < len(data):
-            line_number += 1
-            newline = data.find(b"\n", position)
-            end = len(data) if newline == -1 else newline
-            raw = data[position:end]
-            is_last = newline == -1 or newline == len(data) - 1
-            problem = None
-            record = None
-            if newline == -1:
-                problem = "no trailing newline (the write was cut off)"
-            elif (record := _validated_json(self.schema, raw)) is not None:
-                pass  # a line that fits: parsed and validated in one step (pydantic-core; 1.7x json.loads + validate)
-            else:  # the slow path names what is wrong
-                try:
-                    record = json.loads(raw.decode("utf-8"))
-                    if not isinstance(record, dict) or "sample_id" not in record:
-                        problem = "not a transcript record (no sample_id)"
-                        record = None
-                    else:
-                        try:
-                            record = self.schema.model_validate(record)
-                        except ValidationError:
-                            mismatch = problems(self.schema, record)
-                            raise TranscriptError(
-                                f"{self.path}, line {line_number}: does not fit the transcript schema "
-                                f"(r2mad_core.records.TranscriptRecord): {mismatch[0]}"
-                                + (f"; and {len(mismatch) - 1} more" if len(mismatch) > 1 else "")
-                            ) from None
-                except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                    problem = f"invalid JSON ({exc})"
-            if problem is not None:
-                if not is_last:
-                    raise TranscriptError(
-                        f"{self.path}, line {line_number}: {problem}; only the last line can be cut off by a crash, "
-                        "so the file was changed by something else"
-                    )
-                logger.warning(
-                    "%s, line %d: %s; dropping %d bytes of an unfinished record%s",
-                    self.path,
-                    line_number,
-                    problem,
-                    len(data) - position,
-                    " and truncating the file" if repair else "",
-                )
-                if repair:
-                    with open(self.path, "r+b") as f:
-                        f.truncate(good_end)
-                        f.flush()
-                        os.fsync(f.fileno())
-                break
-            assert record is not None
-            sample_id = record.sample_id
-            if sample_id in ids:
-                raise TranscriptError(f"{self.path}, line {line_number}: sample_id {sample_id!r} appears twice")
-            ids.add(sample_id)
-            records.append(record)
-            position = end + 1
-            good_end = position
-        self._ids = ids
-        return records
-
-    @property
-    def ids(self) -> set[str]:
-        if self._ids is None:
-            self.load()
-        assert self._ids is not None
-        return self._ids
-
-    def append(self, record: TranscriptRecord | Mapping[str, Any]) -> bool:
-        """Append one record (one write + fsync). Returns False (and writes nothing) when the
-        sample is already stored."""
-        return self.append_many([record]) == 1
-
-    def append_many(self, records: Sequence[TranscriptRecord | Mapping[str, Any]]) -> int:
-        """Append several records (a chunk of finished debates) with one write and one fsync.
-
-        Records whose sample is already stored, or that repeat an earlier record of ``records``, are
-        skipped with a warning. Returns the number of records written. A crash during the write leaves
-        the complete lines before the cut and at most one cut-off last line, which :meth:`load` drops,
-        exactly as with one write per record; one fsync per chunk instead of one per record keeps the
-        durability points where the chunk ends (the records of a chunk finish together).
-        """
-        lines = []
-        fresh: list[str] = []
-        for record in as_transcripts(records):
-            if (sample_id := record.sample_id) in self.ids or sample_id in fresh:
-                logger.warning("%s: sample %r is already stored; not writing it again", self.path, sample_id)
-                continue
-            fresh.append(sample_id)
-            lines.append(json.dumps(record.model_dump(), ensure_ascii=False, allow_nan=True, separators=(",", ":"))
-                         + "\n")
-        if not lines:
-            return 0
-        created = not self.path.exists()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            view = memoryview("".join(lines).encode("utf-8"))
-            while view:  # a regular file takes the whole buffer in one write; loop only on a short write
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if created:
-            _fsync_dir(self.path.parent)
-        self.ids.update(fresh)
-        return len(fresh)
 
 
 @contextmanager
@@ -682,7 +523,7 @@ def score_run(
     run_dir: str | Path, *, vote_rule: str | None = None, truncated_answers: str = "keep", write: bool = True
 ) -> dict[str, Any]:
     """Recompute a run's metrics from its transcripts (``vote_rule`` None: the stored final answers;
-    ``truncated_answers``: ``"keep"`` or ``"missing"``, see :mod:`r2mad_core.debate.scoring`). ``metrics.json``
+    ``truncated_answers``: ``"keep"`` or ``"missing"``, see :mod:`r2mad_core.debate.vote`). ``metrics.json``
     is rewritten only for the run's own scoring (no vote rule, ``"keep"``)."""
     run_dir = Path(run_dir)
     config, records = load_run(run_dir)

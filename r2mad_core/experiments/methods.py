@@ -1,7 +1,7 @@
 """Methods as configurations of the debate loop (Section 5.1 "Baselines"; Appendix A "Baseline Details").
 
 Every method is a :class:`Method`: a :class:`~r2mad_core.debate.loop.DebateConfig` (agents, personas,
-rounds, sampling), a vote rule for the final answer (:mod:`r2mad_core.debate.scoring`), and optional
+rounds, sampling), a vote rule for the final answer (:mod:`r2mad_core.debate.vote`), and optional
 factories for a :class:`~r2mad_core.debate.loop.RoundHook` (R2-MAD, ICL-CoT) and a
 :class:`~r2mad_core.debate.loop.PeerSelector` (MAD-M2 masking). The loop is Eq. 1-3 in
 :mod:`r2mad_core.debate.loop`.

@@ -1,6 +1,6 @@
 """Models of a profile: one evaluated model (:class:`ModelSpec`) and the paper's larger models (Table 9).
 
-A :class:`ModelSpec` is a ``models`` entry of a profile (:class:`r2mad_core.experiments.profiles.ModelEntry`): its label
+A :class:`ModelSpec` is a ``models`` entry of a profile (:class:`r2mad_core.experiments.profile_schema.ModelEntry`): its label
 as in the tables, its engine, model name and engine options, and the paper model it stands in for. What
 identifies it in run keys (:meth:`ModelSpec.describe`) leaves out the options that only change speed
 (:data:`SPEED_OPTIONS`). Its :attr:`~ModelSpec.title` says what ran (engine and model) for figures; a stand-in

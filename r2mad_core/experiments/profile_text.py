@@ -1,6 +1,8 @@
-"""A profile's text: YAML read as Python reads numbers, the ``${NAME}`` rule of its model and endpoint fields, and
-``--set KEY=VALUE``; :class:`ProfileError`, the one error of a profile (:mod:`r2mad_core.experiments.profiles` is the
-schema and the loading, and re-exports these names)."""
+"""A profile's text: YAML numbers, the ``${NAME}`` rule, ``--set KEY=VALUE``, and the one profile error.
+
+YAML read as Python reads numbers, the ``${NAME}`` rule of its model and endpoint fields, and
+``--set KEY=VALUE``; :class:`ProfileError`, the one error of a profile (:mod:`r2mad_core.experiments.profile_schema`
+is the schema, :mod:`r2mad_core.experiments.profiles` the loading, which re-exports these names)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 :func:`finished_records` is :func:`~r2mad_core.experiments.cell.load_run` for a cell that is done: the records of a
 complete run directory, read from disk only when this process has not read or written that directory as it is now
 (:func:`stamp`: the configuration's and the transcripts' file stamps). :func:`finished_metrics` computes a remembered
-directory's metrics (:func:`~r2mad_core.debate.scoring.compute_metrics`) once per bootstrap resample count.
+directory's metrics (:func:`~r2mad_core.experiments.metrics.compute_metrics`) once per bootstrap resample count.
 :func:`load_finished_runs` fills the memo ahead of need (the report's kernel, while the last notebook finishes).
 The report notebook asks for 93 cells of 56 directories, and a reused kernel (make reproduce) for cells an earlier
 notebook ran: each is read once.
@@ -16,7 +16,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from r2mad_core.debate.scoring import compute_metrics
+from r2mad_core.experiments.metrics import compute_metrics
 from r2mad_core.experiments.cell import CONFIG_FILE, METRICS_FILE, TRANSCRIPTS_FILE, load_run
 from r2mad_core.files import file_stamps
 from r2mad_core.records import TranscriptRecord

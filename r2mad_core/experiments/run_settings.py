@@ -91,7 +91,7 @@ class RunSettings:
 
     @classmethod
     def from_profile(cls, spec: Any) -> "RunSettings":
-        """The settings of a typed profile (:class:`~r2mad_core.experiments.profiles.ProfileSpec`): its fields, and
+        """The settings of a typed profile (:class:`~r2mad_core.experiments.profile_schema.ProfileSpec`): its fields, and
         for every protocol choice it leaves unset (null or left out) the value of its ``protocol``'s preset."""
         values = presets.overlay(spec.protocol, {name: getattr(spec, name) for name in presets.PROFILE_CHOICES})
         return cls(

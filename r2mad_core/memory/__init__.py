@@ -11,5 +11,7 @@
   K = 1); a sweep over an inert one is refused before it runs.
 - :mod:`~r2mad_core.memory.confidence`: peer reliability from retrieved cases (Eq. 7) and its annotation.
 - :mod:`~r2mad_core.memory.hook`: the R2-MAD round hook that ties them into the debate loop.
+- :mod:`~r2mad_core.memory.diagnostics`: what the transcripts record about retrieval and confidence (lambda_t by
+  consensus, the peer confidences, the annotations against the peers' correctness).
 - :mod:`~r2mad_core.memory.audit`: the Limitations audit of a bank (mislabelled cases, near duplicates).
 """

@@ -1,5 +1,6 @@
-"""Memory bank audit: sizes, reward balance, duplicate states, stale embeddings and label consistency of a bank
-set (Limitations: "we recommend auditing the memory bank before applying the framework").
+"""Memory bank audit: sizes, reward balance, duplicate states, stale embeddings and label consistency of a bank set.
+
+Limitations: "we recommend auditing the memory bank before applying the framework").
 
 Every label of a memory case (Eq. 4, ``eq:memory_case``: e_i^(t) = < s_i^(t), Z^(t), y, zeta_i^(t), r_i >) is
 re-derived from what the case stores: the answers a(z_j^(t)) are re-extracted from the responses, every

@@ -1,5 +1,4 @@
-"""Per-agent memory banks M_i: the cases of Eq. 4 with their embeddings, building them from finished debates,
-poisoning a copy, save/load.
+"""Per-agent memory banks M_i: the cases of Eq. 4 with their embeddings; build, poison a copy, save and load.
 
 Agent i's bank M_i holds its memory cases e_i^(t) = < s_i^(t), Z^(t), y, zeta_i^(t), r_i > (Eq. 4,
 ``eq:memory_case`` of the paper; the records, the debate state s_i^(t) of Eq. 2, its text and encoding and the

@@ -1,5 +1,6 @@
-"""Memory cases (Eq. 4) and the debate states they hold (Eq. 2): records, state text and encoding, and the
-cases of one finished debate with their outcome reward r_i.
+"""Memory cases (Eq. 4) and the debate states they hold (Eq. 2), with the outcome reward r_i of a finished debate.
+
+Records, state text and encoding, and the cases of one finished debate with their outcome reward r_i.
 
 Debate state (Eq. 2, ``eq:debate_state`` of the paper), before agent i writes round t > 0:
 

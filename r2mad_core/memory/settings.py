@@ -1,11 +1,13 @@
-"""What R2-MAD adds to the debate, declared once: K (Eq. 5), gamma (Eq. 6), the retrieval policy and its fixed lambda,
+"""What R2-MAD adds to the debate, declared once (``MemorySettings``).
+
+K (Eq. 5), gamma (Eq. 6), the retrieval policy and its fixed lambda,
 the thresholds w_h/w_l (Eq. 7) and how much of a past response an experience shows.
 
 :class:`MemorySettings` is to the method what :class:`~r2mad_core.debate.settings.DebateSettings` is to the debate: a
 frozen dataclass whose fields are declared with :func:`~r2mad_core.debate.settings.setting` (default, bounds, one-line
 doc citing the paper, the authors' code or "ours"). Everything else reads it:
 
-- the profile schema (:class:`r2mad_core.experiments.profiles.ProfileSpec`) has one field per setting, with its
+- the profile schema (:class:`r2mad_core.experiments.profile_schema.ProfileSpec`) has one field per setting, with its
   default and bounds (a bound a run can honour: ``top_k=1000000000`` is refused before anything runs, with the
   bound); a profile may leave a setting out;
 - the run's settings (:class:`r2mad_core.experiments.run_settings.RunSettings`) carry one :class:`MemorySettings`

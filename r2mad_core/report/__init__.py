@@ -1,9 +1,12 @@
-"""The report: results turned into what the notebooks show (the paper's tables and figures, the claims, the
-comparison); it runs nothing (the cells are run by :mod:`r2mad_core.reproduce`).
+"""The report: results turned into what the notebooks show (tables, figures, the claims, the comparison).
+
+The paper's tables and figures, the claims, the comparison; it runs nothing (the cells are run by :mod:`r2mad_core.reproduce`).
 
 - :mod:`~r2mad_core.report.results`: a grid's results as tables and plot frames (``GridResults``).
 - :mod:`~r2mad_core.report.tables`: one ``Table`` type rendered as CSV, Markdown and LaTeX.
 - :mod:`~r2mad_core.report.artifacts`: writing tables and figures with their manifest (what ran, at which commit).
+- :mod:`~r2mad_core.report.stances`: stance transitions (Table 3) and the shared-misconception subset (RQ4).
+- :mod:`~r2mad_core.report.subset_tables`: notebook 06's tables: the subset's accuracy, Tables 4 and 7, round 0.
 - :mod:`~r2mad_core.report.findings`: the generated "What this shows" text.
 - :mod:`~r2mad_core.report.grid_notes`: a grid in words: the notebooks' settings table, the captions' notes.
 - :mod:`~r2mad_core.report.protocol_notes`: the generated text on what the protocol preset changed.

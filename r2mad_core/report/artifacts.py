@@ -359,7 +359,7 @@ def figure_texts(fig: Any) -> dict[str, list[str]]:
     return texts
 
 
-#: How a caption footnote names each limit (:data:`r2mad_core.debate.scoring.LIMIT_COUNTS`), in this order.
+#: How a caption footnote names each limit (:data:`r2mad_core.experiments.metrics.LIMIT_COUNTS`), in this order.
 LIMIT_PHRASES = {
     "context_overflow": ("prompt did not fit the model's context", "prompts did not fit the model's context"),
     "context_capped": ("output was capped by the context", "outputs were capped by the context"),

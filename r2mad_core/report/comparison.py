@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from r2mad_core.report.results import PAPER_DESIGN_METRIC, SUBSET_METRIC, GridResults
-from r2mad_core.debate.scoring import mean_accuracy_with_ci
+from r2mad_core.experiments.statistics import mean_accuracy_with_ci
 from r2mad_core.report.tables import AVERAGE_LABEL
 from r2mad_core.report import inference, intervals, multiplicity
 from r2mad_core.data import benchmarks as benchmark_registry

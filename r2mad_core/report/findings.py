@@ -24,7 +24,7 @@ import pandas as pd
 from r2mad_core.report.results import BIASED_DESIGN as BIASED_DESIGN_RUNS
 from r2mad_core.report.results import GridResults
 from r2mad_core.experiments.model_specs import ModelSpec
-from r2mad_core.debate.scoring import AnnotationCounts, annotation_counts
+from r2mad_core.memory.diagnostics import AnnotationCounts, annotation_counts
 from r2mad_core.report.tables import AVERAGE_LABEL, NOT_RUN, benchmark_label
 from r2mad_core.report.comparison import AS_CLAIMED, BIASED_DESIGN, EQUAL_BY_CONSTRUCTION, SAME_AT_K1
 from r2mad_core.report import inference, multiplicity

@@ -1,4 +1,6 @@
-"""The exact power of McNemar's test (McNemar 1947; Lachin 1992, Stat. Med. 11:1239-1251): the power of the exact
+"""The exact power of McNemar's test and the minimum detectable effect (McNemar 1947; Lachin 1992).
+
+Lachin 1992, Stat. Med. 11:1239-1251: the power of the exact
 conditional test as its unconditional rejection probability, the minimum detectable effect, and the discordance two
 accuracies imply under an assumed correlation. The model and its sources are in :mod:`r2mad_core.report.power`
 (which uses these for the claims) and docs/power.md; :mod:`r2mad_core.report.inference` derives the rule's

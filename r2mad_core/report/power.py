@@ -1,4 +1,6 @@
-"""Power of the claims' paired comparisons: the smallest difference a run can detect, and the power it has
+"""Power of the claims' paired comparisons: the smallest difference a run can detect, and its power.
+
+The power a run has
 to detect the paper's own difference (issue 26; the claims are :data:`r2mad_core.report.comparison.PAPER_ORDERING_CLAIMS`).
 
 The test is the one notebook 10 applies (:func:`r2mad_core.report.comparison.check_orderings`): McNemar's exact

@@ -2,7 +2,7 @@
 
 :class:`GridResults` holds the cells :meth:`r2mad_core.reproduce.grid.ExperimentGrid.grid` ran or loaded
 (:class:`CellOutcome`) with the views the tables need: accuracy with 95% bootstrap CIs, the paper's
-``Average`` column (mean of the per-benchmark accuracies, :func:`r2mad_core.debate.scoring.mean_accuracy_with_ci`),
+``Average`` column (mean of the per-benchmark accuracies, :func:`r2mad_core.experiments.statistics.mean_accuracy_with_ci`),
 the shared-misconception subset (RQ4: questions where MAD's agents agree on a wrong answer), stance transitions
 (Table 4), agent accuracy by round and per-query cost (Table 10).
 """
@@ -18,11 +18,14 @@ import numpy as np
 import pandas as pd
 
 from r2mad_core.experiments.model_specs import ModelSpec
-from r2mad_core.debate.scoring import agents_correct_by_round, mean_accuracy_with_ci, replayed_share
+from r2mad_core.experiments.metrics import agents_correct_by_round, replayed_share
+from r2mad_core.experiments.statistics import mean_accuracy_with_ci
 from r2mad_core.records import TranscriptRecord
 from r2mad_core.report import intervals
 from r2mad_core.report.tables import AVERAGE_LABEL, Best, Table, _is_missing, benchmark_label
-from r2mad_core.debate.scoring import accuracy_with_ci, limit_counts, shared_misconception_subset, stance_transitions
+from r2mad_core.experiments.metrics import limit_counts
+from r2mad_core.experiments.statistics import accuracy_with_ci
+from r2mad_core.report.stances import shared_misconception_subset, stance_transitions
 
 #: RQ4's accuracy on the shared-misconception subset, on a design that selects the subset on no arm's own outcomes
 #: (shared round 0: the subset from the round 0 both arms start from; docs/statistics.md, "Subsets").
@@ -79,7 +82,7 @@ class CellOutcome:
         return [bool(r.correct) for r in self.records]
 
     def limits(self) -> dict[str, Any]:
-        """The limits its completions hit, each counted apart (:data:`r2mad_core.debate.scoring.LIMIT_COUNTS`), and
+        """The limits its completions hit, each counted apart (:data:`r2mad_core.experiments.metrics.LIMIT_COUNTS`), and
         ``questions``: how many of its questions had at least one such completion; with the cell's names and its run
         directory (``run_dir``: the manifest names the runs an artifact came from, not the machine's path)."""
         return {"model": self.model.label, "benchmark": self.benchmark, "method": self.method,
@@ -87,7 +90,7 @@ class CellOutcome:
 
 
 def cell_limits(records: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    """:func:`r2mad_core.debate.scoring.limit_counts` of ``records`` plus ``questions``, the questions with any."""
+    """:func:`r2mad_core.experiments.metrics.limit_counts` of ``records`` plus ``questions``, the questions with any."""
     # limit_counts sums over records: count each record once, add the records' counts up (was: every record twice,
     # once for the totals and once for ``questions``)
     counts = limit_counts([])
@@ -308,7 +311,7 @@ class GridResults:
     # -- the shared-misconception subset (RQ4) and stance transitions (Table 4) ------------------
     def shared_misconception_subsets(self, reference: str = "MAD") -> dict[tuple[str, str], set[str]]:
         """(model label, benchmark id) -> the sample ids where a strict majority of the ``reference``
-        method's agents is wrong at round 0 (:func:`r2mad_core.debate.scoring.shared_misconception_subset`)."""
+        method's agents is wrong at round 0 (:func:`r2mad_core.report.stances.shared_misconception_subset`)."""
         return {(o.model.label, o.benchmark): shared_misconception_subset(o.records)
                 for o in self.outcomes if o.method == reference}
 

@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from pydantic import ValidationError
 
-from r2mad_core.debate.scoring import compute_metrics
+from r2mad_core.experiments.metrics import compute_metrics
 from r2mad_core.experiments.cell import CONFIG_FILE, TRANSCRIPTS_FILE, load_run
 from r2mad_core.experiments.protocol import CHOICES, PROTOCOLS
 from r2mad_core.experiments.run_settings import RecordedSettings, read_settings

@@ -16,7 +16,7 @@ Per question, from the transcript record (:class:`r2mad_core.records.TranscriptR
 stance changes are turns t >= 1 whose answer differs from the agent's at t-1; a flip wrong -> right (right -> wrong)
 is such a change whose correctness went from wrong to right (right to wrong); "no answer" is a turn with no parsable
 answer (an empty response among them); overflow is a turn cut at max_tokens or by the context; the shared
-misconception is :func:`r2mad_core.debate.scoring.shared_misconception_subset`'s rule on the run's own round 0 (a
+misconception is :func:`r2mad_core.report.stances.shared_misconception_subset`'s rule on the run's own round 0 (a
 strict majority of the agents wrong); the retrieval figures are the experiences retrieved and the mean lambda_t
 (Eq. 6), the confidence figure the mean c_{j,i} over the peers (Eq. 7).
 """

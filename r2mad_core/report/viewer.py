@@ -13,7 +13,7 @@ the run directory, or given with ``memory=``); the rewards shown are the transcr
 (a poisoned bank's flipped labels, notebook 09). The question text comes from the benchmark files.
 
 Filters: questions of the shared-misconception subset (a strict majority of the MAD agents wrong at round 0,
-:func:`r2mad_core.debate.scoring.shared_misconception_subset`: from a MAD run among those shown, else from the
+:func:`r2mad_core.report.stances.shared_misconception_subset`: from a MAD run among those shown, else from the
 first run's own round 0, which is MAD's under ``round0: shared``), and, with two runs, questions whose final
 correctness differs. :func:`write_page` is ``r2mad view``; :func:`show` is the same view inline in a notebook.
 The page is one file: inline CSS and a few lines of inline JavaScript for the filters; no server, no network.
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from r2mad_core.debate import scoring
+from r2mad_core.report.stances import shared_misconception_subset
 from r2mad_core.experiments.cell import load_run
 from r2mad_core.experiments.run_settings import RecordedSettings, read_settings
 from r2mad_core.memory.cases import MemoryCase
@@ -175,7 +175,7 @@ def shared_misconception_ids(runs: Sequence[RunView]) -> tuple[set[str], str]:
     reference = next((r for r in runs if r.method == "mad"), runs[0])
     source = ("the MAD run's round 0" if reference.method == "mad"
               else f"the {reference.label} run's own round 0 (MAD's under round0: shared)")
-    return scoring.shared_misconception_subset(reference.records.values()), source
+    return shared_misconception_subset(reference.records.values()), source
 
 
 def differing_ids(runs: Sequence[RunView]) -> set[str]:

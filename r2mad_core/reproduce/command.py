@@ -62,17 +62,19 @@ from r2mad_core.reproduce.notebook_runner import (  # noqa: F401  (re-exported: 
     prerequisites,
 )
 from r2mad_core.experiments.protocol import PROTOCOLS, help_text as protocol_help
-from r2mad_core.experiments.profiles import (  # noqa: F401  (re-exported: reproduce is where users meet profiles)
+from r2mad_core.experiments.profile_schema import (  # noqa: F401  (re-exported: reproduce is where users meet profiles)
     OPTIONAL_FIELDS,
     PATH_PARAMETERS,
     PROTOCOL_FIELDS,
     TOP_LEVEL_FIELDS,
+    validate_profile,
+)
+from r2mad_core.experiments.profiles import (  # noqa: F401  (re-exported: reproduce is where users meet profiles)
     Profile,
     ProfileError,
     load_profile,
     parse_override,
     profile_names,
-    validate_profile,
 )
 
 from r2mad_core.reproduce.ablations import run_ablation

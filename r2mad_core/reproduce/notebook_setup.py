@@ -41,7 +41,8 @@ from r2mad_core.reproduce.grid import ExperimentGrid
 from r2mad_core.plugins import load_plugins
 from r2mad_core.experiments.model_specs import ModelSpec
 from r2mad_core.report.findings import as_markdown
-from r2mad_core.experiments.profiles import Profile, ProfileSpec, load_profile
+from r2mad_core.experiments.profile_schema import ProfileSpec
+from r2mad_core.experiments.profiles import Profile, load_profile
 
 #: Libraries whose INFO lines would fill a notebook.
 CHATTY_LOGGERS = ("httpx", "httpcore", "urllib3", "filelock", "huggingface_hub", "sentence_transformers",

@@ -1,4 +1,6 @@
-"""The texts the simulated agents write (:mod:`r2mad_core.theory.agents`): reasoning sentences in the style of the
+"""The texts the simulated agents write (:mod:`r2mad_core.theory.agents`).
+
+Reasoning sentences in the style of the
 concept an answer came from, and the fixed phrases of a debate reply or a format failure.
 
 Reasoning styles: the text of a response carries a weak signature of the concept the agent followed (careful

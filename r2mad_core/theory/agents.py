@@ -1,7 +1,7 @@
 """Simulated agents that follow the latent-concept model (Eq. estornell, Eq. joint_gen).
 
 ``SimulatedEngine`` answers every prompt the methods send without a language model: it reads the
-prompt back with ``prompts.parse_prompt``, finds the benchmark sample by its question text and draws
+prompt back with :func:`~r2mad_core.debate.prompt_parsing.parse_prompt`, finds the benchmark sample by its question text and draws
 the agent's answer from the debate posterior of :mod:`r2mad_core.theory.model`:
 
     P(z_i = a | x, Z, E_i, phi_i) = sum_theta P(a | theta) P_{w,E}(theta | Z, x, E_i, phi_i),
@@ -53,6 +53,7 @@ import numpy as np
 
 from r2mad_core.data import answers
 from r2mad_core.debate import prompts
+from r2mad_core.debate.prompt_parsing import ParsedPrompt, parse_prompt
 from r2mad_core.theory import model as theory
 from r2mad_core.theory.agent_texts import DEBATE_OPENINGS, FORMAT_FAILURES, reasoning
 from r2mad_core.data.benchmarks import MULTIPLE_CHOICE_BENCHMARKS, Sample
@@ -528,7 +529,7 @@ class SimulatedEngine:
             raise ValueError("SimulatedEngine: request has no user message")
         user_text = users[-1]["content"]
         try:
-            parsed = prompts.parse_prompt(user_text)
+            parsed = parse_prompt(user_text)
         except ValueError as error:
             raise ValueError(
                 f"SimulatedEngine: cannot read the prompt (tag {request.tag!r}): {error}; "
@@ -568,7 +569,7 @@ class SimulatedEngine:
         mean = self.params.logprob_base + self.params.logprob_scale * float(np.log(max(belief, 1e-6)))
         return [float(v) for v in mean * rng.exponential(1.0, size=count)]
 
-    def _answer(self, parsed: prompts.ParsedPrompt, request: Request, rng: np.random.Generator) -> tuple[str, float]:
+    def _answer(self, parsed: ParsedPrompt, request: Request, rng: np.random.Generator) -> tuple[str, float]:
         sample = self.sample_for(parsed.question)
         profile = self.profile(sample)
         benchmark = sample.benchmark
@@ -607,7 +608,7 @@ class SimulatedEngine:
             return f"{body} The answer is \\boxed{{{answer}}}.", belief
         return f"{body} The answer is (({answer})).", belief
 
-    def _judgement(self, parsed: prompts.ParsedPrompt, request: Request, rng: np.random.Generator) -> tuple[str, float]:
+    def _judgement(self, parsed: ParsedPrompt, request: Request, rng: np.random.Generator) -> tuple[str, float]:
         sample = self.sample_for(parsed.question)
         profile = self.profile(sample)
         judged = answers.extract_answer(parsed.response or "", sample.benchmark, len(sample.choices) or None)
@@ -623,7 +624,7 @@ class SimulatedEngine:
             verdict, reason = "NO", "A step of the reasoning does not hold, so the final answer is doubtful."
         return f"{reason} [[{verdict}]]", max(belief, 1e-3)
 
-    def _summary(self, parsed: prompts.ParsedPrompt, rng: np.random.Generator) -> str:
+    def _summary(self, parsed: ParsedPrompt, rng: np.random.Generator) -> str:
         ratio = parsed.consensus_ratio if parsed.consensus_ratio is not None else 0.0
         if ratio >= 0.999:
             dynamic = (

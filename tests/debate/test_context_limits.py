@@ -12,8 +12,9 @@ import pytest
 from debate_fakes import mc_answer, mc_sample, round_of
 from hand_transcripts import transcript
 from r2mad_core.debate.overflow import OverflowPolicyEngine, with_overflow_policy
-from r2mad_core.debate.prompts import ExperienceView, debate_prompt, drop_oldest_experience
-from r2mad_core.debate.scoring import completion_health
+from r2mad_core.debate.prompts import ExperienceView, debate_prompt
+from r2mad_core.debate.prompt_parsing import drop_oldest_experience
+from r2mad_core.experiments.metrics import completion_health
 from r2mad_core.engines import ENGINES, EngineSpec, register_engine
 from r2mad_core.engines.base import Completion, EngineError, Ledger, Request, classify_cut
 from r2mad_core.engines.thinking import apply_thinking

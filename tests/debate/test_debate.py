@@ -6,6 +6,7 @@ import pytest
 
 from debate_fakes import ScriptedEngine, last_user, math_answer, math_sample, mc_answer, mc_sample, question_key
 from r2mad_core.debate import prompts
+from r2mad_core.debate import prompt_parsing
 from r2mad_core.debate.loop import (
     AgentRoundContext,
     DebateConfig,
@@ -84,7 +85,7 @@ def test_summaries_are_one_extra_call_per_round_except_the_last():
     first, second = summary_batches[0][0].messages[0]["content"], summary_batches[1][0].messages[0]["content"]
     assert "<previous_summary>\nNone\n</previous_summary>" in first
     assert f"<previous_summary>\n{engine.summary_text}\n</previous_summary>" in second
-    parsed = prompts.parse_prompt(second)
+    parsed = prompt_parsing.parse_prompt(second)
     assert parsed.kind == "summary" and len(parsed.agent_responses) == 3
     assert parsed.consensus_ratio == pytest.approx(0.33)
 
@@ -128,7 +129,7 @@ def test_each_agent_keeps_its_conversation_and_reads_the_others_previous_respons
     round0, round1, round2 = engine.batches
     for agent, request in enumerate(round0):
         assert request.messages[0] == {"role": "system", "content": prompts.system_prompt("truthfulqa", agent)}
-        assert prompts.parse_prompt(last_user(request)).kind == "task"
+        assert prompt_parsing.parse_prompt(last_user(request)).kind == "task"
         assert len(request.messages) == 2
     agent1 = round2[1]
     roles = [m["role"] for m in agent1.messages]
@@ -136,7 +137,7 @@ def test_each_agent_keeps_its_conversation_and_reads_the_others_previous_respons
     assert agent1.messages[2]["content"] == mc_answer("B")  # its own round-0 response
     assert agent1.messages[4]["content"] == mc_answer("A")  # its own round-1 response
     assert agent1.messages[3]["content"] == round1[1].messages[-1]["content"]
-    parsed = prompts.parse_prompt(last_user(agent1))
+    parsed = prompt_parsing.parse_prompt(last_user(agent1))
     assert parsed.kind == "debate"
     # Agent 1 at round 2 sees agents 0 and 2 at round 1, in agent order, without annotations.
     assert [p.text for p in parsed.peers] == [mc_answer("D"), mc_answer("B")]
@@ -260,11 +261,11 @@ def test_hook_sees_the_debate_state_and_shapes_the_prompts():
     assert ans2 == ["A", "B", "B"] and cons2 == pytest.approx(2 / 3)
 
     # Round 1, agent 2: one experience, peers 0 (high) and 1 (low).
-    parsed = prompts.parse_prompt(last_user(engine.batches[2][2]))
+    parsed = prompt_parsing.parse_prompt(last_user(engine.batches[2][2]))
     assert len(parsed.experiences) == 1 and parsed.experiences[0].answer == "B"
     assert [p.confidence for p in parsed.peers] == ["high", "low"]
     # Round 0 prompts are unchanged (the hook returned None).
-    assert prompts.parse_prompt(last_user(engine.batches[0][0])).experiences == []
+    assert prompt_parsing.parse_prompt(last_user(engine.batches[0][0])).experiences == []
     turns = states[0].rounds[1].turns
     assert turns[2].retrieved == {"case_ids": ["q-1-2"], "scores": [0.5]}
     assert turns[2].peer_confidence == {0: "high", 1: "low"}

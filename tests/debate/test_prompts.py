@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from r2mad_core.debate import prompts
+from r2mad_core.debate import prompt_parsing
 
 PAPER = Path(__file__).resolve().parents[2].parent / "shared" / "paper" / "r2mad_paper.tex"
 #: The appendix's prompt boxes, cut verbatim from the paper's source, so that a fresh clone tests the prompts too.
@@ -126,7 +127,7 @@ def test_parse_prompt_inverts_the_builders() -> None:
     )
     peers = [prompts.PeerResponse("I pick ((A)).", "high"), prompts.PeerResponse("Surely ((B))", None),
              prompts.PeerResponse("Hmm ((B))", "low")]
-    parsed = prompts.parse_prompt(prompts.debate_prompt("truthfulqa", q, peers, [exp]))
+    parsed = prompt_parsing.parse_prompt(prompts.debate_prompt("truthfulqa", q, peers, [exp]))
     assert parsed.kind == "debate" and parsed.question == q
     assert [(p.text, p.confidence) for p in parsed.peers] == [(p.text, p.confidence) for p in peers]
     assert len(parsed.experiences) == 1
@@ -135,18 +136,18 @@ def test_parse_prompt_inverts_the_builders() -> None:
         exp.question, exp.response, "B", False, True)
     assert e.consensus_ratio == pytest.approx(0.67)
 
-    task = prompts.parse_prompt(prompts.task_prompt("math500", "What is $1+1$?"))
+    task = prompt_parsing.parse_prompt(prompts.task_prompt("math500", "What is $1+1$?"))
     assert task.kind == "task" and task.question == "What is $1+1$?" and not task.peers
 
-    summary = prompts.parse_prompt(prompts.summary_prompt(q, None, ["r1 ((A))", "r2 ((B))"], 0.5))
+    summary = prompt_parsing.parse_prompt(prompts.summary_prompt(q, None, ["r1 ((A))", "r2 ((B))"], 0.5))
     assert summary.kind == "summary" and summary.agent_responses == ["r1 ((A))", "r2 ((B))"]
     assert summary.consensus_ratio == 0.5
 
-    judge = prompts.parse_prompt(prompts.judge_prompt("truthfulqa", q, "answer ((A))"))
+    judge = prompt_parsing.parse_prompt(prompts.judge_prompt("truthfulqa", q, "answer ((A))"))
     assert judge.kind == "judge" and judge.response == "answer ((A))" and judge.question == q
 
     with pytest.raises(ValueError):
-        prompts.parse_prompt("hello")
+        prompt_parsing.parse_prompt("hello")
 
 
 @pytest.mark.parametrize(
@@ -176,9 +177,9 @@ def _regex_tag(text: str, name: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _regex_parse_prompt(user_text: str) -> prompts.ParsedPrompt:
+def _regex_parse_prompt(user_text: str) -> prompt_parsing.ParsedPrompt:
     """parse_prompt as it was before issue 35 (every block read by the module's regular expressions), the reference."""
-    P = prompts
+    P = prompt_parsing
     if user_text.startswith(P.SUMMARY_OPENING):
         q = _QUESTION.search(user_text)
         cons = _regex_tag(user_text, "consensus_ratio")
@@ -283,24 +284,24 @@ def test_parse_prompt_reads_real_prompts_as_the_regular_expressions_did() -> Non
     assert len(built) > 1500
     for text in built:
         expected = _regex_parse_prompt(text)  # the reference is a function of the text: read once
-        assert prompts.parse_prompt(text) == expected
-        assert prompts.parse_prompt(text) == expected  # again: from the memo
+        assert prompt_parsing.parse_prompt(text) == expected
+        assert prompt_parsing.parse_prompt(text) == expected  # again: from the memo
 
 
 def test_parse_prompt_hands_out_its_own_copy() -> None:
     """The memo's parsed prompt is never handed out: a caller that changes its lists changes nothing for the next."""
-    assert {f.name for f in __import__("dataclasses").fields(prompts.ParsedPrompt)} == {
+    assert {f.name for f in __import__("dataclasses").fields(prompt_parsing.ParsedPrompt)} == {
         "kind", "question", "peers", "experiences", "response", "agent_responses", "consensus_ratio"}  # all copied
     text = prompts.debate_prompt("math500", "Q?", [prompts.PeerResponse("x \\boxed{1}", "high")])
-    first = prompts.parse_prompt(text)
+    first = prompt_parsing.parse_prompt(text)
     first.peers.append(prompts.PeerResponse("intruder"))
     first.question = "changed"
-    again = prompts.parse_prompt(text)
+    again = prompt_parsing.parse_prompt(text)
     assert again == _regex_parse_prompt(text) and len(again.peers) == 1 and again.question == "Q?"
     with pytest.raises(ValueError):
-        prompts.parse_prompt("no question here")
+        prompt_parsing.parse_prompt("no question here")
     with pytest.raises(ValueError):  # an error is raised again, not remembered as a result
-        prompts.parse_prompt("no question here")
+        prompt_parsing.parse_prompt("no question here")
 
 
 _FRAGMENTS = ["<question>", "</question>", "\n", "<experiences>", "</experiences>", '<experience index="', "</experience>",
@@ -315,11 +316,11 @@ def test_the_find_readers_give_what_the_regular_expressions_give(parts: list[str
     for opening, closing, pattern in (("<question>\n", "\n</question>", _QUESTION),
                                       ("<experiences>\n", "\n</experiences>", _EXPERIENCES)):
         m = pattern.search(text)
-        assert prompts._between(text, opening, closing) == ((m.group(1), m.end()) if m else None)
+        assert prompt_parsing._between(text, opening, closing) == ((m.group(1), m.end()) if m else None)
     for name, pattern in (("experience", _EXPERIENCE), ("other_solution", _PEER),
                           ("agent_response", _AGENT_RESPONSE)):
-        assert prompts._indexed_blocks(text, name) == pattern.findall(text)
+        assert prompt_parsing._indexed_blocks(text, name) == pattern.findall(text)
     for name in ("tag", "question", "confidence"):
-        assert prompts._tag(text, name) == _regex_tag(text, name)
+        assert prompt_parsing._tag(text, name) == _regex_tag(text, name)
     m = _CONF.search(text)
-    assert prompts._confidence(text) == ((m.start(), m.group(1)) if m else None)
+    assert prompt_parsing._confidence(text) == ((m.start(), m.group(1)) if m else None)

@@ -9,20 +9,13 @@ import numpy as np
 import pytest
 
 from hand_transcripts import transcript, turn
-from r2mad_core.debate import scoring
-from r2mad_core.debate.scoring import (
-    accuracy_with_ci,
-    completion_health,
-    compute_metrics,
-    cost_per_query,
-    paired_test,
-    plurality_vote,
-    revote,
-    shared_misconception_subset,
-    stance_transitions,
-    tie_break_seed,
-    vote,
-)
+from r2mad_core.debate.masking import masking_decisions
+from r2mad_core.experiments.metrics import compute_metrics, summary_line
+from r2mad_core.memory.diagnostics import AnnotationCounts, annotation_counts, lambda_by_consensus, peer_confidences, retrieval_trace
+from r2mad_core.debate.vote import plurality_vote, revote, tie_break_seed, vote
+from r2mad_core.experiments.metrics import completion_health, compute_metrics, cost_per_query
+from r2mad_core.experiments.statistics import accuracy_with_ci, paired_test
+from r2mad_core.report.stances import shared_misconception_subset, stance_transitions
 
 
 # ----------------------------------------------------------------------------------------------
@@ -188,8 +181,8 @@ def test_completion_health_counts_truncated_and_empty_completions():
         "unclosed_thinking": 0,
         "trimmed_prompts": 0,
     }
-    metrics = scoring.compute_metrics([r], n_bootstrap=10)
-    assert "answer from a fallback 2" in scoring.summary_line(metrics)
+    metrics = compute_metrics([r], n_bootstrap=10)
+    assert "answer from a fallback 2" in summary_line(metrics)
 
 
 def test_compute_metrics_stored_and_recomputed_votes():
@@ -205,7 +198,7 @@ def test_compute_metrics_stored_and_recomputed_votes():
     authors = compute_metrics(records, vote_rule="authors_majority_correct")
     assert authors["accuracy"] == 0.5  # a, c correct; d (1 vs 2) wrong
     assert authors["vote_rule"] == "authors_majority_correct"
-    line = scoring.summary_line(stored)
+    line = summary_line(stored)
     assert line.startswith("accuracy 0.750 [95% CI ") and "(n=4)" in line and "tokens/query: debate" in line
 
 
@@ -290,22 +283,22 @@ def _r2mad_record() -> dict:
 
 def test_retrieval_trace_lambda_and_confidences_read_every_round() -> None:
     record = _r2mad_record()
-    trace = scoring.retrieval_trace(record)
+    trace = retrieval_trace(record)
     assert [(r["round"], r["agent"], r["lambda_t"]) for r in trace] == [(1, 0, 0.4), (1, 1, 0.4)]
     assert trace[0]["retrieved"] == ["c1", "c2"] and trace[0]["annotation"] == {"1": "low", "2": "high"}
-    assert scoring.lambda_by_consensus([record]) == {(0.667, 0.4): 2}
-    assert sorted(scoring.peer_confidences([record])) == [0.2, 0.3, 0.5, 0.7]
-    assert scoring.masking_decisions([record]) == [{"round": 1, "responses kept": 2, "verdicts": "YES,NO"}]
+    assert lambda_by_consensus([record]) == {(0.667, 0.4): 2}
+    assert sorted(peer_confidences([record])) == [0.2, 0.3, 0.5, 0.7]
+    assert masking_decisions([record]) == [{"round": 1, "responses kept": 2, "verdicts": "YES,NO"}]
 
 
 def test_annotation_counts_split_by_the_annotated_peers_correctness() -> None:
-    counts = scoring.annotation_counts([_r2mad_record()])
+    counts = annotation_counts([_r2mad_record()])
     # agent 0: peer 1 (correct) low, peer 2 (wrong) high; agent 1: peer 0 (correct) none, peer 2 (wrong) low
     assert (counts.low_correct, counts.high_wrong, counts.none_correct, counts.low_wrong) == (1, 1, 1, 1)
     assert counts.total == 4 and counts.share("low") == 0.5
     assert counts.rate("high", True) == 0.0 and counts.rate("high", False) == 0.5
     assert counts.informativeness == -0.5  # here the annotations point the wrong way
-    assert math.isnan(scoring.AnnotationCounts().informativeness)
+    assert math.isnan(AnnotationCounts().informativeness)
 
 
 def test_an_accuracy_at_small_n_has_the_exact_interval() -> None:

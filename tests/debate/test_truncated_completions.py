@@ -11,10 +11,12 @@ import pytest
 
 from debate_fakes import ScriptedEngine, mc_answer, mc_sample
 from r2mad_core.cli import commands as cli
-from r2mad_core.debate import scoring
+from r2mad_core.experiments.metrics import summary_line
 from r2mad_core.engines.base import Completion
 from r2mad_core.experiments.cell import CONFIG_FILE, METRICS_FILE, TRANSCRIPTS_FILE, run_cell, score_run
-from r2mad_core.debate.scoring import compute_metrics, rescore_record, stance_transitions
+from r2mad_core.debate.vote import rescore_record
+from r2mad_core.experiments.metrics import compute_metrics
+from r2mad_core.report.stances import stance_transitions
 
 
 def turn(answer, gold, truncated=False):
@@ -152,7 +154,7 @@ def test_the_debate_records_finish_reasons_truncated_and_empty_turns(tmp_path):
     health = result.metrics["completion_health"]
     assert (health["completions"], health["truncated"], health["empty"]) == (27, 9, 3)
     assert result.metrics["truncated_share"] == pytest.approx(9 / 27)
-    line = scoring.summary_line(result.metrics)
+    line = summary_line(result.metrics)
     assert "truncated 9/27 (33.3% cut off at max_tokens; their answers count as written)" in line
     # Scored with truncated answers missing: the last round is [A, -, A] -> A, still right; B never counted.
     missing = score_run(tmp_path / "run", truncated_answers="missing", write=False)
@@ -168,18 +170,18 @@ def test_summary_line_names_the_cause_of_the_cuts():
         return {"accuracy": 0.5, "ci_low": 0.3, "ci_high": 0.7, "n": 9, "seconds_per_query": 1.0,
                 "tokens_per_query": {}, "completion_health": health, "truncated_answers": "keep"}
 
-    line = scoring.summary_line(metrics(context_overflow=9))
+    line = summary_line(metrics(context_overflow=9))
     assert "truncated 9/27 (33.3% context overflow; their answers count as written)" in line
     assert "max_tokens" not in line
-    line = scoring.summary_line(metrics(max_tokens_cut=9))
+    line = summary_line(metrics(max_tokens_cut=9))
     assert "truncated 9/27 (33.3% cut off at max_tokens; their answers count as written)" in line
-    line = scoring.summary_line(metrics(max_tokens_cut=6, context_overflow=3))
+    line = summary_line(metrics(max_tokens_cut=6, context_overflow=3))
     assert "(33.3% by cause: cut off at max_tokens 6, context overflow 3;" in line
 
 
 def test_summary_line_is_quiet_without_truncations():
     metrics = compute_metrics([RECORDS[2]])
-    line = scoring.summary_line(metrics)
+    line = summary_line(metrics)
     assert "truncated 0/3, no answer 0" in line and "cut off" not in line
     assert math.isnan(compute_metrics([])["truncated_share"])
 

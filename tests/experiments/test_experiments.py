@@ -24,7 +24,6 @@ from r2mad_core.experiments.cell import (
     RunConfigMismatch,
     RunDirectoryBusy,
     TranscriptError,
-    TranscriptStore,
     load_run,
     locked,
     preflight,
@@ -32,6 +31,7 @@ from r2mad_core.experiments.cell import (
     score_run,
 )
 from r2mad_core.experiments.methods import get_method
+from r2mad_core.experiments.transcripts import TranscriptStore
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
 
@@ -154,7 +154,7 @@ def test_truncated_last_line_is_dropped_and_the_sample_rerun(tmp_path, caplog):
     lines = data.splitlines(keepends=True)
     # Simulate a kill in the middle of writing the 4th line.
     path.write_bytes(b"".join(lines[:3]) + lines[3][: len(lines[3]) // 2])
-    with caplog.at_level(logging.WARNING, logger="r2mad_core.experiments.cell"):
+    with caplog.at_level(logging.WARNING, logger="r2mad_core.experiments.transcripts"):
         resumed = run_cell(run, benchmark="truthfulqa", split="test", engine=ScriptedEngine(hashed_respond), method="mad",
                            samples=samples(4), progress=False)
     assert "line 4: no trailing newline" in caplog.text

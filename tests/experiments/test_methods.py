@@ -7,7 +7,7 @@ import math
 import pytest
 
 from debate_fakes import ScriptedEngine, last_user, mc_answer, mc_sample
-from r2mad_core.debate import prompts
+from r2mad_core.debate import prompt_parsing
 from r2mad_core.debate.loop import run_debate
 from r2mad_core.engines.base import Completion
 from r2mad_core.experiments.methods import METHODS, Method, get_method, kept_by_logprob, method_options
@@ -135,7 +135,7 @@ def test_objective_masking_hides_the_worst_response_from_everyone():
     states = run_debate([mc_sample("q")], engine, method.debate, peer_selector=method.make_peer_selector(None))
     assert engine.calls == 2  # no extra call for objective masking
     round1 = engine.batches[1]
-    seen = [[p.text for p in prompts.parse_prompt(last_user(r)).peers] for r in round1]
+    seen = [[p.text for p in prompt_parsing.parse_prompt(last_user(r)).peers] for r in round1]
     # Agent 1 (mean -2.5) is masked: agent 0 sees agent 2, agent 2 sees agent 0, agent 1 sees both.
     assert seen == [[mc_answer("C")], [mc_answer("A"), mc_answer("C")], [mc_answer("A")]]
     record = states[0].rounds[1]
@@ -154,7 +154,7 @@ def test_lowest_perplexity_variant_leaves_the_best_agent_alone_with_the_task_pro
     engine = ScriptedEngine(respond)
     method = get_method("mad_m2", objective_keep="lowest_perplexity", n_rounds=2)
     run_debate([mc_sample("q")], engine, method.debate, peer_selector=method.make_peer_selector(None))
-    kinds = [prompts.parse_prompt(last_user(r)).kind for r in engine.batches[1]]
+    kinds = [prompt_parsing.parse_prompt(last_user(r)).kind for r in engine.batches[1]]
     # Only agent 0's response is kept: agents 1 and 2 see it; agent 0 sees no peer and re-solves.
     assert kinds == ["task", "debate", "debate"]
 
@@ -174,8 +174,8 @@ def test_subjective_masking_one_judge_call_per_round_and_no_masks():
     judge_batches = [b for b in engine.batches if b[0].tag == "judge"]
     assert [len(b) for b in judge_batches] == [6, 6]
     assert all(r.params.max_tokens == 99 and not r.params.logprobs for b in judge_batches for r in b)
-    assert all(prompts.parse_prompt(last_user(r)).kind == "judge" for b in judge_batches for r in b)
-    seen = [[p.text for p in prompts.parse_prompt(last_user(r)).peers] for r in engine.batches[2][:3]]
+    assert all(prompt_parsing.parse_prompt(last_user(r)).kind == "judge" for b in judge_batches for r in b)
+    seen = [[p.text for p in prompt_parsing.parse_prompt(last_user(r)).peers] for r in engine.batches[2][:3]]
     assert seen == [[mc_answer("C")], [mc_answer("A"), mc_answer("C")], [mc_answer("A")]]
     record = states[0].rounds[1]
     assert record.masking == {"strategy": "subjective", "verdicts": ["YES", "NO", "NOT SURE"], "kept": [0, 2]}

@@ -14,7 +14,8 @@ from r2mad_core.debate.loop import DebateConfig
 from r2mad_core.debate.settings import DEFAULTS as DEBATE_DEFAULTS
 from r2mad_core.experiments import protocol
 from r2mad_core.experiments.methods import METHOD_SPECS, method_options
-from r2mad_core.experiments.profiles import ProfileSpec, load_profile
+from r2mad_core.experiments.profile_schema import ProfileSpec
+from r2mad_core.experiments.profiles import load_profile
 from r2mad_core.experiments.run_settings import RunSettings, read_settings
 from r2mad_core.memory import settings as memory_settings
 from r2mad_core.memory.hook import IclCotHook

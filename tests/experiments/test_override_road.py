@@ -22,13 +22,13 @@ from r2mad_core.reproduce.point_cache import executed_configuration
 def validations(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every validation of a whole profile (its file's fields), by source."""
     seen: list[str] = []
-    real = profiles._validated
+    real = profiles.validated_spec
 
     def counted(data: Any, source: str) -> Any:
         seen.append(source)
         return real(data, source)
 
-    monkeypatch.setattr(profiles, "_validated", counted)
+    monkeypatch.setattr(profiles, "validated_spec", counted)
     return seen
 
 

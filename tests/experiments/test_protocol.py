@@ -12,6 +12,7 @@ import pytest
 
 from debate_fakes import ScriptedEngine, mc_answer, mc_sample, question_key
 from r2mad_core.debate import prompts
+from r2mad_core.debate import prompt_parsing
 from r2mad_core.debate.loop import DebateConfig, run_debate
 from r2mad_core.debate.scheduling import run_scheduled
 from r2mad_core.engines.base import Completion
@@ -19,7 +20,8 @@ from r2mad_core.engines.thinking import apply_thinking
 from r2mad_core.experiments import protocol
 from r2mad_core.experiments.build_memory import build_memory
 from r2mad_core.experiments.methods import RunContext, get_method
-from r2mad_core.experiments.profiles import PROTOCOL_FIELDS, load_profile
+from r2mad_core.experiments.profile_schema import PROTOCOL_FIELDS
+from r2mad_core.experiments.profiles import load_profile
 from r2mad_core.memory.embeddings import HashingEmbedder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,7 +124,7 @@ def test_the_summary_slot_of_the_authors_code_exact_text() -> None:
     assert summaries[1] == prompts.summary_prompt(
         TEST[0].question, engine.summary_text, [a, b, a], 2 / 3, answers=["A", "B", "A"],
         previous_answers=["A", "B", "A"], slot="authors")
-    assert prompts.parse_prompt(summaries[1]).agent_responses == [a, b, a]
+    assert prompt_parsing.parse_prompt(summaries[1]).agent_responses == [a, b, a]
     # ours: the raw responses only, and only before a next round
     engine = ScriptedEngine(_respond)
     run_debate(TEST[:1], engine, DebateConfig(n_agents=3, n_rounds=2, max_tokens=64, with_summaries=True))
@@ -147,7 +149,7 @@ def test_empty_peer_responses_are_dropped_and_unclosed_thinking_is_kept_as_the_a
         assert state.rounds[0].turns[1].response == first_response
         assert state.rounds[0].turns[1].answer == ("B" if thinking == "keep" else None)
         round1 = [r for r in engine.batches[1] if r.tag == "debate"]
-        parsed = prompts.parse_prompt(round1[0].messages[-1]["content"])
+        parsed = prompt_parsing.parse_prompt(round1[0].messages[-1]["content"])
         assert parsed.kind == "debate" and len(parsed.peers) == peers_of_agent0, (empty, thinking)
         assert state.rounds[1].turns[0].visible_peers == ((1, 2) if peers_of_agent0 == 2 else (2,))
 

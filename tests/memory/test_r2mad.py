@@ -11,6 +11,7 @@ import pytest
 from debate_fakes import ScriptedEngine, last_user, mc_answer, mc_sample, round_of
 from r2mad_core.cli import commands as cli
 from r2mad_core.debate import prompts
+from r2mad_core.debate import prompt_parsing
 from r2mad_core.data.benchmarks import BENCHMARKS, load
 from r2mad_core.memory.embeddings import HashingEmbedder
 from r2mad_core.engines import make_engine
@@ -97,7 +98,7 @@ def test_r2mad_hook_prompts_and_records(bank_dir, tmp_path):
     assert retrieved["policy"] == "state_aware" and len(retrieved["scores"]) == 3
     # what agent 0 was shown at round 1
     text = _round1_prompts(engine, 0)[0]
-    parsed = prompts.parse_prompt(text)
+    parsed = prompt_parsing.parse_prompt(text)
     assert [p.confidence for p in parsed.peers] == ["low", "high"]
     assert len(parsed.experiences) == 3
     assert all(e.answer == "A" and e.correct and e.outcome_correct for e in parsed.experiences)
@@ -144,7 +145,7 @@ def test_icl_cot_shows_distinct_training_questions(bank_dir, tmp_path):
     assert turn.n_experiences == 2
     ids = turn.retrieved["case_ids"]
     assert len({cid.split("#")[0] for cid in ids}) == 2 and all(cid.endswith("#t2#a0") for cid in ids)
-    parsed = prompts.parse_prompt(last_user(engine.batches[0][0]))
+    parsed = prompt_parsing.parse_prompt(last_user(engine.batches[0][0]))
     assert parsed.kind == "task" and len(parsed.experiences) == 2
 
 
@@ -259,7 +260,7 @@ def test_experiences_can_be_shortened(bank_dir, tmp_path):
     engine = scripted()
     run_cell(tmp_path / "short", benchmark="truthfulqa", split="test", engine=engine, method="r2mad",
              method_options={"memory": str(bank_dir), "top_k": 3, "max_experience_chars": 9}, samples=TEST, progress=False)
-    parsed = prompts.parse_prompt(_round1_prompts(engine, 0)[0])
+    parsed = prompt_parsing.parse_prompt(_round1_prompts(engine, 0)[0])
     # the stored response "I reason briefly. The answer is ((A))." cut after 9 characters
     assert [e.response for e in parsed.experiences] == ["I reason [...]"] * 3
     assert all(e.answer == "A" for e in parsed.experiences)  # the recorded answer is kept

@@ -73,7 +73,7 @@ def test_the_exact_paired_interval_agrees_with_mcnemar_and_covers_at_small_n() -
 
 
 def test_the_se_beside_a_ci_is_the_sd_of_the_same_bootstrap() -> None:
-    from r2mad_core.debate.scoring import mean_accuracy_with_ci
+    from r2mad_core.experiments.statistics import mean_accuracy_with_ci
 
     rng = np.random.default_rng(5)
     groups = [rng.random(n) < p for n, p in ((134, 0.55), (211, 0.7), (242, 0.4))]

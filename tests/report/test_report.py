@@ -22,7 +22,7 @@ from r2mad_core.reproduce import grid
 
 from r2mad_core.report import comparison as report
 
-from r2mad_core.debate import scoring
+from r2mad_core.experiments.metrics import replayed_share
 from r2mad_core.report.artifacts import (  # noqa: E402
     ReportContext,
     missing_artifacts,
@@ -398,7 +398,7 @@ from r2mad_core.report.results import CellOutcome, GridResults  # noqa: E402
 from r2mad_core.records import TranscriptRecord, as_transcript  # noqa: E402
 from hand_transcripts import transcript  # noqa: E402
 from r2mad_core.experiments.model_specs import ModelSpec  # noqa: E402
-from r2mad_core.debate.scoring import mean_accuracy_with_ci  # noqa: E402
+from r2mad_core.experiments.statistics import mean_accuracy_with_ci  # noqa: E402
 from r2mad_core.report.tables import tidy_to_table  # noqa: E402
 
 SIMULATED = {"label": "Sim", "engine": "simulated", "model": None, "stands_in_for": "Qwen2.5-7B-Instruct", "options": {}}
@@ -500,7 +500,7 @@ def test_model_specs_stand_ins_and_environment(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_mean_accuracy_ci_matches_the_single_benchmark_bootstrap() -> None:
-    from r2mad_core.debate.scoring import accuracy_with_ci
+    from r2mad_core.experiments.statistics import accuracy_with_ci
 
     outcomes = [True, False, True, True, False, True, True] * 3
     single = accuracy_with_ci(outcomes, n_bootstrap=2000, seed=3)
@@ -681,8 +681,8 @@ def test_cost_time_is_what_generation_measured_or_says_why_not() -> None:
         return as_transcript(transcript("q", [{"agents": [{"cached": c} for c in cached], "extra_calls": [summary]}],
                                         correct=True))
 
-    assert scoring.replayed_share([record([True, True, True])]) == pytest.approx(3 / 4)
-    assert scoring.replayed_share([record([False, False])]) == 0.0
+    assert replayed_share([record([True, True, True])]) == pytest.approx(3 / 4)
+    assert replayed_share([record([False, False])]) == 0.0
     local = {"engine": "local", "seconds_per_query": 72.04, "replayed_share": 0.0}
     assert time_cell(local) == pytest.approx(72.04)
     assert time_cell({**local, "replayed_share": 1.0}) == "replayed"  # was 0.00 s in the cpu table

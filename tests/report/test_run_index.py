@@ -11,7 +11,6 @@ import pandas as pd
 import pytest
 
 from r2mad_core.cli import main
-from r2mad_core.debate import scoring
 from r2mad_core.report import comparison, inference, run_index, run_pages
 from r2mad_core.report.artifacts import (
     RUNS_FROM_NOTEBOOK,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from hand_transcripts import transcript
-from r2mad_core.debate.scoring import shared_misconception_subset
+from r2mad_core.report.stances import shared_misconception_subset
 from r2mad_core.experiments.model_specs import ModelSpec
 from r2mad_core.records import TranscriptRecord
 from r2mad_core.report import inference

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from r2mad_core.cli import main
-from r2mad_core.debate import scoring
+from r2mad_core.report.stances import shared_misconception_subset
 from r2mad_core.records import TurnRecord
 from r2mad_core.report import viewer
 
@@ -124,7 +124,7 @@ def test_stance_changes():
 
 def test_filters_shared_misconception_and_differing(runs, tmp_path):
     mad, r2 = records(runs["mad"]), records(runs["r2mad"])
-    shared = scoring.shared_misconception_subset(mad)
+    shared = shared_misconception_subset(mad)
     differ = {a["sample_id"] for a, b in zip(r2, mad) if a["correct"] != b["correct"]}
     assert [a["sample_id"] for a in r2] == [b["sample_id"] for b in mad]
     out = tmp_path / "shared.html"
@@ -175,5 +175,5 @@ def test_fixture_has_what_the_filters_need(runs):
     """The runs above hold shared-misconception questions and questions where R2-MAD and MAD end differently,
     so the filter tests are not vacuous."""
     mad, r2 = records(runs["mad"]), records(runs["r2mad"])
-    assert scoring.shared_misconception_subset(mad)
+    assert shared_misconception_subset(mad)
     assert any(a["correct"] != b["correct"] for a, b in zip(r2, mad))

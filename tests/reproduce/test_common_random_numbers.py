@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from r2mad_core.data.benchmarks import load
-from r2mad_core.debate.scoring import paired_test
+from r2mad_core.experiments.statistics import paired_test
 from r2mad_core.engines import make_engine
 from r2mad_core.experiments.build_memory import build_memory
 from r2mad_core.experiments.cell import run_cell

@@ -14,18 +14,11 @@ import yaml
 
 from r2mad_core.reproduce import api_budget, command as reproduce
 
-from r2mad_core.experiments import profiles as profile_schema
+from r2mad_core.experiments import profile_schema
 from r2mad_core.data.benchmarks import BENCHMARKS
 from r2mad_core.report.comparison import load_reported_results
-from r2mad_core.experiments.profiles import (
-    PROTOCOL_FIELDS,
-    ProfileError,
-    ProfileSpec,
-    load_profile,
-    parse_override,
-    profile_names,
-    validate_profile,
-)
+from r2mad_core.experiments.profile_schema import PROTOCOL_FIELDS, ProfileSpec, validate_profile
+from r2mad_core.experiments.profiles import ProfileError, load_profile, parse_override, profile_names
 from r2mad_core.reproduce import ReproductionPaths, discover_notebooks, run_notebooks
 from r2mad_core.memory.retrieval import parse_retrieval_policy
 

@@ -1,5 +1,7 @@
-"""The paper run from the command line: ``--rehearse``, ``--estimate-only`` (from the rehearsal), ``--preflight``,
-``--calibrate`` and ``--gpus`` (docs/paper-run.md).
+"""The paper run from the command line (docs/paper-run.md).
+
+``--rehearse``, ``--estimate-only`` (from the rehearsal), ``--preflight``,
+``--calibrate`` and ``--gpus``.
 
 - ``--rehearse``: :func:`r2mad_core.reproduce.paper.rehearsal.rehearse`, into the folder of what it rehearses.
 - ``--estimate-only`` on a GPU profile: :mod:`r2mad_core.reproduce.paper.estimate` (never rehearses itself: one
