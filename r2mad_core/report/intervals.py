@@ -1,6 +1,7 @@
-"""Score and exact intervals for accuracies and their differences (Wilson 1927; Newcombe 1998; Zou and Donner 2008;
-Clopper and Pearson 1934): intervals that keep their coverage at small n, where a percentile bootstrap collapses, and
-that agree with a test by construction.
+"""Score and exact intervals for accuracies and their differences, which keep their coverage at small n.
+
+Wilson 1927; Newcombe 1998; Zou and Donner 2008; Clopper and Pearson 1934: where a percentile bootstrap collapses,
+these intervals keep their coverage, and they agree with a test by construction.
 
 - :func:`wilson`: the score interval of one proportion k / n; :func:`accuracy_se` the standard error of an
   accuracy (or a mean of accuracies over strata) the tables print beside its CI.

@@ -1,5 +1,6 @@
-"""Near-identical rows: the share of retrievals on which two rows of a table retrieved the same cases (Eq. 5), measured
-from their transcripts, and the note that names the pairs above :data:`NEAR_IDENTICAL_SHARE`.
+"""Near-identical rows: how often two rows of a table retrieved the same cases (Eq. 5), from their transcripts.
+
+The note names the pairs above :data:`NEAR_IDENTICAL_SHARE`.
 
 Two retrieval policies can differ in their definition and still pick the same cases almost always (at K = 1
 Positive-only and Debate-State-Aware both pick the most similar case of reward 1 unless lambda_t reaches 0): their
