@@ -74,20 +74,20 @@ test-slow: setup
 	$(PY) -m pytest -q -m slow
 
 reproduce: setup
-	$(PY) -m r2mad_core.reproduce --profile $(PROFILE) $(ARGS)
+	$(PY) -m r2mad_lab.reproduce --profile $(PROFILE) $(ARGS)
 
 # After regenerating a real-engine profile (make reproduce PROFILE=cpu from an empty cache/cpu): its response cache,
 # compacted, to published/$(PROFILE)/ with manifest.json; commit both with figures/$(PROFILE)/. A later
 # `make reproduce PROFILE=$(PROFILE)` with no cache/$(PROFILE)/ replays it (docs/engines.md, "Published runs").
 publish: setup
-	$(PY) -m r2mad_core.reproduce.published --profile $(PROFILE) $(ARGS)
+	$(PY) -m r2mad_lab.reproduce.published --profile $(PROFILE) $(ARGS)
 
 # Every run of $(PROFILE) (variants and replicates included) in the field's formats (docs/elsewhere.md): one Inspect
 # eval log per cell in exports/$(PROFILE)/inspect (`inspect view --log-dir exports/$(PROFILE)/inspect`) and the
 # per-question table exports/$(PROFILE)/samples.parquet. Needs the runs (make reproduce) and the inspect extra.
 export: setup
-	$(PY) -m r2mad_core export inspect runs/$(PROFILE) --out exports/$(PROFILE)/inspect
-	$(PY) -m r2mad_core export table runs/$(PROFILE) --out exports/$(PROFILE)/samples.parquet
+	$(PY) -m r2mad_lab export inspect runs/$(PROFILE) --out exports/$(PROFILE)/inspect
+	$(PY) -m r2mad_lab export table runs/$(PROFILE) --out exports/$(PROFILE)/samples.parquet
 
 # JupyterLab on notebooks/ with this environment's kernel, on localhost only, with its token (the URL to open,
 # token included, is the one line it prints). Edit a parameters cell and run: the run is a variant (docs/ablations.md).

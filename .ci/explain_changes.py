@@ -1,6 +1,6 @@
 """Print what changed in the tracked files a rerun rewrote (CI's "a rerun changed tracked files" step).
 
-Executed notebooks are compared without their volatile parts (r2mad_core.report.volatile.normalized_notebook), cell by
+Executed notebooks are compared without their volatile parts (r2mad_lab.report.volatile.normalized_notebook), cell by
 cell, so the log names the cell and output that differ; other files get a short unified diff.
 """
 
@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from r2mad_core.report.volatile import normalized_notebook
+from r2mad_lab.report.volatile import normalized_notebook
 
 
 def show(path: str, limit: int = 60) -> None:

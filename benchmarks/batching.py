@@ -21,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from r2mad_core.debate import prompts  # noqa: E402
-from r2mad_core.engines import Request, SamplingParams  # noqa: E402
-from r2mad_core.engines.local import LocalEngine, available_cores  # noqa: E402
+from r2mad_lab.engines import Request, SamplingParams  # noqa: E402
+from r2mad_lab.engines.local import LocalEngine, available_cores  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BENCHMARK = "mmlu_pro_economics"

@@ -3,7 +3,7 @@
 Each simulated endpoint is a fake OpenAI-compatible server on 127.0.0.1 with ``--slots`` concurrent slots (a request
 waits for a free slot) and a fixed delay per generated token (``--token-ms``): a GPU replica of fixed capacity, as
 one ``vllm serve`` process (or one rank of ``--data-parallel-size N``). The client is the project's own ``openai``
-engine (:class:`r2mad_core.engines.openai_compat.OpenAICompatEngine`) with the N base URLs and ``slots x N`` requests
+engine (:class:`r2mad_lab.engines.openai_compat.OpenAICompatEngine`) with the N base URLs and ``slots x N`` requests
 in flight, as a paper profile with ``base_urls`` per model sends them. The workload: ``--requests`` requests of
 ``--tokens`` tokens each. Prints wall time, speed-up and efficiency for 1, 2, 4, 8 endpoints against the target
 (speed-up >= 0.8 N). Not a test: figures go to benchmarks/README.md.
@@ -20,8 +20,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from r2mad_core.engines import Request, SamplingParams
-from r2mad_core.engines.openai_compat import OpenAICompatEngine
+from r2mad_lab.engines import Request, SamplingParams
+from r2mad_lab.engines.openai_compat import OpenAICompatEngine
 
 
 class Endpoint:

@@ -69,10 +69,10 @@ from typing import Any, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from r2mad_core.data import benchmarks as benchmark_data  # noqa: E402
-from r2mad_core.engines.base import Completion, Request  # noqa: E402
+from r2mad_core.engine import Completion, Request  # noqa: E402
 from r2mad_core.theory.agents import TOKENS_PER_WORD, SimulatedAgentParams, SimulatedEngine  # noqa: E402
-from r2mad_core.experiments.cell import run_cell  # noqa: E402
-from r2mad_core.experiments.methods import Method, get_method  # noqa: E402
+from r2mad_lab.experiments.cell import run_cell  # noqa: E402
+from r2mad_core.methods import Method, get_method  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -282,7 +282,7 @@ def ensure_bank(directory: Path, benchmark: str, embedder: str, questions: int, 
     """The bank directory (built now if missing) and the seconds spent building it (0 when reused)."""
     if (directory / "manifest.json").exists():
         return directory, 0.0
-    from r2mad_core.experiments.build_memory import build_memory
+    from r2mad_lab.experiments.build_memory import build_memory
 
     train = benchmark_data.load(benchmark, "train", data_dir=data_dir)[:questions]
     engine = SimulatedEngine(train, seed=seed, params=replace(params, token_latency_ms=0.0))
@@ -530,7 +530,7 @@ def main(argv: Sequence[str] | None = None) -> float:
         simulated = {name: best_of(method_runs) for name, method_runs in runs.items()}
         results.extend(simulated.values())
         if args.local:
-            from r2mad_core.engines import make_engine
+            from r2mad_lab.engines import make_engine
 
             local_test = test[: args.local_limit]
             local_sampling = {"max_tokens": args.local_max_tokens}

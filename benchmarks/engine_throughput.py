@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from r2mad_core.engines import CachedEngine, Ledger, Request, ResponseCache, SamplingParams  # noqa: E402
-from r2mad_core.engines.base import Completion  # noqa: E402
-from r2mad_core.engines.local import LocalEngine, available_cores  # noqa: E402
+from r2mad_lab.engines import CachedEngine, Ledger, Request, ResponseCache, SamplingParams  # noqa: E402
+from r2mad_core.engine import Completion  # noqa: E402
+from r2mad_lab.engines.local import LocalEngine, available_cores  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TOPICS = ["rivers", "markets", "bridges", "volcanoes", "libraries", "trains", "forests", "harbours"]

@@ -53,7 +53,7 @@ def main() -> int:
     import matplotlib
 
     matplotlib.use("Agg")
-    from r2mad_core.reproduce import (ANSWER_MEMO_ENVIRONMENT, ANSWER_MEMO_FILE, BLAS_THREAD_VARIABLES,
+    from r2mad_lab.reproduce import (ANSWER_MEMO_ENVIRONMENT, ANSWER_MEMO_FILE, BLAS_THREAD_VARIABLES,
                                       PORTABLE_PATH_PARAMETERS, ReproductionPaths, _portable,
                                       default_notebooks_dir, discover_notebooks, load_profile, notebook_parameters)
 

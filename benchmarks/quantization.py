@@ -1,9 +1,9 @@
 """CPU seconds per request of the ``cpu`` profile's model files: the packaged Q4_1 against the Q8_0 (and Q4_0) made from
-it (:mod:`r2mad_core.engines.requantize`), at 1 and 2 llama.cpp threads (issue 52).
+it (:mod:`r2mad_lab.engines.requantize`), at 1 and 2 llama.cpp threads (issue 52).
 
 A fixed sample of debate-sized requests (a TruthfulQA question with three peers' answers and two experiences, about
 360 prompt tokens, ``max_tokens`` 128, temperature 1.0 with fixed seeds), sent 8 at a time as the profile's server
-slots take them, through :class:`~r2mad_core.engines.local.LocalEngine` (the server runs in this process, so
+slots take them, through :class:`~r2mad_lab.engines.local.LocalEngine` (the server runs in this process, so
 ``time.process_time()`` counts every llama.cpp thread). CPU seconds are steady on a loaded machine where wall seconds
 are not: both are printed, with the load average. Configurations alternate (A B C A B C ...) so a change of load
 falls on all of them.
@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from r2mad_core.engines import Request, SamplingParams  # noqa: E402
-from r2mad_core.engines.local import LocalEngine  # noqa: E402
+from r2mad_lab.engines import Request, SamplingParams  # noqa: E402
+from r2mad_lab.engines.local import LocalEngine  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 QUESTIONS = [

@@ -1,9 +1,9 @@
 """The ``openai`` backend's request path against modelled vLLM servers (issue 62): achieved requests/s against the
 servers' capacity at 1, 2, 4 and 8 servers, and the package's CPU per request, for three clients in one run, with
 the machine's load beside each line (:data:`CLIENTS`): ``old``, a thread per request over ``httpx.Client``
-(r2mad_core/engines/openai_compat.py at dc0c295, read from git into a temporary module); ``httpx``, coroutines on
+(r2mad_lab/engines/openai_compat.py at dc0c295, read from git into a temporary module); ``httpx``, coroutines on
 one event-loop thread over ``httpx.AsyncClient`` pools (at dc2d4db, read likewise); ``new``, today's: coroutines
-over the package's own HTTP/1.1 client (r2mad_core/engines/http1.py).
+over the package's own HTTP/1.1 client (r2mad_lab/engines/http1.py).
 
 The servers (benchmarks/fake_vllm.py, one process, a port each) answer 25 requests/s each when busy (3,200 tokens/s
 shared by the decoding requests, 128 tokens a reply, 0.2 s to the first token, batch 128, 429 beyond a queue of
@@ -35,14 +35,14 @@ ROOT = Path(__file__).resolve().parents[1]
 CLIENTS = {
     "old": "dc0c295",  # a thread per request over httpx.Client
     "httpx": "dc2d4db",  # coroutines on one event-loop thread over httpx.AsyncClient pools
-    "new": None,  # coroutines over the package's own HTTP/1.1 client (r2mad_core/engines/http1.py)
+    "new": None,  # coroutines over the package's own HTTP/1.1 client (r2mad_lab/engines/http1.py)
 }
 
 
 def old_client_module(directory: Path, commit: str) -> object | None:
     """The client at ``commit`` as a module, or ``None`` when this is not a git checkout."""
     try:
-        source = subprocess.run(["git", "show", f"{commit}:r2mad_core/engines/openai_compat.py"], cwd=ROOT,
+        source = subprocess.run(["git", "show", f"{commit}:r2mad_lab/engines/openai_compat.py"], cwd=ROOT,
                                 capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
@@ -58,7 +58,7 @@ def old_client_module(directory: Path, commit: str) -> object | None:
 def point(client: str, ports: list[int], per_server: int, requests: int, timeout: float) -> dict:
     """(child process) One run: ``requests`` requests over the servers at ``ports``; timings and CPU."""
     sys.path.insert(0, str(ROOT))
-    from r2mad_core.engines.base import Request, SamplingParams
+    from r2mad_core.engine import Request, SamplingParams
 
     urls = [f"http://127.0.0.1:{port}/v1" for port in ports]
     options = dict(api_key_env=None, max_concurrency=per_server * len(urls), timeout_seconds=timeout,
@@ -76,7 +76,7 @@ def point(client: str, ports: list[int], per_server: int, requests: int, timeout
                 return {"skipped": "not a git checkout: the old client cannot be read"}
             engine = module.OpenAICompatEngine("modelled", urls, max_concurrency_per_url=per_server, **options)
         else:
-            from r2mad_core.engines.openai_compat import OpenAICompatEngine
+            from r2mad_lab.engines.openai_compat import OpenAICompatEngine
 
             engine = OpenAICompatEngine("modelled", urls, max_concurrency_per_url=per_server, **options)
         batch = [Request(messages=({"role": "system", "content": "You are a careful economist."},

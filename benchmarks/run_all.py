@@ -26,7 +26,7 @@ script by itself to refresh those) and are left as they were.
 6. The four timings of issues 24 and 35 ("twice as fast where nothing needs to be slow"), each a subprocess timed
    by wall clock: ``make reproduce`` of the default profile (sim) from nothing into a scratch folder (issue 35's
    target < 60 s; issue 24's was 2 min), the same command again (< 20 s; was 40 s): nothing changed, so every notebook is up to date and none runs
-   (r2mad_core/reproduce/up_to_date.py), and again with ``--force``, every notebook executed and every run replayed
+   (r2mad_lab/reproduce/up_to_date.py), and again with ``--force``, every notebook executed and every run replayed
    (timed against the same target), ``make
    test``'s pytest command (``-m "not slow"`` on ``TEST_WORKERS`` workers, the Makefile's: one more than the cores, at
    most 8; the time pytest reports, < 50 s; was
@@ -147,7 +147,7 @@ def pytest_seconds(lines: list[str]) -> float | None:
 
 def timing_steps(scratch: Path, cpu: bool) -> list[Step]:
     """Issue 24's timings: sim from nothing, sim rerun, the fast tests, and (``cpu``) the cpu profile from nothing."""
-    reproduce = ["-m", "r2mad_core.reproduce", "--output-dir"]
+    reproduce = ["-m", "r2mad_lab.reproduce", "--output-dir"]
     steps = [
         Step("sim_from_nothing", [*reproduce, str(scratch / "sim"), "--profile", "sim"]),
         Step("sim_rerun", [*reproduce, str(scratch / "sim"), "--profile", "sim"]),

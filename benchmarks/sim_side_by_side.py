@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/sim_side_by_side.py --before main --after HEAD --pairs 2 --together
 
 Each run gets a fresh clone of the repository at its commit (``git clone``: no ``runs/``, no ``cache/``) under
-``--scratch`` and runs ``python -m r2mad_core.reproduce --profile sim`` there with the clone first on ``PYTHONPATH``
+``--scratch`` and runs ``python -m r2mad_lab.reproduce --profile sim`` there with the clone first on ``PYTHONPATH``
 (what ``make reproduce`` runs). The runs alternate, before and after, the first of each pair switching sides
 (``B A``, ``A B``, ...): a machine whose speed drifts favours neither. ``--together`` starts the two runs of a pair at
 once (the machine is shared anyway; each run's CPU is its own).
@@ -15,7 +15,7 @@ counts the same), the wall time, and the 1-minute load average at its start and 
 the machine's load than wall time does (docs/performance.md, "Stated times"); the ratio after/before is per pair.
 
 What it checks: every file of ``figures/sim/`` but ``MANIFEST.json`` byte for byte, and every executed notebook of
-``notebooks/executed/sim/`` after :func:`r2mad_core.report.volatile.normalized_notebook` (papermill's clock fields and
+``notebooks/executed/sim/`` after :func:`r2mad_lab.report.volatile.normalized_notebook` (papermill's clock fields and
 the progress outputs) with every commit name replaced (the report lists the commit that made each artifact), between
 every run and the first run of ``--before``. One line per run, then the summary; a CSV
 in ``benchmarks/results/sim_side_by_side.csv`` (another profile's: ``sim_side_by_side_<profile>.csv``). Exit status 1
@@ -64,7 +64,7 @@ def start(clone: Path, log: Path, profile: str) -> tuple[subprocess.Popen, float
     env = dict(os.environ, PYTHONPATH=str(clone), PYTHONUNBUFFERED="1")
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # as make's commands (the Makefile unexports it)
     with log.open("w") as output:
-        process = subprocess.Popen([sys.executable, "-m", "r2mad_core.reproduce", "--profile", profile], cwd=clone,
+        process = subprocess.Popen([sys.executable, "-m", "r2mad_lab.reproduce", "--profile", profile], cwd=clone,
                                    env=env, stdout=output, stderr=subprocess.STDOUT)
     return process, time.perf_counter(), load()
 
@@ -91,7 +91,7 @@ def commit_names(clone: Path, tokens: set[str]) -> list[str]:
 
 def fingerprint(clone: Path, profile: str) -> dict[str, str]:
     """sha256 of every figure file but the manifest, and of every executed notebook without its volatile parts."""
-    from r2mad_core.report.volatile import normalized_notebook
+    from r2mad_lab.report.volatile import normalized_notebook
 
     found: dict[str, str] = {}
     figures = clone / "figures" / profile

@@ -74,14 +74,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from end_to_end import BANK_CACHE, bank_directory, ensure_bank, message_tokens, prefix_keys  # noqa: E402
 from r2mad_core.data import benchmarks as benchmark_data  # noqa: E402
-from r2mad_core.engines.base import Completion, Ledger, Request, collect_in_order  # noqa: E402
+from r2mad_core.engine import Completion, Ledger, Request, collect_in_order  # noqa: E402
 from r2mad_core.theory.agents import SimulatedAgentParams, SimulatedEngine  # noqa: E402
-from r2mad_core.experiments.cell import run_cell  # noqa: E402
-from r2mad_core.experiments.methods import get_method  # noqa: E402
+from r2mad_lab.experiments.cell import run_cell  # noqa: E402
+from r2mad_core.methods import get_method  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 QUESTION_THREAD = "r2mad-question-"  # r2mad_core.debate.scheduling names each question's thread so
-PAPER_GENERATIONS_PER_MODEL = 100_000  # r2mad_core/profiles/paper.yaml's estimate
+PAPER_GENERATIONS_PER_MODEL = 100_000  # r2mad_lab/profiles/paper.yaml's estimate
 
 
 @dataclass(frozen=True)
@@ -544,7 +544,7 @@ class ServerTimings:
     KEYS = ("prompt_n", "cache_n", "prompt_ms", "predicted_n", "predicted_ms")
 
     def __init__(self) -> None:
-        from r2mad_core.engines import openai_compat
+        from r2mad_lab.engines import openai_compat
 
         self._module = openai_compat
         self._original = openai_compat.parse_chat_completion
@@ -578,12 +578,12 @@ def local_runs(args: argparse.Namespace, bank_dir: Path, test: list, work: Path,
                figures: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Part (b): the cpu profile's settings on llama.cpp; runs interleaved: for each repeat and method,
     rounds then questions."""
-    from r2mad_core.engines import make_engine
+    from r2mad_lab.engines import make_engine
 
     rows = []
     samples = test[: args.local_questions]
     rounds = args.local_rounds
-    # r2mad_core/profiles/cpu.yaml: 3 agents, max_tokens 128, summary_max_tokens 48, experiences cut to 400
+    # r2mad_lab/profiles/cpu.yaml: 3 agents, max_tokens 128, summary_max_tokens 48, experiences cut to 400
     # characters, K = 3, temperature 1.0; rounds from --local-rounds (the profile: 3)
     methods = [get_method("mad", max_tokens=128, n_rounds=rounds),
                get_method("r2mad", memory=str(bank_dir), max_tokens=128, summary_max_tokens=48,

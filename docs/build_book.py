@@ -113,7 +113,7 @@ TABLE_NAME = re.compile(r"save_table\(\s*[\w.]+\s*,\s*[\"'](\w+)[\"']")
 
 def is_progress(output: dict) -> bool:
     """Whether a notebook output is progress on stderr (a tqdm bar), which the book leaves out."""
-    from r2mad_core.report.volatile import is_progress as progress  # the one definition (a rerun ignores them too)
+    from r2mad_lab.report.volatile import is_progress as progress  # the one definition (a rerun ignores them too)
 
     return progress(output)
 

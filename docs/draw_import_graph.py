@@ -1,4 +1,4 @@
-"""Draw docs/import-graph.png: r2mad_core's layers (``r2mad_core.ARCHITECTURE``) and the imports between its units.
+"""Draw docs/import-graph.png: the core's and the lab's layers (``r2mad_lab.layers()``) and the imports between units.
 
 Usage:
     .venv/bin/python docs/draw_import_graph.py [--output docs/import-graph.png]
@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def architecture_test():
-    """tests/test_architecture.py as a module (its ``import_graph`` and ``PACKAGE_DIR``)."""
+    """tests/test_architecture.py as a module (its ``import_graph``, ``module_name`` and ``_code_files``)."""
     spec = importlib.util.spec_from_file_location("test_architecture", ROOT / "tests" / "test_architecture.py")
     module = importlib.util.module_from_spec(spec)
     assert spec.loader is not None
@@ -33,7 +33,8 @@ def architecture_test():
 
 
 def unit_of(module: str, units: set[str]) -> str:
-    head = module.split(".")[0]
+    """``r2mad_core.debate.loop`` -> ``r2mad_core.debate``; a package's own ``__init__`` (its face) -> itself."""
+    head = ".".join(module.split(".")[:2])
     return head if head in units else module
 
 
@@ -48,17 +49,18 @@ def main() -> int:
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyBboxPatch
 
-    from r2mad_core import ARCHITECTURE
+    from r2mad_lab import CODE_PACKAGES, layers
 
+    ARCHITECTURE = layers()
     test = architecture_test()
-    graph = test.import_graph()
+    graph = {m: t for m, t in test.import_graph().items() if m not in CODE_PACKAGES}  # the faces: lazy, not drawn
     units = {unit for layer in ARCHITECTURE for unit in layer}
     layer_of = {unit: index for index, layer in enumerate(ARCHITECTURE) for unit in layer}
     lines: Counter[str] = Counter()
     modules: Counter[str] = Counter()
-    for path in test.PACKAGE_DIR.rglob("*.py"):
+    for path in test._code_files():
         name = test.module_name(path)
-        if "__pycache__" in path.parts or not name:
+        if name in CODE_PACKAGES:
             continue
         unit = unit_of(name, units)
         lines[unit] += len(path.read_text(encoding="utf-8").splitlines())
@@ -67,7 +69,7 @@ def main() -> int:
     for source, targets in graph.items():
         for target in targets:
             a, b = unit_of(source, units), unit_of(target, units)
-            if a != b:
+            if a != b and a in units and b in units:
                 edges[(a, b)] += 1
 
     width, row_height, box_height = 16.0, 1.0, 0.55
@@ -81,15 +83,18 @@ def main() -> int:
         gap = (width - sum(sizes)) / (len(layer) + 1)
         x = gap
         for unit, size in zip(layer, sizes):
+            core = unit.startswith(f"{CODE_PACKAGES[0]}.")
             ax.add_patch(FancyBboxPatch((x, y - box_height / 2), size, box_height, boxstyle="round,pad=0.02",
-                                        facecolor="#dbe7f3", edgecolor="#4a6b8a", zorder=3))
-            ax.text(x + size / 2, y + 0.07, unit, ha="center", va="center", fontsize=10, weight="bold", zorder=4)
+                                        facecolor="#f3e3c3" if core else "#dbe7f3", edgecolor="#4a6b8a", zorder=3))
+            ax.text(x + size / 2, y + 0.07, unit.split(".", 1)[1], ha="center", va="center", fontsize=10,
+                    weight="bold", zorder=4)
             ax.text(x + size / 2, y - 0.15, f"{modules[unit]} module{'s' if modules[unit] != 1 else ''}, "
                     f"{lines[unit]:,} lines", ha="center", va="center", fontsize=7.5, color="#333333", zorder=4)
             centre[unit] = (x + size / 2, y)
             half_width[unit] = size / 2
             x += size + gap
-        ax.text(0.05, y, f"layer {index + 1}", ha="left", va="center", fontsize=8, color="#777777")
+        ax.text(0.05, y, f"layer {index + 1}\n{layer[0].split('.')[0]}", ha="left", va="center", fontsize=8,
+                color="#777777")
     # each box's arrows leave from (and arrive at) points spread along its edge, in the order of the other ends
     extent = {unit: (centre[unit][0] - half, centre[unit][0] + half) for unit, half in half_width.items()}
     outgoing = {u: sorted((b for a, b in edges if a == u), key=lambda v: (centre[v][0], layer_of[v])) for u in units}
@@ -115,7 +120,7 @@ def main() -> int:
     ax.set_xlim(0, width)
     ax.set_ylim(-0.7, (len(ARCHITECTURE) - 1) * row_height + 0.7)
     ax.axis("off")
-    ax.set_title(f"r2mad_core: {len(ARCHITECTURE)} layers, {len(units)} units, {sum(modules.values())} modules, "
+    ax.set_title(f"r2mad_core (the method, sand) and r2mad_lab (the machinery, blue): {len(ARCHITECTURE)} layers, {len(units)} units, {sum(modules.values())} modules, "
                  f"{len(edges)} unit-to-unit arrows ({sum(edges.values())} module imports), "
                  f"{upward} running up or sideways", fontsize=11)
     fig.tight_layout()

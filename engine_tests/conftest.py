@@ -136,7 +136,7 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer
 
 def run_cli(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess:
     """``r2mad ARGV`` in a fresh process (as a user runs it)."""
-    return subprocess.run([sys.executable, "-m", "r2mad_core", *argv], capture_output=True, text=True, **kwargs)
+    return subprocess.run([sys.executable, "-m", "r2mad_lab", *argv], capture_output=True, text=True, **kwargs)
 
 
 def agent_pairs(records: list[dict]) -> tuple[int, int]:

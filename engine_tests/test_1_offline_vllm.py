@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-import r2mad_core.engines as engines
+import r2mad_lab.engines as engines
 from conftest import MAX_MODEL_LEN, OFFLINE_OPTIONS, agent_pairs, engine_core_pids
-from r2mad_core.cli import commands as cli
-from r2mad_core.experiments import cell as experiments
-from r2mad_core.engines import CachedEngine, EngineError, Request, SamplingParams
-from r2mad_core.engines.vllm_backend import VLLMEngine
+from r2mad_lab.cli import commands as cli
+from r2mad_lab.experiments import cell as experiments
+from r2mad_lab.engines import CachedEngine, EngineError, Request, SamplingParams
+from r2mad_lab.engines.vllm_backend import VLLMEngine
 
 QUESTIONS = 2
 MAX_TOKENS = 32

@@ -13,8 +13,8 @@ import psutil
 import pytest
 
 from conftest import OFFLINE_OPTIONS, engine_core_pids, run_cli
-from r2mad_core.engines import EngineError, Request, SamplingParams
-from r2mad_core.engines.vllm_backend import VLLMEngine
+from r2mad_lab.engines import EngineError, Request, SamplingParams
+from r2mad_lab.engines.vllm_backend import VLLMEngine
 
 HI = Request(messages=({"role": "user", "content": "Say hi."},), params=SamplingParams(max_tokens=8, seed=1))
 
@@ -64,7 +64,7 @@ def test_start_up_failure_is_one_line_exit_1(model_dir: str, tmp_path: Path) -> 
 
 def run_script(tmp_path: Path, model_dir: str, guarded: bool) -> subprocess.CompletedProcess:
     body = f"""
-        from r2mad_core.engines import Request, SamplingParams, make_engine
+        from r2mad_lab.engines import Request, SamplingParams, make_engine
         engine = make_engine("vllm", model={model_dir!r}, **{OFFLINE_OPTIONS!r})
         [c] = engine.generate([Request(messages=({{"role": "user", "content": "Say hi."}},), params=SamplingParams(max_tokens=8))])
         print("GENERATED", c.completion_tokens)
@@ -93,7 +93,7 @@ def test_a_notebook_kernel_builds_the_engine(model_dir: str) -> None:
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     cell = textwrap.dedent(f"""
-        from r2mad_core.engines import Request, SamplingParams, make_engine
+        from r2mad_lab.engines import Request, SamplingParams, make_engine
         engine = make_engine("vllm", model={model_dir!r}, **{OFFLINE_OPTIONS!r})
         [c] = engine.generate([Request(messages=({{"role": "user", "content": "Say hi."}},), params=SamplingParams(max_tokens=8))])
         engine.close()

@@ -24,10 +24,10 @@ import pytest
 from conftest import OFFLINE_OPTIONS
 from r2mad_core.data import benchmarks
 from r2mad_core.debate import scheduling
-from r2mad_core.engines import Request, SamplingParams
-from r2mad_core.engines.vllm_backend import VLLMEngine
-from r2mad_core.experiments.cell import run_cell
-from r2mad_core.experiments.methods import get_method
+from r2mad_lab.engines import Request, SamplingParams
+from r2mad_lab.engines.vllm_backend import VLLMEngine
+from r2mad_lab.experiments.cell import run_cell
+from r2mad_core.methods import get_method
 from r2mad_core.records import without_seconds
 
 QUESTIONS = 4

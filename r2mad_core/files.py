@@ -157,7 +157,7 @@ def file_stamps(paths: Iterable[str | Path]) -> tuple[tuple[int, int, int, int],
 def exit_with_parent() -> None:
     """End this process the moment its parent ends (Linux pidfd; elsewhere nothing changes).
 
-    For the notebooks' kernels (:mod:`r2mad_core.reproduce.notebook_runner` runs this at kernel start): jupyter_client
+    For the notebooks' kernels (:mod:`r2mad_lab.reproduce.notebook_runner` runs this at kernel start): jupyter_client
     starts each kernel in a session of its own, and ipykernel notices a parent that died only by polling once a
     second, so after a ``kill -9`` of ``reproduce`` its kernels went on computing and writing for 1-5 s. The parent
     is ``JPY_PARENT_PID`` (set by jupyter_client), else the parent process."""

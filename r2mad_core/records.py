@@ -9,9 +9,9 @@ with its annotation. Then the vote over the last round (:class:`VoteRecord`), to
 These models are the one declaration of the transcript (docs/design.md, "Runs and results"): the debate loop
 builds them as it runs (:mod:`r2mad_core.debate.loop` appends :class:`RoundRecord` s of :class:`TurnRecord` s to
 each debate state and fills in ``correct``, ``summary`` and ``seconds`` when they are known), the run cell
-writes them (:func:`r2mad_core.experiments.cell.transcript_record`, one ``model_dump`` per line), and every
+writes them (:func:`r2mad_lab.experiments.cell.transcript_record`, one ``model_dump`` per line), and every
 reader -- scoring, grid results, findings, memory construction -- gets them back, validated, from
-:class:`r2mad_core.experiments.transcripts.TranscriptStore` and reads attributes. A line that does not fit is an error
+:class:`r2mad_lab.experiments.transcripts.TranscriptStore` and reads attributes. A line that does not fit is an error
 naming the file, the line and the field, not an ``AttributeError`` three modules later. Transcripts written
 before these models existed have the same JSON and load unchanged (tests/test_records.py keeps a line of that
 format). :func:`as_transcript` is the door for a hand-made record (a dict).
@@ -67,7 +67,7 @@ class TurnRecord(_LimitsOnlyWhenSet):
     n_experiences: int = 0
     retrieved: dict[str, Any] = {}  # the round hook's record: policy, case ids, scores, lambda_t, confidence
     # Written only when set: the limit that ended the response (context_overflow, context_capped, max_tokens:
-    # r2mad_core.engines.base.CUTS), a response that stopped inside <think>, experiences left out to fit.
+    # r2mad_core.engine.CUTS), a response that stopped inside <think>, experiences left out to fit.
     cut: Literal["context_overflow", "context_capped", "max_tokens"] | None = None
     unclosed_thinking: bool = False
     trimmed_experiences: int = 0
@@ -87,7 +87,7 @@ class ExtraCallRecord(_LimitsOnlyWhenSet):
 
     @classmethod
     def from_completion(cls, tag: str, completion: Any) -> "ExtraCallRecord":
-        """The cost of ``completion`` (an :class:`r2mad_core.engines.base.Completion`) under ``tag``."""
+        """The cost of ``completion`` (an :class:`r2mad_core.engine.Completion`) under ``tag``."""
         return cls(tag=tag, prompt_tokens=completion.prompt_tokens, completion_tokens=completion.completion_tokens,
                    finish_reason=completion.finish_reason, cached=completion.cached, seconds=completion.seconds,
                    cut=getattr(completion, "cut", None),
@@ -237,7 +237,7 @@ def problems(model: type[BaseModel], data: Any) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------
-# Reading a run directory's files (r2mad_core.experiments.cell writes them)
+# Reading a run directory's files (r2mad_lab.experiments.cell writes them)
 # ------------------------------------------------------------------------------------------------
 class RunConfigMismatch(ValueError):
     """The run directory holds a different cell than the one requested (or a config.json that cannot be read)."""

@@ -24,19 +24,19 @@ from pathlib import Path
 
 import pytest
 
-from r2mad_core.reproduce import gc_settings
+from r2mad_lab.reproduce import gc_settings
 
-# One OpenBLAS thread, as make reproduce's kernels get (r2mad_core/reproduce.py, BLAS_THREAD_VARIABLES): the tests'
+# One OpenBLAS thread, as make reproduce's kernels get (r2mad_lab/reproduce.py, BLAS_THREAD_VARIABLES): the tests'
 # small products are slower threaded on a shared 2-core machine, and give the same bytes. Set before numpy loads;
 # the notebook kernels the tests start inherit it. A value the user set is kept.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-# As r2mad_core/reproduce/__init__.py: nbformat's jsonschema would compile rfc3987_syntax's 38 grammars (3.2 s) in each
+# As r2mad_lab/reproduce/__init__.py: nbformat's jsonschema would compile rfc3987_syntax's 38 grammars (3.2 s) in each
 # test process; no notebook schema uses the formats they check.
 sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 
 HERE = Path(__file__).resolve().parent
 
-# The garbage collector as the notebooks' kernels have it (r2mad_core/reproduce/gc_settings.py), from before the test
+# The garbage collector as the notebooks' kernels have it (r2mad_lab/reproduce/gc_settings.py), from before the test
 # modules are imported; frozen once they are (pytest_collection_finish). Measured with `make test` on 2 cores: the
 # collector took 3.3-4.6 s of each worker's CPU with CPython's defaults, 0.6-0.9 s with these (docs/performance.md).
 gc_settings.tune()
@@ -128,5 +128,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """The tests collected (every module imported), what is alive leaves the garbage collector's walks
-    (r2mad_core/reproduce/gc_settings.py; the thresholds were set when this file was imported)."""
+    (r2mad_lab/reproduce/gc_settings.py; the thresholds were set when this file was imported)."""
     gc_settings.freeze()

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 from r2mad_core.debate import prompts
 from r2mad_core.debate import prompt_parsing
 from r2mad_core.data.benchmarks import Sample, format_question
-from r2mad_core.engines.base import Completion, Ledger, Request
+from r2mad_core.engine import Completion, Ledger, Request
 
 LETTERS = "ABCDEFGHIJ"
 

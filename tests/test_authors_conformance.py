@@ -25,10 +25,10 @@ import pytest
 
 from r2mad_core.data.benchmarks import Sample, format_question
 from r2mad_core.debate.settings import DebateSettings
-from r2mad_core.engines.base import Completion, Ledger, Request
-from r2mad_core.experiments import protocol
-from r2mad_core.experiments.build_memory import build_memory
-from r2mad_core.experiments.cell import run_cell
+from r2mad_core.engine import Completion, Ledger, Request
+from r2mad_lab.experiments import protocol
+from r2mad_lab.experiments.build_memory import build_memory
+from r2mad_lab.experiments.cell import run_cell
 from r2mad_core.memory.embeddings import HashingEmbedder
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -388,7 +388,7 @@ WORLDS = {"math500": math_world, "truthfulqa": mc_world}
 @pytest.fixture
 def solutions(monkeypatch):
     """MATH500's reference solution of the training question (r2mad_core reads it from the benchmark files)."""
-    from r2mad_core.experiments import methods
+    from r2mad_core import methods
 
     w = math_world()
     monkeypatch.setattr(methods, "reference_solutions", lambda benchmark, data_dir=None: {w.train.id: w.solution})
@@ -463,7 +463,7 @@ def _letter_by_persona(body: dict) -> str:
 
 
 def _cli(argv: list[str]) -> int:
-    from r2mad_core.cli import commands as cli
+    from r2mad_lab.cli import commands as cli
 
     return cli.main(argv)
 

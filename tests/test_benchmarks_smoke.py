@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from r2mad_core.engines.base import Completion, Ledger, Request
+from r2mad_core.engine import Completion, Ledger, Request
 
 BENCHMARKS_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
 

@@ -48,7 +48,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
             continue
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / name, repo / name)
-    shutil.copy2(REPO / "r2mad_core" / "profiles" / "tiny.yaml", repo / "tidy.yaml")
+    shutil.copy2(REPO / "r2mad_lab" / "profiles" / "tiny.yaml", repo / "tidy.yaml")
     _git(repo, "init", "-q")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "the checkout")
@@ -62,7 +62,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _reproduce(repo: Path, *args: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("R2MAD_")}
     env["PYTHONPATH"] = str(repo)
-    result = subprocess.run([sys.executable, "-m", "r2mad_core.reproduce", "--profile", "tidy.yaml", "--only", "04",
+    result = subprocess.run([sys.executable, "-m", "r2mad_lab.reproduce", "--profile", "tidy.yaml", "--only", "04",
                              *args], cwd=repo, env=env, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, (args, result.stdout[-3000:] + result.stderr[-3000:])
 

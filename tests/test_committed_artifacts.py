@@ -1,7 +1,7 @@
 """The committed artifacts (figures/<profile>/MANIFEST.json) were built by the code at HEAD.
 
-Every artifact records the git commit that produced it (r2mad_core.report.artifacts.git_commit). This test fails
-when a committed manifest names a commit whose ``r2mad_core`` tree differs from HEAD's, or a commit built
+Every artifact records the git commit that produced it (r2mad_lab.report.artifacts.git_commit). This test fails
+when a committed manifest names a commit whose code trees (``r2mad_core``, ``r2mad_lab``) differ from HEAD's, or a commit built
 from uncommitted changes (``dirty``): the figures would then show what older code did. Regenerate them
 (``make reproduce PROFILE=sim``, ``PROFILE=cpu``) at a commit and commit the figures after it.
 
@@ -15,6 +15,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
+from r2mad_lab import CODE_PACKAGES
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -31,9 +33,10 @@ def _committed_manifests() -> list[str]:
     return [line for line in listed.splitlines() if line]
 
 
-def _tree(commit: str) -> str | None:
+def _tree(commit: str) -> tuple[str, ...] | None:
+    """The git trees of the code packages (:data:`r2mad_lab.CODE_PACKAGES`) at ``commit``."""
     try:
-        return _git("rev-parse", f"{commit}:r2mad_core")
+        return tuple(_git("rev-parse", f"{commit}:{package}") for package in CODE_PACKAGES)
     except subprocess.CalledProcessError:
         return None
 
@@ -43,6 +46,7 @@ def test_committed_artifacts_were_built_by_the_code_at_head(manifest: str) -> No
     if manifest == "(none)":
         pytest.skip("not a git checkout, or no committed figures")
     head = _tree("HEAD")
+    assert head is not None, f"HEAD holds no tree for one of {CODE_PACKAGES}: commit the code first"
     committed = json.loads(_git("show", f"HEAD:{manifest}"))
     stale, dirty = {}, []
     for name, record in committed["artifacts"].items():
@@ -53,7 +57,7 @@ def test_committed_artifacts_were_built_by_the_code_at_head(manifest: str) -> No
         if git.get("dirty"):
             dirty.append(name)
     assert not stale, (
-        f"{manifest}: {len(stale)} artifacts were built by code whose r2mad_core differs from HEAD's "
+        f"{manifest}: {len(stale)} artifacts were built by code whose code (r2mad_core, r2mad_lab) differs from HEAD's "
         f"(artifact: commit), e.g. {dict(list(stale.items())[:5])}; regenerate them at HEAD")
     assert not dirty, f"{manifest}: built from uncommitted changes: {dirty[:5]}"
 
@@ -63,7 +67,7 @@ def test_executed_notebooks_being_written_do_not_make_the_code_dirty(tmp_path: P
     uncommitted code; a change to r2mad_core or a notebook's source must."""
     import subprocess
 
-    from r2mad_core.report.artifacts import git_commit
+    from r2mad_lab.report.artifacts import git_commit
 
     repo = tmp_path / "repo"
     for folder in ("r2mad_core", "notebooks/executed/sim"):

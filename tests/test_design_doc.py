@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from r2mad_core import ARCHITECTURE
+from r2mad_lab import CODE_PACKAGES, layers
 
 ROOT = Path(__file__).resolve().parent.parent
 DESIGN = ROOT / "docs" / "design.md"
@@ -15,7 +15,7 @@ CITATION = re.compile(r'docs/design\.md[,]?\s+\(?"([^"]+)"')
 def test_every_cited_section_of_the_design_document_exists() -> None:
     sections = {line[3:].strip() for line in DESIGN.read_text(encoding="utf-8").splitlines() if line.startswith("## ")}
     cited: dict[str, list[str]] = {}
-    for folder in ("r2mad_core", "tests", "benchmarks", "engine_tests", "notebooks"):
+    for folder in (*CODE_PACKAGES, "tests", "benchmarks", "engine_tests", "notebooks"):
         for path in sorted((ROOT / folder).rglob("*")):
             if path.suffix not in (".py", ".ipynb", ".md") or "executed" in path.parts:
                 continue
@@ -29,5 +29,5 @@ def test_every_cited_section_of_the_design_document_exists() -> None:
 
 def test_the_design_document_describes_every_package() -> None:
     text = DESIGN.read_text(encoding="utf-8")
-    units = [unit for layer in ARCHITECTURE for unit in layer]
+    units = [unit.split(".", 1)[1] for layer in layers() for unit in layer]
     assert [unit for unit in units if f"`{unit}`" not in text] == []

@@ -61,9 +61,9 @@ def changed_files(a: Path, b: Path) -> list[str]:
 CELL = """
 import json, sys
 from pathlib import Path
-from r2mad_core.experiments.methods import get_method, RunContext
-from r2mad_core.experiments.profiles import load_profile
-from r2mad_core.reproduce.grid import ExperimentGrid
+from r2mad_core.methods import get_method, RunContext
+from r2mad_lab.experiments.profiles import load_profile
+from r2mad_lab.reproduce.grid import ExperimentGrid
 out = Path(sys.argv[1])
 overrides = json.loads(sys.argv[2])
 exp = ExperimentGrid.from_profile(load_profile("tiny", overrides), runs_dir=out / "runs", cache_dir=out / "cache")
@@ -115,7 +115,7 @@ def test_a_memory_knob_is_two_edits_and_reaches_a_tiny_cell(tmp_path: Path) -> N
 
     # the command line has its flag, generated from the declaration
     env = {**os.environ, "PYTHONPATH": str(copy)}
-    shown = subprocess.run([sys.executable, "-m", "r2mad_core", "run", "--help"], env=env, cwd=copy, capture_output=True,
+    shown = subprocess.run([sys.executable, "-m", "r2mad_lab", "run", "--help"], env=env, cwd=copy, capture_output=True,
                            text=True, timeout=300)
     assert "--candidate-factor" in shown.stdout
 
@@ -149,7 +149,7 @@ def test_the_knobs_by_hand_command_runs_on_tiny(tmp_path: Path) -> None:
     assert changed_files(ROOT / "r2mad_core", copy / "r2mad_core") == ["memory/retrieval.py", "memory/settings.py"]
     command = "--profile tiny --only 04 --set candidate_factor=2"
     assert command in (ROOT / "docs" / "extending.md").read_text(encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "r2mad_core.reproduce", *command.split(), "--output-dir",
+    done = subprocess.run([sys.executable, "-m", "r2mad_lab.reproduce", *command.split(), "--output-dir",
                            str(tmp_path / "out"), "--notebooks-dir", str(copy / "notebooks")],
                           env={**os.environ, "PYTHONPATH": str(copy)}, cwd=copy, capture_output=True, text=True,
                           timeout=1800)

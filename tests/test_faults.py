@@ -11,8 +11,8 @@ from typing import Callable
 
 import pytest
 
-from r2mad_core.engines import EngineError, Request, SamplingParams, make_engine
-from r2mad_core.experiments.budget import BudgetCap, ForwardingGateway
+from r2mad_lab.engines import EngineError, Request, SamplingParams, make_engine
+from r2mad_lab.experiments.budget import BudgetCap, ForwardingGateway
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_openai_server import FakeOpenAIServer  # noqa: E402
@@ -120,10 +120,10 @@ def test_ctrl_c_during_openai_generation_exits_at_once_and_keeps_every_finished_
     import signal
     import subprocess
 
-    from r2mad_core.engines.cache import ResponseCache
+    from r2mad_lab.engines.cache import ResponseCache
 
     with FakeOpenAIServer(hang_after=3, hang_seconds=600) as server:
-        command = [sys.executable, "-m", "r2mad_core", "run", "--method", "cot", "--benchmark", "truthfulqa",
+        command = [sys.executable, "-m", "r2mad_lab", "run", "--method", "cot", "--benchmark", "truthfulqa",
                    "--split", "test", "--limit", "6", "--engine", "openai", "--model", "m",
                    "--engine-option", f"base_urls=[{server.base_url}]", "--engine-option", "max_concurrency=6",
                    "--engine-option", "neutral_sampling=false", "--cache-dir", str(tmp_path / "cache"),
@@ -164,7 +164,7 @@ def _profile_file(tmp_path: Path, edit: "Callable[[dict], None]") -> Path:
     import yaml
     from importlib import resources
 
-    data = yaml.safe_load(resources.files("r2mad_core").joinpath("profiles", "tiny.yaml").read_text())
+    data = yaml.safe_load(resources.files("r2mad_lab").joinpath("profiles", "tiny.yaml").read_text())
     edit(data)
     path = tmp_path / "probe.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -172,7 +172,7 @@ def _profile_file(tmp_path: Path, edit: "Callable[[dict], None]") -> Path:
 
 
 def _reproduce_refuses(path: Path, capsys: "pytest.CaptureFixture[str]") -> str:
-    from r2mad_core import reproduce
+    from r2mad_lab import reproduce
 
     code = reproduce.main(["--profile", str(path), "--output-dir", str(path.parent / "out"), "--only", "01"])
     out, err = capsys.readouterr()
@@ -206,8 +206,8 @@ def test_a_variable_is_refused_outside_the_fields_naming_a_model_or_an_endpoint(
 
 def test_a_model_variable_is_kept_by_name_in_the_profile_and_read_when_the_engine_opens(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from r2mad_core.experiments.model_specs import ModelSpec
-    from r2mad_core.experiments.profiles import load_profile
+    from r2mad_lab.experiments.model_specs import ModelSpec
+    from r2mad_lab.experiments.profiles import load_profile
 
     monkeypatch.setenv("DB_PASS", SECRET)
     profile = load_profile(_profile_file(tmp_path, lambda d: d["models"][0].update(model="${DB_PASS}")))
@@ -239,7 +239,7 @@ def test_reproduce_api_under_max_requests_5_sends_at_most_5_and_prints_what_the_
     """Issue 33's reproduction (``--only 02 --max-requests 5``, HTTP 500 sent 36): at most 5 requests reach the
     endpoint, the printed count is what it saw, the run stops with a non-zero exit, and the API key set in the
     environment is in no file of the output folder."""
-    from r2mad_core import reproduce
+    from r2mad_lab import reproduce
 
     with FakeOpenAIServer(mode=mode, trickle_interval=0.5, trickle_seconds=5) as server:
         monkeypatch.setenv("R2MAD_API_MODEL", "fake-model")
@@ -341,7 +341,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_the_notebook_kernels_run_exit_with_parent() -> None:
-    from r2mad_core.reproduce import notebook_runner
+    from r2mad_lab.reproduce import notebook_runner
 
     assert "exit_with_parent()" in notebook_runner.KERNEL_EXITS_WITH_RUNNER
     assert notebook_runner.KERNEL_EXITS_WITH_RUNNER.startswith("--IPKernelApp.exec_lines=")
@@ -365,8 +365,8 @@ def _debate_transcripts(base_urls: list[str]) -> tuple[list[list[list[str]]], st
     conversation as text, and the engine's per-endpoint summary."""
     from debate_fakes import mc_sample
     from r2mad_core.debate.loop import run_debate
-    from r2mad_core.engines.openai_compat import OpenAICompatEngine
-    from r2mad_core.experiments.methods import get_method
+    from r2mad_lab.engines.openai_compat import OpenAICompatEngine
+    from r2mad_core.methods import get_method
 
     questions = [mc_sample(f"q{k}", question=f"Which statement about topic {k} is true?") for k in range(3)]
     engine = OpenAICompatEngine("test-model", base_urls, api_key_env=None, max_concurrency=3, timeout_seconds=5.0,
@@ -443,7 +443,7 @@ def test_an_engine_option_out_of_bounds_in_a_profile_is_refused_before_anything_
 @pytest.mark.parametrize("value", ["0", "-5", "nan"])
 def test_an_engine_option_out_of_bounds_on_the_command_line_is_one_line(
         value: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from r2mad_core.cli import commands as cli
+    from r2mad_lab.cli import commands as cli
 
     with pytest.raises(SystemExit) as caught:
         cli.main(["run", "--benchmark", "truthfulqa", "--engine", "simulated", "--limit", "1", "--no-cache",
@@ -462,13 +462,13 @@ def test_the_engine_refuses_a_timeout_of_zero_whoever_builds_it() -> None:
                                             ("gamma=5E-1", 0.5), ("w_high=+6e-1", 0.6)])
 def test_numbers_parse_as_python_and_yaml_read_them(text: str, expected: float) -> None:
     """``--set gamma=5e-1`` was refused with "expected a valid number, found '5e-1'" (YAML 1.1 wants 5.0e-1)."""
-    from r2mad_core.experiments.profiles import parse_override
+    from r2mad_lab.experiments.profiles import parse_override
 
     assert parse_override(text)[1] == expected
 
 
 def test_a_profile_and_set_take_5e_minus_1(tmp_path: Path) -> None:
-    from r2mad_core.experiments.profiles import load_profile, parse_override
+    from r2mad_lab.experiments.profiles import load_profile, parse_override
 
     assert load_profile("tiny", dict([parse_override("gamma=5e-1")])).spec.gamma == 0.5
     path = _profile_file(tmp_path, lambda d: d.update(gamma="GAMMA"))
@@ -489,10 +489,10 @@ def test_a_marker_in_every_variable_a_profile_references_is_in_no_artifact_noteb
     import yaml
     from importlib import resources
 
-    from r2mad_core import reproduce
+    from r2mad_lab import reproduce
 
     markers = {"DB_PASS": "dbpass-marker-51a", "R2MAD_API_KEY": "apikey-marker-51b", "URL": "urlpass-marker-51c"}
-    data = yaml.safe_load(resources.files("r2mad_core").joinpath("profiles", "api.yaml").read_text())
+    data = yaml.safe_load(resources.files("r2mad_lab").joinpath("profiles", "api.yaml").read_text())
     data["models"][0]["model"] = "${DB_PASS}"
     profile = tmp_path / "probe.yaml"
     profile.write_text(yaml.safe_dump(data))

@@ -1,5 +1,5 @@
 """The real-model path as the paper specifies (issue: fidelity): per-request seeds, experiences that carry y,
-MAD-M2's lowest-perplexity masking (tests/experiments/test_methods.py), round 0 shared or independent, protocol options."""
+MAD-M2's lowest-perplexity masking (tests/test_methods.py), round 0 shared or independent, protocol options."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ from r2mad_core.debate import prompts
 from r2mad_core.debate import prompt_parsing
 from r2mad_core.debate.loop import run_debate
 from r2mad_core.memory.embeddings import HashingEmbedder
-from r2mad_core.engines import CachedEngine
-from r2mad_core.engines.base import SEED_SCHEME, Request, SamplingParams, backend_seed
-from r2mad_core.engines.openai_compat import OpenAICompatEngine
+from r2mad_lab.engines import CachedEngine
+from r2mad_core.engine import SEED_SCHEME, Request, SamplingParams, backend_seed
+from r2mad_lab.engines.openai_compat import OpenAICompatEngine
 from r2mad_core.theory.agents import SimulatedEngine
-from r2mad_core.experiments.cell import run_cell
+from r2mad_lab.experiments.cell import run_cell
 from r2mad_core.memory.banks import MemoryBankSet
-from r2mad_core.experiments.methods import get_method
-from r2mad_core.experiments.build_memory import build_memory
+from r2mad_core.methods import get_method
+from r2mad_lab.experiments.build_memory import build_memory
 from r2mad_core.memory.hook import experience_view, reference_text
 
 QUESTIONS = [mc_sample(f"q{k}", question=f"Which statement about topic {k} is true?") for k in range(3)]
@@ -64,7 +64,7 @@ def test_the_seed_scheme_is_part_of_the_cache_key(monkeypatch: pytest.MonkeyPatc
     """Completions cached under the old one-seed-per-run scheme must miss, not be replayed as new draws."""
     request = Request(messages=({"role": "user", "content": "Q"},))
     key = request.key("engine", "model")
-    monkeypatch.setattr("r2mad_core.engines.base.SEED_SCHEME", "per-run-v1")
+    monkeypatch.setattr("r2mad_core.engine.SEED_SCHEME", "per-run-v1")
     assert request.key("engine", "model") != key
     assert SEED_SCHEME == "request-identity-v2"
 

@@ -67,7 +67,7 @@ def test_the_package_data_is_found_without_shared_or_environment(fresh_clone: Pa
 def test_reproduce_tiny_from_a_fresh_clone(fresh_clone: Path, tmp_path: Path) -> None:
     output = tmp_path / "out"
     result = subprocess.run(
-        [sys.executable, "-m", "r2mad_core.reproduce", "--profile", "tiny", "--output-dir", str(output)],
+        [sys.executable, "-m", "r2mad_lab.reproduce", "--profile", "tiny", "--output-dir", str(output)],
         cwd=fresh_clone, env=_environment(fresh_clone), capture_output=True, text=True, timeout=1200,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

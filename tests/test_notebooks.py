@@ -13,14 +13,14 @@ import pandas as pd
 import pytest
 
 from benchmark_data import configured_data_dir
-from r2mad_core.reproduce import command as reproduce
-from r2mad_core.reproduce.notebook_runner import KERNEL_START_TIMEOUT
-from r2mad_core.report import run_pages
-from r2mad_core.report.artifacts import read_manifest
-from r2mad_core.report.tables import NOT_RUN
-from r2mad_core.report.tables import read_table
-from r2mad_core.experiments.profile_schema import OPTIONAL_FIELDS, TOP_LEVEL_FIELDS
-from r2mad_core.experiments.profiles import load_profile
+from r2mad_lab.reproduce import command as reproduce
+from r2mad_lab.reproduce.notebook_runner import KERNEL_START_TIMEOUT
+from r2mad_lab.report import run_pages
+from r2mad_lab.report.artifacts import read_manifest
+from r2mad_lab.report.tables import NOT_RUN
+from r2mad_lab.report.tables import read_table
+from r2mad_lab.experiments.profile_schema import OPTIONAL_FIELDS, TOP_LEVEL_FIELDS
+from r2mad_lab.experiments.profiles import load_profile
 
 # nbformat and papermill are imported where used: with papermill's jupyter_client, nbclient and tornado they take
 # ~0.45 s of CPU to import, which every `make test` worker paid while collecting this module (each worker collects
@@ -90,7 +90,7 @@ def test_parameters_cells_hold_the_profile_and_what_a_reader_edits(path: Path) -
     grid sizes too), nothing the profile holds: the grid is built from the profile, never from copied fields."""
     import nbformat
 
-    from r2mad_core.reproduce.notebook_setup import NOTEBOOK_PARAMETERS
+    from r2mad_lab.reproduce.notebook_setup import NOTEBOOK_PARAMETERS
 
     cell = _parameters_cell(path)
     names = []
@@ -304,7 +304,7 @@ def test_every_verdict_word_in_generated_text_is_backed_by_an_adjusted_p(tiny_ru
     tiny's samples are below the rule's n, so every table says so."""
     import nbformat
 
-    from r2mad_core.report import inference
+    from r2mad_lab.report import inference
 
     figures = tiny_run / "figures" / "tiny"
     problems = []
@@ -577,7 +577,7 @@ def test_the_run_index_lists_every_run_of_the_manifest_with_its_debate_page(tiny
     each linking to a debate page that exists; every table a grid built names exactly its own cells."""
     import re
 
-    from r2mad_core.cli import main as cli_main
+    from r2mad_lab.cli import main as cli_main
 
     assert cli_main(["runs", "tiny", "--root", str(tiny_run), "--quiet"]) == 0
     artifacts = read_manifest(tiny_run / "figures" / "tiny")["artifacts"]

@@ -19,19 +19,19 @@ from typing import Any
 
 import pytest
 
-from r2mad_core.experiments.profile_schema import ProfileSpec
-from r2mad_core.experiments.profiles import load_profile, profile_names
-from r2mad_core.experiments.protocol import PROFILE_CHOICES
+from r2mad_lab.experiments.profile_schema import ProfileSpec
+from r2mad_lab.experiments.profiles import load_profile, profile_names
+from r2mad_lab.experiments.protocol import PROFILE_CHOICES
 from r2mad_core.memory.settings import SPECS as MEMORY_SPECS
-from r2mad_core.reproduce import command as reproduce
-from r2mad_core.reproduce import notebook_setup
-from r2mad_core.reproduce.paper import rehearsal
-from r2mad_core.report.artifacts import read_manifest, update_manifest
-from r2mad_core.reproduce import points
-from r2mad_core.reproduce.compare import variant as comparison
-from r2mad_core.reproduce.grid import ExperimentGrid
+from r2mad_lab.reproduce import command as reproduce
+from r2mad_lab.reproduce import notebook_setup
+from r2mad_lab.reproduce.paper import rehearsal
+from r2mad_lab.report.artifacts import read_manifest, update_manifest
+from r2mad_lab.reproduce import points
+from r2mad_lab.reproduce.compare import variant as comparison
+from r2mad_lab.reproduce.grid import ExperimentGrid
 
-PROFILES_DIR = reproduce.REPOSITORY / "r2mad_core" / "profiles"
+PROFILES_DIR = reproduce.REPOSITORY / "r2mad_lab" / "profiles"
 
 
 def notebooks_grid(profile: Any, out: Path) -> ExperimentGrid:
@@ -224,7 +224,7 @@ def test_round0_shared_on_tiny_runs_shared_round0_as_its_label_says(tmp_path: Pa
     assert executed["recorded_by"] == executed["with_value"] > 0
     variant = reproduce.load_profile("tiny", {"round0": "shared"})
     grid = ExperimentGrid.from_profile(variant, runs_dir=out / "runs" / "tiny", cache_dir=out / "cache" / "tiny")
-    from r2mad_core.experiments.method_labels import MAIN_METHODS
+    from r2mad_lab.experiments.method_labels import MAIN_METHODS
 
     recorded = []
     for method in MAIN_METHODS:

@@ -130,7 +130,7 @@ def test_makefile_default_profile_and_no_shared_data_default() -> None:
     assert re.search(r"^PROFILE \?= sim$", makefile, re.M)
     assert "../shared" not in makefile  # the data ships with the package
     recipe = _make_target_recipe(makefile, "reproduce")
-    assert any("r2mad_core.reproduce --profile $(PROFILE) $(ARGS)" in line for line in recipe), recipe
+    assert any("r2mad_lab.reproduce --profile $(PROFILE) $(ARGS)" in line for line in recipe), recipe
     ignored = (REPO / ".gitignore").read_text(encoding="utf-8").split()
     assert "runs/" in ignored and "banks/" in ignored
 

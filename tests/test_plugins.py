@@ -10,11 +10,11 @@ import pytest
 from r2mad_core import plugins
 
 from r2mad_core.memory import retrieval
-from r2mad_core.experiments.methods import METHOD_SPECS, METHODS, get_method, unregister_method
+from r2mad_core.methods import METHOD_SPECS, METHODS, get_method, unregister_method
 
 PLUGIN = '''
 from r2mad_core.debate.loop import DebateConfig
-from r2mad_core.experiments.methods import Method, MethodSpec, register_method
+from r2mad_core.methods import Method, MethodSpec, register_method
 from r2mad_core.memory.retrieval import POLICIES, PolicySpec, register_policy
 
 
@@ -66,8 +66,8 @@ import numpy as np
 
 from r2mad_core.data.benchmarks import BenchmarkSpec, Sample, format_question, register_benchmark
 from r2mad_core.debate.loop import DebateConfig
-from r2mad_core.engines import Completion, EngineSpec, register_engine
-from r2mad_core.experiments.methods import Method, MethodSpec, register_method
+from r2mad_lab.engines import Completion, EngineSpec, register_engine
+from r2mad_core.methods import Method, MethodSpec, register_method
 from r2mad_core.memory.retrieval import PolicySpec, mmr_policy, register_policy
 
 LETTERS = "ABCD"
@@ -137,7 +137,7 @@ def test_a_toy_benchmark_method_and_policy_run_through_the_cli(tmp_path: Path, m
     (tmp_path / "quiz.jsonl").write_text("\n".join(json.dumps(row) for row in quiz))
     (tmp_path / "toy_plugin.py").write_text(TOY_PLUGIN)
     env = {**__import__("os").environ, plugins.ENVIRONMENT_VARIABLE: str(tmp_path / "toy_plugin.py")}
-    command = [sys.executable, "-m", "r2mad_core", "run", "--benchmark", "toy_quiz", "--split", "test",
+    command = [sys.executable, "-m", "r2mad_lab", "run", "--benchmark", "toy_quiz", "--split", "test",
                "--method", "toy_two_agents", "--engine", "toy_coin", "--no-progress", "--out", str(tmp_path / "run"),
                "--cache-dir", str(tmp_path / "cache")]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
@@ -146,7 +146,7 @@ def test_a_toy_benchmark_method_and_policy_run_through_the_cli(tmp_path: Path, m
     assert len(records) == 2  # test = floor(8 / 4)
     assert all(len(r["rounds"][0]["agents"]) == 2 for r in records)
     assert all(a["response"].startswith("Weighing the options") for r in records for a in r["rounds"][0]["agents"])
-    help_text = subprocess.run([sys.executable, "-m", "r2mad_core", "run", "--help"], env=env, capture_output=True,
+    help_text = subprocess.run([sys.executable, "-m", "r2mad_lab", "run", "--help"], env=env, capture_output=True,
                                text=True, timeout=120).stdout
     assert all(name in help_text for name in ("toy_quiz", "toy_two_agents", "toy_mmr", "toy_coin"))
 
@@ -175,7 +175,7 @@ def test_a_toy_benchmark_method_policy_and_engine_run_through_every_notebook_of_
         "large_models": "[{label: Llama-3.3-70B-Instruct, stand_in: Coin}, {label: GPT-4o-mini, stand_in: Coin}]",
     }
     # the overrides make a variant (named toy) of the tiny profile: the profile's own run first, then the variant
-    command = [sys.executable, "-m", "r2mad_core.reproduce", "--profile", "tiny", "--output-dir", str(tmp_path / "out"),
+    command = [sys.executable, "-m", "r2mad_lab.reproduce", "--profile", "tiny", "--output-dir", str(tmp_path / "out"),
                "--variant", "toy"]
     for key, value in overrides.items():
         command += ["--set", f"{key}={value}"]
@@ -218,8 +218,8 @@ def test_a_toy_benchmark_method_policy_and_engine_run_through_every_notebook_of_
 
 def test_every_registry_refuses_an_incomplete_entry_with_one_line_naming_what_is_missing() -> None:
     from r2mad_core.data.benchmarks import BENCHMARK_SPECS, BenchmarkSpec, register_benchmark
-    from r2mad_core.engines import ENGINES, EngineSpec, register_engine
-    from r2mad_core.experiments.methods import Method, MethodSpec, register_method
+    from r2mad_lab.engines import ENGINES, EngineSpec, register_engine
+    from r2mad_core.methods import Method, MethodSpec, register_method
     from r2mad_core.memory.retrieval import POLICIES, PolicySpec, mmr_policy, register_policy
 
     def problem(register, spec) -> str:
@@ -264,9 +264,9 @@ def test_every_registry_refuses_an_incomplete_entry_with_one_line_naming_what_is
 def test_a_registered_engine_is_a_cli_choice_and_a_profile_engine() -> None:
     from pydantic import ValidationError
 
-    from r2mad_core.cli.commands import build_parser
-    from r2mad_core.engines import ENGINES, EngineSpec, register_engine
-    from r2mad_core.experiments.profile_schema import ModelEntry
+    from r2mad_lab.cli.commands import build_parser
+    from r2mad_lab.engines import ENGINES, EngineSpec, register_engine
+    from r2mad_lab.experiments.profile_schema import ModelEntry
 
     with pytest.raises(SystemExit):
         build_parser().parse_args(["run", "--benchmark", "truthfulqa", "--method", "mad", "--out", "run", "--engine", "toy_echo"])

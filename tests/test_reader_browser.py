@@ -23,8 +23,8 @@ from typing import Sequence
 
 import pytest
 
-from r2mad_core.cli import main
-from r2mad_core.experiments.statistics import paired_test
+from r2mad_lab.cli import main
+from r2mad_lab.experiments.statistics import paired_test
 
 ROOT = Path(__file__).resolve().parent.parent
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -343,7 +343,7 @@ def test_the_viewer_embedded_at_the_books_width_keeps_its_words_whole(chromium, 
     makes every table of an output a scrolling block), a grid cell keeps a readable width (the grid scrolls in its
     frame) instead of one letter per line. With the viewer's style of before (no display:table), the cells were
     9 px wide."""
-    from r2mad_core.report import viewer
+    from r2mad_lab.report import viewer
 
     book_css = (ROOT / "docs" / "book" / "book.css").read_text(encoding="utf-8")  # the book's own style (make docs)
 

@@ -12,13 +12,13 @@ import pytest
 
 from debate_fakes import ScriptedEngine, hashed_respond, samples
 from hand_transcripts import transcript
-from r2mad_core.experiments.metrics import compute_metrics, sample_cost
+from r2mad_lab.experiments.metrics import compute_metrics, sample_cost
 from r2mad_core.memory.diagnostics import annotation_counts
-from r2mad_core.report.stances import shared_misconception_subset, stance_transitions
+from r2mad_lab.report.stances import shared_misconception_subset, stance_transitions
 from r2mad_core.debate.loop import run_debate, score_turns
-from r2mad_core.experiments.cell import TRANSCRIPTS_FILE, run_cell, transcript_record
-from r2mad_core.experiments.transcripts import TranscriptStore
-from r2mad_core.experiments.methods import get_method
+from r2mad_lab.experiments.cell import TRANSCRIPTS_FILE, run_cell, transcript_record
+from r2mad_lab.experiments.transcripts import TranscriptStore
+from r2mad_core.methods import get_method
 from r2mad_core.records import RoundRecord, TranscriptRecord, TurnRecord, VoteRecord, as_transcript, without_seconds
 
 #: Two lines written by the run cell at commit d6d199c (before the loop built these models): an R2-MAD debate of the
@@ -92,15 +92,17 @@ TRANSCRIPT_ONLY_KEYS = {"rounds", "agents", "sample_id", "final_answer", "extra_
                         "response", "answer", "correct", "vote", "masking", "summary"}
 
 
-@pytest.mark.parametrize("module", ["debate/vote.py", "experiments/metrics.py", "report/stances.py", "memory/diagnostics.py", "report/results.py", "report/findings.py"])
+@pytest.mark.parametrize("module", ["r2mad_core/debate/vote.py", "r2mad_lab/experiments/metrics.py", "r2mad_lab/report/stances.py",
+                                    "r2mad_core/memory/diagnostics.py", "r2mad_lab/report/results.py",
+                                    "r2mad_lab/report/findings.py"])
 def test_scoring_results_and_findings_read_transcript_fields_as_attributes(module):
     """No ``x["rounds"]``-style lookup of a transcript field is left (pandas columns such as "method" may stay)."""
-    tree = ast.parse((ROOT / "r2mad_core" / module).read_text(encoding="utf-8"))
+    tree = ast.parse((ROOT / module).read_text(encoding="utf-8"))
     found = [f"line {node.lineno}: [{node.slice.value!r}]" for node in ast.walk(tree)
              if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
              and node.slice.value in TRANSCRIPT_ONLY_KEYS]
     # results.py reads the "correct" column of its per-question frame; that is a pandas column, not a record
-    found = [f for f in found if not (module == "report/results.py" and "'correct'" in f)]
+    found = [f for f in found if not (module == "r2mad_lab/report/results.py" and "'correct'" in f)]
     assert found == []
 
 

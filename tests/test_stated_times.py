@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-PROFILES = REPO / "r2mad_core" / "profiles"
+PROFILES = REPO / "r2mad_lab" / "profiles"
 HEADING = "## Stated times"
 #: Where each step's figure is stated besides the table: (file, what the line must also hold).
 WHERE = {
@@ -88,8 +88,8 @@ def test_no_other_time_is_stated_beside_them() -> None:
 
 
 def test_the_banner_names_the_replays_figure_when_it_replays() -> None:
-    from r2mad_core.experiments.profiles import load_profile
-    from r2mad_core.reproduce.command import expected_runtime
+    from r2mad_lab.experiments.profiles import load_profile
+    from r2mad_lab.reproduce.command import expected_runtime
 
     cpu = load_profile("cpu")
     table = stated_times()
@@ -105,9 +105,9 @@ def test_a_part_of_a_profile_states_its_own_expected_time(tmp_path) -> None:
     import json
     from types import SimpleNamespace
 
-    from r2mad_core.experiments.profiles import load_profile
-    from r2mad_core.reproduce.command import REPOSITORY, default_notebooks_dir, discover_notebooks, expected_runtime
-    from r2mad_core.reproduce.point_cache import expected_time
+    from r2mad_lab.experiments.profiles import load_profile
+    from r2mad_lab.reproduce.command import REPOSITORY, default_notebooks_dir, discover_notebooks, expected_runtime
+    from r2mad_lab.reproduce.point_cache import expected_time
 
     def expected_runtime_of(profile, paths, notebooks, every):  # as run_notebooks states it
         return expected_time(expected_runtime(profile), paths.executed_dir,

@@ -49,7 +49,7 @@ def test_tiny_virtual_run_gives_identical_transcripts_and_prints_the_gains(tmp_p
 
 
 def test_decode_lengths_are_long_tailed_deterministic_and_capped():
-    from r2mad_core.engines.base import Request
+    from r2mad_core.engine import Request
 
     model = throughput.CostModel()
     lengths = [model.decode_length(Request(messages=({"role": "user", "content": f"q{i}"},)), 10) for i in range(2000)]

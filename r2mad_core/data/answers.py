@@ -212,7 +212,7 @@ def extract_answer_with_source(
 
     ``source`` is one of :data:`ANSWER_SOURCES` (None when the text gives no answer at all); every
     source but ``"format"`` is a fallback (:data:`FALLBACK_SOURCES`), counted per run cell by
-    :func:`r2mad_core.experiments.metrics.completion_health`. The answer can be None with a source, e.g.
+    :func:`r2mad_lab.experiments.metrics.completion_health`. The answer can be None with a source, e.g.
     ``((K))`` of options A-J: the response answered, with a letter that is not an option.
     """
     return _extracted(text, benchmark, num_options, strict_format)

@@ -2,7 +2,7 @@
 
 One loop runs every method of the paper (CoT, Self-Consistency, MAD, MAD-M2, R2-MAD, ICL-CoT): a
 method is a :class:`DebateConfig` plus optional plug-ins (a :class:`RoundHook`, a
-:class:`PeerSelector`), see :mod:`r2mad_core.experiments.methods`.
+:class:`PeerSelector`), see :mod:`r2mad_core.methods`.
 
 Rounds are ``t = 0 .. n_rounds - 1`` (the paper's "3 agents over 3 rounds" is t = 0, 1, 2).
 
@@ -32,7 +32,7 @@ Rounds are ``t = 0 .. n_rounds - 1`` (the paper's "3 agents over 3 rounds" is t 
 - A peer's empty response at round t > 0 (option ``empty_peers``): ``drop`` (the authors' code) leaves it out of
   the other agents' prompts; ``show`` (ours) shows an empty block. ``unclosed_thinking``: ``drop`` (ours) keeps a
   response whose ``<think>`` never closed as the text before the tag; ``keep`` (the authors' code) keeps the partial
-  reasoning as the response (:attr:`r2mad_core.engines.base.Completion.unclosed_thinking`).
+  reasoning as the response (:attr:`r2mad_core.engine.Completion.unclosed_thinking`).
 - Gold answers never steer the loop: stopping, consensus, hooks and masking see extracted answers
   only. Per-agent correctness is filled in by :func:`score_turns` after the debate, for scoring. The one
   exception is labelled as such: ``consensus_rule="authors_reads_gold"`` (the authors' ``_check_consensus``,
@@ -96,7 +96,7 @@ from r2mad_core.debate.settings import (  # noqa: F401  (the vocabularies, impor
     DebateSettings,
 )
 from r2mad_core.records import ExtraCallRecord, RoundRecord, TurnRecord
-from r2mad_core.engines.base import Completion, Engine, Message, Request, SamplingParams, hash_messages
+from r2mad_core.engine import Completion, Engine, Message, Request, SamplingParams, hash_messages
 
 if TYPE_CHECKING:  # pragma: no cover
     from r2mad_core.data.benchmarks import Sample
@@ -129,7 +129,7 @@ class DebateConfig:
     ``round0`` (the paper is silent; ours): ``shared`` (default) makes every method's round 0 the same
     requests as MAD's (paired comparison, common random numbers): round-0 debate requests always ask
     for logprobs, so MAD-M2 objective, which needs them, replays MAD's round 0 too. ``independent``
-    gives the run its own sampling stream (``stream``, set by :func:`r2mad_core.experiments.methods.get_method` from
+    gives the run its own sampling stream (``stream``, set by :func:`r2mad_core.methods.get_method` from
     the method's name and options): every request's seed differs from every other method's, as in the
     paper's separate runs.
 
@@ -350,7 +350,7 @@ class RoundHook(Protocol):
     ``prepare_round(round_index, states)`` returns one entry per state (same order), each a
     sequence of one :class:`AgentRoundContext` per agent, or None. Optionally a hook may define
     ``finish_round(round_index, states) -> None``, called after the round's answers are in, and
-    ``check_run(benchmark, samples, config) -> None``, which :mod:`r2mad_core.experiments.cell` calls
+    ``check_run(benchmark, samples, config) -> None``, which :mod:`r2mad_lab.experiments.cell` calls
     before any generation and which raises ValueError when the hook cannot serve that run (e.g. a
     memory bank with another number of agents, or holding the run's questions).
     """

@@ -3,7 +3,7 @@
 Objective masking keeps the response(s) with the best mean token log-probability (the lowest perplexity: the
 paper's appendix "Comparison of MAD-M2 Masking Strategies" and Tian et al.'s code, HongduanTian/MAD-MM; the better
 half is ours); subjective masking asks the same model to judge each response and masks a ``NO``. Either is a
-:class:`r2mad_core.debate.loop.PeerSelector`; :func:`r2mad_core.experiments.methods.mad_m2` builds the method.
+:class:`r2mad_core.debate.loop.PeerSelector`; :func:`r2mad_core.methods.mad_m2` builds the method.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Iterable, Sequence
 
 from r2mad_core.debate import prompts
 from r2mad_core.debate.loop import DebateConfig, DebateState, ExtraCall, PeerSelection, record_extra_call
-from r2mad_core.engines.base import Engine, Request, SamplingParams
+from r2mad_core.engine import Engine, Request, SamplingParams
 from r2mad_core.records import Transcript, as_transcript
 
 logger = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ A debate prompt grows with every round (Eq. 1: agent i's conversation keeps x, i
 the peers' Z^(t-1); R2-MAD adds the retrieved experiences E_i^(t) of Eq. 8). At the paper's settings a round-2
 R2-MAD prompt is 4-16K tokens, but one peer that loops to ``max_tokens`` makes it 31-46K, past a model's
 context. A backend never sends such a prompt: it returns an empty completion with ``cut="context_overflow"``
-(:class:`r2mad_core.engines.base.Completion`), counted apart in every run's metrics. The policy decides what
+(:class:`r2mad_core.engine.Completion`), counted apart in every run's metrics. The policy decides what
 happens next (:data:`OVERFLOW_POLICIES`):
 
 - ``empty`` (default; the authors' code, KylJin/R2-MAD ``src/models.py``: a prompt longer than vLLM's
@@ -27,7 +27,7 @@ from dataclasses import replace
 from typing import Any, Iterator, Sequence
 
 from r2mad_core.debate.prompt_parsing import drop_oldest_experience
-from r2mad_core.engines.base import Completion, EngineError, Request, collect_in_order
+from r2mad_core.engine import Completion, EngineError, Request, collect_in_order
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ requests and keeps its batch full. The phases are the same functions as the roun
 :func:`~r2mad_core.debate.loop.round_requests`, :func:`~r2mad_core.debate.loop.record_round`,
 :func:`~r2mad_core.debate.loop.finish_round`, :func:`~r2mad_core.debate.loop.summarize`) called for one question, so
 every request is the same as under ``rounds``; with per-request seeds derived from the request itself
-(:func:`r2mad_core.engines.base.backend_seed`) every completion is the same too, and so is every transcript
+(:func:`r2mad_core.engine.backend_seed`) every completion is the same too, and so is every transcript
 except the wall-time fields (``seconds``).
 
 Mechanics of ``questions``:
@@ -27,7 +27,7 @@ Mechanics of ``questions``:
 - the window counts engine requests, ``window`` questions' worth (``window`` x ``n_agents``: the most a
   ``rounds`` chunk of ``window`` questions has out at once). A new question starts while the questions in flight
   claim fewer than that, each claiming its requests still out -- one fewer per completion as it comes back
-  (``generate_iter``, :class:`~r2mad_core.engines.base.StreamingEngine`), its last one until its next phase's
+  (``generate_iter``, :class:`~r2mad_core.engine.StreamingEngine`), its last one until its next phase's
   requests replace it (``n_agents`` for a round, 1 for a summary, none once it is finished). Why not count
   questions: a debate round ends with its slowest agent, so a question in a round keeps on average only part of
   its agents' engine slots busy (1.78 of 3 with the long-tailed lengths of ``benchmarks/throughput.py`` at the
@@ -61,7 +61,7 @@ Mechanics of ``questions``:
 - the engine must take concurrent ``generate`` calls (:func:`accepts_concurrent_calls`; the simulated, the
   ``openai``, the ``local`` and the ``vllm`` engines do). One that does not declare it runs ``rounds`` instead,
   with one warning naming the engine: the results are the same, only slower.
-- an error in one question (an :class:`~r2mad_core.engines.base.EngineError`, a hook error) stops the others
+- an error in one question (an :class:`~r2mad_core.engine.EngineError`, a hook error) stops the others
   at their next phase; the questions before it that finished are handed over, then the error is raised.
 - per-round ``seconds``: the wall time is shared, at every moment, equally among the questions in a round
   phase at that moment; a question's round gets its shares. Summed over questions this is the wall time
@@ -90,7 +90,7 @@ from r2mad_core.debate.loop import (
     select_peers,
     summarize,
 )
-from r2mad_core.engines.base import Completion, Engine, Request
+from r2mad_core.engine import Completion, Engine, Request
 
 if TYPE_CHECKING:  # pragma: no cover
     from r2mad_core.data.benchmarks import Sample
@@ -107,8 +107,8 @@ CAPABILITY = "concurrent_generate"
 #: attribute themselves: the HTTP client (a shared, bounded thread pool; the ledger and the URL picker are
 #: locked) and the llama.cpp engine that talks through it.
 KNOWN_CONCURRENT = frozenset({
-    "r2mad_core.engines.openai_compat.OpenAICompatEngine",
-    "r2mad_core.engines.local.LocalEngine",
+    "r2mad_lab.engines.openai_compat.OpenAICompatEngine",
+    "r2mad_lab.engines.local.LocalEngine",
 })
 
 
@@ -214,7 +214,7 @@ class WallShares:
 
 def generate_streamed(engine: Engine, requests: list[Request], on_each: Callable[[], None]) -> list[Completion]:
     """``engine``'s completions of ``requests`` in request order; ``on_each()`` after each one as it arrives
-    (``generate_iter``, :class:`~r2mad_core.engines.base.StreamingEngine`); never for an engine with
+    (``generate_iter``, :class:`~r2mad_core.engine.StreamingEngine`); never for an engine with
     ``generate`` only (its completions come back together, when the phase is over)."""
     stream = getattr(engine, "generate_iter", None)
     if stream is None or not requests:

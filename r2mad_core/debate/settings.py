@@ -3,21 +3,21 @@
 :class:`DebateSettings` is a frozen dataclass; each field is declared once with :func:`setting`: its default, its
 bounds or vocabulary and a one-line doc (citing the paper where it speaks). Everything else reads it:
 
-- the method builders of :mod:`r2mad_core.experiments.methods` take their shared keywords from it
-  (:func:`r2mad_core.experiments.methods.debate_keywords` writes them into each builder's signature, so
+- the method builders of :mod:`r2mad_core.methods` take their shared keywords from it
+  (:func:`r2mad_core.methods.debate_keywords` writes them into each builder's signature, so
   ``get_method(name, **options)`` and ``method_options(name)`` see the same flat names as before), and validate
   them with :meth:`DebateSettings.check` (also the checks behind the methods' own ``_int_option``/``_choice_option``:
   :func:`check_int`, :func:`check_float`, :func:`check_choice`);
 - :meth:`r2mad_core.debate.loop.DebateConfig.from_settings` builds the loop's configuration (whose defaults and
   checks are these);
-- the grid (:class:`r2mad_core.reproduce.grid.ExperimentGrid`) carries one settings object, memory construction
-  (:func:`r2mad_core.experiments.build_memory.build_memory`) takes it;
+- the grid (:class:`r2mad_lab.reproduce.grid.ExperimentGrid`) carries one settings object, memory construction
+  (:func:`r2mad_lab.experiments.build_memory.build_memory`) takes it;
 - the command line generates its flags from the fields (``flag``, help text = ``doc``;
-  :func:`r2mad_core.cli.common.add_setting_arguments`).
+  :func:`r2mad_lab.cli.common.add_setting_arguments`).
 
 Which settings a profile sets is :data:`PROFILE_SETTINGS`; the protocol choices among them (``round0``,
 ``task_prompt``, ``summaries``, ...) have their per-preset values and evidence in
-:mod:`r2mad_core.experiments.protocol`.
+:mod:`r2mad_lab.experiments.protocol`.
 """
 
 from __future__ import annotations
@@ -202,5 +202,5 @@ SAMPLING = ("temperature", "top_p", "max_tokens")
 PROFILE_SETTINGS = ("n_agents", "n_rounds", "temperature", "top_p", "max_tokens", "summary_max_tokens")
 #: The settings that only matter when the debate writes summaries h^(t) (Eq. 2).
 SUMMARY_SETTINGS = ("with_summaries", "summary_max_tokens", "summaries", "summary_agents")
-#: The loop choices of :mod:`r2mad_core.experiments.protocol` (method level) among the settings.
+#: The loop choices of :mod:`r2mad_lab.experiments.protocol` (method level) among the settings.
 LOOP_CHOICES = ("summaries", "summary_agents", "empty_peers", "unclosed_thinking", "consensus_rule")

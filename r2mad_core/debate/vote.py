@@ -1,7 +1,7 @@
 """The final answer of a debate: Appendix A's vote over the last round, and a transcript scored again (no generation).
 
 Everything here reads transcripts (:class:`r2mad_core.records.TranscriptRecord`, the lines of
-``transcripts.jsonl``, see :mod:`r2mad_core.experiments.transcripts`; a hand-made dict goes through
+``transcripts.jsonl``, see :mod:`r2mad_lab.experiments.transcripts`; a hand-made dict goes through
 :func:`r2mad_core.records.as_transcript`) and never calls an engine, so a new vote rule or answer parser
 never needs new generations.
 
@@ -23,7 +23,7 @@ at the gold answer, so it is a scoring rule only.
 Truncated completions (finish reason ``length``, cut off at ``max_tokens``)
 -------------------------------------------------------------------------
 Every turn records its ``finish_reason`` and a ``truncated`` flag (counted by
-:func:`r2mad_core.experiments.metrics.completion_health`). How their answers are scored is the named option
+:func:`r2mad_lab.experiments.metrics.completion_health`). How their answers are scored is the named option
 ``truncated_answers`` (:data:`TRUNCATED_ANSWER_POLICIES`):
 
 - ``"keep"`` (default): the answer written before the cut counts, as a reader of the text would take

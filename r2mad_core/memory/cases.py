@@ -262,7 +262,7 @@ def cases_from_debate(record: DebateRecord, reward_definition: str = "final_vote
 
 
 def debate_record_from_transcript(row: TranscriptRecord | Mapping[str, Any], question: str) -> DebateRecord:
-    """A (scored) transcript line of :mod:`r2mad_core.experiments.cell` as the input of memory building.
+    """A (scored) transcript line of :mod:`r2mad_lab.experiments.cell` as the input of memory building.
 
     Reads ``rounds[t].agents[i].{response, answer, correct}``, ``rounds[t].{summary, consensus_ratio}``,
     ``gold``, ``final_answer``, ``correct`` (the voted answer's correctness) and ``num_options`` of a

@@ -25,7 +25,7 @@ Table 3 and the authors'-code variants are options of :class:`R2MadSettings`.
 CoT whose task prompt carries K experiences from the same bank (agent 0's) retrieved by question
 similarity, as in-context examples.
 
-Building the banks (Appendix A "Memory Construction") lives in :mod:`r2mad_core.experiments.build_memory`, above the
+Building the banks (Appendix A "Memory Construction") lives in :mod:`r2mad_lab.experiments.build_memory`, above the
 experiment runner; this module only reads banks.
 """
 

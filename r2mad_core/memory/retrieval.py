@@ -18,7 +18,7 @@ Choices the paper leaves open, made here:
   towards the more similar candidate (candidates are ordered by similarity).
 - With K = 1 (the authors' run script uses ``--n_retrieval 1``) the redundancy term is always empty and
   lambda_t > 0 only rescales the first-pick scores: **lambda_t has no effect** on what is retrieved (the
-  pick is the most similar r = 1 candidate). Both protocol presets use K = 1 (:mod:`r2mad_core.experiments.protocol`);
+  pick is the most similar r = 1 candidate). Both protocol presets use K = 1 (:mod:`r2mad_lab.experiments.protocol`);
   ``RetrievalConfig`` defaults to 3 and the retrieval ablation (notebook 04) also runs at K = 3, where lambda acts.
 - Cases with sim(e, s) < 0 and r = 1 score below r = 0 cases (whose relevance term is 0): this is Eq. 5 as
   written.
@@ -283,7 +283,7 @@ class PolicySpec:
     ``reads``: the tuning fields of :class:`RetrievalConfig` (:data:`TUNING_FIELDS`: ``gamma``, ``fixed_lambda``)
     the policy reads besides K (None: all of them, the safe default for a registered policy). A run of a policy that
     does not read gamma does not record gamma, so a change of gamma leaves it the very same run
-    (:func:`r2mad_core.experiments.methods.get_method`)."""
+    (:func:`r2mad_core.methods.get_method`)."""
 
     name: str
     label: str

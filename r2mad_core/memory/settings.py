@@ -7,23 +7,23 @@ the thresholds w_h/w_l (Eq. 7) and how much of a past response an experience sho
 frozen dataclass whose fields are declared with :func:`~r2mad_core.debate.settings.setting` (default, bounds, one-line
 doc citing the paper, the authors' code or "ours"). Everything else reads it:
 
-- the profile schema (:class:`r2mad_core.experiments.profile_schema.ProfileSpec`) has one field per setting, with its
+- the profile schema (:class:`r2mad_lab.experiments.profile_schema.ProfileSpec`) has one field per setting, with its
   default and bounds (a bound a run can honour: ``top_k=1000000000`` is refused before anything runs, with the
   bound); a profile may leave a setting out;
-- the run's settings (:class:`r2mad_core.experiments.run_settings.RunSettings`) carry one :class:`MemorySettings`
-  from the profile to the method's options (:func:`r2mad_core.experiments.method_labels.resolve`);
+- the run's settings (:class:`r2mad_lab.experiments.run_settings.RunSettings`) carry one :class:`MemorySettings`
+  from the profile to the method's options (:func:`r2mad_lab.experiments.method_labels.resolve`);
 - the ``r2mad``/``icl_cot`` builders take the settings with
-  :func:`~r2mad_core.experiments.methods.memory_keywords` (flat options, one checked object);
+  :func:`~r2mad_core.methods.memory_keywords` (flat options, one checked object);
   :meth:`~r2mad_core.memory.retrieval.RetrievalConfig.from_settings`,
   :meth:`~r2mad_core.memory.confidence.ConfidenceConfig.from_settings` and
   :meth:`~r2mad_core.memory.hook.R2MadSettings.from_settings` fill every field named as a setting;
-- ``r2mad run`` has one flag per setting (:func:`r2mad_core.cli.common.add_setting_arguments`).
+- ``r2mad run`` has one flag per setting (:func:`r2mad_lab.cli.common.add_setting_arguments`).
 
 Adding a setting is one field here (and reading its default where it acts): docs/extending.md, "Add a memory knob".
 
 Each setting has one default, here: ``top_k``'s is 1 (the authors' run script, ``--n_retrieval 1``), what a method
 built without a preset, ``r2mad run`` without ``--protocol`` and every profile run. A protocol preset
-(:mod:`r2mad_core.experiments.protocol`) is an overlay: it fills only the settings a profile or a command line leaves
+(:mod:`r2mad_lab.experiments.protocol`) is an overlay: it fills only the settings a profile or a command line leaves
 unset, when the settings are built, never after. The bounds are checked here, once, when a :class:`MemorySettings` is
 made; nothing downstream checks a frozen one again.
 """
@@ -143,13 +143,13 @@ def specs() -> Iterator[tuple[str, Spec]]:
 SPECS: dict[str, Spec] = dict(specs())
 #: Every setting's default (``DEFAULTS["gamma"]`` is the one place gamma's 0.9 is written).
 DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(MemorySettings)}
-#: How the settings table of a notebook (:meth:`r2mad_core.reproduce.grid.ExperimentGrid.describe`) shows them: row
+#: How the settings table of a notebook (:meth:`r2mad_lab.reproduce.grid.ExperimentGrid.describe`) shows them: row
 #: name -> the settings it shows, " / "-joined (a variant marks the row of each setting it changes).
 DESCRIBED: dict[str, tuple[str, ...]] = {"K / gamma / w_l / w_h": ("top_k", "gamma", "w_low", "w_high")}
 #: The settings R2-MAD's run keys were fixed with: its rows state them whatever their value (every other setting is
 #: stated only where it departs from its default, so a setting added with a default keeps every run key;
-#: :func:`r2mad_core.experiments.method_labels.resolve`).
+#: :func:`r2mad_lab.experiments.method_labels.resolve`).
 STATED = ("top_k", "gamma", "w_high", "w_low")
 #: The settings a run's ``config.json`` has always recorded; one added later is recorded only where it departs from
-#: its default, so a finished run from before it is still the same run (:func:`r2mad_core.experiments.methods.get_method`).
+#: its default, so a finished run from before it is still the same run (:func:`r2mad_core.methods.get_method`).
 RECORDED = ("top_k", "gamma", "retrieval_policy", "fixed_lambda", "w_high", "w_low", "max_experience_chars")

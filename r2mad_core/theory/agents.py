@@ -57,7 +57,7 @@ from r2mad_core.debate.prompt_parsing import ParsedPrompt, parse_prompt
 from r2mad_core.theory import model as theory
 from r2mad_core.theory.agent_texts import DEBATE_OPENINGS, FORMAT_FAILURES, reasoning
 from r2mad_core.data.benchmarks import MULTIPLE_CHOICE_BENCHMARKS, Sample
-from r2mad_core.engines.base import Completion, Ledger, Request
+from r2mad_core.engine import Completion, Ledger, Request
 
 logger = logging.getLogger(__name__)
 

@@ -13,11 +13,11 @@ from typing import Any, Callable
 
 import pytest
 
-from r2mad_core.cli import commands as cli
-from r2mad_core.engines import EngineError, Request, SamplingParams
-from r2mad_core.engines.base import Completion
-from r2mad_core.engines.cache import ResponseCache
-from r2mad_core.experiments.cell import CONFIG_FILE, TRANSCRIPTS_FILE
+from r2mad_lab.cli import commands as cli
+from r2mad_lab.engines import EngineError, Request, SamplingParams
+from r2mad_core.engine import Completion
+from r2mad_lab.engines.cache import ResponseCache
+from r2mad_lab.experiments.cell import CONFIG_FILE, TRANSCRIPTS_FILE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_bad_inputs import make_bank, train_samples  # noqa: E402,F401  (the module's bank builder and fixture)
@@ -229,7 +229,7 @@ def test_a_foreign_database_with_a_responses_table_is_refused_untouched(tmp_path
 @pytest.mark.parametrize("damage", ["folder is a file", "cache file is a folder", "folder under a file"])
 def test_a_cache_folder_that_cannot_be_opened_is_one_line_naming_it(tmp_path, damage: str) -> None:
     """``sqlite3.connect`` (and the folder's mkdir) sat before the ``try``: 20 lines of traceback."""
-    from r2mad_core.engines.cache import CACHE_FILENAME
+    from r2mad_lab.engines.cache import CACHE_FILENAME
 
     folder = tmp_path / "cache"
     if damage == "folder is a file":
@@ -258,8 +258,8 @@ _SHA = "0" * 64
 ], ids=["list", "string", "no sha256", "sha256 a number", "negative rows", "commit a list"])
 def test_a_damaged_published_manifest_is_one_line_naming_the_file_and_field(
         tmp_path, manifest: str, field: str) -> None:
-    from r2mad_core.engines.cache import CACHE_FILENAME
-    from r2mad_core.reproduce.published import PublishedError, seed
+    from r2mad_lab.engines.cache import CACHE_FILENAME
+    from r2mad_lab.reproduce.published import PublishedError, seed
 
     published = tmp_path / "published" / "probe"
     published.mkdir(parents=True)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-import r2mad_core.engines
-from r2mad_core.cli import commands as cli
+import r2mad_lab.engines
+from r2mad_lab.cli import commands as cli
 from r2mad_core.data.benchmarks import BENCHMARKS
-from r2mad_core.experiments.cell import TRANSCRIPTS_FILE
+from r2mad_lab.experiments.cell import TRANSCRIPTS_FILE
 
 REPO = Path(__file__).resolve().parents[2]
 # The benchmark files are the ones shipped with the package (or $R2MAD_DATA_DIR when set).
@@ -32,7 +32,7 @@ def no_engine(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("an engine was built although the input was invalid")
 
-    monkeypatch.setattr(r2mad_core.engines, "make_engine", forbidden)
+    monkeypatch.setattr(r2mad_lab.engines, "make_engine", forbidden)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -120,7 +120,7 @@ def test_another_cell_in_the_directory_is_exit_2_before_generation(tmp_path, cap
     cache = tmp_path / "cache"
     code, out, _ = run_main([*BASE, "--method", "mad", "--out", run, "--cache-dir", cache, "--no-progress"], capsys)
     assert code == 0
-    monkeypatch.setattr(r2mad_core.engines, "make_engine", lambda *a, **k: pytest.fail("engine built"))
+    monkeypatch.setattr(r2mad_lab.engines, "make_engine", lambda *a, **k: pytest.fail("engine built"))
     code, _, err = run_main([*BASE, "--method", "mad", "--out", run, "--seed", "4", "--cache-dir", cache], capsys)
     assert code == 2 and err.count("\n") == 1
     assert "seed: requested 4, directory has 0" in err and "Use another --out directory" in err
@@ -180,7 +180,7 @@ def test_rerun_reuses_and_score_prints_metrics(tmp_path, capsys):
 
 
 def test_python_dash_m_entry_point():
-    result = subprocess.run([sys.executable, "-m", "r2mad_core", "--help"], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-m", "r2mad_lab", "--help"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "run" in result.stdout and "score" in result.stdout
 
 
@@ -220,7 +220,7 @@ def test_unwritable_out_is_one_line_exit_2(tmp_path, capsys, no_engine, monkeypa
 
 
 def test_an_os_error_later_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch):
-    from r2mad_core.experiments import cell as experiments
+    from r2mad_lab.experiments import cell as experiments
 
     def denied(*args, **kwargs):
         raise PermissionError(13, "Permission denied", str(tmp_path / "run" / "config.json"))
@@ -233,7 +233,7 @@ def test_an_os_error_later_is_one_line_naming_the_file(tmp_path, capsys, monkeyp
 def test_ctrl_c_keeps_finished_questions_and_says_how_to_resume(tmp_path, capsys, monkeypatch):
     """A KeyboardInterrupt injected in the engine during the second chunk: the first chunk's question is
     kept, one line says so, exit 130; the rerun resumes from it."""
-    real_make_engine = r2mad_core.engines.make_engine
+    real_make_engine = r2mad_lab.engines.make_engine
     calls = {"generate": 0}
 
     def make_engine(*args, **kwargs):
@@ -249,7 +249,7 @@ def test_ctrl_c_keeps_finished_questions_and_says_how_to_resume(tmp_path, capsys
         engine.generate = generate
         return engine
 
-    monkeypatch.setattr(r2mad_core.engines, "make_engine", make_engine)
+    monkeypatch.setattr(r2mad_lab.engines, "make_engine", make_engine)
     run = tmp_path / "run"
     argv = ["run", "--benchmark", "truthfulqa", "--engine", "simulated", "--method", "mad", "--limit", "3",
             "--chunk-size", "1", "--no-early-stop", "--out", run, "--cache-dir", tmp_path / "cache", "--no-progress"]
@@ -258,7 +258,7 @@ def test_ctrl_c_keeps_finished_questions_and_says_how_to_resume(tmp_path, capsys
     assert err == (f"r2mad run: interrupted: 1 of 3 questions are kept in {run} (finished generations are cached); "
                    "rerun the same command to resume\n")
     assert len((run / TRANSCRIPTS_FILE).read_text().splitlines()) == 1
-    monkeypatch.setattr(r2mad_core.engines, "make_engine", real_make_engine)
+    monkeypatch.setattr(r2mad_lab.engines, "make_engine", real_make_engine)
     code, out, err = run_main(argv, capsys)
     assert code == 0 and "(2 new, 1 reused)" in out
 
@@ -287,7 +287,7 @@ def small_bank(tmp_path_factory):
 
 def test_build_memory_default_embedder_follows_the_engine(small_bank, capsys):
     from r2mad_core.memory.banks import MemoryBankSet
-    from r2mad_core.cli.memory import default_embedder
+    from r2mad_lab.cli.memory import default_embedder
 
     bank = MemoryBankSet.load(small_bank)
     assert bank.embedder_name.startswith("hashing")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from r2mad_core.cli import commands as cli
+from r2mad_lab.cli import commands as cli
 
 
 def run(tmp_path: Path, *extra: str) -> int:

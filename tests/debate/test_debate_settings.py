@@ -8,12 +8,12 @@ import inspect
 
 import pytest
 
-from r2mad_core.cli import commands, memory as memory_cli
+from r2mad_lab.cli import commands, memory as memory_cli
 from r2mad_core.debate.loop import DebateConfig
 from r2mad_core.debate.settings import DEFAULTS, SPECS, DebateSettings
-from r2mad_core.experiments import build_memory
-from r2mad_core.experiments.methods import debate_keywords, get_method, method_options, Method
-from r2mad_core.reproduce.grid import ExperimentGrid
+from r2mad_lab.experiments import build_memory
+from r2mad_core.methods import debate_keywords, get_method, method_options, Method
+from r2mad_lab.reproduce.grid import ExperimentGrid
 
 
 def test_mad_declares_every_setting_in_declaration_order_with_its_default():

@@ -15,11 +15,11 @@ from debate_fakes import ScriptedEngine, mc_answer, mc_sample, round_of
 from r2mad_core.data import benchmarks
 from r2mad_core.debate import scheduling
 from r2mad_core.debate.loop import DebateConfig
-from r2mad_core.engines.base import EngineError, collect_in_order
-from r2mad_core.engines.cache import CachedEngine
+from r2mad_core.engine import EngineError, collect_in_order
+from r2mad_lab.engines.cache import CachedEngine
 from r2mad_core.theory.agents import SimulatedEngine
-from r2mad_core.experiments.cell import TRANSCRIPTS_FILE, load_run, run_cell
-from r2mad_core.experiments.build_memory import build_memory
+from r2mad_lab.experiments.cell import TRANSCRIPTS_FILE, load_run, run_cell
+from r2mad_lab.experiments.build_memory import build_memory
 from r2mad_core.records import without_seconds
 
 BENCHMARK = "mmlu_pro_economics"
@@ -280,8 +280,8 @@ def test_an_engine_without_the_declaration_runs_rounds_with_one_warning(tmp_path
 
 
 def test_which_engines_accept_concurrent_calls(tmp_path):
-    from r2mad_core.engines.openai_compat import OpenAICompatEngine
-    from r2mad_core.engines.vllm_backend import VLLMEngine
+    from r2mad_lab.engines.openai_compat import OpenAICompatEngine
+    from r2mad_lab.engines.vllm_backend import VLLMEngine
 
     simulated = SimulatedEngine(TEST, seed=0)
     assert scheduling.accepts_concurrent_calls(simulated)

@@ -10,13 +10,13 @@ import math
 import pytest
 
 from debate_fakes import ScriptedEngine, mc_answer, mc_sample
-from r2mad_core.cli import commands as cli
-from r2mad_core.experiments.metrics import summary_line
-from r2mad_core.engines.base import Completion
-from r2mad_core.experiments.cell import CONFIG_FILE, METRICS_FILE, TRANSCRIPTS_FILE, run_cell, score_run
+from r2mad_lab.cli import commands as cli
+from r2mad_lab.experiments.metrics import summary_line
+from r2mad_core.engine import Completion
+from r2mad_lab.experiments.cell import CONFIG_FILE, METRICS_FILE, TRANSCRIPTS_FILE, run_cell, score_run
 from r2mad_core.debate.vote import rescore_record
-from r2mad_core.experiments.metrics import compute_metrics
-from r2mad_core.report.stances import stance_transitions
+from r2mad_lab.experiments.metrics import compute_metrics
+from r2mad_lab.report.stances import stance_transitions
 
 
 def turn(answer, gold, truncated=False):

@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from fake_openai_server import FakeOpenAIServer
-from r2mad_core.engines.base import Request, SamplingParams
-from r2mad_core.engines.openai_compat import OpenAICompatEngine
+from r2mad_core.engine import Request, SamplingParams
+from r2mad_lab.engines.openai_compat import OpenAICompatEngine
 
 REPLY = (b'{"choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],'
          b'"usage":{"prompt_tokens":3,"completion_tokens":1}}')
@@ -251,7 +251,7 @@ def test_each_url_gets_at_most_its_declared_capacity() -> None:
 
 
 def test_the_limit_halves_on_overload_and_climbs_back_one_per_answer() -> None:
-    from r2mad_core.engines.endpoints import EndpointPool
+    from r2mad_lab.engines.endpoints import EndpointPool
 
     pool = EndpointPool(["u"], lambda retry, after: 0.0, capacities=[8])
     urls = [pool.try_acquire()[0] for _ in range(8)]

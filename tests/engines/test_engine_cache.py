@@ -1,4 +1,4 @@
-"""The persistent response cache (r2mad_core.engines.cache): hits, replay, dedup, crashes, processes."""
+"""The persistent response cache (r2mad_lab.engines.cache): hits, replay, dedup, crashes, processes."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Iterator, Sequence
 
 import pytest
 
-from r2mad_core.engines import CachedEngine, EngineError, ResponseCache
-from r2mad_core.engines.base import Completion, Ledger, Request, SamplingParams
+from r2mad_lab.engines import CachedEngine, EngineError, ResponseCache
+from r2mad_core.engine import Completion, Ledger, Request, SamplingParams
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -301,11 +301,11 @@ def test_a_file_that_is_not_sqlite_is_reported(tmp_path: Path) -> None:
 READER = textwrap.dedent(
     """
     import hashlib, json, sys
-    from r2mad_core.engines import CachedEngine, Request, SamplingParams
+    from r2mad_lab.engines import CachedEngine, Request, SamplingParams
 
     class MustNotGenerate:
         identity, model = "counting", "fake-model"
-        from r2mad_core.engines.base import Ledger
+        from r2mad_core.engine import Ledger
         ledger = Ledger()
         def generate(self, requests):
             raise SystemExit(f"reader asked the backend for {len(requests)} generations")
@@ -362,7 +362,7 @@ def test_two_processes_read_while_this_one_writes(tmp_path: Path) -> None:
 KILLED_WRITER = textwrap.dedent(
     """
     import sys, time
-    from r2mad_core.engines import CachedEngine, Completion, Ledger, Request, SamplingParams
+    from r2mad_lab.engines import CachedEngine, Completion, Ledger, Request, SamplingParams
 
     class Slow:
         identity, model = "counting", "fake-model"

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from fake_openai_server import FakeOpenAIServer, expected_reply
-from r2mad_core.engines import CachedEngine, EngineError, make_engine
-from r2mad_core.engines.base import Request, SamplingParams, backend_seed
-from r2mad_core.engines.openai_compat import OpenAICompatEngine, RetryPolicy
+from r2mad_lab.engines import CachedEngine, EngineError, make_engine
+from r2mad_core.engine import Request, SamplingParams, backend_seed
+from r2mad_lab.engines.openai_compat import OpenAICompatEngine, RetryPolicy
 
 
 def ask(content: str, *, sample_index: int = 0, logprobs: bool = False, tag: str = "debate") -> Request:
@@ -251,7 +251,7 @@ def test_constructor_rejects_bad_arguments() -> None:
 def test_neutral_sampling_fields_go_to_vllm_servers_only() -> None:
     """vLLM's server fills omitted fields from generation_config.json (top_k=20, repetition_penalty=1.05
     seen on a real one); offline vLLM does not. The neutral values are sent to vLLM servers only."""
-    from r2mad_core.engines.openai_compat import NEUTRAL_SAMPLING
+    from r2mad_lab.engines.openai_compat import NEUTRAL_SAMPLING
 
     assert NEUTRAL_SAMPLING == {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,
                                 "presence_penalty": 0.0, "frequency_penalty": 0.0}

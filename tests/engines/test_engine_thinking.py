@@ -1,11 +1,11 @@
-"""Thinking-block stripping (r2mad_core.engines.thinking)."""
+"""Thinking-block stripping (r2mad_lab.engines.thinking)."""
 
 from __future__ import annotations
 
 import pytest
 
-from r2mad_core.engines.base import Completion
-from r2mad_core.engines.thinking import apply_thinking, split_thinking
+from r2mad_core.engine import Completion
+from r2mad_lab.engines.thinking import apply_thinking, split_thinking
 
 
 @pytest.mark.parametrize(

@@ -19,17 +19,17 @@ from typing import Any
 
 import pytest
 
-from r2mad_core.engines import CachedEngine, EngineError, make_engine
-from r2mad_core.engines.base import Request, SamplingParams, backend_seed
-from r2mad_core.engines.openai_compat import NEUTRAL_SAMPLING
-from r2mad_core.engines.vllm_backend import VLLMEngine
+from r2mad_lab.engines import CachedEngine, EngineError, make_engine
+from r2mad_core.engine import Request, SamplingParams, backend_seed
+from r2mad_lab.engines.openai_compat import NEUTRAL_SAMPLING
+from r2mad_lab.engines.vllm_backend import VLLMEngine
 
 
 @pytest.fixture(autouse=True)
 def no_full_collection_on_close(monkeypatch: pytest.MonkeyPatch) -> None:
     """VLLMEngine.close runs a full garbage collection to free a real engine's memory; the fakes here hold none, and
     a collection of the whole test process took 0.1-0.3 s a close. (tests/engines/test_vllm_streaming.py uses it too.)"""
-    from r2mad_core.engines import vllm_backend
+    from r2mad_lab.engines import vllm_backend
 
     monkeypatch.setattr(vllm_backend, "gc", SimpleNamespace(collect=lambda generation=2: 0))
 
@@ -469,7 +469,7 @@ class GatedRepoError(OSError):
 
 
 def test_a_gated_model_fails_with_one_line_saying_where_to_accept_the_licence(monkeypatch) -> None:
-    from r2mad_core.engines.vllm_backend import gated_model_error
+    from r2mad_lab.engines.vllm_backend import gated_model_error
 
     engine, _ = make()
     engine.model = "google/gemma-3-4b-it"

@@ -1,4 +1,4 @@
-"""The ``openai`` engine's HTTP/1.1 client (r2mad_core/engines/http1.py): the request's exact bytes in httpx's order,
+"""The ``openai`` engine's HTTP/1.1 client (r2mad_lab/engines/http1.py): the request's exact bytes in httpx's order,
 answers framed by Content-Length, chunked or the connection's end, gzip undone, keep-alive reuse, and a connection
 the server closed while idle never reused. Against raw-socket servers on 127.0.0.1 (one scripted reply each)."""
 
@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from r2mad_core.engines.http1 import HostPool, RemoteProtocolError, direct_target, user_agent
+from r2mad_lab.engines.http1 import HostPool, RemoteProtocolError, direct_target, user_agent
 
 
 class Scripted:

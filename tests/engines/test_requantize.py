@@ -14,8 +14,8 @@ import pytest
 
 gguf = pytest.importorskip("gguf")
 
-from r2mad_core.engines.local import idle_cores, resolve_threads  # noqa: E402
-from r2mad_core.engines.requantize import RequantizeError, derived_name, file_record, requantized  # noqa: E402
+from r2mad_lab.engines.local import idle_cores, resolve_threads  # noqa: E402
+from r2mad_lab.engines.requantize import RequantizeError, derived_name, file_record, requantized  # noqa: E402
 
 Q4_1 = gguf.GGMLQuantizationType.Q4_1
 

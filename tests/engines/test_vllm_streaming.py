@@ -21,8 +21,8 @@ import pytest
 import test_engine_vllm as base
 from test_engine_vllm import no_full_collection_on_close  # noqa: F401 (an autouse fixture)
 from debate_fakes import mc_sample
-from r2mad_core.engines import CachedEngine, EngineError
-from r2mad_core.engines.vllm_backend import VLLMEngine
+from r2mad_lab.engines import CachedEngine, EngineError
+from r2mad_lab.engines.vllm_backend import VLLMEngine
 from r2mad_core.records import without_seconds
 
 
@@ -292,7 +292,7 @@ def test_close_ends_the_engine_thread_and_fails_waiting_calls() -> None:
 def test_the_scheduler_runs_questions_on_the_vllm_engine_without_falling_back(tmp_path: Path, caplog: Any) -> None:
     """schedule 'questions' on the vllm engine: no fallback warning, several questions in the engine at once,
     and the transcripts equal those of 'rounds' (the fake's outputs depend on the prompt only)."""
-    from r2mad_core.experiments.cell import run_cell
+    from r2mad_lab.experiments.cell import run_cell
 
     script = {}
     for answer in "ABCD":

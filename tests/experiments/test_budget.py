@@ -1,4 +1,4 @@
-"""The api profile's cost estimate and budget cap (r2mad_core.experiments.budget), against the fake OpenAI server:
+"""The api profile's cost estimate and budget cap (r2mad_lab.experiments.budget), against the fake OpenAI server:
 exact request counts, refusals before sending, nothing lost, and a capped run that resumes."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from r2mad_core.reproduce import command as reproduce
-from r2mad_core.experiments.budget import (
+from r2mad_lab.reproduce import command as reproduce
+from r2mad_lab.experiments.budget import (
     BudgetCap,
     BudgetExceeded,
     EstimatingGateway,
@@ -21,7 +21,7 @@ from r2mad_core.experiments.budget import (
     estimate_tokens,
     format_estimate,
 )
-from r2mad_core.engines import EngineError, Request, SamplingParams, make_engine
+from r2mad_lab.engines import EngineError, Request, SamplingParams, make_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fake_openai_server import FakeOpenAIServer  # noqa: E402

@@ -17,8 +17,8 @@ import pytest
 
 from debate_fakes import ScriptedEngine, hashed_respond, samples
 from hand_transcripts import transcript
-from r2mad_core.engines.cache import CachedEngine
-from r2mad_core.experiments.cell import (
+from r2mad_lab.engines.cache import CachedEngine
+from r2mad_lab.experiments.cell import (
     METRICS_FILE,
     TRANSCRIPTS_FILE,
     RunConfigMismatch,
@@ -30,8 +30,8 @@ from r2mad_core.experiments.cell import (
     run_cell,
     score_run,
 )
-from r2mad_core.experiments.methods import get_method
-from r2mad_core.experiments.transcripts import TranscriptStore
+from r2mad_core.methods import get_method
+from r2mad_lab.experiments.transcripts import TranscriptStore
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
 
@@ -154,7 +154,7 @@ def test_truncated_last_line_is_dropped_and_the_sample_rerun(tmp_path, caplog):
     lines = data.splitlines(keepends=True)
     # Simulate a kill in the middle of writing the 4th line.
     path.write_bytes(b"".join(lines[:3]) + lines[3][: len(lines[3]) // 2])
-    with caplog.at_level(logging.WARNING, logger="r2mad_core.experiments.transcripts"):
+    with caplog.at_level(logging.WARNING, logger="r2mad_lab.experiments.transcripts"):
         resumed = run_cell(run, benchmark="truthfulqa", split="test", engine=ScriptedEngine(hashed_respond), method="mad",
                            samples=samples(4), progress=False)
     assert "line 4: no trailing newline" in caplog.text
@@ -251,7 +251,7 @@ CHILD = textwrap.dedent(
     import sys
     sys.path.insert(0, {tests!r})
     from debate_fakes import ScriptedEngine, hashed_respond, samples  # not test_experiments: no pytest to import
-    from r2mad_core.experiments.cell import run_cell
+    from r2mad_lab.experiments.cell import run_cell
     engine = ScriptedEngine(hashed_respond, latency={latency})
     engine.concurrent_generate = {schedule!r} == "questions"  # the scripted engine takes concurrent calls
     run_cell({out!r}, benchmark="truthfulqa", split="test", engine=engine, method="mad",

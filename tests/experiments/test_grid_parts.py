@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from r2mad_core import engines
-from r2mad_core.engines import EngineSpec
-from r2mad_core.experiments import run_reader
-from r2mad_core.experiments.cell import TRANSCRIPTS_FILE
-from r2mad_core.experiments.engine_pool import EnginePool
-from r2mad_core.experiments.model_specs import ModelSpec
-from r2mad_core.experiments.waiting import least_waiting
-from r2mad_core.reproduce.grid import ExperimentGrid
+from r2mad_lab import engines
+from r2mad_lab.engines import EngineSpec
+from r2mad_lab.experiments import run_reader
+from r2mad_lab.experiments.cell import TRANSCRIPTS_FILE
+from r2mad_lab.experiments.engine_pool import EnginePool
+from r2mad_lab.experiments.model_specs import ModelSpec
+from r2mad_lab.experiments.waiting import least_waiting
+from r2mad_lab.reproduce.grid import ExperimentGrid
 
 
 class FakeEngine:
@@ -169,7 +169,7 @@ def test_the_run_readers_memo_drops_the_oldest_beyond_its_record_cap(finished: t
 def test_the_grid_notes_say_the_questions_and_benchmarks_of_what_they_are_given() -> None:
     from types import SimpleNamespace
 
-    from r2mad_core.report.grid_notes import GridNotes
+    from r2mad_lab.report.grid_notes import GridNotes
 
     counts = {"math500": 211, "truthfulqa": 500, "mmlu_pro_economics": 500}
     exp = SimpleNamespace(test_limit=None, benchmarks=list(counts),

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from r2mad_core.experiments import profiles
-from r2mad_core.experiments.profiles import ProfileError, load_profile
-from r2mad_core.experiments.run_settings import PROFILE_FIELDS, RunSettings
-from r2mad_core.reproduce import command as reproduce
-from r2mad_core.reproduce import notebook_setup
-from r2mad_core.reproduce.grid import ExperimentGrid
-from r2mad_core.reproduce.point_cache import executed_configuration
+from r2mad_lab.experiments import profiles
+from r2mad_lab.experiments.profiles import ProfileError, load_profile
+from r2mad_lab.experiments.run_settings import PROFILE_FIELDS, RunSettings
+from r2mad_lab.reproduce import command as reproduce
+from r2mad_lab.reproduce import notebook_setup
+from r2mad_lab.reproduce.grid import ExperimentGrid
+from r2mad_lab.reproduce.point_cache import executed_configuration
 
 
 @pytest.fixture

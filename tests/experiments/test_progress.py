@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from tqdm import tqdm
 
-from r2mad_core.experiments.progress import HEARTBEAT_SECONDS, MIN_GAP_SECONDS, ProgressBoard, duration, parse_tqdm
-from r2mad_core.reproduce.notebook_runner import Display, NotebookProgress, NotebookResult
+from r2mad_lab.experiments.progress import HEARTBEAT_SECONDS, MIN_GAP_SECONDS, ProgressBoard, duration, parse_tqdm
+from r2mad_lab.reproduce.notebook_runner import Display, NotebookProgress, NotebookResult
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -145,7 +145,7 @@ def test_the_runner_says_each_notebook_and_shows_the_running_ones() -> None:
     clock.now += 60.0
     display.finished(notebooks[1], NotebookResult("04_ablations", 60.0, Path("out.ipynb")))
     assert said == ["[2/2] 04_ablations ...", "[2/2] 04_ablations done in 60.0 s"] and not board.tasks
-    from r2mad_core.reproduce.notebook_runner import duration_text
+    from r2mad_lab.reproduce.notebook_runner import duration_text
 
     assert duration_text(299.6) == "5 min 00 s" and duration_text(464.2) == "7 min 44 s"
 
@@ -157,7 +157,7 @@ def test_tiny_only_04_prints_a_progress_line_at_least_every_30_seconds(tmp_path:
     least, and no arrival gap over a bound generous for any load (the runner itself may wait for a core)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "r2mad_core.reproduce", "--profile", "tiny", "--only", "04",
+        [sys.executable, "-m", "r2mad_lab.reproduce", "--profile", "tiny", "--only", "04",
          "--output-dir", str(tmp_path)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True)
     arrivals: list[tuple[float, str]] = []

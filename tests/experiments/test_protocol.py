@@ -15,13 +15,13 @@ from r2mad_core.debate import prompts
 from r2mad_core.debate import prompt_parsing
 from r2mad_core.debate.loop import DebateConfig, run_debate
 from r2mad_core.debate.scheduling import run_scheduled
-from r2mad_core.engines.base import Completion
-from r2mad_core.engines.thinking import apply_thinking
-from r2mad_core.experiments import protocol
-from r2mad_core.experiments.build_memory import build_memory
-from r2mad_core.experiments.methods import RunContext, get_method
-from r2mad_core.experiments.profile_schema import PROTOCOL_FIELDS
-from r2mad_core.experiments.profiles import load_profile
+from r2mad_core.engine import Completion
+from r2mad_lab.engines.thinking import apply_thinking
+from r2mad_lab.experiments import protocol
+from r2mad_lab.experiments.build_memory import build_memory
+from r2mad_core.methods import RunContext, get_method
+from r2mad_lab.experiments.profile_schema import PROTOCOL_FIELDS
+from r2mad_lab.experiments.profiles import load_profile
 from r2mad_core.memory.embeddings import HashingEmbedder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_doc_table_is_the_declaration() -> None:
     text = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
-    assert protocol.render_into(text) == text, "docs/protocol.md is stale: python -m r2mad_core.experiments.protocol docs/protocol.md"
+    assert protocol.render_into(text) == text, "docs/protocol.md is stale: python -m r2mad_lab.experiments.protocol docs/protocol.md"
     rows = [line for line in text.splitlines() if line.startswith("| `")]
     assert [row.split("`")[1] for row in rows] == [c.name for c in protocol.CHOICES]
     for choice, row in zip(protocol.CHOICES, rows):
@@ -155,7 +155,7 @@ def test_empty_peer_responses_are_dropped_and_unclosed_thinking_is_kept_as_the_a
 
 
 def test_r2mad_run_protocol_sets_the_method_options_and_a_flag_beats_it(bank_dir: Path, tmp_path: Path) -> None:
-    from r2mad_core.cli import commands as cli
+    from r2mad_lab.cli import commands as cli
 
     parser = cli.build_parser()
     base = ["run", "--benchmark", "truthfulqa", "--method", "r2mad", "--out", str(tmp_path / "run"),
@@ -197,7 +197,7 @@ def test_a_later_choice_at_its_default_keeps_the_run_keys() -> None:
     """consensus_rule came after the runs were keyed: at the paper's value it is neither in a method's recorded
     options (config.json, the bank manifest, the sampling stream) nor in the memory-construction options (the bank
     directory's key), so a paper run keeps its folder, draws and bank digest; the authors' value is recorded."""
-    from r2mad_core.experiments.methods import get_method
+    from r2mad_core.methods import get_method
 
     assert "consensus_rule" not in protocol.memory_options("paper")["debate_options"]
     assert protocol.memory_options("authors")["debate_options"]["consensus_rule"] == "authors_reads_gold"

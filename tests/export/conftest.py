@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from r2mad_core.cli import main
+from r2mad_lab.cli import main
 
 N = 5
 

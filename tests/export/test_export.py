@@ -1,4 +1,4 @@
-"""Runs in the field's formats (r2mad_core/export, issue 60): Inspect eval logs read back by the real inspect_ai with
+"""Runs in the field's formats (r2mad_lab/export, issue 60): Inspect eval logs read back by the real inspect_ai with
 the scores of metrics.json, samples_df, replicates as epochs, a paired test recomputed from two exported logs, the
 tidy table, and the bad-input guarantees (one line naming the file and field, nothing written, no machine path)."""
 
@@ -13,10 +13,10 @@ import pytest
 from inspect_ai.analysis import samples_df
 from inspect_ai.log import read_eval_log
 
-from r2mad_core.cli import main
-from r2mad_core.experiments.cell import load_run
-from r2mad_core.export import inspect_log, source, table
-from r2mad_core.report import inference, run_index
+from r2mad_lab.cli import main
+from r2mad_lab.experiments.cell import load_run
+from r2mad_lab.export import inspect_log, source, table
+from r2mad_lab.report import inference, run_index
 
 
 def export(sim_root: Path, out: Path) -> list[Path]:

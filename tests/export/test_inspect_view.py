@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 from inspect_ai.log import read_eval_log
 
-from r2mad_core.cli import main
-from r2mad_core.export import inspect_log
+from r2mad_lab.cli import main
+from r2mad_lab.export import inspect_log
 
 pytestmark = pytest.mark.slow
 

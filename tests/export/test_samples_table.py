@@ -1,7 +1,7 @@
 """The committed per-question table (figures/sim/samples.parquet, issue 60): the claims table's paired tests redone
 from it in pandas give the package's p (docs/elsewhere.md shows the five lines).
 
-The table is written by notebook 10 (:func:`r2mad_core.reproduce.collect.collect_reproduction`, ``samples_dir``)
+The table is written by notebook 10 (:func:`r2mad_lab.reproduce.collect.collect_reproduction`, ``samples_dir``)
 beside the profile's figures, at the commit its MANIFEST.json names (tests/test_committed_artifacts.py).
 """
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from r2mad_core.export import table
-from r2mad_core.report import comparison, inference
+from r2mad_lab.export import table
+from r2mad_lab.report import comparison, inference
 
 FIGURES = Path(__file__).resolve().parents[2] / "figures" / "sim"
 

@@ -8,7 +8,7 @@ import pytest
 
 from r2mad_core.memory import inert
 from r2mad_core.memory.retrieval import mmr_select, mmr_tradeoff
-from r2mad_core.reproduce.points import sweep_points
+from r2mad_lab.reproduce.points import sweep_points
 
 
 def test_the_rule_holds_in_the_retrieval_itself() -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from r2mad_core.debate.settings import SPECS as DEBATE_SPECS, DebateSettings
-from r2mad_core.experiments.run_settings import RunSettings
-from r2mad_core.experiments.methods import method_options
-from r2mad_core.experiments.profiles import ProfileError, load_profile
+from r2mad_lab.experiments.run_settings import RunSettings
+from r2mad_core.methods import method_options
+from r2mad_lab.experiments.profiles import ProfileError, load_profile
 from r2mad_core.memory.settings import DEFAULTS, SPECS, MemorySettings
 
 

@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 
 from debate_fakes import ScriptedEngine, last_user, mc_answer, mc_sample, round_of
-from r2mad_core.cli import commands as cli
+from r2mad_lab.cli import commands as cli
 from r2mad_core.debate import prompts
 from r2mad_core.debate import prompt_parsing
 from r2mad_core.data.benchmarks import BENCHMARKS, load
 from r2mad_core.memory.embeddings import HashingEmbedder
-from r2mad_core.engines import make_engine
-from r2mad_core.experiments.cell import TRANSCRIPTS_FILE, run_cell
+from r2mad_lab.engines import make_engine
+from r2mad_lab.experiments.cell import TRANSCRIPTS_FILE, run_cell
 from r2mad_core.memory.banks import MemoryBankError, MemoryBankSet, poison_bank
 from r2mad_core.memory.audit import audit_bank_set
-from r2mad_core.experiments.methods import get_method
-from r2mad_core.experiments.build_memory import build_memory
+from r2mad_core.methods import get_method
+from r2mad_lab.experiments.build_memory import build_memory
 
 
 # Persona 0 answers A (correct: gold is A), persona 1 answers B (wrong), persona 2 answers A, in every round.
@@ -267,7 +267,7 @@ def test_experiences_can_be_shortened(bank_dir, tmp_path):
 
 
 def test_bank_from_an_existing_run_matches_build_memory(tmp_path):
-    from r2mad_core.experiments.build_memory import bank_set_from_run
+    from r2mad_lab.experiments.build_memory import bank_set_from_run
     from r2mad_core.memory.hook import load_memory
 
     train = load("mmlu_pro_economics", "train")[:3]

@@ -211,7 +211,7 @@ def test_only_the_seeded_policies_derive_seeds(monkeypatch):
 def test_a_policy_is_one_registry_entry() -> None:
     """A new policy registered from outside the package is accepted by the config, the spec parser, the method and
     the labels (Table 3), and retrieve() dispatches to it."""
-    from r2mad_core.experiments.methods import get_method  # noqa: F401  (the method reads the registry at build time)
+    from r2mad_core.methods import get_method  # noqa: F401  (the method reads the registry at build time)
 
     def least_similar(query: retrieval.Query) -> retrieval.RetrievalResult:
         similarity = query.queries @ query.bank.T

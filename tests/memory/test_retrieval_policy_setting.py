@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from r2mad_core.experiments.cell import load_run
-from r2mad_core.experiments.profiles import ProfileError, load_profile
-from r2mad_core.reproduce import command as reproduce
-from r2mad_core.reproduce import notebook_setup, points
-from r2mad_core.reproduce.grid import ExperimentGrid
+from r2mad_lab.experiments.cell import load_run
+from r2mad_lab.experiments.profiles import ProfileError, load_profile
+from r2mad_lab.reproduce import command as reproduce
+from r2mad_lab.reproduce import notebook_setup, points
+from r2mad_lab.reproduce.grid import ExperimentGrid
 
 SMALL = {"benchmarks": ["truthfulqa"], "retrieval_benchmarks": ["truthfulqa"], "icl_benchmarks": ["truthfulqa"],
          "poison_benchmarks": ["truthfulqa"], "cost_benchmark": "truthfulqa", "test_limit": 2, "train_limit": 2,

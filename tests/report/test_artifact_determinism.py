@@ -1,5 +1,5 @@
 """Byte-identical artifacts (issue 24): no creation time or software version inside PNGs and PDFs, and no table
-float with more significant digits than :data:`r2mad_core.report.artifacts.TABLE_SIGNIFICANT_DIGITS`."""
+float with more significant digits than :data:`r2mad_lab.report.artifacts.TABLE_SIGNIFICANT_DIGITS`."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from r2mad_core.report import artifacts  # noqa: E402
-from r2mad_core.report.tables import Table, read_table  # noqa: E402
+from r2mad_lab.report import artifacts  # noqa: E402
+from r2mad_lab.report.tables import Table, read_table  # noqa: E402
 
 FLOAT_TOKEN = re.compile(r"(?<![\w.])-?\d+\.\d+(?:e[-+]?\d+)?(?![\w.])")
 

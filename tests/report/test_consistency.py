@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from r2mad_core.report import consistency, findings
-from r2mad_core.report.tables import Table, render_markdown
+from r2mad_lab.report import consistency, findings
+from r2mad_lab.report.tables import Table, render_markdown
 
 CLAIMS = pd.DataFrame([{"ordering": "R2-MAD > MAD", "n_pairs": 753, "difference": "+0.021 [-0.012, +0.055]",
                         "p": 0.219, "p_holm": 1.0}])
@@ -88,14 +88,14 @@ def test_the_committed_sim_outputs_state_one_verdict_per_comparison() -> None:
 
 
 def test_the_minimum_n_table_is_the_computed_one() -> None:
-    from r2mad_core.report import inference
+    from r2mad_lab.report import inference
 
     for m in (1, 2, 4, 7, 12, 13, 25, 26, 30):
         assert inference.computed_minimum_n(0.05 / m) == inference.MINIMUM_N_AT_HOLM[m], m
 
 
 def test_one_cutoff_per_family_and_a_planted_mismatch_is_caught() -> None:
-    from r2mad_core.report import inference
+    from r2mad_lab.report import inference
 
     claims_line = inference.small_sample_line(4, family=14, family_name="the claims family of 14")
     caption = inference.small_sample_line(4, what="test questions per benchmark")

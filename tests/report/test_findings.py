@@ -10,9 +10,9 @@ import pandas as pd
 
 from hand_transcripts import transcript
 from r2mad_core.records import TranscriptRecord, as_transcript
-from r2mad_core.report import findings
-from r2mad_core.report.results import CellOutcome, GridResults
-from r2mad_core.experiments.model_specs import ModelSpec
+from r2mad_lab.report import findings
+from r2mad_lab.report.results import CellOutcome, GridResults
+from r2mad_lab.experiments.model_specs import ModelSpec
 
 SIM = ModelSpec("Sim", "simulated", None, stands_in_for="Qwen2.5-7B-Instruct")
 
@@ -109,7 +109,7 @@ def test_poisoning_that_does_not_hurt_is_explained_as_a_simulation_limit() -> No
 
 
 def test_claims_sentences_list_what_fails() -> None:
-    from r2mad_core.report.comparison import claims_summary
+    from r2mad_lab.report.comparison import claims_summary
 
     claims = pd.DataFrame([
         {"table": "tab:ablation", "paper_model": "Qwen2.5-7B-Instruct", "benchmark": "Average", "better": "R2-MAD",
@@ -125,8 +125,8 @@ def test_claims_sentences_list_what_fails() -> None:
 
 
 def test_claims_sentences_separate_does_not_hold_from_could_not_be_detected() -> None:
-    from r2mad_core.report import power
-    from r2mad_core.report.comparison import claims_summary
+    from r2mad_lab.report import power
+    from r2mad_lab.report.comparison import claims_summary
 
     def row(better_only: int, worse_only: int, reproduced: tuple[float, float], outcome: str, p: float, significant: bool,
             worse: str) -> dict:

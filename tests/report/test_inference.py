@@ -1,4 +1,4 @@
-"""The one inference rule (docs/statistics.md, r2mad_core/report/inference.py): its tests are the exact ones, it holds
+"""The one inference rule (docs/statistics.md, r2mad_lab/report/inference.py): its tests are the exact ones, it holds
 its error rate on a known null, it finds a planted effect at the stated power, and generated text carries no verdict
 word without an adjusted p below alpha. Every simulation is seeded (no wall time, no flakiness)."""
 
@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from r2mad_core.report import inference, multiplicity, power
-from r2mad_core.report.comparison import OrderingClaim, check_orderings, claims_summary
+from r2mad_lab.report import inference, multiplicity, power
+from r2mad_lab.report.comparison import OrderingClaim, check_orderings, claims_summary
 
 
 def test_one_stratum_is_mcnemars_exact_test_and_the_average_is_tested_as_shown() -> None:
@@ -215,9 +215,9 @@ def _swept_point(folder, monkeypatch_store: dict, setting: dict, outcomes: dict[
     from hand_transcripts import transcript
 
     from r2mad_core.records import as_transcript
-    from r2mad_core.report.artifacts import save_table
-    from r2mad_core.report.tables import Table
-    from r2mad_core.reproduce.points import plan_points
+    from r2mad_lab.report.artifacts import save_table
+    from r2mad_lab.report.tables import Table
+    from r2mad_lab.reproduce.points import plan_points
 
     values = pd.DataFrame({"MATH500": [float(np.mean(v)) for v in outcomes.values()]},
                           index=pd.Index(list(outcomes), name="method"))
@@ -234,7 +234,7 @@ def _swept_point(folder, monkeypatch_store: dict, setting: dict, outcomes: dict[
 
 
 def test_a_sweep_table_has_each_points_paired_difference_and_a_trend_test(tmp_path, monkeypatch) -> None:
-    from r2mad_core.reproduce.compare import sweep as sweep_comparison, tables
+    from r2mad_lab.reproduce.compare import sweep as sweep_comparison, tables
 
     store: dict = {}
     monkeypatch.setattr(tables, "load_run", lambda run: ({}, store[str(run)]))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from r2mad_core.report import inference, intervals
+from r2mad_lab.report import inference, intervals
 
 
 def test_wilson_and_mover_give_newcombes_interval() -> None:
@@ -41,7 +41,7 @@ def test_a_perfect_reproduction_is_rejected_near_alpha_not_one_time_in_six() -> 
 def test_compare_with_paper_states_the_two_sample_interval() -> None:
     import pandas as pd
 
-    from r2mad_core.report.comparison import compare_with_paper
+    from r2mad_lab.report.comparison import compare_with_paper
 
     reproduced = pd.DataFrame([
         ("tab:main_results", "SmolLM2", "R2-MAD", "MATH500", "accuracy", 0.5, 0.4, 0.6, 134),
@@ -73,7 +73,7 @@ def test_the_exact_paired_interval_agrees_with_mcnemar_and_covers_at_small_n() -
 
 
 def test_the_se_beside_a_ci_is_the_sd_of_the_same_bootstrap() -> None:
-    from r2mad_core.experiments.statistics import mean_accuracy_with_ci
+    from r2mad_lab.experiments.statistics import mean_accuracy_with_ci
 
     rng = np.random.default_rng(5)
     groups = [rng.random(n) < p for n, p in ((134, 0.55), (211, 0.7), (242, 0.4))]
@@ -87,7 +87,7 @@ def test_the_se_beside_a_ci_is_the_sd_of_the_same_bootstrap() -> None:
 def test_tables_print_the_se_beside_every_ci_and_read_it_back_from_a_tidy_csv(tmp_path) -> None:
     import pandas as pd
 
-    from r2mad_core.report.tables import Table, read_table, render_markdown, table_to_tidy
+    from r2mad_lab.report.tables import Table, read_table, render_markdown, table_to_tidy
 
     index = pd.Index(["a", "b"], name="method")
     values = pd.DataFrame({"X": [0.5, 0.25]}, index=index)

@@ -8,8 +8,8 @@ import pandas as pd
 
 from hand_transcripts import transcript
 
-from r2mad_core.report import overlap
-from r2mad_core.report.tables import Table
+from r2mad_lab.report import overlap
+from r2mad_lab.report.tables import Table
 
 
 def _record(sample: str, picks: list[list[str]]) -> dict:

@@ -1,4 +1,4 @@
-"""Power of the claims' exact McNemar tests (r2mad_core.report.power, issue 26): the exact power and the
+"""Power of the claims' exact McNemar tests (r2mad_lab.report.power, issue 26): the exact power and the
 minimum detectable effect against a Monte Carlo simulation of paired binary outcomes, the assumptions
 before a run, and what the paper profile's run can test."""
 
@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from r2mad_core.report import power
-from r2mad_core.report.comparison import PAPER_ORDERING_CLAIMS
+from r2mad_lab.report import power
+from r2mad_lab.report.comparison import PAPER_ORDERING_CLAIMS
 
 
 def binomtest(*args, **kwargs):
@@ -195,7 +195,7 @@ def test_the_paper_profile_plan(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _fields(name: str) -> dict:
-    from r2mad_core.experiments.profiles import load_profile
+    from r2mad_lab.experiments.profiles import load_profile
 
     return dict(load_profile(name).fields)
 

@@ -14,16 +14,16 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from r2mad_core.report import tables  # noqa: E402
+from r2mad_lab.report import tables  # noqa: E402
 
-from r2mad_core.report import artifacts
+from r2mad_lab.report import artifacts
 
-from r2mad_core.reproduce import grid
+from r2mad_lab.reproduce import grid
 
-from r2mad_core.report import comparison as report
+from r2mad_lab.report import comparison as report
 
-from r2mad_core.experiments.metrics import replayed_share
-from r2mad_core.report.artifacts import (  # noqa: E402
+from r2mad_lab.experiments.metrics import replayed_share
+from r2mad_lab.report.artifacts import (  # noqa: E402
     ReportContext,
     missing_artifacts,
     round_floats,
@@ -32,13 +32,13 @@ from r2mad_core.report.artifacts import (  # noqa: E402
     save_table,
     update_manifest,
 )
-from r2mad_core.report.comparison import (  # noqa: E402
+from r2mad_lab.report.comparison import (  # noqa: E402
     OrderingClaim,
     check_orderings,
     compare_with_paper,
     load_reported_results,
 )
-from r2mad_core.report.tables import (  # noqa: E402
+from r2mad_lab.report.tables import (  # noqa: E402
     Table,
     parse_latex_table,
     parse_markdown_table,
@@ -392,14 +392,14 @@ def test_artifact_names_follow_the_paper_labels() -> None:
 # The grid: method names, run directories, tables from hand-made cells
 # --------------------------------------------------------------------------------------------
 
-from r2mad_core.experiments.methods import get_method  # noqa: E402
-from r2mad_core.reproduce.grid import ExperimentGrid  # noqa: E402
-from r2mad_core.report.results import CellOutcome, GridResults  # noqa: E402
+from r2mad_core.methods import get_method  # noqa: E402
+from r2mad_lab.reproduce.grid import ExperimentGrid  # noqa: E402
+from r2mad_lab.report.results import CellOutcome, GridResults  # noqa: E402
 from r2mad_core.records import TranscriptRecord, as_transcript  # noqa: E402
 from hand_transcripts import transcript  # noqa: E402
-from r2mad_core.experiments.model_specs import ModelSpec  # noqa: E402
-from r2mad_core.experiments.statistics import mean_accuracy_with_ci  # noqa: E402
-from r2mad_core.report.tables import tidy_to_table  # noqa: E402
+from r2mad_lab.experiments.model_specs import ModelSpec  # noqa: E402
+from r2mad_lab.experiments.statistics import mean_accuracy_with_ci  # noqa: E402
+from r2mad_lab.report.tables import tidy_to_table  # noqa: E402
 
 SIMULATED = {"label": "Sim", "engine": "simulated", "model": None, "stands_in_for": "Qwen2.5-7B-Instruct", "options": {}}
 
@@ -500,7 +500,7 @@ def test_model_specs_stand_ins_and_environment(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_mean_accuracy_ci_matches_the_single_benchmark_bootstrap() -> None:
-    from r2mad_core.experiments.statistics import accuracy_with_ci
+    from r2mad_lab.experiments.statistics import accuracy_with_ci
 
     outcomes = [True, False, True, True, False, True, True] * 3
     single = accuracy_with_ci(outcomes, n_bootstrap=2000, seed=3)
@@ -573,7 +573,7 @@ def test_tidy_to_table_keeps_the_order_of_appearance() -> None:
 
 
 def test_one_vllm_model_in_memory_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import r2mad_core.engines as engines
+    import r2mad_lab.engines as engines
 
     opened: list[str] = []
     closed: list[str] = []
@@ -617,8 +617,8 @@ def test_speed_knobs_keep_the_run_directories(tmp_path: Path) -> None:
 # Issue 14: what ran, counted once, strict holds, not-run rows, measured time
 # --------------------------------------------------------------------------------------------
 
-from r2mad_core.report.comparison import claims_summary, one_point_per_run  # noqa: E402
-from r2mad_core.report.tables import NOT_RUN, time_cell, with_not_run_rows  # noqa: E402
+from r2mad_lab.report.comparison import claims_summary, one_point_per_run  # noqa: E402
+from r2mad_lab.report.tables import NOT_RUN, time_cell, with_not_run_rows  # noqa: E402
 
 
 def test_a_comparison_read_twice_is_counted_once_and_a_tie_does_not_hold() -> None:

@@ -1,4 +1,4 @@
-"""The run index (`r2mad runs`, r2mad_core/report/run_index.py) and the runs each artifact's manifest entry names."""
+"""The run index (`r2mad runs`, r2mad_lab/report/run_index.py) and the runs each artifact's manifest entry names."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from r2mad_core.cli import main
-from r2mad_core.report import comparison, inference, run_index, run_pages
-from r2mad_core.report.artifacts import (
+from r2mad_lab.cli import main
+from r2mad_lab.report import comparison, inference, run_index, run_pages
+from r2mad_lab.report.artifacts import (
     RUNS_FROM_NOTEBOOK,
     RUNS_FROM_TABLE,
     ReportContext,
@@ -20,7 +20,7 @@ from r2mad_core.report.artifacts import (
     read_manifest,
     run_paths,
 )
-from r2mad_core.report.tables import Table
+from r2mad_lab.report.tables import Table
 
 N = 5
 
@@ -236,7 +236,7 @@ def test_a_damaged_manifest_stops_with_one_line_naming_it(profile, tmp_path, cap
 
 def test_r2mad_view_writes_beside_the_run_page_and_never_over_it(profile, tmp_path, capsys):
     """Issue 61: `r2mad view RUN_DIR` replaced the run page `r2mad runs` wrote (both were RUN_DIR/view.html)."""
-    from r2mad_core.report import viewer
+    from r2mad_lab.report import viewer
 
     source = profile / "runs" / "demo" / "simulated" / "mad"
     run = tmp_path / "mad"

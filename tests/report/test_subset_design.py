@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from hand_transcripts import transcript
-from r2mad_core.report.stances import shared_misconception_subset
-from r2mad_core.experiments.model_specs import ModelSpec
+from r2mad_lab.report.stances import shared_misconception_subset
+from r2mad_lab.experiments.model_specs import ModelSpec
 from r2mad_core.records import TranscriptRecord
-from r2mad_core.report import inference
-from r2mad_core.report.results import (
+from r2mad_lab.report import inference
+from r2mad_lab.report.results import (
     BIASED_DESIGN,
     SELECTOR_DESIGN,
     SHARED_DESIGN,

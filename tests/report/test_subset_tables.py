@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 
-from r2mad_core.report import subset_tables, tables
+from r2mad_lab.report import subset_tables, tables
 
 RATES = ["model", "benchmark", "method", "c_to_w", "w_to_c"]
 

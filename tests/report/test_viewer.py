@@ -1,4 +1,4 @@
-"""The debate viewer (r2mad_core.report.viewer, `r2mad view`): what a page holds, checked against the transcripts."""
+"""The debate viewer (r2mad_lab.report.viewer, `r2mad view`): what a page holds, checked against the transcripts."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from r2mad_core.cli import main
-from r2mad_core.report.stances import shared_misconception_subset
+from r2mad_lab.cli import main
+from r2mad_lab.report.stances import shared_misconception_subset
 from r2mad_core.records import TurnRecord
-from r2mad_core.report import viewer
+from r2mad_lab.report import viewer
 
 N = 12
 

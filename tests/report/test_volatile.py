@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from r2mad_core.report.artifacts import ReportContext, read_manifest
-from r2mad_core.report.headline import headline_lines, print_headline
-from r2mad_core.report.volatile import (
+from r2mad_lab.report.artifacts import ReportContext, read_manifest
+from r2mad_lab.report.headline import headline_lines, print_headline
+from r2mad_lab.report.volatile import (
     LAST_TIMINGS_NAME,
     ExecutedSnapshot,
     is_progress,

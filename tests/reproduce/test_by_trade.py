@@ -1,6 +1,6 @@
 """reproduce/ is organised by trade, not as a tower: its import graph read from the code (ast).
 
-Three rules, each computed here from every module of ``r2mad_core/reproduce/`` (``grid.py``, ``paper/`` and
+Three rules, each computed here from every module of ``r2mad_lab/reproduce/`` (``grid.py``, ``paper/`` and
 ``compare/`` included; imports inside functions count, a lazy import is still a floor):
 
 - **floors**: the longest chain of imports among reproduce/'s own modules has at most :data:`MAX_FLOORS` modules;
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = "r2mad_core.reproduce"
-ROOT = Path(__file__).resolve().parents[2] / "r2mad_core" / "reproduce"
+PACKAGE = "r2mad_lab.reproduce"
+ROOT = Path(__file__).resolve().parents[2] / "r2mad_lab" / "reproduce"
 MAX_FLOORS = 6
 
 
@@ -72,7 +72,7 @@ def imports() -> dict[tuple[str, str], set[str]]:
                 source = _absolute(importer, node)
                 for alias in node.names:
                     submodule = f"{source}.{alias.name}"
-                    if submodule in known:  # ``from r2mad_core.reproduce import up_to_date``
+                    if submodule in known:  # ``from r2mad_lab.reproduce import up_to_date``
                         bound[alias.asname or alias.name] = submodule
                         found.setdefault((importer, submodule), set())
                     elif source in known:
@@ -125,13 +125,13 @@ def test_no_module_is_imported_only_for_a_constant() -> None:
 
 
 @pytest.mark.parametrize("source, expected", [
-    ("from r2mad_core.reproduce.points import VARIANTS_DIR\n", "only for VARIANTS_DIR"),
-    ("from r2mad_core.reproduce.compare.tables import _hidden\n", "takes r2mad_core.reproduce.compare.tables._hidden"),
-    ("from r2mad_core.reproduce import points\nx = points._UNSAFE\n", "takes r2mad_core.reproduce.points._UNSAFE"),
+    ("from r2mad_lab.reproduce.points import VARIANTS_DIR\n", "only for VARIANTS_DIR"),
+    ("from r2mad_lab.reproduce.compare.tables import _hidden\n", "takes r2mad_lab.reproduce.compare.tables._hidden"),
+    ("from r2mad_lab.reproduce import points\nx = points._UNSAFE\n", "takes r2mad_lab.reproduce.points._UNSAFE"),
 ])
 def test_the_rules_see_a_constant_floor_and_a_private_crossing(tmp_path, monkeypatch, source, expected) -> None:
     """The three rules read real code: a module written to break one is caught, by name."""
-    copy = tmp_path / "r2mad_core" / "reproduce"
+    copy = tmp_path / "r2mad_lab" / "reproduce"
     for path in ROOT.rglob("*.py"):
         target = copy / path.relative_to(ROOT)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -151,6 +151,6 @@ def test_the_rules_see_a_constant_floor_and_a_private_crossing(tmp_path, monkeyp
 
 def test_the_chain_counts_lazy_imports_and_relative_ones() -> None:
     edges = imports()
-    assert ("r2mad_core.reproduce.paper.command", "r2mad_core.reproduce.paper.estimate") in edges  # relative
-    assert ("r2mad_core.reproduce.paper.rehearsal", "r2mad_core.reproduce.points") in edges  # inside a function
-    assert ("r2mad_core.reproduce.__main__", "r2mad_core.reproduce.command") in edges
+    assert ("r2mad_lab.reproduce.paper.command", "r2mad_lab.reproduce.paper.estimate") in edges  # relative
+    assert ("r2mad_lab.reproduce.paper.rehearsal", "r2mad_lab.reproduce.points") in edges  # inside a function
+    assert ("r2mad_lab.reproduce.__main__", "r2mad_lab.reproduce.command") in edges

@@ -11,16 +11,16 @@ import pandas as pd
 import pytest
 
 from r2mad_core.data.benchmarks import load
-from r2mad_core.experiments.statistics import paired_test
-from r2mad_core.engines import make_engine
-from r2mad_core.experiments.build_memory import build_memory
-from r2mad_core.experiments.cell import run_cell
-from r2mad_core.experiments.method_labels import resolve
-from r2mad_core.experiments.run_settings import RunSettings
-from r2mad_core.experiments.methods import get_method
-from r2mad_core.report import inference, multiplicity
-from r2mad_core.reproduce.points import Variant
-from r2mad_core.reproduce.compare.variant import comparison_sentences, round0_sharing
+from r2mad_lab.experiments.statistics import paired_test
+from r2mad_lab.engines import make_engine
+from r2mad_lab.experiments.build_memory import build_memory
+from r2mad_lab.experiments.cell import run_cell
+from r2mad_lab.experiments.method_labels import resolve
+from r2mad_lab.experiments.run_settings import RunSettings
+from r2mad_core.methods import get_method
+from r2mad_lab.report import inference, multiplicity
+from r2mad_lab.reproduce.points import Variant
+from r2mad_lab.reproduce.compare.variant import comparison_sentences, round0_sharing
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +141,7 @@ def test_generated_text_never_calls_an_unadjusted_p_significant() -> None:
 
 
 def test_a_change_that_cannot_act_is_said_before_the_run() -> None:
-    from r2mad_core.reproduce.ablations import plan_variant
+    from r2mad_lab.reproduce.ablations import plan_variant
 
     lines: list[str] = []
     variant = plan_variant("sim", {"gamma": 0.5}, echo=lines.append)  # sim's K is the protocol's 1
@@ -152,8 +152,8 @@ def test_a_change_that_cannot_act_is_said_before_the_run() -> None:
 
 
 def _tidy_table(folder, name: str, values: dict, caption: str = "Main results: accuracy") -> None:
-    from r2mad_core.report.artifacts import save_table
-    from r2mad_core.report.tables import Table
+    from r2mad_lab.report.artifacts import save_table
+    from r2mad_lab.report.tables import Table
 
     frame = pd.DataFrame(values, index=pd.Index(list(next(iter(values.values())).keys()), name="method")).T
     frame = pd.DataFrame({b: {m: values[m][b] for m in values} for b in next(iter(values.values()))})
@@ -163,7 +163,7 @@ def _tidy_table(folder, name: str, values: dict, caption: str = "Main results: a
 
 
 def test_sweep_points_are_the_cartesian_product_and_a_repeated_axis_is_refused() -> None:
-    from r2mad_core.reproduce.points import sweep_points
+    from r2mad_lab.reproduce.points import sweep_points
 
     assert sweep_points([("gamma", [0, 0.9]), ("top_k", [1, 3])]) == [
         {"gamma": 0, "top_k": 1}, {"gamma": 0, "top_k": 3}, {"gamma": 0.9, "top_k": 1}, {"gamma": 0.9, "top_k": 3}]
@@ -172,9 +172,9 @@ def test_sweep_points_are_the_cartesian_product_and_a_repeated_axis_is_refused()
 
 
 def test_a_two_axis_sweep_draws_every_point_on_one_figure(tmp_path) -> None:
-    from r2mad_core.report.artifacts import read_manifest
-    from r2mad_core.reproduce.points import plan_points
-    from r2mad_core.reproduce.compare.sweep import sweep_artifacts
+    from r2mad_lab.report.artifacts import read_manifest
+    from r2mad_lab.reproduce.points import plan_points
+    from r2mad_lab.reproduce.compare.sweep import sweep_artifacts
 
     points = []
     planned = plan_points({"gamma": 0.9, "top_k": 1}, "tiny", {}, [("gamma", [0, 0.9]), ("top_k", [1, 3])], [0])
@@ -197,8 +197,8 @@ def test_a_two_axis_sweep_draws_every_point_on_one_figure(tmp_path) -> None:
 
 
 def test_replicates_report_mean_spread_and_the_seed_by_seed_comparison(tmp_path) -> None:
-    from r2mad_core.reproduce.points import Point, replicate_seeds
-    from r2mad_core.reproduce.compare.replicate import replicate_artifacts, replicate_comparison
+    from r2mad_lab.reproduce.points import Point, replicate_seeds
+    from r2mad_lab.reproduce.compare.replicate import replicate_artifacts, replicate_comparison
 
     assert replicate_seeds(3, 3) == [3, 4, 5]
     with pytest.raises(ValueError, match="--replicates"):
@@ -222,10 +222,10 @@ def test_replicates_report_mean_spread_and_the_seed_by_seed_comparison(tmp_path)
 
 
 def test_a_variant_folder_is_marked_incomplete_until_it_finishes_and_a_name_is_not_reused(tmp_path) -> None:
-    from r2mad_core.report.artifacts import save_table
-    from r2mad_core.reproduce.ablations import run_ablation
-    from r2mad_core.reproduce.points import INCOMPLETE_MARKER
-    from r2mad_core.reproduce.points import variant_dir
+    from r2mad_lab.report.artifacts import save_table
+    from r2mad_lab.reproduce.ablations import run_ablation
+    from r2mad_lab.reproduce.points import INCOMPLETE_MARKER
+    from r2mad_lab.reproduce.points import variant_dir
 
     profile_dir = tmp_path / "figures" / "tiny"
     seen: list[bool] = []

@@ -1,11 +1,11 @@
-"""The garbage collector of the notebooks' kernels and of the test workers (r2mad_core/reproduce/gc_settings.py)."""
+"""The garbage collector of the notebooks' kernels and of the test workers (r2mad_lab/reproduce/gc_settings.py)."""
 
 from __future__ import annotations
 
 import gc
 from pathlib import Path
 
-from r2mad_core.reproduce import gc_settings
+from r2mad_lab.reproduce import gc_settings
 
 
 def _walked(objects: list[list[int]]) -> int:
@@ -18,7 +18,7 @@ def test_a_notebooks_setup_freezes_what_is_alive_and_collects_less_often(tmp_pat
     """Every notebook calls ``setup`` once its imports are done: afterwards what was alive (here 1,000 lists made
     before the call) is out of the collector's walks, and a young collection waits for 50,000 new containers, not
     CPython's 700."""
-    from r2mad_core.reproduce import notebook_setup
+    from r2mad_lab.reproduce import notebook_setup
 
     gc.set_threshold(700, 10, 10)
     alive = [[k] for k in range(1000)]

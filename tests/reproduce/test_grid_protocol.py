@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from r2mad_core.report import findings
-from r2mad_core.reproduce.grid import INDEPENDENT_ROUND0, SHARED_ROUND0, ExperimentGrid, with_k
-from r2mad_core.reproduce import load_profile
+from r2mad_lab.report import findings
+from r2mad_lab.reproduce.grid import INDEPENDENT_ROUND0, SHARED_ROUND0, ExperimentGrid, with_k
+from r2mad_lab.reproduce import load_profile
 
 SIM_A = {"label": "Sim A", "engine": "simulated", "model": None, "options": {}}
 SIM_B = {"label": "Sim B", "engine": "simulated", "model": None, "options": {"seed": 7}}
@@ -107,8 +107,8 @@ def test_an_independent_round0_stream_depends_on_the_bank_content_not_its_folder
     import json
     import shutil
 
-    from r2mad_core.experiments.cell import RunConfigMismatch
-    from r2mad_core.experiments.methods import get_method
+    from r2mad_lab.experiments.cell import RunConfigMismatch
+    from r2mad_core.methods import get_method
 
     exp = experiment(tmp_path, models=[SIM_A], benchmarks=["truthfulqa"], test_limit=2, train_limit=4, n_rounds=2,
                      max_tokens=48, embedder="hashing")
@@ -144,7 +144,7 @@ def test_a_cell_or_bank_another_process_is_building_is_waited_for_then_loaded(tm
     import types
 
     from r2mad_core import files
-    from r2mad_core.experiments.cell import LOCK_FILE
+    from r2mad_lab.experiments.cell import LOCK_FILE
     from r2mad_core.files import locked
 
     exp = experiment(tmp_path, models=[SIM_A], test_limit=3)
@@ -203,7 +203,7 @@ def test_cells_whose_bank_another_process_builds_go_last_and_the_results_keep_th
     whose bank another process holds is put off while another cell can run; the results come in the declared order."""
     import os
 
-    from r2mad_core.experiments.waiting import held_elsewhere
+    from r2mad_lab.experiments.waiting import held_elsewhere
 
     exp = experiment(tmp_path, models=[SIM_A], benchmarks=["truthfulqa", "mmlu_pro_economics"], test_limit=2)
     bank = exp.memory_dir(exp.models[0], "truthfulqa")
@@ -262,8 +262,8 @@ def test_a_finished_cell_is_read_once_per_process_until_its_files_change(tmp_pat
     is not read again, and its metrics are the same numbers; a changed transcript file is read again."""
     import os
 
-    from r2mad_core.experiments.cell import TRANSCRIPTS_FILE
-    from r2mad_core.experiments import run_reader
+    from r2mad_lab.experiments.cell import TRANSCRIPTS_FILE
+    from r2mad_lab.experiments import run_reader
 
     exp = experiment(tmp_path, models=[SIM_A], test_limit=3)
     first = exp.run("Sim A", "mmlu_pro_engineering", "MAD")
@@ -287,7 +287,7 @@ def test_a_finished_cell_is_read_once_per_process_until_its_files_change(tmp_pat
 def test_the_simulated_agents_run_uncached_unless_they_model_a_latency(tmp_path: Path) -> None:
     """Issue 35: the response cache was 9% of the default run's CPU in front of agents that compute a completion
     faster than the cache keys, looks up and stores it; they run uncached, so nothing they answer is "cached"."""
-    from r2mad_core.engines import CachedEngine
+    from r2mad_lab.engines import CachedEngine
     from r2mad_core.theory.agents import SimulatedAgentParams, SimulatedEngine
 
     assert not SimulatedEngine.worth_caching() and not SimulatedEngine.worth_caching(params={})

@@ -1,4 +1,4 @@
-"""Points side by side and as cluster jobs (r2mad_core/reproduce/launcher.py, issue 47): ``--jobs 2`` writes the same
+"""Points side by side and as cluster jobs (r2mad_lab/reproduce/launcher.py, issue 47): ``--jobs 2`` writes the same
 tables byte for byte as ``--jobs 1``; ``--launcher slurm`` (submitit's local executor here: a real subprocess per job)
 runs each point as a job and writes the same tables as the local launcher; a job killed mid-run is named, no table is
 written without it, and the next invocation says so and runs it again.
@@ -13,18 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from r2mad_core.reproduce import command
-from r2mad_core.reproduce.up_to_date import RECORD_DIR
-from r2mad_core.reproduce.launcher import LAUNCHER_DIR, LEDGER, Ledger, _cluster, parse_slurm_options, point_arguments
-from r2mad_core.reproduce.points import plan_points
-from r2mad_core.reproduce.points import profile_values
+from r2mad_lab.reproduce import command
+from r2mad_lab.reproduce.up_to_date import RECORD_DIR
+from r2mad_lab.reproduce.launcher import LAUNCHER_DIR, LEDGER, Ledger, _cluster, parse_slurm_options, point_arguments
+from r2mad_lab.reproduce.points import plan_points
+from r2mad_lab.reproduce.points import profile_values
 
 TOY = [
     "import os, signal\n"
     "from pathlib import Path\n"
     "import pandas as pd\n"
-    "from r2mad_core.report.artifacts import save_table\n"
-    "from r2mad_core.reproduce.points import from_environment\n"
+    "from r2mad_lab.report.artifacts import save_table\n"
+    "from r2mad_lab.reproduce.points import from_environment\n"
     "values, name = from_environment()\n"
     "kill = Path(figures_dir).parent.parent / (str(values.get('gamma')) + '.kill')\n"
     "if name and kill.exists():  # killed mid-run: the point's own process, once\n"

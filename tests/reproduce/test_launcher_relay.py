@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from r2mad_core.reproduce.launcher import last_line, wait_relaying
+from r2mad_lab.reproduce.launcher import last_line, wait_relaying
 
 
 def test_a_running_point_has_the_last_line_of_its_log_relayed(tmp_path: Path) -> None:

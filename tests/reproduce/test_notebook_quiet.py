@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 
-from r2mad_core.reproduce.notebook_setup import quiet_logging
+from r2mad_lab.reproduce.notebook_setup import quiet_logging
 
 
 def test_the_iprogress_warning_is_not_shown() -> None:

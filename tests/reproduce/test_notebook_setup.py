@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from r2mad_core.experiments.profiles import ProfileError
+from r2mad_lab.experiments.profiles import ProfileError
 
-from r2mad_core.reproduce import notebook_setup
-from r2mad_core.reproduce import load_profile
+from r2mad_lab.reproduce import notebook_setup
+from r2mad_lab.reproduce import load_profile
 
 
 def test_setup_fills_the_namespace_from_the_profile_and_reads_overrides(tmp_path: Path) -> None:
@@ -37,18 +37,20 @@ def test_an_unknown_override_names_the_nearest_fields() -> None:
 
 
 def test_quiet_logging_silences_the_core_below_error(caplog: pytest.LogCaptureFixture) -> None:
-    core = logging.getLogger("r2mad_core.experiments.cell")
-    before = logging.getLogger("r2mad_core").level
+    loggers = [logging.getLogger("r2mad_lab.experiments.cell"), logging.getLogger("r2mad_core.memory.hook")]
+    before = {name: logging.getLogger(name).level for name in ("r2mad_core", "r2mad_lab")}
     try:
         notebook_setup.quiet_logging()
         with caplog.at_level(logging.NOTSET):
-            core.info("a wall of log lines")
-            core.warning("a warning the notebook shows from the numbers instead")
-            core.error("an error still shows")
-        assert [r.getMessage() for r in caplog.records] == ["an error still shows"]
+            for logger in loggers:
+                logger.info("a wall of log lines")
+                logger.warning("a warning the notebook shows from the numbers instead")
+                logger.error(f"an error of {logger.name} still shows")
+        assert [r.getMessage() for r in caplog.records] == [f"an error of {logger.name} still shows" for logger in loggers]
         assert logging.getLogger("httpx").level == logging.WARNING
     finally:
-        logging.getLogger("r2mad_core").setLevel(before)
+        for name, level in before.items():
+            logging.getLogger(name).setLevel(level)
 
 
 @pytest.mark.parametrize("namespace,message", [

@@ -14,10 +14,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from r2mad_core.reproduce import command, notebook_runner
-from r2mad_core.reproduce.point_cache import canonical, executed_configuration
-from r2mad_core.reproduce.points import plan_points
-from r2mad_core.reproduce.points import from_environment, profile_values
+from r2mad_lab.reproduce import command, notebook_runner
+from r2mad_lab.reproduce.point_cache import canonical, executed_configuration
+from r2mad_lab.reproduce.points import plan_points
+from r2mad_lab.reproduce.points import from_environment, profile_values
 
 
 def _notebook(name: str) -> str:
@@ -30,7 +30,7 @@ def _notebook(name: str) -> str:
 
 @pytest.fixture
 def loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture):
-    from r2mad_core.report.artifacts import save_table
+    from r2mad_lab.report.artifacts import save_table
 
     notebooks = tmp_path / "notebooks"
     notebooks.mkdir()

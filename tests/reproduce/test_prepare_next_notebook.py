@@ -1,5 +1,5 @@
 """The report's kernel prepares while the last notebook finishes (issue 52): ``run_workers``' ``prepare`` and what the
-report's kernel runs then, :func:`r2mad_core.reproduce.grid.load_finished_runs`."""
+report's kernel runs then, :func:`r2mad_lab.reproduce.grid.load_finished_runs`."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from r2mad_core.experiments import run_reader
-from r2mad_core.reproduce import grid, notebook_runner
-from r2mad_core.reproduce.notebook_runner import NotebookResult, run_workers
+from r2mad_lab.experiments import run_reader
+from r2mad_lab.reproduce import grid, notebook_runner
+from r2mad_lab.reproduce.notebook_runner import NotebookResult, run_workers
 
 
 class FakeKernel:
@@ -122,7 +122,7 @@ def test_the_finished_runs_are_read_once_with_their_metrics_and_a_run_not_finish
     """Two cells of a real grid (simulated agents, 3 questions): read into the memo by ``load_finished_runs`` as the
     report's kernel would, the grid then hands out the same records and metrics without reading the transcripts; a
     directory without its metrics (not finished) is not read, nor one read before and unchanged."""
-    from r2mad_core.reproduce.grid import ExperimentGrid
+    from r2mad_lab.reproduce.grid import ExperimentGrid
 
     options = dict(models=[{"label": "Sim", "engine": "simulated", "model": None, "options": {}}],
                    benchmarks=["mmlu_pro_economics"], runs_dir=tmp_path / "runs", cache_dir=tmp_path / "cache",
@@ -180,7 +180,7 @@ def test_code_runs_silently_in_a_kept_kernel_and_its_error_is_raised(tmp_path: P
         notebook_runner.run_in_kernel(kernel, f"import os\nopen({str(target)!r}, 'w').write("
                                               "str((os.getpid(), get_ipython().execution_count)))")
         assert target.read_text() == str((pid, 1))  # the same kernel; silent code counts no execution
-        assert notebook_runner.load_runs_code("../runs/sim", 1000, 5.0) == ("_r2mad_read = __import__('r2mad_core."
+        assert notebook_runner.load_runs_code("../runs/sim", 1000, 5.0) == ("_r2mad_read = __import__('r2mad_lab."
                                                                             "reproduce.grid', fromlist=['grid'])."
                                                                             "load_finished_runs('../runs/sim', 1000, 5.0)")
         assert notebook_runner.run_in_kernel(kernel, notebook_runner.load_runs_code(str(tmp_path / "no-runs"), 1000),
@@ -226,7 +226,7 @@ def test_a_kept_kernels_reset_walks_the_objects_once_after_the_figures_are_close
     prologue collects once, after closing the figures."""
     import gc
 
-    from r2mad_core.reproduce import gc_settings
+    from r2mad_lab.reproduce import gc_settings
 
     real = gc.collect
     seen: list[object] = []

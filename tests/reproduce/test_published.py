@@ -1,9 +1,9 @@
-"""Published runs replay (issue 36): r2mad_core/reproduce/published.py and its hook in ``make reproduce``.
+"""Published runs replay (issue 36): r2mad_lab/reproduce/published.py and its hook in ``make reproduce``.
 
 A real-engine profile's committed tables ship with the generations that made them (published/<profile>/): a run
 with no cache yet is seeded from them (a copy; the published file is never written), an existing cache is never
 overwritten, ``--fresh`` seeds nothing and reports which committed tables moved, ``make publish`` writes the file
-and its manifest. Unit-level with real SQLite response caches (r2mad_core/engines/cache.py) and hand-made CSVs.
+and its manifest. Unit-level with real SQLite response caches (r2mad_lab/engines/cache.py) and hand-made CSVs.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from r2mad_core import reproduce
-from r2mad_core.engines.base import Completion
-from r2mad_core.engines.cache import CACHE_FILENAME, ResponseCache
-from r2mad_core.experiments.profiles import load_profile
-from r2mad_core.reproduce import command, published
-from r2mad_core.reproduce.command import ReproductionPaths
+from r2mad_lab import reproduce
+from r2mad_core.engine import Completion
+from r2mad_lab.engines.cache import CACHE_FILENAME, ResponseCache
+from r2mad_lab.experiments.profiles import load_profile
+from r2mad_lab.reproduce import command, published
+from r2mad_lab.reproduce.command import ReproductionPaths
 
 CPU = load_profile("cpu")
 

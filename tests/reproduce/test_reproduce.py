@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from r2mad_core.reproduce import api_budget, command as reproduce
+from r2mad_lab.reproduce import api_budget, command as reproduce
 
-from r2mad_core.experiments import profile_schema
+from r2mad_lab.experiments import profile_schema
 from r2mad_core.data.benchmarks import BENCHMARKS
-from r2mad_core.report.comparison import load_reported_results
-from r2mad_core.experiments.profile_schema import PROTOCOL_FIELDS, ProfileSpec, validate_profile
-from r2mad_core.experiments.profiles import ProfileError, load_profile, parse_override, profile_names
-from r2mad_core.reproduce import ReproductionPaths, discover_notebooks, run_notebooks
+from r2mad_lab.report.comparison import load_reported_results
+from r2mad_lab.experiments.profile_schema import PROTOCOL_FIELDS, ProfileSpec, validate_profile
+from r2mad_lab.experiments.profiles import ProfileError, load_profile, parse_override, profile_names
+from r2mad_lab.reproduce import ReproductionPaths, discover_notebooks, run_notebooks
 from r2mad_core.memory.retrieval import parse_retrieval_policy
 
 PAPER_MODELS = ["Qwen2.5-7B-Instruct", "Qwen3-8B", "Gemma-3-4B-IT"]
@@ -61,7 +61,7 @@ def test_api_profile_is_the_papers_protocol_on_a_subset_with_the_model_from_the_
     assert (model["base_url_env"], model["api_key_env"]) == ("R2MAD_API_BASE_URL", "R2MAD_API_KEY")
     assert [e["stand_in"] for e in p["large_models"]] == ["API-model", "API-model"]
     assert p["retrieval_models"] == p["icl_models"] == ["API-model"]
-    from r2mad_core.experiments.model_specs import ModelSpec
+    from r2mad_lab.experiments.model_specs import ModelSpec
 
     monkeypatch.setenv("R2MAD_API_BASE_URL", "http://127.0.0.1:9/v1")
     spec = ModelSpec.from_entry(model)
@@ -165,16 +165,16 @@ def test_small_profiles_keep_the_debate_shape_and_stand_in_for_the_large_models(
 
 
 def _paper_fields() -> dict:
-    return yaml.safe_load((reproduce.REPOSITORY / "r2mad_core" / "profiles" / "paper.yaml").read_text())
+    return yaml.safe_load((reproduce.REPOSITORY / "r2mad_lab" / "profiles" / "paper.yaml").read_text())
 
 
 def test_profile_schema_types_the_fields_and_derives_the_protocol_vocabularies() -> None:
     from r2mad_core.data import benchmarks
     from r2mad_core.debate import loop as debate
-    from r2mad_core.experiments import methods
+    from r2mad_core import methods
     from r2mad_core.debate import prompts
     from r2mad_core.memory import hook as r2mad
-    from r2mad_core.experiments import protocol
+    from r2mad_lab.experiments import protocol
 
     # each protocol vocabulary is the one its concept's module defines (no second copy to drift)
     assert PROTOCOL_FIELDS["round0"] is debate.ROUND0_MODES
@@ -383,7 +383,7 @@ def test_after_a_failure_nothing_new_starts_and_the_failure_is_returned_last(tmp
     ``reproduce`` with real kernels: exit code 1."""
     import threading
 
-    from r2mad_core.reproduce.notebook_runner import NotebookResult, run_workers
+    from r2mad_lab.reproduce.notebook_runner import NotebookResult, run_workers
 
     notebooks = tmp_path / "nb"
     notebooks.mkdir()
@@ -570,4 +570,4 @@ def test_paper_profile_runs_each_model_at_its_native_context_and_pinned_revision
 
 
 def _paper_text() -> str:
-    return (reproduce.REPOSITORY / "r2mad_core" / "profiles" / "paper.yaml").read_text()
+    return (reproduce.REPOSITORY / "r2mad_lab" / "profiles" / "paper.yaml").read_text()

@@ -1,4 +1,4 @@
-"""A rerun leaves the notebooks whose inputs and outputs are as their last run left them (r2mad_core/reproduce/
+"""A rerun leaves the notebooks whose inputs and outputs are as their last run left them (r2mad_lab/reproduce/
 up_to_date.py, issue 35): nothing when nothing changed; an edited notebook and those after it; everything when the
 code, the environment, a run folder or a figure changed; everything under --force; and no record after a failure.
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from r2mad_core.reproduce import command, notebook_runner, up_to_date
-from r2mad_core.reproduce.command import ReproductionPaths, load_profile, run_notebooks
+from r2mad_lab.reproduce import command, notebook_runner, up_to_date
+from r2mad_lab.reproduce.command import ReproductionPaths, load_profile, run_notebooks
 
 NOTEBOOKS = {  # name -> the notebooks it runs after (None: every earlier one, as 10_report)
     "01_data": [],
@@ -106,10 +106,10 @@ def test_a_missing_executed_copy_reruns_that_notebook(setting) -> None:
 @pytest.mark.parametrize("change", ["run folder", "figure", "code", "plugin", "environment", "parameters"])
 def test_a_change_of_what_every_notebook_reads_reruns_every_one(setting, tmp_path, monkeypatch, change) -> None:
     run, _, paths, lines, _ = setting
-    package = tmp_path / "package"  # a stand-in for r2mad_core's files
+    package = tmp_path / "package"  # a stand-in for the code packages' files
     package.mkdir()
     (package / "module.py").write_text("X = 1\n")
-    monkeypatch.setattr(up_to_date, "PACKAGE_ROOT", package)
+    monkeypatch.setattr(up_to_date, "PACKAGE_ROOTS", (package,))
     plugin = tmp_path / "lab_plugin.py"  # a plugin file named by R2MAD_PLUGINS (as an editable install: no version)
     plugin.write_text("X = 1\n")
     monkeypatch.setenv("R2MAD_PLUGINS", str(plugin))

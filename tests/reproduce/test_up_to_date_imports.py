@@ -1,6 +1,6 @@
 """The default profile's up-to-date rerun loads neither scipy nor httpx (issue 62: the rerun's CPU is mostly imports).
 
-``python -m r2mad_core.reproduce`` is run twice in child processes, with papermill's execution replaced by a stand-in
+``python -m r2mad_lab.reproduce`` is run twice in child processes, with papermill's execution replaced by a stand-in
 that copies the notebook and writes one table (no kernel), as tests/reproduce/test_up_to_date.py does: the first run
 executes every notebook and records them, the second finds every one up to date. The second's ``sys.modules`` is
 what the up-to-date path imports. pandas is still among them (the tables' modules import it at their top: reproduce/
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 STAND_IN = r'''
 import json, sys
 from pathlib import Path
-from r2mad_core.reproduce import command, notebook_runner
+from r2mad_lab.reproduce import command, notebook_runner
 out, notebooks, mode = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 
 def execute(notebook, output, parameters, kernel=None, clear=False, progress=None):
@@ -55,5 +55,5 @@ def test_the_up_to_date_rerun_of_the_default_profile_loads_neither_scipy_nor_htt
     again = _run(tmp_path, "again")
     assert again["code"] == 0
     loaded = set(again["modules"])
-    assert "r2mad_core.reproduce.up_to_date" in loaded  # the path that decided "up to date" ran in this process
+    assert "r2mad_lab.reproduce.up_to_date" in loaded  # the path that decided "up to date" ran in this process
     assert not loaded & set(NOT_LOADED), sorted(loaded & set(NOT_LOADED))

@@ -13,13 +13,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from r2mad_core.reproduce import points  # noqa: E402
-from r2mad_core.reproduce.compare import sweep as sweep_comparison, tables, variant as comparison  # noqa: E402
-from r2mad_core.reproduce.ablations import plan_variant, variant_overrides  # noqa: E402
-from r2mad_core.report.artifacts import ReportContext, read_manifest  # noqa: E402
-from r2mad_core.reproduce.grid import ExperimentGrid  # noqa: E402
-from r2mad_core.reproduce.points import parse_sweep
-from r2mad_core.reproduce.points import Variant, detect, same_value, variant_name  # noqa: E402
+from r2mad_lab.reproduce import points  # noqa: E402
+from r2mad_lab.reproduce.compare import sweep as sweep_comparison, tables, variant as comparison  # noqa: E402
+from r2mad_lab.reproduce.ablations import plan_variant, variant_overrides  # noqa: E402
+from r2mad_lab.report.artifacts import ReportContext, read_manifest  # noqa: E402
+from r2mad_lab.reproduce.grid import ExperimentGrid  # noqa: E402
+from r2mad_lab.reproduce.points import parse_sweep
+from r2mad_lab.reproduce.points import Variant, detect, same_value, variant_name  # noqa: E402
 
 
 # --------------------------------------------------------------------------------------------
@@ -63,7 +63,7 @@ def test_two_overrides_make_one_variant_and_only_real_changes_count() -> None:
 
 
 def test_the_kernel_compares_its_resolved_profile_with_the_profile(monkeypatch: pytest.MonkeyPatch) -> None:
-    from r2mad_core.reproduce.notebook_setup import resolve_profile
+    from r2mad_lab.reproduce.notebook_setup import resolve_profile
 
     monkeypatch.delenv(points.ENVIRONMENT, raising=False)
     namespace = {"profile": "tiny", "overrides": {}, "pd": pd}
@@ -82,7 +82,7 @@ def test_the_kernel_compares_its_resolved_profile_with_the_profile(monkeypatch: 
 
 def test_a_variant_of_a_variant_is_a_variant_of_the_profile_with_both_changes(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rerunning a variant's executed notebook with one more edit: its folder is beside the profile's, never nested."""
-    from r2mad_core.reproduce.notebook_setup import resolve_profile
+    from r2mad_lab.reproduce.notebook_setup import resolve_profile
 
     monkeypatch.delenv(points.ENVIRONMENT, raising=False)
     figures = Path("figures/tiny/variants/gamma=0.5")  # the executed variant notebook's figures_dir
@@ -180,8 +180,8 @@ def test_a_cell_the_variant_does_not_change_replays_and_compares_as_the_same_run
     average = frame[(frame["method"] == "R2-MAD") & (frame["benchmark"] == "Average")].iloc[0]
     assert average["variant"] == pytest.approx(table.values.at["R2-MAD", "Average"])
     # the Average is tested as shown, by the sweeps' stratified estimate: the same pair gets the same p in both tables
-    from r2mad_core.reproduce.compare import sweep as sweep_comparison
-    from r2mad_core.report import inference
+    from r2mad_lab.reproduce.compare import sweep as sweep_comparison
+    from r2mad_lab.report import inference
 
     strata = {f"Sim / {o.benchmark}": {r.sample_id: bool(r.correct) for r in o.records}
               for o in after.outcomes if o.method == "R2-MAD"}
@@ -197,12 +197,12 @@ def test_a_cell_the_variant_does_not_change_replays_and_compares_as_the_same_run
     # a cell the profile has not run: no profile value, and the one command that runs it
     fresh = comparison.compare_table(table, variant, _grid(tmp_path / "elsewhere"), bootstrap_resamples=200)
     assert fresh["profile"].isna().all()
-    assert "`python -m r2mad_core.reproduce --profile t`" in comparison.comparison_sentences(fresh, variant, "tab_t")[0]
+    assert "`python -m r2mad_lab.reproduce --profile t`" in comparison.comparison_sentences(fresh, variant, "tab_t")[0]
 
 
 def test_sweep_artifacts_draw_each_table_against_the_parameter(tmp_path: Path) -> None:
-    from r2mad_core.report.tables import Table
-    from r2mad_core.report.artifacts import save_table
+    from r2mad_lab.report.tables import Table
+    from r2mad_lab.report.artifacts import save_table
 
     swept = []
     for point in points.plan_points({"gamma": 0.9}, "p", {}, [("gamma", [0.0, 0.5, 0.9])], [0]):

@@ -13,8 +13,8 @@ from r2mad_core.debate import prompts
 
 from r2mad_core.theory import model as theory
 from r2mad_core.data.benchmarks import Sample, format_question
-from r2mad_core.engines import make_engine
-from r2mad_core.engines.base import Engine, Request, SamplingParams
+from r2mad_lab.engines import make_engine
+from r2mad_core.engine import Engine, Request, SamplingParams
 from r2mad_core.theory.agent_texts import CAREFUL_STYLE, SHORTCUT_STYLE
 from r2mad_core.theory.agents import (
     SimulatedAgentParams,

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from r2mad_core.experiments.profiles import load_profile
-from r2mad_core.reproduce.paper import calibrate, estimate, preflight, rehearsal, serve
+from r2mad_lab.experiments.profiles import load_profile
+from r2mad_lab.reproduce.paper import calibrate, estimate, preflight, rehearsal, serve
 
 REPOSITORY = Path(__file__).resolve().parents[3]
 NOTEBOOKS = sorted((REPOSITORY / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -30,7 +30,7 @@ def paper():
 
 
 def _main(argv, capsys):
-    from r2mad_core import reproduce
+    from r2mad_lab import reproduce
 
     try:
         code = reproduce.main(argv)
@@ -51,13 +51,13 @@ def test_the_api_profile_says_k_is_1(monkeypatch):
 
 
 def test_the_paper_profile_credits_full_experiences_to_the_authors_code():
-    line = next(l for l in (REPOSITORY / "r2mad_core" / "profiles" / "paper.yaml").read_text().splitlines()
+    line = next(l for l in (REPOSITORY / "r2mad_lab" / "profiles" / "paper.yaml").read_text().splitlines()
                 if l.startswith("max_experience_chars"))
     assert "the paper shows" not in line and "authors' code" in line
 
 
 def test_the_max_tokens_help_names_what_protocol_authors_sends():
-    done = subprocess.run([sys.executable, "-m", "r2mad_core", "run", "--help"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "r2mad_lab", "run", "--help"], capture_output=True, text=True,
                           cwd=REPOSITORY, timeout=300)
     text = " ".join(done.stdout.split())
     help_text = text[text.index("--max-tokens N max new tokens"):][:200]
@@ -67,8 +67,8 @@ def test_the_max_tokens_help_names_what_protocol_authors_sends():
 
 def test_a_bank_records_the_round_0_its_debates_ran(tmp_path):
     from r2mad_core.data.benchmarks import load
-    from r2mad_core.engines import make_engine
-    from r2mad_core.experiments.build_memory import build_memory
+    from r2mad_lab.engines import make_engine
+    from r2mad_lab.experiments.build_memory import build_memory
 
     train = load("truthfulqa", "train")[:1]
     build_memory("truthfulqa", make_engine("simulated", samples=train), "hashing", tmp_path / "bank", samples=train,
@@ -138,7 +138,7 @@ def test_a_rehearsal_of_other_inputs_is_refused(paper, tmp_path, capsys):
 
 
 def test_the_estimate_names_its_rehearsal_and_prices_it(paper, tmp_path, capsys, monkeypatch):
-    from r2mad_core.report import power
+    from r2mad_lab.report import power
 
     monkeypatch.setattr(power, "claims_power_lines", lambda *a, **k: [])
     _fake_rehearsal(tmp_path, paper, "paper-rehearsal")
@@ -170,7 +170,7 @@ def test_default_gpu_prices_are_assumptions_with_sources(paper):
 
 def test_skip_api_models_leaves_them_out_of_the_estimate(paper, tmp_path):
     _fake_rehearsal(tmp_path, paper, "paper-rehearsal")
-    from r2mad_core.reproduce.command import ReproductionPaths
+    from r2mad_lab.reproduce.command import ReproductionPaths
 
     found = estimate.find_rehearsal(paper, tmp_path, ReproductionPaths, NOTEBOOKS)
     lines = estimate.estimate(paper, found, tmp_path / "none.json", skip_api=True, gpu_kind="H100")
@@ -196,7 +196,7 @@ DAMAGED = {
 
 @pytest.mark.parametrize("case", sorted(DAMAGED))
 def test_a_damaged_calibration_is_one_line_naming_file_and_field(case, paper, tmp_path, capsys, monkeypatch):
-    from r2mad_core.report import power
+    from r2mad_lab.report import power
 
     monkeypatch.setattr(power, "claims_power_lines", lambda *a, **k: [])
     text, expected = DAMAGED[case]
@@ -224,8 +224,8 @@ def test_calibrate_without_vllm_is_one_line(capsys, tmp_path):
 
 
 def test_calibrate_with_dummy_weights_is_labelled_and_the_estimate_says_so(paper, tmp_path):
-    from r2mad_core.engines.base import Completion
-    from r2mad_core.engines import Request, SamplingParams
+    from r2mad_core.engine import Completion
+    from r2mad_lab.engines import Request, SamplingParams
 
     made = []
 
@@ -329,7 +329,7 @@ def test_the_slurm_script_passes_bash_n_and_shellcheck():
 
 
 def test_the_package_lists_its_submodules_without_reading_the_folder():
-    from r2mad_core import reproduce
+    from r2mad_lab import reproduce
 
     folder = Path(reproduce.__file__).parent
     found = {p.stem for p in folder.glob("*.py") if not p.stem.startswith("__")} | {
@@ -359,8 +359,8 @@ def _fake_command(entry, port):
 
 def _grid(urls, tmp_path, name):
     from r2mad_core.data.benchmarks import load
-    from r2mad_core.engines import make_engine
-    from r2mad_core.experiments.cell import run_cell
+    from r2mad_lab.engines import make_engine
+    from r2mad_lab.experiments.cell import run_cell
 
     engine = make_engine("openai", model="Qwen/Qwen3-8B", base_urls=urls, api_key_env=None, max_concurrency=6,
                          max_retries=3, initial_backoff_seconds=0.05)
@@ -447,8 +447,8 @@ def test_a_run_with_skip_api_models_gives_the_api_rows_as_not_run(paper, tmp_pat
     """The run's profile under --skip-api-models, read back from the file the run writes and hands the notebooks."""
     import argparse
 
-    from r2mad_core.reproduce.command import ReproductionPaths
-    from r2mad_core.reproduce.paper import command
+    from r2mad_lab.reproduce.command import ReproductionPaths
+    from r2mad_lab.reproduce.paper import command
 
     monkeypatch.setattr(command, "preflight_failed", lambda profile, args=None: False)
     ran = []

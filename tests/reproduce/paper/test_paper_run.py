@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from r2mad_core.engines import Request, SamplingParams, make_engine
-from r2mad_core.engines.base import Completion
-from r2mad_core.engines.rehearsal import LOG_ENVIRONMENT, RehearsalEngine, reply_lengths
-from r2mad_core.experiments.profiles import load_profile
-from r2mad_core.reproduce.paper import calibrate, estimate, preflight, rehearsal, throughput
-from r2mad_core.reproduce.paper import command as paper_run
+from r2mad_lab.engines import Request, SamplingParams, make_engine
+from r2mad_core.engine import Completion
+from r2mad_lab.engines.rehearsal import LOG_ENVIRONMENT, RehearsalEngine, reply_lengths
+from r2mad_lab.experiments.profiles import load_profile
+from r2mad_lab.reproduce.paper import calibrate, estimate, preflight, rehearsal, throughput
+from r2mad_lab.reproduce.paper import command as paper_run
 
 REPOSITORY = Path(__file__).resolve().parents[3]
 
@@ -152,7 +152,7 @@ def test_rehearsal_engine_logs_and_overflows(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_rehearsal_of_notebooks_01_02(tmp_path):
     """The rehearsal through the runner: exits 0, labels every artifact, banks built by the memory model."""
-    done = subprocess.run([sys.executable, "-m", "r2mad_core.reproduce", "--profile", "paper", "--rehearse",
+    done = subprocess.run([sys.executable, "-m", "r2mad_lab.reproduce", "--profile", "paper", "--rehearse",
                            "--only", "01,02", "--output-dir", str(tmp_path)], cwd=REPOSITORY, capture_output=True,
                           text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -199,8 +199,8 @@ def _computed_once(function):
 
 
 def test_estimate_only_reads_the_rehearsal_log_and_a_calibration(paper, tmp_path, capsys, monkeypatch):
-    from r2mad_core import reproduce
-    from r2mad_core.report import power
+    from r2mad_lab import reproduce
+    from r2mad_lab.report import power
 
     # Both estimates end with the paper profile's power lines, the same pure function of the same profile (solving for
     # 29 claims' MDEs, ~0.7 s of CPU; tests/report/test_power.py tests them): the second estimate prints the first's.
@@ -222,7 +222,7 @@ def test_estimate_only_reads_the_rehearsal_log_and_a_calibration(paper, tmp_path
 
 
 def test_a_real_gpu_run_stops_at_the_preflight(tmp_path, capsys, monkeypatch):
-    from r2mad_core import reproduce
+    from r2mad_lab import reproduce
 
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setattr(preflight, "hub_token", lambda: None)
@@ -235,8 +235,8 @@ def test_a_real_gpu_run_stops_at_the_preflight(tmp_path, capsys, monkeypatch):
 
 
 def test_the_grid_keeps_enough_requests_in_flight_for_several_replicas(tmp_path):
-    from r2mad_core.experiments.model_specs import ModelSpec
-    from r2mad_core.reproduce.grid import STREAMING_WINDOW, ExperimentGrid
+    from r2mad_lab.experiments.model_specs import ModelSpec
+    from r2mad_lab.reproduce.grid import STREAMING_WINDOW, ExperimentGrid
 
     exp = ExperimentGrid.from_profile(load_profile("tiny"), runs_dir=tmp_path / "runs", cache_dir=tmp_path / "cache")
     eight = ModelSpec("Q", "openai", "Qwen/Qwen2.5-7B-Instruct", {"max_concurrency": 1536})  # 192 in flight x 8 GPUs
@@ -250,7 +250,7 @@ def test_the_rehearsal_fails_on_a_prompt_over_a_context(paper, tmp_path):
     """A faked runner (no notebooks): a logged overflow is one failure line naming the model, exit 1."""
     import os
 
-    from r2mad_core.reproduce.command import NotebookResult, ReproductionPaths
+    from r2mad_lab.reproduce.command import NotebookResult, ReproductionPaths
 
     def run(profile, paths):
         assert profile.name == "paper-rehearsal" and all(m.engine == "rehearsal" for m in profile.spec.models)
