@@ -23,7 +23,7 @@ def show(path: str, limit: int = 60) -> None:
         cells_before, cells_after = before.get("cells", []), after.get("cells", [])
         if len(cells_before) != len(cells_after):
             print(f"{path}: {len(cells_before)} cells before, {len(cells_after)} after")
-        for index, (a, b) in enumerate(zip(cells_before, cells_after)):
+        for index, (a, b) in enumerate(zip(cells_before, cells_after, strict=False)):
             if a != b:
                 lines = difflib.unified_diff(json.dumps(a, indent=1).splitlines(), json.dumps(b, indent=1).splitlines(),
                                              f"{path} cell {index} (committed)", f"{path} cell {index} (this run)",

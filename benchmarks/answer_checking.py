@@ -32,9 +32,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from r2mad_core.data import benchmarks  # noqa: E402
-
-from r2mad_core.data import answers
+from r2mad_core.data import (
+    answers,
+    benchmarks,  # noqa: E402
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -134,8 +135,8 @@ def main() -> None:
     rows.append({"case": "extract_answer (choice, 2.6 kB text)", "thread": "main", "calls": 1000,
                  "ms_per_call": (time.perf_counter() - start)})
 
-    same_form = list(zip(extracted[: args.pairs], golds))
-    wrong = list(zip(golds[1:], golds[:-1]))
+    same_form = list(zip(extracted[: args.pairs], golds, strict=False))
+    wrong = list(zip(golds[1:], golds[:-1], strict=False))
     for in_thread in (False, True):
         for label, calls in (("match, same form", same_form), ("match, other form (frac vs decimal)", other_form),
                              ("no match (another problem's answer)", wrong)):

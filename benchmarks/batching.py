@@ -114,9 +114,9 @@ def main() -> None:
     print(f"one debate round: {len(QUESTIONS)} questions x 3 agents, {args.max_tokens} new tokens max, "
           f"{args.repetitions} repetitions, "
           f"load average (1 min) {min(loads):.2f}..{max(loads):.2f} on {available_cores()} cores")
-    print("  ".join(c.rjust(w) for c, w in zip(columns, widths)))
+    print("  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=False)))
     for row in rows:
-        print("  ".join(str(row[c]).rjust(w) for c, w in zip(columns, widths)))
+        print("  ".join(str(row[c]).rjust(w) for c, w in zip(columns, widths, strict=False)))
     RESULTS.mkdir(parents=True, exist_ok=True)
     with (RESULTS / "batching.csv").open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns)

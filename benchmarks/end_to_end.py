@@ -70,9 +70,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from r2mad_core.data import benchmarks as benchmark_data  # noqa: E402
 from r2mad_core.engine import Completion, Request  # noqa: E402
+from r2mad_core.methods import Method, get_method  # noqa: E402
 from r2mad_core.theory.agents import TOKENS_PER_WORD, SimulatedAgentParams, SimulatedEngine  # noqa: E402
 from r2mad_lab.experiments.cell import run_cell  # noqa: E402
-from r2mad_core.methods import Method, get_method  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -135,7 +135,7 @@ class TimedEngine:
         Token counts use the simulated engine's rule (``TOKENS_PER_WORD`` x words per message).
         """
         total = 0
-        for request, completion in zip(requests, completions):
+        for request, completion in zip(requests, completions, strict=False):
             sizes = [message_tokens(m.get("content", "")) for m in request.messages]
             keys = prefix_keys(request.messages)
             if not self.prefix_caching:

@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from r2mad_lab.engines import CachedEngine, Ledger, Request, ResponseCache, SamplingParams  # noqa: E402
 from r2mad_core.engine import Completion  # noqa: E402
+from r2mad_lab.engines import CachedEngine, Ledger, Request, ResponseCache, SamplingParams  # noqa: E402
 from r2mad_lab.engines.local import LocalEngine, available_cores  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -155,9 +155,9 @@ def cache_lookup(sizes: list[int], probe: int = 200, rounds: int = 5) -> list[di
 def print_table(rows: list[dict]) -> None:
     columns = list(rows[0])
     widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in columns]
-    print("  ".join(c.rjust(w) for c, w in zip(columns, widths)))
+    print("  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=False)))
     for row in rows:
-        print("  ".join(str(row[c]).rjust(w) for c, w in zip(columns, widths)))
+        print("  ".join(str(row[c]).rjust(w) for c, w in zip(columns, widths, strict=False)))
 
 
 def write_csv(rows: list[dict], path: Path) -> None:

@@ -53,9 +53,18 @@ def main() -> int:
     import matplotlib
 
     matplotlib.use("Agg")
-    from r2mad_lab.reproduce import (ANSWER_MEMO_ENVIRONMENT, ANSWER_MEMO_FILE, BLAS_THREAD_VARIABLES,
-                                      PORTABLE_PATH_PARAMETERS, ReproductionPaths, _portable,
-                                      default_notebooks_dir, discover_notebooks, load_profile, notebook_parameters)
+    from r2mad_lab.reproduce import (
+        ANSWER_MEMO_ENVIRONMENT,
+        ANSWER_MEMO_FILE,
+        BLAS_THREAD_VARIABLES,
+        PORTABLE_PATH_PARAMETERS,
+        ReproductionPaths,
+        _portable,
+        default_notebooks_dir,
+        discover_notebooks,
+        load_profile,
+        notebook_parameters,
+    )
 
     assert BLAS_THREAD_VARIABLES == ("OPENBLAS_NUM_THREADS",), "set the kernels' BLAS variables above"
     profile = load_profile(args.profile)

@@ -98,8 +98,8 @@ def point(client: str, ports: list[int], per_server: int, requests: int, timeout
         engine.close()
     (t0, first), (t1, last) = marks.values()
     span = max(1e-9, t1 - t0)
-    busy = sum(b["busy_seconds"] - a["busy_seconds"] for a, b in zip(first, last)) / (span * len(ports))
-    rate = sum(b["completed"] - a["completed"] for a, b in zip(first, last)) / span
+    busy = sum(b["busy_seconds"] - a["busy_seconds"] for a, b in zip(first, last, strict=False)) / (span * len(ports))
+    rate = sum(b["completed"] - a["completed"] for a, b in zip(first, last, strict=False)) / span
     return {"requests": arrivals, "wall": wall, "cpu": cpu, "steady_rate": rate, "busy": busy,
             "threads": most_threads}
 

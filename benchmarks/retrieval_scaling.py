@@ -151,7 +151,7 @@ def bench_faiss(sizes, dims, repeats, hnsw_max_cells: float, threads: int):
                 hnsw.hnsw.efSearch = 64
                 t_hnsw = timed(lambda: hnsw.search(query[:1], 9), repeats)[0]
                 _, found = hnsw.search(query, 9)
-                recall = float(np.mean([len(set(a) & set(b)) / 9 for a, b in zip(exact.tolist(), found.tolist())]))
+                recall = float(np.mean([len(set(a) & set(b)) / 9 for a, b in zip(exact.tolist(), found.tolist(), strict=False)]))
             row = {"n_cases": n, "dim": dim, "numpy_top9_ms": 1e3 * t_numpy, "faiss_flat_ms": 1e3 * t_flat,
                    "faiss_hnsw_ms": 1e3 * t_hnsw, "hnsw_build_s": build, "hnsw_recall_at_9": recall}
             rows.append(row)

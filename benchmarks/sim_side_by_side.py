@@ -85,7 +85,7 @@ def commit_names(clone: Path, tokens: set[str]) -> list[str]:
     ordered = sorted(tokens)
     answer = subprocess.run(["git", "cat-file", "--batch-check"], cwd=clone, input="".join(f"{t}^{{commit}}\n"
                             for t in ordered), capture_output=True, text=True, check=True).stdout.splitlines()
-    return [token for token, line in zip(ordered, answer) if not line.endswith("missing")
+    return [token for token, line in zip(ordered, answer, strict=False) if not line.endswith("missing")
             and not line.endswith("ambiguous")]
 
 

@@ -73,11 +73,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from end_to_end import BANK_CACHE, bank_directory, ensure_bank, message_tokens, prefix_keys  # noqa: E402
+
 from r2mad_core.data import benchmarks as benchmark_data  # noqa: E402
 from r2mad_core.engine import Completion, Ledger, Request, collect_in_order  # noqa: E402
+from r2mad_core.methods import get_method  # noqa: E402
 from r2mad_core.theory.agents import SimulatedAgentParams, SimulatedEngine  # noqa: E402
 from r2mad_lab.experiments.cell import run_cell  # noqa: E402
-from r2mad_core.methods import get_method  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 QUESTION_THREAD = "r2mad-question-"  # r2mad_core.debate.scheduling names each question's thread so
@@ -194,7 +195,7 @@ class VirtualBatchingEngine:
             if me.name.startswith(QUESTION_THREAD) and me.name not in self._questions_seen:
                 self._questions_seen.add(me.name)
                 self.last_new_question = self.now
-            for index, (request, completion) in enumerate(zip(requests, completions)):
+            for index, (request, completion) in enumerate(zip(requests, completions, strict=False)):
                 if request.tag in self.free_tags:  # back at once, no engine time (its modelled length is kept)
                     completion.completion_tokens = self.cost.decode_length(request, completion.completion_tokens)
                     if completion.completion_tokens >= self.cost.max_tokens:
@@ -662,7 +663,7 @@ def print_local(args: argparse.Namespace, rows: list[dict[str, Any]], slots: int
                 for s in ("rounds", "questions")}
         mean = {s: sum(v) / len(v) for s, v in walls.items()}
         gains[method] = mean["rounds"] / mean["questions"]
-        pairs = [a / b for a, b in zip(walls["rounds"], walls["questions"])]  # each repeat's rounds / questions
+        pairs = [a / b for a, b in zip(walls["rounds"], walls["questions"], strict=False)]  # each repeat's rounds / questions
         print(f"local {method}: rounds {mean['rounds']:.1f} s [{min(walls['rounds']):.0f}-{max(walls['rounds']):.0f}], "
               f"questions {mean['questions']:.1f} s [{min(walls['questions']):.0f}-{max(walls['questions']):.0f}], "
               f"wall gain {gains[method]:.2f}x; completion tokens/s "

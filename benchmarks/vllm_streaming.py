@@ -156,7 +156,7 @@ def completion_tokens(records: list) -> int:
 
 
 def differing(a: list[str], b: list[str]) -> int:
-    return sum(x != y for x, y in zip(a, b))
+    return sum(x != y for x, y in zip(a, b, strict=False))
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -177,10 +177,10 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
 
     from r2mad_core.data import benchmarks as benchmark_data
     from r2mad_core.engine import Request, SamplingParams
+    from r2mad_core.methods import get_method
     from r2mad_lab.engines.openai_compat import OpenAICompatEngine
     from r2mad_lab.engines.vllm_backend import VLLMEngine
     from r2mad_lab.experiments.cell import run_cell
-    from r2mad_core.methods import get_method
 
     samples = benchmark_data.load(args.benchmark, "test", data_dir=os.environ.get("R2MAD_DATA_DIR"))[: args.questions]
     method = get_method("mad", n_rounds=args.rounds, max_tokens=args.max_tokens)

@@ -34,10 +34,10 @@ The site is written to site/ (gitignored); open site/index.html in a browser.
 from __future__ import annotations
 
 import argparse
-import json
 import ast
 import base64
 import html
+import json
 import os
 import re
 import shutil

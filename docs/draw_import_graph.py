@@ -82,7 +82,7 @@ def main() -> int:
         sizes = [max(max(lines[u], 1) ** 0.5 * scale, 1.8) for u in layer]
         gap = (width - sum(sizes)) / (len(layer) + 1)
         x = gap
-        for unit, size in zip(layer, sizes):
+        for unit, size in zip(layer, sizes, strict=False):
             core = unit.startswith(f"{CODE_PACKAGES[0]}.")
             ax.add_patch(FancyBboxPatch((x, y - box_height / 2), size, box_height, boxstyle="round,pad=0.02",
                                         facecolor="#f3e3c3" if core else "#dbe7f3", edgecolor="#4a6b8a", zorder=3))

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import MAX_MODEL_LEN, OFFLINE_OPTIONS, agent_pairs, engine_core_pids
 
 import r2mad_lab.engines as engines
-from conftest import MAX_MODEL_LEN, OFFLINE_OPTIONS, agent_pairs, engine_core_pids
 from r2mad_lab.cli import commands as cli
-from r2mad_lab.experiments import cell as experiments
 from r2mad_lab.engines import CachedEngine, EngineError, Request, SamplingParams
 from r2mad_lab.engines.vllm_backend import VLLMEngine
+from r2mad_lab.experiments import cell as experiments
 
 QUESTIONS = 2
 MAX_TOKENS = 32

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import OFFLINE_OPTIONS, engine_core_pids, run_cli
+
 from r2mad_lab.engines import EngineError, Request, SamplingParams
 from r2mad_lab.engines.vllm_backend import VLLMEngine
 

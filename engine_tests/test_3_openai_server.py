@@ -12,11 +12,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from conftest import MAX_MODEL_LEN, SERVED_NAME, VLLMServer, agent_pairs, run_cli
-from r2mad_lab.experiments import cell as experiments
+
 from r2mad_lab.engines import CachedEngine, EngineError, Request, SamplingParams
 from r2mad_lab.engines.openai_compat import NEUTRAL_SAMPLING, OpenAICompatEngine
+from r2mad_lab.experiments import cell as experiments
 
 QUESTIONS = 2
 MAX_TOKENS = 32

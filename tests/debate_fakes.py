@@ -10,9 +10,8 @@ import hashlib
 import time
 from typing import Callable, Sequence
 
-from r2mad_core.debate import prompts
-from r2mad_core.debate import prompt_parsing
 from r2mad_core.data.benchmarks import Sample, format_question
+from r2mad_core.debate import prompt_parsing, prompts
 from r2mad_core.engine import Completion, Ledger, Request
 
 LETTERS = "ABCDEFGHIJ"

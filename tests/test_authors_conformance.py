@@ -19,17 +19,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import pytest
 
 from r2mad_core.data.benchmarks import Sample, format_question
 from r2mad_core.debate.settings import DebateSettings
 from r2mad_core.engine import Completion, Ledger, Request
+from r2mad_core.memory.embeddings import HashingEmbedder
 from r2mad_lab.experiments import protocol
 from r2mad_lab.experiments.build_memory import build_memory
 from r2mad_lab.experiments.cell import run_cell
-from r2mad_core.memory.embeddings import HashingEmbedder
 
 # ------------------------------------------------------------------------------------------------------------------
 # The authors' text. src/prompts.py: MATH500_SYS_PROMPTS / TRUTHFULQA_SYS_PROMPTS (agents 0-2; the system prompt is
@@ -181,7 +181,7 @@ def summary_prompt(question: str, previous: str, responses: Sequence[str], answe
                    previous_answers: Sequence[str] | None, ratio: str) -> str:
     """src/multi_agent_debate.py MultiAgentDebate._summarize_debate_state (one user message, no system turn)."""
     blocks = []
-    for i, (response, answer) in enumerate(zip(responses, answers)):
+    for i, (response, answer) in enumerate(zip(responses, answers, strict=False)):
         if previous_answers is None:
             blocks.append(f'<agent index="{i}">\n<response>\n{response}\n</response>\n<answer>\n{answer}\n</answer>\n'
                           "</agent>")
@@ -417,7 +417,7 @@ def test_r2mad_sends_the_authors_requests(benchmark, tmp_path, monkeypatch, solu
     expected = expected_r2mad(w)
     got = sent(engine)
     assert len(got) == len(expected)
-    for k, (ours, theirs) in enumerate(zip(got, expected)):
+    for k, (ours, theirs) in enumerate(zip(got, expected, strict=False)):
         assert ours == theirs, f"request {k}"
 
 

@@ -52,7 +52,7 @@ class FixedEngine:
 
 def chat(*contents: str) -> tuple[dict, ...]:
     roles = ["system"] + ["user", "assistant"] * len(contents)
-    return tuple({"role": role, "content": content} for role, content in zip(roles, contents))
+    return tuple({"role": role, "content": content} for role, content in zip(roles, contents, strict=False))
 
 
 def test_timed_engine_models_decode_waves_by_their_longest_completion():

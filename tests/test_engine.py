@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from r2mad_core.debate.loop import prompt_id
 from r2mad_core import engine as base
+from r2mad_core.debate.loop import prompt_id
 from r2mad_core.engine import Request, SamplingParams, hash_messages
 
 TEXTS = [

@@ -161,8 +161,9 @@ def test_ctrl_c_during_openai_generation_exits_at_once_and_keeps_every_finished_
 # Profiles: no secret expanded into a field, no model label that leaves runs/<profile>/
 # ----------------------------------------------------------------------------------------------
 def _profile_file(tmp_path: Path, edit: "Callable[[dict], None]") -> Path:
-    import yaml
     from importlib import resources
+
+    import yaml
 
     data = yaml.safe_load(resources.files("r2mad_lab").joinpath("profiles", "tiny.yaml").read_text())
     edit(data)
@@ -364,9 +365,10 @@ def _debate_transcripts(base_urls: list[str]) -> tuple[list[list[list[str]]], st
     """A small grid (MAD, 3 questions x 3 agents x 3 rounds = 27 requests) over ``base_urls``: every agent's
     conversation as text, and the engine's per-endpoint summary."""
     from debate_fakes import mc_sample
+
     from r2mad_core.debate.loop import run_debate
-    from r2mad_lab.engines.openai_compat import OpenAICompatEngine
     from r2mad_core.methods import get_method
+    from r2mad_lab.engines.openai_compat import OpenAICompatEngine
 
     questions = [mc_sample(f"q{k}", question=f"Which statement about topic {k} is true?") for k in range(3)]
     engine = OpenAICompatEngine("test-model", base_urls, api_key_env=None, max_concurrency=3, timeout_seconds=5.0,
@@ -437,7 +439,7 @@ def test_an_engine_option_out_of_bounds_in_a_profile_is_refused_before_anything_
     """A timeout of 0 or -5 was accepted, then every request failed against a healthy server."""
     message = _reproduce_refuses(_profile_file(tmp_path, lambda d: d["models"][0].setdefault("options", {}).update(
         {option: value})), capsys)
-    assert f"models[0].options" in message and option in message and "expected a" in message
+    assert "models[0].options" in message and option in message and "expected a" in message
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "nan"])
@@ -486,8 +488,9 @@ def test_a_marker_in_every_variable_a_profile_references_is_in_no_artifact_noteb
     figures/<profile>/MANIFEST.json and the executed 02_memory.ipynb), an API key, and a base URL carrying a password
     in its user-info part, against a healthy fake server: notebook 02 runs, and no marker is in any file under
     figures/, notebooks/, runs/ nor in any printed line."""
-    import yaml
     from importlib import resources
+
+    import yaml
 
     from r2mad_lab import reproduce
 

@@ -6,22 +6,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from debate_fakes import ScriptedEngine, last_user, mc_answer, mc_sample, round_of
 from fake_openai_server import FakeOpenAIServer
-from r2mad_core.debate import prompts
-from r2mad_core.debate import prompt_parsing
+
+from r2mad_core.debate import prompt_parsing, prompts
 from r2mad_core.debate.loop import run_debate
-from r2mad_core.memory.embeddings import HashingEmbedder
-from r2mad_lab.engines import CachedEngine
 from r2mad_core.engine import SEED_SCHEME, Request, SamplingParams, backend_seed
-from r2mad_lab.engines.openai_compat import OpenAICompatEngine
-from r2mad_core.theory.agents import SimulatedEngine
-from r2mad_lab.experiments.cell import run_cell
 from r2mad_core.memory.banks import MemoryBankSet
-from r2mad_core.methods import get_method
-from r2mad_lab.experiments.build_memory import build_memory
+from r2mad_core.memory.embeddings import HashingEmbedder
 from r2mad_core.memory.hook import experience_view, reference_text
+from r2mad_core.methods import get_method
+from r2mad_core.theory.agents import SimulatedEngine
+from r2mad_lab.engines import CachedEngine
+from r2mad_lab.engines.openai_compat import OpenAICompatEngine
+from r2mad_lab.experiments.build_memory import build_memory
+from r2mad_lab.experiments.cell import run_cell
 
 QUESTIONS = [mc_sample(f"q{k}", question=f"Which statement about topic {k} is true?") for k in range(3)]
 
@@ -98,7 +97,7 @@ def _round1_user_turn(engine: ScriptedEngine, persona: int) -> str:
 
 def _expected_experience_block(cases: list, reference_lines: list[str]) -> str:
     lines = ["Here are experiences from your past debates on related questions:", "", "<experiences>"]
-    for k, (case, reference) in enumerate(zip(cases, reference_lines)):
+    for k, (case, reference) in enumerate(zip(cases, reference_lines, strict=False)):
         lines += [
             f'<experience index="{k}">',
             f"<question>\n{case.state.question}\n</question>",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from debate_fakes import ScriptedEngine, last_user, mc_answer, mc_sample
+
 from r2mad_core.debate import prompt_parsing
 from r2mad_core.debate.loop import run_debate
 from r2mad_core.engine import Completion

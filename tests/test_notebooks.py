@@ -6,21 +6,19 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from benchmark_data import configured_data_dir
-from r2mad_lab.reproduce import command as reproduce
-from r2mad_lab.reproduce.notebook_runner import KERNEL_START_TIMEOUT
-from r2mad_lab.report import run_pages
-from r2mad_lab.report.artifacts import read_manifest
-from r2mad_lab.report.tables import NOT_RUN
-from r2mad_lab.report.tables import read_table
+
 from r2mad_lab.experiments.profile_schema import OPTIONAL_FIELDS, TOP_LEVEL_FIELDS
 from r2mad_lab.experiments.profiles import load_profile
+from r2mad_lab.report import run_pages
+from r2mad_lab.report.artifacts import read_manifest
+from r2mad_lab.report.tables import NOT_RUN, read_table
+from r2mad_lab.reproduce import command as reproduce
+from r2mad_lab.reproduce.notebook_runner import KERNEL_START_TIMEOUT
 
 # nbformat and papermill are imported where used: with papermill's jupyter_client, nbclient and tornado they take
 # ~0.45 s of CPU to import, which every `make test` worker paid while collecting this module (each worker collects
@@ -575,7 +573,6 @@ def test_a_gamma_variant_shares_every_unchanged_round0_and_says_so(tiny_variant:
 def test_the_run_index_lists_every_run_of_the_manifest_with_its_debate_page(tiny_run: Path) -> None:
     """Issue 36: `r2mad runs tiny` lists every run any artifact of figures/tiny names (its manifest entry's ``runs``),
     each linking to a debate page that exists; every table a grid built names exactly its own cells."""
-    import re
 
     from r2mad_lab.cli import main as cli_main
 

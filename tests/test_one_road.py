@@ -19,17 +19,16 @@ from typing import Any
 
 import pytest
 
+from r2mad_core.memory.settings import SPECS as MEMORY_SPECS
 from r2mad_lab.experiments.profile_schema import ProfileSpec
 from r2mad_lab.experiments.profiles import load_profile, profile_names
 from r2mad_lab.experiments.protocol import PROFILE_CHOICES
-from r2mad_core.memory.settings import SPECS as MEMORY_SPECS
-from r2mad_lab.reproduce import command as reproduce
-from r2mad_lab.reproduce import notebook_setup
-from r2mad_lab.reproduce.paper import rehearsal
 from r2mad_lab.report.artifacts import read_manifest, update_manifest
-from r2mad_lab.reproduce import points
+from r2mad_lab.reproduce import command as reproduce
+from r2mad_lab.reproduce import notebook_setup, points
 from r2mad_lab.reproduce.compare import variant as comparison
 from r2mad_lab.reproduce.grid import ExperimentGrid
+from r2mad_lab.reproduce.paper import rehearsal
 
 PROFILES_DIR = reproduce.REPOSITORY / "r2mad_lab" / "profiles"
 

@@ -187,7 +187,6 @@ def test_make_test_runs_on_both_cores_a_file_per_worker_and_make_test_slow_in_on
     module's tests share module-level state, so a file stays on one worker); ``TEST_WORKERS=0`` runs in one process;
     ``make test-slow`` stays in one process (its notebook fixtures would run once per worker)."""
     import os
-
     import shutil
 
     if shutil.which("make") is None:

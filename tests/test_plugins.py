@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from r2mad_core import plugins
-
 from r2mad_core.memory import retrieval
 from r2mad_core.methods import METHOD_SPECS, METHODS, get_method, unregister_method
 
@@ -218,9 +217,9 @@ def test_a_toy_benchmark_method_policy_and_engine_run_through_every_notebook_of_
 
 def test_every_registry_refuses_an_incomplete_entry_with_one_line_naming_what_is_missing() -> None:
     from r2mad_core.data.benchmarks import BENCHMARK_SPECS, BenchmarkSpec, register_benchmark
-    from r2mad_lab.engines import ENGINES, EngineSpec, register_engine
-    from r2mad_core.methods import Method, MethodSpec, register_method
     from r2mad_core.memory.retrieval import POLICIES, PolicySpec, mmr_policy, register_policy
+    from r2mad_core.methods import Method, MethodSpec, register_method
+    from r2mad_lab.engines import ENGINES, EngineSpec, register_engine
 
     def problem(register, spec) -> str:
         with pytest.raises(ValueError) as caught:

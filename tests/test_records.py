@@ -9,17 +9,17 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from debate_fakes import ScriptedEngine, hashed_respond, samples
 from hand_transcripts import transcript
-from r2mad_lab.experiments.metrics import compute_metrics, sample_cost
-from r2mad_core.memory.diagnostics import annotation_counts
-from r2mad_lab.report.stances import shared_misconception_subset, stance_transitions
+
 from r2mad_core.debate.loop import run_debate, score_turns
-from r2mad_lab.experiments.cell import TRANSCRIPTS_FILE, run_cell, transcript_record
-from r2mad_lab.experiments.transcripts import TranscriptStore
+from r2mad_core.memory.diagnostics import annotation_counts
 from r2mad_core.methods import get_method
 from r2mad_core.records import RoundRecord, TranscriptRecord, TurnRecord, VoteRecord, as_transcript, without_seconds
+from r2mad_lab.experiments.cell import TRANSCRIPTS_FILE, run_cell, transcript_record
+from r2mad_lab.experiments.metrics import compute_metrics, sample_cost
+from r2mad_lab.experiments.transcripts import TranscriptStore
+from r2mad_lab.report.stances import shared_misconception_subset, stance_transitions
 
 #: Two lines written by the run cell at commit d6d199c (before the loop built these models): an R2-MAD debate of the
 #: tiny profile (retrieval, confidence annotations, summaries) and a subjective MAD-M2 debate (masking, judge calls).

@@ -33,7 +33,7 @@ def stated_times() -> dict[str, dict[str, str]]:
     header = [cell.strip() for cell in rows[0].strip("|").split("|")]
     table = {}
     for line in rows[2:]:
-        cells = dict(zip(header, (cell.strip() for cell in line.strip("|").split("|"))))
+        cells = dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")), strict=False))
         table[cells["step"].strip("`")] = cells
     return table
 

@@ -61,8 +61,9 @@ import re
 import unicodedata
 
 from r2mad_core.data import verdicts
-from r2mad_core.data.deadline import renew_deadline as _renew_deadline, with_deadline as _with_deadline
 from r2mad_core.data.benchmarks import BENCHMARKS, MULTIPLE_CHOICE_BENCHMARKS
+from r2mad_core.data.deadline import renew_deadline as _renew_deadline
+from r2mad_core.data.deadline import with_deadline as _with_deadline
 
 logger = logging.getLogger(__name__)
 

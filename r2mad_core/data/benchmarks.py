@@ -52,9 +52,6 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-# Re-exported: notebook 01 (resolve_data_dir, verify_checksums), the fresh-clone check (describe_data_source)
-# and callers of load() that catch its errors use them from here.
-from r2mad_core.plugins import entry_problem
 from r2mad_core.data.sources import (  # noqa: F401
     MMLU_PRO_CATEGORY,
     BenchmarkDataError,
@@ -65,6 +62,10 @@ from r2mad_core.data.sources import (  # noqa: F401
     resolve_data_dir,
     verify_checksums,
 )
+
+# Re-exported: notebook 01 (resolve_data_dir, verify_checksums), the fresh-clone check (describe_data_source)
+# and callers of load() that catch its errors use them from here.
+from r2mad_core.plugins import entry_problem
 
 logger = logging.getLogger(__name__)
 

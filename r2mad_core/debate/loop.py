@@ -82,7 +82,6 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, ru
 
 from r2mad_core.data import answers
 from r2mad_core.data.benchmarks import MULTIPLE_CHOICE_BENCHMARKS
-
 from r2mad_core.debate import prompts
 from r2mad_core.debate.settings import (  # noqa: F401  (the vocabularies, importable from here as before)
     DEFAULTS,
@@ -95,8 +94,8 @@ from r2mad_core.debate.settings import (  # noqa: F401  (the vocabularies, impor
     UNCLOSED_THINKING_MODES,
     DebateSettings,
 )
-from r2mad_core.records import ExtraCallRecord, RoundRecord, TurnRecord
 from r2mad_core.engine import Completion, Engine, Message, Request, SamplingParams, hash_messages
+from r2mad_core.records import ExtraCallRecord, RoundRecord, TurnRecord
 
 if TYPE_CHECKING:  # pragma: no cover
     from r2mad_core.data.benchmarks import Sample
@@ -591,7 +590,7 @@ def round_contexts(
         if len(entries) != 1:
             raise RuntimeError(f"round hook returned {len(entries)} entries for 1 sample")
         contexts.append(entries[0])
-    for state, state_contexts in zip(states, contexts):
+    for state, state_contexts in zip(states, contexts, strict=False):
         if state_contexts is not None and len(state_contexts) != config.n_agents:
             raise RuntimeError(
                 f"round hook returned {len(state_contexts)} agent contexts for sample {state.sample.id!r}, "
@@ -611,7 +610,7 @@ def round_requests(
     params = config.sampling_params(round_index)
     requests: list[Request] = []
     pending: list[PendingTurn] = []
-    for state, selection, state_contexts in zip(states, selections, contexts):
+    for state, selection, state_contexts in zip(states, selections, contexts, strict=False):
         if round_index > 0:
             visible_all = selection.visible if selection is not None else all_other_peers(config.n_agents)
             if len(visible_all) != config.n_agents:
@@ -671,7 +670,7 @@ def record_round(
 ) -> None:
     """Append round t's record (Z^(t), answers, Cons(Z^(t)), Eq. 3) to each state; mark finished states."""
     turns: dict[int, list[TurnRecord]] = {id(s): [] for s in states}
-    for (state, agent, messages, visible, context), completion in zip(pending, completions):
+    for (state, agent, messages, visible, context), completion in zip(pending, completions, strict=False):
         text = completion.text or ""
         if config.unclosed_thinking == "keep" and getattr(completion, "thinking_partial", ""):
             text = (text + completion.thinking_partial).strip()  # the authors' code: the partial reasoning stays
@@ -703,7 +702,7 @@ def record_round(
                 trimmed_experiences=completion.trimmed_experiences,
             )
         )
-    for state, selection in zip(states, selections):
+    for state, selection in zip(states, selections, strict=False):
         values = [t.answer for t in turns[id(state)]]
         if config.consensus_rule == "authors_reads_gold":
             ratio, unanimous = authors_consensus(values, state.sample.gold, state.benchmark)
@@ -757,7 +756,7 @@ def summarize(engine: Engine, config: DebateConfig, states: Sequence[DebateState
                                       answers=shown, previous_answers=shown_before,
                                       slot=config.summary_agents, wording=config.task_prompt)
         requests.append(Request(messages=({"role": "user", "content": text},), params=params, tag=SUMMARY_TAG))
-    for state, completion in zip(states, generate_checked(engine, requests)):
+    for state, completion in zip(states, generate_checked(engine, requests), strict=False):
         state.rounds[-1].summary = (completion.text or "").strip()
         state.rounds[-1].extra_calls.append(ExtraCallRecord.from_completion(SUMMARY_TAG, completion))
 

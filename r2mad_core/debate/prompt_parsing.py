@@ -14,10 +14,21 @@ from dataclasses import dataclass, field
 from typing import Literal, Mapping, Sequence
 
 from r2mad_core.data.answers import extract_answer
-from r2mad_core.debate.authors_prompts import (AUTHORS_CONFIDENCE_TEXT, AUTHORS_CORRECTNESS_TEXT,
-                                               AUTHORS_EXPERIENCES_HEADER, AUTHORS_QUESTION_PREFIX, AUTHORS_STANCE_TEXT)
-from r2mad_core.debate.prompts import (CONFIDENCE_TEXT, EXPERIENCES_HEADER, JUDGE_OPENING, SUMMARY_OPENING,
-                                       ExperienceView, PeerResponse)
+from r2mad_core.debate.authors_prompts import (
+    AUTHORS_CONFIDENCE_TEXT,
+    AUTHORS_CORRECTNESS_TEXT,
+    AUTHORS_EXPERIENCES_HEADER,
+    AUTHORS_QUESTION_PREFIX,
+    AUTHORS_STANCE_TEXT,
+)
+from r2mad_core.debate.prompts import (
+    CONFIDENCE_TEXT,
+    EXPERIENCES_HEADER,
+    JUDGE_OPENING,
+    SUMMARY_OPENING,
+    ExperienceView,
+    PeerResponse,
+)
 
 
 @dataclass

@@ -25,12 +25,24 @@ from typing import Literal, Sequence
 
 from r2mad_core.data import benchmarks
 from r2mad_core.debate.authors_prompts import (  # noqa: F401  (the authors' text, importable from here as before)
-    _AUTHORS_DEBATE_OPENING, _AUTHORS_MATH_FORMAT, _AUTHORS_MC_FORMAT, AUTHORS_CONFIDENCE_TEXT, AUTHORS_COT_SUFFIX,
-    AUTHORS_DEBATE_TEMPLATES, AUTHORS_EXPERIENCES_HEADER, AUTHORS_MATH_SYSTEM_FORMAT, AUTHORS_QUESTION_PREFIX,
-    AUTHORS_PEERS_HEADER_WITH_CONFIDENCE, AUTHORS_STANCE_TEXT, AUTHORS_SUMMARY_TEMPLATE, AUTHORS_TASK_TEMPLATES,
-    TASK_PROMPT_WORDINGS, AUTHORS_CORRECTNESS_TEXT, authors_experience_text, strip_question_prefix,
+    _AUTHORS_DEBATE_OPENING,
+    _AUTHORS_MATH_FORMAT,
+    _AUTHORS_MC_FORMAT,
+    AUTHORS_CONFIDENCE_TEXT,
+    AUTHORS_CORRECTNESS_TEXT,
+    AUTHORS_COT_SUFFIX,
+    AUTHORS_DEBATE_TEMPLATES,
+    AUTHORS_EXPERIENCES_HEADER,
+    AUTHORS_MATH_SYSTEM_FORMAT,
+    AUTHORS_PEERS_HEADER_WITH_CONFIDENCE,
+    AUTHORS_QUESTION_PREFIX,
+    AUTHORS_STANCE_TEXT,
+    AUTHORS_SUMMARY_TEMPLATE,
+    AUTHORS_TASK_TEMPLATES,
+    TASK_PROMPT_WORDINGS,
+    authors_experience_text,
+    strip_question_prefix,
 )
-
 
 # --------------------------------------------------------------------------------------------
 # Answer formats (the sentences the appendix uses)

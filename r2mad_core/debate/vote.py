@@ -109,7 +109,7 @@ def vote(
     n_wrong = len(corrects) - n_correct
     is_final_correct = n_correct > n_wrong
     answer = None
-    for value, c in zip(values, corrects):
+    for value, c in zip(values, corrects, strict=False):
         if bool(c) == is_final_correct:
             answer = value
     sizes = tuple(sorted((len(g) for g in group_answers(values, benchmark)), reverse=True))

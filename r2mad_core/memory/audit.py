@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from r2mad_core.data import answers
-from r2mad_core.memory.embeddings import Embedder
 from r2mad_core.memory.banks import MemoryBankSet
 from r2mad_core.memory.cases import encode_states, format_state_text
+from r2mad_core.memory.embeddings import Embedder
 
 
 @dataclass
@@ -133,7 +133,7 @@ def audit_bank_set(
 
         for case in bank.cases:
             labels_ok = True
-            for j, (response, answer, zeta) in enumerate(zip(case.responses, case.answers, case.correct)):
+            for j, (response, answer, zeta) in enumerate(zip(case.responses, case.answers, case.correct, strict=False)):
                 extracted = answers.extract_answer(response, benchmark, num_options=case.num_options)
                 if (extracted is None) != (answer is None) or (
                     extracted is not None and answer is not None
@@ -166,7 +166,7 @@ def audit_bank_set(
             audit.stale_response_embeddings += int((response_cos < 1 - drift_tolerance).any(axis=1).sum())
             drift = float(1 - min(state_cos.min(), response_cos.min()))
             audit.max_embedding_drift = max(audit.max_embedding_drift, drift)
-            for k, cos in zip(rows, state_cos):
+            for k, cos in zip(rows, state_cos, strict=False):
                 if cos < 1 - drift_tolerance and len(audit.examples) < 8:
                     audit.examples.append(f"{bank.cases[k].case_id}: stale state embedding (cos {cos:.4f})")
     return audit

@@ -32,9 +32,16 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from r2mad_core.memory.embeddings import Embedder
 from r2mad_core.files import atomic_write, file_sha256, file_stamps
-from r2mad_core.memory.cases import STATE_ENCODINGS, STATE_LAYOUTS, DebateRecord, MemoryCase, cases_from_debate, encode_states
+from r2mad_core.memory.cases import (
+    STATE_ENCODINGS,
+    STATE_LAYOUTS,
+    DebateRecord,
+    MemoryCase,
+    cases_from_debate,
+    encode_states,
+)
+from r2mad_core.memory.embeddings import Embedder
 
 logger = logging.getLogger(__name__)
 

@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS, MemorySettings
+from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS
+from r2mad_core.memory.settings import MemorySettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from r2mad_core.memory.banks import MemoryBank
@@ -158,8 +159,8 @@ def annotate_matrix(confidence: np.ndarray, w_high: float = W_HIGH, w_low: float
     high = c > w_high  # NaN compares False
     low = c < w_low
     return [
-        ["high" if h else "low" if lo else None for h, lo in zip(hrow, lrow)]
-        for hrow, lrow in zip(high.tolist(), low.tolist())
+        ["high" if h else "low" if lo else None for h, lo in zip(hrow, lrow, strict=False)]
+        for hrow, lrow in zip(high.tolist(), low.tolist(), strict=False)
     ]
 
 

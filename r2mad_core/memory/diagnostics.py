@@ -35,7 +35,7 @@ def lambda_by_consensus(records: Iterable[Transcript]) -> dict[tuple[float, floa
     makes lambda_t a function of Cons(Z^(t-1)), so each consensus value maps to one lambda)."""
     counts: dict[tuple[float, float], int] = defaultdict(int)
     for record in map(as_transcript, records):
-        for previous, rnd in zip(record.rounds, record.rounds[1:]):
+        for previous, rnd in zip(record.rounds, record.rounds[1:], strict=False):
             for agent in rnd.agents:
                 value = agent.retrieved.get("lambda")
                 if value is not None:
@@ -92,7 +92,7 @@ def annotation_counts(records: Iterable[Transcript]) -> AnnotationCounts:
     against the correctness of the annotated peer's answer at t - 1."""
     counts = {f"{label}_{side}": 0 for label in ("high", "low", "none") for side in ("correct", "wrong")}
     for record in map(as_transcript, records):
-        for previous, rnd in zip(record.rounds, record.rounds[1:]):
+        for previous, rnd in zip(record.rounds, record.rounds[1:], strict=False):
             shown = {a.agent: bool(a.correct) for a in previous.agents}
             for agent in rnd.agents:
                 for peer, label in agent.peer_confidence.items():

@@ -155,7 +155,7 @@ class HashingEmbedder:
                     last = final
                 if found:
                     matrix[row] = np.bincount(found, minlength=self.dim)
-            for text, vector in zip(missing, _normalise_rows(matrix)):
+            for text, vector in zip(missing, _normalise_rows(matrix), strict=False):
                 known[text] = rows[text] = vector
         return np.stack([known[text] for text in texts])
 
@@ -165,7 +165,7 @@ class HashingEmbedder:
         tokens = self._token_pattern.findall(segment.lower())
         if not tokens:
             return ()
-        grams = tokens + [f"{a} {b}" for a, b in zip(tokens, tokens[1:])]
+        grams = tokens + [f"{a} {b}" for a, b in zip(tokens, tokens[1:], strict=False)]
         columns = self._columns
         found = [columns.get(gram) for gram in grams]
         if None in found:
@@ -328,7 +328,7 @@ class CachedEmbedder:
         self.hits += len(texts) - len(missing)
         if missing:
             vectors = self.embedder.encode(missing, batch_size=batch_size, show_progress=show_progress)
-            for text, vector in zip(missing, vectors):
+            for text, vector in zip(missing, vectors, strict=False):
                 self._vectors[text] = vector
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for row, text in enumerate(texts):

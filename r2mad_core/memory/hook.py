@@ -40,15 +40,16 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from r2mad_core.data import benchmarks
 from r2mad_core.debate import prompts
-from r2mad_core.memory.confidence import ConfidenceConfig, annotate_matrix, confidence_from_retrieval
 from r2mad_core.debate.loop import AgentRoundContext, DebateState
-from r2mad_core.memory.embeddings import CachedEmbedder, Embedder, get_embedder
 from r2mad_core.memory.banks import MemoryBank, MemoryBankError, MemoryBankSet, poison_bank
 from r2mad_core.memory.cases import AgentDebateState, MemoryCase, encode_states
+from r2mad_core.memory.confidence import ConfidenceConfig, annotate_matrix, confidence_from_retrieval
+from r2mad_core.memory.embeddings import CachedEmbedder, Embedder, get_embedder
 from r2mad_core.memory.retrieval import POLICIES, RetrievalConfig, query_seed, retrieve
-from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS, MemorySettings
-from r2mad_core.data import benchmarks
+from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS
+from r2mad_core.memory.settings import MemorySettings
 
 logger = logging.getLogger(__name__)
 

@@ -49,8 +49,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS
+from r2mad_core.memory.settings import POLICY_REGISTRY, MemorySettings
 from r2mad_core.plugins import entry_problem
-from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS, POLICY_REGISTRY, MemorySettings
 
 CANDIDATE_FACTOR = 3
 
@@ -429,7 +430,7 @@ def mmr_policy(query: Query) -> RetrievalResult:
     if spec.seeded:  # diversity_only: a seeded random anchor among the candidates (every first pick ties at 0)
         counts = valid.sum(axis=1)
         first_pick = np.array(
-            [int(np.random.default_rng(int(s)).integers(m)) if m else -1 for s, m in zip(query.seeds, counts)],
+            [int(np.random.default_rng(int(s)).integers(m)) if m else -1 for s, m in zip(query.seeds, counts, strict=False)],
             dtype=np.int64,
         )
     positions, scores = mmr_select(relevance, pairwise, lambdas, valid, query.config.k, first_pick)

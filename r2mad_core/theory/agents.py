@@ -52,12 +52,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from r2mad_core.data import answers
+from r2mad_core.data.benchmarks import MULTIPLE_CHOICE_BENCHMARKS, Sample
 from r2mad_core.debate import prompts
 from r2mad_core.debate.prompt_parsing import ParsedPrompt, parse_prompt
+from r2mad_core.engine import Completion, Ledger, Request
 from r2mad_core.theory import model as theory
 from r2mad_core.theory.agent_texts import DEBATE_OPENINGS, FORMAT_FAILURES, reasoning
-from r2mad_core.data.benchmarks import MULTIPLE_CHOICE_BENCHMARKS, Sample
-from r2mad_core.engine import Completion, Ledger, Request
 
 logger = logging.getLogger(__name__)
 
@@ -394,7 +394,7 @@ class SimulatedEngine:
             profile, persona, peer_answers, peer_confidences, own_previous_answer, experiences_correct,
             experiences_mislabelled,
         )
-        return {concept: float(p) for concept, p in zip(profile.concepts, probabilities)}
+        return {concept: float(p) for concept, p in zip(profile.concepts, probabilities, strict=False)}
 
     # ------------------------------------------------------------------------------ Engine protocol
     def generate(self, requests: Sequence[Request]) -> list[Completion]:
@@ -402,7 +402,7 @@ class SimulatedEngine:
             raise RuntimeError("SimulatedEngine: generate() called after close()")
         completions = [self._remembered(request) for request in requests]
         self._simulate_latency(completions)
-        for request, completion in zip(requests, completions):
+        for request, completion in zip(requests, completions, strict=False):
             self.ledger.record(request, completion)
         return completions
 
@@ -470,7 +470,7 @@ class SimulatedEngine:
                 f"experiences_mislabelled: expected {len(experiences_correct)} entries, found {len(mislabelled)}"
             )
         counts = {(label, false): 0 for label in (True, False) for false in (True, False)}
-        for label, false in zip(experiences_correct, mislabelled):
+        for label, false in zip(experiences_correct, mislabelled, strict=False):
             counts[(bool(label), bool(false))] += 1
         key = (profile.sample_id, persona, tuple(codes), tuple(weights), tuple(counts.values()), bool(experiences_correct))
         cached = self._distributions.get(key)  # pure in the key: round 0 and unanimous rounds repeat states

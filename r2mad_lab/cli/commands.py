@@ -33,45 +33,45 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from r2mad_lab.cli import memory as memory_cli
-from r2mad_lab.cli import runs as runs_cli
-from r2mad_lab.cli.common import (  # noqa: F401  (re-exported: the command-line vocabulary)
-    split_rule_of,
-    EXIT_USAGE,
-    EXIT_FAILURE,
-    EXIT_INTERRUPTED,
-    METHOD_OPTION_DESTS,
-    DEFAULT_CACHE_DIR,
-    UsageError,
-    RunFailure,
-    Interrupted,
-    check_out_dir,
-    kept_questions,
-    Parser,
-    positive_int,
-    integer,
-    non_negative_float,
-    probability,
-    key_value,
-    add_method_option,
-    add_engine_arguments,
-    add_setting_arguments,
-)
+from r2mad_core.data import benchmarks
 from r2mad_core.data.benchmarks import BENCHMARKS, SPLIT_RULES
-from r2mad_core.methods import MASKING_STRATEGIES, OBJECTIVE_KEEP
 from r2mad_core.debate.scheduling import SCHEDULES
 from r2mad_core.debate.settings import VOTE_RULES
 from r2mad_core.debate.vote import TRUNCATED_ANSWER_POLICIES
 from r2mad_core.memory.hook import EXPERIENCE_REFERENCES
-from r2mad_lab.experiments.protocol import PROTOCOLS, help_text as protocol_help, preset as protocol_preset
-from r2mad_core.data import benchmarks
-from r2mad_lab.experiments.metrics import summary_line
+from r2mad_core.methods import MASKING_STRATEGIES, METHODS, OBJECTIVE_KEEP, get_method, method_options
+from r2mad_core.plugins import PluginError, load_plugins
 from r2mad_lab import engines  # engines.make_engine looked up at call time (tests replace it)
+from r2mad_lab.cli import memory as memory_cli
+from r2mad_lab.cli import runs as runs_cli
+from r2mad_lab.cli.common import (  # noqa: F401  (re-exported: the command-line vocabulary)
+    DEFAULT_CACHE_DIR,
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    METHOD_OPTION_DESTS,
+    Interrupted,
+    Parser,
+    RunFailure,
+    UsageError,
+    add_engine_arguments,
+    add_method_option,
+    add_setting_arguments,
+    check_out_dir,
+    integer,
+    kept_questions,
+    key_value,
+    non_negative_float,
+    positive_int,
+    probability,
+    split_rule_of,
+)
 from r2mad_lab.engines import EngineError
 from r2mad_lab.experiments import cell as experiments
-from r2mad_core.methods import METHODS, get_method, method_options
-from r2mad_lab.experiments.protocol import method_options as preset_options, sampling_lengths
-from r2mad_core.plugins import PluginError, load_plugins
+from r2mad_lab.experiments.metrics import summary_line
+from r2mad_lab.experiments.protocol import PROTOCOLS, sampling_lengths
+from r2mad_lab.experiments.protocol import help_text as protocol_help
+from r2mad_lab.experiments.protocol import method_options as preset_options
 from r2mad_lab.report import viewer
 
 logger = logging.getLogger(__name__)

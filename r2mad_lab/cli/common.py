@@ -14,12 +14,12 @@ from typing import Any, Mapping
 
 import yaml
 
-from r2mad_lab import engines
 from r2mad_core.data.benchmarks import SPLIT_RULES
 from r2mad_core.debate.settings import DEFAULTS, Spec, specs
+from r2mad_lab import engines
 from r2mad_lab.experiments.cell import TRANSCRIPTS_FILE
-from r2mad_lab.experiments.transcripts import TranscriptStore
 from r2mad_lab.experiments.protocol import preset
+from r2mad_lab.experiments.transcripts import TranscriptStore
 
 logger = logging.getLogger(__name__)
 

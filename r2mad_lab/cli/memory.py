@@ -20,6 +20,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from r2mad_core.data import benchmarks
+from r2mad_core.data.benchmarks import BENCHMARKS, SPLIT_RULES
+from r2mad_core.debate.settings import DEFAULTS, PROFILE_SETTINGS, DebateSettings
+from r2mad_core.memory import settings as memory_settings
+from r2mad_core.memory.audit import audit_bank_set
+from r2mad_core.memory.banks import MemoryBankError, MemoryBankSet
+from r2mad_core.memory.cases import REWARD_DEFINITIONS, STATE_ENCODINGS, STATE_LAYOUTS
+from r2mad_core.memory.embeddings import get_embedder
+from r2mad_core.memory.hook import SIMILARITY_MATCHES
+from r2mad_core.methods import CONFIDENCE_LABELS, CONFIDENCE_POOLS, PEER_RESPONSE_ROUNDS
 from r2mad_lab import engines
 from r2mad_lab.cli.common import (
     DEFAULT_CACHE_DIR,
@@ -34,19 +44,10 @@ from r2mad_lab.cli.common import (
     positive_int,
     split_rule_of,
 )
-from r2mad_core.data import benchmarks
-from r2mad_core.data.benchmarks import BENCHMARKS, SPLIT_RULES
-from r2mad_core.debate.settings import DEFAULTS, PROFILE_SETTINGS, DebateSettings
 from r2mad_lab.experiments.build_memory import build_memory
 from r2mad_lab.experiments.cell import RunConfigMismatch, RunDirectoryBusy
-from r2mad_core.methods import CONFIDENCE_LABELS, CONFIDENCE_POOLS, PEER_RESPONSE_ROUNDS
-from r2mad_lab.experiments.protocol import PROTOCOLS, help_text as protocol_help, memory_options, sampling_lengths
-from r2mad_core.memory.audit import audit_bank_set
-from r2mad_core.memory.banks import MemoryBankError, MemoryBankSet
-from r2mad_core.memory.cases import REWARD_DEFINITIONS, STATE_ENCODINGS, STATE_LAYOUTS
-from r2mad_core.memory.embeddings import get_embedder
-from r2mad_core.memory.hook import SIMILARITY_MATCHES
-from r2mad_core.memory import settings as memory_settings
+from r2mad_lab.experiments.protocol import PROTOCOLS, memory_options, sampling_lengths
+from r2mad_lab.experiments.protocol import help_text as protocol_help
 
 #: The debate settings ``build-memory`` takes (the rest are fixed by Appendix A: summaries, no early stop, or the
 #: ``--protocol`` preset's loop choices).

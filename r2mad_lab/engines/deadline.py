@@ -20,7 +20,6 @@ from typing import Any, Iterator
 import httpcore
 import httpx
 
-
 # --------------------------------------------------------------------------------------------------
 # One attempt's total deadline, and stopping attempts in flight
 # --------------------------------------------------------------------------------------------------

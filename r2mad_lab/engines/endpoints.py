@@ -71,7 +71,7 @@ class EndpointPool:
         if not urls:
             raise ValueError("expected at least one endpoint URL like http://host:8000/v1")
         self.endpoints = {url: EndpointState(url) for url in urls}
-        for state, capacity in zip(self.endpoints.values(), capacities or ()):
+        for state, capacity in zip(self.endpoints.values(), capacities or (), strict=False):
             if capacity is not None:
                 state.capacity, state.limit = capacity, float(capacity)
         self._order = list(self.endpoints)

@@ -419,7 +419,7 @@ class VLLMEngine:
         prompts = [self.prompt_token_ids(r) for r in requests]
         limit = self.max_model_len
         to_run: list[int] = []
-        for index, (request, ids) in enumerate(zip(requests, prompts)):
+        for index, (request, ids) in enumerate(zip(requests, prompts, strict=False)):
             if limit is not None and len(ids) >= limit:
                 if self.context_overflow == "raise":
                     raise EngineError(
@@ -489,7 +489,7 @@ class VLLMEngine:
                     f"(request tag {request.tag!r})"
                 )
             logprobs = []
-            for position, (token_id, alternatives) in enumerate(zip(token_ids, candidate.logprobs)):
+            for position, (token_id, alternatives) in enumerate(zip(token_ids, candidate.logprobs, strict=False)):
                 entry = alternatives.get(token_id) if alternatives is not None else None
                 if entry is None:
                     raise EngineError(

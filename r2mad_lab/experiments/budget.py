@@ -36,7 +36,6 @@ import json
 import math
 import random
 import threading
-import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Sequence
@@ -450,7 +449,7 @@ def _reported_tokens(response: httpx.Response, default: tuple[int, int]) -> tupl
     if not isinstance(usage, dict):
         return default
     counts = []
-    for name, fallback in zip(("prompt_tokens", "completion_tokens"), default):
+    for name, fallback in zip(("prompt_tokens", "completion_tokens"), default, strict=False):
         value = usage.get(name)
         ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
         counts.append(value if ok else fallback)

@@ -12,7 +12,6 @@ This module sits above :mod:`r2mad_lab.experiments.cell` (it runs debates); the 
 from __future__ import annotations
 
 import json
-
 import logging
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -21,11 +20,11 @@ from r2mad_core.data import benchmarks as benchmark_data
 from r2mad_core.debate import prompts
 from r2mad_core.debate.settings import PROFILE_SETTINGS, DebateSettings
 from r2mad_core.engine import recorded_model
-from r2mad_lab.experiments.cell import load_run, run_cell
-from r2mad_core.methods import get_method
-from r2mad_core.memory.embeddings import Embedder, get_embedder
 from r2mad_core.memory.banks import MemoryBankSet, build_bank_set
 from r2mad_core.memory.cases import debate_record_from_transcript
+from r2mad_core.memory.embeddings import Embedder, get_embedder
+from r2mad_core.methods import get_method
+from r2mad_lab.experiments.cell import load_run, run_cell
 
 logger = logging.getLogger(__name__)
 

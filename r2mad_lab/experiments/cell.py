@@ -53,19 +53,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from r2mad_core import __version__, files
-from r2mad_core.files import write_json_atomic
-from r2mad_core.debate.loop import DebateState, score_turns
-from r2mad_core.engine import Engine, recorded_model
-from r2mad_core.methods import Method, RunContext, get_method
-from r2mad_lab.experiments.transcripts import TranscriptStore
-from r2mad_core.records import RunConfigMismatch, TranscriptError, TranscriptRecord, check_records, read_config
 from tqdm.std import tqdm  # not tqdm.auto: in a kernel without ipywidgets it warns at import (a notebook stays quiet)
+
+from r2mad_core import __version__, files
+from r2mad_core.data import benchmarks
+from r2mad_core.debate.loop import DebateState, score_turns
 from r2mad_core.debate.overflow import DEFAULT_OVERFLOW_POLICY, check_overflow_policy, with_overflow_policy
 from r2mad_core.debate.scheduling import check_schedule, run_scheduled
 from r2mad_core.debate.vote import vote
+from r2mad_core.engine import Engine, recorded_model
+from r2mad_core.files import write_json_atomic
+from r2mad_core.methods import Method, RunContext, get_method
+from r2mad_core.records import RunConfigMismatch, TranscriptError, TranscriptRecord, check_records, read_config
 from r2mad_lab.experiments.metrics import compute_metrics, sample_cost
-from r2mad_core.data import benchmarks
+from r2mad_lab.experiments.transcripts import TranscriptStore
 
 logger = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ import logging
 from pathlib import Path
 from typing import Any, Sequence
 
-from r2mad_lab import engines  # engines.make_engine looked up at call time (tests replace it)
 from r2mad_core.data.benchmarks import load as load_benchmark
+from r2mad_lab import engines  # engines.make_engine looked up at call time (tests replace it)
 from r2mad_lab.experiments.model_specs import ModelSpec
 
 logger = logging.getLogger(__name__)

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from r2mad_core.debate.settings import SAMPLING
+from r2mad_core.memory.retrieval import POLICIES, parse_retrieval_policy, policy_label, policy_spec_of_label
+from r2mad_core.memory.settings import STATED as MEMORY_STATED
 from r2mad_core.methods import METHOD_SPECS, method_options
 from r2mad_lab.experiments.run_settings import RunSettings
-from r2mad_core.memory.settings import STATED as MEMORY_STATED
-from r2mad_core.memory.retrieval import POLICIES, parse_retrieval_policy, policy_label, policy_spec_of_label
 
 
 class Row(str):

@@ -14,8 +14,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from r2mad_core.data import answers
 from r2mad_core.debate.vote import check_truncated_answers, is_truncated, rescore_record
-from r2mad_lab.experiments.statistics import accuracy_with_ci
 from r2mad_core.records import ExtraCallRecord, RoundRecord, Transcript, TurnRecord, as_transcript, as_transcripts
+from r2mad_lab.experiments.statistics import accuracy_with_ci
 
 TAGS = ("debate", "summary", "judge")
 

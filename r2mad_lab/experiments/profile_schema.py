@@ -36,35 +36,39 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     StrictStr,
-    ValidationError,
     TypeAdapter,
+    ValidationError,
     ValidationInfo,
     create_model,
     field_validator,
 )
 
 from r2mad_core.data import benchmarks
-
-from r2mad_lab.experiments import method_labels
-from r2mad_lab.experiments import protocol as protocol_presets
 from r2mad_core.data.benchmarks import SPLIT_RULES
-from r2mad_core.debate.loop import ROUND0_MODES
-from r2mad_lab.engines import ENGINES, engine_names
-from r2mad_core.engine import option_problems
+from r2mad_core.debate.loop import (
+    EMPTY_PEER_MODES,
+    ROUND0_MODES,
+    SUMMARY_AGENT_SLOTS,
+    SUMMARY_SCHEDULES,
+    UNCLOSED_THINKING_MODES,
+)
 from r2mad_core.debate.overflow import OVERFLOW_POLICIES
-from r2mad_core.methods import OBJECTIVE_KEEP
-from r2mad_lab.experiments.profile_text import ProfileError
 from r2mad_core.debate.prompts import TASK_PROMPT_WORDINGS
-from r2mad_core.memory.hook import EXPERIENCE_REFERENCES, SIMILARITY_MATCHES
-from r2mad_core.memory.retrieval import parse_retrieval_policy
-from r2mad_core.debate.settings import CONSENSUS_RULES
-from r2mad_core.debate.loop import EMPTY_PEER_MODES, SUMMARY_SCHEDULES, SUMMARY_AGENT_SLOTS, UNCLOSED_THINKING_MODES
-from r2mad_core.debate.settings import VOTE_RULES
+from r2mad_core.debate.settings import CONSENSUS_RULES, VOTE_RULES, Spec
+from r2mad_core.debate.settings import SPECS as DEBATE_SPECS
+from r2mad_core.engine import option_problems
 from r2mad_core.memory.cases import REWARD_DEFINITIONS, STATE_LAYOUTS
 from r2mad_core.memory.confidence import EVIDENCE_LABELS, EVIDENCE_POOLS, PEER_RESPONSE_ROUNDS
-from r2mad_core.debate.settings import SPECS as DEBATE_SPECS, Spec
-from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS, SPECS as MEMORY_SPECS
+from r2mad_core.memory.hook import EXPERIENCE_REFERENCES, SIMILARITY_MATCHES
+from r2mad_core.memory.retrieval import parse_retrieval_policy
+from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS
+from r2mad_core.memory.settings import SPECS as MEMORY_SPECS
+from r2mad_core.methods import OBJECTIVE_KEEP
 from r2mad_core.theory.checks import GRID_PARAMETERS
+from r2mad_lab.engines import ENGINES, engine_names
+from r2mad_lab.experiments import method_labels
+from r2mad_lab.experiments import protocol as protocol_presets
+from r2mad_lab.experiments.profile_text import ProfileError
 
 #: Notebook parameters that are paths or the profile's name, set by the runner, never by a profile field.
 PATH_PARAMETERS = ("profile", "data_dir", "figures_dir", "runs_dir", "cache_dir")

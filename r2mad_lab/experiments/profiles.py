@@ -29,14 +29,28 @@ from typing import Any, Mapping
 import yaml
 from pydantic import ValidationError
 
-from r2mad_lab.experiments import protocol as protocol_presets
-from r2mad_lab.experiments.profile_schema import (OPTIONAL_FIELDS, ProfileSpec, field_type, invalid_profile,
-                                                problem_lines, validated_spec)
-from r2mad_lab.experiments.run_settings import PROFILE_FIELDS as RUN_SETTING_FIELDS, RunSettings
-from r2mad_lab.experiments.profile_text import (  # noqa: F401  (re-exported: a profile's text, read)
-    EXPANDABLE_FIELDS, NumberLoader, ProfileError, _parsed_yaml, _secret_variables, expand_environment, parse_override,
-    read_yaml)
 from r2mad_core.plugins import PluginError, load_plugins
+from r2mad_lab.experiments import protocol as protocol_presets
+from r2mad_lab.experiments.profile_schema import (
+    OPTIONAL_FIELDS,
+    ProfileSpec,
+    field_type,
+    invalid_profile,
+    problem_lines,
+    validated_spec,
+)
+from r2mad_lab.experiments.profile_text import (  # noqa: F401  (re-exported: a profile's text, read)
+    EXPANDABLE_FIELDS,
+    NumberLoader,
+    ProfileError,
+    _parsed_yaml,
+    _secret_variables,
+    expand_environment,
+    parse_override,
+    read_yaml,
+)
+from r2mad_lab.experiments.run_settings import PROFILE_FIELDS as RUN_SETTING_FIELDS
+from r2mad_lab.experiments.run_settings import RunSettings
 
 PROFILE_PACKAGE_DIR = "profiles"
 

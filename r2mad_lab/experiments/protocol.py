@@ -23,15 +23,17 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
 from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 from r2mad_core.data.benchmarks import SPLIT_RULES
 from r2mad_core.debate.overflow import OVERFLOW_POLICIES
-from r2mad_core.debate.settings import DEFAULTS as DEBATE_DEFAULTS, SPECS as DEBATE_SPECS
-from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS, SPECS as MEMORY_SPECS
-from r2mad_core.methods import method_options as declared
+from r2mad_core.debate.settings import DEFAULTS as DEBATE_DEFAULTS
+from r2mad_core.debate.settings import SPECS as DEBATE_SPECS
 from r2mad_core.memory.hook import SIMILARITY_MATCHES
+from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS
+from r2mad_core.memory.settings import SPECS as MEMORY_SPECS
+from r2mad_core.methods import method_options as declared
 
 PROTOCOLS = ("paper", "authors")
 DEFAULT_PROTOCOL = "paper"

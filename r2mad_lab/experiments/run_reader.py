@@ -16,10 +16,10 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from r2mad_lab.experiments.metrics import compute_metrics
-from r2mad_lab.experiments.cell import CONFIG_FILE, METRICS_FILE, TRANSCRIPTS_FILE, load_run
 from r2mad_core.files import file_stamps
 from r2mad_core.records import TranscriptRecord
+from r2mad_lab.experiments.cell import CONFIG_FILE, METRICS_FILE, TRANSCRIPTS_FILE, load_run
+from r2mad_lab.experiments.metrics import compute_metrics
 
 #: Finished run directories this process read or wrote: path -> (stamp, records, {bootstrap resamples: metrics});
 #: the oldest are dropped beyond :data:`MAX_RECORDS` records.
@@ -96,7 +96,7 @@ def finished_metrics(run_dir: Path, records: list[TranscriptRecord], bootstrap_r
     copy is handed out: the metrics are a pure function of the records and the resamples)."""
     remembered = FINISHED.get(str(run_dir))
     if remembered is None or len(remembered[1]) != len(records) or any(
-            a is not b for a, b in zip(remembered[1], records)):
+            a is not b for a, b in zip(remembered[1], records, strict=False)):
         return compute_metrics(records, n_bootstrap=bootstrap_resamples)
     metrics = remembered[2].get(bootstrap_resamples)
     if metrics is None:

@@ -30,14 +30,16 @@ The walks of gamma and of K from the profile to the line where they act are draw
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from r2mad_core.debate.settings import PROFILE_SETTINGS, SPECS as DEBATE_SPECS, DebateSettings
+from r2mad_core.debate.settings import PROFILE_SETTINGS, DebateSettings
+from r2mad_core.debate.settings import SPECS as DEBATE_SPECS
+from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS
+from r2mad_core.memory.settings import SPECS as MEMORY_SPECS
+from r2mad_core.memory.settings import MemorySettings
 from r2mad_lab.experiments import protocol as presets
-from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS, SPECS as MEMORY_SPECS, MemorySettings
-
 
 #: The profile fields that are run settings: what :meth:`RunSettings.from_profile` reads, the names
 #: :meth:`RunSettings.replace` routes. An override of one of them (``--set``, a sweep point, a variant, a replicate's

@@ -96,9 +96,20 @@ def build_log(cell: Sequence[ExportRun]) -> Any:
     _inspect()
     from inspect_ai import __version__ as inspect_version
     from inspect_ai.event import ModelEvent, SpanBeginEvent, SpanEndEvent
-    from inspect_ai.log import (EvalConfig, EvalDataset, EvalLog, EvalMetric, EvalPlan, EvalPlanStep, EvalResults,
-                                EvalSample, EvalScore, EvalSpec, EvalStats)
-    from inspect_ai.model import (ChatMessageAssistant, ChatMessageUser, GenerateConfig, ModelOutput, ModelUsage)
+    from inspect_ai.log import (
+        EvalConfig,
+        EvalDataset,
+        EvalLog,
+        EvalMetric,
+        EvalPlan,
+        EvalPlanStep,
+        EvalResults,
+        EvalSample,
+        EvalScore,
+        EvalSpec,
+        EvalStats,
+    )
+    from inspect_ai.model import ChatMessageAssistant, ChatMessageUser, GenerateConfig, ModelOutput, ModelUsage
     from inspect_ai.scorer import CORRECT, INCORRECT, Score
 
     first = cell[0]

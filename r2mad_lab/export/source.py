@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from r2mad_core import __version__
-from r2mad_lab.experiments.cell import CONFIG_FILE, FORMAT_VERSION, TRANSCRIPTS_FILE, load_run
 from r2mad_core.records import RunConfig, TranscriptError, check_records
+from r2mad_lab.experiments.cell import CONFIG_FILE, FORMAT_VERSION, TRANSCRIPTS_FILE, load_run
 from r2mad_lab.report import run_index
 
 #: The config keys that differ between the replicates (run seeds) of one cell: left out of :attr:`ExportRun.cell_key`.

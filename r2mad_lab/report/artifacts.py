@@ -28,8 +28,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from r2mad_lab import CODE_PACKAGES
 from r2mad_core.files import atomic_write, locked
+from r2mad_lab import CODE_PACKAGES
 from r2mad_lab.report import inference, overlap
 from r2mad_lab.report.tables import Table, render_latex, render_markdown, table_to_tidy
 from r2mad_lab.report.volatile import same_but_volatile
@@ -620,7 +620,7 @@ def plot_grouped_bars(
             color=palette(position % 10), yerr=errors, capsize=3, error_kw={"elinewidth": 1},
         )
         if annotate:
-            for bar, height in zip(bars, heights):
+            for bar, height in zip(bars, heights, strict=False):
                 if not np.isnan(height):
                     ax.annotate(
                         f"{height:.2f}", (bar.get_x() + bar.get_width() / 2, 0.01 if ylim else 0),

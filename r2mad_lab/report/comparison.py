@@ -23,12 +23,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from r2mad_lab.report.results import PAPER_DESIGN_METRIC, SUBSET_METRIC, GridResults
-from r2mad_lab.experiments.statistics import mean_accuracy_with_ci
-from r2mad_lab.report.tables import AVERAGE_LABEL
-from r2mad_lab.report import inference, intervals, multiplicity
 from r2mad_core.data import benchmarks as benchmark_registry
-from r2mad_lab.report.tables import benchmark_label
+from r2mad_lab.experiments.statistics import mean_accuracy_with_ci
+from r2mad_lab.report import inference, intervals, multiplicity
+from r2mad_lab.report.results import PAPER_DESIGN_METRIC, SUBSET_METRIC, GridResults
+from r2mad_lab.report.tables import AVERAGE_LABEL, benchmark_label
 
 REPORTED_RESULTS_RESOURCE = "reported_results.csv"
 #: The paper's "(both)" rows average over Qwen2.5-7B-Instruct and Gemma-3-4B-IT.
@@ -141,8 +140,8 @@ def _difference_intervals(merged: pd.DataFrame) -> pd.DataFrame:
         if cells.empty or None in sizes or cells["n"].isna().any() or cells["paper"].isna().any():
             continue
         _, low, high = intervals.difference_from_paper(
-            list(zip(cells["reproduced"].astype(float), cells["n"].astype(int))),
-            list(zip(cells["paper"].astype(float), sizes)))
+            list(zip(cells["reproduced"].astype(float), cells["n"].astype(int), strict=False)),
+            list(zip(cells["paper"].astype(float), sizes, strict=False)))
         merged.at[index, "difference_low"], merged.at[index, "difference_high"] = low, high
         merged.at[index, "consistent_with_paper"] = bool(low <= 0.0 <= high)
     return merged
@@ -369,7 +368,7 @@ def check_orderings(
         if claim.metric == PAPER_DESIGN_METRIC:
             outcome, p_value = BIASED_DESIGN, math.nan  # selects on one arm's outcomes: shown, never tested
         holds_here = outcome == AS_CLAIMED
-        runs = tuple(sorted({(m, b) for m, b in zip(paired["model"], paired["benchmark"])}))
+        runs = tuple(sorted({(m, b) for m, b in zip(paired["model"], paired["benchmark"], strict=False)}))
         n_cell = int(paired.groupby(["model", "benchmark"]).size().min())  # the cutoff applies per benchmark cell
         key = (claim.metric, claim.better, claim.worse, claim.benchmark == AVERAGE_LABEL, runs)
         duplicate_of = seen.setdefault(key, len(rows))
@@ -397,7 +396,7 @@ def check_orderings(
         family = int((distinct & frame["p_value"].notna().to_numpy()).sum())
         # the cutoff at the family's Holm level, per benchmark cell (docs/statistics.md, rule 6)
         frame["significant"] = [bool(h) and inference.decides(p, n, alpha, family)
-                                for h, p, n in zip(frame["holds_here"], frame["p_holm"], frame["n_cell"])]
+                                for h, p, n in zip(frame["holds_here"], frame["p_holm"], frame["n_cell"], strict=False)]
     return frame
 
 

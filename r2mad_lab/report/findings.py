@@ -21,15 +21,15 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from r2mad_core.memory.diagnostics import AnnotationCounts, annotation_counts
+from r2mad_core.theory.agents import SimulatedAgentParams
+from r2mad_lab.experiments.model_specs import ModelSpec
+from r2mad_lab.report import inference, multiplicity
+from r2mad_lab.report.comparison import AS_CLAIMED, BIASED_DESIGN, EQUAL_BY_CONSTRUCTION, SAME_AT_K1
+from r2mad_lab.report.power import planned_minimum_detectable_effect, power_sentence
 from r2mad_lab.report.results import BIASED_DESIGN as BIASED_DESIGN_RUNS
 from r2mad_lab.report.results import GridResults
-from r2mad_lab.experiments.model_specs import ModelSpec
-from r2mad_core.memory.diagnostics import AnnotationCounts, annotation_counts
 from r2mad_lab.report.tables import AVERAGE_LABEL, NOT_RUN, benchmark_label
-from r2mad_lab.report.comparison import AS_CLAIMED, BIASED_DESIGN, EQUAL_BY_CONSTRUCTION, SAME_AT_K1
-from r2mad_lab.report import inference, multiplicity
-from r2mad_lab.report.power import planned_minimum_detectable_effect, power_sentence
-from r2mad_core.theory.agents import SimulatedAgentParams
 
 ALPHA = inference.ALPHA
 fmt_p = inference.fmt_p
@@ -369,7 +369,7 @@ def baselines(paths: GridResults, sc_methods: Sequence[str], masking: GridResult
     sentences = [what_ran(models)]
     masks = holm_family([compare(masking, "MAD-M2 (O)", "MAD-M2 (S)", model=spec.label) for spec in models],
                         "notebook 05's masking family (objective vs subjective, one per model)")
-    for spec, m in zip(models, masks):
+    for spec, m in zip(models, masks, strict=False):
         most, fewest = sc_methods[-1], sc_methods[0]
         c = compare(paths, most, fewest, model=spec.label)
         if c is not None:
@@ -477,7 +477,7 @@ def poisoned_memory(frame: pd.DataFrame, poisoned: GridResults, models: Sequence
     family = holm_family([cell[-1] for cell in cells],
                          "notebook 09's poisoning family (clean vs most-poisoned memory, one per model and benchmark)")
     level = ALPHA / max(1, sum(c is not None for c in family))
-    for (model, benchmark, part, clean, worst, _), c in zip(cells, family):
+    for (model, benchmark, part, clean, worst, _), c in zip(cells, family, strict=False):
         mad = part[part["method"] == "MAD"]
         text = (f"{benchmark} ({model}): accuracy {clean['accuracy']:.3f} with clean memory and {worst['accuracy']:.3f} "
                 f"with f = {worst['poisoned fraction']:g} of the labels flipped")
@@ -597,11 +597,11 @@ def _claims_with_power(distinct: pd.DataFrame) -> list[str]:
     # a significant reversal is evidence against the claim whatever the power to see the paper's difference
     against = (distinct["outcome"] == "reversed") & pd.Series(
         [inference.decides(p, n, ALPHA, len(distinct)) for p, n in
-         zip(adjusted, distinct["n_cell"] if "n_cell" in distinct else distinct["n_pairs"])],
+         zip(adjusted, distinct["n_cell"] if "n_cell" in distinct else distinct["n_pairs"], strict=False)],
         index=distinct.index, dtype=bool)
     sentences = [power_sentence(distinct)[:-1] + f"; {int((confirmed & powered).sum())} of those have p_holm below "
                  f"{ALPHA:g}, and {int((confirmed & ~powered).sum())} more despite lower power."]
-    for row, is_against in zip(distinct[~confirmed & (powered | against)].itertuples(), against[~confirmed & (powered | against)]):
+    for row, is_against in zip(distinct[~confirmed & (powered | against)].itertuples(), against[~confirmed & (powered | against)], strict=False):
         state = (f"is reversed, significant (p_holm = {_p(row)} < {ALPHA:g})" if is_against
                  else f"does not go the claimed way ({row.outcome})" if row.outcome != AS_CLAIMED
                  else f"goes the claimed way but is {inference.NULL_PHRASE} at n = {row.n_pairs} (p_holm = {_p(row)})")
@@ -662,9 +662,9 @@ def round0_comparison(paired: GridResults, independent: GridResults, models: Seq
     # the paper claims RQ4 on Economics and Engineering for the model standing in for its Qwen2.5-7B-Instruct: those
     # pairs are the claims family's; the others are one family of this notebook
     claimed = [_is_rq4_claim(spec, benchmark) for spec, benchmark, _, _ in pairs]
-    others = iter(holm_family([a for (_, _, a, _), c in zip(pairs, claimed) if not c],
+    others = iter(holm_family([a for (_, _, a, _), c in zip(pairs, claimed, strict=False) if not c],
                               "notebook 06's RQ4 family (the subset benchmarks the paper makes no claim on)"))
-    for (spec, benchmark, a, b), is_claim in zip(pairs, claimed):
+    for (spec, benchmark, a, b), is_claim in zip(pairs, claimed, strict=False):
         a = a if is_claim else next(others)
         sentences.append(
             f"{'RQ4, ' if is_claim else ''}{benchmark} ({spec.label}), with a shared round 0 (the subset from the round "

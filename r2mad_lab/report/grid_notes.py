@@ -13,8 +13,8 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from r2mad_lab.experiments import protocol as protocol_presets
 from r2mad_core.memory.settings import DESCRIBED as MEMORY_DESCRIBED
+from r2mad_lab.experiments import protocol as protocol_presets
 from r2mad_lab.report.artifacts import ReportContext, display_path
 from r2mad_lab.report.tables import benchmark_label
 

@@ -82,9 +82,9 @@ def headline_lines(figures_dir: str | Path, *, rerun: bool = False) -> list[str]
         lines.append(f"  {model} (stands in for {paper_model}); questions (n) per column: "
                      + ", ".join(f"{c} {sizes.get(c, '?')}" for c in columns)
                      + (f" (the Average: the mean over {', '.join(benchmarks)})" if AVERAGE in columns else ""))
-        lines.append("  | " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |")
+        lines.append("  | " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)) + " |")
         lines.append("  |" + "|".join("-" * (w + 2) for w in widths) + "|")
-        lines += ["  | " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
+        lines += ["  | " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + " |" for r in rows]
     claims = figures_dir / f"{CLAIMS_TABLE}.md"
     more = f" and the claims, tested: {display_path(claims)}" if claims.is_file() else ""
     lines.append(f"  every number against the paper: {display_path(figures_dir / 'tab_paper_comparison.md')}{more}")

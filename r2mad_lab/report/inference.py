@@ -124,7 +124,7 @@ def stratified_sign_p(counts: np.ndarray, seed: int = 0) -> float:
     if float(np.prod(d.astype(float) + 1.0)) <= EXACT_SUPPORT:
         values = np.zeros(1)
         probs = np.ones(1)
-        for n_k, d_k, w in zip(n, d, weights):
+        for n_k, d_k, w in zip(n, d, weights, strict=False):
             steps = np.arange(d_k + 1)
             v = (2 * steps - d_k) * w
             p = binom.pmf(steps, d_k, 0.5)
@@ -488,7 +488,7 @@ def count_phrase(p_adjusted: Sequence[float], n: Sequence[float], family: str, a
     """How many tests of one family the rule calls significant, the family named: ``2 of 25 significant (p_holm <
     0.05, Holm over <family>)``; tests below the family's :func:`cutoff` (at the Holm level of its m tests) are counted
     apart and, when every one is, no verdict word at all (``no inference: ... below n = 24, the cutoff of ...``)."""
-    tests = [(p, m) for p, m in zip(p_adjusted, n) if not (isinstance(p, float) and math.isnan(p))]
+    tests = [(p, m) for p, m in zip(p_adjusted, n, strict=False) if not (isinstance(p, float) and math.isnan(p))]
     stated = family_size_of(family)  # a family named with its size (a sweep's: each cell's points) is that size
     size = stated if stated > 1 else max(1, len(tests))
     phrase = cutoff_phrase(alpha, size, family if stated == size else f"{family} (a family of {size})")

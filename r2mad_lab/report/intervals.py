@@ -25,11 +25,12 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+
 def accuracy_se(accuracies: Sequence[float], sizes: Sequence[int]) -> float:
     """The standard error of the mean over strata of accuracies ``p_k`` on ``n_k`` questions,
     ``sqrt(sum_k p_k (1 - p_k) / n_k) / K``: the standard deviation of the tables' bootstrap (per stratum a
     Binomial(n_k, p_k) / n_k draw, averaged), so the SE is of the same estimate as the CI beside it."""
-    pairs = [(float(p), float(n)) for p, n in zip(accuracies, sizes)]
+    pairs = [(float(p), float(n)) for p, n in zip(accuracies, sizes, strict=False)]
     if not pairs or any(n <= 0 or math.isnan(p) or math.isnan(n) for p, n in pairs):
         return math.nan
     return math.sqrt(sum(p * (1.0 - p) / n for p, n in pairs)) / len(pairs)
@@ -61,9 +62,9 @@ def wilson(k: float, n: float, level: float = 0.95) -> tuple[float, float]:
 def mover(estimates: Sequence[float], intervals: Sequence[tuple[float, float]],
           weights: Sequence[float]) -> tuple[float, float]:
     """The interval of ``sum_i w_i est_i`` from independent estimates and their intervals (module docstring)."""
-    total = sum(w * e for w, e in zip(weights, estimates))
+    total = sum(w * e for w, e in zip(weights, estimates, strict=False))
     down = up = 0.0
-    for w, e, (low, high) in zip(weights, estimates, intervals):
+    for w, e, (low, high) in zip(weights, estimates, intervals, strict=False):
         lower_side, upper_side = (low, high) if w >= 0 else (high, low)
         down += (w * (e - lower_side)) ** 2
         up += (w * (upper_side - e)) ** 2
@@ -87,7 +88,7 @@ def difference_from_paper(reproduced: Sequence[tuple[float, int]], paper: Sequen
             intervals.append(wilson(float(value) * float(n), float(n), level))
             weights.append(sign / k)
     low, high = mover(estimates, intervals, weights)
-    return sum(w * e for w, e in zip(weights, estimates)), low, high
+    return sum(w * e for w, e in zip(weights, estimates, strict=False)), low, high
 
 
 def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:

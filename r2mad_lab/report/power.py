@@ -57,14 +57,11 @@ from r2mad_core.data import benchmarks as benchmark_registry
 from r2mad_lab.report.comparison import (
     BOTH_MODELS,
     BOTH_MODELS_LABEL,
-    EQUAL_BY_CONSTRUCTION,
     PAPER_ORDERING_CLAIMS,
     UNTESTED,
     OrderingClaim,
     load_reported_results,
 )
-from r2mad_lab.report.tables import AVERAGE_LABEL, benchmark_label
-
 from r2mad_lab.report.mcnemar import (  # noqa: F401  (the exact McNemar power, re-exported: power.mcnemar_power)
     ALPHA,
     ASSUMED_CORRELATION,
@@ -75,6 +72,8 @@ from r2mad_lab.report.mcnemar import (  # noqa: F401  (the exact McNemar power, 
     minimum_detectable_effect,
     planned_minimum_detectable_effect,
 )
+from r2mad_lab.report.tables import AVERAGE_LABEL, benchmark_label
+
 #: The metric of the shared-misconception claims (as in ``reported_results.csv``).
 SUBSET_METRIC = "accuracy (shared-misconception subset)"
 #: What :func:`claims_power_lines` reads of a profile (``split_rule`` and ``large_models`` are optional).
@@ -349,7 +348,7 @@ def plot_claims_power(claims: pd.DataFrame, title: str = "", power: float = TARG
     ax.axvline(0.0, color="gray", linewidth=1)
     ax.set_yticks(y)
     ax.set_yticklabels([_figure_label(r, with_models) + (" (equal by construction: not tested)" if u else "")
-                        for r, u in zip(rows.itertuples(), untested)], fontsize=7)
+                        for r, u in zip(rows.itertuples(), untested, strict=False)], fontsize=7)
     ax.set_xlabel("accuracy difference (claimed better minus worse)")
     ax.set_xlim(min(low, 0.0) - 0.05 * reach, high + 0.08 * reach)
     if title:

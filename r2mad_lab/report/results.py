@@ -17,15 +17,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from r2mad_lab.experiments.model_specs import ModelSpec
-from r2mad_lab.experiments.metrics import agents_correct_by_round, replayed_share
-from r2mad_lab.experiments.statistics import mean_accuracy_with_ci
 from r2mad_core.records import TranscriptRecord
+from r2mad_lab.experiments.metrics import agents_correct_by_round, limit_counts, replayed_share
+from r2mad_lab.experiments.model_specs import ModelSpec
+from r2mad_lab.experiments.statistics import accuracy_with_ci, mean_accuracy_with_ci
 from r2mad_lab.report import intervals
-from r2mad_lab.report.tables import AVERAGE_LABEL, Best, Table, _is_missing, benchmark_label
-from r2mad_lab.experiments.metrics import limit_counts
-from r2mad_lab.experiments.statistics import accuracy_with_ci
 from r2mad_lab.report.stances import shared_misconception_subset, stance_transitions
+from r2mad_lab.report.tables import AVERAGE_LABEL, Best, Table, _is_missing, benchmark_label
 
 #: RQ4's accuracy on the shared-misconception subset, on a design that selects the subset on no arm's own outcomes
 #: (shared round 0: the subset from the round 0 both arms start from; docs/statistics.md, "Subsets").
@@ -250,15 +248,15 @@ class GridResults:
         frame = self.accuracy()
         frame = frame[frame["method"].isin(methods)]
         questions = self.per_question()
-        pairs = list(dict.fromkeys(zip(frame["model"], frame["benchmark"])))
+        pairs = list(dict.fromkeys(zip(frame["model"], frame["benchmark"], strict=False)))
         columns = [f"{m} / {b}" for m, b in pairs] + [AVERAGE_LABEL]
         index = pd.Index([(row_names or {}).get(m, m) for m in methods], name="method")
         values = pd.DataFrame(np.nan, index=index, columns=pd.Index(columns, name="cell"))
         low, high, errors = values.copy(), values.copy(), values.copy()
         cells: dict[Any, list[CellOutcome]] = {}
-        for method, row in zip(methods, index):
+        for method, row in zip(methods, index, strict=False):
             groups = []
-            for (model, benchmark), column in zip(pairs, columns):
+            for (model, benchmark), column in zip(pairs, columns, strict=False):
                 hit = frame[(frame.model == model) & (frame.benchmark == benchmark) & (frame.method == method)]
                 if hit.empty:
                     continue
@@ -284,7 +282,7 @@ class GridResults:
         frame = self.accuracy()
         frame = frame[frame["method"].isin(methods)]
         questions = self.per_question()
-        pairs = list(dict.fromkeys(zip(frame["model"], frame["benchmark"])))
+        pairs = list(dict.fromkeys(zip(frame["model"], frame["benchmark"], strict=False)))
         index = pd.MultiIndex.from_tuples([*pairs, (AVERAGE_LABEL, "")], names=["model", "benchmark"])
         values = pd.DataFrame(np.nan, index=index, columns=pd.Index(list(methods), name="method"))
         low, high, errors = values.copy(), values.copy(), values.copy()

@@ -31,11 +31,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from pydantic import ValidationError
 
-from r2mad_lab.experiments.metrics import compute_metrics
+from r2mad_core.records import RunConfig, problems
 from r2mad_lab.experiments.cell import CONFIG_FILE, TRANSCRIPTS_FILE, load_run
+from r2mad_lab.experiments.metrics import compute_metrics
 from r2mad_lab.experiments.protocol import CHOICES, PROTOCOLS
 from r2mad_lab.experiments.run_settings import RecordedSettings, read_settings
-from r2mad_core.records import RunConfig, problems
 from r2mad_lab.report import inference, run_pages
 from r2mad_lab.report.artifacts import MANIFEST_NAME, read_manifest
 from r2mad_lab.report.viewer import RunView
@@ -372,7 +372,7 @@ def pair_tests(entries: Sequence[RunEntry], stamps: dict[str, Any] | None = None
                     x, y = [a.correct[q] for q in common], [b.correct[q] for q in common]
                     [(n, a_only, b_only)] = inference.stratum_counts(x, y).tolist()
                     p_value = MCNEMAR(np.array([[n, a_only, b_only]]))
-                    both = sum(1 for u, v in zip(x, y) if u and v)
+                    both = sum(1 for u, v in zip(x, y, strict=False) if u and v)
                     test = {"n": n, "both": both, "a_only": a_only, "b_only": b_only,
                             "neither": n - both - a_only - b_only,
                             "p": p_value, "p_text": f"{p_value:.3g}", "rule": MCNEMAR_RULE,
@@ -398,9 +398,9 @@ def format_table(entries: Sequence[RunEntry], *, max_width: int = 60) -> str:
     """The runs as a plain-text table (one line each, the columns of the page; long cells cut with "...")."""
     rows = [[c if len(c) <= max_width else c[:max_width - 3] + "..." for c in _row(e)] for e in entries]
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(COLUMNS)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(COLUMNS, widths)).rstrip(),
+    lines = ["  ".join(h.ljust(w) for h, w in zip(COLUMNS, widths, strict=False)).rstrip(),
              "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows]
     return "\n".join(lines)
 
 

@@ -55,8 +55,8 @@ def stance_transitions(records: Iterable[Transcript], subset: Iterable[str] | No
             continue
         n_samples += 1
         rounds = r.rounds
-        for before, after in zip(rounds, rounds[1:]):
-            for a_before, a_after in zip(before.agents, after.agents):
+        for before, after in zip(rounds, rounds[1:], strict=False):
+            for a_before, a_after in zip(before.agents, after.agents, strict=False):
                 if a_before.correct:
                     n_c += 1
                     c_to_w += int(not a_after.correct)

@@ -130,8 +130,8 @@ class Table:
             lows = self.ci_low.iloc[:, position].tolist() if with_ci else none
             highs = self.ci_high.iloc[:, position].tolist() if with_ci else none
             errors = self.se.iloc[:, position].tolist() if self.se is not None else none
-            columns.append([self._text(v, column, lo, hi, e) for v, lo, hi, e in zip(values, lows, highs, errors)])
-        return pd.DataFrame(list(zip(*columns)) if columns else [[] for _ in self.values.index],
+            columns.append([self._text(v, column, lo, hi, e) for v, lo, hi, e in zip(values, lows, highs, errors, strict=False)])
+        return pd.DataFrame(list(zip(*columns, strict=False)) if columns else [[] for _ in self.values.index],
                             index=self.values.index, columns=self.values.columns)
 
     def best_mask(self) -> pd.DataFrame:
@@ -286,7 +286,7 @@ def table_to_tidy(table: Table, with_se: bool = False) -> pd.DataFrame:
     records = []
     for row in table.values.index:
         for column in table.values.columns:
-            record = dict(zip(row_names, _as_tuple(row)))
+            record = dict(zip(row_names, _as_tuple(row), strict=False))
             record[column_name] = column
             record["value"] = table.values.at[row, column]
             record["ci_low"] = np.nan if table.ci_low is None else table.ci_low.at[row, column]
@@ -322,7 +322,7 @@ def table_from_tidy(tidy: pd.DataFrame, **table_options: Any) -> Table:
     def pivot(field_name: str) -> pd.DataFrame:
         frame = pd.DataFrame(index=index, columns=pd.Index(columns, name=column_name), dtype=object)
         for record in tidy.itertuples(index=False, name=None):
-            record_map = dict(zip(tidy.columns, record))
+            record_map = dict(zip(tidy.columns, record, strict=False))
             key = tuple(record_map[n] for n in row_names)
             frame.at[key if len(row_names) > 1 else key[0], record_map[column_name]] = record_map[field_name]
         return frame.infer_objects()
@@ -357,9 +357,9 @@ def render_markdown(table: Table) -> str:
     numeric = [pd.api.types.is_numeric_dtype(table.values[c]) for c in table.values.columns]
     lines.append("|" + "|".join([" --- "] * len(row_names) + [" ---: " if n else " --- " for n in numeric]) + "|")
     for row, row_texts, row_best in zip(table.values.index, texts.to_numpy(dtype=object).tolist(),
-                                        mask.to_numpy(dtype=bool).tolist()):
+                                        mask.to_numpy(dtype=bool).tolist(), strict=False):
         cells = [esc(v) for v in _as_tuple(row)] if table.show_index else []
-        for text, best in zip(row_texts, row_best):
+        for text, best in zip(row_texts, row_best, strict=False):
             text = esc(text)
             cells.append(f"**{text}**" if best else text)
         lines.append("| " + " | ".join(cells) + " |")
@@ -398,14 +398,14 @@ def render_latex(table: Table, *, label: str | None = None) -> str:
     lines.append(" & ".join(rf"\textbf{{{h}}}" for h in header) + r" \\")
     lines.append(r"\midrule")
     previous_group: Any = None
-    rows = zip(table.values.index, texts.to_numpy(dtype=object).tolist(), mask.to_numpy(dtype=bool).tolist())
+    rows = zip(table.values.index, texts.to_numpy(dtype=object).tolist(), mask.to_numpy(dtype=bool).tolist(), strict=False)
     for position, (row, row_texts, row_best) in enumerate(rows):
         labels = _as_tuple(row)
         if n_levels > 1 and position > 0 and labels[0] != previous_group:
             lines.append(r"\midrule")
         previous_group = labels[0]
         cells = [latex_escape(v) for v in labels] if n_levels else []
-        for text, best in zip(row_texts, row_best):
+        for text, best in zip(row_texts, row_best, strict=False):
             text = latex_escape(text)
             cells.append(rf"\textbf{{{text}}}" if best else text)
         lines.append(" & ".join(cells) + r" \\")

@@ -28,14 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from r2mad_lab.report.stances import shared_misconception_subset
+from r2mad_core.data import benchmarks
+from r2mad_core.memory.cases import MemoryCase
+from r2mad_core.memory.retrieval import POLICIES, policy_label
+from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS
+from r2mad_core.memory.settings import SPECS as MEMORY_SPECS
+from r2mad_core.records import RoundRecord, RunConfig, TranscriptRecord, TurnRecord
 from r2mad_lab.experiments.cell import load_run
 from r2mad_lab.experiments.run_settings import RecordedSettings, read_settings
-from r2mad_core.memory.cases import MemoryCase
-from r2mad_core.memory.settings import DEFAULTS as MEMORY_DEFAULTS, SPECS as MEMORY_SPECS
-from r2mad_core.memory.retrieval import POLICIES, policy_label
-from r2mad_core.data import benchmarks
-from r2mad_core.records import RoundRecord, RunConfig, TranscriptRecord, TurnRecord
+from r2mad_lab.report.stances import shared_misconception_subset
 
 logger = logging.getLogger(__name__)
 

@@ -26,13 +26,13 @@ import numpy as np
 
 from r2mad_core.data import benchmarks
 from r2mad_core.debate import prompts
-from r2mad_lab.experiments.cell import load_run
 from r2mad_core.memory.banks import MemoryBank
 from r2mad_core.memory.cases import AgentDebateState, encode_states
 from r2mad_core.memory.hook import load_memory
-from r2mad_lab.experiments.run_settings import read_settings
 from r2mad_core.memory.retrieval import RetrievalConfig
 from r2mad_core.records import TranscriptRecord
+from r2mad_lab.experiments.cell import load_run
+from r2mad_lab.experiments.run_settings import read_settings
 from r2mad_lab.report.viewer import _find_bank
 
 #: The run options the by-hand computation of the notebook follows: Eq. 5-6's policy on an unpoisoned bank. A run with
@@ -141,7 +141,7 @@ def find_state(run_dirs: str | Path | Sequence[str | Path], memory: str | Path |
         raise WorkedStateError(f"{', '.join(map(str, dirs))}: no agent-round of a state-aware run on an unpoisoned bank "
                                "retrieved a case and recorded its peers' confidence")
     key, run_dir, config, record, t, agent = best
-    missing = tuple(name for name, held in zip(TEACHES, key) if not held)
+    missing = tuple(name for name, held in zip(TEACHES, key, strict=False) if not held)
     settings = read_settings(config)  # the run's settings, read back whole (defaults from the declarations)
     retrieval = RetrievalConfig.from_settings(settings.memory)  # K and the candidates, as the run's retrieval took them
     options = settings.options

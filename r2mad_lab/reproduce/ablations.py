@@ -21,7 +21,9 @@ from r2mad_lab.reproduce.compare.replicate import replicate_artifacts, replicate
 from r2mad_lab.reproduce.compare.sweep import sweep_artifacts
 from r2mad_lab.reproduce.compare.variant import changes_nothing, comparison_lines
 from r2mad_lab.reproduce.launcher import execute
-from r2mad_lab.reproduce.point_cache import PointCache, dry_run as dry_run_of, show_config as show_config_of
+from r2mad_lab.reproduce.point_cache import PointCache
+from r2mad_lab.reproduce.point_cache import dry_run as dry_run_of
+from r2mad_lab.reproduce.point_cache import show_config as show_config_of
 from r2mad_lab.reproduce.points import (
     INCOMPLETE_MARKER,
     REPLICATES_DIR,
@@ -228,7 +230,7 @@ def _replicate_tables(loaded: Any, profile_dir: Path, seeds: Sequence[int], vari
     positions = list(range(len(points))) if positions is None else list(positions)
     by_seed_profile, by_seed_variant = {}, {}
     variant_keys = set(variant.overrides) - {"seed"} if variant is not None else set()
-    for point, position in zip(points, positions):
+    for point, position in zip(points, positions, strict=False):
         own = set(point.values) - {"seed"}
         (by_seed_variant if own and own == variant_keys else by_seed_profile)[point.seed] = point.at(folders[position])
     profile_runs = [by_seed_profile[seed] for seed in seeds if seed in by_seed_profile]

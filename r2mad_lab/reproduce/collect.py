@@ -23,6 +23,7 @@ from r2mad_lab.experiments.method_labels import (
     LARGE_MODEL_METHODS,
     MAD_M2_METHODS,
     MAIN_METHODS,
+    SHARED_ROUND0,
     SUBSET_METHODS,
     TRANSITION_METHODS,
     retrieval_method_label,
@@ -31,7 +32,6 @@ from r2mad_lab.experiments.method_labels import (
 from r2mad_lab.experiments.model_specs import large_model_plan
 from r2mad_lab.export.table import write_profile_table
 from r2mad_lab.report.comparison import pooled_average_rows
-from r2mad_lab.experiments.method_labels import SHARED_ROUND0
 from r2mad_lab.report.results import C_TO_W_METRIC, PAPER_DESIGN_METRIC, SUBSET_METRIC, W_TO_C_METRIC, GridResults
 from r2mad_lab.reproduce.grid import ExperimentGrid
 

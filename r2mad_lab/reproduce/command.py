@@ -51,17 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-
-from r2mad_lab.reproduce import notebook_runner
+from r2mad_core.data.verdicts import ENVIRONMENT as ANSWER_MEMO_ENVIRONMENT  # noqa: F401  (re-exported)
 from r2mad_core.files import atomic_write
-from r2mad_lab.reproduce.notebook_runner import (  # noqa: F401  (re-exported: the runner's names as reproduce had them)
-    AFTER_METADATA,
-    KERNEL_NAME,
-    NotebookResult,
-    duration_text as _duration,
-    prerequisites,
-)
-from r2mad_lab.experiments.protocol import PROTOCOLS, help_text as protocol_help
 from r2mad_lab.experiments.profile_schema import (  # noqa: F401  (re-exported: reproduce is where users meet profiles)
     OPTIONAL_FIELDS,
     PATH_PARAMETERS,
@@ -76,20 +67,36 @@ from r2mad_lab.experiments.profiles import (  # noqa: F401  (re-exported: reprod
     parse_override,
     profile_names,
 )
-
-from r2mad_lab.reproduce.ablations import run_ablation
-from r2mad_lab.reproduce import launcher
-from r2mad_lab.reproduce.api_budget import budget_main, guarded_endpoints, temporary_environment
-from r2mad_lab.reproduce.point_cache import PointCache, expected_time
+from r2mad_lab.experiments.protocol import PROTOCOLS
+from r2mad_lab.experiments.protocol import help_text as protocol_help
 from r2mad_lab.report.artifacts import missing_artifacts
 from r2mad_lab.report.headline import print_headline
 from r2mad_lab.report.volatile import ExecutedSnapshot
-from r2mad_lab.reproduce import published, up_to_date
+from r2mad_lab.reproduce import launcher, notebook_runner, published, up_to_date
+from r2mad_lab.reproduce.ablations import run_ablation
+from r2mad_lab.reproduce.api_budget import budget_main, guarded_endpoints, temporary_environment
+from r2mad_lab.reproduce.notebook_runner import (  # noqa: F401  (re-exported: the runner's names as reproduce had them)  # noqa: F401  (re-exported)
+    AFTER_METADATA,
+    ANSWER_MEMO_FILE,
+    BLAS_THREAD_VARIABLES,
+    KERNEL_NAME,
+    NotebookResult,
+    prerequisites,
+)
+from r2mad_lab.reproduce.notebook_runner import (
+    duration_text as _duration,
+)
 from r2mad_lab.reproduce.paper import command as paper_run
-from r2mad_lab.reproduce.points import ENVIRONMENT as VARIANT_ENVIRONMENT, POINT_FOLDERS, VARIANTS_DIR
-from r2mad_lab.reproduce.points import mark_variant, parse_sweep, shown_path, to_environment
-from r2mad_core.data.verdicts import ENVIRONMENT as ANSWER_MEMO_ENVIRONMENT  # noqa: F401  (re-exported)
-from r2mad_lab.reproduce.notebook_runner import ANSWER_MEMO_FILE, BLAS_THREAD_VARIABLES  # noqa: F401  (re-exported)
+from r2mad_lab.reproduce.point_cache import PointCache, expected_time
+from r2mad_lab.reproduce.points import ENVIRONMENT as VARIANT_ENVIRONMENT
+from r2mad_lab.reproduce.points import (
+    POINT_FOLDERS,
+    VARIANTS_DIR,
+    mark_variant,
+    parse_sweep,
+    shown_path,
+    to_environment,
+)
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 

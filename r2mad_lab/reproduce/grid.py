@@ -38,21 +38,34 @@ from tqdm.std import tqdm
 from r2mad_core.data.benchmarks import load as load_benchmark
 from r2mad_core.debate.overflow import check_overflow_policy
 from r2mad_core.debate.settings import SAMPLING, DebateSettings
+from r2mad_core.files import atomic_write, locked
+from r2mad_core.methods import get_method
 from r2mad_lab.experiments import method_labels
-from r2mad_lab.experiments.cell import LOCK_FILE, RunDirectoryBusy, preflight, run_cell
 from r2mad_lab.experiments.build_memory import build_memory
+from r2mad_lab.experiments.cell import LOCK_FILE, RunDirectoryBusy, preflight, run_cell
 from r2mad_lab.experiments.engine_pool import EnginePool
 from r2mad_lab.experiments.method_labels import (
-    ABLATION_METHODS, COST_METHODS, ICL_METHODS, INDEPENDENT_ROUND0, LARGE_MODEL_METHODS, MAD_M2_METHODS,
-    MAIN_METHODS, SHARED_ROUND0, SUBSET_METHODS, TRANSITION_METHODS, Row, poisoned_method_label,
-    retrieval_method_label, retrieval_policy_label, sc_methods, with_k,
+    ABLATION_METHODS,
+    COST_METHODS,
+    ICL_METHODS,
+    INDEPENDENT_ROUND0,
+    LARGE_MODEL_METHODS,
+    MAD_M2_METHODS,
+    MAIN_METHODS,
+    SHARED_ROUND0,
+    SUBSET_METHODS,
+    TRANSITION_METHODS,
+    Row,
+    poisoned_method_label,
+    retrieval_method_label,
+    retrieval_policy_label,
+    sc_methods,
+    with_k,
 )
-from r2mad_core.methods import get_method
 from r2mad_lab.experiments.model_specs import ENGINE_TITLES, SPEED_OPTIONS, ModelSpec, large_model_plan
 from r2mad_lab.experiments.run_reader import finished_metrics, finished_records, load_finished_runs, remember_finished
 from r2mad_lab.experiments.run_settings import RunSettings
 from r2mad_lab.experiments.waiting import held_elsewhere, least_waiting
-from r2mad_core.files import atomic_write, locked
 from r2mad_lab.report.artifacts import jsonable
 from r2mad_lab.report.grid_notes import GridNotes
 from r2mad_lab.report.results import C_TO_W_METRIC, SUBSET_METRIC, W_TO_C_METRIC, CellOutcome, GridResults

@@ -266,7 +266,7 @@ def _side_by_side(points: Sequence[Point], pending: Sequence[int], child_argumen
 
     with ThreadPoolExecutor(max_workers=max(1, min(jobs, total))) as pool:
         results = list(pool.map(one, pending))
-    return dict(zip(pending, results))
+    return dict(zip(pending, results, strict=False))
 
 
 def _cluster(points: Sequence[Point], pending: Sequence[int], child_arguments: Sequence[str], folder: Path,

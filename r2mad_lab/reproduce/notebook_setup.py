@@ -33,17 +33,16 @@ from typing import Any, Iterable, Mapping, MutableMapping, Sequence
 
 import pandas as pd
 
-from r2mad_lab.reproduce import gc_settings
-from r2mad_lab.reproduce import points
-from r2mad_lab.reproduce.compare import variant as comparison
-from r2mad_lab.report.artifacts import ReportContext, apply_style
-from r2mad_lab.reproduce.grid import ExperimentGrid
 from r2mad_core.plugins import load_plugins
 from r2mad_lab import CODE_PACKAGES
 from r2mad_lab.experiments.model_specs import ModelSpec
-from r2mad_lab.report.findings import as_markdown
 from r2mad_lab.experiments.profile_schema import ProfileSpec
 from r2mad_lab.experiments.profiles import Profile, load_profile
+from r2mad_lab.report.artifacts import ReportContext, apply_style
+from r2mad_lab.report.findings import as_markdown
+from r2mad_lab.reproduce import gc_settings, points
+from r2mad_lab.reproduce.compare import variant as comparison
+from r2mad_lab.reproduce.grid import ExperimentGrid
 
 #: Libraries whose INFO lines would fill a notebook.
 CHATTY_LOGGERS = ("httpx", "httpcore", "urllib3", "filelock", "huggingface_hub", "sentence_transformers",

@@ -34,11 +34,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
-from r2mad_lab.experiments.profiles import load_profile
 from r2mad_core.files import atomic_write, file_sha256
+from r2mad_lab.experiments.profiles import load_profile
+from r2mad_lab.report.artifacts import jsonable, read_manifest
 from r2mad_lab.reproduce import up_to_date
 from r2mad_lab.reproduce.notebook_runner import previous_seconds
-from r2mad_lab.report.artifacts import jsonable, read_manifest
 from r2mad_lab.reproduce.points import INCOMPLETE_MARKER, VARIANTS_DIR, Point, Variant, profile_values, shown_path
 
 #: Where the point records go, in the records' folder (:meth:`PointCache.records`).

@@ -39,9 +39,9 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from r2mad_core.memory.inert import inert_sweep_problem
 from r2mad_lab.experiments.profiles import load_profile
 from r2mad_lab.experiments.protocol import PROFILE_CHOICES
-from r2mad_core.memory.inert import inert_sweep_problem
 from r2mad_lab.report.artifacts import display_path, jsonable
 
 VARIANTS_DIR = "variants"
@@ -71,7 +71,7 @@ def same_value(a: Any, b: Any) -> bool:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return float(a) == float(b) or (math.isnan(float(a)) and math.isnan(float(b)))
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=False))
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         return set(a) == set(b) and all(same_value(a[k], b[k]) for k in a)
     return bool(a == b)
@@ -319,7 +319,7 @@ def sweep_points(axes: Sequence[tuple[str, Sequence[Any]]], settings: Mapping[st
         raise ValueError(f"--sweep {repeated[0]} is given twice; give its values once: --sweep {repeated[0]}=V1,V2,...")
     if settings is not None and (inert := inert_sweep_problem(axes, settings)):
         raise ValueError(inert)
-    return [dict(zip(keys, values)) for values in itertools.product(*(list(v) for _, v in axes))]
+    return [dict(zip(keys, values, strict=False)) for values in itertools.product(*(list(v) for _, v in axes))]
 
 
 

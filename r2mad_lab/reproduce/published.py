@@ -255,10 +255,10 @@ def table_changes(committed: str, current: str, largest: int = LARGEST) -> tuple
                 + ("" if old[:1] == new[:1] else ", other columns")
                 + f"; {only_old} committed rows not in this run, {only_new} new")
     header, changes, cells = old[0], [], 0
-    for before, after in zip(old[1:], new[1:]):
+    for before, after in zip(old[1:], new[1:], strict=False):
         # the row's label: its words that this run kept (method, benchmark, quantity), not the numbers
-        label = "/".join(a for a, b in zip(before, after) if a and a == b and _number(a) is None)[:60] or "row"
-        for column, a, b in zip(header, before, after):
+        label = "/".join(a for a, b in zip(before, after, strict=False) if a and a == b and _number(a) is None)[:60] or "row"
+        for column, a, b in zip(header, before, after, strict=False):
             cells += 1
             if a == b:
                 continue

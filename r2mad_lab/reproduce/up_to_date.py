@@ -82,7 +82,7 @@ def stat_digest(root: Path | None, skip_dirs: Iterable[str] = ()) -> str:
     if root is None:
         return digest.hexdigest()
     files = _files(root, skip_dirs)
-    for path, stamp in zip(files, file_stamps(files) or [None] * len(files)):  # None: a file went while listed
+    for path, stamp in zip(files, file_stamps(files) or [None] * len(files), strict=False):  # None: a file went while listed
         digest.update(f"{path.relative_to(root).as_posix()}\0{stamp}\1".encode())
     return digest.hexdigest()
 

@@ -13,9 +13,9 @@ from typing import Any, Callable
 
 import pytest
 
+from r2mad_core.engine import Completion
 from r2mad_lab.cli import commands as cli
 from r2mad_lab.engines import EngineError, Request, SamplingParams
-from r2mad_core.engine import Completion
 from r2mad_lab.engines.cache import ResponseCache
 from r2mad_lab.experiments.cell import CONFIG_FILE, TRANSCRIPTS_FILE
 

@@ -15,12 +15,12 @@ from typing import Callable
 import pytest
 
 import r2mad_lab.engines
-from r2mad_lab.cli import commands as cli
 from r2mad_core.data.benchmarks import load
-from r2mad_core.memory.embeddings import HashingEmbedder
-from r2mad_lab.experiments.cell import CONFIG_FILE, TRANSCRIPTS_FILE
 from r2mad_core.memory.banks import bank_digest, build_bank_set
 from r2mad_core.memory.cases import DebateRecord, DebateRound
+from r2mad_core.memory.embeddings import HashingEmbedder
+from r2mad_lab.cli import commands as cli
+from r2mad_lab.experiments.cell import CONFIG_FILE, TRANSCRIPTS_FILE
 
 EMBEDDER_DIM = 64
 
@@ -318,6 +318,7 @@ def test_resuming_against_a_rebuilt_bank_is_refused(tmp_path, train_samples, cap
     assert (run / TRANSCRIPTS_FILE).read_text().count("\n") == 1  # the finished sample is untouched
     # The library path refuses it the same way, before generating.
     from debate_fakes import ScriptedEngine, mc_answer
+
     from r2mad_lab.experiments.cell import RunConfigMismatch, run_cell
 
     engine = ScriptedEngine(lambda q, persona, t, request: mc_answer("A"))
@@ -352,8 +353,9 @@ def test_methods_without_inputs_keep_their_config_unchanged(tmp_path, capsys):
 def test_run_cell_checks_the_hook_before_any_generation_or_file(tmp_path, good_bank, train_samples):
     """The library path: run_cell refuses a bank that cannot serve the run before it writes or generates."""
     from debate_fakes import ScriptedEngine, mc_answer, mc_sample
-    from r2mad_lab.experiments.cell import prepare_cell, run_cell
+
     from r2mad_core.memory.banks import MemoryBankError
+    from r2mad_lab.experiments.cell import prepare_cell, run_cell
 
     engine = ScriptedEngine(lambda q, persona, t, request: mc_answer("A"))
     cases = [

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import r2mad_lab.engines
-from r2mad_lab.cli import commands as cli
 from r2mad_core.data.benchmarks import BENCHMARKS
+from r2mad_lab.cli import commands as cli
 from r2mad_lab.experiments.cell import TRANSCRIPTS_FILE
 
 REPO = Path(__file__).resolve().parents[2]

@@ -351,7 +351,7 @@ def test_every_math500_solution_yields_its_answer() -> None:
     assert failures == []
     # And no two different integer answers are ever judged equal.
     integers = sorted({row["answer"] for row in rows if re.fullmatch(r"-?\d+", row["answer"])}, key=int)
-    assert not any(is_correct(a, b, MATH) for a, b in zip(integers, integers[1:]))
+    assert not any(is_correct(a, b, MATH) for a, b in zip(integers, integers[1:], strict=False))
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -14,12 +14,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
-from r2mad_core.data import sources as benchmark_files
+from benchmark_data import data_dir_for_tests
 
 from r2mad_core.data import benchmarks
-from benchmark_data import data_dir_for_tests
-from r2mad_core.data.sources import BenchmarkFilesNotFound, resolve_data_dir, verify_checksums
+from r2mad_core.data import sources as benchmark_files
 from r2mad_core.data.benchmarks import (
     BENCHMARKS,
     BenchmarkDataError,
@@ -28,6 +26,7 @@ from r2mad_core.data.benchmarks import (
     format_question,
     load,
 )
+from r2mad_core.data.sources import BenchmarkFilesNotFound, resolve_data_dir, verify_checksums
 
 REPO = Path(__file__).resolve().parents[2]
 PAPER = {
@@ -131,7 +130,7 @@ def test_parquet_and_derived_jsonl_give_identical_samples(name: str, data_dir: P
 
         rows = [[json.loads(line) for line in (data_dir / f"mmlu_pro/derived/test_{c}.jsonl").read_text().splitlines()]
                 for c in ("economics", "engineering")]
-        mixed = [row for pair in zip(*rows) for row in pair] + rows[0][len(rows[1]):] + rows[1][len(rows[0]):]
+        mixed = [row for pair in zip(*rows, strict=False) for row in pair] + rows[0][len(rows[1]):] + rows[1][len(rows[0]):]
         pq.write_table(pa.Table.from_pylist(mixed), parquet_dir / benchmark_files.MMLU_PRO_PARQUET)
     (jsonl_dir / f"test_{category}.jsonl").symlink_to(data_dir / f"mmlu_pro/derived/test_{category}.jsonl")
     from_parquet = load(name, "all", tmp_path / "parquet")

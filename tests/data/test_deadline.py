@@ -16,10 +16,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from deadline_jobs import catastrophic_regex, executor_pid, lineage, long_c_call, nested, sleep_then, spin
 
 from r2mad_core.data import answers, deadline
 from r2mad_core.data.deadline import with_deadline
-from deadline_jobs import catastrophic_regex, executor_pid, lineage, long_c_call, nested, sleep_then, spin
 
 MATH = "math500"
 #: (gold, predicted, math-verify's verdict) of the stress test: what the answer tests say of them. Numbers only: a
@@ -161,7 +161,7 @@ def test_stress_many_threads_with_overruns_beside_busy_loops(busy_loops) -> None
     threads = set(threading.enumerate())
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = list(pool.map(run, jobs))
-    assert all(results), [job for job, ok in zip(jobs, results) if not ok]
+    assert all(results), [job for job, ok in zip(jobs, results, strict=False) if not ok]
     assert all(loop.poll() is None for loop in busy_loops)  # the load was there throughout
     assert not set(threading.enumerate()) - threads  # none started and left (another test's may end meanwhile)
 

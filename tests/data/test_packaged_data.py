@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from r2mad_core.data import sources as benchmark_files
-
 from r2mad_core.data import benchmarks
+from r2mad_core.data import sources as benchmark_files
+from r2mad_core.data.benchmarks import PAPER_SPLIT_SIZES, load
 from r2mad_core.data.sources import (
     PACKAGED_DATA_DIR,
     BenchmarkDataError,
@@ -26,7 +26,6 @@ from r2mad_core.data.sources import (
     packaged_manifest,
     verify_checksums,
 )
-from r2mad_core.data.benchmarks import PAPER_SPLIT_SIZES, load
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared" / "data"

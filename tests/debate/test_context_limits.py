@@ -8,16 +8,16 @@ import json
 from pathlib import Path
 
 import pytest
-
 from debate_fakes import mc_answer, mc_sample, round_of
 from hand_transcripts import transcript
+
 from r2mad_core.debate.overflow import OverflowPolicyEngine, with_overflow_policy
-from r2mad_core.debate.prompts import ExperienceView, debate_prompt
 from r2mad_core.debate.prompt_parsing import drop_oldest_experience
-from r2mad_lab.experiments.metrics import completion_health
-from r2mad_lab.engines import ENGINES, EngineSpec, register_engine
+from r2mad_core.debate.prompts import ExperienceView, debate_prompt
 from r2mad_core.engine import Completion, EngineError, Ledger, Request, classify_cut
+from r2mad_lab.engines import ENGINES, EngineSpec, register_engine
 from r2mad_lab.engines.thinking import apply_thinking
+from r2mad_lab.experiments.metrics import completion_health
 from r2mad_lab.report.artifacts import limits_footnote, limits_summary, read_manifest
 from r2mad_lab.reproduce.grid import ExperimentGrid
 

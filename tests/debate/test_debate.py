@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
 from debate_fakes import ScriptedEngine, last_user, math_answer, math_sample, mc_answer, mc_sample, question_key
-from r2mad_core.debate import prompts
-from r2mad_core.debate import prompt_parsing
+
+from r2mad_core.debate import prompt_parsing, prompts
 from r2mad_core.debate.loop import (
     AgentRoundContext,
     DebateConfig,

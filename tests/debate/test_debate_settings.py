@@ -8,11 +8,12 @@ import inspect
 
 import pytest
 
-from r2mad_lab.cli import commands, memory as memory_cli
 from r2mad_core.debate.loop import DebateConfig
 from r2mad_core.debate.settings import DEFAULTS, SPECS, DebateSettings
+from r2mad_core.methods import Method, debate_keywords, get_method, method_options
+from r2mad_lab.cli import commands
+from r2mad_lab.cli import memory as memory_cli
 from r2mad_lab.experiments import build_memory
-from r2mad_core.methods import debate_keywords, get_method, method_options, Method
 from r2mad_lab.reproduce.grid import ExperimentGrid
 
 

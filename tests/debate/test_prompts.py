@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from r2mad_core.debate import prompts
-from r2mad_core.debate import prompt_parsing
+from r2mad_core.debate import prompt_parsing, prompts
 
 PAPER = Path(__file__).resolve().parents[2].parent / "shared" / "paper" / "r2mad_paper.tex"
 #: The appendix's prompt boxes, cut verbatim from the paper's source, so that a fresh clone tests the prompts too.

@@ -10,17 +10,17 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from debate_fakes import ScriptedEngine, mc_answer, mc_sample, round_of
+
 from r2mad_core.data import benchmarks
 from r2mad_core.debate import scheduling
 from r2mad_core.debate.loop import DebateConfig
 from r2mad_core.engine import EngineError, collect_in_order
-from r2mad_lab.engines.cache import CachedEngine
-from r2mad_core.theory.agents import SimulatedEngine
-from r2mad_lab.experiments.cell import TRANSCRIPTS_FILE, load_run, run_cell
-from r2mad_lab.experiments.build_memory import build_memory
 from r2mad_core.records import without_seconds
+from r2mad_core.theory.agents import SimulatedEngine
+from r2mad_lab.engines.cache import CachedEngine
+from r2mad_lab.experiments.build_memory import build_memory
+from r2mad_lab.experiments.cell import TRANSCRIPTS_FILE, load_run, run_cell
 
 BENCHMARK = "mmlu_pro_economics"
 TEST = benchmarks.load(BENCHMARK, "test")[:10]

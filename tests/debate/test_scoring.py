@@ -7,13 +7,18 @@ import math
 
 import numpy as np
 import pytest
-
 from hand_transcripts import transcript, turn
+
 from r2mad_core.debate.masking import masking_decisions
-from r2mad_lab.experiments.metrics import compute_metrics, summary_line
-from r2mad_core.memory.diagnostics import AnnotationCounts, annotation_counts, lambda_by_consensus, peer_confidences, retrieval_trace
 from r2mad_core.debate.vote import plurality_vote, revote, tie_break_seed, vote
-from r2mad_lab.experiments.metrics import completion_health, compute_metrics, cost_per_query
+from r2mad_core.memory.diagnostics import (
+    AnnotationCounts,
+    annotation_counts,
+    lambda_by_consensus,
+    peer_confidences,
+    retrieval_trace,
+)
+from r2mad_lab.experiments.metrics import completion_health, compute_metrics, cost_per_query, summary_line
 from r2mad_lab.experiments.statistics import accuracy_with_ci, paired_test
 from r2mad_lab.report.stances import shared_misconception_subset, stance_transitions
 

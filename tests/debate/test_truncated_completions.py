@@ -8,14 +8,13 @@ import json
 import math
 
 import pytest
-
 from debate_fakes import ScriptedEngine, mc_answer, mc_sample
-from r2mad_lab.cli import commands as cli
-from r2mad_lab.experiments.metrics import summary_line
-from r2mad_core.engine import Completion
-from r2mad_lab.experiments.cell import CONFIG_FILE, METRICS_FILE, TRANSCRIPTS_FILE, run_cell, score_run
+
 from r2mad_core.debate.vote import rescore_record
-from r2mad_lab.experiments.metrics import compute_metrics
+from r2mad_core.engine import Completion
+from r2mad_lab.cli import commands as cli
+from r2mad_lab.experiments.cell import CONFIG_FILE, METRICS_FILE, TRANSCRIPTS_FILE, run_cell, score_run
+from r2mad_lab.experiments.metrics import compute_metrics, summary_line
 from r2mad_lab.report.stances import stance_transitions
 
 

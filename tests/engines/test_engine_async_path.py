@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 import pytest
-
 from fake_openai_server import FakeOpenAIServer
+
 from r2mad_core.engine import Request, SamplingParams
 from r2mad_lab.engines.openai_compat import OpenAICompatEngine
 
@@ -157,10 +157,9 @@ class OverloadedServer:
     others are answered after 0.05 s. Records, for each refused prompt sent again, how long after its refusal."""
 
     def __init__(self, capacity: int, retry_after: float) -> None:
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
         import json
         import time
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         self.capacity, self.in_flight, self.most = capacity, 0, 0
         self.refused: dict[str, float] = {}  # prompt -> when it was last refused

@@ -13,8 +13,8 @@ from typing import Iterator, Sequence
 
 import pytest
 
-from r2mad_lab.engines import CachedEngine, EngineError, ResponseCache
 from r2mad_core.engine import Completion, Ledger, Request, SamplingParams
+from r2mad_lab.engines import CachedEngine, EngineError, ResponseCache
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -352,7 +352,7 @@ def test_two_processes_read_while_this_one_writes(tmp_path: Path) -> None:
             written += 10
             assert written < 1_000_000, "readers never finished"
     results = [reader.communicate(timeout=120) for reader in readers]
-    for reader, (out, err) in zip(readers, results):
+    for reader, (out, err) in zip(readers, results, strict=False):
         assert reader.returncode == 0, f"reader failed: {err[-2000:]}"
         assert json.loads(out) == [expected]
     with CachedEngine(CountingBackend(), tmp_path) as engine:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from r2mad_lab.engines import EngineError, ENGINE_NAMES, CachedEngine, Engine, Ledger, make_engine
+from r2mad_lab.engines import ENGINE_NAMES, CachedEngine, Engine, EngineError, Ledger, make_engine
 
 
 class RecordingSimulated:

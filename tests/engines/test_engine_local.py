@@ -7,8 +7,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from r2mad_lab.engines import CachedEngine, EngineError, make_engine
 from r2mad_core.engine import Request, SamplingParams
+from r2mad_lab.engines import CachedEngine, EngineError, make_engine
 from r2mad_lab.engines.local import LocalEngine, packaged_model_path
 
 # SmolLM2's own template is ChatML; this is an equivalent Jinja text given explicitly.

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from fake_openai_server import FakeOpenAIServer, expected_reply
-from r2mad_lab.engines import CachedEngine, EngineError, make_engine
+
 from r2mad_core.engine import Request, SamplingParams, backend_seed
+from r2mad_lab.engines import CachedEngine, EngineError, make_engine
 from r2mad_lab.engines.openai_compat import OpenAICompatEngine, RetryPolicy
 
 
@@ -43,7 +43,7 @@ def test_batch_round_trip_payload_and_order(server: FakeOpenAIServer) -> None:
         costs = engine.ledger.as_dict()["debate"]
     by_content = {b["messages"][-1]["content"]: b for b in server.bodies}
     assert len(server.bodies) == 6
-    for request, completion in zip(batch, out):
+    for request, completion in zip(batch, out, strict=False):
         body = by_content[request.messages[-1]["content"]]
         assert body["model"] == "test-model"
         assert (body["temperature"], body["top_p"], body["max_tokens"], body["n"]) == (0.7, 0.9, 32, 1)
@@ -94,7 +94,7 @@ def test_faults_are_retried_and_recovered(capsys: pytest.CaptureFixture[str]) ->
         injected = sum(server.faults_served.values())
         expected_injected = sum(len(k) for k in plans.values())
         recovered = sum(c.text == f"reply seed={backend_seed(r, engine.identity, engine.model)} temperature=0.7 to: {r.messages[-1]['content']}"
-                        for r, c in zip(batch, out))
+                        for r, c in zip(batch, out, strict=False))
         summary = f"faults injected: {injected}, requests recovered: {recovered}/{len(batch)}, by kind {dict(server.faults_served)}"
         with capsys.disabled():  # shown with or without -s
             print(f"\n[openai backend] {summary}")

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from r2mad_lab.engines import CachedEngine, EngineError, make_engine
 from r2mad_core.engine import Request, SamplingParams, backend_seed
+from r2mad_lab.engines import CachedEngine, EngineError, make_engine
 from r2mad_lab.engines.openai_compat import NEUTRAL_SAMPLING
 from r2mad_lab.engines.vllm_backend import VLLMEngine
 

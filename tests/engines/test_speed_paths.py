@@ -8,8 +8,8 @@ from typing import Sequence
 import pytest
 
 from r2mad_core.data import answers, verdicts
-from r2mad_lab.engines import CachedEngine, ResponseCache
 from r2mad_core.engine import Completion, Ledger, Request, SamplingParams
+from r2mad_lab.engines import CachedEngine, ResponseCache
 
 
 def ask(content: str) -> Request:

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 import test_engine_vllm as base
-from test_engine_vllm import no_full_collection_on_close  # noqa: F401 (an autouse fixture)
 from debate_fakes import mc_sample
+from test_engine_vllm import no_full_collection_on_close  # noqa: F401 (an autouse fixture)
+
+from r2mad_core.records import without_seconds
 from r2mad_lab.engines import CachedEngine, EngineError
 from r2mad_lab.engines.vllm_backend import VLLMEngine
-from r2mad_core.records import without_seconds
 
 
 class BatchingLLMEngine(base.FakeLLMEngine):

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from r2mad_lab.reproduce import command as reproduce
+from r2mad_lab.engines import EngineError, Request, SamplingParams, make_engine
 from r2mad_lab.experiments.budget import (
     BudgetCap,
     BudgetExceeded,
@@ -21,7 +21,7 @@ from r2mad_lab.experiments.budget import (
     estimate_tokens,
     format_estimate,
 )
-from r2mad_lab.engines import EngineError, Request, SamplingParams, make_engine
+from r2mad_lab.reproduce import command as reproduce
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fake_openai_server import FakeOpenAIServer  # noqa: E402

@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from debate_fakes import ScriptedEngine, hashed_respond, samples
 from hand_transcripts import transcript
+
+from r2mad_core.methods import get_method
 from r2mad_lab.engines.cache import CachedEngine
 from r2mad_lab.experiments.cell import (
     METRICS_FILE,
@@ -30,7 +31,6 @@ from r2mad_lab.experiments.cell import (
     run_cell,
     score_run,
 )
-from r2mad_core.methods import get_method
 from r2mad_lab.experiments.transcripts import TranscriptStore
 
 TESTS_DIR = Path(__file__).resolve().parents[1]

@@ -7,20 +7,18 @@ import inspect
 import json
 from pathlib import Path
 
-import pytest
-
-from r2mad_lab.cli.commands import main as cli_main
 from r2mad_core.debate.loop import DebateConfig
 from r2mad_core.debate.settings import DEFAULTS as DEBATE_DEFAULTS
-from r2mad_lab.experiments import protocol
-from r2mad_core.methods import METHOD_SPECS, method_options
-from r2mad_lab.experiments.profile_schema import ProfileSpec
-from r2mad_lab.experiments.profiles import load_profile
-from r2mad_lab.experiments.run_settings import RunSettings, read_settings
 from r2mad_core.memory import settings as memory_settings
 from r2mad_core.memory.hook import IclCotHook
 from r2mad_core.memory.retrieval import RetrievalConfig
 from r2mad_core.memory.settings import MemorySettings
+from r2mad_core.methods import METHOD_SPECS, method_options
+from r2mad_lab.cli.commands import main as cli_main
+from r2mad_lab.experiments import protocol
+from r2mad_lab.experiments.profile_schema import ProfileSpec
+from r2mad_lab.experiments.profiles import load_profile
+from r2mad_lab.experiments.run_settings import RunSettings, read_settings
 from r2mad_lab.reproduce.grid import ExperimentGrid
 
 

@@ -40,7 +40,7 @@ def test_a_log_gets_a_line_every_heartbeat_when_nothing_finishes() -> None:
         clock.now += 1.0
         if board.tick() is not None:
             stamps.append(clock.now)
-    gaps = [b - a for a, b in zip([1000.0, *stamps], stamps)]
+    gaps = [b - a for a, b in zip([1000.0, *stamps], stamps, strict=False)]
     assert len(stamps) == 600 // HEARTBEAT_SECONDS and max(gaps) == HEARTBEAT_SECONDS <= 30
     assert stream.getvalue().count("\n") == len(stamps) and "\r" not in stream.getvalue()
 
@@ -171,4 +171,4 @@ def test_tiny_only_04_prints_a_progress_line_at_least_every_30_seconds(tmp_path:
     progress = [text for at, text in arrivals if text.startswith("  progress: 04_ablations")]
     assert progress and any("/" in text and "runs" in text for text in progress), progress
     assert len(during) - 2 >= int((ended - started) // 30) - 1
-    assert max(b - a for a, b in zip(during, during[1:])) <= 90
+    assert max(b - a for a, b in zip(during, during[1:], strict=False)) <= 90

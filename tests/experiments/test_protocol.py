@@ -9,20 +9,19 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from debate_fakes import ScriptedEngine, mc_answer, mc_sample, question_key
-from r2mad_core.debate import prompts
-from r2mad_core.debate import prompt_parsing
+
+from r2mad_core.debate import prompt_parsing, prompts
 from r2mad_core.debate.loop import DebateConfig, run_debate
 from r2mad_core.debate.scheduling import run_scheduled
 from r2mad_core.engine import Completion
+from r2mad_core.memory.embeddings import HashingEmbedder
+from r2mad_core.methods import RunContext, get_method
 from r2mad_lab.engines.thinking import apply_thinking
 from r2mad_lab.experiments import protocol
 from r2mad_lab.experiments.build_memory import build_memory
-from r2mad_core.methods import RunContext, get_method
 from r2mad_lab.experiments.profile_schema import PROTOCOL_FIELDS
 from r2mad_lab.experiments.profiles import load_profile
-from r2mad_core.memory.embeddings import HashingEmbedder
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,7 +31,7 @@ def test_the_doc_table_is_the_declaration() -> None:
     assert protocol.render_into(text) == text, "docs/protocol.md is stale: python -m r2mad_lab.experiments.protocol docs/protocol.md"
     rows = [line for line in text.splitlines() if line.startswith("| `")]
     assert [row.split("`")[1] for row in rows] == [c.name for c in protocol.CHOICES]
-    for choice, row in zip(protocol.CHOICES, rows):
+    for choice, row in zip(protocol.CHOICES, rows, strict=False):
         cells = [cell.strip() for cell in row.strip("|").split("|")]
         assert (cells[2], cells[3]) == (f"`{choice.paper}`", f"`{choice.authors}`")
 

@@ -9,13 +9,14 @@ import pickle
 
 import pytest
 
+from r2mad_core.memory.settings import SPECS as MEMORY_SPECS
+from r2mad_core.memory.settings import MemorySettings
+from r2mad_core.methods import method_options
 from r2mad_lab.cli import commands
 from r2mad_lab.experiments import method_labels
 from r2mad_lab.experiments.method_labels import INDEPENDENT_ROUND0, Row, resolve, with_k
-from r2mad_core.methods import method_options
 from r2mad_lab.experiments.profiles import load_profile
 from r2mad_lab.experiments.run_settings import RunSettings
-from r2mad_core.memory.settings import SPECS as MEMORY_SPECS, MemorySettings
 from r2mad_lab.reproduce.grid import ExperimentGrid
 
 

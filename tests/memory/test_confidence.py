@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 
+from r2mad_core.memory.banks import MemoryBank
+from r2mad_core.memory.cases import AgentDebateState, MemoryCase
 from r2mad_core.memory.confidence import (
     ConfidenceConfig,
     annotate,
@@ -10,8 +12,6 @@ from r2mad_core.memory.confidence import (
     confidence_from_retrieval,
     peer_confidence,
 )
-from r2mad_core.memory.banks import MemoryBank
-from r2mad_core.memory.cases import AgentDebateState, MemoryCase
 
 # Three agents, 2-d embeddings. Retrieving agent i = 0; current responses z_0 = z_1 = (1, 0), z_2 = (0, 1).
 CURRENT = np.array([[[1, 0], [1, 0], [0, 1]]], dtype=np.float32)  # [Q=1, n=3, d=2]

@@ -4,11 +4,11 @@ import json
 
 import numpy as np
 import pytest
+from test_memory_cases import DEBATES
 
-from r2mad_core.memory.embeddings import HashingEmbedder
 from r2mad_core.memory.banks import MemoryBankError, MemoryBankSet, build_bank_set, poison_bank
 from r2mad_core.memory.cases import DebateRecord, DebateRound, format_state_text
-from test_memory_cases import DEBATES
+from r2mad_core.memory.embeddings import HashingEmbedder
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def test_round_trip(tmp_path, bank_set):
     loaded = MemoryBankSet.load(tmp_path / "bank", embedder=HashingEmbedder(128), benchmark="truthfulqa")
     assert loaded.benchmark == "truthfulqa" and loaded.split == "train" and loaded.model == "simulated"
     assert loaded.embedder_name == "hashing-128" and loaded.embedding_dim == 128
-    for original, copy in zip(bank_set.banks, loaded.banks):
+    for original, copy in zip(bank_set.banks, loaded.banks, strict=False):
         assert original.cases == copy.cases
         np.testing.assert_array_equal(original.state_embeddings, copy.state_embeddings)
         np.testing.assert_array_equal(original.response_embeddings, copy.response_embeddings)
@@ -112,8 +112,8 @@ def test_load_rejects_shape_and_unreadable_array(tmp_path, bank_set):
 
 def test_poison_bank_flips_exact_fraction(bank_set):
     poisoned = poison_bank(bank_set, 0.5, seed=3)
-    for original, bad in zip(bank_set.banks, poisoned.banks):
-        flipped = [k for k, (a, b) in enumerate(zip(original.cases, bad.cases)) if a.reward != b.reward]
+    for original, bad in zip(bank_set.banks, poisoned.banks, strict=False):
+        flipped = [k for k, (a, b) in enumerate(zip(original.cases, bad.cases, strict=False)) if a.reward != b.reward]
         assert len(flipped) == 3  # round(0.5 * 6)
         for k in flipped:
             assert bad.cases[k].correct == tuple(not c for c in original.cases[k].correct)
@@ -162,7 +162,7 @@ def test_load_remembers_an_unchanged_folder_and_hands_out_copies(tmp_path, bank_
     first.banks[0].state_embeddings[:] = 0.0  # a caller writing into its copy changes no later load
     second = MemoryBankSet.load(root, embedder=HashingEmbedder(128), benchmark="truthfulqa")
     assert reads == []  # remembered: no file read again
-    for original_bank, loaded in zip(bank_set.banks, second.banks):
+    for original_bank, loaded in zip(bank_set.banks, second.banks, strict=False):
         assert loaded.cases == original_bank.cases
         np.testing.assert_array_equal(loaded.state_embeddings, original_bank.state_embeddings)
         np.testing.assert_array_equal(loaded.previous_response_embeddings, original_bank.previous_response_embeddings)

@@ -5,9 +5,8 @@ import dataclasses
 
 import numpy as np
 import pytest
-
 from hand_transcripts import transcript
-from r2mad_core.memory.embeddings import HashingEmbedder
+
 from r2mad_core.memory.cases import (
     AgentDebateState,
     DebateRecord,
@@ -18,6 +17,7 @@ from r2mad_core.memory.cases import (
     encode_states,
     format_state_text,
 )
+from r2mad_core.memory.embeddings import HashingEmbedder
 
 
 def _debate(sample_id: str, question: str, final_correct: bool = True) -> DebateRecord:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from r2mad_core.debate.settings import SPECS as DEBATE_SPECS, DebateSettings
-from r2mad_lab.experiments.run_settings import RunSettings
+from r2mad_core.debate.settings import SPECS as DEBATE_SPECS
+from r2mad_core.debate.settings import DebateSettings
+from r2mad_core.memory.settings import DEFAULTS, SPECS, MemorySettings
 from r2mad_core.methods import method_options
 from r2mad_lab.experiments.profiles import ProfileError, load_profile
-from r2mad_core.memory.settings import DEFAULTS, SPECS, MemorySettings
+from r2mad_lab.experiments.run_settings import RunSettings
 
 
 def test_the_method_and_its_labels_take_the_declared_defaults() -> None:

@@ -7,20 +7,18 @@ import json
 
 import numpy as np
 import pytest
-
 from debate_fakes import ScriptedEngine, last_user, mc_answer, mc_sample, round_of
-from r2mad_lab.cli import commands as cli
-from r2mad_core.debate import prompts
-from r2mad_core.debate import prompt_parsing
-from r2mad_core.data.benchmarks import BENCHMARKS, load
-from r2mad_core.memory.embeddings import HashingEmbedder
-from r2mad_lab.engines import make_engine
-from r2mad_lab.experiments.cell import TRANSCRIPTS_FILE, run_cell
-from r2mad_core.memory.banks import MemoryBankError, MemoryBankSet, poison_bank
-from r2mad_core.memory.audit import audit_bank_set
-from r2mad_core.methods import get_method
-from r2mad_lab.experiments.build_memory import build_memory
 
+from r2mad_core.data.benchmarks import BENCHMARKS, load
+from r2mad_core.debate import prompt_parsing, prompts
+from r2mad_core.memory.audit import audit_bank_set
+from r2mad_core.memory.banks import MemoryBankError, MemoryBankSet, poison_bank
+from r2mad_core.memory.embeddings import HashingEmbedder
+from r2mad_core.methods import get_method
+from r2mad_lab.cli import commands as cli
+from r2mad_lab.engines import make_engine
+from r2mad_lab.experiments.build_memory import build_memory
+from r2mad_lab.experiments.cell import TRANSCRIPTS_FILE, run_cell
 
 # Persona 0 answers A (correct: gold is A), persona 1 answers B (wrong), persona 2 answers A, in every round.
 LETTER = {0: "A", 1: "B", 2: "A"}
@@ -267,15 +265,15 @@ def test_experiences_can_be_shortened(bank_dir, tmp_path):
 
 
 def test_bank_from_an_existing_run_matches_build_memory(tmp_path):
-    from r2mad_lab.experiments.build_memory import bank_set_from_run
     from r2mad_core.memory.hook import load_memory
+    from r2mad_lab.experiments.build_memory import bank_set_from_run
 
     train = load("mmlu_pro_economics", "train")[:3]
     engine = make_engine("simulated", samples=train)
     built = build_memory("mmlu_pro_economics", engine, "hashing", tmp_path / "bank", samples=train, progress=False)
     again = bank_set_from_run(tmp_path / "bank" / "debates", "hashing")
     assert again.benchmark == "mmlu_pro_economics" and again.split == "train"
-    for a, b in zip(built.banks, again.banks):
+    for a, b in zip(built.banks, again.banks, strict=False):
         assert a.cases == b.cases
         np.testing.assert_array_equal(a.state_embeddings, b.state_embeddings)
     assert built.banks[0].cases[0].num_options == 10

@@ -34,7 +34,7 @@ def test_two_saves_of_a_figure_at_different_times_are_byte_identical(tmp_path, m
     second = artifacts.save_figure(fig, "fig_x", tmp_path / "two")
     plt.close(fig)
     assert [p.name for p in first] == ["fig_x.png", "fig_x.pdf"]
-    for a, b in zip(first, second):
+    for a, b in zip(first, second, strict=False):
         assert a.read_bytes() == b.read_bytes(), a.name
     pdf, png = first[1].read_bytes(), first[0].read_bytes()
     assert b"CreationDate" not in pdf and b"ModDate" not in pdf

@@ -7,12 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-
 from hand_transcripts import transcript
+
 from r2mad_core.records import TranscriptRecord, as_transcript
+from r2mad_lab.experiments.model_specs import ModelSpec
 from r2mad_lab.report import findings
 from r2mad_lab.report.results import CellOutcome, GridResults
-from r2mad_lab.experiments.model_specs import ModelSpec
 
 SIM = ModelSpec("Sim", "simulated", None, stands_in_for="Qwen2.5-7B-Instruct")
 

@@ -234,7 +234,8 @@ def _swept_point(folder, monkeypatch_store: dict, setting: dict, outcomes: dict[
 
 
 def test_a_sweep_table_has_each_points_paired_difference_and_a_trend_test(tmp_path, monkeypatch) -> None:
-    from r2mad_lab.reproduce.compare import sweep as sweep_comparison, tables
+    from r2mad_lab.reproduce.compare import sweep as sweep_comparison
+    from r2mad_lab.reproduce.compare import tables
 
     store: dict = {}
     monkeypatch.setattr(tables, "load_run", lambda run: ({}, store[str(run)]))

@@ -5,7 +5,6 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pandas as pd
-
 from hand_transcripts import transcript
 
 from r2mad_lab.report import overlap

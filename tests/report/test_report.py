@@ -14,20 +14,17 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from r2mad_lab.report import tables  # noqa: E402
-
-from r2mad_lab.report import artifacts
-
-from r2mad_lab.reproduce import grid
-
-from r2mad_lab.report import comparison as report
-
 from r2mad_lab.experiments.metrics import replayed_share
+from r2mad_lab.report import (
+    artifacts,
+    tables,  # noqa: E402
+)
+from r2mad_lab.report import comparison as report
 from r2mad_lab.report.artifacts import (  # noqa: E402
     ReportContext,
     missing_artifacts,
-    round_floats,
     read_manifest,
+    round_floats,
     save_figure,
     save_table,
     update_manifest,
@@ -46,6 +43,7 @@ from r2mad_lab.report.tables import (  # noqa: E402
     render_latex,
     render_markdown,
 )
+from r2mad_lab.reproduce import grid
 
 
 def grouped_table() -> Table:
@@ -392,14 +390,15 @@ def test_artifact_names_follow_the_paper_labels() -> None:
 # The grid: method names, run directories, tables from hand-made cells
 # --------------------------------------------------------------------------------------------
 
-from r2mad_core.methods import get_method  # noqa: E402
-from r2mad_lab.reproduce.grid import ExperimentGrid  # noqa: E402
-from r2mad_lab.report.results import CellOutcome, GridResults  # noqa: E402
-from r2mad_core.records import TranscriptRecord, as_transcript  # noqa: E402
 from hand_transcripts import transcript  # noqa: E402
+
+from r2mad_core.methods import get_method  # noqa: E402
+from r2mad_core.records import TranscriptRecord, as_transcript  # noqa: E402
 from r2mad_lab.experiments.model_specs import ModelSpec  # noqa: E402
 from r2mad_lab.experiments.statistics import mean_accuracy_with_ci  # noqa: E402
+from r2mad_lab.report.results import CellOutcome, GridResults  # noqa: E402
 from r2mad_lab.report.tables import tidy_to_table  # noqa: E402
+from r2mad_lab.reproduce.grid import ExperimentGrid  # noqa: E402
 
 SIMULATED = {"label": "Sim", "engine": "simulated", "model": None, "stands_in_for": "Qwen2.5-7B-Instruct", "options": {}}
 
@@ -420,9 +419,9 @@ ALL_LABELS = [*grid.MAIN_METHODS, *grid.ABLATION_METHODS, *grid.sc_methods([3, 6
 @pytest.fixture(scope="module")
 def bank_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real (tiny) memory bank folder: the R2-MAD builders read its manifest."""
-    from r2mad_core.memory.embeddings import HashingEmbedder
     from r2mad_core.memory.banks import build_bank_set
     from r2mad_core.memory.cases import DebateRecord, DebateRound
+    from r2mad_core.memory.embeddings import HashingEmbedder
 
     rounds = tuple(DebateRound(responses=(f"r{t}a ((A))", f"r{t}b ((B))", f"r{t}c ((A))"), answers=("A", "B", "A"),
                                correct=(True, False, True), summary=f"summary {t}", consensus_ratio=2 / 3)

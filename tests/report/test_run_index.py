@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from r2mad_lab.cli import main
-from r2mad_lab.report import comparison, inference, run_index, run_pages
+from r2mad_lab.report import inference, run_index, run_pages
 from r2mad_lab.report.artifacts import (
     RUNS_FROM_NOTEBOOK,
     RUNS_FROM_TABLE,

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from hand_transcripts import transcript
-from r2mad_lab.report.stances import shared_misconception_subset
-from r2mad_lab.experiments.model_specs import ModelSpec
+
 from r2mad_core.records import TranscriptRecord
+from r2mad_lab.experiments.model_specs import ModelSpec
 from r2mad_lab.report import inference
 from r2mad_lab.report.results import (
     BIASED_DESIGN,
@@ -25,6 +24,7 @@ from r2mad_lab.report.results import (
     GridResults,
     subset_design,
 )
+from r2mad_lab.report.stances import shared_misconception_subset
 
 QUESTIONS = 150
 PAIRS = 24
@@ -36,7 +36,7 @@ def _round0(rng: np.random.Generator, p: np.ndarray, tag: str) -> list[tuple[np.
 
 def _run(rng: np.random.Generator, p: np.ndarray, round0: list[tuple[np.ndarray, str]]) -> list[TranscriptRecord]:
     records = []
-    for q, ((agents, tag), pq) in enumerate(zip(round0, p)):
+    for q, ((agents, tag), pq) in enumerate(zip(round0, p, strict=False)):
         majority = int(agents.sum()) >= 2
         final = majority if rng.random() < 0.6 else bool(rng.random() < pq)
         turns = [{"agent": i, "response": f"{tag}-{i}", "answer": "A" if ok else "B", "correct": bool(ok)}

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from r2mad_lab.cli import main
-from r2mad_lab.report.stances import shared_misconception_subset
 from r2mad_core.records import TurnRecord
+from r2mad_lab.cli import main
 from r2mad_lab.report import viewer
+from r2mad_lab.report.stances import shared_misconception_subset
 
 N = 12
 
@@ -125,7 +125,7 @@ def test_stance_changes():
 def test_filters_shared_misconception_and_differing(runs, tmp_path):
     mad, r2 = records(runs["mad"]), records(runs["r2mad"])
     shared = shared_misconception_subset(mad)
-    differ = {a["sample_id"] for a, b in zip(r2, mad) if a["correct"] != b["correct"]}
+    differ = {a["sample_id"] for a, b in zip(r2, mad, strict=False) if a["correct"] != b["correct"]}
     assert [a["sample_id"] for a in r2] == [b["sample_id"] for b in mad]
     out = tmp_path / "shared.html"
     assert main(["view", str(runs["r2mad"]), str(runs["mad"]), "--shared-only", "--out", str(out)]) == 0
@@ -176,4 +176,4 @@ def test_fixture_has_what_the_filters_need(runs):
     so the filter tests are not vacuous."""
     mad, r2 = records(runs["mad"]), records(runs["r2mad"])
     assert shared_misconception_subset(mad)
-    assert any(a["correct"] != b["correct"] for a, b in zip(r2, mad))
+    assert any(a["correct"] != b["correct"] for a, b in zip(r2, mad, strict=False))

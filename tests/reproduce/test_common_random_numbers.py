@@ -11,16 +11,16 @@ import pandas as pd
 import pytest
 
 from r2mad_core.data.benchmarks import load
-from r2mad_lab.experiments.statistics import paired_test
+from r2mad_core.methods import get_method
 from r2mad_lab.engines import make_engine
 from r2mad_lab.experiments.build_memory import build_memory
 from r2mad_lab.experiments.cell import run_cell
 from r2mad_lab.experiments.method_labels import resolve
 from r2mad_lab.experiments.run_settings import RunSettings
-from r2mad_core.methods import get_method
+from r2mad_lab.experiments.statistics import paired_test
 from r2mad_lab.report import inference, multiplicity
-from r2mad_lab.reproduce.points import Variant
 from r2mad_lab.reproduce.compare.variant import comparison_sentences, round0_sharing
+from r2mad_lab.reproduce.points import Variant
 
 
 @pytest.fixture(scope="module")
@@ -173,8 +173,8 @@ def test_sweep_points_are_the_cartesian_product_and_a_repeated_axis_is_refused()
 
 def test_a_two_axis_sweep_draws_every_point_on_one_figure(tmp_path) -> None:
     from r2mad_lab.report.artifacts import read_manifest
-    from r2mad_lab.reproduce.points import plan_points
     from r2mad_lab.reproduce.compare.sweep import sweep_artifacts
+    from r2mad_lab.reproduce.points import plan_points
 
     points = []
     planned = plan_points({"gamma": 0.9, "top_k": 1}, "tiny", {}, [("gamma", [0, 0.9]), ("top_k", [1, 3])], [0])
@@ -197,8 +197,8 @@ def test_a_two_axis_sweep_draws_every_point_on_one_figure(tmp_path) -> None:
 
 
 def test_replicates_report_mean_spread_and_the_seed_by_seed_comparison(tmp_path) -> None:
-    from r2mad_lab.reproduce.points import Point, replicate_seeds
     from r2mad_lab.reproduce.compare.replicate import replicate_artifacts, replicate_comparison
+    from r2mad_lab.reproduce.points import Point, replicate_seeds
 
     assert replicate_seeds(3, 3) == [3, 4, 5]
     with pytest.raises(ValueError, match="--replicates"):
@@ -224,8 +224,7 @@ def test_replicates_report_mean_spread_and_the_seed_by_seed_comparison(tmp_path)
 def test_a_variant_folder_is_marked_incomplete_until_it_finishes_and_a_name_is_not_reused(tmp_path) -> None:
     from r2mad_lab.report.artifacts import save_table
     from r2mad_lab.reproduce.ablations import run_ablation
-    from r2mad_lab.reproduce.points import INCOMPLETE_MARKER
-    from r2mad_lab.reproduce.points import variant_dir
+    from r2mad_lab.reproduce.points import INCOMPLETE_MARKER, variant_dir
 
     profile_dir = tmp_path / "figures" / "tiny"
     seen: list[bool] = []

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from r2mad_lab.report import findings
-from r2mad_lab.reproduce.grid import INDEPENDENT_ROUND0, SHARED_ROUND0, ExperimentGrid, with_k
 from r2mad_lab.reproduce import load_profile
+from r2mad_lab.reproduce.grid import INDEPENDENT_ROUND0, SHARED_ROUND0, ExperimentGrid, with_k
 
 SIM_A = {"label": "Sim A", "engine": "simulated", "model": None, "options": {}}
 SIM_B = {"label": "Sim B", "engine": "simulated", "model": None, "options": {"seed": 7}}
@@ -107,8 +107,8 @@ def test_an_independent_round0_stream_depends_on_the_bank_content_not_its_folder
     import json
     import shutil
 
-    from r2mad_lab.experiments.cell import RunConfigMismatch
     from r2mad_core.methods import get_method
+    from r2mad_lab.experiments.cell import RunConfigMismatch
 
     exp = experiment(tmp_path, models=[SIM_A], benchmarks=["truthfulqa"], test_limit=2, train_limit=4, n_rounds=2,
                      max_tokens=48, embedder="hashing")
@@ -144,8 +144,8 @@ def test_a_cell_or_bank_another_process_is_building_is_waited_for_then_loaded(tm
     import types
 
     from r2mad_core import files
-    from r2mad_lab.experiments.cell import LOCK_FILE
     from r2mad_core.files import locked
+    from r2mad_lab.experiments.cell import LOCK_FILE
 
     exp = experiment(tmp_path, models=[SIM_A], test_limit=3)
     run_dir, _, _ = exp.run_dir(exp.models[0], "mmlu_pro_engineering", "MAD")
@@ -262,8 +262,8 @@ def test_a_finished_cell_is_read_once_per_process_until_its_files_change(tmp_pat
     is not read again, and its metrics are the same numbers; a changed transcript file is read again."""
     import os
 
-    from r2mad_lab.experiments.cell import TRANSCRIPTS_FILE
     from r2mad_lab.experiments import run_reader
+    from r2mad_lab.experiments.cell import TRANSCRIPTS_FILE
 
     exp = experiment(tmp_path, models=[SIM_A], test_limit=3)
     first = exp.run("Sim A", "mmlu_pro_engineering", "MAD")
@@ -287,8 +287,8 @@ def test_a_finished_cell_is_read_once_per_process_until_its_files_change(tmp_pat
 def test_the_simulated_agents_run_uncached_unless_they_model_a_latency(tmp_path: Path) -> None:
     """Issue 35: the response cache was 9% of the default run's CPU in front of agents that compute a completion
     faster than the cache keys, looks up and stores it; they run uncached, so nothing they answer is "cached"."""
-    from r2mad_lab.engines import CachedEngine
     from r2mad_core.theory.agents import SimulatedAgentParams, SimulatedEngine
+    from r2mad_lab.engines import CachedEngine
 
     assert not SimulatedEngine.worth_caching() and not SimulatedEngine.worth_caching(params={})
     assert SimulatedEngine.worth_caching(params=SimulatedAgentParams(token_latency_ms=5.0))

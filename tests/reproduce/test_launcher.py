@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 
 from r2mad_lab.reproduce import command
-from r2mad_lab.reproduce.up_to_date import RECORD_DIR
 from r2mad_lab.reproduce.launcher import LAUNCHER_DIR, LEDGER, Ledger, _cluster, parse_slurm_options, point_arguments
-from r2mad_lab.reproduce.points import plan_points
-from r2mad_lab.reproduce.points import profile_values
+from r2mad_lab.reproduce.points import plan_points, profile_values
+from r2mad_lab.reproduce.up_to_date import RECORD_DIR
 
 TOY = [
     "import os, signal\n"

@@ -8,9 +8,7 @@ from pathlib import Path
 import pytest
 
 from r2mad_lab.experiments.profiles import ProfileError
-
-from r2mad_lab.reproduce import notebook_setup
-from r2mad_lab.reproduce import load_profile
+from r2mad_lab.reproduce import load_profile, notebook_setup
 
 
 def test_setup_fills_the_namespace_from_the_profile_and_reads_overrides(tmp_path: Path) -> None:

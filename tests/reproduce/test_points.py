@@ -16,8 +16,7 @@ import pytest
 
 from r2mad_lab.reproduce import command, notebook_runner
 from r2mad_lab.reproduce.point_cache import canonical, executed_configuration
-from r2mad_lab.reproduce.points import plan_points
-from r2mad_lab.reproduce.points import from_environment, profile_values
+from r2mad_lab.reproduce.points import from_environment, plan_points, profile_values
 
 
 def _notebook(name: str) -> str:

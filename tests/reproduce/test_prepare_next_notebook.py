@@ -152,7 +152,7 @@ def test_the_finished_runs_are_read_once_with_their_metrics_and_a_run_not_finish
         again = ExperimentGrid(**options).grid(["MAD", "CoT"])
     finally:
         run_reader.load_run = original
-    for before, after in zip(made.outcomes, again.outcomes):
+    for before, after in zip(made.outcomes, again.outcomes, strict=False):
         assert [r.model_dump() for r in after.records] == [r.model_dump() for r in before.records]
         assert json.dumps(after.metrics, sort_keys=True, default=str) == json.dumps(before.metrics, sort_keys=True,
                                                                                     default=str)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from r2mad_lab import reproduce
 from r2mad_core.engine import Completion
+from r2mad_lab import reproduce
 from r2mad_lab.engines.cache import CACHE_FILENAME, ResponseCache
 from r2mad_lab.experiments.profiles import load_profile
 from r2mad_lab.reproduce import command, published

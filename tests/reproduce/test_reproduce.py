@@ -12,15 +12,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from r2mad_lab.reproduce import api_budget, command as reproduce
-
-from r2mad_lab.experiments import profile_schema
 from r2mad_core.data.benchmarks import BENCHMARKS
-from r2mad_lab.report.comparison import load_reported_results
+from r2mad_core.memory.retrieval import parse_retrieval_policy
+from r2mad_lab.experiments import profile_schema
 from r2mad_lab.experiments.profile_schema import PROTOCOL_FIELDS, ProfileSpec, validate_profile
 from r2mad_lab.experiments.profiles import ProfileError, load_profile, parse_override, profile_names
-from r2mad_lab.reproduce import ReproductionPaths, discover_notebooks, run_notebooks
-from r2mad_core.memory.retrieval import parse_retrieval_policy
+from r2mad_lab.report.comparison import load_reported_results
+from r2mad_lab.reproduce import ReproductionPaths, api_budget, discover_notebooks, run_notebooks
+from r2mad_lab.reproduce import command as reproduce
 
 PAPER_MODELS = ["Qwen2.5-7B-Instruct", "Qwen3-8B", "Gemma-3-4B-IT"]
 PAPER_POLICIES = {
@@ -169,9 +168,9 @@ def _paper_fields() -> dict:
 
 
 def test_profile_schema_types_the_fields_and_derives_the_protocol_vocabularies() -> None:
+    from r2mad_core import methods
     from r2mad_core.data import benchmarks
     from r2mad_core.debate import loop as debate
-    from r2mad_core import methods
     from r2mad_core.debate import prompts
     from r2mad_core.memory import hook as r2mad
     from r2mad_lab.experiments import protocol

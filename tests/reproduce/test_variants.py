@@ -3,7 +3,6 @@ in every label, and is compared with the profile's run on the same questions; un
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import matplotlib
@@ -13,14 +12,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from r2mad_lab.reproduce import points  # noqa: E402
-from r2mad_lab.reproduce.compare import sweep as sweep_comparison, tables, variant as comparison  # noqa: E402
-from r2mad_lab.reproduce.ablations import plan_variant, variant_overrides  # noqa: E402
 from r2mad_lab.report.artifacts import ReportContext, read_manifest  # noqa: E402
+from r2mad_lab.reproduce import points  # noqa: E402
+from r2mad_lab.reproduce.ablations import plan_variant, variant_overrides  # noqa: E402
+from r2mad_lab.reproduce.compare import sweep as sweep_comparison  # noqa: E402
+from r2mad_lab.reproduce.compare import tables
+from r2mad_lab.reproduce.compare import variant as comparison
 from r2mad_lab.reproduce.grid import ExperimentGrid  # noqa: E402
-from r2mad_lab.reproduce.points import parse_sweep
-from r2mad_lab.reproduce.points import Variant, detect, same_value, variant_name  # noqa: E402
-
+from r2mad_lab.reproduce.points import Variant, detect, parse_sweep, same_value, variant_name  # noqa: E402
 
 # --------------------------------------------------------------------------------------------
 # Names and detection
@@ -180,8 +179,8 @@ def test_a_cell_the_variant_does_not_change_replays_and_compares_as_the_same_run
     average = frame[(frame["method"] == "R2-MAD") & (frame["benchmark"] == "Average")].iloc[0]
     assert average["variant"] == pytest.approx(table.values.at["R2-MAD", "Average"])
     # the Average is tested as shown, by the sweeps' stratified estimate: the same pair gets the same p in both tables
-    from r2mad_lab.reproduce.compare import sweep as sweep_comparison
     from r2mad_lab.report import inference
+    from r2mad_lab.reproduce.compare import sweep as sweep_comparison
 
     strata = {f"Sim / {o.benchmark}": {r.sample_id: bool(r.correct) for r in o.records}
               for o in after.outcomes if o.method == "R2-MAD"}
@@ -193,7 +192,7 @@ def test_a_cell_the_variant_does_not_change_replays_and_compares_as_the_same_run
     assert average["difference"] == pytest.approx(swept.difference)
     sentence = comparison.comparison_sentences(frame, variant, "tab_t")[0]
     assert sentence.startswith("tab_t, gamma = 0.5 (profile t: 0.9): ")
-    assert f"of 6 cells differ from the profile's (3 are the very same runs" in sentence
+    assert "of 6 cells differ from the profile's (3 are the very same runs" in sentence
     # a cell the profile has not run: no profile value, and the one command that runs it
     fresh = comparison.compare_table(table, variant, _grid(tmp_path / "elsewhere"), bootstrap_resamples=200)
     assert fresh["profile"].isna().all()
@@ -201,8 +200,8 @@ def test_a_cell_the_variant_does_not_change_replays_and_compares_as_the_same_run
 
 
 def test_sweep_artifacts_draw_each_table_against_the_parameter(tmp_path: Path) -> None:
-    from r2mad_lab.report.tables import Table
     from r2mad_lab.report.artifacts import save_table
+    from r2mad_lab.report.tables import Table
 
     swept = []
     for point in points.plan_points({"gamma": 0.9}, "p", {}, [("gamma", [0.0, 0.5, 0.9])], [0]):

@@ -8,19 +8,17 @@ import numpy as np
 import pytest
 
 from r2mad_core.data import answers
-
-from r2mad_core.debate import prompts
-
-from r2mad_core.theory import model as theory
 from r2mad_core.data.benchmarks import Sample, format_question
-from r2mad_lab.engines import make_engine
+from r2mad_core.debate import prompts
 from r2mad_core.engine import Engine, Request, SamplingParams
+from r2mad_core.theory import model as theory
 from r2mad_core.theory.agent_texts import CAREFUL_STYLE, SHORTCUT_STYLE
 from r2mad_core.theory.agents import (
     SimulatedAgentParams,
     SimulatedEngine,
     sample_profile,
 )
+from r2mad_lab.engines import make_engine
 
 CHOICES = ("the first option", "the second option", "the third option", "the fourth option")
 BENCH = "mmlu_pro_economics"
@@ -189,7 +187,7 @@ def test_profiles_concepts_and_shared_misconception_rate() -> None:
     params = SimulatedAgentParams(shared_misconception_rate=0.3)
     samples = mc_samples(400)
     profiles = [sample_profile(s, params) for s in samples]
-    for s, p in zip(samples, profiles):
+    for s, p in zip(samples, profiles, strict=False):
         assert p.gold == s.gold and p.misconception != s.gold
         assert sorted(p.concepts) == list("ABCD")
         assert np.exp(p.log_prior).sum() == pytest.approx(1.0)
@@ -229,7 +227,7 @@ def test_multiple_choice_format_and_format_failures() -> None:
     parsed = [answers.extract_answer(c.text, "truthfulqa", 4) for c in completions]
     failures = sum(p is None for p in parsed)
     assert 70 < failures < 130
-    for c, p in zip(completions, parsed):
+    for c, p in zip(completions, parsed, strict=False):
         if p is not None:
             assert c.text.endswith(f"The answer is (({p})).")
         else:
@@ -316,7 +314,7 @@ def test_more_misconceived_peers_more_misconception_answers() -> None:
         peers = [(mis, None)] * m + [(gold, None)] * (3 - m)
         counts = extracted(engine, s, [debate_request(s, peers, index=i) for i in range(300)])
         rates.append(counts[mis] / 300)
-    assert all(b > a for a, b in zip(rates, rates[1:])), rates
+    assert all(b > a for a, b in zip(rates, rates[1:], strict=False)), rates
     assert rates[3] - rates[0] > 0.3
 
 
@@ -490,8 +488,8 @@ def _transition_counts(states) -> np.ndarray:
     final-round turns, turns per round) summed over samples."""
     c_to_w = n_correct = 0
     for state in states:
-        for before, after in zip(state.rounds, state.rounds[1:]):
-            for a, b in zip(before.turns, after.turns):
+        for before, after in zip(state.rounds, state.rounds[1:], strict=False):
+            for a, b in zip(before.turns, after.turns, strict=False):
                 if a.correct:
                     n_correct += 1
                     c_to_w += not b.correct

@@ -12,7 +12,6 @@ import pytest
 from r2mad_core.theory import model as th
 from r2mad_core.theory.model import MISCONCEPTION, NO_ANSWER, TRUE_CONCEPT, LatentConceptModel
 
-
 # ----------------------------------------------------------------------------- model ingredients
 
 

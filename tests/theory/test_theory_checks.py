@@ -6,10 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from r2mad_core.theory import model as th
 from r2mad_core.theory import checks
+from r2mad_core.theory import model as th
 from r2mad_core.theory.model import LatentConceptModel
-
 
 # ----------------------------------------------------------------------------- Proposition 4.1
 

@@ -10,7 +10,6 @@ from r2mad_core.theory import model as th
 from r2mad_core.theory import simulation
 from r2mad_core.theory.model import LatentConceptModel
 
-
 # ----------------------------------------------------------------------------- Monte Carlo debate
 
 

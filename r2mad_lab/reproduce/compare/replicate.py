@@ -29,7 +29,6 @@ from r2mad_lab.reproduce.compare.tables import COMPARISON_SUFFIX, cell_outcomes,
 from r2mad_lab.reproduce.points import Point
 
 
-
 def _cells(replicates: Sequence[Point], table: str) -> pd.DataFrame | None:
     """One row per cell, one ``seed=<s>`` column per replicate, plus the first seed's CI; None when a replicate has
     not written the table (or it has no CIs)."""
@@ -189,7 +188,7 @@ def replicate_comparison(profile_runs: Sequence[Point], variant_runs: Sequence[P
         frame["p_holm"] = inference.holm_over(frame["p"].tolist())
         tested = int(frame["p_holm"].notna().sum())
         frame["verdict"] = [inference.verdict(p, n, f"the {tested} cells of this table") if e else "not tested"
-                            for e, p, n in zip(pooled, frame["p_holm"], frame["n"])]
+                            for e, p, n in zip(pooled, frame["p_holm"], frame["n"], strict=False)]
         quantity = quantity_of(table, profile_runs[0].figures_dir)
         moved = frame[(frame["seeds up"] == len(seeds)) | (frame["seeds down"] == len(seeds))]
         sentence = (f"{quantity} ({table}), variant {variant_name} against profile {profile} over {len(seeds)} seeds: "

@@ -28,6 +28,7 @@ from r2mad_lab.report.tables import Table
 from r2mad_lab.reproduce.compare.tables import cell_outcomes, point_tables, quantity_of, tidy
 from r2mad_lab.reproduce.points import Point, Variant, profile_dir_of, same_value, show_value
 
+
 def _paired(a: dict[str, dict[str, bool]], b: dict[str, dict[str, bool]]) -> tuple[list[bool], list[bool], list[str]]:
     """The two runs' outcomes on the questions both answered, with their strata."""
     xs, ys, strata = [], [], []
@@ -73,7 +74,7 @@ def sweep_tests(points: Sequence[Point], reference: Point, table: str, keys: Seq
             trends[(cell, axis)] = inference.trend_test(matrix, [float(p.setting[axis]) for p in points],
                                                         [s for s, _ in common], others, seed=seed)
         start = len(rows)
-        for point, cells in zip(points, point_cells):
+        for point, cells in zip(points, point_cells, strict=False):
             if point.figures_dir.resolve() == reference.figures_dir.resolve():
                 continue
             xs, ys, strata = _paired(cells[cell], mine)
@@ -84,7 +85,7 @@ def sweep_tests(points: Sequence[Point], reference: Point, table: str, keys: Seq
                          "ci_low": estimate.ci_low, "ci_high": estimate.ci_high, "n": estimate.n,
                          "test": estimate.test, "p": estimate.p_value, "p_holm": math.nan, "verdict": ""})
         family = rows[start:]
-        for row, adjusted in zip(family, inference.holm_over([r["p"] for r in family])):
+        for row, adjusted in zip(family, inference.holm_over([r["p"] for r in family]), strict=False):
             row["p_holm"] = adjusted
             row["verdict"] = inference.verdict(adjusted, row["n"], f"the {len(family)} points of this cell")
     if not rows:
@@ -98,7 +99,7 @@ def sweep_tests(points: Sequence[Point], reference: Point, table: str, keys: Seq
         + inference.count_phrase(frame["p_holm"].tolist(), frame["n"].tolist(), f"each cell's {others} points") + ".")
     for axis in axes:
         mine = {cell: t for (cell, a), t in trends.items() if a == axis}
-        adjusted = dict(zip(mine, inference.holm_over([t.p_value for t in mine.values()])))
+        adjusted = dict(zip(mine, inference.holm_over([t.p_value for t in mine.values()]), strict=False))
         slope, p_trend, p_holm = {}, {}, {}
         for cell, trend in mine.items():
             slope[label(cell)], p_trend[label(cell)], p_holm[label(cell)] = trend.slope, trend.p_value, adjusted[cell]
@@ -180,7 +181,7 @@ class SweepLayout:
         row_columns, panel_column = label_columns[:-1], label_columns[-1]
         frame["_row"] = frame[row_columns].astype(str).agg(" / ".join, axis=1) if row_columns else quantity
         frame["_series"] = [self.series_of[i] for i in frame["_position"]]
-        frame["_line"] = [f"{r} ({s})" if s else r for r, s in zip(frame["_row"], frame["_series"])]
+        frame["_line"] = [f"{r} ({s})" if s else r for r, s in zip(frame["_row"], frame["_series"], strict=False)]
         return panel_column
 
 
@@ -197,7 +198,7 @@ def draw_sweep(frame: pd.DataFrame, layout: SweepLayout, panel_column: str, tabl
     fig, axes = plt.subplots(height, width, figsize=(4.2 * width, 3.4 * height), squeeze=False, sharey=True,
                              sharex=True)
     span = (max(layout.point_x) - min(layout.point_x)) or 1.0
-    for ax, panel in zip(axes.flat, panels):
+    for ax, panel in zip(axes.flat, panels, strict=False):
         part = frame[frame[panel_column] == panel]
         step = span * 0.012  # lines side by side, so their CIs stay readable
         for offset, line_name in enumerate(lines):
@@ -243,7 +244,7 @@ def _mark_profile(ax: Any, layout: SweepLayout) -> None:
 def sweep_values(frame: pd.DataFrame, layout: SweepLayout, panel_column: str
                  ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """The figure's numbers as a table: rows = (row, panel), columns = the points; the values and their CIs."""
-    keys_ = list(dict.fromkeys(zip(frame["_row"], frame[panel_column])))
+    keys_ = list(dict.fromkeys(zip(frame["_row"], frame[panel_column], strict=False)))
     index = pd.MultiIndex.from_tuples(keys_, names=["row", panel_column])
     columns = pd.Index(layout.labels, name="setting")
     values = pd.DataFrame(np.nan, index=index, columns=columns)

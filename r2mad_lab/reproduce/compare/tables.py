@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from r2mad_lab.experiments.cell import load_run
 from r2mad_core.records import TranscriptError
+from r2mad_lab.experiments.cell import load_run
 from r2mad_lab.report.artifacts import read_manifest
 
 COMPARISON_SUFFIX = "_vs_profile"

@@ -20,8 +20,8 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from r2mad_lab.experiments.protocol import BY_NAME
-from r2mad_lab.report import inference, multiplicity
 from r2mad_lab.experiments.run_reader import finished_records
+from r2mad_lab.report import inference, multiplicity
 from r2mad_lab.report.artifacts import jsonable, read_manifest, update_manifest
 from r2mad_lab.report.tables import Table
 from r2mad_lab.reproduce.compare.tables import COMPARISON_SUFFIX, compare_files
@@ -82,7 +82,7 @@ def _pairs(outcomes: Sequence[Any], baseline: Any) -> tuple[dict[tuple, bool], d
         for r in records:
             theirs[(outcome.model.label, outcome.benchmark, r.sample_id)] = bool(r.correct)
         accuracies.append(sum(bool(r.correct) for r in records) / len(records))
-        sharing = [a + b for a, b in zip(sharing, round0_sharing(outcome.records, records))]
+        sharing = [a + b for a, b in zip(sharing, round0_sharing(outcome.records, records), strict=False)]
     return mine, theirs, accuracies, same, (sharing[0], sharing[1], sharing[2])
 
 
@@ -101,7 +101,7 @@ def compare_table(table: Any, variant: Variant, baseline: Any, *, bootstrap_resa
             outcomes = cells.get((row, column))
             if not outcomes:
                 continue
-            labels = dict(zip(row_names, row if isinstance(row, tuple) else (row,)))
+            labels = dict(zip(row_names, row if isinstance(row, tuple) else (row,), strict=False))
             value = table.values.at[row, column]
             entry = {**labels, column_name: column, "variant": float(value), "profile": math.nan,
                      "difference": math.nan, "ci_low": math.nan, "ci_high": math.nan, "p_mcnemar": math.nan,

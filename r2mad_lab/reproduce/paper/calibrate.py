@@ -31,10 +31,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 from r2mad_core.data.benchmarks import load as load_benchmark
 from r2mad_core.debate import prompts
+from r2mad_core.files import atomic_write
 from r2mad_lab.engines import Request, SamplingParams, make_engine
 from r2mad_lab.experiments.model_specs import ModelSpec
 from r2mad_lab.experiments.profiles import Profile
-from r2mad_core.files import atomic_write
 
 FILE_NAME = "calibration.json"
 BATCH = 256

@@ -145,8 +145,8 @@ def served_run(args: argparse.Namespace, profile: Profile, only: Sequence[str] |
     (:func:`~r2mad_lab.reproduce.paper.estimate.gpu_only_fields`)."""
     import yaml
 
-    from r2mad_lab.experiments.profiles import load_profile
     from r2mad_core.files import atomic_write
+    from r2mad_lab.experiments.profiles import load_profile
 
     if profile.overrides:
         print("reproduce: --gpus N runs the profile as written; for --set/--protocol, serve the models yourself "

@@ -38,9 +38,9 @@ from typing import Any, Callable, Mapping, Sequence
 import yaml
 
 from r2mad_core.data.benchmarks import load as load_benchmark
+from r2mad_core.files import atomic_write
 from r2mad_lab.engines import rehearsal as stand_in
 from r2mad_lab.experiments.profiles import Profile, load_profile
-from r2mad_core.files import atomic_write
 from r2mad_lab.report.artifacts import MANIFEST_NAME, missing_artifacts, read_manifest
 
 SUFFIX = "-rehearsal"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from r2mad_lab.engines import Request, SamplingParams, make_engine
 from r2mad_core.engine import Completion
+from r2mad_lab.engines import Request, SamplingParams, make_engine
 from r2mad_lab.engines.rehearsal import LOG_ENVIRONMENT, RehearsalEngine, reply_lengths
 from r2mad_lab.experiments.profiles import load_profile
 from r2mad_lab.reproduce.paper import calibrate, estimate, preflight, rehearsal, throughput
