@@ -67,7 +67,12 @@ $(VENV)/.installed: pyproject.toml
 # (measured on 2 cores, 6 alternating runs: 3 workers 54.9 s mean, 2 workers 58.8 s; docs/performance.md).
 # `make test-slow` stays in one process: its notebook fixtures run every notebook once per session, not per worker.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 8 ? n + 1 : 8 )))
-test: setup
+# `make lint` (first in `make test`): ruff over the packages, tests, benchmarks, docs' scripts and notebooks
+# (pyproject.toml's [tool.ruff]: pycodestyle errors, pyflakes, import order, bugbear; lines of at most 120).
+lint: setup
+	$(PY) -m ruff check --no-cache .
+
+test: setup lint
 	$(PY) -m pytest -q -m "not slow" $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 test-slow: setup

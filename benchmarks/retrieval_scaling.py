@@ -94,10 +94,12 @@ def bench_numpy(sizes, dims, queries, repeats):
                 consensus = np.full(q, 2 / 3)
                 config = RetrievalConfig(k=3)
 
-                def retrieval_only():
+                def retrieval_only(query=query, bank=bank, rewards=rewards, consensus=consensus, config=config):
                     return retrieve(query, bank, rewards, consensus, config)
 
-                def retrieval_and_confidence():
+                def retrieval_and_confidence(query=query, bank=bank, rewards=rewards, consensus=consensus,
+                                             config=config, response_rows=response_rows, current=current,
+                                             responses=responses, labels=labels, q=q):
                     result = retrieve(query, bank, rewards, consensus, config)
                     evidence = np.where(result.indices >= 0, result.indices % response_rows, -1)
                     return peer_confidence(current, evidence, responses, labels, np.zeros(q, dtype=np.int64))
@@ -136,10 +138,10 @@ def bench_faiss(sizes, dims, repeats, hnsw_max_cells: float, threads: int):
             query = bank[picks] + 0.5 * unit_rows(32, dim, seed=6)
             query /= np.linalg.norm(query, axis=1, keepdims=True)
             exact, _ = top_candidates(query @ bank.T, 9)
-            t_numpy = timed(lambda: top_candidates(query[:1] @ bank.T, 9), repeats)[0]
+            t_numpy = timed(lambda query=query, bank=bank: top_candidates(query[:1] @ bank.T, 9), repeats)[0]
             flat = faiss.IndexFlatIP(dim)
             flat.add(bank)
-            t_flat = timed(lambda: flat.search(query[:1], 9), repeats)[0]
+            t_flat = timed(lambda flat=flat, query=query: flat.search(query[:1], 9), repeats)[0]
             t_hnsw = build = recall = float("nan")
             hnsw = None
             if n * dim <= hnsw_max_cells:
@@ -149,7 +151,7 @@ def bench_faiss(sizes, dims, repeats, hnsw_max_cells: float, threads: int):
                 hnsw.add(bank)
                 build = time.perf_counter() - start
                 hnsw.hnsw.efSearch = 64
-                t_hnsw = timed(lambda: hnsw.search(query[:1], 9), repeats)[0]
+                t_hnsw = timed(lambda hnsw=hnsw, query=query: hnsw.search(query[:1], 9), repeats)[0]
                 _, found = hnsw.search(query, 9)
                 recall = float(np.mean([len(set(a) & set(b)) / 9 for a, b in zip(exact.tolist(), found.tolist(), strict=False)]))
             row = {"n_cases": n, "dim": dim, "numpy_top9_ms": 1e3 * t_numpy, "faiss_flat_ms": 1e3 * t_flat,

@@ -130,3 +130,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """The tests collected (every module imported), what is alive leaves the garbage collector's walks
     (r2mad_lab/reproduce/gc_settings.py; the thresholds were set when this file was imported)."""
     gc_settings.freeze()
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    """Debian's Chromium, for the reader's-eye tests (tests/test_reader_browser.py, tests/test_book_browser.py)."""
+    import shutil
+
+    from test_reader_browser import need
+
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    need(path is not None, "Debian's chromium is not installed (apt-get install -y chromium; .ci/run does it)")
+    return path

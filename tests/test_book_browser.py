@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_reader_browser import chromium, injected_check, need  # noqa: F401  (chromium is a fixture)
+from test_reader_browser import injected_check, need
 
 ROOT = Path(__file__).resolve().parent.parent
 

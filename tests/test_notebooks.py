@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import pytest
@@ -19,6 +20,9 @@ from r2mad_lab.report.artifacts import read_manifest
 from r2mad_lab.report.tables import NOT_RUN, read_table
 from r2mad_lab.reproduce import command as reproduce
 from r2mad_lab.reproduce.notebook_runner import KERNEL_START_TIMEOUT
+
+if TYPE_CHECKING:
+    import nbformat
 
 # nbformat and papermill are imported where used: with papermill's jupyter_client, nbclient and tornado they take
 # ~0.45 s of CPU to import, which every `make test` worker paid while collecting this module (each worker collects

@@ -36,13 +36,6 @@ def need(condition: bool, why: str) -> None:
         (pytest.fail if os.environ.get("CI") else pytest.skip)(why)
 
 
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    path = shutil.which("chromium") or shutil.which("chromium-browser")
-    need(path is not None, "Debian's chromium is not installed (apt-get install -y chromium; .ci/run does it)")
-    return path
-
-
 def open_page(chromium: str, page: Path, tmp_path: Path, *, screenshot: Path | None = None,
               budget_ms: int = 5000, width: int | None = None) -> tuple[str, list[str]]:
     """(the DOM after scripts ran, the console messages) of ``page``; with ``screenshot``, also a PNG of it (1280 px

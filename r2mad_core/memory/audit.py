@@ -133,7 +133,7 @@ def audit_bank_set(
 
         for case in bank.cases:
             labels_ok = True
-            for j, (response, answer, zeta) in enumerate(zip(case.responses, case.answers, case.correct, strict=False)):
+            for response, answer, zeta in zip(case.responses, case.answers, case.correct, strict=False):
                 extracted = answers.extract_answer(response, benchmark, num_options=case.num_options)
                 if (extracted is None) != (answer is None) or (
                     extracted is not None and answer is not None

@@ -38,10 +38,13 @@ import random
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from r2mad_lab.engines.endpoints import EndpointPool, without_userinfo
 from r2mad_lab.engines.openai_compat import RetryPolicy
+
+if TYPE_CHECKING:  # httpx is imported only where a request is forwarded
+    import httpx
 
 #: Characters per token of the estimate (English text and code average about 4 in BPE tokenizers).
 CHARS_PER_TOKEN = 4

@@ -216,7 +216,7 @@ def parse_tqdm(text: str) -> tuple[str, int, int, str] | None:
     """The last tqdm bar drawn in ``text`` (a stream's output, ``\\r``-separated redraws) as
     ``(description, done, total, postfix)``, or None when it holds no bar."""
     found = None
-    for found in _TQDM.finditer(text):
+    for found in _TQDM.finditer(text):  # noqa: B007  (the loop keeps the last match)
         pass
     if found is None:
         return None

@@ -55,7 +55,7 @@ def test_a_log_gets_a_line_per_finished_run_at_most_one_per_min_gap() -> None:
         lines.append(board.tick())
     assert all(lines) and lines[-1].startswith("  progress: 04_ablations 18/18 runs")
     clock.now += 1.0
-    for run in range(3):  # a burst within a second is one line, once the gap has passed
+    for _ in range(3):  # a burst within a second is one line, once the gap has passed
         board.update("04_ablations", done=18)  # nothing new finished
     assert board.tick() is None
     board.update("04_ablations", total=20)

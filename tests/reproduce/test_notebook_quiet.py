@@ -13,6 +13,6 @@ def test_the_iprogress_warning_is_not_shown() -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         quiet_logging()
-        warnings.warn("IProgress not found. Please update jupyter and ipywidgets.", TqdmWarning)
-        warnings.warn("another warning that matters", UserWarning)
+        warnings.warn("IProgress not found. Please update jupyter and ipywidgets.", TqdmWarning, stacklevel=1)
+        warnings.warn("another warning that matters", UserWarning, stacklevel=1)
     assert [str(w.message) for w in caught] == ["another warning that matters"]

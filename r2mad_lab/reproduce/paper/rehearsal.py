@@ -203,7 +203,7 @@ def label_manifest(figures_dir: Path, of_profile: str, summary: Mapping[str, Any
     (a table's Markdown file too); return the entries still without the label (read back from the file written)."""
     manifest = read_manifest(figures_dir)
     note = NOTE.format(profile=of_profile)
-    for name, record in manifest["artifacts"].items():
+    for record in manifest["artifacts"].values():
         record["rehearsal"] = {"of_profile": of_profile, "engine": stand_in.ENGINE_NAME, "note": note}
         if "REHEARSAL" not in str(record.get("caption") or ""):
             record["caption"] = f"{note} {record.get('caption') or ''}".strip()

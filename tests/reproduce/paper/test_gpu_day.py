@@ -51,8 +51,8 @@ def test_the_api_profile_says_k_is_1(monkeypatch):
 
 
 def test_the_paper_profile_credits_full_experiences_to_the_authors_code():
-    line = next(l for l in (REPOSITORY / "r2mad_lab" / "profiles" / "paper.yaml").read_text().splitlines()
-                if l.startswith("max_experience_chars"))
+    line = next(line for line in (REPOSITORY / "r2mad_lab" / "profiles" / "paper.yaml").read_text().splitlines()
+                if line.startswith("max_experience_chars"))
     assert "the paper shows" not in line and "authors' code" in line
 
 
@@ -164,7 +164,7 @@ def test_the_estimate_names_its_rehearsal_and_prices_it(paper, tmp_path, capsys,
 def test_default_gpu_prices_are_assumptions_with_sources(paper):
     usage = {"Qwen3-8B": {"prompt_tokens": 0, "completion_tokens": 0}}
     lines = estimate.money_lines(paper, usage, {"A100-80GB": (10.0, 20.0)})
-    [line] = [l for l in lines if "A100-80GB" in l]
+    [line] = [line for line in lines if "A100-80GB" in line]
     assert "GPUs $14.90-$49.80 at $1.49-2.49/GPU-hour" in line and "assumed" in line and "https://" in line
 
 
@@ -250,7 +250,7 @@ def test_calibrate_with_dummy_weights_is_labelled_and_the_estimate_says_so(paper
     assert stored["dummy_weights"] is True
     usage = estimate.estimate_from_log([_row("Qwen3-8B", "Qwen/Qwen3-8B", "math500", "test", 1000, 500)],
                                        {("math500", "test"): 67.0})
-    [line] = [l for l in estimate.estimate_lines(paper, usage, calibration=calibrate.read(target)) if "measured" in l]
+    [line] = [line for line in estimate.estimate_lines(paper, usage, calibration=calibrate.read(target)) if "measured" in line]
     assert "with dummy weights" in line
 
 
