@@ -27,7 +27,7 @@ EXTRAS ?= $(or $(REMEMBERED_EXTRAS),$(DEFAULT_EXTRAS))
 # The benchmark files ship inside the package (r2mad_core/data/packaged); set R2MAD_DATA_DIR to use
 # a folder of your own instead (an empty folder is filled from the Hugging Face Hub: EXTRAS=...,hub).
 
-.PHONY: setup test test-slow reproduce publish export lab bench docs clean clean-runs test-engines
+.PHONY: setup lint test test-slow reproduce publish export lab bench docs clean clean-runs test-engines
 
 setup: $(VENV)/.installed
 
