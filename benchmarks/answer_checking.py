@@ -10,10 +10,11 @@ match), each cold (empty memo) and warm (memoised), in the main thread and in a 
 Writes ``benchmarks/results/answer_checking.csv``.
 
 The deadline's own cost (issue 58), with the load average printed beside: each symbolic parse and comparison goes to
-the worker process and back (r2mad_core.data.deadline). ``--deadline-only`` measures only that (``benchmarks/results/answer_checking_deadline.csv``); ``--thread-deadline FILE`` measures the same calls through
-another ``with_deadline`` as well, e.g. the verifier thread before issue 58
-(``git show dc0c295:r2mad_core/data/deadline.py > /tmp/thread_deadline.py``): per call, the caller's wall and CPU
-time and the worker process's CPU time (from /proc; 0 for a thread, which the caller's CPU time includes).
+the worker process and back (r2mad_core.data.deadline). ``--deadline-only`` measures only that
+(``benchmarks/results/answer_checking_deadline.csv``); ``--thread-deadline FILE`` measures the same calls through
+another ``with_deadline`` as well, e.g. the verifier thread before issue 58 (``git show
+dc0c295:r2mad_core/data/deadline.py > /tmp/thread_deadline.py``): per call, the caller's wall and CPU time and the
+worker process's CPU time (from /proc; 0 for a thread, which the caller's CPU time includes).
 """
 
 from __future__ import annotations

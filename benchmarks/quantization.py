@@ -9,7 +9,8 @@ are not: both are printed, with the load average. Configurations alternate (A B 
 falls on all of them.
 
 Usage:
-    .venv/bin/python benchmarks/quantization.py [--configs Q4_1:2 Q4_1:1 Q8_0:1] [--requests 16] [--repetitions 2] [--experiences 2]
+    .venv/bin/python benchmarks/quantization.py [--configs Q4_1:2 Q4_1:1 Q8_0:1] [--requests 16] [--repetitions 2]
+        [--experiences 2]
 
 Writes ``benchmarks/results/quantization.csv`` (``--output NAME``: another name there).
 """

@@ -1,7 +1,8 @@
 """Run every performance benchmark with modest sizes and print a summary against the performance targets.
 
 Usage (``make bench`` runs the first form):
-    .venv/bin/python benchmarks/run_all.py [--quick] [--skip-local] [--strict] [--skip-cpu] [--only-timings | --skip-timings]
+    .venv/bin/python benchmarks/run_all.py [--quick] [--skip-local] [--strict] [--skip-cpu] [--only-timings |
+        --skip-timings]
 
 Steps, each a subprocess (its own output is streamed). Their CSVs go to ``benchmarks/results/run_all/``: the
 files of the same name directly under ``benchmarks/results/`` hold each script's own full-size run (run the
@@ -25,9 +26,9 @@ script by itself to refresh those) and are left as they were.
 
 6. The four timings of issues 24 and 35 ("twice as fast where nothing needs to be slow"), each a subprocess timed
    by wall clock: ``make reproduce`` of the default profile (sim) from nothing into a scratch folder (issue 35's
-   target < 60 s; issue 24's was 2 min), the same command again (< 20 s; was 40 s): nothing changed, so every notebook is up to date and none runs
-   (r2mad_lab/reproduce/up_to_date.py), and again with ``--force``, every notebook executed and every run replayed
-   (timed against the same target), ``make
+   target < 60 s; issue 24's was 2 min), the same command again (< 20 s; was 40 s): nothing changed, so every notebook
+   is up to date and none runs (r2mad_lab/reproduce/up_to_date.py), and again with ``--force``, every notebook executed
+   and every run replayed (timed against the same target), ``make
    test``'s pytest command (``-m "not slow"`` on ``TEST_WORKERS`` workers, the Makefile's: one more than the cores, at
    most 8; the time pytest reports, < 50 s; was
    2 min) and ``make reproduce PROFILE=cpu`` from nothing (< 15 min; was 20; the real local model: ``--skip-cpu``
@@ -35,11 +36,11 @@ script by itself to refresh those) and are left as they were.
    these; ``--skip-timings`` leaves them out.
 
 The summary checks the targets of the performance issue (and issue 17's: ``questions`` >= 1.5x the throughput of
-``rounds`` for MAD and R2-MAD in the simulation; on llama.cpp a gain, no regression): R2-MAD/MAD wall ratio <= 1.25; non-generation share
-<= 5%; retrieval + confidence < 1 ms per agent-round and question at 10^4 cases (batched figure; since issue 17
-the debate loop calls the hook one question at a time under both schedules, so that retrieval's floating point
-does not depend on the batch: the single-question figure, printed too, is the one the loop pays). A missed target is
-reported (``MISSED``); the exit status is non-zero only when a step fails, or with ``--strict`` also when a
+``rounds`` for MAD and R2-MAD in the simulation; on llama.cpp a gain, no regression): R2-MAD/MAD wall ratio <= 1.25;
+non-generation share <= 5%; retrieval + confidence < 1 ms per agent-round and question at 10^4 cases (batched figure;
+since issue 17 the debate loop calls the hook one question at a time under both schedules, so that retrieval's floating
+point does not depend on the batch: the single-question figure, printed too, is the one the loop pays). A missed target
+is reported (``MISSED``); the exit status is non-zero only when a step fails, or with ``--strict`` also when a
 target is missed (timings on a shared machine are noisy: the load average is printed).
 """
 

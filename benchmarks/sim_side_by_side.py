@@ -1,6 +1,7 @@
-"""``make reproduce`` (profile sim) from nothing, two commits side by side: CPU seconds with every kernel, and the bytes.
+"""``make reproduce`` (profile sim) from nothing, two commits side by side: CPU seconds with every kernel, and the
+bytes.
 
-    .venv/bin/python benchmarks/sim_side_by_side.py                       # main against HEAD, 2 pairs, one after another
+    .venv/bin/python benchmarks/sim_side_by_side.py  # main against HEAD, 2 pairs, one after another
     .venv/bin/python benchmarks/sim_side_by_side.py --before main --after HEAD --pairs 2 --together
 
 Each run gets a fresh clone of the repository at its commit (``git clone``: no ``runs/``, no ``cache/``) under

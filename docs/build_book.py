@@ -263,7 +263,8 @@ def source_page(module: str) -> str:
     return "\n".join(lines)
 
 
-#: A list item's marker line: its indentation, its marker (``-``, ``*``, ``+``, ``12.``, ``3)``) and the spaces after it.
+#: A list item's marker line: its indentation, its marker (``-``, ``*``, ``+``, ``12.``, ``3)``) and the spaces after
+#: it.
 LIST_MARKER = re.compile(r"^( *)([-*+]|\d{1,9}[.)])( *)")
 #: A continuation line of an item that Python-Markdown would read as a new item: its marker, escaped by the book.
 CONTINUED_MARKER = re.compile(r"^(\d{1,9}|)([.)]|[-*+])(?= )")

@@ -6,9 +6,9 @@ Usage:
 The imports are read the way tests/test_architecture.py reads them (every ``import`` of every module, those inside
 functions included; the test's own functions are used), then grouped by unit (``debate.loop`` -> ``debate``). One
 row per layer, bottom layer at the bottom; a box per unit, its width growing with its lines of code; an arrow
-(drawn under the boxes it passes) from a unit to each unit it imports, labelled with the number of module-to-module imports. An arrow that runs up or
-sideways between two layers would be drawn red: the test fails on it, so a correct tree has none. Nothing is run but
-this reading of the source.
+(drawn under the boxes it passes) from a unit to each unit it imports, labelled with the number of module-to-module
+imports. An arrow that runs up or sideways between two layers would be drawn red: the test fails on it, so a correct
+tree has none. Nothing is run but this reading of the source.
 """
 
 from __future__ import annotations

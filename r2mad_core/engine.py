@@ -161,7 +161,8 @@ def _key_messages_digest(head: bytes, messages: Sequence[Message]) -> "hashlib._
     return state
 
 
-#: Digest states of conversations hashed for keys (:func:`_key_messages_digest`), by (head, messages), at most this many.
+#: Digest states of conversations hashed for keys (:func:`_key_messages_digest`), by (head, messages), at most this
+#: many.
 _PREFIX_STATES_KEPT = 2048
 _prefix_states: dict[tuple[bytes, tuple[tuple[str, str], ...]], "hashlib._Hash"] = {}
 _prefix_lock = threading.Lock()
@@ -248,7 +249,8 @@ class Completion:
     ``context_overflow`` (the prompt alone did not fit the model's context: nothing was generated),
     ``context_capped`` (prompt + output reached the context before ``max_tokens``) or ``max_tokens``.
     ``unclosed_thinking``: the output stopped inside a ``<think>`` block (its visible text is what came
-    before the tag). Each is counted apart in every run's metrics (:func:`r2mad_lab.experiments.metrics.completion_health`).
+    before the tag). Each is counted apart in every run's metrics
+    (:func:`r2mad_lab.experiments.metrics.completion_health`).
     """
 
     text: str
@@ -286,7 +288,8 @@ def classify_cut(
 
     ``length`` with no token generated: the prompt did not fit (``context_overflow``); ``length`` with
     prompt + output at the model's ``context`` (when known; when not, with fewer tokens than ``max_tokens``:
-    only the context can stop it there), ``context_capped``; any other ``length``, ``max_tokens``. ``None`` for any other finish reason."""
+    only the context can stop it there), ``context_capped``; any other ``length``, ``max_tokens``. ``None`` for any
+    other finish reason."""
     if finish_reason != "length":
         return None
     if completion_tokens == 0:

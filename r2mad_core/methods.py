@@ -152,8 +152,8 @@ class Method:
     # memory.bank_digest). A run's config.json records them, so resuming a run after its memory bank was
     # rebuilt is a RunConfigMismatch instead of a transcript that mixes two banks.
     inputs: Mapping[str, str] = field(default_factory=dict)
-    # Options this configuration does not read (R2-MAD's Eq. 6 tradeoff under a policy that does not use it): not recorded in
-    # config.json, so changing one leaves the run the very same run (:func:`get_method`).
+    # Options this configuration does not read (R2-MAD's Eq. 6 tradeoff under a policy that does not use it): not
+    # recorded in config.json, so changing one leaves the run the very same run (:func:`get_method`).
     unread_options: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
@@ -220,8 +220,8 @@ def debate_keywords(*names: str) -> Callable[[Callable[..., Method]], "MethodBui
 
 def memory_keywords(*names: str) -> Callable[[Callable[..., Method]], "MethodBuilder"]:
     """The twin of :func:`debate_keywords` for what R2-MAD adds (:class:`~r2mad_core.memory.settings.MemorySettings`
-    fields: K, Eq. 6's tradeoff, the thresholds, ...): the builder declares ``memory_settings: MemorySettings`` where the
-    keywords go and receives one checked object (bounds checked by the declaration, once). A setting the builder
+    fields: K, Eq. 6's tradeoff, the thresholds, ...): the builder declares ``memory_settings: MemorySettings`` where
+    the keywords go and receives one checked object (bounds checked by the declaration, once). A setting the builder
     names itself with the default ``...`` is placed there instead (``max_experience_chars: int | None = ...``:
     where ``config.json`` has always recorded it); a setting added to the declaration lands at ``memory_settings``."""
     return _setting_keywords(MemorySettings, MEMORY_DEFAULTS, "memory_settings", names)
@@ -384,11 +384,11 @@ def r2mad(
     confidence variants (see r2mad_core.memory.confidence); ``embedder`` None = the bank's own;
     ``experience_reference`` what of y (Eq. 4) each experience shows (``answer``: ours, default; ``solution``:
     the authors' code, MATH500's full reference solution; ``none``: y hidden, an ablation);
-    ``round0`` see the module docstring; ``poison_fraction`` flips the labels of that share of the cases (poisoned-memory experiment).
-    ``similarity_match``: what the Similarity-based policy compares (``question``: the paper's "task similarity
-    alone", the question against the cases' questions; ``state``: the authors' code, the debate state).
-    ``summaries``, ``summary_agents``, ``empty_peers``, ``unclosed_thinking``: see :mod:`r2mad_core.debate.loop`;
-    every protocol choice and its evidence: :mod:`r2mad_lab.experiments.protocol`.
+    ``round0`` see the module docstring; ``poison_fraction`` flips the labels of that share of the cases
+    (poisoned-memory experiment). ``similarity_match``: what the Similarity-based policy compares (``question``: the
+    paper's "task similarity alone", the question against the cases' questions; ``state``: the authors' code, the debate
+    state). ``summaries``, ``summary_agents``, ``empty_peers``, ``unclosed_thinking``: see
+    :mod:`r2mad_core.debate.loop`; every protocol choice and its evidence: :mod:`r2mad_lab.experiments.protocol`.
     """
     name = "r2mad"
     memory = _memory_option(name, memory)

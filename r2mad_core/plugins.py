@@ -5,9 +5,9 @@ See docs/design.md, "Extension points".
 Each extension point has one registry (:data:`r2mad_core.data.benchmarks.BENCHMARK_SPECS`,
 :data:`r2mad_core.memory.retrieval.POLICIES`, :data:`r2mad_core.methods.METHOD_SPECS`,
 :data:`r2mad_lab.engines.ENGINES`); an extension is a module whose import registers its entries (a registration
-that lacks something fails there, with one line naming it). The command line, ``python -m r2mad_lab.reproduce`` and every notebook (through
-their shared setup) call :func:`load_plugins` before they read a registry, so a registered entry shows up in the
-CLI's choices, the profiles and the tables.
+that lacks something fails there, with one line naming it). The command line, ``python -m r2mad_lab.reproduce`` and
+every notebook (through their shared setup) call :func:`load_plugins` before they read a registry, so a registered entry
+shows up in the CLI's choices, the profiles and the tables.
 
 Where the modules come from:
 

@@ -47,10 +47,11 @@ Pathological expressions cannot hang a run. (1) A screen (:func:`safe_for_symbol
 than :data:`MAX_ANSWER_CHARS`, power towers, exponents or factorials of four digits or more and deep nesting
 are compared by normal form only (sums, products, integrals and limits are compared symbolically, under the
 deadline). (2) Every math-verify parse and comparison has a deadline of
-:data:`SYMBOLIC_TIMEOUT_SECONDS` of CPU time (so a verdict does not depend on the machine's load, issue 52). math-verify's own timeouts use ``signal.alarm`` and raise ValueError
-outside the main thread, so they are switched off (``parsing_timeout=None``, ``timeout_seconds=None``)
-and replaced by a deadline that works in any thread (:func:`r2mad_core.data.deadline.with_deadline`: a worker process
-that the kernel ends at the deadline, issue 58, which keeps the parsed expressions); out of time is "not equivalent".
+:data:`SYMBOLIC_TIMEOUT_SECONDS` of CPU time (so a verdict does not depend on the machine's load, issue 52).
+math-verify's own timeouts use ``signal.alarm`` and raise ValueError outside the main thread, so they are switched off
+(``parsing_timeout=None``, ``timeout_seconds=None``) and replaced by a deadline that works in any thread
+(:func:`r2mad_core.data.deadline.with_deadline`: a worker process that the kernel ends at the deadline, issue 58, which
+keeps the parsed expressions); out of time is "not equivalent".
 """
 
 from __future__ import annotations
@@ -613,7 +614,8 @@ def _parse(cleaned: str) -> bool:
 
 
 class _TimedOut(tuple):
-    """The outcome of a parse that ran out of time (falsy like a failed parse, but told apart: never memoised on disk)."""
+    """The outcome of a parse that ran out of time (falsy like a failed parse, but told apart: never memoised on
+    disk)."""
 
 
 _TIMED_OUT = _TimedOut()

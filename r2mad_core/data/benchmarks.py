@@ -409,7 +409,8 @@ def _permuted(name: str, samples: list[Sample]) -> list[Sample]:
 
 
 def _split(name: str, permuted: list[Sample], split: str) -> list[Sample]:
-    """The paper's rule: the benchmark's own test rule (MATH500: Level 5), else the first floor(n/4) of the permutation."""
+    """The paper's rule: the benchmark's own test rule (MATH500: Level 5), else the first floor(n/4) of the
+    permutation."""
     if split == "all":
         return permuted
     rule = BENCHMARK_SPECS[name].is_test

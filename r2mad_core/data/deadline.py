@@ -11,9 +11,10 @@ Two processes per process that needs them, started lazily (a forked child starts
 checked on every call, and :func:`os.register_at_fork` forgets the parent's):
 
 - the *zygote*: ``python -c`` with the caller's ``sys.path``; it imports :data:`PRELOAD` (math-verify, sympy: 2.5 CPU
-  s, once; a preloaded module's ``warm_worker()`` runs there too), then only forks executors and reaps them, on request over a socket. It is single-threaded, so a fork of it
-  is safe, and takes milliseconds: an overrun costs no new import. A dead executor stays a zombie until the caller
-  asks the zygote to reap it, so its pid is never reused under the caller's feet.
+  s, once; a preloaded module's ``warm_worker()`` runs there too), then only forks executors and reaps them, on request
+  over a socket. It is single-threaded, so a fork of it is safe, and takes milliseconds: an overrun costs no new import.
+  A dead executor stays a zombie until the caller asks the zygote to reap it, so its pid is never reused under the
+  caller's feet.
 - the *executor*: a fork of the zygote fed by a socket (:class:`multiprocessing.connection.Connection`), one job at
   a time. Before a job it arms ``ITIMER_PROF`` for the budget: the timer counts the process's own CPU time (user and
   system), and at its expiry the kernel sends ``SIGPROF``, whose default action ends the process. No Python code of
@@ -150,7 +151,8 @@ def _picklable(error: BaseException) -> BaseException:
 
 
 def _executor_main(fd: int) -> None:
-    """An executor's loop: run each job under ``ITIMER_PROF``; end at the end of the socket (os._exit: never returns)."""
+    """An executor's loop: run each job under ``ITIMER_PROF``; end at the end of the socket (os._exit: never
+    returns)."""
     global _job_seconds
     connection = Connection(fd)
     while True:

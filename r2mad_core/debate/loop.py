@@ -55,10 +55,10 @@ Extension points
 built, the loop calls ``hook.prepare_round(t, states)`` with the :class:`DebateState` of every
 active sample, for every round t >= 0 (a hook that only acts on debate rounds returns ``None`` at
 t = 0). The loop passes one state per call (a list of one), under both schedules, so that a hook's
-floating-point results never depend on which samples share a call (:func:`round_contexts`). Each state exposes everything the debate state s_i^(t) of Eq. 2 needs: the sample (x),
-each agent's previous response z_i^(t-1) and answer, the previous summary h^(t-1), the previous
-consensus ratio Cons(Z^(t-1)), and all earlier rounds (``state.rounds``). The hook returns, per
-state, per agent, an :class:`AgentRoundContext`: the experiences E_i^(t) to show
+floating-point results never depend on which samples share a call (:func:`round_contexts`). Each state exposes
+everything the debate state s_i^(t) of Eq. 2 needs: the sample (x), each agent's previous response z_i^(t-1) and answer,
+the previous summary h^(t-1), the previous consensus ratio Cons(Z^(t-1)), and all earlier rounds (``state.rounds``). The
+hook returns, per state, per agent, an :class:`AgentRoundContext`: the experiences E_i^(t) to show
 (``prompts.ExperienceView``), the confidence annotation agent i puts on each peer j
 (``"high"``/``"low"``/None, Eq. 7 thresholds) and a JSON-serialisable ``record`` stored in the
 transcript under ``retrieved`` for that agent and round. ``None`` (for a state or an agent) means

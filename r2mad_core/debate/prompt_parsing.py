@@ -1,4 +1,5 @@
-"""Prompts read back: the inverse of :mod:`r2mad_core.debate.prompts`' builders, and a prompt with an experience left out.
+"""Prompts read back: the inverse of :mod:`r2mad_core.debate.prompts`' builders, and a prompt with an experience left
+out.
 
 :func:`parse_prompt` recovers the structure of a user turn the builders wrote (the simulated engine reads every
 prompt through it): the kind of turn, the question, the peers' responses with their confidence annotations, the
@@ -43,13 +44,15 @@ class ParsedPrompt:
 
 
 # Blocks are read with str.find (issue 35: the lazy ``.*?`` of the patterns that read them stepped through each prompt a
-# character at a time, ~10x slower); each helper gives what its docstring's pattern gives (tests/debate/test_prompts.py checks).
+# character at a time, ~10x slower); each helper gives what its docstring's pattern gives (tests/debate/test_prompts.py
+# checks).
 _AUTHORS_AGENT = re.compile(r'<agent index="\d+">\n<response>\n(.*?)\n</response>\n<answer>\n', re.DOTALL)
 _INDEXED_OPENINGS = {name: re.compile(rf'<{name} index="\d+">\n') for name in ("experience", "other_solution", "agent_response")}
 
 
 def _between(text: str, opening: str, closing: str) -> tuple[str, int] | None:
-    """``(group, end)`` of ``re.search(re.escape(opening) + "(.*?)" + re.escape(closing), text, re.DOTALL)``, or None."""
+    """``(group, end)`` of ``re.search(re.escape(opening) + "(.*?)" + re.escape(closing), text, re.DOTALL)``, or
+    None."""
     start = text.find(opening)
     end = -1 if start < 0 else text.find(closing, start + len(opening))
     return None if end < 0 else (text[start + len(opening) : end], end + len(closing))

@@ -18,10 +18,10 @@ correctness (for the authors'-code confidence variant, see ``confidence.py``).
 
 **Outcome reward r_i** (``reward_definition``):
 
-- ``"final_vote"`` (default; ours -- the paper does not define r_i operationally): 1 when the debate's final answer (majority vote over the last round) is
-  correct. The paper calls r_i "the outcome reward" and says it "only requires a signal indicating whether a
-  concluded debate reached a good answer" (Section 4.2), i.e. a property of the concluded debate, not of one
-  agent's round.
+- ``"final_vote"`` (default; ours -- the paper does not define r_i operationally): 1 when the debate's final answer
+  (majority vote over the last round) is correct. The paper calls r_i "the outcome reward" and says it "only requires
+  a signal indicating whether a concluded debate reached a good answer" (Section 4.2), i.e. a property of the
+  concluded debate, not of one agent's round.
 - ``"agent_final"``: 1 when agent i's own last-round answer is correct (r indexed by i, still an outcome).
 - ``"round_correctness"`` (the authors' code): r = zeta_i^(t), agent i's correctness in that round. This is
   what the authors' code ranks by in MMR (``response_correct``).

@@ -179,8 +179,8 @@ _HASHING_COLUMNS_MAX = 1_000_000
 #: characters only) and lower-casing reads no character across it (a newline is neither cased nor case-ignorable, so
 #: a final sigma is decided inside its segment).
 SEGMENT_BREAK = "\n\n"
-#: segment -> columns entries one :class:`HashingEmbedder` keeps (it then starts afresh): ~1 KB each (notebook 04: 87,184
-#: segments, 86 MB; the rows of _HASHED_ROWS: 81,890, 134 MB).
+#: segment -> columns entries one :class:`HashingEmbedder` keeps (it then starts afresh): ~1 KB each (notebook 04:
+#: 87,184 segments, 86 MB; the rows of _HASHED_ROWS: 81,890, 134 MB).
 _HASHED_SEGMENTS_MAX = 100_000
 #: dimension -> {text: its unit row} (:meth:`HashingEmbedder.encode`), at most this many texts (then afresh).
 _HASHED_ROWS: dict[int, dict[str, np.ndarray]] = {}

@@ -327,10 +327,10 @@ def _registration_problem(spec: PolicySpec) -> str | None:
 
 
 def register_policy(spec: PolicySpec) -> PolicySpec:
-    """Add a retrieval policy; it then shows up in the CLI (``--retrieval-policy``), the profiles' ``retrieval_policies``
-    and the retrieval-ablation table (under ``spec.label``). A spec that lacks something is refused here, with one
-    line naming it. An MMR variant (Eq. 5) is ``PolicySpec(name, label, mmr_policy, tradeoff=...)``: its own
-    lambda_t per query, the same candidates and greedy selection as the paper's policy."""
+    """Add a retrieval policy; it then shows up in the CLI (``--retrieval-policy``), the profiles'
+    ``retrieval_policies`` and the retrieval-ablation table (under ``spec.label``). A spec that lacks something is
+    refused here, with one line naming it. An MMR variant (Eq. 5) is ``PolicySpec(name, label, mmr_policy,
+    tradeoff=...)``: its own lambda_t per query, the same candidates and greedy selection as the paper's policy."""
     problem = _registration_problem(spec)
     if problem is not None:
         raise ValueError(f"register_policy: retrieval policy {getattr(spec, 'name', spec)!r} {problem}")

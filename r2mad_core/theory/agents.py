@@ -1,8 +1,8 @@
 """Simulated agents that follow the latent-concept model (Eq. estornell, Eq. joint_gen).
 
 ``SimulatedEngine`` answers every prompt the methods send without a language model: it reads the
-prompt back with :func:`~r2mad_core.debate.prompt_parsing.parse_prompt`, finds the benchmark sample by its question text and draws
-the agent's answer from the debate posterior of :mod:`r2mad_core.theory.model`:
+prompt back with :func:`~r2mad_core.debate.prompt_parsing.parse_prompt`, finds the benchmark sample by its question text
+and draws the agent's answer from the debate posterior of :mod:`r2mad_core.theory.model`:
 
     P(z_i = a | x, Z, E_i, phi_i) = sum_theta P(a | theta) P_{w,E}(theta | Z, x, E_i, phi_i),
     P_{w,E}(theta | ...) ∝ P(theta | phi_i) P(E_i | theta) prod_j P(z_j | theta)^{w_{j,i}}.

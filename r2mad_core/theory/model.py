@@ -1,9 +1,9 @@
 """Latent-concept simulations of the paper's theory (Section 3-4, Appendix "Proofs").
 
 The model (the skew decomposition, eq:estornell of Section 3, and the decomposition with memory, eq:joint_gen of
-Section 4.1). A finite concept space Theta = {0, ..., K-1} holds the true concept theta* (index ``TRUE_CONCEPT = 0``) and a misconception theta' (index
-``MISCONCEPTION = 1``); the other concepts are distractors. Answer ``a`` is the answer concept ``a``
-produces, so answers and concepts share indices. Agent i holds a concept prior P(theta | phi_i); a
+Section 4.1). A finite concept space Theta = {0, ..., K-1} holds the true concept theta* (index ``TRUE_CONCEPT = 0``)
+and a misconception theta' (index ``MISCONCEPTION = 1``); the other concepts are distractors. Answer ``a`` is the answer
+concept ``a`` produces, so answers and concepts share indices. Agent i holds a concept prior P(theta | phi_i); a
 response z is drawn from the response likelihood
 
     P(z = a | theta = k) = exp(kappa * [a == k]) / (exp(kappa) + K - 1),
