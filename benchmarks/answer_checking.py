@@ -53,7 +53,8 @@ def _timed(label: str, calls: list[tuple[str, str]], in_thread: bool) -> dict[st
             seconds = pool.submit(run).result()
     else:
         seconds = run()
-    return {"case": label, "thread": "worker" if in_thread else "main", "calls": len(calls), "ms_per_call": 1000 * seconds / len(calls)}
+    return {"case": label, "thread": "worker" if in_thread else "main", "calls": len(calls),
+            "ms_per_call": 1000 * seconds / len(calls)}
 
 
 def _process_cpu_seconds(pid: int | None) -> float:

@@ -99,7 +99,8 @@ def main() -> None:
         seconds = run(n, args.requests, args.slots, args.tokens, args.token_ms / 1000)
         base = base or seconds * n  # the 1-endpoint time (first row)
         speedup = base / seconds
-        print(f"{n:9d}  {seconds:6.2f}  {speedup:8.2f}  {speedup / n:10.0%}  {'met' if speedup >= 0.8 * n else 'MISSED'}")
+        print(f"{n:9d}  {seconds:6.2f}  {speedup:8.2f}  {speedup / n:10.0%}  "
+              f"{'met' if speedup >= 0.8 * n else 'MISSED'}")
 
 
 if __name__ == "__main__":

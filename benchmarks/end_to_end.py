@@ -442,7 +442,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="R2-MAD: shorten each past response shown to this many characters (default: in full)")
     parser.add_argument("--embedder", default="hashing", help="bank and query embedder: hashing (default) or minilm")
     parser.add_argument("--state-encoding", choices=("text", "components"), default="text",
-                        help="the bank's debate-state encoding (memory_cases.STATE_ENCODINGS; default: text, the paper's)")
+                        help="the bank's debate-state encoding (memory_cases.STATE_ENCODINGS; default: text, "
+                             "the paper's)")
     parser.add_argument("--bank-questions", type=int, default=120,
                         help="train questions debated to build the bank (default: 120, 3 agents x 2 rounds each)")
     parser.add_argument("--seed", type=int, default=0)
@@ -524,7 +525,8 @@ def main(argv: Sequence[str] | None = None) -> float:
                     profiler.disable()
                     pstats.Stats(profiler).sort_stats("cumulative").print_stats(45)
                 runs[method.name].append(run)
-                print(f"  run {repeat + 1}, {method.name:5s}: wall {run.wall_s:7.3f} s, generation {run.generate_s:7.3f} s, "
+                print(f"  run {repeat + 1}, {method.name:5s}: wall {run.wall_s:7.3f} s, "
+                      f"generation {run.generate_s:7.3f} s, "
                       f"non-generation {run.non_generation_s:6.3f} s ({100 * run.non_generation_share:4.1f}%), "
                       f"load {os.getloadavg()[0]:.2f}", flush=True)
         simulated = {name: best_of(method_runs) for name, method_runs in runs.items()}

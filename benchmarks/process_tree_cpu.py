@@ -59,7 +59,8 @@ def main() -> None:
     start = time.time()
     with open(log, "a", encoding="utf-8") as handle:
         while os.path.exists(f"/proc/{root}"):
-            handle.write(f"{time.time() - start:.0f} {os.getloadavg()[0]:.2f} {tree_cpu(root):.1f} {generations(cache)}\n")
+            handle.write(f"{time.time() - start:.0f} {os.getloadavg()[0]:.2f} {tree_cpu(root):.1f} "
+                         f"{generations(cache)}\n")
             handle.flush()
             time.sleep(10)
 

@@ -88,13 +88,15 @@ def main() -> None:
     parser.add_argument("--repetitions", type=int, default=2)
     parser.add_argument("--output", default="quantization.csv", help="the CSV's name under benchmarks/results/")
     parser.add_argument("--experiences", type=int, default=2,
-                        help="experiences in each prompt (2: about 360 prompt tokens; 8: about 800, the cpu run's mean)")
+                        help="experiences in each prompt (2: about 360 prompt tokens; 8: about 800, the cpu run's "
+                             "mean)")
     args = parser.parse_args()
     rows = []
     for repetition in range(args.repetitions):
         for config in args.configs:
             file_type, threads = config.split(":")
-            row = {"repetition": repetition, **measure(file_type, int(threads), args.requests, args.max_tokens, args.experiences)}
+            row = {"repetition": repetition,
+                   **measure(file_type, int(threads), args.requests, args.max_tokens, args.experiences)}
             print(row, flush=True)
             rows.append(row)
     RESULTS.mkdir(exist_ok=True)

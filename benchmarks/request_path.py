@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 busy = result["busy"]
                 print(f"{n:>7} {client:>6} {model.max_num_seqs * n:>9} {result['requests']:>8} "
-                      f"{result['steady_rate']:>7.1f} {result['steady_rate'] / (model.capacity * n):>7.0%} {busy:>6.1%} "
+                      f"{result['steady_rate']:>7.1f} {result['steady_rate'] / (model.capacity * n):>7.0%} "
+                      f"{busy:>6.1%} "
                       f"{1000 * result['cpu'] / result['requests']:>10.2f} "
                       f"{result['threads']:>7} {result['wall']:>7.1f}  {load:.2f}/{os.getloadavg()[0]:.2f}",
                       flush=True)

@@ -153,13 +153,15 @@ def bench_faiss(sizes, dims, repeats, hnsw_max_cells: float, threads: int):
                 hnsw.hnsw.efSearch = 64
                 t_hnsw = timed(lambda hnsw=hnsw, query=query: hnsw.search(query[:1], 9), repeats)[0]
                 _, found = hnsw.search(query, 9)
-                recall = float(np.mean([len(set(a) & set(b)) / 9 for a, b in zip(exact.tolist(), found.tolist(), strict=False)]))
+                recall = float(np.mean([len(set(a) & set(b)) / 9
+                                        for a, b in zip(exact.tolist(), found.tolist(), strict=False)]))
             row = {"n_cases": n, "dim": dim, "numpy_top9_ms": 1e3 * t_numpy, "faiss_flat_ms": 1e3 * t_flat,
                    "faiss_hnsw_ms": 1e3 * t_hnsw, "hnsw_build_s": build, "hnsw_recall_at_9": recall}
             rows.append(row)
             write_csv("faiss_scaling.csv", rows, quiet=True)
             print(
-                f"  N={n:>9,} d={dim:>4}: numpy {row['numpy_top9_ms']:8.3f} ms | faiss flat {row['faiss_flat_ms']:8.3f} ms"
+                f"  N={n:>9,} d={dim:>4}: numpy {row['numpy_top9_ms']:8.3f} ms | "
+                f"faiss flat {row['faiss_flat_ms']:8.3f} ms"
                 f" | hnsw {row['faiss_hnsw_ms']:7.3f} ms (build {build:6.1f} s, recall@9 {recall:.3f})",
                 flush=True,
             )
@@ -234,7 +236,8 @@ def main() -> None:
     threadpool_limits(args.blas_threads)
     print(f"BLAS threads: {args.blas_threads}")
 
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()}, numpy {np.__version__}")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()}, "
+          f"numpy {np.__version__}")
     if not args.skip_numpy:
         print("retrieval + confidence (numpy brute force, state-aware MMR, K=3):")
         write_csv("retrieval_scaling.csv", bench_numpy(args.sizes, args.dims, args.queries, args.repeats))

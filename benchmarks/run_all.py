@@ -73,7 +73,8 @@ SIM_RERUN_TARGET = 20.0
 CPU_FRESH_TARGET = 15 * 60.0
 TEST_TARGET = 50.0
 #: ``make test``'s workers (the Makefile's TEST_WORKERS: one more than the cores this process may use, at most 8).
-TEST_WORKERS = min(len(os.sched_getaffinity(0)) + 1 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) + 1, 8)
+TEST_WORKERS = min(len(os.sched_getaffinity(0)) + 1 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) + 1,
+                   8)
 
 
 @dataclass
@@ -191,7 +192,8 @@ def main() -> int:
     parser.add_argument("--skip-cpu", action="store_true",
                         help="leave out `make reproduce PROFILE=cpu` from nothing (the local model: about 20 minutes)")
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--only-timings", action="store_true", help="only the four timings of issues 24 and 35 (reproduce, tests)")
+    which.add_argument("--only-timings", action="store_true",
+                       help="only the four timings of issues 24 and 35 (reproduce, tests)")
     which.add_argument("--skip-timings", action="store_true", help="leave the four timings out")
     args = parser.parse_args()
     print(f"{os.cpu_count()} cores, load average {load_average()}")
@@ -255,7 +257,8 @@ def main() -> int:
         checks.append((
             f"retrieval + confidence per agent-round and question, {RETRIEVAL_CASES:,} cases, d={r['dim']} "
             f"({r['queries']} per call)",
-            f"{r['per_question_ms']:.3f} ms", f"< {RETRIEVAL_TARGET_MS:g} ms", r["per_question_ms"] < RETRIEVAL_TARGET_MS,
+            f"{r['per_question_ms']:.3f} ms", f"< {RETRIEVAL_TARGET_MS:g} ms",
+            r["per_question_ms"] < RETRIEVAL_TARGET_MS,
         ))
     for method in ("mad", "r2mad"):
         gain = last_value(by_name["throughput"].output, f"questions/rounds throughput {method}")

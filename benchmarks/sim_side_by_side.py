@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     commits = {"before": commit_of(args.before), "after": commit_of(args.after)}
     print(f"{args.profile} from nothing: before {commits['before']} ({args.before}), after {commits['after']} "
-          f"({args.after}); {args.pairs} pairs{' run together' if args.together else ''}; {os.cpu_count()} cores, load {load():.2f}",
+          f"({args.after}); {args.pairs} pairs{' run together' if args.together else ''}; {os.cpu_count()} cores, "
+          f"load {load():.2f}",
           flush=True)
     args.scratch.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
@@ -160,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     for side in ("before", "after"):
         cpus = [row["cpu_s"] for row in rows if row["side"] == side]
         print(f"{side}: CPU s {', '.join(f'{c:.1f}' for c in cpus)} (median {median(cpus):.1f})")
-    print(f"after / before, CPU seconds per pair: {', '.join(f'{r:.3f}' for r in ratios)} (median {median(ratios):.3f})")
+    print(f"after / before, CPU seconds per pair: {', '.join(f'{r:.3f}' for r in ratios)} "
+          f"(median {median(ratios):.3f})")
     files = len(reference or {})
     print(f"files compared: {files} (figures/{args.profile} but MANIFEST.json; executed notebooks normalized); "
           + (f"DIFFERING: {', '.join(sorted(differing))}" if differing else "all identical"))

@@ -457,7 +457,8 @@ def print_virtual(results: list[Result], cost: CostModel, target_window: int,
         q = mad.questions
         extra_prefill = (sum(v["prefill"] for v in r2.tokens.values()) - sum(v["prefill"] for v in mad.tokens.values()))
         summary_decode = r2.tokens.get("summary", {}).get("decode", 0)
-        extra_debate_decode = r2.tokens.get("debate", {}).get("decode", 0) - mad.tokens.get("debate", {}).get("decode", 0)
+        extra_debate_decode = (r2.tokens.get("debate", {}).get("decode", 0)
+                               - mad.tokens.get("debate", {}).get("decode", 0))
         figures[f"r2mad/mad wall {schedule}"] = f"{r2.virtual_s / mad.virtual_s:.2f}"
         print(f"R2-MAD / MAD wall, {schedule}: {r2.virtual_s / mad.virtual_s:.2f} "
               f"(R2-MAD extra per question: prefill {extra_prefill / q:+.0f} tokens "
@@ -481,7 +482,8 @@ def print_virtual(results: list[Result], cost: CostModel, target_window: int,
     for schedule in ("rounds", "questions"):
         rate = (by[("mad", schedule)].tokens_per_s + by[("r2mad", schedule)].tokens_per_s) / 2
         figures[f"paper profile gpu-hours {schedule}"] = f"{total_tokens / rate / 3600:.1f}"
-        print(f"  {schedule:9s}: {rate:.0f} tokens/s (mean of MAD and R2-MAD) -> {total_tokens / rate / 3600:.1f} GPU-hours")
+        print(f"  {schedule:9s}: {rate:.0f} tokens/s (mean of MAD and R2-MAD) -> "
+              f"{total_tokens / rate / 3600:.1f} GPU-hours")
     return gains
 
 
@@ -663,11 +665,13 @@ def print_local(args: argparse.Namespace, rows: list[dict[str, Any]], slots: int
                 for s in ("rounds", "questions")}
         mean = {s: sum(v) / len(v) for s, v in walls.items()}
         gains[method] = mean["rounds"] / mean["questions"]
-        pairs = [a / b for a, b in zip(walls["rounds"], walls["questions"], strict=False)]  # each repeat's rounds / questions
+        # each repeat's rounds / questions
+        pairs = [a / b for a, b in zip(walls["rounds"], walls["questions"], strict=False)]
         print(f"local {method}: rounds {mean['rounds']:.1f} s [{min(walls['rounds']):.0f}-{max(walls['rounds']):.0f}], "
               f"questions {mean['questions']:.1f} s [{min(walls['questions']):.0f}-{max(walls['questions']):.0f}], "
               f"wall gain {gains[method]:.2f}x; completion tokens/s "
-              f"{sum(rates['rounds']) / len(rates['rounds']):.2f} -> {sum(rates['questions']) / len(rates['questions']):.2f}; "
+              f"{sum(rates['rounds']) / len(rates['rounds']):.2f} -> "
+              f"{sum(rates['questions']) / len(rates['questions']):.2f}; "
               f"engine busy {100 * sum(busy['rounds']) / len(busy['rounds']):.0f}% -> "
               f"{100 * sum(busy['questions']) / len(busy['questions']):.0f}%; questions faster in "
               f"{sum(p > 1 for p in pairs)} of {len(pairs)} interleaved pairs (rounds / questions "
@@ -678,7 +682,8 @@ def print_local(args: argparse.Namespace, rows: list[dict[str, Any]], slots: int
         ratio = sum(r["wall_s"] for r in r2) / sum(r["wall_s"] for r in mad)
         per = lambda rs, key: sum(r[key] for r in rs) / len(rs)  # noqa: E731
         print(f"local R2-MAD / MAD wall, {schedule}: {ratio:.2f} (per run: prompt tokens "
-              f"{per(mad, 'debate_prompt'):.0f} vs {per(r2, 'debate_prompt'):.0f} debate + {per(r2, 'summary_prompt'):.0f} "
+              f"{per(mad, 'debate_prompt'):.0f} vs {per(r2, 'debate_prompt'):.0f} debate + "
+              f"{per(r2, 'summary_prompt'):.0f} "
               f"summary; completion tokens {per(mad, 'debate_completion'):.0f} vs {per(r2, 'debate_completion'):.0f} "
               f"debate + {per(r2, 'summary_completion'):.0f} summary; hook {1000 * per(r2, 'hook_s'):.0f} ms; prompt "
               f"tokens the server processed {per(mad, 'server_prompt_processed'):.0f} vs "
@@ -802,7 +807,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
             print(f"(a) virtual continuous batching, paper settings: {len(samples)} {args.benchmark} questions, "
                   f"windows {args.windows}")
             print(f"    cost model: {cost}")
-            print(f"    completion lengths: lognormal, median {cost.debate_median:g} (debate) / {cost.summary_median:g} "
+            print(f"    completion lengths: lognormal, median {cost.debate_median:g} (debate) / "
+                  f"{cost.summary_median:g} "
                   f"(summary) tokens, sigma {cost.sigma:g}, cap {cost.max_tokens} "
                   f"(mean {cost.debate_median * math.exp(cost.sigma ** 2 / 2):.0f} / "
                   f"{cost.summary_median * math.exp(cost.sigma ** 2 / 2):.0f} before the cap)")

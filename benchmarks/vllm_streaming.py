@@ -205,7 +205,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                                                        max_concurrency=64, timeout_seconds=1800)
                 hi = Request(messages=({"role": "user", "content": "Say hi."},), params=SamplingParams(max_tokens=8))
                 engines[path].generate([hi])  # warm-up
-                print(f"{path}: engine {engines[path].identity} ready in {time.perf_counter() - start:.0f} s", flush=True)
+                print(f"{path}: engine {engines[path].identity} ready in {time.perf_counter() - start:.0f} s",
+                      flush=True)
             for path in args.paths:  # warm-up (not measured): a path's first run pays start-up costs (3x here)
                 start = time.perf_counter()
                 run_cell(work / f"{path}-warm-up", benchmark=args.benchmark, split="test", engine=engines[path],
@@ -233,7 +234,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                            "rounds": args.rounds, "max_tokens": args.max_tokens, "wall_s": round(wall, 2),
                            "completion_tokens": tokens, "tokens_per_s": round(tokens / wall, 2),
                            "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2),
-                           "transcripts": hashlib.sha256("".join(digests[(path, schedule, repeat)]).encode()).hexdigest()[:12]}
+                           "transcripts":
+                               hashlib.sha256("".join(digests[(path, schedule, repeat)]).encode()).hexdigest()[:12]}
                     rows.append(row)
                     print(f"  {path:6s} {schedule:9s} repeat {repeat}: wall {wall:6.1f} s, {tokens} completion tokens, "
                           f"{tokens / wall:5.1f} tokens/s, load {load_before:.2f} -> {row['load_after']:.2f}, "
@@ -256,12 +258,16 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
 def print_summary(rows: list[dict], digests: dict, args: argparse.Namespace) -> None:
     print(f"\nsummary (load average now {' '.join(f'{v:.2f}' for v in os.getloadavg())}):")
     for path in args.paths:
-        walls = {s: [r["wall_s"] for r in rows if r["path"] == path and r["schedule"] == s] for s in ("rounds", "questions")}
-        rates = {s: [r["tokens_per_s"] for r in rows if r["path"] == path and r["schedule"] == s] for s in ("rounds", "questions")}
-        print(f"{path:6s}: rounds best {min(walls['rounds']):.1f} s / median {statistics.median(walls['rounds']):.1f} s "
+        walls = {s: [r["wall_s"] for r in rows if r["path"] == path and r["schedule"] == s]
+                 for s in ("rounds", "questions")}
+        rates = {s: [r["tokens_per_s"] for r in rows if r["path"] == path and r["schedule"] == s]
+                 for s in ("rounds", "questions")}
+        print(f"{path:6s}: rounds best {min(walls['rounds']):.1f} s / "
+              f"median {statistics.median(walls['rounds']):.1f} s "
               f"({statistics.median(rates['rounds']):.1f} tokens/s); questions best {min(walls['questions']):.1f} s / "
-              f"median {statistics.median(walls['questions']):.1f} s ({statistics.median(rates['questions']):.1f} tokens/s); "
-              f"questions/rounds gain (medians) {statistics.median(walls['rounds']) / statistics.median(walls['questions']):.2f}x")
+              f"median {statistics.median(walls['questions']):.1f} s "
+              f"({statistics.median(rates['questions']):.1f} tokens/s); questions/rounds gain (medians) "
+              f"{statistics.median(walls['rounds']) / statistics.median(walls['questions']):.2f}x")
         n = args.questions
         for repeat in range(args.repeats):
             d = differing(digests[(path, "rounds", repeat)], digests[(path, "questions", repeat)])
@@ -269,7 +275,8 @@ def print_summary(rows: list[dict], digests: dict, args: argparse.Namespace) -> 
         for schedule in ("rounds", "questions"):
             for repeat in range(1, args.repeats):
                 d = differing(digests[(path, schedule, 0)], digests[(path, schedule, repeat)])
-                print(f"{path:6s}: {schedule}: {d} of {n} questions' transcripts differ between repeat 0 and repeat {repeat}")
+                print(f"{path:6s}: {schedule}: {d} of {n} questions' transcripts differ between repeat 0 and "
+                      f"repeat {repeat}")
     if set(args.paths) == {"inproc", "serve"}:
         med = {p: statistics.median(r["wall_s"] for r in rows if r["path"] == p and r["schedule"] == "questions")
                for p in args.paths}

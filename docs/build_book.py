@@ -184,7 +184,8 @@ def with_captions(outputs: list[dict], code: str, captions: dict[str, str], note
         png = "".join(png) if isinstance(png, list) else png
         label = f"Figure {notebook[:2].lstrip('0')}.{number}"
         style = figure_style(png, figures_dir / f"{name}.pdf") if name and figures_dir is not None else ""
-        figure = (f'<figure class="r2mad-figure" id="figure-{number}"{f" data-name={chr(34)}{name}{chr(34)}" if name else ""}>'
+        figure = (f'<figure class="r2mad-figure" id="figure-{number}"'
+                  f'{f" data-name={chr(34)}{name}{chr(34)}" if name else ""}>'
                   f'<img src="data:image/png;base64,{png.strip()}" alt="{html.escape(caption)}"{style}>'
                   f"<figcaption><b>{label}.</b> {html.escape(caption)}"
                   + (f' <span class="r2mad-files">({name}.png)</span>' if name else "") + "</figcaption></figure>")
@@ -370,7 +371,8 @@ def stage(profile: str, stage_dir: Path, executed: Path | None = None) -> list[d
         source = executed / f"{name}.ipynb"
         if not source.exists():
             raise SystemExit(f"build_book: {source} is missing (make reproduce PROFILE={profile})")
-        without_progress(source, stage_dir / "notebooks" / source.name, captions, "../tables", ROOT / "figures" / profile)
+        without_progress(source, stage_dir / "notebooks" / source.name, captions, "../tables",
+                         ROOT / "figures" / profile)
         modules.update(m.group(1) for m in SOURCE_LINK.finditer(source.read_text(encoding="utf-8")))
         nav_notebooks.append({title: f"notebooks/{source.name}"})
     for module in sorted(modules):  # the modules the notebooks link to, as pages (not in the navigation)
@@ -392,7 +394,8 @@ def stage(profile: str, stage_dir: Path, executed: Path | None = None) -> list[d
             (stage_dir / name).parent.mkdir(parents=True, exist_ok=True)
             stage_markdown(ROOT / name, stage_dir / name)
     shutil.copytree(mathjax_dir(), stage_dir / "assets" / "mathjax")
-    (stage_dir / "assets" / "mathjax" / "config" / f"{MATHJAX_CONFIG_NAME}.js").write_text(MATHJAX_CONFIG, encoding="utf-8")
+    (stage_dir / "assets" / "mathjax" / "config" / f"{MATHJAX_CONFIG_NAME}.js").write_text(
+        MATHJAX_CONFIG, encoding="utf-8")
     for asset in ("book.css", "book.js"):
         shutil.copy2(ASSETS / asset, stage_dir / "assets" / asset)
     return [{"Home": "README.md"}, {f"Notebooks ({profile} profile)": nav_notebooks}, {"Documentation": nav_docs}]
@@ -407,7 +410,8 @@ def config(profile: str, stage_dir: Path, site_dir: Path, nav: list[dict[str, ob
         "use_directory_urls": False,  # plain .html files: the site opens from the disk, no server
         # toc.integrate: a page's contents in the navigation on the left, so the page's column has the width the
         # right-hand sidebar took (issue 61)
-        "theme": {"name": "material", "font": False, "features": ["navigation.sections", "toc.follow", "toc.integrate"]},
+        "theme": {"name": "material", "font": False,
+                  "features": ["navigation.sections", "toc.follow", "toc.integrate"]},
         "plugins": [
             {"search": {}},
             {"mkdocs-jupyter": {

@@ -116,11 +116,13 @@ def main() -> int:
                                     shrinkA=0, shrinkB=0), zorder=1)
         f = min(0.12 / max(y0 - y1, 1e-9), 0.5)  # just below the source box, in the gap between two rows
         ax.text(x0 + f * (x1 - x0), y0 + f * (y1 - y0), str(count), fontsize=6.5, color=colour, ha="center",
-                va="center", bbox=dict(boxstyle="round,pad=0.08", facecolor="white", edgecolor="none", alpha=0.85), zorder=2)
+                va="center", bbox=dict(boxstyle="round,pad=0.08", facecolor="white", edgecolor="none", alpha=0.85),
+                zorder=2)
     ax.set_xlim(0, width)
     ax.set_ylim(-0.7, (len(ARCHITECTURE) - 1) * row_height + 0.7)
     ax.axis("off")
-    ax.set_title(f"r2mad_core (the method, sand) and r2mad_lab (the machinery, blue): {len(ARCHITECTURE)} layers, {len(units)} units, {sum(modules.values())} modules, "
+    ax.set_title(f"r2mad_core (the method, sand) and r2mad_lab (the machinery, blue): {len(ARCHITECTURE)} layers, "
+                 f"{len(units)} units, {sum(modules.values())} modules, "
                  f"{len(edges)} unit-to-unit arrows ({sum(edges.values())} module imports), "
                  f"{upward} running up or sideways", fontsize=11)
     fig.tight_layout()
