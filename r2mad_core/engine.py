@@ -263,7 +263,8 @@ class Completion:
     cut: str | None = None
     unclosed_thinking: bool = False
     trimmed_experiences: int = 0  # set above the backend (r2mad_core.debate.overflow), never cached
-    thinking_partial: str = ""  # the cut reasoning of an unclosed <think> block, from the tag on (r2mad_lab.engines.thinking)
+    # the cut reasoning of an unclosed <think> block, from the tag on (r2mad_lab.engines.thinking)
+    thinking_partial: str = ""
 
     @property
     def truncated(self) -> bool:

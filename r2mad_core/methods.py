@@ -158,7 +158,8 @@ class Method:
 
     def __post_init__(self) -> None:
         if self.vote_rule not in VOTE_RULES:
-            raise ValueError(f"method {self.name!r}: unknown vote_rule {self.vote_rule!r}; expected one of {VOTE_RULES}")
+            raise ValueError(f"method {self.name!r}: unknown vote_rule {self.vote_rule!r}; "
+                             f"expected one of {VOTE_RULES}")
 
     def with_seed(self, seed: int) -> "Method":
         """The same method with the run seed set (``SamplingParams.seed`` of every request)."""
@@ -576,7 +577,8 @@ def get_method(name: str, **options: Any) -> Method:
 #: never name a random stream, also for a registered method that declares them.
 #: Every memory setting is one, but the retrieval policy and a policy's own value (the Fixed-lambda row's lambda counts
 #: with its row).
-SHARED_SETTINGS = frozenset(MEMORY_SPECS) - {p.parameter for p in retrieval.POLICIES.values()} - {"retrieval_policy"} | frozenset({
+SHARED_SETTINGS = (frozenset(MEMORY_SPECS) - {p.parameter for p in retrieval.POLICIES.values()}
+                   - {"retrieval_policy"}) | frozenset({
     "embedder", "experience_reference", "confidence_label", "confidence_pool", "peer_response_round",
     "similarity_match", "match", "judge_max_tokens",
 })

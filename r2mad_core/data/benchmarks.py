@@ -117,7 +117,8 @@ class Sample:
 
     def __post_init__(self) -> None:
         if self.benchmark not in BENCHMARKS:
-            raise ValueError(f"Sample {self.id!r}: benchmark must be one of {tuple(BENCHMARKS)}, found {self.benchmark!r}")
+            raise ValueError(f"Sample {self.id!r}: benchmark must be one of {tuple(BENCHMARKS)}, "
+                             f"found {self.benchmark!r}")
         if not self.id or not isinstance(self.id, str):
             raise ValueError(f"Sample of {self.benchmark}: id must be a non-empty string, found {self.id!r}")
         if not isinstance(self.question, str) or not self.question.strip():
@@ -128,7 +129,8 @@ class Sample:
             object.__setattr__(self, "choices", tuple(self.choices))
         multiple_choice = self.benchmark in MULTIPLE_CHOICE_BENCHMARKS
         if multiple_choice and len(self.choices) < 2:
-            raise ValueError(f"Sample {self.id!r}: {self.benchmark} needs at least 2 choices, found {len(self.choices)}")
+            raise ValueError(f"Sample {self.id!r}: {self.benchmark} needs at least 2 choices, "
+                             f"found {len(self.choices)}")
         if not multiple_choice and self.choices:
             raise ValueError(f"Sample {self.id!r}: {self.benchmark} has no choices, found {len(self.choices)}")
         if len(self.choices) > len(OPTION_LETTERS):
@@ -213,7 +215,8 @@ def _require(row: dict[str, Any], key: str, kind: type | tuple[type, ...], path:
     value = row[key]
     if isinstance(value, bool) or not isinstance(value, kind):
         expected = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise BenchmarkDataError(path, row_number, key, f"expected {expected}, found {type(value).__name__} {value!r:.80}")
+        raise BenchmarkDataError(path, row_number, key,
+                                 f"expected {expected}, found {type(value).__name__} {value!r:.80}")
     if isinstance(value, str) and not value.strip():
         raise BenchmarkDataError(path, row_number, key, "expected a non-empty string, found an empty one")
     return value
@@ -360,16 +363,19 @@ def _truthfulqa_samples(path: Path) -> list[Sample]:
         question = _require(row, "question", str, path, row_number)
         targets = _require(row, "mc1_targets", dict, path, row_number)
         if len(targets) < 2:
-            raise BenchmarkDataError(path, row_number, "mc1_targets", f"expected at least 2 options, found {len(targets)}")
+            raise BenchmarkDataError(path, row_number, "mc1_targets",
+                                     f"expected at least 2 options, found {len(targets)}")
         labels = list(targets.values())
         if any(label not in (0, 1) or isinstance(label, float) for label in labels):
             raise BenchmarkDataError(path, row_number, "mc1_targets", f"labels must be 0 or 1, found {labels}")
         if labels.count(1) != 1:
             raise BenchmarkDataError(
-                path, row_number, "mc1_targets", f"expected exactly one correct option (label 1), found {labels.count(1)}"
+                path, row_number, "mc1_targets",
+                f"expected exactly one correct option (label 1), found {labels.count(1)}"
             )
         if question in seen:
-            raise BenchmarkDataError(path, row_number, "question", f"duplicate question (first seen in row {seen[question]})")
+            raise BenchmarkDataError(path, row_number, "question",
+                                     f"duplicate question (first seen in row {seen[question]})")
         seen[question] = row_number
         n_options = len(targets)
         if not TRUTHFULQA_MIN_OPTIONS <= n_options <= TRUTHFULQA_MAX_OPTIONS:
@@ -580,7 +586,8 @@ def _registration_problem(spec: BenchmarkSpec) -> str | None:
         return problem
     for field_name in ("load_questions", "stable_key"):
         if not callable(getattr(spec, field_name)):
-            return f"needs {field_name}: a function ({'data_dir -> list[Sample]' if field_name == 'load_questions' else 'Sample -> sort key'})"
+            return (f"needs {field_name}: a function "
+                    f"({'data_dir -> list[Sample]' if field_name == 'load_questions' else 'Sample -> sort key'})")
     if spec.is_test is not None and not callable(spec.is_test):
         return "is_test must be a function Sample -> bool, or None"
     if spec.personas is None:

@@ -11,7 +11,9 @@ from __future__ import annotations
 # src/prompts.py, TASK_PROMPT and DEBATE_PROMPT), verbatim. The paper's appendix gives one task prompt ("math
 # question" for every benchmark, only the answer format differs): that is the default, ``task_prompt="paper"``.
 TASK_PROMPT_WORDINGS = ("paper", "authors")
-_AUTHORS_MC_FORMAT = "Provide the final answer in double parentheses at the end of your response: The answer is ((answer))."
+_AUTHORS_MC_FORMAT = (
+    "Provide the final answer in double parentheses at the end of your response: The answer is ((answer))."
+)
 _AUTHORS_MATH_FORMAT = (
     "Provide the final answer in the following format at the end of your response: The answer is \\boxed{{answer}}."
 )

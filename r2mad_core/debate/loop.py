@@ -190,7 +190,8 @@ class DebateConfig:
         ``logprobs``; or a setting's override, e.g. ``with_summaries=True``)."""
         values = {**settings.values(DEBATE_CONFIG_SETTINGS), **loop}
         values["temperature"], values["top_p"] = float(values["temperature"]), float(values["top_p"])
-        values["stop_at_unanimity"], values["with_summaries"] = bool(values["stop_at_unanimity"]), bool(values["with_summaries"])
+        values["stop_at_unanimity"], values["with_summaries"] = (bool(values["stop_at_unanimity"]),
+                                                                 bool(values["with_summaries"]))
         return cls(**values)
 
     def check_benchmark(self, benchmark: str) -> None:

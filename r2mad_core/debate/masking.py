@@ -82,7 +82,8 @@ class SubjectiveMasking:
         self, round_index: int, states: Sequence[DebateState], engine: Engine, config: DebateConfig
     ) -> list[PeerSelection]:
         params = SamplingParams(
-            temperature=float(config.temperature), top_p=float(config.top_p), max_tokens=self.max_tokens, seed=config.sampling_seed
+            temperature=float(config.temperature), top_p=float(config.top_p), max_tokens=self.max_tokens,
+            seed=config.sampling_seed,
         )
         requests = []
         for state in states:

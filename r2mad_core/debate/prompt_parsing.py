@@ -47,7 +47,8 @@ class ParsedPrompt:
 # character at a time, ~10x slower); each helper gives what its docstring's pattern gives (tests/debate/test_prompts.py
 # checks).
 _AUTHORS_AGENT = re.compile(r'<agent index="\d+">\n<response>\n(.*?)\n</response>\n<answer>\n', re.DOTALL)
-_INDEXED_OPENINGS = {name: re.compile(rf'<{name} index="\d+">\n') for name in ("experience", "other_solution", "agent_response")}
+_INDEXED_OPENINGS = {name: re.compile(rf'<{name} index="\d+">\n')
+                     for name in ("experience", "other_solution", "agent_response")}
 
 
 def _between(text: str, opening: str, closing: str) -> tuple[str, int] | None:
@@ -134,7 +135,8 @@ def _parse_experiences(text: str) -> tuple[list[ExperienceView], str]:
 def parse_prompt(user_text: str) -> ParsedPrompt:
     """Recover the structure of a user turn built by :mod:`r2mad_core.debate.prompts` (used by the simulated engine);
     raises ValueError when the text was not built by one of its builders."""
-    p = _parsed_prompt(user_text)  # copied, lists too (every field, in order; tests check): the memo's is never handed out
+    # copied, lists too (every field, in order; tests check): the memo's is never handed out
+    p = _parsed_prompt(user_text)
     return ParsedPrompt(p.kind, p.question, list(p.peers), list(p.experiences), p.response, list(p.agent_responses),
                         p.consensus_ratio)
 

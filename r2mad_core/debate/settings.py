@@ -140,7 +140,8 @@ class DebateSettings:
                                    "always do)", flag="--with-summaries",
                                    flag_doc="generate debate summaries h^(t) (MAD; Eq. 2)")
     summary_max_tokens: int = setting(128, "max tokens of a debate summary h^(t) (default: 128; under --protocol "
-                                      "authors: 6144; the paper does not say)", flag="--summary-max-tokens", minimum=1, maximum=1_048_576)
+                                      "authors: 6144; the paper does not say)", flag="--summary-max-tokens", minimum=1,
+                                      maximum=1_048_576)
     vote_rule: str = setting("plurality", "final answer rule: plurality over equivalent answers (Appendix A, "
                              "default) or authors_majority_correct (the authors' code)", flag="--vote-rule",
                              choices=VOTE_RULES)
@@ -149,7 +150,8 @@ class DebateSettings:
                           "(the paper's separate runs)", flag="--round0", choices=ROUND0_MODES)
     task_prompt: str = setting("paper", "task/debate prompt wording: paper (default; the appendix's one prompt, "
                                "'math question' for every benchmark) or authors (the authors' code's "
-                               "benchmark-specific wording)", flag="--task-prompt", choices=prompts.TASK_PROMPT_WORDINGS)
+                               "benchmark-specific wording)", flag="--task-prompt",
+                               choices=prompts.TASK_PROMPT_WORDINGS)
     summaries: str = setting("before_next_round", "when summaries h^(t) are written: every_round (the paper's "
                              "Limitations and the authors' code) or before_next_round (ours: only when round t+1 "
                              "follows)", flag="--summaries", choices=SUMMARY_SCHEDULES)

@@ -60,12 +60,14 @@ class BankAudit:
             f"cases per agent: {self.cases_per_agent} (total {self.total_cases})",
             "reward balance (share r=1): " + ", ".join(f"{x:.3f}" for x in self.positive_reward_share),
             "own correctness (share zeta_i=1): " + ", ".join(f"{x:.3f}" for x in self.own_correct_share),
-            f"duplicate states (identical text): {self.duplicate_states}; near-duplicates: {self.near_duplicate_states}",
+            f"duplicate states (identical text): {self.duplicate_states}; "
+            f"near-duplicates: {self.near_duplicate_states}",
         ]
         if self.embeddings_checked:
             lines.append(
                 f"embeddings recomputed for {self.embeddings_checked} cases: {self.stale_state_embeddings} stale state "
-                f"and {self.stale_response_embeddings} stale response embeddings (max drift {self.max_embedding_drift:.2e})"
+                f"and {self.stale_response_embeddings} stale response embeddings "
+                f"(max drift {self.max_embedding_drift:.2e})"
             )
         else:
             lines.append("embeddings: not recomputed (no embedder)")

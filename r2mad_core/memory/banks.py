@@ -84,7 +84,8 @@ class MemoryBank:
         self.previous_response_embeddings = np.ascontiguousarray(self.previous_response_embeddings, dtype=np.float32)
         if self.state_embeddings.ndim != 2 or self.state_embeddings.shape[0] != n_cases:
             raise MemoryBankError(
-                f"agent {self.agent_index}: state_embeddings must be [{n_cases}, d], found {self.state_embeddings.shape}"
+                f"agent {self.agent_index}: state_embeddings must be [{n_cases}, d], "
+                f"found {self.state_embeddings.shape}"
             )
         d = self.state_embeddings.shape[1]
         n_agents = len(self.cases[0].responses) if self.cases else self.response_embeddings.shape[1]

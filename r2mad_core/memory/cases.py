@@ -114,7 +114,8 @@ class MemoryCase:
         try:
             state = AgentDebateState(**row["state"])
             values = {f.name: row[f.name] for f in dataclasses.fields(cls) if f.name != "state" and f.name in row}
-            for name in ("responses", "answers", "correct", "previous_responses", "previous_answers", "previous_correct"):
+            for name in ("responses", "answers", "correct", "previous_responses", "previous_answers",
+                         "previous_correct"):
                 if name in values:
                     values[name] = tuple(values[name])
             case = cls(state=state, **values)

@@ -152,7 +152,8 @@ def annotate(confidence: float | None, w_high: float = W_HIGH, w_low: float = W_
     return None
 
 
-def annotate_matrix(confidence: np.ndarray, w_high: float = W_HIGH, w_low: float = W_LOW) -> list[list[Annotation | None]]:
+def annotate_matrix(confidence: np.ndarray, w_high: float = W_HIGH,
+                    w_low: float = W_LOW) -> list[list[Annotation | None]]:
     """:func:`annotate` over a [Q, n] confidence matrix (NaN -> None)."""
     check_thresholds(w_high, w_low)
     c = np.asarray(confidence, dtype=np.float64)

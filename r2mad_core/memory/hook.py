@@ -356,7 +356,8 @@ class IclCotHook:
         if match == "question":
             latest: dict[str, int] = {}
             for k, case in enumerate(self.bank.cases):
-                if case.sample_id not in latest or case.round_index > self.bank.cases[latest[case.sample_id]].round_index:
+                if (case.sample_id not in latest
+                        or case.round_index > self.bank.cases[latest[case.sample_id]].round_index):
                     latest[case.sample_id] = k
             self._rows = np.array(sorted(latest.values()), dtype=np.int64)
             questions = [self.bank.cases[k].state.question for k in self._rows]

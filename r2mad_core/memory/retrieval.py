@@ -352,7 +352,8 @@ def policy_spec_of_label(label: str) -> str:
             return spec.name
         if spec.parameter is not None and label.startswith(spec.label + " (") and label.endswith(")"):
             return f"{spec.name}:{float(label[len(spec.label) + 2:-1])}"
-    raise ValueError(f"unknown retrieval policy label {label!r}: expected one of {[p.label for p in POLICIES.values()]}")
+    raise ValueError(f"unknown retrieval policy label {label!r}: "
+                     f"expected one of {[p.label for p in POLICIES.values()]}")
 
 
 def parse_retrieval_policy(spec: str) -> tuple[str, float | None]:
@@ -430,7 +431,8 @@ def mmr_policy(query: Query) -> RetrievalResult:
     if spec.seeded:  # diversity_only: a seeded random anchor among the candidates (every first pick ties at 0)
         counts = valid.sum(axis=1)
         first_pick = np.array(
-            [int(np.random.default_rng(int(s)).integers(m)) if m else -1 for s, m in zip(query.seeds, counts, strict=False)],
+            [int(np.random.default_rng(int(s)).integers(m)) if m else -1
+             for s, m in zip(query.seeds, counts, strict=False)],
             dtype=np.int64,
         )
     positions, scores = mmr_select(relevance, pairwise, lambdas, valid, query.config.k, first_pick)

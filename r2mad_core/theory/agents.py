@@ -237,7 +237,8 @@ def _wrong_math_answers(sample: Sample, count: int, seed: int) -> list[str]:
         if text in out:
             continue
         # distinct integers never agree; anything else goes through the checker (math-verify)
-        if (candidate == gold_number) if gold_number is not None else answers.is_correct(text, sample.gold, sample.benchmark):
+        if ((candidate == gold_number) if gold_number is not None
+                else answers.is_correct(text, sample.gold, sample.benchmark)):
             continue
         out.append(text)
     return out
@@ -472,7 +473,8 @@ class SimulatedEngine:
         counts = {(label, false): 0 for label in (True, False) for false in (True, False)}
         for label, false in zip(experiences_correct, mislabelled, strict=False):
             counts[(bool(label), bool(false))] += 1
-        key = (profile.sample_id, persona, tuple(codes), tuple(weights), tuple(counts.values()), bool(experiences_correct))
+        key = (profile.sample_id, persona, tuple(codes), tuple(weights), tuple(counts.values()),
+               bool(experiences_correct))
         cached = self._distributions.get(key)  # pure in the key: round 0 and unanimous rounds repeat states
         if cached is not None:
             return cached.copy()
@@ -597,7 +599,8 @@ class SimulatedEngine:
             choice = int(theory.sample_answers(rng, tempered / tempered.sum()))
         belief = float(distribution[choice])
         p = self.params
-        words = int(rng.integers(p.response_words - p.response_words_jitter, p.response_words + p.response_words_jitter + 1))
+        words = int(rng.integers(p.response_words - p.response_words_jitter,
+                                 p.response_words + p.response_words_jitter + 1))
         body = reasoning(rng, words, choice, p.reasoning_style_signal)
         if parsed.kind == "debate":
             body = f"{DEBATE_OPENINGS[int(rng.integers(len(DEBATE_OPENINGS)))]} {body[0].lower()}{body[1:]}"
@@ -614,7 +617,8 @@ class SimulatedEngine:
         judged = answers.extract_answer(parsed.response or "", sample.benchmark, len(sample.choices) or None)
         code = self._concept_index(profile, judged)
         model = self.concept_model(profile)
-        log_post = theory.debate_log_posterior(model, self.persona_log_prior(profile, self._persona(request.messages, sample.benchmark)))
+        log_post = theory.debate_log_posterior(
+            model, self.persona_log_prior(profile, self._persona(request.messages, sample.benchmark)))
         belief = 0.0 if code == theory.NO_ANSWER else float(np.exp(log_post[code]))
         if rng.random() < self.params.judge_not_sure_rate:
             verdict, reason = "NOT SURE", "The argument is hard to verify from the steps given."

@@ -226,7 +226,8 @@ def peer_skew(
     ``log_likelihood``: (K answers, K concepts). Returns (..., K).
     """
     peer_answers = np.asarray(peer_answers)
-    if peer_answers.size and (peer_answers.max(initial=-1) >= log_likelihood.shape[0] or peer_answers.min(initial=0) < NO_ANSWER):
+    if peer_answers.size and (peer_answers.max(initial=-1) >= log_likelihood.shape[0]
+                              or peer_answers.min(initial=0) < NO_ANSWER):
         raise ValueError(
             f"peer_answers: expected indices in [-1, {log_likelihood.shape[0] - 1}], found range "
             f"[{peer_answers.min()}, {peer_answers.max()}]"
@@ -307,7 +308,8 @@ def log_odds_decomposition(
     loglik = model.response_log_likelihood()
     per_peer_ratio = loglik[:, TRUE_CONCEPT] - loglik[:, MISCONCEPTION]  # log P(z|θ*)/P(z|θ') per answer
     peer_answers = np.asarray(peer_answers)
-    ratios = np.where(peer_answers == NO_ANSWER, 0.0, per_peer_ratio[np.where(peer_answers == NO_ANSWER, 0, peer_answers)])
+    ratios = np.where(peer_answers == NO_ANSWER, 0.0,
+                      per_peer_ratio[np.where(peer_answers == NO_ANSWER, 0, peer_answers)])
     weights = np.broadcast_to(np.asarray(peer_weights, dtype=float), peer_answers.shape)
     confidence_lift = np.sum((weights - 1.0) * ratios, axis=-1)
     return LogOddsDecomposition(total, vanilla, np.broadcast_to(memory_lift, total.shape), confidence_lift)

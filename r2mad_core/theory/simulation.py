@@ -111,7 +111,8 @@ def simulate_debate(
     rng = np.random.default_rng(seed)
     answers = np.empty((num_trials, rounds + 1, n), dtype=int)
     post0 = debate_log_posterior(model, log_prior, log_memory=log_memory)
-    answers[:, 0] = sample_answers(rng, np.broadcast_to(answer_distribution(model, post0), (num_trials, n, model.num_concepts)))
+    answers[:, 0] = sample_answers(
+        rng, np.broadcast_to(answer_distribution(model, post0), (num_trials, n, model.num_concepts)))
     for t in range(1, rounds + 1):
         previous = answers[:, t - 1]  # (trials, n)
         peers = np.broadcast_to(previous[:, None, :], (num_trials, n, n))
