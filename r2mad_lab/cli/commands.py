@@ -100,10 +100,14 @@ def add_cell_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--method", required=True, choices=sorted(METHODS), help="method (see r2mad_core.methods)")
     group.add_argument("--limit", type=positive_int, default=None, help="first N questions of the split (default: all)")
-    group.add_argument("--seed", type=integer, default=0, help="run seed: sampling seed and vote tie-breaks (default: 0)")
-    group.add_argument("--out", required=True, type=Path, metavar="DIR", help="run directory (created; resumed if it exists)")
-    group.add_argument("--data-dir", type=Path, default=None, metavar="DIR", help="benchmark data (default: $R2MAD_DATA_DIR, else data/)")
-    group.add_argument("--chunk-size", type=positive_int, default=32, help="questions per batch of debates (default: 32)")
+    group.add_argument("--seed", type=integer, default=0,
+                       help="run seed: sampling seed and vote tie-breaks (default: 0)")
+    group.add_argument("--out", required=True, type=Path, metavar="DIR",
+                       help="run directory (created; resumed if it exists)")
+    group.add_argument("--data-dir", type=Path, default=None, metavar="DIR",
+                       help="benchmark data (default: $R2MAD_DATA_DIR, else data/)")
+    group.add_argument("--chunk-size", type=positive_int, default=32,
+                       help="questions per batch of debates (default: 32)")
     group.add_argument(
         "--schedule",
         choices=SCHEDULES,
@@ -135,8 +139,10 @@ def add_method_arguments(parser: argparse.ArgumentParser) -> None:
         "experience_reference=none or use_confidence=false; the flags below are shortcuts for the common ones",
     )
     add_setting_arguments(parser, group)  # the debate settings, one flag each (r2mad_core/debate/settings.py)
-    add_method_option(parser, group, "--k-paths", dest="k_paths", type=positive_int, help="Self-Consistency paths (paper: 9)")
-    add_method_option(parser, group, "--masking", dest="masking", choices=MASKING_STRATEGIES, help="MAD-M2 masking (default: objective)")
+    add_method_option(parser, group, "--k-paths", dest="k_paths", type=positive_int,
+                      help="Self-Consistency paths (paper: 9)")
+    add_method_option(parser, group, "--masking", dest="masking", choices=MASKING_STRATEGIES,
+                      help="MAD-M2 masking (default: objective)")
     add_method_option(
         parser,
         group,
@@ -159,7 +165,8 @@ def add_method_arguments(parser: argparse.ArgumentParser) -> None:
         "letter and option text, or MATH500's final answer), solution (the authors' code: MATH500's full reference "
         "solution; multiple choice falls back to the answer) or none (y hidden; an ablation)",
     )
-    add_method_option(parser, group, "--judge-max-tokens", dest="judge_max_tokens", type=positive_int, help="MAD-M2 subjective judge max tokens (default: --max-tokens)")
+    add_method_option(parser, group, "--judge-max-tokens", dest="judge_max_tokens", type=positive_int,
+                      help="MAD-M2 subjective judge max tokens (default: --max-tokens)")
 
 
 RUN_ARGUMENT_GROUPS: list[Callable[[argparse.ArgumentParser], None]] = [
@@ -206,8 +213,8 @@ def build_method(args: argparse.Namespace) -> Any:
         valid = sorted(flag for dest, flag in flags.items() if dest in accepted)
         declared = ", ".join(sorted(accepted))
         raise UsageError(
-            f"option(s) {', '.join(unknown)} do not apply to method {args.method}; its flags: {', '.join(valid) or 'none'}; "
-            f"its declared options (--method-option KEY=VALUE): {declared}"
+            f"option(s) {', '.join(unknown)} do not apply to method {args.method}; its flags: "
+            f"{', '.join(valid) or 'none'}; its declared options (--method-option KEY=VALUE): {declared}"
         )
     try:
         method = get_method(args.method, **options)
@@ -318,7 +325,8 @@ def add_score_arguments(parser: argparse.ArgumentParser) -> None:
 
 def score_command(args: argparse.Namespace) -> int:
     try:
-        metrics = experiments.score_run(args.run_dir, vote_rule=args.vote_rule, truncated_answers=args.truncated_answers)
+        metrics = experiments.score_run(args.run_dir, vote_rule=args.vote_rule,
+                                        truncated_answers=args.truncated_answers)
     except (FileNotFoundError, experiments.TranscriptError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     if not metrics["n"]:
@@ -348,7 +356,8 @@ def add_view_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a run directory written by r2mad run; a second one (e.g. MAD beside R2-MAD) is shown "
                         "beside it, question by question")
     parser.add_argument("--question", metavar="ID", help="only this question (a sample id, e.g. truthfulqa:768)")
-    parser.add_argument("--out", type=Path, metavar="FILE", help=f"the HTML file to write (default: RUN_DIR/{viewer.PAGE_FILE}, beside the run page "
+    parser.add_argument("--out", type=Path, metavar="FILE",
+                        help=f"the HTML file to write (default: RUN_DIR/{viewer.PAGE_FILE}, beside the run page "
                         "view.html of `r2mad runs`)")
     parser.add_argument("--memory", type=Path, metavar="DIR",
                         help="the memory bank of the first run, if it is no longer where its config.json says")

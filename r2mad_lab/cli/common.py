@@ -216,8 +216,10 @@ def add_setting_arguments(
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("engine")
     # the registry as it is when the parser is built (after load_plugins): a plugin's engine is a choice
-    group.add_argument("--engine", default="local", choices=engines.engine_names(), help="generation backend (default: local)")
-    group.add_argument("--model", default=None, help="model: a .gguf path (local), the served name (openai), an HF id (vllm)")
+    group.add_argument("--engine", default="local", choices=engines.engine_names(),
+                       help="generation backend (default: local)")
+    group.add_argument("--model", default=None,
+                       help="model: a .gguf path (local), the served name (openai), an HF id (vllm)")
     group.add_argument(
         "--engine-option",
         dest="engine_options",

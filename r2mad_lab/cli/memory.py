@@ -67,7 +67,8 @@ def _unit_float(text: str) -> float:
 def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     """R2-MAD / ICL-CoT options of ``r2mad run``."""
     group = parser.add_argument_group("memory (methods r2mad and icl_cot)")
-    add_method_option(parser, group, "--memory", dest="memory", metavar="DIR", help="memory bank directory (r2mad build-memory)")
+    add_method_option(parser, group, "--memory", dest="memory", metavar="DIR",
+                      help="memory bank directory (r2mad build-memory)")
     # K, the retrieval policy, Eq. 6's tradeoff, the fixed lambda, the thresholds, the shown length: one flag per
     # MemorySettings field
     add_setting_arguments(parser, group, declaration=memory_settings, aliases={"top_k": ("-K",)})
@@ -76,14 +77,16 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     add_method_option(parser, group, "--no-confidence", dest="use_confidence", action="store_false",
                       help="R2-MAD w/o Confidence: no confidence annotations")
     add_method_option(parser, group, "--confidence-label", dest="confidence_label", choices=CONFIDENCE_LABELS,
-                      help="what Eq. 7 averages (default: peer_correctness; authors' code: retrieving_agent_correctness)")
+                      help="what Eq. 7 averages (default: peer_correctness; authors' code: "
+                           "retrieving_agent_correctness)")
     add_method_option(parser, group, "--confidence-pool", dest="confidence_pool", choices=CONFIDENCE_POOLS,
                       help="cases Eq. 7 sums over (default: retrieved; authors' code: candidates)")
     add_method_option(parser, group, "--peer-response-round", dest="peer_response_round", choices=PEER_RESPONSE_ROUNDS,
                       help="stored peer response compared in Eq. 7 (default: case; authors' code: state)")
     add_method_option(parser, group, "--poison-fraction", dest="poison_fraction", type=_unit_float,
                       help="flip the labels of this share of memory cases (poisoned-memory experiment)")
-    add_method_option(parser, group, "--poison-seed", dest="poison_seed", type=integer, help="seed of the poisoned cases")
+    add_method_option(parser, group, "--poison-seed", dest="poison_seed", type=integer,
+                      help="seed of the poisoned cases")
     add_method_option(parser, group, "--embedder", dest="embedder",
                       help="embedder of the retrieval queries (default: the bank's; another one is an error)")
     add_method_option(parser, group, "--icl-match", dest="match", choices=SIMILARITY_MATCHES,
@@ -113,17 +116,20 @@ def add_build_memory_arguments(parser: argparse.ArgumentParser) -> None:
     # the generation lengths: given, else --protocol's (authors: 6144 for every call), else the settings' defaults
     parser.set_defaults(**{name: None for name in LENGTHS})
     group.add_argument("--reward-definition", choices=REWARD_DEFINITIONS, default=None,
-                       help="outcome reward r_i: final_vote (default; ours, our reading of the paper's 'whether a concluded "
-                       "debate reached a good answer'), agent_final (ours) or round_correctness (the authors' code: "
-                       "zeta_i^(t)); see r2mad_core.memory.banks")
+                       help="outcome reward r_i: final_vote (default; ours, our reading of the paper's 'whether "
+                       "a concluded debate reached a good answer'), agent_final (ours) or round_correctness (the "
+                       "authors' code: zeta_i^(t)); see r2mad_core.memory.banks")
     group.add_argument("--state-layout", choices=STATE_LAYOUTS, default=None,
                        help="state text layout (default: --protocol's, else full)")
-    group.add_argument("--state-encoding", choices=STATE_ENCODINGS, default="text", help="state embedding (default: text)")
+    group.add_argument("--state-encoding", choices=STATE_ENCODINGS, default="text",
+                       help="state embedding (default: text)")
     group.add_argument("--debates-dir", type=Path, default=None, metavar="DIR",
                        help="run directory of the debates (default: OUT/debates; resumable)")
     group.add_argument("--overwrite", action="store_true", help="replace an existing bank set in --out")
-    group.add_argument("--data-dir", type=Path, default=None, metavar="DIR", help="benchmark data (default: $R2MAD_DATA_DIR)")
-    group.add_argument("--chunk-size", type=positive_int, default=32, help="questions per batch of debates (default: 32)")
+    group.add_argument("--data-dir", type=Path, default=None, metavar="DIR",
+                       help="benchmark data (default: $R2MAD_DATA_DIR)")
+    group.add_argument("--chunk-size", type=positive_int, default=32,
+                       help="questions per batch of debates (default: 32)")
     group.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_engine_arguments(parser)
 
@@ -249,7 +255,8 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bank", type=Path, metavar="BANK", help="memory bank directory")
     parser.add_argument("--embedder", default=None, help="embedder to recompute embeddings with (default: the bank's)")
     parser.add_argument("--no-embeddings", action="store_true", help="do not recompute embeddings")
-    parser.add_argument("--sample-size", type=positive_int, default=32, help="cases per agent whose embeddings are recomputed")
+    parser.add_argument("--sample-size", type=positive_int, default=32,
+                        help="cases per agent whose embeddings are recomputed")
     parser.add_argument("--seed", type=integer, default=0, help="seed of the recomputed sample")
     parser.add_argument("--json", action="store_true", help="print the audit as JSON")
 

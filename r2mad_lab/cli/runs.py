@@ -27,7 +27,8 @@ def add_runs_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the folder holding runs/ and figures/ (default: the current one)")
     parser.add_argument("--figures", type=Path, metavar="DIR",
                         help="the artifacts' folder whose MANIFEST.json files name the runs (default: figures/PROFILE)")
-    parser.add_argument("--out", type=Path, metavar="FILE", help="the index page (default: the runs folder's index.html)")
+    parser.add_argument("--out", type=Path, metavar="FILE",
+                        help="the index page (default: the runs folder's index.html)")
     parser.add_argument("--no-pages", action="store_true", help="do not write the run pages (view.html)")
     parser.add_argument("--quiet", action="store_true", help="no table in the terminal, only the page")
 

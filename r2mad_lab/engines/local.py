@@ -111,7 +111,8 @@ class LocalEngine:
         max_retries: HTTP retries (see :class:`OpenAICompatEngine`).
         extra_body: extra JSON fields for every request (e.g. ``chat_template_kwargs``).
         server_log_verbosity: llama.cpp log verbosity (0 = quiet; 3 = every slot event). Flash attention is left at
-            llama.cpp's default (auto): forced off it cost the same CPU per token, forced on 5% more (docs/performance.md).
+            llama.cpp's default (auto): forced off it cost the same CPU per token, forced on 5% more
+            (docs/performance.md).
     """
 
     def __init__(

@@ -129,7 +129,8 @@ def usage_tokens(usage: Any) -> tuple[int, int]:
     if usage is None:
         return 0, 0
     if not isinstance(usage, dict):
-        raise ValueError(f"field usage: expected an object with prompt_tokens and completion_tokens, found {usage!r:.80}")
+        raise ValueError("field usage: expected an object with prompt_tokens and completion_tokens, found "
+                         f"{usage!r:.80}")
     counts = []
     for name in ("prompt_tokens", "completion_tokens"):
         value = usage.get(name)
@@ -265,8 +266,8 @@ class OpenAICompatEngine:
         self.extra_body = dict(extra_body or {})
         self.ledger = Ledger()
         self.api_key_env = api_key_env
-        # Accept-Encoding stated, not httpx's default, which adds zstd when the zstandard package happens to be installed:
-        # the bytes sent do not depend on what else is in the environment
+        # Accept-Encoding stated, not httpx's default, which adds zstd when the zstandard package happens to be
+        # installed: the bytes sent do not depend on what else is in the environment
         headers = {"Content-Type": "application/json", "Accept-Encoding": "gzip, deflate"}
         api_key = os.environ.get(api_key_env) if api_key_env else None
         if api_key:
@@ -609,7 +610,8 @@ class OpenAICompatEngine:
             raise _RetryableError("ReadTimeout: no answer within the attempt's deadline (timeout_seconds)") from None
         except self._request_errors as exc:
             if self._stop.is_set():
-                raise EngineError(f"openai backend: stopped (interrupted or closed) during POST {without_userinfo(endpoint)}") from None
+                raise EngineError("openai backend: stopped (interrupted or closed) during POST "
+                                  f"{without_userinfo(endpoint)}") from None
             raise _RetryableError(f"{type(exc).__name__}: {exc}") from exc
         finally:
             load[pool] -= 1
@@ -630,8 +632,8 @@ class OpenAICompatEngine:
             )
         if status != 200:
             raise EngineError(
-                f"openai backend: POST {without_userinfo(endpoint)} returned HTTP {status} (not retried; tag {request.tag!r}): "
-                f"{response.text[:300]!r}"
+                f"openai backend: POST {without_userinfo(endpoint)} returned HTTP {status} (not retried; tag "
+                f"{request.tag!r}): {response.text[:300]!r}"
             )
         try:
             completion = parse_chat_completion(response.json(), want_logprobs=request.params.logprobs)

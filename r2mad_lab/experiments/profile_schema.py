@@ -15,7 +15,8 @@ differs) are optional fields whose vocabularies are defined once, next to their 
 (:data:`PROTOCOL_FIELDS`). A profile's ``protocol`` (``paper``, the default, or ``authors``) is an overlay: it fills
 every such choice the profile leaves unset, once, when the profile is loaded
 (:meth:`~r2mad_lab.experiments.run_settings.RunSettings.from_profile`); a choice the profile states explicitly (or
-``--set``) is kept. Each choice's one default is its declaration's (:func:`r2mad_lab.experiments.protocol.declared_default`).
+``--set``) is kept. Each choice's one default is its declaration's
+(:func:`r2mad_lab.experiments.protocol.declared_default`).
 :attr:`ProfileSpec.choices` is the overlaid bundle.
 
 How a profile is found, loaded and overridden is :mod:`r2mad_lab.experiments.profiles`.
@@ -254,7 +255,8 @@ def _subset_of(value: list[str], allowed: list[str] | None, what: str) -> list[s
     return value
 
 
-#: What R2-MAD adds (Eqs. 5-7): a field per MemorySettings setting, as declared (no profile file changes); K's null: preset's
+#: What R2-MAD adds (Eqs. 5-7): a field per MemorySettings setting, as declared (no profile file changes); K's null:
+#: preset's
 _MemoryFields = create_model("_MemoryFields", __base__=_Record, **{
     name: (declared(spec) | None, None) if name in protocol_presets.PROFILE_CHOICES or MEMORY_DEFAULTS[name] is None
     else (declared(spec), MEMORY_DEFAULTS[name]) for name, spec in MEMORY_SPECS.items()})
@@ -340,7 +342,8 @@ class ProfileSpec(_MemoryFields):  # type: ignore[misc,valid-type]
     @property
     def choices(self) -> dict[str, Any]:
         """Every protocol choice resolved: the preset of ``protocol`` with the profile's explicit choices on top."""
-        return protocol_presets.overlay(self.protocol, {name: getattr(self, name) for name in protocol_presets.PROFILE_CHOICES})
+        return protocol_presets.overlay(self.protocol,
+                                        {name: getattr(self, name) for name in protocol_presets.PROFILE_CHOICES})
 
     @field_validator("memory_models")
     @classmethod
@@ -372,7 +375,8 @@ class ProfileSpec(_MemoryFields):  # type: ignore[misc,valid-type]
         for position, entry in enumerate(value):
             if labels is not None and entry.stand_in is not None and entry.stand_in not in labels:
                 raise ValueError(
-                    f"large_models[{position}].stand_in to be the label of a models entry ({labels}), not {entry.stand_in!r}"
+                    f"large_models[{position}].stand_in to be the label of a models entry ({labels}), not "
+                    f"{entry.stand_in!r}"
                 )
         return value
 
@@ -478,7 +482,8 @@ def problem_lines(exc: ValidationError, source: str, field_name: str | None = No
     lines: list[str] = []
     for error in exc.errors(include_url=False):
         loc = (field_name, *error["loc"]) if field_name is not None else tuple(error["loc"])
-        where = _where(tuple(p for p in loc if not (isinstance(p, str) and (p.startswith(("function-", "constrained-")) or p == "[key]"))))
+        where = _where(tuple(p for p in loc if not (isinstance(p,
+                                                               str) and (p.startswith(("function-", "constrained-")) or p == "[key]"))))
         if error["type"] == "missing":
             lines.append(f"{source}: field {where!r} is missing")
         elif error["type"] == "extra_forbidden":
@@ -486,9 +491,11 @@ def problem_lines(exc: ValidationError, source: str, field_name: str | None = No
                 known = TOP_LEVEL_FIELDS + OPTIONAL_FIELDS
             else:
                 known = MODEL_FIELDS if loc[0] == "models" else LARGE_MODEL_FIELDS
-            lines.append(f"{source}: field {where!r}: expected a known field (one of {', '.join(known)}), found an unknown field")
+            lines.append(f"{source}: field {where!r}: expected a known field (one of {', '.join(known)}), found an "
+                         "unknown field")
         else:
-            lines.append(f"{source}: field {where!r}: expected {_expected({**error, 'loc': loc})}, found {error['input']!r}")
+            lines.append(f"{source}: field {where!r}: expected {_expected({**error, 'loc': loc})}, found "
+                         f"{error['input']!r}")
     return list(dict.fromkeys(lines))
 
 

@@ -42,8 +42,9 @@ def _parsed_yaml(text: str) -> Any:
     return read_yaml(text)
 
 
-#: The fields where ``${NAME}`` may stand: the ones naming a model (``models[i].model``, ``large_models[i].model``) or an
-#: endpoint (``options.base_url``/``base_urls``). Elsewhere ``${NAME}`` is an error: a label names folders and table rows.
+#: The fields where ``${NAME}`` may stand: the ones naming a model (``models[i].model``, ``large_models[i].model``) or
+#: an endpoint (``options.base_url``/``base_urls``). Elsewhere ``${NAME}`` is an error: a label names folders and table
+#: rows.
 EXPANDABLE_FIELDS = re.compile(r"(models|large_models)\[\d+\]\.(model|options\.base_urls?(\[\d+\])?)")
 
 
@@ -55,7 +56,8 @@ def _secret_variables(data: Any) -> set[str]:
     return set().union(*(_secret_variables(v) for v in data)) if isinstance(data, list) else set()
 
 
-def expand_environment(data: Any, source: str, where: str = "", secrets: set[str] | frozenset[str] = frozenset()) -> Any:
+def expand_environment(data: Any, source: str, where: str = "",
+                       secrets: set[str] | frozenset[str] = frozenset()) -> Any:
     """Check every ``${NAME}`` of a profile; the profile keeps the text ``${NAME}`` (secrets by construction).
 
     ``${NAME}`` may stand only in :data:`EXPANDABLE_FIELDS` (a model's name, an endpoint), ``NAME`` must be set and

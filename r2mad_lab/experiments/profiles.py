@@ -107,7 +107,8 @@ class Profile:
             settings = self.run_settings.replace(**overrides)
         except ValueError as exc:  # a rule between two settings (w_l <= w_h, Eq. 7), said by its declaration
             raise ProfileError(f"invalid profile: {self.source}: {exc}") from None
-        return dataclasses.replace(self, fields={**self.fields, **overrides}, spec=self.spec.model_copy(update=overrides),
+        return dataclasses.replace(self, fields={**self.fields, **overrides},
+                                   spec=self.spec.model_copy(update=overrides),
                                    overrides={**self.overrides, **overrides}, run_settings=settings)
 
     @property
@@ -211,9 +212,11 @@ def check_override_keys(overrides: Mapping[str, Any], data: Mapping[str, Any], n
         near = difflib.get_close_matches(str(key), valid, n=3, cutoff=0.6)
         raise ProfileError(
             f"unknown key {key!r}: not a field of profile {name}, a protocol choice nor a declared extra parameter; "
-            + (f"did you mean {', '.join(near)}?" if near else "the fields are ProfileSpec's (r2mad_lab/experiments/profile_schema.py)"))
+            + (f"did you mean {', '.join(near)}?" if near else "the fields are ProfileSpec's "
+               "(r2mad_lab/experiments/profile_schema.py)"))
 
 
 __all__ = [
-    "Profile", "ProfileError", "check_override_keys", "expand_environment", "load_profile", "parse_override", "profile_names",
+    "Profile", "ProfileError", "check_override_keys", "expand_environment", "load_profile", "parse_override",
+    "profile_names",
 ]

@@ -73,9 +73,10 @@ class Task:
 class ProgressBoard:
     """The tasks running now, shown as one line (see the module's docstring).
 
-    ``stream``: where the line goes (default stdout, flushed: the lines printed around it stay in order); ``tty``: force terminal or plain output (default: ask the
-    stream); ``clock``: seconds (``time.monotonic``); ``prefix``: the start of every line; ``waiting``: the seconds
-    of work not started yet (for the overall time left), a callable read at each line.
+    ``stream``: where the line goes (default stdout, flushed: the lines printed around it stay in order); ``tty``: force
+    terminal or plain output (default: ask the stream); ``clock``: seconds (``time.monotonic``); ``prefix``: the start
+    of every line; ``waiting``: the seconds of work not started yet (for the overall time left), a callable read at each
+    line.
     """
 
     stream: TextIO | None = None

@@ -92,8 +92,8 @@ CHOICES: tuple[Choice, ...] = (
         "Gemma-3-4B; with our prompts about +1.2K at K = 1, +3.5K at K = 3)",
         "scripts/batch_run_r2mad.sh (--n_retrieval 1; run_cot.py's ICL-CoT default --n_retrieval 1)",
         note="also the declaration's one default (MemorySettings.top_k): a method built without a preset and "
-             "`r2mad run` without --protocol run K = 1 too; at K = 1 the MMR redundancy term is empty and lambda_t > 0 scales every score alike: lambda_t cannot "
-             "change the pick (notebook 04 also runs K = 3)",
+             "`r2mad run` without --protocol run K = 1 too; at K = 1 the MMR redundancy term is empty and lambda_t > 0 "
+             "scales every score alike: lambda_t cannot change the pick (notebook 04 also runs K = 3)",
     ),
     Choice(
         "summaries", "debate summaries h^(t): after which rounds", "every_round", "every_round", "paper",
@@ -118,7 +118,8 @@ CHOICES: tuple[Choice, ...] = (
         values=("drop", "show"), note="show (ours, earlier default): an empty `<other_solution>` block",
     ),
     Choice(
-        "unclosed_thinking", "a response whose `<think>` block never closes (cut by max_tokens)", "drop", "keep", "ours",
+        "unclosed_thinking", "a response whose `<think>` block never closes (cut by max_tokens)", "drop", "keep",
+        "ours",
         "silent", "src/multi_agent_debate.py (remove_think_tags removes closed `<think>...</think>` only)",
         values=("drop", "keep"),
         note="the authors' behaviour is a bug under 'paper': remove_think_tags is meant to hide the reasoning, but its "
@@ -244,7 +245,8 @@ CHOICES: tuple[Choice, ...] = (
         "objective_keep", "MAD-M2 objective masking: what is kept", "lowest_perplexity", "lowest_perplexity", "paper",
         "Appendix 'Comparison of MAD-M2 Masking Strategies': 'retains only the response with the lowest perplexity'",
         "none (the repository has no MAD-M2; Tian et al.'s code, HongduanTian/MAD-MM _objective_prune, keeps the "
-        "responses above the round's median perplexity value, a count its stored versions differ on)", values=("lowest_perplexity", "better_half"),
+        "responses above the round's median perplexity value, a count its stored versions differ on)",
+        values=("lowest_perplexity", "better_half"),
     ),
     Choice(
         "overflow_policy", "a prompt longer than the model's context", "empty", "empty", "authors",
@@ -339,7 +341,8 @@ def declared_default(name: str) -> Any:
 
 #: The defaults of the choices that are profile fields only (which questions, a prompt over the context, the model
 #: whose debates fill the banks): the first of each vocabulary, what the data loader, the cell runner and the grid take.
-PROFILE_DEFAULTS: dict[str, Any] = {"split_rule": SPLIT_RULES[0], "overflow_policy": OVERFLOW_POLICIES[0], "memory_model": None}
+PROFILE_DEFAULTS: dict[str, Any] = {"split_rule": SPLIT_RULES[0], "overflow_policy": OVERFLOW_POLICIES[0],
+                                    "memory_model": None}
 
 
 def method_options(method_name: str, protocol: str, explicit: Mapping[str, Any] | None = None) -> dict[str, Any]:

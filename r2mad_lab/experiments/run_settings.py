@@ -10,12 +10,13 @@ when the settings are made, to what is unset, never after.
 
 - Built once from a profile (:meth:`RunSettings.from_profile`, when the profile file is loaded and validated: the
   profile's ``protocol`` fills every choice it leaves null or out); a
-  ``--set``, a sweep point, a variant, a replicate's seed (:meth:`r2mad_lab.experiments.profiles.Profile.with_overrides`:
-  every override of a field in :data:`PROFILE_FIELDS`) or a table row's own settings (``with_k``: K; the round-0 rows:
-  ``round0``) land in it by one :meth:`RunSettings.replace` of flat names, routed to the object that declares each.
-  An override of a field that is not a run setting (the models, the benchmarks, which rows a table runs, engine
-  options, extra parameters) changes what the rest of the profile is checked against: it takes the profile file's
-  road (:func:`r2mad_lab.experiments.profiles.load_profile`).
+  ``--set``, a sweep point, a variant, a replicate's seed
+  (:meth:`r2mad_lab.experiments.profiles.Profile.with_overrides`: every override of a field in :data:`PROFILE_FIELDS`)
+  or a table row's own settings (``with_k``: K; the round-0 rows: ``round0``) land in it by one
+  :meth:`RunSettings.replace` of flat names, routed to the object that declares each. An override of a field that is not
+  a run setting (the models, the benchmarks, which rows a table runs, engine options, extra parameters) changes what the
+  rest of the profile is checked against: it takes the profile file's road
+  (:func:`r2mad_lab.experiments.profiles.load_profile`).
 - The grid (:class:`r2mad_lab.reproduce.grid.ExperimentGrid`) holds it whole.
 - It is flattened exactly once, into a method's options, which are a run's recorded identity
   (:func:`r2mad_lab.experiments.method_labels.resolve`): the settings each row has always stated, every other
@@ -115,8 +116,9 @@ class RunSettings:
         either is loaded with the profile file, :meth:`r2mad_lab.experiments.profiles.Profile.with_overrides`)."""
         own = {f.name for f in dataclasses.fields(self)} - {"protocol", "other"}
         if "protocol" in changes:
-            raise TypeError("RunSettings.replace: protocol is a preset, applied to the unset settings when settings are "
-                            "made (RunSettings(protocol=...), a profile's protocol); it never changes settings after")
+            raise TypeError("RunSettings.replace: protocol is a preset, applied to the unset settings when "
+                            "settings are made (RunSettings(protocol=...), a profile's protocol); it never changes "
+                            "settings after")
         nulls = sorted(k for k, v in changes.items() if v is None and k in presets.BY_NAME)
         if nulls:
             raise TypeError(f"RunSettings.replace: {nulls}=None: a preset fills an unset choice when settings are made "

@@ -223,7 +223,8 @@ def _sample(record: Any, run: ExportRun, epoch: int, model: str, generate: Any, 
                                               stop_reason=_stop(call.finish_reason))
             output.usage, output.time = call_usage, call.seconds
             events.append(ModelEvent(
-                model=model, input=[ChatMessageUser(content=f"({call.tag} request of round {t}: its text is not stored)")],
+                model=model,
+                input=[ChatMessageUser(content=f"({call.tag} request of round {t}: its text is not stored)")],
                 tools=[], tool_choice="none", config=generate, output=output, cache="read" if call.cached else None,
                 timestamp=clock, working_time=call.seconds, span_id=round_span, metadata={"tag": call.tag, "round": t}))
         if rnd.summary:

@@ -2,11 +2,11 @@
 
 :func:`read_run` reads ``config.json`` (:func:`r2mad_lab.report.run_index.read_config`, the
 :class:`r2mad_core.records.RunConfig` schema), the transcripts (:func:`r2mad_lab.experiments.cell.load_run`, each
-line a :class:`r2mad_core.records.TranscriptRecord`) and ``metrics.json`` (:func:`r2mad_lab.report.run_index.read_metrics`),
-and refuses, in one :class:`ExportError` line naming the file and the field, a folder that is damaged (a line or a
-field that does not fit), incomplete (fewer finished questions than ``n_samples``), from another version
-(``format``, ``r2mad_version``) or whose metrics.json disagrees with its transcripts. Nothing is written by an
-export until every folder it was given has been read this way.
+line a :class:`r2mad_core.records.TranscriptRecord`) and ``metrics.json``
+(:func:`r2mad_lab.report.run_index.read_metrics`), and refuses, in one :class:`ExportError` line naming the file and the
+field, a folder that is damaged (a line or a field that does not fit), incomplete (fewer finished questions than
+``n_samples``), from another version (``format``, ``r2mad_version``) or whose metrics.json disagrees with its
+transcripts. Nothing is written by an export until every folder it was given has been read this way.
 
 No machine path leaves it: the run is named by its path relative to the folder holding ``runs/`` (as the manifests
 name it, :func:`r2mad_lab.report.artifacts.run_paths`), and every absolute path in the settings (an R2-MAD run's

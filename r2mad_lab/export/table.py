@@ -29,7 +29,8 @@ from r2mad_lab.report.run_index import protocol_of, settings_of
 #: The table's file beside a profile's figures.
 TABLE_NAME = "samples.parquet"
 #: The columns, in order.
-COLUMNS = ["variant", "model", "paper_model", "engine", "benchmark", "benchmark_label", "split", "method", "method_name",
+COLUMNS = ["variant", "model", "paper_model", "engine", "benchmark", "benchmark_label", "split", "method",
+           "method_name",
            "settings", "protocol", "seed", "sample_id", "gold", "final_answer", "correct", "tied", "rounds",
            "stopped_early", "requests", "prompt_tokens", "completion_tokens", "tokens", "run"]
 #: The row order: a rerun writes the same bytes.

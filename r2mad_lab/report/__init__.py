@@ -1,6 +1,7 @@
 """The report: results turned into what the notebooks show (tables, figures, the claims, the comparison).
 
-The paper's tables and figures, the claims, the comparison; it runs nothing (the cells are run by :mod:`r2mad_lab.reproduce`).
+The paper's tables and figures, the claims, the comparison; it runs nothing (the cells are run by
+:mod:`r2mad_lab.reproduce`).
 
 - :mod:`~r2mad_lab.report.results`: a grid's results as tables and plot frames (``GridResults``).
 - :mod:`~r2mad_lab.report.tables`: one ``Table`` type rendered as CSV, Markdown and LaTeX.
@@ -11,7 +12,8 @@ The paper's tables and figures, the claims, the comparison; it runs nothing (the
 - :mod:`~r2mad_lab.report.grid_notes`: a grid in words: the notebooks' settings table, the captions' notes.
 - :mod:`~r2mad_lab.report.protocol_notes`: the generated text on what the protocol preset changed.
 - :mod:`~r2mad_lab.report.comparison`: the reproduction against the paper's numbers, the claims with McNemar.
-- :mod:`~r2mad_lab.report.multiplicity`: Holm's adjustment of the p-values of tests made at once (a variant's cells, the claims).
+- :mod:`~r2mad_lab.report.multiplicity`: Holm's adjustment of the p-values of tests made at once (a variant's cells, the
+  claims).
 - :mod:`~r2mad_lab.report.inference`: the one inference rule (docs/statistics.md): paired estimate with its CI, exact
   McNemar / stratified sign test, Holm family, verdict words only from the adjusted p, the small-sample n, trends.
 - :mod:`~r2mad_lab.report.consistency`: the checker of the one inference rule across outputs: one record per

@@ -120,10 +120,11 @@ def paper_test_size(benchmark: str) -> int | None:
 
 def _difference_intervals(merged: pd.DataFrame) -> pd.DataFrame:
     """``difference_low`` / ``difference_high``: the 95% interval of reproduced - paper as two independent samples of
-    known sizes (the paper's test split, :func:`paper_test_size`; :func:`r2mad_lab.report.intervals.difference_from_paper`,
-    an Average over its benchmarks' cells), and ``consistent_with_paper``: whether it contains 0. A perfect
-    reproduction is consistent about 95% of the time; the paper's number inside the reproduced CI alone treated it as
-    exact and failed a perfect reproduction about 17% of the time (docs/statistics.md). Accuracy rows with a known n
+    known sizes (the paper's test split, :func:`paper_test_size`;
+    :func:`r2mad_lab.report.intervals.difference_from_paper`, an Average over its benchmarks' cells), and
+    ``consistent_with_paper``: whether it contains 0. A perfect reproduction is consistent about 95% of the time; the
+    paper's number inside the reproduced CI alone treated it as exact and failed a perfect reproduction about 17% of the
+    time (docs/statistics.md). Accuracy rows with a known n
     and a paper number only; NA elsewhere."""
     merged = merged.copy()
     merged["difference_low"] = np.nan
@@ -347,7 +348,8 @@ def check_orderings(
         paired = better[keys + ["correct"]].merge(worse[keys + ["correct"]], on=keys, suffixes=("_better", "_worse"))
         if paired.empty:
             continue
-        per_benchmark = paired.groupby(["model", "paper_model", "benchmark"], sort=False)[["correct_better", "correct_worse"]].mean()
+        per_benchmark = paired.groupby(["model", "paper_model", "benchmark"],
+                                       sort=False)[["correct_better", "correct_worse"]].mean()
         reproduced_better = float(per_benchmark["correct_better"].mean())
         reproduced_worse = float(per_benchmark["correct_worse"].mean())
         strata = paired["model"].astype(str) + " / " + paired["benchmark"].astype(str)
@@ -447,17 +449,18 @@ class ClaimsSummary:
         if not self.checked:
             return "No claimed ordering could be checked with the methods this profile ran."
         small = bool(self.largest_n) and inference.too_small(self.largest_n, self.alpha, self.checked)
-        text = (f"Of the {self.total} distinct claims the paper makes and this profile could check, {self.holds} go the "
-                f"claimed way here (strictly better in the point estimates), {self.reversed} reversed, {self.ties} tied"
+        text = (f"Of the {self.total} distinct claims the paper makes and this profile could check, "
+                f"{self.holds} go the claimed way here (strictly better in the point estimates), {self.reversed} "
+                f"reversed, {self.ties} tied"
                 + self._untested())
         if small:
             text += ("; none is tested: " + inference.small_sample_line(
                 self.largest_n, self.alpha, what="paired questions per benchmark cell", family=self.checked,
                 family_name=self.family_short).rstrip("."))
         else:
-            text += (f"; {self.significant} of the {self.holds} with p_holm < {self.alpha:g} ({multiplicity.RULE}-adjusted "
-                     f"over {self.family}; exact McNemar per benchmark, the stratified sign test for an Average, exact or "
-                     f"Monte Carlo as the table's p_is says)")
+            text += (f"; {self.significant} of the {self.holds} with p_holm < {self.alpha:g} "
+                     f"({multiplicity.RULE}-adjusted over {self.family}; exact McNemar per benchmark, the stratified "
+                     f"sign test for an Average, exact or Monte Carlo as the table's p_is says)")
         text += "."
         if self.repeated:
             text += (f" {self.repeated} further claim{'s' if self.repeated != 1 else ''} of the paper "
@@ -474,8 +477,8 @@ class ClaimsSummary:
         if self.largest_n and inference.too_small(self.largest_n, self.alpha, self.checked):
             return (head + tail + f"; n = {self.largest_n} per benchmark cell is "
                     f"{inference.cutoff_phrase(self.alpha, self.checked, self.family_short)}: no inference.")
-        return (head + f" ({self.significant} of them with p_holm < {self.alpha:g}, {multiplicity.RULE} over the claims "
-                f"family of {self.checked})" + tail + ".")
+        return (head + f" ({self.significant} of them with p_holm < {self.alpha:g}, {multiplicity.RULE} "
+                f"over the claims family of {self.checked})" + tail + ".")
 
 
 def claims_summary(claims: pd.DataFrame, alpha: float = 0.05) -> ClaimsSummary:
@@ -523,7 +526,8 @@ def pooled_average_rows(results: GridResults, methods: Sequence[str], table_labe
             continue
         groups = [part["correct"].to_numpy() for _, part in mine.groupby(["model", "benchmark"], sort=False)]
         mean, low, high = mean_accuracy_with_ci(groups, n_bootstrap=results.bootstrap_resamples, seed=results.seed)
-        rows.append({"table": table_label, "model": ", ".join(pd.unique(mine["model"])), "paper_model": BOTH_MODELS_LABEL,
+        rows.append({"table": table_label, "model": ", ".join(pd.unique(mine["model"])),
+                     "paper_model": BOTH_MODELS_LABEL,
                      "method": method, "benchmark": AVERAGE_LABEL, "metric": "accuracy", "value": mean,
                      "ci_low": low, "ci_high": high, "n": len(mine)})
     return pd.DataFrame(rows)

@@ -35,7 +35,8 @@ _NUMBER = r"[+-]?[0-9.]+(?:e[-+]?[0-9]+)?"
 CLAUSE = re.compile(
     rf"(?P<better>[^;:]+?) (?P<vb>[0-9]\.[0-9]{{3}}) vs (?P<worse>[^;:]+?) (?P<vw>[0-9]\.[0-9]{{3}}) "
     rf"\((?P<diff>[+-][0-9]\.[0-9]{{3}})(?:, 95% CI \[(?P<lo>{_NUMBER}), (?P<hi>{_NUMBER})\])?(?:, SE [0-9.]+)?; "
-    rf"(?P<test>[^;]+?) on (?P<n>[0-9]+) paired questions, p (?:(?:=|<=) (?P<p>{_NUMBER})|< 1/(?P<floor>[0-9,]+))[^;]*; (?P<verdict>[^)]*(?:\([^)]*\))?[^)]*)\)")
+    rf"(?P<test>[^;]+?) on (?P<n>[0-9]+) paired questions, p (?:(?:=|<=) (?P<p>{_NUMBER})|< "
+    r"1/(?P<floor>[0-9,]+))[^;]*; (?P<verdict>[^)]*(?:\([^)]*\))?[^)]*)\)")
 _VERDICT = re.compile(r"\b(significant|not distinguishable from no difference)\b")
 
 

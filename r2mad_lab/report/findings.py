@@ -103,8 +103,8 @@ class Comparison:
         head = f"{self.difference:+.3f}{ci}{se}; {self.test} on {self.n_pairs} paired questions, {fmt_p(self.p_value, self.draws)}; "
         if self.p_adjusted is None:
             if inference.too_small(self.cell_n, ALPHA):
-                return head + (f"no inference at n = {self.cell_n} per benchmark cell, {inference.cutoff_phrase(ALPHA)}, "
-                               f"so of any family")
+                return head + (f"no inference at n = {self.cell_n} per benchmark cell, "
+                               f"{inference.cutoff_phrase(ALPHA)}, so of any family")
             return head + f"verdict: {self.family}"
         return head + inference.verdict(self.p_adjusted, self.cell_n, self.family, ALPHA, self.family_size)
 
@@ -378,14 +378,15 @@ def baselines(paths: GridResults, sc_methods: Sequence[str], masking: GridResult
                              "rises with the paths).")
         if m is not None:
             sentences.append(f"Objective masking is {'above' if m.outcome == 'holds' else 'not above'} subjective "
-                             f"masking in the point estimate: {m.clause()} (the paper uses objective masking in Table 1).")
+                             f"masking in the point estimate: {m.clause()} (the paper uses objective masking "
+                             "in Table 1).")
     for spec in models:
         i = compare(icl, "R2-MAD", "ICL-CoT", model=spec.label)
         if i is not None:
             sentences.append(f"R2-MAD is {'above' if i.outcome == 'holds' else 'not above'} ICL-CoT reading the same "
                              f"memory ({i.scope}): {i.clause()}. The paper's App. C.5 claim (R2-MAD matches or "
-                             f"exceeds ICL-CoT) is {'consistent' if i.outcome != 'reversed' else 'not consistent'} with the point "
-                             "estimates here.")
+                             f"exceeds ICL-CoT) is {'consistent' if i.outcome != 'reversed' else 'not consistent'} "
+                             "with the point estimates here.")
     return sentences + small_sample_note(paths)
 
 
@@ -479,8 +480,8 @@ def poisoned_memory(frame: pd.DataFrame, poisoned: GridResults, models: Sequence
     level = ALPHA / max(1, sum(c is not None for c in family))
     for (model, benchmark, part, clean, worst, _), c in zip(cells, family, strict=False):
         mad = part[part["method"] == "MAD"]
-        text = (f"{benchmark} ({model}): accuracy {clean['accuracy']:.3f} with clean memory and {worst['accuracy']:.3f} "
-                f"with f = {worst['poisoned fraction']:g} of the labels flipped")
+        text = (f"{benchmark} ({model}): accuracy {clean['accuracy']:.3f} with clean memory and "
+                f"{worst['accuracy']:.3f} with f = {worst['poisoned fraction']:g} of the labels flipped")
         if c is not None:
             text += f" ({c.detail()})"
         if not mad.empty:
@@ -504,7 +505,8 @@ def poisoned_memory(frame: pd.DataFrame, poisoned: GridResults, models: Sequence
             mde_text = "none reaches 80% power" if math.isnan(mde) else f"MDE {mde:.3f}"
             sentences.append(f"On {benchmark} poisoning has no detectable effect at this n ({mde_text} at the Holm "
                              f"level alpha / {round(ALPHA / level)}, 80% power): the drop is "
-                             + (("reversed" if c.outcome == "reversed" else f"{c.difference:+.3f}, {inference.NULL_PHRASE}")
+                             + (("reversed" if c.outcome == "reversed" else f"{c.difference:+.3f}, "
+                                 f"{inference.NULL_PHRASE}")
                                 if c else "untested")
                              + "; absence of evidence, not evidence that the Limitations' risk is absent.")
         if simulated:
@@ -515,12 +517,12 @@ def poisoned_memory(frame: pd.DataFrame, poisoned: GridResults, models: Sequence
                 after = annotation_counts(outcomes[worst["method"]].records)
                 if before.total and after.total:
                     sentences.append(
-                        f"The confidence annotations barely move: P(high | correct peer) is {before.rate('high', True):.0%} "
-                        f"with clean memory and {after.rate('high', True):.0%} with f = {worst['poisoned fraction']:g} "
-                        f"(P(high | wrong peer): {before.rate('high', False):.0%} and {after.rate('high', False):.0%}). "
-                        "Retrieval ranks by the (flipped) reward, so it brings formerly failed debates whose flipped "
-                        "correctness labels are again mostly 'correct': flipping every label does not invert what "
-                        "the agents are told about their peers.")
+                        "The confidence annotations barely move: P(high | correct peer) is "
+                        f"{before.rate('high', True):.0%} with clean memory and {after.rate('high', True):.0%} with f "
+                        f"= {worst['poisoned fraction']:g} (P(high | wrong peer): {before.rate('high', False):.0%} and "
+                        f"{after.rate('high', False):.0%}). Retrieval ranks by the (flipped) reward, so it brings "
+                        "formerly failed debates whose flipped correctness labels are again mostly 'correct': flipping "
+                        "every label does not invert what the agents are told about their peers.")
     return sentences
 
 
@@ -542,8 +544,9 @@ def claims(claims_frame: pd.DataFrame, summary: Any, models: Sequence[ModelSpec]
     distinct = claims_frame[claims_frame["duplicate_of"].isna()]
     equal = distinct[distinct["outcome"] == EQUAL_BY_CONSTRUCTION]
     if len(equal):
-        sentences.append(f"{len(equal)} claimed ordering{'s' if len(equal) != 1 else ''} compare{'s' if len(equal) == 1 else ''} "
-                         "rows equal by construction (their recorded configurations make them the same computation: "
+        sentences.append(f"{len(equal)} claimed ordering{'s' if len(equal) != 1 else ''} "
+                         f"compare{'s' if len(equal) == 1 else ''} rows equal by construction (their recorded "
+                         "configurations make them the same computation: "
                          + "; ".join(f"{r.better} and {r.worse}" for r in equal.itertuples())
                          + "): not tested, not ranked, and not in the Holm family.")
         distinct = distinct[distinct["outcome"] != EQUAL_BY_CONSTRUCTION]
@@ -568,8 +571,8 @@ def claims(claims_frame: pd.DataFrame, summary: Any, models: Sequence[ModelSpec]
     if len(weak):
         sentences.append(f"{len(weak)} of the orderings in the claimed direction are {inference.NULL_PHRASE} "
                          f"(p_holm not below {ALPHA:g}, {multiplicity.RULE} over {summary.family}): "
-                         + "; ".join(f"{r.better} > {r.worse} ({r.table}, {r.benchmark}, n = {getattr(r, 'n_pairs', '?')}, "
-                                     f"{fmt_p(r.p_value, _draws(r))}, p_holm = {_p(r)})" for r in weak.itertuples()) + ".")
+                         + "; ".join(f"{r.better} > {r.worse} ({r.table}, {r.benchmark}, n = "
+                                     f"{getattr(r, 'n_pairs', '?')}, {fmt_p(r.p_value, _draws(r))}, p_holm = {_p(r)})" for r in weak.itertuples()) + ".")
     return sentences
 
 
@@ -601,16 +604,18 @@ def _claims_with_power(distinct: pd.DataFrame) -> list[str]:
         index=distinct.index, dtype=bool)
     sentences = [power_sentence(distinct)[:-1] + f"; {int((confirmed & powered).sum())} of those have p_holm below "
                  f"{ALPHA:g}, and {int((confirmed & ~powered).sum())} more despite lower power."]
-    for row, is_against in zip(distinct[~confirmed & (powered | against)].itertuples(), against[~confirmed & (powered | against)], strict=False):
+    for row, is_against in zip(distinct[~confirmed & (powered | against)].itertuples(),
+                               against[~confirmed & (powered | against)], strict=False):
         state = (f"is reversed, significant (p_holm = {_p(row)} < {ALPHA:g})" if is_against
                  else f"does not go the claimed way ({row.outcome})" if row.outcome != AS_CLAIMED
                  else f"goes the claimed way but is {inference.NULL_PHRASE} at n = {row.n_pairs} (p_holm = {_p(row)})")
         sentences.append(
             f"Not as the paper says: {row.better} > {row.worse} on {row.benchmark} ({row.table}, "
-            f"{row.paper_model}) {state}: reproduced {row.reproduced_better:.3f} vs {row.reproduced_worse:.3f}, the paper "
-            f"{row.paper_better:.3f} vs {row.paper_worse:.3f}; before the run it had {row.power_paper_difference:.0%} power "
-            f"to detect the paper's difference ({row.paper_better - row.paper_worse:+.3f}; smallest detectable "
-            f"{_mde_text(row.mde)} on {row.n_pairs} paired questions, at the Holm-adjusted level).")
+            f"{row.paper_model}) {state}: reproduced {row.reproduced_better:.3f} vs "
+            f"{row.reproduced_worse:.3f}, the paper {row.paper_better:.3f} vs {row.paper_worse:.3f}; before "
+            f"the run it had {row.power_paper_difference:.0%} power to detect the paper's difference "
+            f"({row.paper_better - row.paper_worse:+.3f}; smallest detectable {_mde_text(row.mde)} on {row.n_pairs} "
+            "paired questions, at the Holm-adjusted level).")
     small = distinct[~confirmed & ~powered & ~against]
     if len(small):
         parts = []
@@ -620,12 +625,12 @@ def _claims_with_power(distinct: pd.DataFrame) -> list[str]:
                 f"power {row.power_paper_difference:.0%} for the paper's {paper:+.3f}")
             mde = "none" if math.isnan(row.mde) else f"{row.mde:.3f}"
             parts.append(f"{row.better} > {row.worse} ({row.table}, {row.benchmark}): {row.outcome} here "
-                         f"({row.reproduced_better - row.reproduced_worse:+.3f}, {fmt_p(row.p_value, _draws(row))}, p_holm = {_p(row)}), "
-                         f"smallest detectable {mde} on {row.n_pairs} pairs, {power_text}")
-        sentences.append(f"Could not have been detected at this size ({len(small)} claim{'s' if len(small) != 1 else ''}; "
-                         f"{inference.NULL_PHRASE} here, but no evidence against the paper either; smallest detectable: "
-                         "the difference this run detects with 80% power at the Holm-adjusted level, none when no "
-                         "difference does): " + "; ".join(parts) + ".")
+                         f"({row.reproduced_better - row.reproduced_worse:+.3f}, {fmt_p(row.p_value, _draws(row))}, "
+                         f"p_holm = {_p(row)}), smallest detectable {mde} on {row.n_pairs} pairs, {power_text}")
+        sentences.append(f"Could not have been detected at this size ({len(small)} "
+                         f"claim{'s' if len(small) != 1 else ''}; {inference.NULL_PHRASE} here, but no evidence "
+                         "against the paper either; smallest detectable: the difference this run detects with 80% "
+                         "power at the Holm-adjusted level, none when no difference does): " + "; ".join(parts) + ".")
     return sentences
 
 
@@ -650,7 +655,8 @@ def round0_comparison(paired: GridResults, independent: GridResults, models: Seq
     labels end in ``paired_suffix``) and when each draws its own (independent, labels ending in ``suffix``; the
     subset taken from the independent MAD run)."""
     sentences = []
-    shared = paired.unbiased_subset_per_question(["MAD", "R2-MAD"], reference=f"MAD{paired_suffix}", suffix=paired_suffix)
+    shared = paired.unbiased_subset_per_question(["MAD", "R2-MAD"], reference=f"MAD{paired_suffix}",
+                                                 suffix=paired_suffix)
     own = independent.subset_per_question([f"MAD{suffix}", f"R2-MAD{suffix}"], reference=f"MAD{suffix}")
     pairs = []
     for spec in models:
@@ -667,10 +673,10 @@ def round0_comparison(paired: GridResults, independent: GridResults, models: Seq
     for (spec, benchmark, a, b), is_claim in zip(pairs, claimed, strict=False):
         a = a if is_claim else next(others)
         sentences.append(
-            f"{'RQ4, ' if is_claim else ''}{benchmark} ({spec.label}), with a shared round 0 (the subset from the round "
-            f"0 both methods start from{'; the design the claims table tests' if is_claim else ''}): {a.clause()}. On "
-            f"the paper's design (the subset from the independent MAD run's own round 0) the difference is "
-            f"{b.difference:+.3f} on {b.n_pairs} questions: biased toward R2-MAD, shown, not tested.")
+            f"{'RQ4, ' if is_claim else ''}{benchmark} ({spec.label}), with a shared round 0 (the subset "
+            f"from the round 0 both methods start from{'; the design the claims table tests' if is_claim else ''}): "
+            f"{a.clause()}. On the paper's design (the subset from the independent MAD run's own round 0) the "
+            f"difference is {b.difference:+.3f} on {b.n_pairs} questions: biased toward R2-MAD, shown, not tested.")
     if sentences:
         subsets = independent.shared_misconception_subsets(f"MAD{suffix}")
         own_wrong = independent.shared_misconception_subsets(f"R2-MAD{suffix}")
@@ -680,6 +686,7 @@ def round0_comparison(paired: GridResults, independent: GridResults, models: Seq
         sentences.append("With a shared round 0 both methods start from the same wrong majority, so the difference is "
                          f"what the later rounds did. With independent draws, R2-MAD's own round 0 was majority-wrong "
                          f"on {also_wrong} of the {in_subset} questions of MAD's subset ({share:.0%}); the rest start "
-                         "R2-MAD from a better round 0 by selection, not by method: on two identical configurations the "
-                         "paper's design shows a difference too (the known-null test of docs/statistics.md).")
+                         "R2-MAD from a better round 0 by selection, not by method: on two identical "
+                         "configurations the paper's design shows a difference too (the known-null test of "
+                         "docs/statistics.md).")
     return sentences

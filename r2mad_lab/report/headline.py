@@ -98,7 +98,8 @@ def headline_lines(figures_dir: str | Path, *, rerun: bool = False) -> list[str]
     return lines
 
 
-def print_headline(figures_dir: str | Path, ran: Iterable[str] | None = None, echo: Callable[[str], None] = print) -> None:
+def print_headline(figures_dir: str | Path, ran: Iterable[str] | None = None,
+                   echo: Callable[[str], None] = print) -> None:
     """Print :func:`headline_lines` (``make reproduce`` calls it last) when ``ran`` (the notebooks this run executed)
     includes :data:`REPORT_NOTEBOOK`; ``ran`` None: a rerun that found every notebook up to date (the recorded
     table is the current one, printed as such). After ``--only`` without 10 nothing is printed, so a table from an

@@ -50,7 +50,8 @@ TARGET_POWER = 0.8
 MONTE_CARLO_DRAWS = 20_000
 #: Largest support (product of the strata's D_k + 1) convolved exactly.
 EXACT_SUPPORT = 200_000
-#: Words that state a conclusion; generated only from an adjusted p below alpha (tests/report/test_inference.py greps for them).
+#: Words that state a conclusion; generated only from an adjusted p below alpha (tests/report/test_inference.py greps
+#: for them).
 VERDICT_WORDS = ("significant", "ranks first", "wins", "beats", "holds significantly")
 NULL_PHRASE = "not distinguishable from no difference"
 
@@ -79,7 +80,8 @@ class PairedEstimate:
         return self.difference
 
 
-def _as_arrays(a: Sequence[bool], b: Sequence[bool], strata: Sequence[Any] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _as_arrays(a: Sequence[bool], b: Sequence[bool],
+               strata: Sequence[Any] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     x = np.asarray(a, dtype=bool)
     y = np.asarray(b, dtype=bool)
     if x.shape != y.shape or x.ndim != 1:
@@ -203,8 +205,9 @@ MINIMUM_N_AT_HOLM: dict[int, int] = {1: 15, 2: 17, 3: 17, 4: 19, 5: 19, 6: 19, 7
 @functools.lru_cache(maxsize=64)
 def minimum_n(alpha: float = ALPHA, power: float = TARGET_POWER) -> int:
     """The smallest number of paired questions at which the exact McNemar test at ``alpha`` detects *some* difference
-    with ``power``: the planned minimum detectable effect (:func:`r2mad_lab.report.mcnemar.planned_minimum_detectable_effect`,
-    a method at accuracy 0.5 against one up to 1.0, the assumed correlation) exists. Below it no verdict is generated.
+    with ``power``: the planned minimum detectable effect
+    (:func:`r2mad_lab.report.mcnemar.planned_minimum_detectable_effect`, a method at accuracy 0.5 against one up to 1.0,
+    the assumed correlation) exists. Below it no verdict is generated.
     At the Holm levels 0.05 / m (m <= 30) and 80% power it is read from :data:`MINIMUM_N_AT_HOLM`."""
     if power == TARGET_POWER:
         for m, n in MINIMUM_N_AT_HOLM.items():
@@ -380,7 +383,8 @@ def trend_test(outcomes: np.ndarray, x: Sequence[float], strata: Sequence[Any] |
         weights[labels == s] = 1.0 / (k * np.sum(labels == s))
 
     def shown(matrix: np.ndarray) -> np.ndarray:  # (..., questions, points) -> (..., points)
-        return np.tensordot(matrix, weights, axes=([-2], [0])) if matrix.ndim == 2 else np.einsum("dqp,q->dp", matrix, weights)
+        return np.tensordot(matrix, weights,
+                            axes=([-2], [0])) if matrix.ndim == 2 else np.einsum("dqp,q->dp", matrix, weights)
 
     observed = float(_slopes(shown(y), xs, group))
     rng = np.random.default_rng(seed)
@@ -535,7 +539,8 @@ def verdict_problems(text: str, alpha: float = ALPHA) -> list[str]:
         adjusted = re.search(_ADJUSTED, after)
         if adjusted:
             if float(adjusted.group(1).rstrip(".")) >= alpha:
-                problems.append(f"'{match.group(0)}' with adjusted p = {adjusted.group(1)} >= {alpha:g}: ...{context}...")
+                problems.append(f"'{match.group(0)}' with adjusted p = {adjusted.group(1)} >= {alpha:g}: "
+                                f"...{context}...")
             continue
         window = text[max(0, start - 300):end + 300]
         criterion = re.search(_CRITERION, window)

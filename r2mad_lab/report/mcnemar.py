@@ -54,7 +54,8 @@ def mcnemar_power(n: int, discordance: float, difference: float, alpha: float = 
     accuracy difference ``difference`` (module docstring). Requires |difference| <= discordance."""
     _check(n, discordance, alpha)
     if abs(difference) > discordance + 1e-12:
-        raise ValueError(f"power: a difference of {difference:g} needs a discordance of at least that, found {discordance:g}")
+        raise ValueError(f"power: a difference of {difference:g} needs a discordance of at least that, found "
+                         f"{discordance:g}")
     if discordance == 0.0:
         return 0.0
     from scipy.stats import binom  # lazy: scipy.stats takes seconds to import

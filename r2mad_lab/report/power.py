@@ -1,7 +1,8 @@
 """Power of the claims' paired comparisons: the smallest difference a run can detect, and its power.
 
 The power a run has
-to detect the paper's own difference (issue 26; the claims are :data:`r2mad_lab.report.comparison.PAPER_ORDERING_CLAIMS`).
+to detect the paper's own difference (issue 26; the claims are
+:data:`r2mad_lab.report.comparison.PAPER_ORDERING_CLAIMS`).
 
 The test is the one notebook 10 applies (:func:`r2mad_lab.report.comparison.check_orderings`): McNemar's exact
 test (McNemar 1947), the two-sided exact binomial test (``scipy.stats.binomtest``, p = 1/2) of the ``b``
@@ -27,11 +28,11 @@ a fixed psi (``scipy.optimize.brentq``; power rises with delta); NaN when even d
 question favours the better method) falls short, e.g. with no discordant pair at all.
 
 **Which discordance.** Always the pre-run one (no post-hoc power from a run's outcomes; docs/statistics.md):
-for the claims table (:func:`with_power`) and before a run (:func:`planned_claims`) alike, an assumption from two accuracies p1, p2: the paired outcomes are
-correlated with phi = :data:`ASSUMED_CORRELATION` (ours: 0.5; the sim profile's runs show 0.5-0.6 between
-its methods; a higher correlation means fewer discordant questions and a smaller MDE), so that
-psi = p1 + p2 - 2 p11 with p11 = p1 p2 + phi sqrt(p1 (1 - p1) p2 (1 - p2)) (clipped to the Frechet bounds);
-the MDE before a run lets psi move with delta (the better method at p2 + delta).
+for the claims table (:func:`with_power`) and before a run (:func:`planned_claims`) alike, an assumption from two
+accuracies p1, p2: the paired outcomes are correlated with phi = :data:`ASSUMED_CORRELATION` (ours: 0.5; the sim
+profile's runs show 0.5-0.6 between its methods; a higher correlation means fewer discordant questions and a smaller
+MDE), so that psi = p1 + p2 - 2 p11 with p11 = p1 p2 + phi sqrt(p1 (1 - p1) p2 (1 - p2)) (clipped to the Frechet
+bounds); the MDE before a run lets psi move with delta (the better method at p2 + delta).
 
 **Approximation (ours).** An ``Average`` claim compares means of per-benchmark accuracies, the test pools
 the paired questions of all benchmarks; the paper's difference of Averages is taken as the pooled
@@ -175,7 +176,8 @@ def _test_sizes(profile: Any) -> dict[str, int]:
     return sizes
 
 
-def _planned_pairs(claim: OrderingClaim, profile: Any, sizes: Mapping[str, int], reported: pd.DataFrame) -> tuple[int, str]:
+def _planned_pairs(claim: OrderingClaim, profile: Any, sizes: Mapping[str, int],
+                   reported: pd.DataFrame) -> tuple[int, str]:
     """(paired questions, which runs) of ``claim`` in ``profile``'s run; (0, reason) when it is not checked."""
     models = list(_field(profile, "models") or ())
     paper_of = {_entry(m, "label"): (_entry(m, "stands_in_for") or _entry(m, "label")) for m in models}
@@ -296,8 +298,8 @@ def claims_power_lines(profile: Any, *, reported: pd.DataFrame | None = None, co
         for row in part.itertuples():
             mde = "none up to 100%" if math.isnan(row.mde) else f"{row.mde:+.3f}"
             chance = "--" if math.isnan(row.power_paper_difference) else f"{row.power_paper_difference:.0%}"
-            lines.append(f"    {_claim_label(row)}: paper {row.paper_difference:+.3f} on {row.n_pairs} paired questions, "
-                         f"smallest detectable {mde}, power {chance}")
+            lines.append(f"    {_claim_label(row)}: paper {row.paper_difference:+.3f} on {row.n_pairs} "
+                         f"paired questions, smallest detectable {mde}, power {chance}")
     return lines
 
 
@@ -339,7 +341,8 @@ def plot_claims_power(claims: pd.DataFrame, title: str = "", power: float = TARG
     untested = rows["outcome"].isin(UNTESTED).to_numpy() if "outcome" in rows.columns else np.zeros(len(rows), bool)
     none = np.isnan(mde) & ~untested
     if none.any():
-        ax.barh(y[none], np.full(int(none.sum()), high + 0.05 * reach), height=0.6, color="none", edgecolor="0.6", hatch="//",
+        ax.barh(y[none], np.full(int(none.sum()), high + 0.05 * reach), height=0.6, color="none", edgecolor="0.6",
+                hatch="//",
                 label="no difference detectable with that power")
     ax.scatter(paper, y, marker="x", color="black", zorder=3, label="the paper's difference")
     ax.scatter(reproduced[significant], y[significant], color="C0", zorder=4, label="reproduced (significant)")

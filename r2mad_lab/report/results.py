@@ -2,9 +2,10 @@
 
 :class:`GridResults` holds the cells :meth:`r2mad_lab.reproduce.grid.ExperimentGrid.grid` ran or loaded
 (:class:`CellOutcome`) with the views the tables need: accuracy with 95% bootstrap CIs, the paper's
-``Average`` column (mean of the per-benchmark accuracies, :func:`r2mad_lab.experiments.statistics.mean_accuracy_with_ci`),
-the shared-misconception subset (RQ4: questions where MAD's agents agree on a wrong answer), stance transitions
-(Table 4), agent accuracy by round and per-query cost (Table 10).
+``Average`` column (mean of the per-benchmark accuracies,
+:func:`r2mad_lab.experiments.statistics.mean_accuracy_with_ci`), the shared-misconception subset (RQ4: questions where
+MAD's agents agree on a wrong answer), stance transitions (Table 4), agent accuracy by round and per-query cost (Table
+10).
 """
 
 from __future__ import annotations
@@ -272,7 +273,8 @@ class GridResults:
             if len(groups) == len(pairs):
                 mean, lo, hi = mean_accuracy_with_ci(groups, n_bootstrap=self.bootstrap_resamples, seed=self.seed)
                 values.at[row, AVERAGE_LABEL], low.at[row, AVERAGE_LABEL], high.at[row, AVERAGE_LABEL] = mean, lo, hi
-                errors.at[row, AVERAGE_LABEL] = intervals.accuracy_se([g.mean() for g in groups], [g.size for g in groups])
+                errors.at[row, AVERAGE_LABEL] = intervals.accuracy_se([g.mean() for g in groups],
+                                                                      [g.size for g in groups])
                 cells[(row, AVERAGE_LABEL)] = [o for c in columns[:-1] for o in cells.get((row, c), [])]
         return Table(values=values, ci_low=low, ci_high=high, se=errors, caption=caption, best=best, cells=cells)
 

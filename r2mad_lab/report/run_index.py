@@ -273,8 +273,9 @@ def collect(runs_root: str | Path, figures_dir: str | Path | None = None, *, cac
             progress: Progress | None = None, skipped: list[str] | None = None, pages: bool = False) -> list[RunEntry]:
     """Every run under ``runs_root`` with what it feeds (the manifests under ``figures_dir``, when given). A run
     whose config.json, metrics.json or transcripts cannot be read is left out with a warning naming the file and
-    field (the line appended to ``skipped`` when given, else logged). ``cache`` (``_viewer/cache.json``'s runs): rows of unchanged runs
-    are taken from it, and it is updated. ``pages``: the run pages will be written (and read each question's
+    field (the line appended to ``skipped`` when given, else logged). ``cache`` (``_viewer/cache.json``'s runs): rows of
+    unchanged runs are taken from it, and it is updated. ``pages``: the run pages will be written (and read each
+    question's
     correctness on the way)."""
     runs_root = Path(runs_root).resolve()
     # run paths as manifests name them: relative to the folder holding runs/ (else to the folder's parent)
@@ -328,7 +329,8 @@ def write_pages(entries: Sequence[RunEntry], assets_folder: Path, cache: dict[st
                     f"{entry.protocol}; run directory {entry.path}")
         try:
             entry.page, rows = run_pages.write_run(entry.run_dir, entry.path, entry.name, describe,
-                                                   config.method.get("options", {}), config.benchmark, assets_folder, sources)
+                                                   config.method.get("options", {}), config.benchmark, assets_folder,
+                                                   sources)
         except (run_pages.PageError, OSError) as exc:
             logger.warning("%s: no run page (%s)", entry.path, exc)
             continue

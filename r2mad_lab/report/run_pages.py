@@ -168,7 +168,8 @@ def write_run(run_dir: Path, key: str, name: str, describe: str, options: Mappin
         old.unlink()
     for k, lines in enumerate(chunks):
         body = ",\n".join(lines).replace("</", "<\\/")
-        (run_dir / f"view.grids-{k}.js").write_text(f"R2V.chunk({json.dumps(key)}, {k}, [\n{body}\n]);\n", encoding="utf-8")
+        (run_dir / f"view.grids-{k}.js").write_text(f"R2V.chunk({json.dumps(key)}, {k}, [\n{body}\n]);\n",
+                                                    encoding="utf-8")
     (run_dir / DATA_FILE).write_text(_script("run", data), encoding="utf-8")
     page = run_dir / PAGE_FILE
     assets = Path(os.path.relpath(assets_folder, run_dir)).as_posix()

@@ -18,8 +18,8 @@ from r2mad_lab.report import tables
 RATE_NAMES = {"c_to_w": "C->W (lower is better)", "w_to_c": "W->C (higher is better)"}
 #: The paper models of Table 7 (the extra models); Table 4 is every other model (the paper's Qwen2.5-7B-Instruct).
 EXTRA_PAPER_MODELS = ("Qwen3-8B", "Gemma-3-4B-IT")
-TRANSITION_CAPTION = ("Stance-transition rates on the shared-misconception subset: C->W = correct agents switching to a "
-                      "wrong answer, W->C = wrong agents recovering, over agent-round transitions.")
+TRANSITION_CAPTION = ("Stance-transition rates on the shared-misconception subset: C->W = correct agents "
+                      "switching to a wrong answer, W->C = wrong agents recovering, over agent-round transitions.")
 
 
 def subset_accuracy_table(subset_accuracy: pd.DataFrame, caption: str) -> tables.Table:
@@ -81,6 +81,6 @@ def round0_table(paired_runs: Any, independent_runs: Any, paired_suffix: str, in
     both = pd.concat([rows(paired_runs, paired_suffix, " (paired: shared round 0)"),
                       rows(independent_runs, independent_suffix, " (independent round 0)")], ignore_index=True)
     caption = ("Final accuracy on the shared-misconception subset with a shared round 0 (paired: MAD and R2-MAD start "
-               "from the same generations; the subset from that MAD run) and with independent round-0 draws (the subset "
-               "from the independent MAD run), 95% bootstrap CIs. " + (stand_in_note + "." if stand_in_note else ""))
+               "from the same generations; the subset from that MAD run) and with independent round-0 draws "
+               "(the subset from the independent MAD run), 95% bootstrap CIs. " + (stand_in_note + "." if stand_in_note else ""))
     return tables.tidy_to_table(both, ["model", "benchmark"], "run", caption=caption)

@@ -11,7 +11,8 @@ values with optional 95% bootstrap CI bounds per cell. It renders as
 accuracy cells read "0.522 [0.440, 0.604]". A value is bold only where the rule of docs/statistics.md ranks it: its row
 beats every other row of its column block in a paired test on the same questions, Holm-adjusted over those comparisons
 (the column's family), on at least the small-sample n per benchmark cell, and is not one of a group of rows equal by
-construction (:meth:`Table.best_mask`); a table without per-question cells bolds nothing. Writing the files and recording them in the manifest is :mod:`r2mad_lab.report.artifacts`.
+construction (:meth:`Table.best_mask`); a table without per-question cells bolds nothing. Writing the files and
+recording them in the manifest is :mod:`r2mad_lab.report.artifacts`.
 """
 
 from __future__ import annotations
@@ -130,7 +131,8 @@ class Table:
             lows = self.ci_low.iloc[:, position].tolist() if with_ci else none
             highs = self.ci_high.iloc[:, position].tolist() if with_ci else none
             errors = self.se.iloc[:, position].tolist() if self.se is not None else none
-            columns.append([self._text(v, column, lo, hi, e) for v, lo, hi, e in zip(values, lows, highs, errors, strict=False)])
+            columns.append([self._text(v, column, lo, hi,
+                                       e) for v, lo, hi, e in zip(values, lows, highs, errors, strict=False)])
         return pd.DataFrame(list(zip(*columns, strict=False)) if columns else [[] for _ in self.values.index],
                             index=self.values.index, columns=self.values.columns)
 
@@ -398,7 +400,8 @@ def render_latex(table: Table, *, label: str | None = None) -> str:
     lines.append(" & ".join(rf"\textbf{{{h}}}" for h in header) + r" \\")
     lines.append(r"\midrule")
     previous_group: Any = None
-    rows = zip(table.values.index, texts.to_numpy(dtype=object).tolist(), mask.to_numpy(dtype=bool).tolist(), strict=False)
+    rows = zip(table.values.index, texts.to_numpy(dtype=object).tolist(), mask.to_numpy(dtype=bool).tolist(),
+               strict=False)
     for position, (row, row_texts, row_best) in enumerate(rows):
         labels = _as_tuple(row)
         if n_levels > 1 and position > 0 and labels[0] != previous_group:

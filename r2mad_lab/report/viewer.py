@@ -416,8 +416,8 @@ def render(runs: Sequence[RunView], ids: Sequence[str], *, page: bool = True, ex
     body += [f'<p class="what">{_e(run.describe())}' + (f"; {_e(run.bank_note)}" if run.bank_note else "") + "</p>"
              for run in runs]
     body.append(f'<p class="what">Cell borders: green wrong → right, red right → wrong, amber another answer. '
-                f"Shared misconception from {_e(shared_source)}: {len(shared & set(ids))} of {len(ids)} questions shown."
-                "</p>")
+                f"Shared misconception from {_e(shared_source)}: {len(shared & set(ids))} of {len(ids)} "
+                "questions shown.</p>")
     if page and len(ids) > 1:
         body.append('<div class="filters"><label><input type="checkbox" id="f-shared"> shared-misconception questions '
                     "only</label>" + ('&nbsp; <label><input type="checkbox" id="f-differ"> questions where the runs '
@@ -429,9 +429,9 @@ def render(runs: Sequence[RunView], ids: Sequence[str], *, page: bool = True, ex
             finals = "".join(
                 f"<td>{_answer_badge(r.records[qid].final_answer, r.records[qid].correct)}</td>"
                 if qid in r.records else "<td>–</td>" for r in runs)
-            rows.append(f'<tr data-q="{_e(qid)}" data-shared="{int(qid in shared)}" data-differs="{int(qid in differ)}">'
-                        f'<td><a href="#{_e(_anchor(qid))}">{_e(qid)}</a></td>{finals}'
-                        f'<td>{"yes" if qid in shared else ""}</td></tr>')
+            rows.append(f'<tr data-q="{_e(qid)}" data-shared="{int(qid in shared)}" '
+                        f'data-differs="{int(qid in differ)}"><td><a '
+                        f'href="#{_e(_anchor(qid))}">{_e(qid)}</a></td>{finals}<td>{"yes" if qid in shared else ""}</td></tr>')
         body.append(f'<table class="index"><tr><th>question</th>{header}<th>shared misconception</th></tr>'
                     + "".join(rows) + "</table>")
     body += [question_section(qid, runs, texts.get(qid), shared, differ, expand) for qid in ids]

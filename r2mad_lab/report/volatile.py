@@ -3,9 +3,10 @@
 A rerun whose results are unchanged leaves ``git status`` clean (issue 36). What changes from run to run without
 the results changing: papermill's timestamps and durations in an executed notebook (the notebook's and each
 cell's), tqdm's progress bars on stderr (how often a bar redraws depends on the machine's speed), the notebooks'
-wall times (``timings.json``), the lines a new machine adds to a cell's stderr (:data:`MACHINE_LINES`), and a manifest entry's ``created`` time and ``git`` commit
-(:func:`r2mad_lab.report.artifacts.update_manifest` keeps an entry whose files and fields are unchanged and whose
-code is the same, :func:`same_but_volatile`: a commit that changed only figures or documents is not news).
+wall times (``timings.json``), the lines a new machine adds to a cell's stderr (:data:`MACHINE_LINES`), and a manifest
+entry's ``created`` time and ``git`` commit (:func:`r2mad_lab.report.artifacts.update_manifest` keeps an entry whose
+files and fields are unchanged and whose code is the same, :func:`same_but_volatile`: a commit that changed only figures
+or documents is not news).
 
 :class:`ExecutedSnapshot` is taken before the notebooks run and settled after: an executed notebook equal to the one
 it replaced but for :func:`normalized_notebook`'s volatile parts gets its previous bytes back; when no notebook
@@ -71,7 +72,8 @@ def normalized_notebook(text: str) -> Any:
     return notebook
 
 
-def same_but_volatile(old: Mapping[str, Any], new: Mapping[str, Any], volatile: tuple[str, ...] = MANIFEST_VOLATILE) -> bool:
+def same_but_volatile(old: Mapping[str, Any], new: Mapping[str, Any],
+                      volatile: tuple[str, ...] = MANIFEST_VOLATILE) -> bool:
     """Whether two manifest entries differ only in their :data:`MANIFEST_VOLATILE` fields, and their ``git`` records
     name the same code: the same commit, or two commits whose ``r2mad_core`` trees are one (:func:`same_code`), neither
     built from uncommitted changes. A new commit of the package's code is thus recorded even when no result changed."""

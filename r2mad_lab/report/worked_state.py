@@ -138,8 +138,8 @@ def find_state(run_dirs: str | Path | Sequence[str | Path], memory: str | Path |
                     if key is not None and (best is None or key > best[0]):
                         best = (key, run_dir, config, record, t, agent)
     if best is None:
-        raise WorkedStateError(f"{', '.join(map(str, dirs))}: no agent-round of a state-aware run on an unpoisoned bank "
-                               "retrieved a case and recorded its peers' confidence")
+        raise WorkedStateError(f"{', '.join(map(str, dirs))}: no agent-round of a state-aware run on an "
+                               "unpoisoned bank retrieved a case and recorded its peers' confidence")
     key, run_dir, config, record, t, agent = best
     missing = tuple(name for name, held in zip(TEACHES, key, strict=False) if not held)
     settings = read_settings(config)  # the run's settings, read back whole (defaults from the declarations)
@@ -164,7 +164,8 @@ def find_state(run_dirs: str | Path | Sequence[str | Path], memory: str | Path |
         w_high=float(settings.memory.w_high), w_low=float(settings.memory.w_low),
         confidence_label=str(settings.choices["confidence_label"]),
         confidence_pool=str(settings.choices["confidence_pool"]),
-        peer_response_round=str(settings.choices["peer_response_round"]), recorded=_recorded(record.rounds[t].agents[agent]),
+        peer_response_round=str(settings.choices["peer_response_round"]),
+        recorded=_recorded(record.rounds[t].agents[agent]),
         missing=missing)
 
 

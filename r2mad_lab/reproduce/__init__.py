@@ -1,7 +1,7 @@
 """Running a reproduction: from one profile (plus the user's overrides) to the notebooks that ran and what they wrote.
 
-- :mod:`~r2mad_lab.reproduce.command` (run by ``__main__``): ``python -m r2mad_lab.reproduce`` / ``make reproduce``: the command line,
-  the banner, the run of the notebooks.
+- :mod:`~r2mad_lab.reproduce.command` (run by ``__main__``): ``python -m r2mad_lab.reproduce`` / ``make reproduce``: the
+  command line, the banner, the run of the notebooks.
 - :mod:`~r2mad_lab.reproduce.notebook_runner`: the notebooks through papermill, each after those it needs,
   several at once, kernels kept.
 - :mod:`~r2mad_lab.reproduce.up_to_date`: which notebooks a rerun leaves (their inputs and outputs as their last run

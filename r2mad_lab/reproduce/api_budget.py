@@ -109,7 +109,8 @@ def run_guarded(
     with contextlib.ExitStack() as stack:
         for variable, gateway in gateways.items():
             stack.enter_context(gateway)
-            stack.callback(lambda v=variable, g=gateway: echo(f"reproduce: requests per endpoint of {v}: {g.pool.summary()}"))
+            stack.callback(lambda v=variable, g=gateway: echo(f"reproduce: requests per endpoint of {v}: "
+                                                              f"{g.pool.summary()}"))
         with temporary_environment({variable: gateway.base_url for variable, gateway in gateways.items()}):
             return run_notebooks(profile, paths, notebooks_dir=notebooks_dir, only=only, echo=echo, show_banner=False)
 

@@ -133,9 +133,11 @@ def collect_reproduction(
     frames.append(subset.assign(table="fig:combined_eval (text)", metric=SUBSET_METRIC)
                   .rename(columns={"accuracy": "value"}))
     rates = subset_runs.transition_rates(TRANSITION_METHODS)
-    for column, metric, count in (("c_to_w", C_TO_W_METRIC, "n_correct_before"), ("w_to_c", W_TO_C_METRIC, "n_wrong_before")):
+    for column, metric, count in (("c_to_w", C_TO_W_METRIC, "n_correct_before"),
+                                  ("w_to_c", W_TO_C_METRIC, "n_wrong_before")):
         part = rates.assign(metric=metric, value=rates[column], n=rates[count], ci_low=np.nan, ci_high=np.nan)
-        part["table"] = np.where(part["paper_model"] == "Qwen2.5-7B-Instruct", "tab:flip_recovery", "tab:flip_recovery_extra")
+        part["table"] = np.where(part["paper_model"] == "Qwen2.5-7B-Instruct", "tab:flip_recovery",
+                                 "tab:flip_recovery_extra")
         frames.append(part)
 
     cost_runs = exp.grid(COST_METHODS, benchmarks=[cost_benchmark])
@@ -154,7 +156,8 @@ def collect_reproduction(
     columns = ["table", "model", "paper_model", "method", "benchmark", "metric", "value", "ci_low", "ci_high", "n"]
     reproduced = pd.concat([f[columns] for f in frames if not f.empty], ignore_index=True)
     everything = GridResults([o for g in grids.values() for o in g.outcomes], exp.bootstrap_resamples, exp.seed)
-    per_question = everything.per_question().drop_duplicates(["model", "paper_model", "benchmark", "method", "sample_id"])
+    per_question = everything.per_question().drop_duplicates(["model", "paper_model", "benchmark", "method",
+                                                              "sample_id"])
     per_question = pd.concat([
         per_question.assign(metric="accuracy"),
         subset_pair.unbiased_subset_per_question(rq4, reference="MAD" + subset_suffix, suffix=subset_suffix),

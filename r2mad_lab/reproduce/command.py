@@ -266,8 +266,10 @@ def run_notebooks(
     at_once = f", {jobs} at a time" if jobs > 1 and len(notebooks) > 1 else ""
     replaying = (Path(paths.cache_dir) / published.SEEDED_MARKER).is_file()  # a cache seeded from published/
     expected = expected_time(expected_runtime(profile, replaying), Path(paths.executed_dir), REPOSITORY / "notebooks"
-                             / "executed" / profile.folder, notebooks, len(discover_notebooks(notebooks_dir or default_notebooks_dir())))
-    echo(f"reproduce: profile {profile.name} ({profile.source}); {len(notebooks)} notebooks{at_once}; expected runtime: {expected}")
+                             / "executed" / profile.folder, notebooks,
+                             len(discover_notebooks(notebooks_dir or default_notebooks_dir())))
+    echo(f"reproduce: profile {profile.name} ({profile.source}); {len(notebooks)} notebooks{at_once}; expected "
+         f"runtime: {expected}")
     echo(f"  figures -> {paths.artifacts_dir}\n  executed notebooks -> {paths.executed_dir}")
     kernels_get = notebook_runner.kernel_environment(paths.cache_dir)  # the shared verdicts, one BLAS thread
     total = len(notebooks)
@@ -294,7 +296,8 @@ def run_notebooks(
     def prepare(notebook: Path, kernel: Any) -> bool:  # the report's kernel reads the runs finished so far
         display.preparing(notebook)
         return notebook_runner.run_in_kernel(kernel, notebook_runner.load_runs_code(
-            passed_to(notebook)["runs_dir"], profile.spec.bootstrap_resamples, started), notebook_runner.RUNS_READ) != "0"
+            passed_to(notebook)["runs_dir"], profile.spec.bootstrap_resamples, started),
+            notebook_runner.RUNS_READ) != "0"
 
     def finish(notebook: Path, result: NotebookResult) -> None:  # under the runner's lock
         notebook_runner.record_timing(paths.executed_dir, notebook.stem, result.seconds, result.error is None)
@@ -304,7 +307,8 @@ def run_notebooks(
 
     # the longest first (also the time left): a run generating anew by the published run's generation; else by this
     # folder's last run, else by the committed run of the profile
-    hints = (published.generation_hints(profile, paths.cache_dir) or notebook_runner.previous_seconds(paths.executed_dir)
+    hints = (published.generation_hints(profile,
+                                        paths.cache_dir) or notebook_runner.previous_seconds(paths.executed_dir)
              or notebook_runner.previous_seconds(REPOSITORY / "notebooks" / "executed" / profile.folder))
     display = notebook_runner.Display(position, notebooks, hints, echo)
     with temporary_environment(kernels_get), display.board:
@@ -395,11 +399,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data-dir", type=Path, default=None, help="benchmark files (default: $R2MAD_DATA_DIR)")
     parser.add_argument("--output-dir", type=Path, default=Path.cwd(),
                         help="where figures/, runs/, cache/ and notebooks/executed/ go (default: the working directory)")
-    parser.add_argument("--notebooks-dir", type=Path, default=None, help="the notebooks to run (default: the repository's)")
+    parser.add_argument("--notebooks-dir", type=Path, default=None,
+                        help="the notebooks to run (default: the repository's)")
     parser.add_argument("--jobs", type=_at_least(int, 1), default=None, metavar="N",
                         help="notebooks run at once, each after those it needs (default: one per core up to "
-                        f"{MAX_DEFAULT_JOBS} when the agents are simulated, else 1: a real model holds every core or the "
-                        "GPU); with --sweep or --replicates: points run at once, each in its own process")
+                        f"{MAX_DEFAULT_JOBS} when the agents are simulated, else 1: a real model holds every "
+                        "core or the GPU); with --sweep or --replicates: points run at once, each in its own process")
     parser.add_argument("--force", action="store_true", help="execute every notebook, also those whose inputs and "
                         "outputs are as their last run left them (a rerun leaves those: reproduce/up_to_date.py)")
     parser.add_argument("--fresh-kernels", action="store_true",
@@ -410,7 +415,8 @@ def build_parser() -> argparse.ArgumentParser:
                         + protocol_help().replace("%", "%%"))
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a profile field (YAML value), e.g. --set top_k=5: the run is a variant, written "
-                        "to figures/<profile>/variants/<name>/ and compared with the profile's own run (docs/ablations.md)")
+                        "to figures/<profile>/variants/<name>/ and compared with the profile's own run "
+                        "(docs/ablations.md)")
     parser.add_argument("--variant", default=None, metavar="NAME",
                         help="the variant's folder name (default: from the overrides, e.g. gamma=0.5)")
     parser.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2,...",
@@ -424,9 +430,11 @@ def build_parser() -> argparse.ArgumentParser:
     launcher.add_arguments(parser)  # --dry-run, --show-config, --launcher, --slurm (r2mad_lab/reproduce/launcher.py)
     budget = parser.add_argument_group("API cost (profiles with api_budget: true, e.g. api)")
     budget.add_argument("--max-requests", type=_at_least(int), default=None,
-                        help="stop before sending more requests than this (default: $R2MAD_API_MAX_REQUESTS, else no cap)")
+                        help="stop before sending more requests than this (default: $R2MAD_API_MAX_REQUESTS, "
+                             "else no cap)")
     budget.add_argument("--max-cost", type=_at_least(float), default=None,
-                        help="stop before the money spent could pass this (needs both prices; default: $R2MAD_API_MAX_COST)")
+                        help="stop before the money spent could pass this (needs both prices; default: "
+                             "$R2MAD_API_MAX_COST)")
     budget.add_argument("--price-prompt", type=_at_least(float), default=None,
                         help="price per million prompt tokens (default: $R2MAD_API_PRICE_PROMPT)")
     budget.add_argument("--price-completion", type=_at_least(float), default=None,
@@ -549,7 +557,8 @@ def _run_main(args: argparse.Namespace, profile: Profile, only: Sequence[str] | 
         elif args.estimate_only:
             return paper_run.estimate_main(args, profile, only, run_notebooks, ReproductionPaths, discover_notebooks)
         else:
-            results = run_notebooks(profile, paths, notebooks_dir=args.notebooks_dir, only=only, show_banner=show_banner,
+            results = run_notebooks(profile, paths, notebooks_dir=args.notebooks_dir, only=only,
+                                    show_banner=show_banner,
                                     jobs=args.jobs, reuse_kernels=False if args.fresh_kernels else None,
                                     up_to_date_check=None if only else not (args.force or args.fresh))
     except (FileNotFoundError, ProfileError) as exc:

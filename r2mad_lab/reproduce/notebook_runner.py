@@ -7,17 +7,18 @@ parameters (docs/design.md "Profiles"; docs/performance.md for the times):
   else every notebook before it. The notebooks that read the memory banks name ``02_memory``, except
   ``04_ablations``, the longest, which names nothing and starts at once: it builds the banks 02 is not building and
   runs the cells whose banks are ready, and waits under a bank's lock only when nothing else is left
-  (:meth:`r2mad_lab.reproduce.grid.ExperimentGrid.grid`, ``.memories``; so for a run another notebook is running). ``01_data`` and ``08_theory`` name nothing; ``10_report`` names none, so it comes after all (it
-  reads every other's manifest entry).
+  (:meth:`r2mad_lab.reproduce.grid.ExperimentGrid.grid`, ``.memories``; so for a run another notebook is running).
+  ``01_data`` and ``08_theory`` name nothing; ``10_report`` names none, so it comes after all (it reads every other's
+  manifest entry).
 - **Several at once** (:func:`run_workers`): ``jobs`` workers take the notebooks whose prerequisites succeeded,
-  the longest first (its time in the last run's ``timings.json``, else in the committed run of the profile). After a failure nothing new starts; those
-  running finish. Notebooks running at once share runs, the response cache and the manifest through file locks
-  and SQLite (:mod:`r2mad_lab.experiments.cell`, :mod:`r2mad_lab.engines.cache`), and every generation is a
-  function of its request, so the tables do not depend on the order (tested: byte-identical CSVs).
+  the longest first (its time in the last run's ``timings.json``, else in the committed run of the profile). After a
+  failure nothing new starts; those running finish. Notebooks running at once share runs, the response cache and the
+  manifest through file locks and SQLite (:mod:`r2mad_lab.experiments.cell`, :mod:`r2mad_lab.engines.cache`), and every
+  generation is a function of its request, so the tables do not depend on the order (tested: byte-identical CSVs).
 - **Progress** (:class:`NotebookProgress`, issue 52): the kernel's messages are read as they come: the cell that
   starts and the tqdm bars the notebook draws (a grid's ``N cells``, a cell's questions and round) go to a
-  :class:`r2mad_lab.experiments.progress.ProgressBoard`, one line in place on a terminal, a plain line per finished run and at
-  least every 20 s in a log, with each notebook's time left from its recorded timing.
+  :class:`r2mad_lab.experiments.progress.ProgressBoard`, one line in place on a terminal, a plain line per finished run
+  and at least every 20 s in a log, with each notebook's time left from its recorded timing.
 - **Kernels kept** (``reuse_kernels``): a worker runs its next notebook in the kernel of its last one, cleared
   first (:data:`CLEAR_KERNEL`: the namespace, figures, matplotlib's settings and the execution count as in a
   fresh kernel); the libraries stay imported, which is most of what a kernel costs before a notebook's first
@@ -41,7 +42,8 @@ from r2mad_lab.experiments.progress import ProgressBoard, parse_tqdm
 KERNEL_NAME = "python3"
 #: Run by every kernel at start (issue 33: kernels outlived a killed ``reproduce`` by 1-5 s and kept writing).
 KERNEL_EXITS_WITH_RUNNER = "--IPKernelApp.exec_lines=[\"__import__('r2mad_core.files').files.exit_with_parent()\"]"
-#: Seconds a kernel may take to start (papermill's default is 60): on a loaded machine a start can take longer, slow not broken.
+#: Seconds a kernel may take to start (papermill's default is 60): on a loaded machine a start can take longer, slow not
+#: broken.
 KERNEL_START_TIMEOUT = 600
 #: Seconds between two steps of preparing a notebook that waits for others (``run_workers``' ``prepare``) after a
 #: step that found work, and the longest pause after steps that found none.
@@ -302,9 +304,9 @@ START_KERNEL = ("import matplotlib as _m, matplotlib.pyplot as _p\n"
 #: (%reset -f), figures closed, matplotlib's settings as in a fresh kernel, what they held collected once
 #: (:func:`r2mad_lab.reproduce.gc_settings.reset_namespace`), the execution count back to 1.
 #: Imported modules stay (that is the point: each kernel imports pandas, matplotlib, scipy and r2mad_core once).
-CLEAR_KERNEL = ("__import__('r2mad_lab.reproduce.gc_settings', fromlist=['gc_settings']).reset_namespace(get_ipython())\n"
-                "import matplotlib as _m, matplotlib.pyplot as _p\n"
-                "_p.close('all')\n"
+CLEAR_KERNEL = ("__import__('r2mad_lab.reproduce.gc_settings', "
+                "fromlist=['gc_settings']).reset_namespace(get_ipython())\nimport matplotlib as _m, "
+                "matplotlib.pyplot as _p\n_p.close('all')\n"
                 "dict.update(_m.rcParams, _m._r2mad_fresh_rc)\n"
                 "del _m, _p\n"
                 "__import__('gc').collect()\n"
@@ -322,7 +324,8 @@ def new_kernel_manager() -> Any:
     return AsyncKernelManager(kernel_name=KERNEL_NAME)
 
 
-def run_in_kernel(kernel: Any, code: str, value: str | None = None, timeout: float = KERNEL_START_TIMEOUT) -> str | None:
+def run_in_kernel(kernel: Any, code: str, value: str | None = None,
+                  timeout: float = KERNEL_START_TIMEOUT) -> str | None:
     """Run ``code`` silently in a kept kernel between two notebooks (no output, no history, the execution count as
     it was; the next notebook's prologue clears the namespace anyway); returns the repr of the expression ``value``
     evaluated after it, if given. Raises RuntimeError with the kernel's error."""
@@ -433,8 +436,8 @@ def register_reusing_engine() -> None:
 
 
 #: Seconds between two writes of a running notebook's output file (papermill writes the whole notebook, validated,
-#: when each cell starts and ends: 168 of the runner's 227 busy samples in the sim profile, py-spy). The last write, when the
-#: notebook ends, fails or is interrupted, is always made, so the executed notebook is the same file.
+#: when each cell starts and ends: 168 of the runner's 227 busy samples in the sim profile, py-spy). The last write,
+#: when the notebook ends, fails or is interrupted, is always made, so the executed notebook is the same file.
 SAVE_EVERY = 15.0
 
 
@@ -523,7 +526,8 @@ def duration_text(seconds: float) -> str:
 
 class Display:
     """What ``make reproduce`` prints while its notebooks run: ``[4/10] 04_ablations ...`` when one starts, ``done in``
-    or ``FAILED`` when it ends (through ``echo``), and between them the :class:`~r2mad_lab.experiments.progress.ProgressBoard`
+    or ``FAILED`` when it ends (through ``echo``), and between them the
+    :class:`~r2mad_lab.experiments.progress.ProgressBoard`
     of the notebooks running, each with its time left from ``hints`` (the recorded timings)."""
 
     def __init__(self, position: Mapping[str, int], notebooks: Sequence[Path], hints: Mapping[str, float],

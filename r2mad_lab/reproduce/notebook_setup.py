@@ -9,8 +9,8 @@ the notebook before :func:`setup` (papermill ``-p top_k 5``, or a line added to 
 
 :func:`setup` loads the typed profile (:func:`r2mad_lab.experiments.profiles.load_profile`) and applies the
 overrides on it (:meth:`~r2mad_lab.experiments.profiles.Profile.with_overrides`: a run setting lands in the profile's
-``RunSettings`` by one ``replace``; an unknown key or a value out of bounds is one line naming it), builds the grid from it
-(:meth:`r2mad_lab.reproduce.grid.ExperimentGrid.from_profile`, the one constructor the estimate, the variants and
+``RunSettings`` by one ``replace``; an unknown key or a value out of bounds is one line naming it), builds the grid from
+it (:meth:`r2mad_lab.reproduce.grid.ExperimentGrid.from_profile`, the one constructor the estimate, the variants and
 the report use too) and puts the profile's values into the notebook's namespace (``benchmarks``, ``sc_paths``,
 ...) for the cells that follow.
 
@@ -47,7 +47,8 @@ from r2mad_lab.reproduce.grid import ExperimentGrid
 #: Libraries whose INFO lines would fill a notebook.
 CHATTY_LOGGERS = ("httpx", "httpcore", "urllib3", "filelock", "huggingface_hub", "sentence_transformers",
                   "matplotlib", "PIL", "numba")
-PATH_DEFAULTS = {"figures_dir": "../figures/{profile}", "runs_dir": "../runs/{profile}", "cache_dir": "../cache/{profile}"}
+PATH_DEFAULTS = {"figures_dir": "../figures/{profile}", "runs_dir": "../runs/{profile}",
+                 "cache_dir": "../cache/{profile}"}
 
 
 def quiet_logging() -> None:

@@ -66,7 +66,8 @@ def canonical(value: Any) -> Any:
     return canonical(jsonable(value))
 
 
-def executed_configuration(profile: Any, overrides: Mapping[str, Any], extra_keys: set[str] | None = None) -> dict[str, Any]:
+def executed_configuration(profile: Any, overrides: Mapping[str, Any],
+                           extra_keys: set[str] | None = None) -> dict[str, Any]:
     """Every parameter the notebooks run with: the profile (a loaded one, or its name or path) with the overrides as a
     kernel applies them (:meth:`~r2mad_lab.experiments.profiles.Profile.with_overrides`), each protocol choice at its
     preset's value (:func:`~.points.profile_values`), as :func:`canonical` compares them."""
@@ -215,8 +216,9 @@ class PointCache:
     def up_to_date_line(self, variant: Variant, hit: Hit, label: str = "") -> str:
         where = "" if hit.name == variant.name else f", made as variant {hit.name}"
         point = f"point {label}, " if label and label != variant.name else ""
-        return (f"reproduce: up to date, not run: {point}variant {variant.name} (a run with the same executed configuration "
-                f"finished {hit.ran_at}{where}; its tables are in {up_to_date_path(hit.folder)}; --force reruns it)")
+        return (f"reproduce: up to date, not run: {point}variant {variant.name} (a run with the same executed "
+                f"configuration finished {hit.ran_at}{where}; its tables are in {up_to_date_path(hit.folder)}; "
+                "--force reruns it)")
 
     def wrap(self, run: Callable[..., Path | None]) -> Callable[..., Path | None]:
         """``run`` that leaves a point that is up to date (one line says so) and records each point it runs."""

@@ -51,7 +51,8 @@ SWEEPS_DIR = "sweeps"
 REPLICATES_DIR = "replicates"
 #: The folders of an artifacts folder that hold other points' artifacts (left out of the profile's own digest).
 POINT_FOLDERS = (VARIANTS_DIR, SWEEPS_DIR, REPLICATES_DIR)
-#: The file a variant's folder holds while its run has not finished (:func:`r2mad_lab.reproduce.ablations.marking_incomplete`).
+#: The file a variant's folder holds while its run has not finished
+#: (:func:`r2mad_lab.reproduce.ablations.marking_incomplete`).
 INCOMPLETE_MARKER = "INCOMPLETE"
 #: The environment variable ``reproduce`` passes the overrides and the chosen name through to the kernels
 #: (fields a notebook does not declare are still part of its variant).
@@ -87,7 +88,8 @@ def show_value(value: Any) -> str:
         return value
     if hasattr(value, "model_dump"):
         value = value.model_dump(exclude_defaults=True)
-    return json.dumps(value, separators=(", ", ": "), default=str) if isinstance(value, (list, tuple, dict)) else str(value)
+    return json.dumps(value, separators=(", ", ": "),
+                      default=str) if isinstance(value, (list, tuple, dict)) else str(value)
 
 
 def variant_name(overrides: Mapping[str, Any]) -> str:
@@ -153,7 +155,8 @@ class Variant:
     def record(self, baseline_dir: str | Path | None = None) -> dict[str, Any]:
         """The manifest's ``variant`` entry."""
         return {"name": self.name, "profile": self.profile,
-                "overrides": {k: {"value": jsonable(v), "profile_value": jsonable(b)} for k, (v, b) in self.overrides.items()},
+                "overrides": {k: {"value": jsonable(v),
+                                  "profile_value": jsonable(b)} for k, (v, b) in self.overrides.items()},
                 "baseline": display_path(baseline_dir) if baseline_dir else None}
 
     def command(self, only: str | None = None) -> str:
@@ -383,7 +386,8 @@ class Point:
         return ", ".join(parts) or (self.variant.name if self.variant is not None else "profile")
 
 def plan_points(base: Mapping[str, Any], profile: str, fixed: Mapping[str, Any],
-                axes: Sequence[tuple[str, Sequence[Any]]], seeds: Sequence[int], name: str | None = None) -> list[Point]:
+                axes: Sequence[tuple[str, Sequence[Any]]], seeds: Sequence[int],
+                name: str | None = None) -> list[Point]:
     """Every point: the product of the swept axes (first outermost) and the seeds (innermost). ``base``: the
     profile's values (:func:`~.points.profile_values`); ``fixed``: the ``--set`` overrides every point keeps;
     ``name``: ``--variant NAME`` for a single variant's first seed."""
@@ -396,5 +400,6 @@ def plan_points(base: Mapping[str, Any], profile: str, fixed: Mapping[str, Any],
             found = differences(values, base)
             named = name if name is not None and not setting and not position else ""
             variant = Variant(profile, found, named) if found else None
-            points.append(Point(dict(setting), seed, {k: v for k, v in values.items() if k in found}, variant, position))
+            points.append(Point(dict(setting), seed, {k: v for k, v in values.items() if k in found}, variant,
+                                position))
     return points

@@ -257,7 +257,8 @@ def table_changes(committed: str, current: str, largest: int = LARGEST) -> tuple
     header, changes, cells = old[0], [], 0
     for before, after in zip(old[1:], new[1:], strict=False):
         # the row's label: its words that this run kept (method, benchmark, quantity), not the numbers
-        label = "/".join(a for a, b in zip(before, after, strict=False) if a and a == b and _number(a) is None)[:60] or "row"
+        label = "/".join(a for a, b in zip(before, after,
+                                           strict=False) if a and a == b and _number(a) is None)[:60] or "row"
         for column, a, b in zip(header, before, after, strict=False):
             cells += 1
             if a == b:
@@ -438,7 +439,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "compacted, to published/<profile>/ with manifest.json; commit both with figures/<profile>/.")
     parser.add_argument("--profile", required=True, help="a packaged profile (cpu, api, paper) or a YAML path")
     parser.add_argument("--output-dir", type=Path, default=Path.cwd(),
-                        help="the reproduction's output folder, holding cache/<profile>/ (default: the working directory)")
+                        help="the reproduction's output folder, holding cache/<profile>/ (default: the "
+                             "working directory)")
     parser.add_argument("--published-dir", type=Path, default=PUBLISHED_DIR,
                         help=f"where published caches go (default: {_shown(PUBLISHED_DIR)})")
     args = parser.parse_args(argv)

@@ -179,7 +179,8 @@ def replicate_comparison(profile_runs: Sequence[Point], variant_runs: Sequence[P
                 pooled.append(None)
                 continue
             strata = [k for k in a if k in b and a[k].shape == b[k].shape]
-            pooled.append(inference.pooled_paired({k: a[k] for k in strata}, {k: b[k] for k in strata}) if strata else None)
+            pooled.append(inference.pooled_paired({k: a[k] for k in strata},
+                                                  {k: b[k] for k in strata}) if strata else None)
         frame["pooled difference"] = [e.difference if e else np.nan for e in pooled]
         frame["ci_low"] = [e.ci_low if e else np.nan for e in pooled]
         frame["ci_high"] = [e.ci_high if e else np.nan for e in pooled]
@@ -197,15 +198,16 @@ def replicate_comparison(profile_runs: Sequence[Point], variant_runs: Sequence[P
                     f"{float(frame.loc[frame['mean difference'].abs().idxmax(), 'sd']):.3f}). Pooled over the seeds "
                     f"(each question reduced to its mean difference over the seeds, then the stratified sign-flip "
                     f"test on the questions, Monte Carlo): "
-                    + inference.count_phrase(frame["p_holm"].tolist(), frame["n"].tolist(), f"the {tested} cells") + ".")
+                    + inference.count_phrase(frame["p_holm"].tolist(), frame["n"].tolist(),
+                                             f"the {tested} cells") + ".")
         if frame["n"].notna().any() and inference.too_small(float(frame["n"].min())):
             sentence += " " + inference.small_sample_line(float(frame["n"].min()))
         save_table(frame, f"tab_replicates_{table}{COMPARISON_SUFFIX}", out_dir,
                    caption=(f"{quantity} ({table}): variant {variant_name} minus profile {profile}, seed by seed (each "
                             f"seed shares its random draws with the profile's run of that seed), the mean difference "
                             f"and its sd across the seeds, and the pooled paired difference over the seeds with its "
-                            f"95% CI (questions resampled with all their seeds), n (paired questions, each reduced to its mean over the "
-                            f"seeds), p (Monte Carlo sign-flip test on the questions), p_holm "
+                            "95% CI (questions resampled with all their seeds), n (paired questions, each reduced to "
+                            f"its mean over the seeds), p (Monte Carlo sign-flip test on the questions), p_holm "
                             f"and the verdict of docs/statistics.md. {sentence}"),
                    profile=profile, notebook="reproduce --replicates", float_format="{:.4g}",
                    replicates={"seeds": seeds, "variant": variant_name}, notes=sentence)

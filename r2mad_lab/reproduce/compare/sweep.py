@@ -3,10 +3,11 @@
 A sweep runs every point as a variant of the profile (:mod:`r2mad_lab.reproduce.points`) and draws each table's
 metric against the first swept axis with its 95% CIs, one panel per column (e.g. per benchmark), one line per row and
 value of the other axes (:func:`draw_sweep`), beside a table of the same numbers, one column per point, and a
-table of the tests (``tab_sweep_<table>_paired``, the one rule of docs/statistics.md, :mod:`r2mad_lab.report.inference`):
-each point's paired difference from the profile's point on the same questions (95% CI, exact McNemar / the
-stratified sign test, Holm over the cell's points) and, along each numeric axis, a trend test (the slope of the shown
-value, a paired permutation test with the question as its own stratum, Holm over the table's cells).
+table of the tests (``tab_sweep_<table>_paired``, the one rule of docs/statistics.md,
+:mod:`r2mad_lab.report.inference`): each point's paired difference from the profile's point on the same questions (95%
+CI, exact McNemar / the stratified sign test, Holm over the cell's points) and, along each numeric axis, a trend test
+(the slope of the shown value, a paired permutation test with the question as its own stratum, Holm over the table's
+cells).
 :func:`sweep_artifacts` writes the three for every table the points share: the tests (:func:`sweep_tests`), the
 frame (:func:`sweep_frame`, laid out as the table by :func:`sweep_values`) and the drawing (:func:`draw_sweep`).
 """
@@ -66,11 +67,13 @@ def sweep_tests(points: Sequence[Point], reference: Point, table: str, keys: Seq
         if not all(cell in c for c in point_cells):
             continue
         for axis in axes:  # questions every point answered, one column per point
-            common = [(s, q) for s in mine for q in mine[s] if all(s in c[cell] and q in c[cell][s] for c in point_cells)]
+            common = [(s,
+                       q) for s in mine for q in mine[s] if all(s in c[cell] and q in c[cell][s] for c in point_cells)]
             if not common:
                 continue
             matrix = np.array([[c[cell][s][q] for c in point_cells] for s, q in common], dtype=float)
-            others = [json.dumps({k: p.setting[k] for k in keys if k != axis}, sort_keys=True, default=str) for p in points]
+            others = [json.dumps({k: p.setting[k] for k in keys if k != axis}, sort_keys=True,
+                                 default=str) for p in points]
             trends[(cell, axis)] = inference.trend_test(matrix, [float(p.setting[axis]) for p in points],
                                                         [s for s, _ in common], others, seed=seed)
         start = len(rows)

@@ -56,8 +56,8 @@ def _check_rate(path: Path, label: str, entry: Any) -> dict[str, Any]:
         raise CalibrationError(f"{where}.tokens_per_s: expected a number, found {rate!r}")
     low, high = RATE_BOUNDS
     if not (low < float(rate) < high):  # NaN fails too
-        raise CalibrationError(f"{where}.tokens_per_s: {rate!r} is outside physical bounds (> {low:g} and < {high:,.0f} "
-                               f"tokens/s); rerun --calibrate or delete the file")
+        raise CalibrationError(f"{where}.tokens_per_s: {rate!r} is outside physical bounds (> {low:g} and < "
+                               f"{high:,.0f} tokens/s); rerun --calibrate or delete the file")
     kind = entry.get("gpu_kind")
     if not isinstance(kind, str) or not kind:
         raise CalibrationError(f"{where}.gpu_kind: expected a GPU kind (e.g. H100), found {kind!r}")
@@ -79,8 +79,8 @@ def read(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise CalibrationError(f"{path}: not UTF-8 text; rerun --calibrate or delete the file") from None
     except json.JSONDecodeError as exc:
-        raise CalibrationError(f"{path}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); rerun --calibrate "
-                               f"or delete the file") from None
+        raise CalibrationError(f"{path}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); rerun "
+                               f"--calibrate or delete the file") from None
     if not isinstance(data, dict):
         raise CalibrationError(f"{path}: expected an object with \"models\", found {type(data).__name__}")
     models = data.get("models", {})
@@ -94,8 +94,8 @@ def vllm_missing() -> str | None:
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:
-        return ("vLLM is not installed here (it runs on the GPU node): `make setup EXTRAS=gpu,notebooks,dev`, or use the "
-                "container of docs/paper-run.md")
+        return ("vLLM is not installed here (it runs on the GPU node): `make setup "
+                "EXTRAS=gpu,notebooks,dev`, or use the container of docs/paper-run.md")
     return None
 
 
@@ -141,7 +141,8 @@ def _default_engine(spec: ModelSpec, dummy_weights: bool = False) -> Any:
     return make_engine(spec.engine, model=model, **options)
 
 
-def calibrate(profile: Profile, target: Path, *, seconds: float = 120.0, rows: Sequence[Mapping[str, Any]] | None = None,
+def calibrate(profile: Profile, target: Path, *, seconds: float = 120.0,
+              rows: Sequence[Mapping[str, Any]] | None = None,
               engine_factory: Callable[..., Any] | None = None, dummy_weights: bool = False,
               requests_for: Callable[[Profile], list[Request]] = round0_requests,
               clock: Callable[[], float] = time.perf_counter, device: Callable[[], str] = cuda_device) -> list[str]:
@@ -151,7 +152,8 @@ def calibrate(profile: Profile, target: Path, *, seconds: float = 120.0, rows: S
         if problem:
             raise CalibrationError(problem)
         engine_factory = _default_engine
-    specs = [ModelSpec.from_entry(m) for m in [*profile.fields.get("models", []), *(profile.fields.get("memory_models") or [])]
+    specs = [ModelSpec.from_entry(m) for m in [*profile.fields.get("models", []),
+                                               *(profile.fields.get("memory_models") or [])]
              if m.get("engine") == "vllm"]
     stored = read(target) if Path(target).is_file() else {}
     models = dict(stored.get("models") or {})
@@ -178,11 +180,13 @@ def calibrate(profile: Profile, target: Path, *, seconds: float = 120.0, rows: S
         rate = tokens / elapsed
         models[spec.label] = {"model": spec.model, "tokens_per_s": round(rate, 1), "gpu_kind": gpu_kind(name),
                               "device": name, "requests": sent, "completion_tokens": tokens,
-                              "seconds": round(elapsed, 2), "when": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                              "seconds": round(elapsed, 2),
+                              "when": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                               "workload": "round-0 debate requests at the profile's sampling settings",
                               "dummy_weights": bool(dummy_weights)}
-        lines.append(f"calibrate: {spec.label}: {rate:,.0f} tokens/s measured{' with dummy weights' if dummy_weights else ''} "
-                     f"({tokens:,} tokens in {elapsed:.1f} s, {sent:,} requests)")
+        lines.append(f"calibrate: {spec.label}: {rate:,.0f} tokens/s "
+                     f"measured{' with dummy weights' if dummy_weights else ''} ({tokens:,} tokens in {elapsed:.1f} s, "
+                     f"{sent:,} requests)")
     target.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(target, json.dumps({"profile": profile.name, "models": models}, indent=2) + "\n")
     lines.append(f"calibrate: stored in {target}; `--estimate-only` uses these rates")

@@ -105,7 +105,8 @@ def main(args: argparse.Namespace, profile: Profile, only: Sequence[str] | None,
         code = rehearsal.rehearse(
             profile, args.output_dir, data_dir=data_dir, only=only, notebooks=notebooks(only),
             run=lambda rehearsed, paths: run_notebooks(rehearsed, paths, notebooks_dir=args.notebooks_dir, only=only,
-                                                       jobs=args.jobs, reuse_kernels=False if args.fresh_kernels else None),
+                                                       jobs=args.jobs,
+                                                       reuse_kernels=False if args.fresh_kernels else None),
             paths_of=lambda out, name, data=None: paths_of(out, name, data.resolve() if data else None))
         if not code and not args.preflight:  # what the GPU machine must also pass (not the rehearsal's to fail)
             for line in preflight.check_gated(profile) + ([] if skip_api else preflight.check_api(profile)):
@@ -131,8 +132,8 @@ def main(args: argparse.Namespace, profile: Profile, only: Sequence[str] | None,
     if args.estimate_only:
         return estimate_main(args, profile, only, run_notebooks, paths_of, discover)
     if not gpu_models(profile):
-        print(f"reproduce: --gpus/--skip-api-models: profile {profile.name!r} runs no model on vLLM (they are for a GPU "
-              "profile such as paper)", file=sys.stderr)
+        print(f"reproduce: --gpus/--skip-api-models: profile {profile.name!r} runs no model on vLLM (they "
+              "are for a GPU profile such as paper)", file=sys.stderr)
         return 2
     return served_run(args, profile, only, paths_of, run) if run is not None else 0
 
@@ -198,9 +199,11 @@ def estimate_main(args: argparse.Namespace, profile: Profile, only: Sequence[str
         print("reproduce: --estimate-only estimates every notebook of the profile (--only is ignored here)")
     try:
         found = estimate.find_rehearsal(profile, args.output_dir, paths_of, notebooks(None), data_dir)
-        lines = estimate.estimate(profile, found, paths_of(args.output_dir, profile.folder).cache_dir / calibrate.FILE_NAME,
+        lines = estimate.estimate(profile, found,
+                                  paths_of(args.output_dir, profile.folder).cache_dir / calibrate.FILE_NAME,
                                   data_dir=data_dir, gpus=args.gpus, gpu_kind=args.gpu_kind,
-                                  gpu_hour_price=args.gpu_hour_price, skip_api=bool(getattr(args, "skip_api_models", False)))
+                                  gpu_hour_price=args.gpu_hour_price,
+                                  skip_api=bool(getattr(args, "skip_api_models", False)))
     except (estimate.NoRehearsal, ValueError) as exc:  # CalibrationError, a profile's prices: one line
         print(f"reproduce: --estimate-only: {exc}", file=sys.stderr)
         return 1

@@ -100,7 +100,8 @@ def find_rehearsal(profile: Profile, output_dir: Path, paths_of: Any, notebooks:
         raise NoRehearsal(f"the rehearsal in {paths.figures_dir} is partial (notebooks "
                           f"{summary.get('rehearsed_notebooks', '?')}, complete: {summary.get('complete', False)}); "
                           f"run `{run}` for a full one")
-    now = rehearsal.inputs(profile, notebooks, data_dir, test_limit=int(summary.get("test_limit", rehearsal.TEST_LIMIT)),
+    now = rehearsal.inputs(profile, notebooks, data_dir,
+                           test_limit=int(summary.get("test_limit", rehearsal.TEST_LIMIT)),
                            train_limit=int(summary.get("train_limit", rehearsal.TRAIN_LIMIT)))
     changed = [name for name, digest in now.items() if (summary.get("inputs") or {}).get(name) != digest]
     if changed:
@@ -110,7 +111,8 @@ def find_rehearsal(profile: Profile, output_dir: Path, paths_of: Any, notebooks:
     return Found(folder, log, summary, when)
 
 
-def scale_factors(profile: Profile, summary: Mapping[str, Any], data_dir: Path | None = None) -> dict[tuple[str, str], float]:
+def scale_factors(profile: Profile, summary: Mapping[str, Any],
+                  data_dir: Path | None = None) -> dict[tuple[str, str], float]:
     """(benchmark, split) -> full questions / rehearsed questions."""
     rule = profile.spec.choices["split_rule"]
     factors = {}
@@ -123,7 +125,8 @@ def scale_factors(profile: Profile, summary: Mapping[str, Any], data_dir: Path |
     return factors
 
 
-def estimate_from_log(rows: Sequence[Mapping[str, Any]], factors: Mapping[tuple[str, str], float]) -> dict[str, dict[str, Any]]:
+def estimate_from_log(rows: Sequence[Mapping[str, Any]],
+                      factors: Mapping[tuple[str, str], float]) -> dict[str, dict[str, Any]]:
     """Per model label: the rehearsal's requests (``sampled``, longest prompt, context) and the same scaled to the
     full splits by each request's benchmark and split (a request the rehearsal could not place: the mean test factor)."""
     tests = [f for (b, s), f in factors.items() if s == "test"] or [1.0]
@@ -237,11 +240,13 @@ def estimate_lines(profile: Profile, usage: Mapping[str, Mapping[str, Any]], *, 
         share = f" ({u['longest_prompt'] / context:.0%} of its context {context:,})" if context else " (the server's context)"
         lines.append(f"  {label} ({u['model']}, {where}): rehearsal {u['sampled']:,} requests, longest prompt "
                      f"{u['longest_prompt']:,} tokens{share}, {u['overflows']} over it; scaled: {u['requests']:,.0f} "
-                     f"requests, {_tokens(u['prompt_tokens'])} prompt + {_tokens(u['completion_tokens'])} completion tokens")
+                     f"requests, {_tokens(u['prompt_tokens'])} prompt + {_tokens(u['completion_tokens'])} "
+                     "completion tokens")
         lines.append(f"    reply lengths: {reply_lengths(u['model']).source}")
         if where != "GPU":
             continue
-        work = throughput.Workload(u["prompt_tokens"] / max(u["requests"], 1), u["completion_tokens"] / max(u["requests"], 1))
+        work = throughput.Workload(u["prompt_tokens"] / max(u["requests"], 1),
+                                   u["completion_tokens"] / max(u["requests"], 1))
         for kind in kinds:
             rate = measured.get(label)
             if rate and rate.get("gpu_kind") == kind:
@@ -255,7 +260,8 @@ def estimate_lines(profile: Profile, usage: Mapping[str, Mapping[str, Any]], *, 
                 continue
             found = throughput.rate_range(u["model"], kind, utilization.get(label, 0.9), work)
             if not found or found[0] <= 0:
-                lines.append(f"    {kind}: no modelled rate ({'unknown model shape' if not found else 'weights do not fit'})")
+                lines.append(f"    {kind}: no modelled rate "
+                             f"({'unknown model shape' if not found else 'weights do not fit'})")
                 continue
             low, high = found
             hours = (u["completion_tokens"] / high / 3600, u["completion_tokens"] / low / 3600)
@@ -263,14 +269,16 @@ def estimate_lines(profile: Profile, usage: Mapping[str, Mapping[str, Any]], *, 
             totals[kind][1] += hours[1]
             lines.append(f"    {kind}: {low:,.0f}-{high:,.0f} tokens/s modelled -> "
                          f"{hours[0]:,.1f}-{hours[1]:,.1f} GPU-hours")
-    absent = [label for label in [*on_gpu, *(e["label"] for e in profile.fields.get("large_models") or [] if "stand_in" not in e)]
+    absent = [label for label in [*on_gpu,
+                                  *(e["label"] for e in profile.fields.get("large_models") or [] if "stand_in" not in e)]
               if label not in usage]
     if absent:
         lines.append(f"  not in the rehearsal's log (not counted): {', '.join(absent)}")
     for kind, (low, high) in totals.items():
-        lines.append(f"  total on {kind}: {low:,.1f}-{high:,.1f} GPU-hours for the {len(on_gpu)} vLLM models, one after "
-                     f"another; on {gpus} GPU{'s' if gpus != 1 else ''}: wall-clock {low / gpus:,.1f}-{high / gpus:,.1f} h "
-                     f"(data parallel, each model's requests spread over the {gpus}; ideal scaling assumed)")
+        lines.append(f"  total on {kind}: {low:,.1f}-{high:,.1f} GPU-hours for the {len(on_gpu)} vLLM "
+                     f"models, one after another; on {gpus} GPU{'s' if gpus != 1 else ''}: wall-clock "
+                     f"{low / gpus:,.1f}-{high / gpus:,.1f} h (data parallel, each model's requests spread over the "
+                     f"{gpus}; ideal scaling assumed)")
     lines += money_lines(profile, usage, {k: (v[0], v[1]) for k, v in totals.items()}, gpu_hour_price=gpu_hour_price)
     lines.append("  sources:")
     lines += [f"    {line}" for line in throughput.sources(on_gpu)]

@@ -4,7 +4,8 @@
   granted on the model page (the licence accepted), asked of the Hub through ``access`` (injectable: the default
   calls ``huggingface_hub.HfApi().model_info``).
 - **Disk** for the weights: the free space of the Hugging Face cache (``$HF_HOME``, else ``~/.cache/huggingface``)
-  against the bf16 weights of every model not yet there (:mod:`r2mad_lab.reproduce.paper.throughput` parameters x 2 bytes).
+  against the bf16 weights of every model not yet there (:mod:`r2mad_lab.reproduce.paper.throughput` parameters x 2
+  bytes).
 - **GPU memory**: each model's weights plus the KV cache of one sequence at its ``max_model_len`` (vLLM refuses to
   start without it) within ``gpu_memory_utilization`` x the card's memory (the card named, else every kind).
 - **API models**: the environment variables naming their model, URL and key are set; ``skip_api``
@@ -27,7 +28,8 @@ from typing import Any, Callable, Mapping
 from r2mad_lab.experiments.profiles import Profile
 from r2mad_lab.reproduce.paper import throughput
 
-#: The vLLM release line the ``gpu`` extra of pyproject.toml pins (tests/reproduce/paper/test_gpu_day.py checks they agree).
+#: The vLLM release line the ``gpu`` extra of pyproject.toml pins (tests/reproduce/paper/test_gpu_day.py checks they
+#: agree).
 VLLM_PIN = (0, 32)
 
 
@@ -109,8 +111,8 @@ def check_node(profile: Profile, *, report: Callable[[], list[Device] | str] | N
                             f"(weights {shape.weight_bytes / GB:,.1f} + one {context:,}-token sequence of KV "
                             f"{context * shape.kv_bytes_per_token / GB:,.1f} + {throughput.OVERHEAD_BYTES / GB:,.1f} "
                             f"activations); the driver reports {smallest.free_bytes / GB:,.1f} GB free of "
-                            f"{smallest.total_bytes / GB:,.1f}, {utilization:g} of it usable: free the GPU (nvidia-smi), "
-                            f"lower max_model_len or raise gpu_memory_utilization")
+                            f"{smallest.total_bytes / GB:,.1f}, {utilization:g} of it usable: free the GPU "
+                            f"(nvidia-smi), lower max_model_len or raise gpu_memory_utilization")
     return failures
 
 
@@ -204,9 +206,10 @@ def check_memory(profile: Profile, *, gpu_kind: str | None = None) -> list[str]:
             capacity = throughput.kv_capacity_tokens(shape, throughput.GPUS[kind], utilization)
             if capacity < context:
                 failures.append(f"{entry['label']} on {kind}: one sequence of {context:,} tokens needs "
-                                f"{context * shape.kv_bytes_per_token / GB:,.1f} GB of KV beside {shape.weight_bytes / GB:,.1f} "
-                                f"GB of weights; {utilization:g} x {throughput.GPUS[kind].memory_bytes / GB:.0f} GB holds "
-                                f"{max(capacity, 0):,.0f} tokens (lower max_model_len or raise gpu_memory_utilization)")
+                                f"{context * shape.kv_bytes_per_token / GB:,.1f} GB of KV beside "
+                                f"{shape.weight_bytes / GB:,.1f} GB of weights; {utilization:g} x "
+                                f"{throughput.GPUS[kind].memory_bytes / GB:.0f} GB holds {max(capacity, 0):,.0f} "
+                                "tokens (lower max_model_len or raise gpu_memory_utilization)")
     return failures
 
 
@@ -217,7 +220,8 @@ def check_api(profile: Profile, environ: Mapping[str, str] | None = None) -> lis
         for key in ("model_env", "base_url_env", "api_key_env"):
             variable = entry.get(key)
             if variable and not environ.get(variable):
-                failures.append(f"{entry['label']}: environment variable {variable} ({key[:-4].replace('_', ' ')}) is not set")
+                failures.append(f"{entry['label']}: environment variable {variable} "
+                                f"({key[:-4].replace('_', ' ')}) is not set")
     return failures
 
 
@@ -225,7 +229,8 @@ def check(profile: Profile, *, gpu_kind: str | None = None, skip_api: bool = Fal
           **fakes: Any) -> list[str]:
     """Every check; the failures, one line each (empty: all passed). ``node``: also this node's vLLM and CUDA devices
     (:func:`check_node`; ``report``/``version`` fakes replace the driver's report); ``skip_api``: no API variables."""
-    node_lines = check_node(profile, gpus=gpus, **{k: v for k, v in fakes.items() if k in ("report", "version")}) if node else []
+    node_lines = check_node(profile, gpus=gpus,
+                            **{k: v for k, v in fakes.items() if k in ("report", "version")}) if node else []
     return [*node_lines,
             *check_gated(profile, **{k: v for k, v in fakes.items() if k in ("token", "access")}),
             *check_disk(profile, **{k: v for k, v in fakes.items() if k in ("cache", "disk_usage")}),

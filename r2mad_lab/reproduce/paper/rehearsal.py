@@ -59,7 +59,8 @@ REFERENCE_MANIFEST = Path(__file__).resolve().parents[2] / "figures" / "sim" / M
 def _questions(profile: Profile, test_limit: int, train_limit: int, data_dir: Path | None) -> dict[str, Any]:
     rule = profile.spec.choices["split_rule"]
     return {b: {"test": [s.question[:200] for s in load_benchmark(b, "test", data_dir, split_rule=rule)[:test_limit]],
-                "train": [s.question[:200] for s in load_benchmark(b, "train", data_dir, split_rule=rule)[:train_limit]]}
+                "train": [s.question[:200] for s in load_benchmark(b, "train", data_dir,
+                                                                   split_rule=rule)[:train_limit]]}
             for b in profile.spec.benchmarks}
 
 
@@ -154,7 +155,8 @@ def write_profile(profile: Profile, folder: Path, **sizes: Any) -> Profile:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{rehearsal_name(profile)}.yaml"
     text = (f"# Written by `reproduce --profile {profile.name} --rehearse` (r2mad_lab/reproduce/paper/rehearsal.py): "
-            f"a rehearsal, not a run of the models.\n" + yaml.safe_dump(rehearsal_fields(profile, **sizes), sort_keys=False))
+            f"a rehearsal, not a run of the models.\n" + yaml.safe_dump(rehearsal_fields(profile, **sizes),
+                                                                        sort_keys=False))
     atomic_write(path, text)
     return load_profile(path)
 
@@ -244,7 +246,8 @@ def rehearse(profile: Profile, output_dir: Path, *, run: Callable[[Profile, Any]
             _empty(folder, VARIANTS_DIR)
     paths.runs_dir.mkdir(parents=True, exist_ok=True)
     digests = inputs(profile, notebooks, data_dir, test_limit=test_limit, train_limit=train_limit)
-    rehearsed = write_profile(profile, paths.runs_dir, test_limit=test_limit, train_limit=train_limit, data_dir=data_dir)
+    rehearsed = write_profile(profile, paths.runs_dir, test_limit=test_limit, train_limit=train_limit,
+                              data_dir=data_dir)
     log = paths.runs_dir / LOG_NAME
     echo(f"rehearse: profile {profile.name} -> {name}: every model behind the rehearsal stand-in (its context and "
          f"reply lengths, no language model), {test_limit} test / {train_limit} train questions per benchmark; "
@@ -274,7 +277,8 @@ def rehearse(profile: Profile, output_dir: Path, *, run: Callable[[Profile, Any]
     for label, u in usage.items():
         if u["context_overflow"]:
             problems.append(f"{label}: {u['context_overflow']} of {u['requests']} prompts over its context of "
-                            f"{u['context']:,} tokens (longest {u['longest_prompt']:,}): the real run would answer them empty")
+                            f"{u['context']:,} tokens (longest {u['longest_prompt']:,}): the real run would "
+                            "answer them empty")
     summary = {"profile": profile.name, "overrides": {k: v for k, v in profile.overrides.items()},
                "rehearsed_notebooks": notebooks_key(only), "folder": name, "inputs": digests,
                "complete": not only and not problems and not (results and results[-1].error),
@@ -297,8 +301,8 @@ def rehearse(profile: Profile, output_dir: Path, *, run: Callable[[Profile, Any]
         return 1
     use = ("estimate from it: --estimate-only" + (f" {' '.join(f'--set {k}={v}' for k, v in profile.overrides.items())}"
                                                   if profile.overrides else "")
-           if summary["complete"] else f"a part (notebooks {'+'.join(summary['rehearsed_notebooks'])}): --estimate-only "
-           "uses only a rehearsal of every notebook")
+           if summary["complete"] else f"a part (notebooks {'+'.join(summary['rehearsed_notebooks'])}): "
+           "--estimate-only uses only a rehearsal of every notebook")
     echo(f"rehearse: done in {summary['seconds']:.0f} s; {len(written)} artifacts in {paths.figures_dir}, each "
          f"labelled a rehearsal; {use}")
     return 0

@@ -78,10 +78,11 @@ def plan(entries: Sequence[Mapping[str, Any]], gpus: int, *, base_port: int = BA
     if gpus < 1:
         raise ServeError(f"--gpus {gpus}: expected at least 1")
     if gpus < len(entries):
-        raise ServeError(f"--gpus {gpus}: the profile's {len(entries)} vLLM models ({', '.join(e['label'] for e in entries)}) "
-                         f"run at once on separate GPUs, so at least {len(entries)} GPUs are needed; without --gpus the "
-                         f"run loads them one at a time in-process")
-    return [Server(entries[i % len(entries)]["label"], i, base_port + i, command(entries[i % len(entries)], base_port + i))
+        raise ServeError(f"--gpus {gpus}: the profile's {len(entries)} vLLM models "
+                         f"({', '.join(e['label'] for e in entries)}) run at once on separate GPUs, so at least "
+                         f"{len(entries)} GPUs are needed; without --gpus the run loads them one at a time in-process")
+    return [Server(entries[i % len(entries)]["label"], i, base_port + i,
+                   command(entries[i % len(entries)], base_port + i))
             for i in range(gpus)]
 
 
@@ -140,8 +141,9 @@ class Servers:
                 if healthy(server.url):
                     waiting.remove(server)
             if waiting and time.monotonic() > deadline:
-                raise ServeError(f"{len(waiting)} servers not healthy after {self.timeout:.0f} s (e.g. {waiting[0].label} "
-                                 f"on GPU {waiting[0].gpu}, {waiting[0].url}); logs in {self.log_dir}")
+                raise ServeError(f"{len(waiting)} servers not healthy after {self.timeout:.0f} s (e.g. "
+                                 f"{waiting[0].label} on GPU {waiting[0].gpu}, {waiting[0].url}); logs in "
+                                 f"{self.log_dir}")
             if waiting:
                 time.sleep(0.2)
         self.echo(f"serve: every server healthy ({', '.join(s.url for s in self.servers)})")
@@ -164,7 +166,8 @@ class Servers:
 
 def served_fields(fields: Mapping[str, Any], urls: Mapping[str, Sequence[str]]) -> dict[str, Any]:
     """The profile's fields with each served model (a key of ``urls``) on its servers: engine ``openai``, model name =
-    the served name (the Hugging Face id), ``max_concurrency`` :data:`IN_FLIGHT_PER_SERVER` per server, and no server more than that
+    the served name (the Hugging Face id), ``max_concurrency`` :data:`IN_FLIGHT_PER_SERVER` per server, and no server
+    more than that
     (``max_concurrency_per_url``: its declared capacity)."""
     out = json.loads(json.dumps(dict(fields), default=str))
     for key in ("models", "memory_models"):

@@ -63,7 +63,8 @@ MODELS: dict[str, ModelShape] = {
         7.62e9, 28, 4, 128, _HF.format("Qwen/Qwen2.5-7B-Instruct") + ": num_hidden_layers 28, num_key_value_heads 4, "
         "hidden_size 3584 / num_attention_heads 28 = head_dim 128; 7.62B parameters (model card)"),
     "qwen/qwen3-8b": ModelShape(
-        8.19e9, 36, 8, 128, _HF.format("Qwen/Qwen3-8B") + ": num_hidden_layers 36, num_key_value_heads 8, head_dim 128; "
+        8.19e9, 36, 8, 128,
+        _HF.format("Qwen/Qwen3-8B") + ": num_hidden_layers 36, num_key_value_heads 8, head_dim 128; "
         "8.2B parameters (model card)"),
     "google/gemma-3-4b-it": ModelShape(
         4.3e9, 34, 4, 256, _HF.format("google/gemma-3-4b-it") + ": text_config num_hidden_layers 34, "
@@ -86,7 +87,8 @@ class GPU:
 
 #: GPU kinds by name.
 GPUS: dict[str, GPU] = {
-    "H100": GPU("H100 SXM 80GB", 80e9, 3.35e12, 989e12, "NVIDIA H100 datasheet: 80 GB HBM3, 3.35 TB/s, 989 TFLOPS bf16 dense"),
+    "H100": GPU("H100 SXM 80GB", 80e9, 3.35e12, 989e12,
+                "NVIDIA H100 datasheet: 80 GB HBM3, 3.35 TB/s, 989 TFLOPS bf16 dense"),
     "A100-80GB": GPU("A100 SXM 80GB", 80e9, 2.039e12, 312e12, "NVIDIA A100 datasheet: 80 GB HBM2e, 2,039 GB/s, "
                      "312 TFLOPS bf16 dense"),
     "L40S": GPU("L40S 48GB", 48e9, 0.864e12, 362e12, "NVIDIA L40S datasheet: 48 GB GDDR6, 864 GB/s, 362 TFLOPS bf16 "
@@ -140,7 +142,8 @@ def rate_range(model: str | None, gpu: str, utilization: float, work: Workload) 
     if shape is None:
         return None
     card = GPUS[gpu]
-    return tokens_per_second(shape, card, utilization, work, LOW), tokens_per_second(shape, card, utilization, work, HIGH)
+    return tokens_per_second(shape, card, utilization, work,
+                             LOW), tokens_per_second(shape, card, utilization, work, HIGH)
 
 
 def sources(models: Mapping[str, str]) -> list[str]:
