@@ -305,7 +305,8 @@ class FakeOpenAIServer:
 
 def main(argv: list[str] | None = None) -> None:
     """``python tests/fake_openai_server.py --port P``: the fake as its own process, started like a vLLM server (a
-    port, ``GET /v1/models`` answered as vLLM's), until SIGTERM (tests of ``--gpus N``, tests/reproduce/paper/test_gpu_day.py)."""
+    port, ``GET /v1/models`` answered as vLLM's), until SIGTERM (tests of ``--gpus N``,
+    tests/reproduce/paper/test_gpu_day.py)."""
     import argparse
     import signal
 

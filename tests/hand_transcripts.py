@@ -24,7 +24,8 @@ def round_(index: int, agents: list[dict[str, Any]], **fields: Any) -> dict[str,
 
 def transcript(sample_id: str = "q", rounds: list[dict[str, Any]] | None = None, **fields: Any) -> dict[str, Any]:
     """One transcript line; ``rounds`` are :func:`round_` dicts (or partial ones, completed here)."""
-    rounds = [round_(r.get("round", t), r.get("agents", []), **{k: v for k, v in r.items() if k not in ("round", "agents")})
+    rounds = [round_(r.get("round", t), r.get("agents", []),
+                     **{k: v for k, v in r.items() if k not in ("round", "agents")})
               for t, r in enumerate(rounds or [])]
     out = {"sample_id": sample_id, "benchmark": "truthfulqa", "split": "test", "gold": "A", "num_options": None,
            "method": "mad", "seed": 0, "rounds": rounds, "n_rounds_executed": len(rounds), "stopped_early": False,

@@ -95,7 +95,8 @@ def imported_modules(path: Path, modules: set[str], source: str | None = None) -
 
 
 def _code_files() -> list[Path]:
-    return sorted(p for package in CODE_PACKAGES for p in (ROOT / package).rglob("*.py") if "__pycache__" not in p.parts)
+    return sorted(p for package in CODE_PACKAGES for p in (ROOT / package).rglob("*.py")
+                  if "__pycache__" not in p.parts)
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -196,7 +197,8 @@ def test_an_old_import_of_a_moved_unit_names_its_new_home() -> None:
 
     with pytest.raises(ModuleNotFoundError, match=r"r2mad_core\.reproduce moved: import r2mad_lab\.reproduce "):
         importlib.import_module("r2mad_core.reproduce.grid")
-    with pytest.raises(ModuleNotFoundError, match=r"r2mad_core\.experiments moved: .*experiments\.methods: r2mad_core\.methods"):
+    with pytest.raises(ModuleNotFoundError,
+                       match=r"r2mad_core\.experiments moved: .*experiments\.methods: r2mad_core\.methods"):
         importlib.import_module("r2mad_core.experiments.methods")
 
 
@@ -243,7 +245,8 @@ def _all_modules() -> list[Path]:
 def test_no_module_comes_near_the_hard_cap() -> None:
     sizes = {module_name(p) or p.stem: len(p.read_text(encoding="utf-8").splitlines()) for p in _all_modules()}
     near = {name: n for name, n in sizes.items() if n > MODULE_LINE_CAP - CAP_MARGIN}
-    assert not near, f"modules within {CAP_MARGIN} lines of the {MODULE_LINE_CAP}-line cap (split each along its concepts): {near}"
+    assert not near, (f"modules within {CAP_MARGIN} lines of the {MODULE_LINE_CAP}-line cap "
+                      f"(split each along its concepts): {near}")
 
 
 def first_docstring_line(path: Path) -> str | None:
@@ -297,10 +300,12 @@ def _units_present() -> set[str]:
 
 def test_the_architecture_names_every_package_and_top_level_module_once() -> None:
     units = [unit for layer in layers() for unit in layer]
-    assert len(units) == len(set(units)), f"named twice in the ARCHITECTUREs: {sorted(u for u in units if units.count(u) > 1)}"
+    assert len(units) == len(set(
+        units)), f"named twice in the ARCHITECTUREs: {sorted(u for u in units if units.count(u) > 1)}"
     present = _units_present()
     assert set(units) == present, (f"the ARCHITECTUREs (r2mad_core/__init__.py, r2mad_lab/__init__.py) and the tree "
-                                   f"differ: not in the tree {sorted(set(units) - present)}, not placed {sorted(present - set(units))}")
+                                   f"differ: not in the tree {sorted(set(units) - present)}, not placed "
+                                   f"{sorted(present - set(units))}")
 
 
 def test_every_import_between_units_points_down_the_layers() -> None:
@@ -318,7 +323,8 @@ def test_every_import_between_units_points_down_the_layers() -> None:
 @pytest.mark.parametrize("package", CODE_PACKAGES)
 def test_each_package_has_at_most_a_dozen_top_level_modules(package: str) -> None:
     top = sorted(p.stem for p in (ROOT / package).glob("*.py"))
-    assert len(top) <= 12, f"{package}/ holds {len(top)} top-level modules (at most 12; the rest in sub-packages): {top}"
+    assert len(
+        top) <= 12, f"{package}/ holds {len(top)} top-level modules (at most 12; the rest in sub-packages): {top}"
 
 
 def test_every_sub_package_says_what_it_is() -> None:

@@ -92,7 +92,8 @@ def task_prompt(benchmark: str, question: str) -> str:
 
 def debate_text(benchmark: str, question: str) -> str:
     """src/prompts.py DEBATE_PROMPT[task], formatted with QUESTION (src/agent.py Agent._build_prompt, round > 0)."""
-    fmt = ("Provide the final answer in the following format at the end of your response: The answer is \\boxed{answer}."
+    fmt = (
+        "Provide the final answer in the following format at the end of your response: The answer is \\boxed{answer}."
            if benchmark == "math500" else
            "Provide the final answer in double parentheses at the end of your response: The answer is ((answer)).")
     return ("Use the solutions from other agents as additional information, can you give an updated answer? "
@@ -105,7 +106,8 @@ LOW = "<confidence>\nLow, low historical accuracy on relative problems.\n</confi
 
 def peers_block(responses: Sequence[str], confidences: Sequence[str] | None) -> str:
     """src/agent.py Agent._build_prompt: the other agents' responses, in agent order, each with its annotation."""
-    header = ("These are the solutions to the problem from other agents with your confidences:" if confidences is not None
+    header = ("These are the solutions to the problem from other agents with your confidences:"
+              if confidences is not None
               else "These are the solutions to the problem from other agents:")
     text = header + "\n\n<other_solutions>\n"
     for k, response in enumerate(responses):
@@ -252,7 +254,8 @@ def mc_world() -> World:
         solution="A",  # DataLoader.format_question: the solution of a multiple-choice question is x['answer']
         round0=("Popular belief is wrong here. The answer is ((A)).", "Everyone says so. The answer is ((B)).",
                 "Evidence says no. The answer is ((A))."),
-        train_round1=("Still A. The answer is ((A)).", "I keep B. The answer is ((B)).", "A again. The answer is ((A))."),
+        train_round1=("Still A. The answer is ((A)).", "I keep B. The answer is ((B)).",
+                      "A again. The answer is ((A))."),
         test_round1=("A. The answer is ((A)).", "Convinced: A. The answer is ((A)).", "A holds. The answer is ((A))."),
         parsed0=("a", "b", "a"), parsed_train1=("a", "b", "a"), parsed_test1=("a", "a", "a"),
     )

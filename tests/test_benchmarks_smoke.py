@@ -92,17 +92,20 @@ def test_end_to_end_tiny_run_prints_the_two_lines_and_writes_the_csv(tmp_path, c
     assert len(list((tmp_path / "banks").iterdir())) == 1  # the bank was built once, under --bank-cache
     with out_csv.open() as handle:
         rows = list(csv.DictReader(handle))
-    assert [(r["engine"], r["method"], r["queries"]) for r in rows] == [("simulated", "mad", "2"), ("simulated", "r2mad", "2")]
+    assert ([(r["engine"], r["method"], r["queries"]) for r in rows]
+            == [("simulated", "mad", "2"), ("simulated", "r2mad", "2")])
     mad, r2mad = rows
     rounds = {m: float(r["rounds_per_query"]) for m, r in (("mad", mad), ("r2mad", r2mad))}
-    assert float(mad["summary_completion_tokens_per_query"]) == 0 and float(r2mad["summary_completion_tokens_per_query"]) > 0
+    assert (float(mad["summary_completion_tokens_per_query"]) == 0
+            and float(r2mad["summary_completion_tokens_per_query"]) > 0)
     assert float(r2mad["hook_s"]) > 0 and float(mad["hook_s"]) == 0
     # one engine call per round (whole-round batches); R2-MAD adds one summary call between rounds
     assert int(mad["generate_calls"]) <= 3 and 1 <= rounds["mad"] <= 3
     assert int(r2mad["generate_calls"]) in (1, 3, 5)
     for row in rows:
         assert float(row["wall_s"]) >= float(row["generate_s"]) >= 0
-        assert float(row["non_generation_s"]) == pytest.approx(float(row["wall_s"]) - float(row["generate_s"]), abs=2e-4)
+        assert (float(row["non_generation_s"]) == pytest.approx(float(row["wall_s"]) - float(row["generate_s"]),
+                                                                abs=2e-4))
     # a second run reuses the bank
     end_to_end.main(["--limit", "1", "--token-latency-ms", "0", "--bank-questions", "3", "--response-words", "20",
                      "--bank-cache", str(tmp_path / "banks"), "--csv", str(out_csv)])
@@ -151,7 +154,8 @@ def test_run_all_moves_a_steps_csv_aside_and_puts_the_owners_file_back(tmp_path,
 
 
 def test_run_all_times_the_cpu_profile_generating_not_replaying(tmp_path):
-    """Without --fresh, a cpu run with no cache replays the published generations: "from nothing" would time a replay."""
+    """Without --fresh, a cpu run with no cache replays the published generations: "from nothing" would time a
+    replay."""
     steps = {step.name: step for step in run_all.timing_steps(tmp_path, cpu=True)}
     assert steps["cpu_from_nothing"].args[-3:] == ["--profile", "cpu", "--fresh"]
     assert "--fresh" not in steps["sim_from_nothing"].args  # the sim profile publishes nothing: it always generates

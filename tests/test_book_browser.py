@@ -249,7 +249,8 @@ def test_notebook_08_states_its_propositions_in_typeset_mathematics(chromium, bo
     for number in ("Proposition 4.1", "Proposition 4.2", "Lemma C.2", "Theorem C.3"):
         heading = next((h for h in statements if h.startswith(number)), None)
         assert heading is not None, (number, list(statements))
-        assert statements[heading]["display_maths"] >= 1 and not statements[heading]["raw_tex"], (heading, statements[heading])
+        assert (statements[heading]["display_maths"] >= 1 and not statements[heading]["raw_tex"]), (heading,
+                                                                                                    statements[heading])
     page = (book / "notebooks" / "08_theory.html").read_text(encoding="utf-8")
     for link in ("checks.html#check_prior_correction", "checks.html#check_collapse_rate",
                  "checks.html#check_log_odds_decomposition", "checks.html#check_joint_bound"):
@@ -266,7 +267,8 @@ def test_the_layout_check_fails_on_a_cut_off_equation_or_table_and_an_uncaptione
     long_sum = " + ".join(rf"\frac{{a_{{{k}}}}}{{b_{{{k}}}}}" for k in range(60))
     cells = "".join(f"<td style='white-space:nowrap'>{'x' * 200}</td>" for _ in range(6))  # no compact view: 6 columns
     page = book / "notebooks" / "bad_layout.html"
-    head = re.search(r"<head>.*?</head>", (book / "notebooks" / "08_theory.html").read_text(encoding="utf-8"), re.S).group(0)
+    head = re.search(r"<head>.*?</head>", (book / "notebooks" / "08_theory.html").read_text(encoding="utf-8"),
+                     re.S).group(0)
     mathjax = re.search(r'<script[^>]+src="[^"]*MathJax\.js[^"]*"[^>]*>',
                         (book / "notebooks" / "08_theory.html").read_text(encoding="utf-8")).group(0) + "</script>"
     page.write_text(

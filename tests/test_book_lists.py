@@ -84,7 +84,8 @@ def written_numbers(text: str) -> list[str]:
     """The numbers a page's source gives its top-level numbered items ("6. **Small samples...**" at the margin),
     outside code blocks."""
     tokens = markdown_it.MarkdownIt("commonmark").enable("table").parse(text)
-    code = {line for token in tokens if token.type in ("fence", "code_block") and token.map for line in range(*token.map)}
+    code = {line for token in tokens if token.type in ("fence", "code_block") and token.map
+            for line in range(*token.map)}
     return [m.group(1) for number, line in enumerate(text.split("\n"))
             if number not in code and (m := re.match(r"(\d{1,9})[.)] ", line))]
 

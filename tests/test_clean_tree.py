@@ -44,7 +44,8 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip("not a git checkout")
     repo = tmp_path_factory.mktemp("tree") / "r2mad"
     for name in listed.split("\0"):
-        if not name or not (REPO / name).is_file() or name.startswith(("notebooks/executed/", "figures/", "published/")):
+        if (not name or not (REPO / name).is_file() or name.startswith(
+            ("notebooks/executed/", "figures/", "published/"))):
             continue
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / name, repo / name)

@@ -1,8 +1,8 @@
 """The committed artifacts (figures/<profile>/MANIFEST.json) were built by the code at HEAD.
 
 Every artifact records the git commit that produced it (r2mad_lab.report.artifacts.git_commit). This test fails
-when a committed manifest names a commit whose code trees (``r2mad_core``, ``r2mad_lab``) differ from HEAD's, or a commit built
-from uncommitted changes (``dirty``): the figures would then show what older code did. Regenerate them
+when a committed manifest names a commit whose code trees (``r2mad_core``, ``r2mad_lab``) differ from HEAD's, or a
+commit built from uncommitted changes (``dirty``): the figures would then show what older code did. Regenerate them
 (``make reproduce PROFILE=sim``, ``PROFILE=cpu``) at a commit and commit the figures after it.
 
 Only the committed manifests under figures/ are checked (not the output of a test run).
@@ -22,7 +22,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _git(*args: str) -> str:
-    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True,
+                          timeout=30).stdout.strip()
 
 
 def _committed_manifests() -> list[str]:

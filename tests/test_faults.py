@@ -66,7 +66,8 @@ def test_requests_that_never_reach_the_endpoint_are_not_counted() -> None:
 
 def test_a_trickling_server_is_cut_off_at_the_attempts_total_deadline() -> None:
     """One byte every 0.2 s never trips a 1 s timeout on each read; the whole answer would take ~60 s. The attempt
-    ends at its 1 s deadline (retried once, then one line); a generous 30 s bound stands for "not the trickle's 60 s"."""
+    ends at its 1 s deadline (retried once, then one line); a generous 30 s bound stands for "not the trickle's 60
+    s"."""
     with FakeOpenAIServer(mode="trickle", trickle_interval=0.2, trickle_seconds=60) as server:
         engine = _engine(server.base_url, max_retries=1)
         started = time.monotonic()
@@ -187,7 +188,8 @@ SECRET = "sk-probe-0123456789abcdef"
 
 
 @pytest.mark.parametrize("edit, expected", [
-    (lambda d: d["models"][0].update(stands_in_for="${DB_PASS}"), "read only in the fields naming a model or an endpoint"),
+    (lambda d: d["models"][0].update(stands_in_for="${DB_PASS}"),
+     "read only in the fields naming a model or an endpoint"),
     (lambda d: d["models"][0].update(label="${GH_PAT}"), "read only in the fields naming a model or an endpoint"),
     (lambda d: d.update(retrieval_models=["${DATABASE_URL}"]), "read only in the fields naming a model or an endpoint"),
     (lambda d: d["models"][0].update(model="${PROBE_API_KEY}", api_key_env="PROBE_API_KEY"), "holds an API key"),
@@ -506,7 +508,8 @@ def test_a_marker_in_every_variable_a_profile_references_is_in_no_artifact_noteb
         monkeypatch.setenv("R2MAD_API_BASE_URL", server.base_url.replace("http://", f"http://probe:{markers['URL']}@"))
         out = tmp_path / "out"
         code = reproduce.main(["--profile", str(profile), "--only", "02", "--output-dir", str(out), "--no-estimate",
-                               "--set", "train_limit=2", "--set", "embedder=hashing", "--set", "benchmarks=[truthfulqa]",
+                               "--set", "train_limit=2", "--set", "embedder=hashing", "--set",
+                               "benchmarks=[truthfulqa]",
                                "--set", "retrieval_benchmarks=[truthfulqa]", "--set", "icl_benchmarks=[truthfulqa]",
                                "--set", "poison_benchmarks=[truthfulqa]", "--set", "cost_benchmark=truthfulqa"])
         printed = capsys.readouterr()

@@ -53,7 +53,8 @@ def _get(url: str) -> tuple[int, bytes]:
 def test_make_lab_serves_the_notebooks_on_localhost_with_a_token(tmp_path: Path) -> None:
     pytest.importorskip("jupyterlab")
     port = _free_port()
-    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "JUPYTER_CONFIG_DIR": str(tmp_path / "config")}
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+           "JUPYTER_CONFIG_DIR": str(tmp_path / "config")}
     log = (tmp_path / "lab.log").open("w")
     server = subprocess.Popen(_lab_command(port), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"

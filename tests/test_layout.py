@@ -3,9 +3,10 @@
 A test file lives in the folder of the unit whose behaviour it tests: ``tests/<package>/`` for a sub-package of
 :data:`r2mad_core.ARCHITECTURE` or :data:`r2mad_lab.ARCHITECTURE` (``tests/memory/``, ``tests/reproduce/``; a
 sub-package's own sub-package below it: ``tests/reproduce/paper/``), ``tests/test_<module>.py`` for a unit that is one
-top-level module (``files``, ``records``, ``plugins``, ``engine``, ``methods``). No unit name is used by both packages. Tests that cross units (the notebooks, the fresh clone, the documents' checks,
-the browser, ...) and the shared helpers (``debate_fakes``, ``fake_openai_server``, ``conftest``, ``data/``'s files)
-stay in tests/ itself; every folder imports the helpers by name (pyproject.toml's ``pythonpath = ["tests"]``).
+top-level module (``files``, ``records``, ``plugins``, ``engine``, ``methods``). No unit name is used by both packages.
+Tests that cross units (the notebooks, the fresh clone, the documents' checks, the browser, ...) and the shared helpers
+(``debate_fakes``, ``fake_openai_server``, ``conftest``, ``data/``'s files) stay in tests/ itself; every folder imports
+the helpers by name (pyproject.toml's ``pythonpath = ["tests"]``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 
 #: Where a path under tests/ may be named: the documents, the build and CI files, the package (docstrings,
-#: comments, profiles), the tests, the benchmarks, the engine tests and the notebooks. Generated outputs (figures/, published/,
-#: notebooks/executed/, the built book) are not read: they are rebuilt from these.
+#: comments, profiles), the tests, the benchmarks, the engine tests and the notebooks. Generated outputs (figures/,
+#: published/, notebooks/executed/, the built book) are not read: they are rebuilt from these.
 NAMING_FILES = ("README.md", "Makefile", "pyproject.toml", ".ci/run")
 NAMING_FOLDERS = ("docs", "deploy", *CODE_PACKAGES, "tests", "benchmarks", "engine_tests", "notebooks")
 NAMING_SUFFIXES = {".md", ".py", ".ipynb", ".yaml", ".yml", ".toml", ".js", ".css", ".tex", ".slurm", ""}
@@ -52,7 +53,8 @@ def test_every_unit_has_its_tests_folder_or_file() -> None:
     """A new sub-package without ``tests/<package>/`` (holding a test file) fails here."""
     packages = _package_dirs()
     modules = [unit for unit in _units() if unit not in packages]
-    assert {"memory", "reproduce", "report", "cli"} <= set(packages) and {"records", "methods", "engine"} <= set(modules)
+    assert ({"memory", "reproduce", "report", "cli"} <= set(packages)
+            and {"records", "methods", "engine"} <= set(modules))
     missing = [f"tests/{unit}/" for unit in sorted(packages) if not any((TESTS / unit).glob("test_*.py"))]
     missing += [f"tests/test_{unit}.py" for unit in modules if not (TESTS / f"test_{unit}.py").is_file()]
     assert missing == [], f"units of the ARCHITECTUREs without their tests: {missing}"
@@ -64,7 +66,8 @@ def test_every_folder_of_tests_is_a_package_of_the_code() -> None:
     assert Path("memory") in folders and Path("reproduce/paper") in folders
     packages = _package_dirs()
     strays = sorted(str(f) for f in folders
-                    if f.parts[0] not in packages or not (packages[f.parts[0]].joinpath(*f.parts[1:]) / "__init__.py").is_file())
+                    if f.parts[0] not in packages or not (packages[f.parts[0]].joinpath(*f.parts[1:])
+                                                          / "__init__.py").is_file())
     assert strays == [], f"folders of tests/ that are no package of r2mad_core or r2mad_lab: {strays}"
 
 
@@ -100,5 +103,6 @@ def test_every_test_path_a_file_names_exists() -> None:
 
 
 def test_the_path_pattern_skips_other_folders_ending_in_tests() -> None:
-    text = "engine_tests/test_1_offline_vllm.py, `tests/memory/test_memory.py::test_x`, (tests/data/paper_prompt_boxes.tex)"
+    text = ("engine_tests/test_1_offline_vllm.py, `tests/memory/test_memory.py::test_x`, "
+            "(tests/data/paper_prompt_boxes.tex)")
     assert TEST_PATH.findall(text) == ["tests/memory/test_memory.py", "tests/data/paper_prompt_boxes.tex"]

@@ -61,7 +61,8 @@ def test_bad_options_are_rejected_with_the_reason(name, options, message):
 
 def test_options_are_stored_with_defaults_for_the_config_file():
     method = get_method("self_consistency", k_paths=6)
-    assert method.options == {"k_paths": 6, "temperature": 1.0, "top_p": 1.0, "max_tokens": 512, "vote_rule": "plurality",
+    assert method.options == {"k_paths": 6, "temperature": 1.0, "top_p": 1.0, "max_tokens": 512,
+                              "vote_rule": "plurality",
                               "round0": "shared", "task_prompt": "paper", "unclosed_thinking": "drop"}
     assert method.to_dict()["debate"]["personas"] == [0] * 6
     assert method.to_dict()["debate"]["sample_indices"] == [0, 1, 2, 3, 4, 5]

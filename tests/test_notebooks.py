@@ -139,7 +139,8 @@ def test_all_notebooks_run_and_write_every_artifact_of_the_manifest(tiny_run: Pa
     executed = tiny_run / "notebooks" / "executed" / "tiny"
     for path in _notebooks():
         nb = nbformat.read(executed / path.name, as_version=4)
-        errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
+        errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                  if o.output_type == "error"]
         assert not errors, f"{path.name}: {errors[0]['ename']}: {errors[0]['evalue']}"
     timings = json.loads((executed / "timings.json").read_text())
     assert set(timings) == {p.stem for p in _notebooks()} and all(t["succeeded"] for t in timings.values())
@@ -153,7 +154,8 @@ def test_paper_tables_have_the_papers_shape(tiny_run: Path) -> None:
     assert list(main.values.columns) == ["MATH500", "Economics", "Engineering", "TruthfulQA", "Average"]
     values = main.values.astype(float)
     assert ((values >= 0) & (values <= 1)).all().all()
-    assert (main.ci_low.astype(float) <= values + 1e-12).all().all() and (values <= main.ci_high.astype(float) + 1e-12).all().all()
+    assert ((main.ci_low.astype(float) <= values + 1e-12).all().all()
+            and (values <= main.ci_high.astype(float) + 1e-12).all().all())
     # Average is the mean of the four benchmarks
     assert values["Average"].tolist() == pytest.approx(values.iloc[:, :4].mean(axis=1).tolist())
     ablation = read_table(figures / "tab_ablation.csv")
@@ -161,7 +163,8 @@ def test_paper_tables_have_the_papers_shape(tiny_run: Path) -> None:
     sc = read_table(figures / "tab_sc_ablation.csv")
     assert list(sc.values.index) == [f"Self-Consistency ({k})" for k in profile["sc_paths"]]
     retrieval = read_table(figures / "tab_retrieval_ablation.csv")
-    assert len(retrieval.values) == len(profile["retrieval_policies"]) and "Debate-State-Aware" in retrieval.values.index
+    assert (len(retrieval.values) == len(profile["retrieval_policies"])
+            and "Debate-State-Aware" in retrieval.values.index)
     large = read_table(figures / "tab_large_models.csv")
     assert sorted(set(large.values.index.get_level_values("model"))) == ["GPT-4o-mini", "Llama-3.3-70B-Instruct"]
     # the profile names only stand-ins for them: not run, and said so (never the stand-in's numbers)
@@ -445,7 +448,8 @@ def tiny_variant(tiny_run: Path) -> dict[str, object]:
     papermill.execute_notebook(
         str(notebook), str(tiny_run / "papermill_04.ipynb"), cwd=str(NOTEBOOKS), progress_bar=False,
         start_timeout=KERNEL_START_TIMEOUT,
-        parameters={"gamma": 0.5, "data_dir": str(configured_data_dir()) if configured_data_dir() else None, "figures_dir": str(own[0]),
+        parameters={"gamma": 0.5, "data_dir": str(configured_data_dir()) if configured_data_dir() else None,
+                    "figures_dir": str(own[0]),
                     "runs_dir": str(tiny_run / "runs" / "tiny"), "cache_dir": str(tiny_run / "cache" / "tiny")})
     return {"before": before, "after_reproduce": after_reproduce, "after_papermill": _hashes(*own),
             "folder": own[0] / "variants" / "gamma=0.5"}
@@ -538,8 +542,8 @@ def test_two_sweep_axes_run_their_product_on_one_figure(tiny_variant: dict) -> N
     assert figure["sweep"]["points"] == [{"gamma": 0, "top_k": 1}, {"gamma": 0, "top_k": 3},
                                          {"gamma": 0.9, "top_k": 1}, {"gamma": 0.9, "top_k": 3}]
     table = pd.read_csv(sweep / "tab_sweep_tab_ablation.csv")
-    assert list(pd.unique(table["setting"])) == ["gamma=0, top_k=1", "gamma=0, top_k=3", "gamma=0.9, top_k=1 (profile tiny)",
-                                                 "gamma=0.9, top_k=3"]
+    assert list(pd.unique(table["setting"])) == ["gamma=0, top_k=1", "gamma=0, top_k=3",
+                                                 "gamma=0.9, top_k=1 (profile tiny)", "gamma=0.9, top_k=3"]
     assert figure["labels"]["titles"][0].startswith("Ablation of R2-MAD against gamma and top_k")
 
 

@@ -89,9 +89,10 @@ def _alternatives(base: Any) -> dict[str, Any]:
         "large_models": [], "embedder": "minilm",
         "benchmarks": ["mmlu_pro_economics", "truthfulqa", "math500"], "test_limit": 3, "train_limit": 5, "seed": 7,
         "n_agents": 2, "n_rounds": 2, "temperature": 0.7, "top_p": 0.9, "max_tokens": 128, "summary_max_tokens": 32,
-        "max_experience_chars": 300, "top_k": 2, "gamma": 0.5, "retrieval_policy": "fixed_lambda", "fixed_lambda": 0.25, "w_high": 0.6, "w_low": 0.4,
-        "sc_paths": [3],
-        "retrieval_policies": ["state_aware"], "retrieval_models": ["Simulated"], "retrieval_benchmarks": ["truthfulqa"],
+        "max_experience_chars": 300, "top_k": 2, "gamma": 0.5, "retrieval_policy": "fixed_lambda", "fixed_lambda": 0.25,
+        "w_high": 0.6, "w_low": 0.4, "sc_paths": [3],
+        "retrieval_policies": ["state_aware"], "retrieval_models": ["Simulated"],
+        "retrieval_benchmarks": ["truthfulqa"],
         "icl_models": ["Simulated"], "icl_benchmarks": ["truthfulqa"], "cost_benchmark": "truthfulqa",
         "poison_fractions": [0.5], "poison_benchmarks": ["mmlu_pro_economics"], "bootstrap_resamples": 200,
         "extra_parameters": {"num_trials": 50}, "api_budget": True, "protocol": "authors",
@@ -181,7 +182,8 @@ def test_the_theory_notebooks_own_parameters_are_valid_keys() -> None:
 def _run_dir(root: Path, name: str, **options: Any) -> Path:
     folder = root / name
     folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps({"limit": 4, "seed": 0, "method": {"name": "r2mad", "options": options}}))
+    (folder / "config.json").write_text(json.dumps({"limit": 4, "seed": 0,
+                                                    "method": {"name": "r2mad", "options": options}}))
     return folder
 
 
@@ -198,7 +200,8 @@ def test_a_variants_label_is_read_back_from_the_run_configs(tmp_path: Path) -> N
     # a variant whose every recorded override is the profile's value changed nothing that ran
     update_manifest(tmp_path, "tab_a", {"variant_as_executed": comparison.as_executed(shared, {"top_k": (5, 1)})})
     assert comparison.changes_nothing(tmp_path)
-    update_manifest(tmp_path, "tab_b", {"variant_as_executed": comparison.as_executed(shared, {"round0": ("shared", "x")})})
+    update_manifest(tmp_path, "tab_b", {"variant_as_executed": comparison.as_executed(shared,
+                                                                                      {"round0": ("shared", "x")})})
     assert not comparison.changes_nothing(tmp_path)
 
 
@@ -214,7 +217,8 @@ def _recorded_options(run_dir: Path) -> dict[str, Any]:
 @pytest.mark.slow
 def test_round0_shared_on_tiny_runs_shared_round0_as_its_label_says(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    assert reproduce.main(["--profile", "tiny", "--only", "03", "--set", "round0=shared", "--output-dir", str(out)]) == 0
+    assert (reproduce.main(["--profile", "tiny", "--only", "03", "--set", "round0=shared", "--output-dir", str(out)])
+            == 0)
     figures = out / "figures" / "tiny" / "variants" / "round0=shared"
     manifest = read_manifest(figures)["artifacts"]
     label = manifest["tab_main_results"]["variant"]["overrides"]["round0"]
@@ -267,7 +271,8 @@ TOGETHER = {"fixed_lambda": {"retrieval_policy": "fixed_lambda"}}
 RECORDED_BY_BANK = ("reward_definition", "state_layout")
 #: Fields no run records (they choose which questions or cells run, or how numbers are summarised).
 NOT_RECORDED = {"description", "expected_runtime", "expected_runtime_replay", "expected_runtime_minutes", "models",
-                "large_models", "embedder", "benchmarks", "train_limit", "sc_paths", "retrieval_policies", "retrieval_models",
+                "large_models", "embedder", "benchmarks", "train_limit", "sc_paths", "retrieval_policies",
+                "retrieval_models",
                 "retrieval_benchmarks", "icl_models", "icl_benchmarks", "cost_benchmark", "poison_fractions",
                 "poison_benchmarks", "bootstrap_resamples", "extra_parameters", "api_budget", "protocol",
                 "memory_model", "memory_models", "extra_methods", "split_rule"}

@@ -96,7 +96,8 @@ def _make_target_recipe(makefile: str, target: str) -> list[str]:
 def test_ci_runs_make_test_which_runs_pytest() -> None:
     ci = REPO / ".ci" / "run"
     assert os.access(ci, os.X_OK), f"{ci} is not executable"
-    commands = [line.strip() for line in ci.read_text(encoding="utf-8").splitlines() if line.strip() and not line.strip().startswith("#")]
+    commands = [line.strip() for line in ci.read_text(encoding="utf-8").splitlines() if line.strip()
+                and not line.strip().startswith("#")]
     assert "make test" in commands
     assert any(line.startswith("set -") and "e" in line.split()[1] for line in commands), "CI must stop on errors"
     recipe = _make_target_recipe((REPO / "Makefile").read_text(encoding="utf-8"), "test")
@@ -108,8 +109,10 @@ def test_readme_test_command_is_make_test() -> None:
     if not readme.is_file():
         pytest.skip("README.md does not exist yet; the README's test command cannot be checked")
     text = readme.read_text(encoding="utf-8")
-    code_lines = [line.strip() for block in re.findall(r"```[^\n]*\n(.*?)```", text, flags=re.DOTALL) for line in block.splitlines()]
-    assert any(re.match(r"make test(\s|$)", line) for line in code_lines), "README must give 'make test' as the test command"
+    code_lines = [line.strip() for block in re.findall(r"```[^\n]*\n(.*?)```", text, flags=re.DOTALL)
+                  for line in block.splitlines()]
+    assert any(re.match(r"make test(\s|$)", line)
+               for line in code_lines), "README must give 'make test' as the test command"
 
 
 def test_ci_checks_a_clone_without_shared_data_or_environment() -> None:
@@ -151,7 +154,8 @@ def _make_setup(folder: Path, *arguments: str) -> list[str]:
 
     # a clean make: under `make test VENV=...` (.ci/run's fresh-machine copy) the outer make's variables and -o
     # reach a child make through MAKEFLAGS, and this folder's fake venv would be ignored
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "VENV")}
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES",
+                                                            "VENV")}
     subprocess.run(["make", "-s", "setup", *arguments], cwd=folder, check=True, capture_output=True, text=True, env=env)
     return [line for line in log.read_text().splitlines() if "install" in line]
 
@@ -204,5 +208,6 @@ def test_make_test_runs_on_both_cores_a_file_per_worker_and_make_test_slow_in_on
     assert "-n" not in dry_run("test", "TEST_WORKERS=0").split()
     slow = [line for line in dry_run("test-slow").splitlines() if "pytest" in line]
     assert len(slow) == 1 and "-n" not in slow[0].split(), slow
-    dev = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]["dev"]
+    dev = tomllib.loads((REPO / "pyproject.toml").read_text(
+        encoding="utf-8"))["project"]["optional-dependencies"]["dev"]
     assert any(requirement.startswith("pytest-xdist") for requirement in dev), dev

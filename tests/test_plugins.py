@@ -150,7 +150,8 @@ def test_a_toy_benchmark_method_and_policy_run_through_the_cli(tmp_path: Path, m
     assert all(name in help_text for name in ("toy_quiz", "toy_two_agents", "toy_mmr", "toy_coin"))
 
 
-def test_a_toy_benchmark_method_policy_and_engine_run_through_every_notebook_of_the_tiny_profile(tmp_path: Path) -> None:
+def test_a_toy_benchmark_method_policy_and_engine_run_through_every_notebook_of_the_tiny_profile(
+    tmp_path: Path) -> None:
     """The same toy plugin, used the way a researcher would: `make reproduce` of all ten notebooks with profile
     overrides. The toy benchmark is the profile's only benchmark, the toy engine its only model, the toy method a
     row of Table 1 (notebook 03), the toy MMR policy a row of the retrieval ablation (notebook 04); each table
@@ -195,7 +196,8 @@ def test_a_toy_benchmark_method_policy_and_engine_run_through_every_notebook_of_
     assert list(dict.fromkeys(r["method"] for r in ablation)) == ["Similarity-based", "Toy MMR", "Debate-State-Aware"]
     # notebook 01: the toy benchmark's split sizes next to the paper's four (no paper size for it)
     splits = {(r["benchmark"], r["split"]): r["value"] for r in rows("tab_data_splits")}
-    assert (splits["Toy quiz", "test"], splits["Toy quiz", "train"], splits["Toy quiz", "test (paper)"]) == ("2", "6", "")
+    assert ((splits["Toy quiz", "test"], splits["Toy quiz", "train"], splits["Toy quiz", "test (paper)"])
+            == ("2", "6", ""))
     assert splits["TruthfulQA", "test (paper)"] == "166"
     # the profile's own run came first, beside the variant (the simulated agents: nothing but this machine's time)
     assert (tmp_path / "out" / "figures" / "tiny" / "tab_main_results.csv").is_file()
@@ -244,7 +246,8 @@ def test_every_registry_refuses_an_incomplete_entry_with_one_line_naming_what_is
         "register_policy: retrieval policy 'toy_rand' uses the label 'Random' of policy 'random'")
     assert problem(register_policy, PolicySpec("toy_k", "Toy K", mmr_policy, parameter="kk",
                                                tradeoff=lambda c, config: c)).startswith(
-        "register_policy: retrieval policy 'toy_k' sets parameter 'kk', which is not a RetrievalConfig field (policy, k,")
+        "register_policy: retrieval policy 'toy_k' sets parameter 'kk', which is not a RetrievalConfig field (policy, "
+        "k,")
     assert "toy_mmr2" not in POLICIES and "toy_rand" not in POLICIES and "toy_k" not in POLICIES
 
     def positional(n_rounds: int = 2) -> Method:  # options must be keyword-only
@@ -268,12 +271,14 @@ def test_a_registered_engine_is_a_cli_choice_and_a_profile_engine() -> None:
     from r2mad_lab.experiments.profile_schema import ModelEntry
 
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["run", "--benchmark", "truthfulqa", "--method", "mad", "--out", "run", "--engine", "toy_echo"])
+        build_parser().parse_args(["run", "--benchmark", "truthfulqa", "--method", "mad", "--out", "run", "--engine",
+                                   "toy_echo"])
     with pytest.raises(ValidationError, match=r"'local', 'openai', 'vllm' or 'simulated'"):
         ModelEntry.model_validate({"label": "Echo", "engine": "toy_echo"})
     register_engine(EngineSpec("toy_echo", "r2mad_core.theory.agents:SimulatedEngine", "an echo", model_option=None))
     try:
-        args = build_parser().parse_args(["run", "--benchmark", "truthfulqa", "--method", "mad", "--out", "run", "--engine", "toy_echo"])
+        args = build_parser().parse_args(["run", "--benchmark", "truthfulqa", "--method", "mad", "--out", "run",
+                                          "--engine", "toy_echo"])
         assert args.engine == "toy_echo"
         assert ModelEntry.model_validate({"label": "Echo", "engine": "toy_echo"}).engine == "toy_echo"
     finally:

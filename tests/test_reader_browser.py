@@ -219,7 +219,8 @@ VIEWER_CHECK = """<script>
 """
 
 
-def check_viewer(chromium: str, page: Path, tmp_path: Path, *, query: str = "", pick: Sequence[str] = ()) -> tuple[dict, list[str]]:
+def check_viewer(chromium: str, page: Path, tmp_path: Path, *, query: str = "",
+                 pick: Sequence[str] = ()) -> tuple[dict, list[str]]:
     """(what VIEWER_CHECK saw, the console messages) of ``page`` (with ``?query``), opened from the disk."""
     copy = page.with_name(page.stem + ".__check__.html")
     setup = f"<script>window.R2V_CHECK_PICK = {json.dumps(list(pick))};</script>"
@@ -345,7 +346,8 @@ def test_the_viewer_embedded_at_the_books_width_keeps_its_words_whole(chromium, 
     page = tmp_path / "book.html"
     page.write_text(f'<!DOCTYPE html><html><head><style>{book_css}</style></head><body>'
                     '<div class="jupyter-wrapper" style="width:700px"><div class="jp-OutputArea-output '
-                    f'jp-RenderedHTMLCommon">{fragment}</div></div><script>window.addEventListener("load", function () {{'
+                    f'jp-RenderedHTMLCommon">{fragment}</div></div><script>window.addEventListener("load", function () '
+                    f'{{'
                     'var w = Array.prototype.map.call(document.querySelectorAll("td.turn"), function (td) {'
                     ' return td.getBoundingClientRect().width; });'
                     'document.documentElement.setAttribute("data-widths", JSON.stringify(w)); });</script>'
@@ -420,7 +422,8 @@ def broken_internal_links(site: Path) -> list[str]:
         return parsed[page]
 
     broken = []
-    # 404.html is for a web server (mkdocs writes its links from the site root, /...); a reader on the disk never opens it
+    # 404.html is for a web server (mkdocs writes its links from the site root, /...); a reader on the disk never
+    # opens it
     pages = sorted(p for p in site.rglob("*.html") if p.relative_to(site) != Path("404.html"))
     for page in pages:
         for link in parse(page).links:
@@ -485,8 +488,10 @@ def test_book_in_chromium(chromium, tmp_path):
     for page in pages:
         text = page.read_text()
         assert not re.search(r'<(script|img)[^>]+src="https?://|<link[^>]+href="https?://', text), page
-        assert not re.search(r"application/vnd\.jupyter\.stderr[^>]*>.{0,600}?\d+%\|", text, re.S), f"{page}: a progress bar"
-        assert not re.search(r"Eq\.\s*\(?[a-z_]{4,}\)?", re.sub(r"<[^>]+>", "", text)), f"{page}: a dangling Eq. reference"
+        assert not re.search(r"application/vnd\.jupyter\.stderr[^>]*>.{0,600}?\d+%\|", text,
+                             re.S), f"{page}: a progress bar"
+        assert not re.search(r"Eq\.\s*\(?[a-z_]{4,}\)?", re.sub(r"<[^>]+>", "",
+                                                                text)), f"{page}: a dangling Eq. reference"
     assert broken_internal_links(site) == []
 
     problems = {}
@@ -531,7 +536,8 @@ def test_the_page_check_sees_a_maths_error_a_missing_image_a_cut_off_table_and_a
     site = tmp_path / "site"
     (site / "assets").mkdir(parents=True)
     shutil.copytree(build_book.mathjax_dir(), site / "assets" / "mathjax")
-    (site / "assets" / "mathjax" / "config" / f"{build_book.MATHJAX_CONFIG_NAME}.js").write_text(build_book.MATHJAX_CONFIG)
+    (site / "assets" / "mathjax" / "config" / f"{build_book.MATHJAX_CONFIG_NAME}.js").write_text(
+        build_book.MATHJAX_CONFIG)
     url = f"assets/mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe,{build_book.MATHJAX_CONFIG_NAME}"
     cells = "".join(f"<td>{'x' * 40}</td>" for _ in range(60))
     (site / "bad.html").write_text(
@@ -543,5 +549,6 @@ def test_the_page_check_sees_a_maths_error_a_missing_image_a_cut_off_table_and_a
     assert found["images"] == ["missing.png"]
     assert len(found["tables"]) == 1 and "cut off" in found["tables"][0]
     assert found["math_errors"] or any("MathJax" in line for line in console), (found, console)
-    assert broken_internal_links(site) == ["bad.html: missing.png (no such file)", "bad.html: nowhere.html (no such file)",
+    assert broken_internal_links(site) == ["bad.html: missing.png (no such file)",
+                                           "bad.html: nowhere.html (no such file)",
                                            "bad.html: #nothing (no element #nothing)"]

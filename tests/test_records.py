@@ -92,7 +92,8 @@ TRANSCRIPT_ONLY_KEYS = {"rounds", "agents", "sample_id", "final_answer", "extra_
                         "response", "answer", "correct", "vote", "masking", "summary"}
 
 
-@pytest.mark.parametrize("module", ["r2mad_core/debate/vote.py", "r2mad_lab/experiments/metrics.py", "r2mad_lab/report/stances.py",
+@pytest.mark.parametrize("module", ["r2mad_core/debate/vote.py", "r2mad_lab/experiments/metrics.py",
+                                    "r2mad_lab/report/stances.py",
                                     "r2mad_core/memory/diagnostics.py", "r2mad_lab/report/results.py",
                                     "r2mad_lab/report/findings.py"])
 def test_scoring_results_and_findings_read_transcript_fields_as_attributes(module):

@@ -30,7 +30,8 @@ def _ruff() -> str:
 
 
 def _undefined_in_notebooks(paths: list[str]) -> dict[str, set[str]]:
-    out = subprocess.run([_ruff(), "check", "--isolated", "--select", "F821", "--output-format", "json", "--no-cache", *paths],
+    out = subprocess.run([_ruff(), "check", "--isolated", "--select", "F821", "--output-format", "json", "--no-cache",
+                          *paths],
                          capture_output=True, text=True, cwd=ROOT, check=False).stdout
     names: dict[str, set[str]] = {}
     for finding in json.loads(out or "[]"):

@@ -165,13 +165,15 @@ BAD_INPUTS = [
     # data files
     BadInput("missing data directory", lambda tmp, bank: [*BASE, "--method", "mad", "--data-dir", tmp / "nowhere"],
              ("cannot load truthfulqa test", "nowhere", "truthfulqa/raw/mc_task.json")),
-    BadInput("malformed JSON data file", data_file("truthfulqa/raw/mc_task.json", '[{"question": "Q", ', benchmark="truthfulqa"),
+    BadInput("malformed JSON data file", data_file("truthfulqa/raw/mc_task.json", '[{"question": "Q", ',
+                                                   benchmark="truthfulqa"),
              ("cannot load truthfulqa test", "mc_task.json")),
-    BadInput("malformed JSONL row", data_file("math500/raw/test.jsonl", json.dumps(MATH_ROW) + "\n{oops\n", benchmark="math500"),
+    BadInput("malformed JSONL row", data_file("math500/raw/test.jsonl", json.dumps(MATH_ROW) + "\n{oops\n",
+                                              benchmark="math500"),
              ("cannot load math500 test", "test.jsonl, row 2", "not valid JSON")),
     BadInput("row without the answer field",
-             data_file("math500/raw/test.jsonl", json.dumps({k: v for k, v in MATH_ROW.items() if k != "answer"}) + "\n",
-                       benchmark="math500"),
+             data_file("math500/raw/test.jsonl", json.dumps({k: v for k, v in MATH_ROW.items() if k != "answer"})
+                       + "\n", benchmark="math500"),
              ("test.jsonl, row 1, field 'answer': missing",)),
     BadInput("row with a wrong level", data_file("math500/raw/test.jsonl", json.dumps({**MATH_ROW, "level": 9}) + "\n",
                                                  benchmark="math500"),
@@ -190,18 +192,22 @@ BAD_INPUTS = [
     BadInput("K = -2", r2mad("--top-k", "-2"), ("argument -K/--top-k: expected an integer in [1, 64], found -2",)),
     BadInput("gamma > 1", r2mad("--gamma", "1.5"), ("argument --gamma: expected a number in [0, 1], found 1.5",)),
     BadInput("gamma < 0", r2mad("--gamma", "-0.1"), ("argument --gamma: expected a number in [0, 1], found -0.1",)),
-    BadInput("gamma not a number", r2mad("--gamma", "high"), ("argument --gamma: expected a number in [0, 1], found 'high'",)),
-    BadInput("thresholds crossed", r2mad("--w-low", "0.7", "--w-high", "0.3"), ("w_low (0.7) must be <= w_high (0.3)",)),
+    BadInput("gamma not a number", r2mad("--gamma", "high"),
+             ("argument --gamma: expected a number in [0, 1], found 'high'",)),
+    BadInput("thresholds crossed", r2mad("--w-low", "0.7", "--w-high", "0.3"),
+             ("w_low (0.7) must be <= w_high (0.3)",)),
     BadInput("w_high > 1", r2mad("--w-high", "1.2"), ("argument --w-high: expected a number in [0, 1], found 1.2",)),
     BadInput("more agents than personas", mad("--n-agents", "4"), ("n_agents=4 but the paper gives 3 personas",)),
-    BadInput("more R2-MAD agents than personas", r2mad("--n-agents", "5"), ("n_agents=5 but the paper gives 3 personas",)),
+    BadInput("more R2-MAD agents than personas", r2mad("--n-agents", "5"),
+             ("n_agents=5 but the paper gives 3 personas",)),
     BadInput("n_rounds = 0", mad("--n-rounds", "0"), ("argument --n-rounds: expected a positive integer, found 0",)),
     BadInput("k_paths = 0", lambda tmp, bank: [*BASE, "--method", "self_consistency", "--k-paths", "0"],
              ("argument --k-paths: expected a positive integer, found 0",)),
     BadInput("negative limit", mad("--limit", "-3"), ("argument --limit: expected a positive integer, found -3",)),
     BadInput("fixed_lambda > 1", r2mad("--retrieval-policy", "fixed_lambda", "--fixed-lambda", "2"),
              ("argument --fixed-lambda: expected a number in [0, 1], found 2",)),
-    BadInput("fixed_lambda < 0", r2mad("--fixed-lambda", "-0.5"), ("argument --fixed-lambda: expected a number in [0, 1], found -0.5",)),
+    BadInput("fixed_lambda < 0", r2mad("--fixed-lambda", "-0.5"),
+             ("argument --fixed-lambda: expected a number in [0, 1], found -0.5",)),
     BadInput("poison fraction > 1", r2mad("--poison-fraction", "1.5"),
              ("argument --poison-fraction: expected a number in [0, 1], found 1.5",)),
     BadInput("poison fraction < 0", r2mad("--poison-fraction", "-0.2"),
@@ -309,7 +315,8 @@ def test_resuming_against_a_rebuilt_bank_is_refused(tmp_path, train_samples, cap
     second_digest = bank_digest(bank)
     assert second_digest != first_digest
     built = []
-    monkeypatch.setattr(r2mad_lab.engines, "make_engine", lambda *a, **k: built.append(a) or pytest.fail("engine built"))
+    monkeypatch.setattr(r2mad_lab.engines, "make_engine", lambda *a, **k: built.append(a)
+                        or pytest.fail("engine built"))
     code = cli.main(argv)
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
@@ -346,7 +353,8 @@ def test_a_run_directory_from_before_input_digests_adopts_the_bank(tmp_path, tra
 def test_methods_without_inputs_keep_their_config_unchanged(tmp_path, capsys):
     """MAD reads no file: no ``inputs`` key, so run directories written before the key existed still resume."""
     run = tmp_path / "run"
-    assert cli.main([str(a) for a in ["run", *BASE, "--method", "mad", "--out", run, "--no-progress", "--limit", "1"]]) == 0
+    assert cli.main([str(a) for a in ["run", *BASE, "--method", "mad", "--out", run, "--no-progress", "--limit",
+                                      "1"]]) == 0
     assert "inputs" not in json.loads((run / CONFIG_FILE).read_text())
 
 
@@ -361,7 +369,8 @@ def test_run_cell_checks_the_hook_before_any_generation_or_file(tmp_path, good_b
     cases = [
         ({"memory": str(good_bank), "n_agents": 2}, [mc_sample("t1")], ValueError, "2 agents but the memory has 3"),
         ({"memory": str(good_bank)}, train_samples[:2], ValueError, "evaluation questions must not be in memory"),
-        ({"memory": str(good_bank), "embedder": "hashing-16"}, [mc_sample("t1")], MemoryBankError, "'hashing-16' was requested"),
+        ({"memory": str(good_bank), "embedder": "hashing-16"}, [mc_sample("t1")], MemoryBankError,
+         "'hashing-16' was requested"),
     ]
     for options, samples, error, message in cases:
         with pytest.raises(error, match=message):

@@ -46,7 +46,8 @@ def test_every_option_is_documented():
         for action in sub._actions:
             if isinstance(action, argparse._HelpAction):
                 continue
-            assert action.help and action.help != argparse.SUPPRESS, f"r2mad {name} {action.option_strings or action.dest}"
+            assert action.help and action.help != argparse.SUPPRESS, (
+                f"r2mad {name} {action.option_strings or action.dest}")
 
 
 def test_run_help_lists_the_options(capsys):
@@ -111,7 +112,8 @@ def _exit_codes(parse_errors_are_exit_codes):
 
 
 def test_missing_data_dir_is_exit_2(tmp_path, capsys, no_engine):
-    code, _, err = run_main([*BASE, "--method", "mad", "--out", tmp_path / "run", "--data-dir", tmp_path / "nowhere"], capsys)
+    code, _, err = run_main([*BASE, "--method", "mad", "--out", tmp_path / "run", "--data-dir", tmp_path / "nowhere"],
+                            capsys)
     assert code == 2 and err.count("\n") == 1 and "cannot load truthfulqa test" in err
 
 
@@ -186,7 +188,8 @@ def test_python_dash_m_entry_point():
 
 def test_key_value_parsing():
     assert cli.key_value("threads=1") == ("threads", 1)
-    assert cli.key_value("base-urls=[http://a:1/v1, http://b:2/v1]") == ("base_urls", ["http://a:1/v1", "http://b:2/v1"])
+    assert (cli.key_value("base-urls=[http://a:1/v1, http://b:2/v1]")
+            == ("base_urls", ["http://a:1/v1", "http://b:2/v1"]))
     assert cli.key_value("flag=true") == ("flag", True)
     assert cli.key_value("name=") == ("name", "")
     with pytest.raises(argparse.ArgumentTypeError, match="not a valid identifier"):
@@ -215,7 +218,8 @@ def test_unwritable_out_is_one_line_exit_2(tmp_path, capsys, no_engine, monkeypa
     code, _, err = run_main([*BASE, "--method", "mad", "--out", locked], capsys)
     assert (code, err) == (2, f"r2mad run: error: --out {locked}: the directory is not writable\n")
     code, _, err = run_main([*BASE, "--method", "mad", "--out", locked / "new" / "run"], capsys)
-    assert (code, err) == (2, f"r2mad run: error: --out {locked / 'new' / 'run'}: cannot be created, {locked} is not writable\n")
+    assert (code, err) == (
+        2, f"r2mad run: error: --out {locked / 'new' / 'run'}: cannot be created, {locked} is not writable\n")
     assert list(locked.iterdir()) == []
 
 

@@ -58,7 +58,8 @@ MATH_EXTRACTION_CASES = [
     pytest.param(r"\boxed{[1,2)}", "[1,2)", id="half-open-interval"),
     pytest.param(r"\boxed{\left( 3, \frac{\pi}{2} \right)}", r"\left( 3, \frac{\pi}{2} \right)", id="left-right-tuple"),
     pytest.param(
-        r"\boxed{\begin{pmatrix} 1 \\ 2 \end{pmatrix}}", r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}", id="matrix-row-break-kept"
+        r"\boxed{\begin{pmatrix} 1 \\ 2 \end{pmatrix}}", r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}",
+        id="matrix-row-break-kept"
     ),
     pytest.param(r"\boxed{2m}", "2m", id="variable-not-unit"),
     pytest.param(r"\boxed{\{1,2\}}", r"\{1,2\}", id="escaped-braces-set"),
@@ -73,7 +74,8 @@ MATH_EXTRACTION_CASES = [
     pytest.param(r"\boxed{}", None, id="empty-box"),
     pytest.param(r"so \boxed{5", None, id="unbalanced-truncated-box"),
     pytest.param("<think>maybe \\boxed{4}</think>\nThe answer is \\boxed{5}", "5", id="after-think-preferred"),
-    pytest.param("<think>Let me see, is it \\boxed{4}? yes</think>\nSo the result follows.", "4", id="think-only-answer"),
+    pytest.param("<think>Let me see, is it \\boxed{4}? yes</think>\nSo the result follows.", "4",
+                 id="think-only-answer"),
     pytest.param("", None, id="empty-text"),
     pytest.param("   \n\t ", None, id="whitespace-only"),
     pytest.param("I'm sorry, I can't help with that.", None, id="refusal"),
@@ -132,7 +134,8 @@ CHOICE_EXTRACTION_CASES = [
     pytest.param("Reasoning...\n\\boxed{E}", 10, "E", id="fallback-boxed-letter"),
     pytest.param("Reasoning...\n\\boxed{E}", 4, None, id="fallback-boxed-out-of-range"),
     # The authors' last-resort rule (any "(X)") for capitals only: lower-case letters in prose are mentions.
-    pytest.param("Option (a) and option (b) are both plausible, I need more facts.", 10, None, id="single-parens-in-prose"),
+    pytest.param("Option (a) and option (b) are both plausible, I need more facts.", 10, None,
+                 id="single-parens-in-prose"),
     pytest.param("Option (a) is wrong because ...; I am unsure.", 10, None, id="hedge-names-no-answer"),
     pytest.param("Options (A) and (B) fail, so it must be (D)", 10, "D", id="single-parens-capital"),
     pytest.param("The answer is a bit tricky to pin down", 10, None, id="article-a-not-an-answer"),
@@ -258,7 +261,8 @@ MATH_EQUIVALENCE_CASES = [
     pytest.param(
         r"\begin{pmatrix} -1 \\ 2 \end{pmatrix}", r"\begin{pmatrix} 2 \\ -1 \end{pmatrix}", False, id="vector-order"
     ),
-    pytest.param(r"\begin{pmatrix} -1/3 \\ 2/3 \end{pmatrix}", r"\begin{pmatrix} -\frac13 \\ \frac23 \end{pmatrix}", True, id="vector"),
+    pytest.param(r"\begin{pmatrix} -1/3 \\ 2/3 \end{pmatrix}", r"\begin{pmatrix} -\frac13 \\ \frac23 \end{pmatrix}",
+                 True, id="vector"),
     pytest.param("6 - 5i", "6-5i", True, id="complex"),
     pytest.param("2", "3", False, id="different-integers"),
     pytest.param(r"\frac{\sqrt{3}}{2}", r"\frac{\sqrt{3}}{3}", False, id="different-surds"),
@@ -361,7 +365,8 @@ def test_every_math500_solution_yields_its_answer() -> None:
 
 @pytest.mark.parametrize(
     "answer",
-    [r"9^{9^{9^{9}}}", r"2^{2^{30}}", r"1000000!", r"(10^{100})!", r"\sum_{k=1}^{10^9} k", r"10^{100000}", "(" * 30 + "1" + ")" * 30, "1+" * 150 + "1"],
+    [r"9^{9^{9^{9}}}", r"2^{2^{30}}", r"1000000!", r"(10^{100})!", r"\sum_{k=1}^{10^9} k", r"10^{100000}",
+     "(" * 30 + "1" + ")" * 30, "1+" * 150 + "1"],
 )
 def test_pathological_answers_skip_symbolic_comparison(answer: str) -> None:
     assert not safe_for_symbolic(answer)
@@ -369,7 +374,8 @@ def test_pathological_answers_skip_symbolic_comparison(answer: str) -> None:
     assert is_correct(answer, answer, MATH)  # identical strings still agree by normal form
 
 
-@pytest.mark.parametrize("answer", [r"\frac{\sqrt{3}}{2}", "x^{2}+1", "2^{10}", r"\left( 3, \frac{\pi}{2} \right)", "120!"])
+@pytest.mark.parametrize("answer", [r"\frac{\sqrt{3}}{2}", "x^{2}+1", "2^{10}", r"\left( 3, \frac{\pi}{2} \right)",
+                                    "120!"])
 def test_ordinary_answers_are_safe(answer: str) -> None:
     assert safe_for_symbolic(answer)
 
@@ -388,7 +394,8 @@ def test_slow_symbolic_comparison_gives_up(monkeypatch: pytest.MonkeyPatch) -> N
 def test_equivalence_from_worker_threads() -> None:
     """math-verify's signal timeouts raise ValueError outside the main thread; ours must not."""
     answers.clear_caches()
-    pairs = [(r"\frac{1}{2}", "0.5", True), ("(1,2)", "(2,1)", False), (r"3\sqrt{13}", r"\sqrt{117}", True), ("2k+2", "2(k+1)", True)]
+    pairs = [(r"\frac{1}{2}", "0.5", True), ("(1,2)", "(2,1)", False), (r"3\sqrt{13}", r"\sqrt{117}", True),
+             ("2k+2", "2(k+1)", True)]
     results: list[bool] = []
 
     def check(pair: tuple[str, str, bool]) -> bool:
@@ -404,7 +411,8 @@ def test_equivalence_from_worker_threads() -> None:
 # Property test
 # ---------------------------------------------------------------------------------------------------
 
-_ALPHABET = st.sampled_from(list("\\{}()（）[]$^_ .,:;!?%ABCDEFGHIJKabcxyz0123456789\n\t") + ["\\boxed", "\\fbox", "((", "))", "\\text{", "</think>", "answer is ", "\\frac", "\\left(", "\\right)", "^\\circ"])
+_ALPHABET = st.sampled_from(list("\\{}()（）[]$^_ .,:;!?%ABCDEFGHIJKabcxyz0123456789\n\t") + [
+    "\\boxed", "\\fbox", "((", "))", "\\text{", "</think>", "answer is ", "\\frac", "\\left(", "\\right)", "^\\circ"])
 
 
 @settings(max_examples=300, deadline=None)
@@ -437,7 +445,8 @@ _TWO_ROOTS = (
     [
         pytest.param(_TWO_ROOTS, "1,-2", "-2, 1", id="two-roots-and"),
         pytest.param(
-            "The positive divisors of 6 that are less than 4 are 1, 2 and 3.\n\nThe answer is $\\boxed{1},\\boxed{2},\\boxed{3}$",
+            "The positive divisors of 6 that are less than 4 are 1, 2 and 3.\n\nThe answer is "
+            "$\\boxed{1},\\boxed{2},\\boxed{3}$",
             "\\{1,2,3\\}",
             "1, 2, 3",
             id="comma-separated-boxes",
@@ -467,7 +476,8 @@ def test_several_boxes_of_one_final_answer_are_read_together(response: str, gold
         pytest.param(r"So $x=2$, giving \boxed{2}, actually \boxed{3}.", "3", id="correction-keeps-last"),
         pytest.param("Thus $a = \\boxed{3}$, and so $a + 4 = \\boxed{7}$.", "7", id="intermediate-box"),
         pytest.param("The answer is $\\boxed{5}$.\n\n$$\\boxed{5}$$", "5", id="same-answer-boxed-twice"),
-        pytest.param("The answer is $\\boxed{\\frac{1}{2}}$, or $\\boxed{0.5}$.", r"\frac{1}{2}", id="same-value-two-forms"),
+        pytest.param("The answer is $\\boxed{\\frac{1}{2}}$, or $\\boxed{0.5}$.", r"\frac{1}{2}",
+                     id="same-value-two-forms"),
     ],
 )
 def test_boxes_divided_by_words_or_repeats_stay_one_answer(response: str, extracted: str) -> None:
@@ -554,11 +564,13 @@ _STATEMENT_THEN_EXPLANATION = (
         # The authors' checker needs parentheses; a bare "C." is accepted here too (ours).
         pytest.param(_STATEMENT_THEN_EXPLANATION, "statement", None, id="explanation-after-statement"),
         pytest.param(
-            "Working through the options, (A) and (B) fail; the one that holds is (C)", "parenthesis", "C", id="authors-parenthesis"
+            "Working through the options, (A) and (B) fail; the one that holds is (C)", "parenthesis", "C",
+            id="authors-parenthesis"
         ),
     ],
 )
-def test_choice_stated_without_double_parentheses_is_accepted_and_counted(response: str, source: str, authors: str | None) -> None:
+def test_choice_stated_without_double_parentheses_is_accepted_and_counted(response: str, source: str,
+                                                                          authors: str | None) -> None:
     assert _single_paren_fallback(response) == authors
     assert extract_answer(response, ECON, 10) == "C"
     assert answers.extract_answer_with_source(response, ECON, 10) == ("C", source)
@@ -574,7 +586,8 @@ def test_answer_sources_of_the_prompt_format_and_the_last_line() -> None:
     assert answers.extract_answer_with_source("((K))", ECON, 10) == (None, "format")
     assert answers.extract_answer_with_source("no letter here", ECON, 10) == (None, None)
     # A statement naming a letter beyond the options is an invalid answer, not a reason to look further.
-    assert answers.extract_answer_with_source("The answer is (E), clearly, given all of the above.\nDone.", TQA, 4) == (None, "statement")
+    assert (answers.extract_answer_with_source("The answer is (E), clearly, given all of the above.\nDone.", TQA, 4)
+            == (None, "statement"))
 
 
 def test_answer_sources_are_memoised_and_cleared_with_the_others() -> None:
@@ -585,7 +598,8 @@ def test_answer_sources_are_memoised_and_cleared_with_the_others() -> None:
     direct = answers._extracted.__wrapped__(text, ECON, 10, False)
     assert answers.extract_answer_with_source(text, ECON, 10) == direct == ("B", "final_line")
     assert answers.extract_answer_with_source(text, ECON, num_options=10) == direct
-    assert answers.extract_answer(text, ECON, 10) == answers.extract_answer(text, ECON, num_options=10, strict_format=False) == "B"
+    assert (answers.extract_answer(text, ECON, 10) == answers.extract_answer(text, ECON, num_options=10,
+                                                                             strict_format=False) == "B")
     assert answers._extracted.cache_info().hits == 3 and answers._extracted.cache_info().misses == 1
     assert answers.extract_answer_with_source(text, ECON, 10, strict_format=True) == (None, None)  # another key
     answers.clear_caches()
@@ -596,8 +610,8 @@ def test_answer_sources_are_memoised_and_cleared_with_the_others() -> None:
         answers.extract_answer_with_source(text, "nope")
 
 
-_INTEGER_PAIRS = [("5", "2"), ("-7", "4"), ("841", "842"), ("0", "1"), ("0", "-1"), ("1", "-1"), ("100", "1"), ("5", "50"),
-                  ("9", "90"), ("2107", "2103"), ("25165", "2516"), ("7", "7"), ("-7", "-7"), ("0", "0"),
+_INTEGER_PAIRS = [("5", "2"), ("-7", "4"), ("841", "842"), ("0", "1"), ("0", "-1"), ("1", "-1"), ("100", "1"),
+                  ("5", "50"), ("9", "90"), ("2107", "2103"), ("25165", "2516"), ("7", "7"), ("-7", "-7"), ("0", "0"),
                   (str(2 ** 53), str(2 ** 53 + 1)), (str(10 ** 15), str(10 ** 15 + 1)),
                   ("123456789012345678901234567890", "123456789012345678901234567891"),
                   ("123456789012345678901234567890", "123456789012345678901234567890")]
@@ -634,7 +648,8 @@ def _grading_corpus_outputs() -> list:
 
     def rows(name: str) -> list:
         text = sources._packaged_bytes(sources.PACKAGED_DATA_DIR / name).decode("utf-8")
-        return json.loads(text) if name.endswith(".json.gz") else [json.loads(line) for line in text.splitlines() if line.strip()]
+        return (json.loads(text) if name.endswith(".json.gz")
+                else [json.loads(line) for line in text.splitlines() if line.strip()])
 
     rng = random.Random(35)
     out: list = []
@@ -651,7 +666,8 @@ def _grading_corpus_outputs() -> list:
             for benchmark, options in ((ECON, 10), (TQA, 4), (ECON, None)):
                 out.append(answers.extract_answer_with_source(text, benchmark, options))
         extracted = answers.extract_answer(solution, MATH)
-        out.append((answers.clean_math_answer(gold), answers.canonical_answer(gold, MATH), answers.safe_for_symbolic(gold),
+        out.append((answers.clean_math_answer(gold), answers.canonical_answer(gold, MATH),
+                    answers.safe_for_symbolic(gold),
                     answers.canonical_answer(extracted, MATH), answers.is_correct(gold, gold, MATH)))
     letters = "ABCDEFGHIJ"
     for name in ("mmlu_pro/test_economics.jsonl.gz", "mmlu_pro/test_engineering.jsonl.gz"):
@@ -661,7 +677,8 @@ def _grading_corpus_outputs() -> list:
             option = options[letters.index(letter)]
             texts = [f"{option}. The answer is (({letter})).", f"The answer is (({letter}. {option}))",
                      f"I think (({letter.lower()}))", f"（（{letter}））", f"Answer: {letter}.\nDone, {option}",
-                     f"The correct answer is option {letter} because {option}", f"Option ({letter}) fits; (a) does not.",
+                     f"The correct answer is option {letter} because {option}",
+                     f"Option ({letter}) fits; (a) does not.",
                      f"{row['question']}\n\\boxed{{{letter}}}", f"(({letter} or {gold}))", f"((K)) {option}"]
             for text in texts:
                 for options_count in (None, len(options), 4):
@@ -671,7 +688,8 @@ def _grading_corpus_outputs() -> list:
                         answers.answers_equivalent(letter, gold, ECON), answers.canonical_answer(option, ECON)))
     for row in rows("truthfulqa/mc_task.json.gz")[:200]:
         for k, choice in enumerate(list(row["mc1_targets"])[:5]):
-            out.append(answers.extract_answer_with_source(f"{choice} So (({letters[k]})).", TQA, len(row["mc1_targets"])))
+            out.append(answers.extract_answer_with_source(f"{choice} So (({letters[k]})).", TQA,
+                                                          len(row["mc1_targets"])))
     return out
 
 

@@ -39,7 +39,8 @@ PAPER = {
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """$R2MAD_DATA_DIR when set, else the packaged files unpacked in the shared folder's layout (tests/benchmark_data.py)."""
+    """$R2MAD_DATA_DIR when set, else the packaged files unpacked in the shared folder's layout
+    (tests/benchmark_data.py)."""
     return data_dir_for_tests(tmp_path_factory.mktemp("benchmark_data"))
 
 
@@ -130,7 +131,8 @@ def test_parquet_and_derived_jsonl_give_identical_samples(name: str, data_dir: P
 
         rows = [[json.loads(line) for line in (data_dir / f"mmlu_pro/derived/test_{c}.jsonl").read_text().splitlines()]
                 for c in ("economics", "engineering")]
-        mixed = [row for pair in zip(*rows, strict=False) for row in pair] + rows[0][len(rows[1]):] + rows[1][len(rows[0]):]
+        mixed = ([row for pair in zip(*rows, strict=False) for row in pair] + rows[0][len(rows[1]):]
+                 + rows[1][len(rows[0]):])
         pq.write_table(pa.Table.from_pylist(mixed), parquet_dir / benchmark_files.MMLU_PRO_PARQUET)
     (jsonl_dir / f"test_{category}.jsonl").symlink_to(data_dir / f"mmlu_pro/derived/test_{category}.jsonl")
     from_parquet = load(name, "all", tmp_path / "parquet")
@@ -237,7 +239,8 @@ def test_checksums_of_shared_files(data_dir: Path) -> None:
     if not (data_dir / next(p for p in benchmark_files.CHECKSUMS if p.endswith(".parquet"))).is_file():
         expected = {path: (None if path.endswith(".parquet") else True) for path in expected}
     assert verify_checksums(data_dir) == expected
-    assert verify_checksums(benchmark_files.PACKAGED_DATA_DIR) == {p: True for p in benchmark_files.packaged_manifest()}  # the packaged files
+    # the packaged files
+    assert verify_checksums(benchmark_files.PACKAGED_DATA_DIR) == {p: True for p in benchmark_files.packaged_manifest()}
 
 
 def test_command_line_count(data_dir: Path) -> None:
@@ -427,7 +430,8 @@ def test_hub_download_is_written_in_flat_layout(tmp_path: Path, monkeypatch: pyt
 
 MALFORMED_MATH = [
     pytest.param([_math_row(1), _math_row(2, answer=None)], {}, 2, "answer", "missing", id="missing-answer"),
-    pytest.param([_math_row(1), _math_row(2), _math_row(3)], {2: '{"problem": "x",'}, 3, None, "not valid JSON", id="bad-json"),
+    pytest.param([_math_row(1), _math_row(2), _math_row(3)], {2: '{"problem": "x",'}, 3, None, "not valid JSON",
+                 id="bad-json"),
     pytest.param([_math_row(1, level=7)], {}, 1, "level", "expected an integer 1-5, found 7", id="level-range"),
     pytest.param([_math_row(1, level="hard")], {}, 1, "level", "found 'hard'", id="level-text"),
     pytest.param([_math_row(1), _math_row(1)], {}, 2, "unique_id", "duplicate", id="duplicate-id"),
@@ -438,7 +442,8 @@ MALFORMED_MATH = [
 
 
 @pytest.mark.parametrize(("rows", "raw_lines", "row", "field", "problem"), MALFORMED_MATH)
-def test_malformed_math_file(rows: list, raw_lines: dict, row: int, field: str | None, problem: str, tmp_path: Path) -> None:
+def test_malformed_math_file(rows: list, raw_lines: dict, row: int, field: str | None, problem: str,
+                             tmp_path: Path) -> None:
     path = _write_jsonl(tmp_path / "math500/raw/test.jsonl", rows, raw_lines)
     with pytest.raises(BenchmarkDataError) as raised:
         load("math500", "test", tmp_path)
@@ -450,13 +455,16 @@ def test_malformed_math_file(rows: list, raw_lines: dict, row: int, field: str |
 
 
 MALFORMED_MMLU = [
-    pytest.param(_mmlu_row(1, answer="E"), "answer", "expected one of the option letters 'ABCD', found 'E'", id="letter-outside-options"),
+    pytest.param(_mmlu_row(1, answer="E"), "answer", "expected one of the option letters 'ABCD', found 'E'",
+                 id="letter-outside-options"),
     pytest.param(_mmlu_row(1, answer_index=1), "answer_index", "expected 2 (answer 'C'), found 1", id="index-mismatch"),
     pytest.param(_mmlu_row(1, answer=None), "answer", "missing", id="missing-answer"),
-    pytest.param(_mmlu_row(1, options=["only one"], answer="A", answer_index=0), "options", "expected 2 to 10 options, found 1", id="one-option"),
+    pytest.param(_mmlu_row(1, options=["only one"], answer="A", answer_index=0), "options",
+                 "expected 2 to 10 options, found 1", id="one-option"),
     pytest.param(_mmlu_row(1, options=["a", ""]), "options", "option 2 must be a non-empty string", id="empty-option"),
     pytest.param({**_mmlu_row(1), "question_id": "x1"}, "question_id", "expected int, found str", id="id-type"),
-    pytest.param(_mmlu_row(1, category="law"), "category", "expected 'economics' in this file, found 'law'", id="wrong-category"),
+    pytest.param(_mmlu_row(1, category="law"), "category", "expected 'economics' in this file, found 'law'",
+                 id="wrong-category"),
 ]
 
 
@@ -491,16 +499,20 @@ MALFORMED_TQA = [
         2, "mc1_targets", "exactly one correct option", id="two-correct",
     ),
     pytest.param(
-        json.dumps([{"question": "Q0?", "mc1_targets": {"a": 1, "b": 2, "c": 0, "d": 0}}]), 1, "mc1_targets", "labels must be 0 or 1", id="bad-label"
+        json.dumps([{"question": "Q0?", "mc1_targets": {"a": 1, "b": 2, "c": 0, "d": 0}}]), 1, "mc1_targets",
+        "labels must be 0 or 1", id="bad-label"
     ),
-    pytest.param(json.dumps([_tqa_row(0, 4), _tqa_row(0, 5)]), 2, "question", "duplicate question", id="duplicate-question"),
-    pytest.param('[{"question": "Q?", "mc1_targets": {"a": 1, "a": 0, "b": 0, "c": 0}}]', None, None, "duplicate keys ['a']", id="duplicate-option"),
+    pytest.param(json.dumps([_tqa_row(0, 4), _tqa_row(0, 5)]), 2, "question", "duplicate question",
+                 id="duplicate-question"),
+    pytest.param('[{"question": "Q?", "mc1_targets": {"a": 1, "a": 0, "b": 0, "c": 0}}]', None, None,
+                 "duplicate keys ['a']", id="duplicate-option"),
     pytest.param(json.dumps([_tqa_row(0, 4), "text"]), 2, None, "expected a JSON object", id="row-not-object"),
 ]
 
 
 @pytest.mark.parametrize(("content", "row", "field", "problem"), MALFORMED_TQA)
-def test_malformed_truthfulqa_file(content: str, row: int | None, field: str | None, problem: str, tmp_path: Path) -> None:
+def test_malformed_truthfulqa_file(content: str, row: int | None, field: str | None, problem: str,
+                                   tmp_path: Path) -> None:
     path = tmp_path / "truthfulqa/raw/mc_task.json"
     path.parent.mkdir(parents=True)
     path.write_text(content, encoding="utf-8")

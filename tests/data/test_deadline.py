@@ -53,7 +53,8 @@ def busy_loops():
 
 
 def test_the_work_runs_in_one_worker_process_for_every_thread() -> None:
-    """Not in the caller's process, and not in a thread of it: one executor process serves every call, from any thread."""
+    """Not in the caller's process, and not in a thread of it: one executor process serves every call, from any
+    thread."""
     threads = set(threading.enumerate())
     pids = [with_deadline(executor_pid, 5, None) for _ in range(3)]
     with ThreadPoolExecutor(max_workers=3) as pool:
@@ -173,7 +174,8 @@ def test_no_exception_is_raised_into_threads_anywhere() -> None:
 
 
 def test_an_interrupted_wait_leaves_no_answer_for_the_next_call(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ctrl-C in a notebook while a job runs: the executor is ended, so the next call does not read that job's answer."""
+    """Ctrl-C in a notebook while a job runs: the executor is ended, so the next call does not read that job's
+    answer."""
     from multiprocessing.connection import Connection
 
     real = Connection.poll

@@ -32,7 +32,8 @@ SHARED = REPO.parent / "shared" / "data"
 #: Upstream git blob ids (data README of the shared folder / the source repositories).
 UPSTREAM_BLOBS = {
     "math500/test.jsonl.gz": "2376b9a194b46c0790e197c91b7249e5f88ac09b",  # BudgetThinker test_ori.jsonl = prm800k LFS
-    "truthfulqa/mc_task.json.gz": "2e2bcc91f0dc2bc8a516433fbd4b79f55caefa2f",  # sylinrl/TruthfulQA@013686a data/mc_task.json
+    # sylinrl/TruthfulQA@013686a data/mc_task.json
+    "truthfulqa/mc_task.json.gz": "2e2bcc91f0dc2bc8a516433fbd4b79f55caefa2f",
 }
 
 
@@ -70,7 +71,8 @@ def test_licenses_and_provenance_ship_beside_the_files() -> None:
     for entry in packaged_manifest().values():
         assert entry["sha256"] in readme and entry["git_blob"] in readme
     assert "013686a06be7a7bde5bf8223943e106c7250123c" in readme
-    package_data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["r2mad_core.data"]
+    package_data = tomllib.loads((
+        REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["r2mad_core.data"]
     for pattern in ("packaged/*.json", "packaged/*.md", "packaged/*/*.gz", "packaged/*/LICENSE"):
         assert pattern in package_data
 
@@ -83,7 +85,8 @@ def test_default_source_is_the_package_with_the_papers_counts() -> None:
             assert len(load(name, split)) == PAPER_SPLIT_SIZES[name][split], (name, split)
 
 
-@pytest.mark.skipif(not (SHARED / "truthfulqa" / "raw" / "mc_task.json").is_file(), reason="no ../shared/data beside the repo")
+@pytest.mark.skipif(not (SHARED / "truthfulqa" / "raw" / "mc_task.json").is_file(),
+                    reason="no ../shared/data beside the repo")
 def test_packaged_samples_equal_the_shared_folders() -> None:
     for name in benchmarks.BENCHMARKS:
         packaged = load(name, "all")
@@ -153,7 +156,8 @@ def test_data_dir_overrides_the_package_and_an_empty_one_is_filled_from_the_hub(
 
     def load_dataset(repo: str, config: str | None, split: str) -> list:
         calls.append((repo, config, split))
-        return [{"question": f"Q{i}?", "mc1_targets": {"choices": [f"right {i}", "b", "c", "d"], "labels": [1, 0, 0, 0]},
+        return [{"question": f"Q{i}?", "mc1_targets": {"choices": [f"right {i}", "b", "c", "d"],
+                                                       "labels": [1, 0, 0, 0]},
                  "mc2_targets": {"choices": ["x"], "labels": [1]}} for i in range(8)]
 
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))

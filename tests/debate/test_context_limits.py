@@ -62,8 +62,8 @@ class SmallContextEngine:
                               cut=classify_cut("length", prompt, n, request.params.max_tokens, self.context))
         if question == "q2" and t == 0 and agent == 0:
             n = request.params.max_tokens
-            return apply_thinking(Completion("<think> " + " ".join(["hmm"] * (n - 1)), prompt, n, finish_reason="length",
-                                             cut="max_tokens"))
+            return apply_thinking(Completion("<think> " + " ".join(["hmm"] * (n - 1)), prompt, n,
+                                             finish_reason="length", cut="max_tokens"))
         if question == "q1" and t == 0 and agent == 0:
             return Completion(mc_answer("A", " ".join(["because"] * 345)), prompt, 350)
         return Completion(mc_answer("AB"[agent % 2]), prompt, 8)

@@ -213,7 +213,8 @@ class RecordingHook:
             (
                 round_index,
                 [
-                    (s.sample.id, s.previous_responses, s.previous_answers, s.previous_summary, s.previous_consensus_ratio)
+                    (s.sample.id, s.previous_responses, s.previous_answers, s.previous_summary,
+                     s.previous_consensus_ratio)
                     for s in states
                 ],
             )

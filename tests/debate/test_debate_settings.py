@@ -30,9 +30,11 @@ def test_mad_declares_every_setting_in_declaration_order_with_its_default():
 
 def test_loop_config_defaults_are_the_settings_defaults():
     config = DebateConfig()
-    assert {n: getattr(config, n) for n in SPECS if n != "vote_rule"} == {n: v for n, v in DEFAULTS.items() if n != "vote_rule"}
+    assert ({n: getattr(config, n) for n in SPECS if n != "vote_rule"}
+            == {n: v for n, v in DEFAULTS.items() if n != "vote_rule"})
     built = DebateConfig.from_settings(DebateSettings(temperature=1, n_agents=2), with_summaries=True)
-    assert built.temperature == 1.0 and isinstance(built.temperature, float) and built.n_agents == 2 and built.with_summaries
+    assert (built.temperature == 1.0 and isinstance(built.temperature, float) and built.n_agents == 2
+            and built.with_summaries)
 
 
 @pytest.mark.parametrize("name, value, message", [

@@ -184,8 +184,8 @@ def _regex_parse_prompt(user_text: str) -> prompt_parsing.ParsedPrompt:
         cons = _regex_tag(user_text, "consensus_ratio")
         block = _regex_tag(user_text, "agent_responses") or ""
         return P.ParsedPrompt(kind="summary", question=q.group(1) if q else "",
-                              agent_responses=_AGENT_RESPONSE.findall(block + "\n") or P._AUTHORS_AGENT.findall(block + "\n"),
-                              consensus_ratio=float(cons) if cons else None)
+                              agent_responses=_AGENT_RESPONSE.findall(block + "\n")
+                              or P._AUTHORS_AGENT.findall(block + "\n"), consensus_ratio=float(cons) if cons else None)
     if user_text.startswith(P.JUDGE_OPENING):
         q, s = _QUESTION.search(user_text), _SOLUTION.search(user_text)
         return P.ParsedPrompt(kind="judge", question=q.group(1) if q else "", response=s.group(1) if s else "")
@@ -193,18 +193,21 @@ def _regex_parse_prompt(user_text: str) -> prompt_parsing.ParsedPrompt:
     found = P._EXAMPLES.search(user_text) if user_text.startswith(P.AUTHORS_EXPERIENCES_HEADER) else None
     if found:
         for body in P._EXAMPLE.findall(found.group(1)):
-            stance, question = _regex_tag(body, "example_agent_stance_changed"), _regex_tag(body, "example_question") or ""
+            stance, question = (_regex_tag(body, "example_agent_stance_changed"),
+                                _regex_tag(body, "example_question") or "")
             response = _regex_tag(body, "example_agent_response") or ""
             experiences.append(P.ExperienceView(
                 question=question, response=response,
-                answer=P.extract_answer(response, "truthfulqa" if question.startswith(P.AUTHORS_QUESTION_PREFIX) else "math500"),
+                answer=P.extract_answer(response, "truthfulqa" if question.startswith(P.AUTHORS_QUESTION_PREFIX)
+                                        else "math500"),
                 correct=_regex_tag(body, "example_agent_response_correctness") == P.AUTHORS_CORRECTNESS_TEXT[True],
                 outcome_correct=False, reference=_regex_tag(body, "example_solution") or "",
                 stance_changed={v: k for k, v in P.AUTHORS_STANCE_TEXT.items()}.get(stance or "")))
         rest = user_text[found.end():]
     elif m := _EXPERIENCES.search(user_text):
         for body in _EXPERIENCE.findall(m.group(1)):
-            cons, answer, solution = (_regex_tag(body, n) for n in ("consensus_ratio", "your_answer", "reference_solution"))
+            cons, answer, solution = (_regex_tag(body, n) for n in ("consensus_ratio", "your_answer",
+                                                                    "reference_solution"))
             experiences.append(P.ExperienceView(
                 question=_regex_tag(body, "question") or "", response=_regex_tag(body, "your_response") or "",
                 answer=None if answer in (None, "none") else answer,
@@ -221,7 +224,8 @@ def _regex_parse_prompt(user_text: str) -> prompt_parsing.ParsedPrompt:
             conf, confidence = _CONF.search(body), None
             if conf:
                 body, label = body[: conf.start()], conf.group(1).strip()
-                confidence = "high" if label in (P.CONFIDENCE_TEXT["high"], P.AUTHORS_CONFIDENCE_TEXT["high"]) else "low"
+                confidence = ("high" if label in (P.CONFIDENCE_TEXT["high"], P.AUTHORS_CONFIDENCE_TEXT["high"])
+                              else "low")
             peers.append(P.PeerResponse(text=body, confidence=confidence))
         rest = rest[rest.index("</other_solutions>"):]
     q = _QUESTION.search(rest)
@@ -241,7 +245,8 @@ def _packaged_questions() -> list[tuple[str, str, str]]:
         return [json.loads(line) for line in text.splitlines() if line.strip()]
 
     out = [("math500", r["problem"], r["solution"]) for r in rows("math500/test.jsonl.gz")[:120]]
-    out += [("mmlu_pro_economics", r["question"] + "\n\n" + "\n".join(f"{'ABCDEFGHIJ'[i]}. {o}" for i, o in enumerate(r["options"])),
+    out += [("mmlu_pro_economics", r["question"] + "\n\n" + "\n".join(f"{'ABCDEFGHIJ'[i]}. {o}"
+                                                                      for i, o in enumerate(r["options"])),
              " ".join(r["options"])) for r in rows("mmlu_pro/test_economics.jsonl.gz")[:80]]
     return out
 
@@ -260,7 +265,8 @@ def _built_prompts() -> list[str]:
         views = [prompts.ExperienceView(question=other[1], response=responses[0], answer=rng.choice([None, "B", "12"]),
                                         correct=rng.random() < 0.5, outcome_correct=rng.random() < 0.5,
                                         summary=rng.choice(["", "Dynamic: split.\n\nInsight: none."]),
-                                        consensus_ratio=rng.choice([None, 0.0, 1 / 3, 1.0]), reference=rng.choice(["", reference[:200]]),
+                                        consensus_ratio=rng.choice([None, 0.0, 1 / 3, 1.0]),
+                                        reference=rng.choice(["", reference[:200]]),
                                         reference_is_solution=rng.random() < 0.5,
                                         stance_changed=rng.choice([None, True, False]))
                  for _ in range(rng.randrange(0, 4))]
@@ -269,10 +275,13 @@ def _built_prompts() -> list[str]:
             if wording == "authors" and benchmark != "math500":
                 question = prompts.question_text(question, True, "authors")
             built.append(prompts.task_prompt(benchmark, question, views, rng.choice([None, 50]), wording))
-            built.append(prompts.debate_prompt(benchmark, question, peers, views, None, wording, rng.choice([None, True, False])))
+            built.append(prompts.debate_prompt(benchmark, question, peers, views, None, wording,
+                                               rng.choice([None, True, False])))
             for slot in prompts.SUMMARY_AGENT_SLOTS:
-                built.append(prompts.summary_prompt(question, rng.choice([None, "Before: split."]), responses, rng.random(),
-                                                    answers=["A", None, "B"], previous_answers=rng.choice([None, ["A", "A", None]]),
+                built.append(prompts.summary_prompt(question, rng.choice([None, "Before: split."]), responses,
+                                                    rng.random(),
+                                                    answers=["A", None, "B"],
+                                                    previous_answers=rng.choice([None, ["A", "A", None]]),
                                                     slot=slot, wording=wording))
         built.append(prompts.judge_prompt(benchmark, question, responses[0]))
     return built
@@ -303,7 +312,8 @@ def test_parse_prompt_hands_out_its_own_copy() -> None:
         prompt_parsing.parse_prompt("no question here")
 
 
-_FRAGMENTS = ["<question>", "</question>", "\n", "<experiences>", "</experiences>", '<experience index="', "</experience>",
+_FRAGMENTS = ["<question>", "</question>", "\n", "<experiences>", "</experiences>", '<experience index="',
+              "</experience>",
               '<other_solution index="', "</other_solution>", '<agent_response index="', "</agent_response>", '">', "1",
               "23", "x", "<", ">", "<confidence>", "</confidence>", "<tag>", "</tag>", '"', "٣"]
 

@@ -139,8 +139,10 @@ def test_revote_recomputes_from_the_last_round():
 
 
 def test_cost_per_query_by_tag_and_time():
-    summary = {"tag": "summary", "prompt_tokens": 100, "completion_tokens": 20, "finish_reason": "stop", "cached": False, "seconds": 0.2}
-    judge = {"tag": "judge", "prompt_tokens": 50, "completion_tokens": 10, "finish_reason": "length", "cached": True, "seconds": 0.0}
+    summary = {"tag": "summary", "prompt_tokens": 100, "completion_tokens": 20, "finish_reason": "stop",
+               "cached": False, "seconds": 0.2}
+    judge = {"tag": "judge", "prompt_tokens": 50, "completion_tokens": 10, "finish_reason": "length", "cached": True,
+             "seconds": 0.0}
     records = [
         record("a", [["A", "B", "C"], ["A", "A", "C"]], extra={0: [summary], 1: [judge, judge]}, seconds=2.0),
         record("b", [["A", "A", "A"]], seconds=1.0),
@@ -162,7 +164,8 @@ def test_completion_health_counts_truncated_and_empty_completions():
     r["rounds"][0]["agents"][1].update(finish_reason="length")
     r["rounds"][1]["agents"][2].update(finish_reason="length", response="   ", answer=None, correct=False)
     r["rounds"][1]["agents"][0].update(finish_reason="error", response="", answer=None, correct=False)
-    r["rounds"][0]["extra_calls"] = [{"tag": "summary", "prompt_tokens": 1, "completion_tokens": 1, "finish_reason": "length", "cached": False, "seconds": 0}]
+    r["rounds"][0]["extra_calls"] = [{"tag": "summary", "prompt_tokens": 1, "completion_tokens": 1,
+                                      "finish_reason": "length", "cached": False, "seconds": 0}]
     # Two answers stated without ((X)): one on the last line, one in the authors' "(X)" form.
     r["rounds"][0]["agents"][2].update(response="Comparing the options...\nThe answer is (C).")
     r["rounds"][1]["agents"][1].update(response="Both (B) and (C) fail, which leaves (A) as the only consistent option")

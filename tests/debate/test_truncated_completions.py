@@ -62,7 +62,8 @@ RECORDS = [
 def run_dir(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    config = {"format": 1, "benchmark": "truthfulqa", "split": "test", "limit": None, "seed": 0, "method": {"name": "mad"},
+    config = {"format": 1, "benchmark": "truthfulqa", "split": "test", "limit": None, "seed": 0,
+              "method": {"name": "mad"},
               "engine": {"identity": "scripted", "model": ""}, "n_samples": 4, "sample_ids_sha256": "0" * 16,
               "r2mad_version": "test", "chunk_size": 32}
     (run / CONFIG_FILE).write_text(json.dumps(config))
@@ -95,7 +96,8 @@ def test_missing_treats_truncated_answers_as_no_answer():
     # The originals are untouched (scoring is a view).
     assert RECORDS[0]["rounds"][0]["agents"][0]["answer"] == "A" and RECORDS[0]["correct"] is True
     # s4: agent 0 goes from a truncated (now missing) answer to a right one: W->C instead of C->C.
-    keep, missing = stance_transitions(RECORDS[3:]), stance_transitions([rescore_record(RECORDS[3], truncated_answers="missing")])
+    keep, missing = stance_transitions(RECORDS[3:]), stance_transitions(
+        [rescore_record(RECORDS[3], truncated_answers="missing")])
     assert (keep.n_c_to_w, keep.n_w_to_c) == (0, 1)  # agent 1 B->A
     assert (missing.n_c_to_w, missing.n_w_to_c) == (0, 2)  # agent 0 None->A, agent 1 B->A
     # With the authors' rule: s1 0/3 right, s2 2/3, s3 0/3, s4 round 1 2/3 -> 2 of 4.

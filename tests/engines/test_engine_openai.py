@@ -53,7 +53,8 @@ def test_batch_round_trip_payload_and_order(server: FakeOpenAIServer) -> None:
         assert completion.text == expected_reply(body)
         assert completion.finish_reason == "stop" and completion.logprobs is None
         assert completion.prompt_tokens == 6 and completion.completion_tokens == len(completion.text.split())
-    assert backend_seed(batch[0], engine.identity, engine.model) != backend_seed(batch[1], engine.identity, engine.model), "sample index must change the seed"
+    assert (backend_seed(batch[0], engine.identity, engine.model)
+            != backend_seed(batch[1], engine.identity, engine.model)), "sample index must change the seed"
     assert costs["requests"] == 6 and costs["prompt_tokens"] == 36
 
 
@@ -93,9 +94,12 @@ def test_faults_are_retried_and_recovered(capsys: pytest.CaptureFixture[str]) ->
             out = engine.generate(batch)
         injected = sum(server.faults_served.values())
         expected_injected = sum(len(k) for k in plans.values())
-        recovered = sum(c.text == f"reply seed={backend_seed(r, engine.identity, engine.model)} temperature=0.7 to: {r.messages[-1]['content']}"
+        recovered = sum(c.text
+                        == f"reply seed={backend_seed(r, engine.identity, engine.model)} temperature=0.7 to: "
+                           f"{r.messages[-1]['content']}"
                         for r, c in zip(batch, out, strict=False))
-        summary = f"faults injected: {injected}, requests recovered: {recovered}/{len(batch)}, by kind {dict(server.faults_served)}"
+        summary = (f"faults injected: {injected}, requests recovered: {recovered}/{len(batch)}, "
+                   f"by kind {dict(server.faults_served)}")
         with capsys.disabled():  # shown with or without -s
             print(f"\n[openai backend] {summary}")
         assert injected == expected_injected == 10, summary
@@ -103,7 +107,8 @@ def test_faults_are_retried_and_recovered(capsys: pytest.CaptureFixture[str]) ->
         assert server.requests_served == len(batch) + injected, summary
 
 
-def test_gives_up_with_a_clear_error_and_cache_keeps_finished(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_gives_up_with_a_clear_error_and_cache_keeps_finished(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
     with FakeOpenAIServer() as server:
         server.plan("F-dead", ["500"] * 10)
         batch = [ask("ok one"), ask("F-dead question"), ask("ok two")]
@@ -280,7 +285,8 @@ def test_output_affecting_settings_are_in_the_cache_identity(tmp_path: Path) -> 
     with FakeOpenAIServer(owned_by="vllm") as fake:
         base = dict(base_urls=[fake.base_url], api_key_env=None, max_concurrency=2)
         identities = []
-        for options in ({}, {"send_seed": False}, {"neutral_sampling": False}, {"send_seed": False, "neutral_sampling": False}):
+        for options in ({}, {"send_seed": False}, {"neutral_sampling": False},
+                        {"send_seed": False, "neutral_sampling": False}):
             with make_engine("openai", model="m", cache_dir=tmp_path, **base, **options) as engine:
                 identities.append(engine.identity)
                 [completion] = engine.generate([ask("same question")])

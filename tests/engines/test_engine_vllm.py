@@ -28,7 +28,8 @@ from r2mad_lab.engines.vllm_backend import VLLMEngine
 @pytest.fixture(autouse=True)
 def no_full_collection_on_close(monkeypatch: pytest.MonkeyPatch) -> None:
     """VLLMEngine.close runs a full garbage collection to free a real engine's memory; the fakes here hold none, and
-    a collection of the whole test process took 0.1-0.3 s a close. (tests/engines/test_vllm_streaming.py uses it too.)"""
+    a collection of the whole test process took 0.1-0.3 s a close. (tests/engines/test_vllm_streaming.py uses it
+    too.)"""
     from r2mad_lab.engines import vllm_backend
 
     monkeypatch.setattr(vllm_backend, "gc", SimpleNamespace(collect=lambda generation=2: 0))
@@ -57,7 +58,8 @@ def lp(value: float, rank: int = 1) -> SimpleNamespace:
 class FakeTokenizer:
     """ChatML-like template; one token per whitespace-separated word."""
 
-    def apply_chat_template(self, conversation: list[dict], *, tokenize: bool, add_generation_prompt: bool, **kwargs: Any) -> str:
+    def apply_chat_template(self, conversation: list[dict], *, tokenize: bool, add_generation_prompt: bool,
+                            **kwargs: Any) -> str:
         assert tokenize is False and add_generation_prompt is True
         extra = "".join(f" [{k}={v}]" for k, v in sorted(kwargs.items()))
         return " ".join(f"<{m['role']}> {m['content']}" for m in conversation) + " <assistant>" + extra
@@ -231,7 +233,8 @@ def test_output_affecting_settings_are_in_the_identity() -> None:
     assert make(send_seed=False)[0].identity == "vllm:auto:seed=off"
     assert make(max_model_len=8192)[0].identity == "vllm:auto:max_model_len=8192"
     with_options = make(llm_options={"enable_chunked_prefill": False})[0].identity
-    assert with_options.startswith("vllm:auto:options-") and with_options != make(llm_options={"enforce_eager": True})[0].identity
+    assert (with_options.startswith("vllm:auto:options-") and with_options
+            != make(llm_options={"enforce_eager": True})[0].identity)
 
 
 def test_send_seed_false_leaves_the_seed_out() -> None:

@@ -36,7 +36,8 @@ class BatchingLLMEngine(base.FakeLLMEngine):
         self.batch_sizes: list[int] = []
         self.callers_per_step: list[int] = []
         self.owner: dict[str, str] = {}  # request id -> the caller's thread name (recorded at submission)
-        self.gate: threading.Event | None = None  # while it is not set, step() makes no progress (tests hold the engine)
+        # while it is not set, step() makes no progress (tests hold the engine)
+        self.gate: threading.Event | None = None
 
     def _touch(self) -> None:
         self.threads.add(threading.get_ident())
@@ -197,7 +198,8 @@ def test_one_call_rejected_by_vllm_fails_alone() -> None:
 
     def add_request(request_id: str, prompt: dict, params: Any) -> str:
         if llm.last_user[tuple(prompt["prompt_token_ids"])] == "bad":
-            raise base.VLLMValidationError("The decoder prompt (length 9) is longer than the maximum model length of 5.")
+            raise base.VLLMValidationError(
+                "The decoder prompt (length 9) is longer than the maximum model length of 5.")
         return original_add(request_id, prompt, params)
 
     core.add_request = add_request  # type: ignore[method-assign]

@@ -33,7 +33,8 @@ def _request(text: str, max_tokens: int = 10) -> Request:
 
 def test_estimate_tokens_is_characters_over_four_plus_four_per_message() -> None:
     assert estimate_tokens([{"role": "user", "content": "x" * 8}]) == 2 + 4
-    assert estimate_tokens([{"role": "system", "content": "abc"}, {"role": "user", "content": "x" * 9}]) == (1 + 4) + (3 + 4)
+    assert (estimate_tokens([{"role": "system", "content": "abc"}, {"role": "user", "content": "x" * 9}])
+            == (1 + 4) + (3 + 4))
     assert estimate_tokens([{"role": "user", "content": ""}]) == 4
 
 
@@ -43,7 +44,8 @@ def test_prices_and_usage_lines() -> None:
     assert Prices().cost(10, 10) is None
     lines = format_estimate({"03_main": Usage(10, 2000, 5000), "08_theory": Usage()}, prices)
     assert lines == [
-        "  03_main: 10 requests, ~2,000 prompt tokens, <= 5,000 completion tokens, <= 0.0033 (money at the given prices)",
+        "  03_main: 10 requests, ~2,000 prompt tokens, <= 5,000 completion tokens, <= 0.0033 (money at the given "
+        "prices)",
         "  08_theory: no requests",
         "  total: 10 requests, ~2,000 prompt tokens, <= 5,000 completion tokens, <= 0.0033 (money at the given prices)",
     ]
@@ -167,7 +169,8 @@ def test_api_profile_estimates_then_stops_at_the_cap_and_resumes(tmp_path: Path,
         code = reproduce.main(_reproduce(out, "--estimate-only"))
         printed = capsys.readouterr().out
         assert code == 0 and server.requests_served == 0  # nothing sent
-        assert printed.splitlines()[0] == ("reproduce: profile api: agents = API-model (openai engine, model ${R2MAD_API_MODEL})")
+        assert printed.splitlines()[0] == (
+            "reproduce: profile api: agents = API-model (openai engine, model ${R2MAD_API_MODEL})")
         [line] = [ln for ln in printed.splitlines() if ln.startswith("  03_main_results: ")]
         requests = int(line.split(": ", 1)[1].split(" requests")[0])
         assert line.endswith("(money at the given prices)")

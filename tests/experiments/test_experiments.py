@@ -83,16 +83,19 @@ def test_run_cell_writes_config_transcripts_and_metrics(tmp_path):
     first = result.records[0]
     assert first.rounds[0].agents[0].answer in "ABCD"
     assert first.tokens["debate"].requests == 3 * first.n_rounds_executed
-    assert set(first.model_dump()) >= {"sample_id", "gold", "final_answer", "correct", "vote", "tokens", "seconds", "truncated_completions"}
+    assert set(first.model_dump()) >= {"sample_id", "gold", "final_answer", "correct", "vote", "tokens", "seconds",
+                                       "truncated_completions"}
 
 
 def test_rerun_skips_finished_samples_and_gives_identical_transcripts(tmp_path):
     run = tmp_path / "run"
     first = ScriptedEngine(hashed_respond)
-    r1 = run_cell(run, benchmark="truthfulqa", split="test", engine=first, method="mad", samples=samples(6), progress=False)
+    r1 = run_cell(run, benchmark="truthfulqa", split="test", engine=first, method="mad", samples=samples(6),
+                  progress=False)
     before = (run / TRANSCRIPTS_FILE).read_bytes()
     second = ScriptedEngine(hashed_respond)
-    r2 = run_cell(run, benchmark="truthfulqa", split="test", engine=second, method="mad", samples=samples(6), progress=False)
+    r2 = run_cell(run, benchmark="truthfulqa", split="test", engine=second, method="mad", samples=samples(6),
+                  progress=False)
     assert second.calls == 0 and r2.n_reused == 6 and r2.n_new == 0
     assert (run / TRANSCRIPTS_FILE).read_bytes() == before
     assert r1.records == r2.records and r1.metrics["accuracy"] == r2.metrics["accuracy"]
@@ -102,9 +105,11 @@ def test_cache_replays_every_generation_into_a_new_directory(tmp_path):
     cache = tmp_path / "cache"
     backend1 = ScriptedEngine(hashed_respond)
     kwargs = dict(benchmark="truthfulqa", split="test", samples=samples(5), progress=False)
-    r1 = run_cell(tmp_path / "a", engine=CachedEngine(backend1, cache), method=get_method("mad", with_summaries=True), **kwargs)
+    r1 = run_cell(tmp_path / "a", engine=CachedEngine(backend1, cache), method=get_method("mad", with_summaries=True),
+                  **kwargs)
     backend2 = ScriptedEngine(lambda *a: pytest.fail("the cache should answer every request"))
-    r2 = run_cell(tmp_path / "b", engine=CachedEngine(backend2, cache), method=get_method("mad", with_summaries=True), **kwargs)
+    r2 = run_cell(tmp_path / "b", engine=CachedEngine(backend2, cache), method=get_method("mad", with_summaries=True),
+                  **kwargs)
     assert backend1.calls > 0 and backend2.calls == 0
     assert [stable(r) for r in r1.records] == [stable(r) for r in r2.records]
     assert all(a.cached for r in r2.records for rr in r.rounds for a in rr.agents)
@@ -117,20 +122,25 @@ def test_config_mismatch_is_a_clear_error(tmp_path):
     run_cell(run, benchmark="truthfulqa", split="test", engine=engine, method="mad", samples=samples(2), progress=False)
     calls = engine.calls
     with pytest.raises(RunConfigMismatch, match=r"method\.name: requested 'cot', directory has 'mad'"):
-        run_cell(run, benchmark="truthfulqa", split="test", engine=engine, method="cot", samples=samples(2), progress=False)
+        run_cell(run, benchmark="truthfulqa", split="test", engine=engine, method="cot", samples=samples(2),
+                 progress=False)
     with pytest.raises(RunConfigMismatch, match="seed: requested 1, directory has 0"):
-        run_cell(run, benchmark="truthfulqa", split="test", engine=engine, method="mad", samples=samples(2), seed=1, progress=False)
+        run_cell(run, benchmark="truthfulqa", split="test", engine=engine, method="mad", samples=samples(2), seed=1,
+                 progress=False)
     with pytest.raises(RunConfigMismatch, match="n_samples: requested 3, directory has 2"):
-        run_cell(run, benchmark="truthfulqa", split="test", engine=engine, method="mad", samples=samples(3), progress=False)
+        run_cell(run, benchmark="truthfulqa", split="test", engine=engine, method="mad", samples=samples(3),
+                 progress=False)
     other = ScriptedEngine(hashed_respond, identity="other-engine")
     with pytest.raises(RunConfigMismatch, match="engine.identity: requested 'other-engine'"):
-        run_cell(run, benchmark="truthfulqa", split="test", engine=other, method="mad", samples=samples(2), progress=False)
+        run_cell(run, benchmark="truthfulqa", split="test", engine=other, method="mad", samples=samples(2),
+                 progress=False)
     with pytest.raises(RunConfigMismatch, match="max_tokens"):
         preflight(run, benchmark="truthfulqa", split="test", method=get_method("mad", max_tokens=7), seed=0, limit=None,
                   sample_ids=[s.id for s in samples(2)])
     assert engine.calls == calls and other.calls == 0
     # chunk_size is not part of the cell.
-    run_cell(run, benchmark="truthfulqa", split="test", engine=engine, method="mad", samples=samples(2), chunk_size=1, progress=False)
+    run_cell(run, benchmark="truthfulqa", split="test", engine=engine, method="mad", samples=samples(2), chunk_size=1,
+             progress=False)
 
 
 def test_a_locked_directory_is_refused(tmp_path):
@@ -148,15 +158,16 @@ def test_a_locked_directory_is_refused(tmp_path):
 def test_truncated_last_line_is_dropped_and_the_sample_rerun(tmp_path, caplog):
     run = tmp_path / "run"
     engine = ScriptedEngine(hashed_respond)
-    reference = run_cell(run, benchmark="truthfulqa", split="test", engine=engine, method="mad", samples=samples(4), progress=False)
+    reference = run_cell(run, benchmark="truthfulqa", split="test", engine=engine, method="mad", samples=samples(4),
+                         progress=False)
     path = run / TRANSCRIPTS_FILE
     data = path.read_bytes()
     lines = data.splitlines(keepends=True)
     # Simulate a kill in the middle of writing the 4th line.
     path.write_bytes(b"".join(lines[:3]) + lines[3][: len(lines[3]) // 2])
     with caplog.at_level(logging.WARNING, logger="r2mad_lab.experiments.transcripts"):
-        resumed = run_cell(run, benchmark="truthfulqa", split="test", engine=ScriptedEngine(hashed_respond), method="mad",
-                           samples=samples(4), progress=False)
+        resumed = run_cell(run, benchmark="truthfulqa", split="test", engine=ScriptedEngine(hashed_respond),
+                           method="mad", samples=samples(4), progress=False)
     assert "line 4: no trailing newline" in caplog.text
     assert resumed.n_reused == 3 and resumed.n_new == 1
     assert path.read_bytes().count(b"\n") == 4
@@ -273,7 +284,8 @@ def test_sigkill_at_random_points_then_resume_finishes_every_sample_once(tmp_pat
     n, chunk = 30, 2
     out = tmp_path / "run"
     script = tmp_path / "child.py"
-    script.write_text(CHILD.format(tests=str(TESTS_DIR), latency=0.02, out=str(out), n=n, chunk=chunk, schedule=schedule))
+    script.write_text(CHILD.format(tests=str(TESTS_DIR), latency=0.02, out=str(out), n=n, chunk=chunk,
+                                   schedule=schedule))
     transcripts = out / TRANSCRIPTS_FILE
     env = {**os.environ, "PYTHONPATH": str(TESTS_DIR.parent)}
     rng = random.Random(1234)
@@ -316,7 +328,9 @@ def test_sigkill_at_random_points_then_resume_finishes_every_sample_once(tmp_pat
     assert metrics["n"] == n and metrics["accuracy"] == reference.metrics["accuracy"]
     lost = n - len(set(ids))
     with capsys.disabled():  # shown with or without -s
-        print(f"\n[run cell, {schedule}] SIGKILLs survived: {len(kills)} (lines on disk at each: {kills}), torn writes repaired: 1, "
+        print(
+            f"\n[run cell, {schedule}] SIGKILLs survived: {len(kills)} (lines on disk at each: {kills}), torn writes "
+            "repaired: 1, "
               f"samples lost: {lost}, duplicated: {len(ids) - len(set(ids))}, resumed run == uninterrupted run")
     assert lost == 0, f"{lost} samples lost after {len(kills)} kills"
 
@@ -338,7 +352,8 @@ def test_a_record_or_config_that_does_not_fit_the_schema_names_file_line_and_fie
     del first["vote"]
     path.write_text(json.dumps(first) + "\n" + lines[1] + "\n")
     with pytest.raises(TranscriptError, match=r"transcripts.jsonl, line 1: does not fit the transcript schema "
-                                              r"\(r2mad_core.records.TranscriptRecord\): rounds.0.agents.1.completion_tokens: "
+                                              r"\(r2mad_core.records.TranscriptRecord\): "
+                                              r"rounds.0.agents.1.completion_tokens: "
                                               r"Input should be a valid integer.*\(found 'many'\); and 1 more"):
         load_run(run_dir)
     config = json.loads((run_dir / "config.json").read_text())

@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_doc_table_is_the_declaration() -> None:
     text = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
-    assert protocol.render_into(text) == text, "docs/protocol.md is stale: python -m r2mad_lab.experiments.protocol docs/protocol.md"
+    assert protocol.render_into(
+        text) == text, "docs/protocol.md is stale: python -m r2mad_lab.experiments.protocol docs/protocol.md"
     rows = [line for line in text.splitlines() if line.startswith("| `")]
     assert [row.split("`")[1] for row in rows] == [c.name for c in protocol.CHOICES]
     for choice, row in zip(protocol.CHOICES, rows, strict=False):
@@ -166,7 +167,8 @@ def test_r2mad_run_protocol_sets_the_method_options_and_a_flag_beats_it(bank_dir
                                                         "--method-option", "summaries=before_next_round"]))
     assert (method.options["top_k"], method.debate.summaries, method.options["similarity_match"]) == (
         3, "before_next_round", "question")
-    assert cli.build_method(parser.parse_args(base)).options["top_k"] == 1  # no --protocol: the declaration, one default
+    # no --protocol: the declaration, one default
+    assert cli.build_method(parser.parse_args(base)).options["top_k"] == 1
     assert cli.split_rule_of(parser.parse_args(base + ["--protocol", "authors"])) == "authors"
     assert cli.split_rule_of(parser.parse_args(base + ["--protocol", "authors", "--split-rule", "paper"])) == "paper"
 

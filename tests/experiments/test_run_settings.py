@@ -44,7 +44,8 @@ def test_the_grid_holds_the_profiles_settings_whole(tmp_path) -> None:
     profile = load_profile("tiny", {"gamma": 0.5})
     exp = ExperimentGrid.from_profile(profile, runs_dir=tmp_path, cache_dir=tmp_path)
     assert exp.run_settings == RunSettings.from_profile(profile.spec)
-    assert (exp.run_settings.memory.gamma, exp.top_k, exp.seed, exp.choices) == (0.5, 1, 0, dict(exp.run_settings.choices))
+    assert ((exp.run_settings.memory.gamma, exp.top_k, exp.seed, exp.choices)
+            == (0.5, 1, 0, dict(exp.run_settings.choices)))
     own = [p for p in inspect.signature(ExperimentGrid.__init__).parameters.values()
            if p.kind is inspect.Parameter.KEYWORD_ONLY]
     assert len(own) <= 10, [p.name for p in own]

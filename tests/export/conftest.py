@@ -21,7 +21,8 @@ def make_runs(root: Path) -> Path:
     cache = ["--cache-dir", str(root / "cache")]
     assert main(["build-memory", "--benchmark", "math500", "--engine", "simulated", "--limit", "6",
                  "--out", str(runs / "bank"), *cache]) == 0
-    cells = {runs / "simulated" / "math500" / "r2mad": ["--method", "r2mad", "--memory", str(runs / "bank"), "--top-k", "3"],
+    cells = {runs / "simulated" / "math500" / "r2mad": ["--method", "r2mad", "--memory", str(runs / "bank"), "--top-k",
+                                                        "3"],
              runs / "simulated" / "math500" / "mad": ["--method", "mad"],
              runs / "simulated" / "math500" / "cot": ["--method", "cot"],
              runs / "variants" / "seed=1" / "simulated" / "math500" / "mad": ["--method", "mad", "--seed", "1"]}

@@ -120,7 +120,8 @@ def test_inspect_view_lists_every_log_and_shows_a_debate_round_by_round(sim_root
         r2mad = next(n for n in names if "-r2mad-" in n)
         listed_name = next(f["name"] for f in listed["files"] if f["name"].endswith(r2mad))
         log = read_eval_log(str(logs / r2mad))
-        served = get_json(f"{base}/api/logs/{urllib.parse.quote(listed_name, safe=':/')}")  # the whole log, as the viewer reads it
+        # the whole log, as the viewer reads it
+        served = get_json(f"{base}/api/logs/{urllib.parse.quote(listed_name, safe=':/')}")
         assert served["eval"]["task"] == "r2mad/math500/r2mad"
         assert sorted((s["id"], s["epoch"]) for s in served["samples"]) == sorted((s.id, s.epoch) for s in log.samples)
         sample = max(log.samples, key=lambda s: len(s.messages))  # the longest debate: every round shown

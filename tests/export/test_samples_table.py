@@ -60,7 +60,8 @@ def test_the_table_has_one_row_per_question_of_every_cell(samples):
     assert list(samples.columns) == table.COLUMNS
     assert not samples.duplicated(["variant", "model", "method", "run", "sample_id"]).any()
     accuracy = pd.read_csv(FIGURES / "tab_main_results.csv")
-    for (method, label), part in samples[samples.method.isin(accuracy["method"])].groupby(["method", "benchmark_label"]):
+    for (method, label), part in samples[samples.method.isin(accuracy["method"])].groupby(
+        ["method", "benchmark_label"]):
         shown = accuracy[(accuracy["method"] == method) & (accuracy["benchmark"] == label)]
         if len(shown):
             assert part["correct"].mean() == pytest.approx(float(shown["value"].iloc[0]), abs=1e-6)

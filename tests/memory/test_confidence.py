@@ -86,7 +86,8 @@ def test_options_on_a_bank():
     )
     np.testing.assert_allclose(authors[0, 1:], [0.625, 1 / 1.8], atol=1e-6)
     # outcome reward r = (0, 1, 1): c_1 = .6/1.6 = .375 ; c_2 = .8/1.8
-    reward = confidence_from_retrieval(bank, retrieved, None, CURRENT, ConfidenceConfig(evidence_label="outcome_reward"))
+    reward = confidence_from_retrieval(bank, retrieved, None, CURRENT,
+                                       ConfidenceConfig(evidence_label="outcome_reward"))
     np.testing.assert_allclose(reward[0, 1:], [0.375, 0.8 / 1.8], atol=1e-6)
     # pooling over the candidates instead of the retrieved cases
     pooled = confidence_from_retrieval(

@@ -34,7 +34,8 @@ def test_hashing_embedder_gives_the_vectorizers_bytes(dim, monkeypatch):
 
     monkeypatch.setattr(embeddings, "_HASHED_ROWS", {})  # computed here, not remembered from another test
     rng = np.random.default_rng(5)
-    words = ["the", "The", "answer", "is", "(B)", "\\boxed{3/4}", "Ökonomie", "naïve", "x", "demand", "curve", "İstanbul",
+    words = ["the", "The", "answer", "is", "(B)", "\\boxed{3/4}", "Ökonomie", "naïve", "x", "demand", "curve",
+             "İstanbul",
              "shifts", "right", "when", "INCOME", "rises", "12", "3.5", "--", "e.g.", "日本語", "don't", "a_b", "\n\n"]
     texts = ["", "x", "-- !", "The answer is (B).", "the the the the", "ΣΑΣ straße"] + [
         " ".join(rng.choice(words, size=int(rng.integers(1, 300)))) for _ in range(80)

@@ -26,7 +26,8 @@ def test_build_bank_set_shapes_and_embeddings(bank_set):
     embedder = HashingEmbedder(128)
     case = bank.cases[3]
     np.testing.assert_allclose(bank.response_embeddings[3], embedder.encode(list(case.responses)), atol=1e-6)
-    np.testing.assert_allclose(bank.previous_response_embeddings[3], embedder.encode(list(case.previous_responses)), atol=1e-6)
+    np.testing.assert_allclose(bank.previous_response_embeddings[3], embedder.encode(list(case.previous_responses)),
+                               atol=1e-6)
     np.testing.assert_array_equal(bank_set[0].response_embeddings, bank_set[2].response_embeddings)
     np.testing.assert_allclose(
         bank.state_embeddings[3], embedder.encode([format_state_text(case.state)])[0], atol=1e-6
@@ -51,7 +52,8 @@ def test_round_trip(tmp_path, bank_set):
     assert manifest["embedder"] == {"name": "hashing-128", "dim": 128}
     assert set(manifest["files"]) == {
         f"agent_{i}/{name}" for i in range(3)
-        for name in ("cases.jsonl", "state_embeddings.npy", "response_embeddings.npy", "previous_response_embeddings.npy")
+        for name in ("cases.jsonl", "state_embeddings.npy", "response_embeddings.npy",
+                     "previous_response_embeddings.npy")
     }
     with pytest.raises(FileExistsError):
         bank_set.save(tmp_path / "bank")
@@ -101,7 +103,8 @@ def test_load_rejects_shape_and_unreadable_array(tmp_path, bank_set):
     entry = manifest["files"]["agent_2/state_embeddings.npy"]
     entry.update(sha256=file_sha256(path), bytes=path.stat().st_size)
     manifest_path.write_text(json.dumps(manifest))
-    with pytest.raises(MemoryBankError, match=r"agent_2/state_embeddings\.npy: shape \[5, 128\], the manifest expects \[6, 128\]"):
+    with pytest.raises(MemoryBankError,
+                       match=r"agent_2/state_embeddings\.npy: shape \[5, 128\], the manifest expects \[6, 128\]"):
         MemoryBankSet.load(root)
     path.write_bytes(b"not an array")
     entry.update(sha256=file_sha256(path), bytes=path.stat().st_size)
@@ -129,7 +132,8 @@ def test_poison_bank_flips_exact_fraction(bank_set):
 
 
 def test_build_rejects_debates_with_different_agent_counts():
-    two_agents = DebateRecord("q8", "x", "A", (DebateRound(("a", "b"), ("A", "A"), (True, True), "", 1.0),) * 2, "A", True)
+    two_agents = DebateRecord("q8", "x", "A", (DebateRound(("a", "b"), ("A", "A"), (True, True), "", 1.0),) * 2, "A",
+                              True)
     with pytest.raises(ValueError, match="2 agents"):
         build_bank_set([DEBATES[0], two_agents], HashingEmbedder(16), "truthfulqa")
 

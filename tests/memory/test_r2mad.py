@@ -71,7 +71,8 @@ def _round1_prompts(engine: ScriptedEngine, agent_persona: int) -> list[str]:
     out = []
     for batch in engine.batches:
         for request in batch:
-            if request.tag == "debate" and round_of(request) == 1 and request.messages[0]["content"] == prompts.system_prompt("truthfulqa", agent_persona):
+            if (request.tag == "debate" and round_of(request) == 1
+                and request.messages[0]["content"] == prompts.system_prompt("truthfulqa", agent_persona)):
                 out.append(last_user(request))
     return out
 
@@ -105,7 +106,8 @@ def test_r2mad_hook_prompts_and_records(bank_dir, tmp_path):
 def test_r2mad_ablations(bank_dir, tmp_path):
     engine = scripted()
     no_memory = run_cell(tmp_path / "nomem", benchmark="truthfulqa", split="test", engine=engine, method="r2mad",
-                         method_options={"memory": str(bank_dir), "top_k": 3, "use_memory": False}, samples=TEST, progress=False)
+                         method_options={"memory": str(bank_dir), "top_k": 3, "use_memory": False}, samples=TEST,
+                         progress=False)
     agent0 = no_memory.records[0].rounds[1].agents[0]
     assert agent0.n_experiences == 0 and len(agent0.retrieved["case_ids"]) == 3
     assert agent0.peer_confidence == {1: "low", 2: "high"}  # confidence still estimated and shown
@@ -113,7 +115,8 @@ def test_r2mad_ablations(bank_dir, tmp_path):
 
     engine = scripted()
     no_conf = run_cell(tmp_path / "noconf", benchmark="truthfulqa", split="test", engine=engine, method="r2mad",
-                       method_options={"memory": str(bank_dir), "top_k": 3, "use_confidence": False}, samples=TEST, progress=False)
+                       method_options={"memory": str(bank_dir), "top_k": 3, "use_confidence": False}, samples=TEST,
+                       progress=False)
     agent0 = no_conf.records[0].rounds[1].agents[0]
     assert agent0.n_experiences == 3 and agent0.peer_confidence == {}
     assert agent0.retrieved["confidence"] == {"1": 0.0, "2": 1.0}  # recorded, not shown
@@ -201,7 +204,8 @@ def test_r2mad_on_every_benchmark_simulated(benchmark, tmp_path):
         {"retrieval_policy": "diversity_only"},
         {"retrieval_policy": "fixed_lambda", "fixed_lambda": 0.25},
         {"top_k": 1},
-        {"confidence_label": "retrieving_agent_correctness", "confidence_pool": "candidates", "peer_response_round": "state"},
+        {"confidence_label": "retrieving_agent_correctness", "confidence_pool": "candidates",
+         "peer_response_round": "state"},
         {"poison_fraction": 0.5},
     ],
 )
@@ -211,7 +215,8 @@ def test_r2mad_variants_run(options, tmp_path):
     engine = make_engine("simulated", samples=train + test)
     build_memory("truthfulqa", engine, "hashing", tmp_path / "bank", samples=train, progress=False)
     result = run_cell(tmp_path / "run", benchmark="truthfulqa", split="test", engine=engine, method="r2mad",
-                      method_options={"memory": str(tmp_path / "bank"), "top_k": 3, **options}, samples=test, progress=False)
+                      method_options={"memory": str(tmp_path / "bank"), "top_k": 3, **options}, samples=test,
+                      progress=False)
     rounds = [rd for r in result.records for rd in r.rounds[1:]]
     banks = MemoryBankSet.load(tmp_path / "bank", embedder="hashing-384", benchmark="truthfulqa")
     for rd in rounds:
@@ -257,7 +262,8 @@ def test_cli_build_memory_audit_and_run(tmp_path, capsys):
 def test_experiences_can_be_shortened(bank_dir, tmp_path):
     engine = scripted()
     run_cell(tmp_path / "short", benchmark="truthfulqa", split="test", engine=engine, method="r2mad",
-             method_options={"memory": str(bank_dir), "top_k": 3, "max_experience_chars": 9}, samples=TEST, progress=False)
+             method_options={"memory": str(bank_dir), "top_k": 3, "max_experience_chars": 9}, samples=TEST,
+             progress=False)
     parsed = prompt_parsing.parse_prompt(_round1_prompts(engine, 0)[0])
     # the stored response "I reason briefly. The answer is ((A))." cut after 9 characters
     assert [e.response for e in parsed.experiences] == ["I reason [...]"] * 3
@@ -344,4 +350,5 @@ def test_r2mad_hook_reraises_a_background_embedding_error(bank_dir):
     engine = ScriptedEngine(_distinct_responses)
     with pytest.raises(RuntimeError, match="embedder went away"):
         run_debate(TEST, engine, get_method("r2mad", memory=str(bank_dir)).debate, benchmark="truthfulqa", hook=hook)
-    assert [sorted({r.tag for r in batch}) for batch in engine.batches] == [["debate"], ["summary"]]  # stopped at round 1
+    # stopped at round 1
+    assert [sorted({r.tag for r in batch}) for batch in engine.batches] == [["debate"], ["summary"]]

@@ -29,7 +29,8 @@ def test_a_claim_with_another_p_or_ci_is_caught() -> None:
     other_p = f"Quoted: {_comparison(p_value=0.0351).clause()}."
     assert any("the claims table: p = 0.219" in p for p in consistency.pair_problems({"06": other_p}, CLAIMS))
     other_ci = f"Quoted: {_comparison(ci_low=-0.02).clause()}."
-    assert any("the claims table: ('-0.012', '+0.055')" in p for p in consistency.pair_problems({"06": other_ci}, CLAIMS))
+    assert any("the claims table: ('-0.012', '+0.055')" in p
+               for p in consistency.pair_problems({"06": other_ci}, CLAIMS))
 
 
 def test_a_claim_judged_in_a_family_of_its_own_is_caught() -> None:

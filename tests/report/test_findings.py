@@ -34,7 +34,8 @@ def test_compare_pools_benchmarks_like_the_papers_average_with_an_exact_mcnemar(
     assert "R2-MAD 0.700 vs MAD 0.300 (+0.400, 95% CI" in c.clause() and "stratified exact sign test" in c.clause()
     assert "no inference at n = 2 per benchmark cell" in c.clause() and "significant" not in c.clause()
     # the same split at 4x the questions: the rule speaks, with the adjusted p beside the word
-    big = GridResults([_outcome("R2-MAD", "math500", ([1] * 9 + [0]) * 4), _outcome("MAD", "math500", ([0] * 9 + [1]) * 4),
+    big = GridResults([_outcome("R2-MAD", "math500", ([1] * 9 + [0]) * 4),
+                       _outcome("MAD", "math500", ([0] * 9 + [1]) * 4),
                        _outcome("R2-MAD", "truthfulqa", [1, 0] * 8), _outcome("MAD", "truthfulqa", [1, 0] * 8)])
     c = findings.compare(big, "R2-MAD", "MAD")
     # a bare comparison is a paper claim's: verdict: the claims family's, never this text's
@@ -62,7 +63,8 @@ def test_main_results_sentences_follow_the_numbers() -> None:
 
 
 def test_retrieval_sentence_names_the_winner_and_the_simulator_mechanism() -> None:
-    table = pd.DataFrame({"Average": [0.70, 0.69, 0.65]}, index=pd.Index(["Diversity-only", "Debate-State-Aware", "Random"]))
+    table = pd.DataFrame({"Average": [0.70, 0.69, 0.65]}, index=pd.Index(
+        ["Diversity-only", "Debate-State-Aware", "Random"]))
     text = findings.retrieval(table, [SIM])
     # no test between rows here: an order of point estimates, never "ranks first"
     assert text[0].startswith("By average accuracy, in the order of the point estimates (an order, not a ranking")
@@ -95,12 +97,14 @@ def test_poisoning_that_does_not_hurt_is_explained_as_a_simulation_limit() -> No
     text = " ".join(findings.poisoned_memory(frame, poisoned, [SIM]))
     assert "accuracy 0.500 with clean memory and 0.750 with f = 1" in text and "MAD without memory: 0.250" in text
     assert "too small to say whether poisoning hurts" in text and "Small sample: n = 4" in text
-    hurt = GridResults([_outcome("R2-MAD poisoned=0", "truthfulqa", [1] * 12), _outcome("R2-MAD poisoned=1", "truthfulqa", [0] * 12)])
+    hurt = GridResults([_outcome("R2-MAD poisoned=0", "truthfulqa", [1] * 12),
+                        _outcome("R2-MAD poisoned=1", "truthfulqa", [0] * 12)])
     frame = hurt.accuracy()
     frame["poisoned fraction"] = frame["method"].map(fractions)
     text = " ".join(findings.poisoned_memory(frame, hurt, [SIM]))
     assert "no inference at n = 12" in text and "not distinguishable" not in text  # 12 questions: no inference
-    hurt = GridResults([_outcome("R2-MAD poisoned=0", "truthfulqa", [1] * 20), _outcome("R2-MAD poisoned=1", "truthfulqa", [0] * 20)])
+    hurt = GridResults([_outcome("R2-MAD poisoned=0", "truthfulqa", [1] * 20),
+                        _outcome("R2-MAD poisoned=1", "truthfulqa", [0] * 20)])
     frame = hurt.accuracy()
     frame["poisoned fraction"] = frame["method"].map(fractions)
     text = " ".join(findings.poisoned_memory(frame, hurt, [SIM]))
@@ -128,9 +132,10 @@ def test_claims_sentences_separate_does_not_hold_from_could_not_be_detected() ->
     from r2mad_lab.report import power
     from r2mad_lab.report.comparison import claims_summary
 
-    def row(better_only: int, worse_only: int, reproduced: tuple[float, float], outcome: str, p: float, significant: bool,
-            worse: str) -> dict:
-        return {"table": "tab:main_results", "paper_model": "Qwen2.5-7B-Instruct", "benchmark": "Average", "better": "R2-MAD",
+    def row(better_only: int, worse_only: int, reproduced: tuple[float, float], outcome: str, p: float,
+            significant: bool, worse: str) -> dict:
+        return {"table": "tab:main_results", "paper_model": "Qwen2.5-7B-Instruct", "benchmark": "Average",
+                "better": "R2-MAD",
                 "worse": worse, "paper_better": 0.607, "paper_worse": 0.501 if worse == "MAD-M2" else 0.593,
                 "holds_in_paper": True, "reproduced_better": reproduced[0], "reproduced_worse": reproduced[1],
                 "outcome": outcome, "holds_here": outcome == "as claimed", "n_pairs": 753, "better_only": better_only,
@@ -145,9 +150,11 @@ def test_claims_sentences_separate_does_not_hold_from_could_not_be_detected() ->
     ]))
     assert claims["detectable"].tolist() == [True, False] and (claims["alpha_holm"] == 0.025).all()
     text = findings.claims(claims, claims_summary(claims), [SIM])
-    assert text[2].startswith("This run had at least 80% power to detect the paper's own difference for 1 of the 2 distinct")
+    assert text[2].startswith(
+        "This run had at least 80% power to detect the paper's own difference for 1 of the 2 distinct")
     assert "0 of those have p_holm below 0.05, and 0 more despite lower power" in text[2]
-    assert text[3].startswith("Not as the paper says: R2-MAD > MAD-M2 on Average") and "does not go the claimed way (tie)" in text[3]
+    assert (text[3].startswith("Not as the paper says: R2-MAD > MAD-M2 on Average")
+            and "does not go the claimed way (tie)" in text[3])
     assert "before the run it had 100% power to detect the paper's difference (+0.106" in text[3]
     assert text[4].startswith("Could not have been detected at this size (1 claim;")
     assert ("R2-MAD > Self-Consistency (tab:main_results, Average): as claimed here (+0.007, p = 0.76, p_holm = 1), "
@@ -158,7 +165,8 @@ def test_claims_sentences_separate_does_not_hold_from_could_not_be_detected() ->
 
 def test_round0_sentences_count_how_often_the_independent_round_0_was_also_wrong() -> None:
     def record(sample: str, round0: list[bool], correct: bool) -> TranscriptRecord:
-        return as_transcript(transcript(sample, [{"round": 0, "agents": [{"correct": c} for c in round0]}], correct=correct))
+        return as_transcript(transcript(sample, [{"round": 0, "agents": [{"correct": c} for c in round0]}],
+                                        correct=correct))
 
     def cell(method: str, records: list[TranscriptRecord]) -> CellOutcome:
         accuracy = sum(r.correct for r in records) / len(records)
@@ -172,8 +180,9 @@ def test_round0_sentences_count_how_often_the_independent_round_0_was_also_wrong
     independent = GridResults([cell("MAD" + suffix, [record("a", wrong, False), record("b", wrong, False)]),
                                cell("R2-MAD" + suffix, [record("a", right, True), record("b", wrong, True)])])
     text = findings.round0_comparison(paired, independent, [SIM], suffix)
-    assert text[0].startswith("TruthfulQA (Sim), with a shared round 0") and "R2-MAD 0.500 vs MAD 0.000 (+0.500" in text[0]
+    assert (text[0].startswith("TruthfulQA (Sim), with a shared round 0")
+            and "R2-MAD 0.500 vs MAD 0.000 (+0.500" in text[0])
     assert "no inference at n = 2" in text[0]
-    assert "On the paper's design (the subset from the independent MAD run's own round 0) the difference is +1.000 on 2 " \
-           "questions: biased toward R2-MAD, shown, not tested." in text[0]
+    assert ("On the paper's design (the subset from the independent MAD run's own round 0) the difference is +1.000 "
+            "on 2 questions: biased toward R2-MAD, shown, not tested.") in text[0]
     assert "majority-wrong on 1 of the 2 questions of MAD's subset (50%)" in text[-1]

@@ -141,7 +141,8 @@ def test_pooled_replicates_reduce_each_question_over_its_seeds_and_test_on_quest
     assert pooled.difference == pytest.approx(np.mean(per_seed)) and pooled.strata == 2
     assert pooled.ci_low < pooled.difference < pooled.ci_high and pooled.p_value < 0.05
     assert pooled.n == 80  # questions, not question-seeds
-    assert "over 3 seeds (2 benchmarks)" in pooled.test and "Monte Carlo over 20,000 draws (p resolution 5.0e-05)" in pooled.test
+    assert ("over 3 seeds (2 benchmarks)" in pooled.test
+            and "Monte Carlo over 20,000 draws (p resolution 5.0e-05)" in pooled.test)
 
 
 def _help_some_hurt_others(rng: np.random.Generator, seeds: int, questions: int = 60) -> tuple[dict, dict]:
@@ -169,7 +170,8 @@ def test_the_replicates_test_holds_its_size_when_a_variant_helps_some_questions_
             labels = np.concatenate([[f"{k}{s}" for _ in range(a[k].shape[0]) for s in range(10)] for k in a])
             naive += inference.stratified_sign_p(inference.stratum_counts(x, y, labels)) < 0.05
     assert rejected / trials <= 0.07, f"size {rejected / trials:.3f} at 10 seeds"
-    assert naive / 100 > 0.12, f"old test: {naive}%"  # the test on question-seeds does not hold it (the planted failure)
+    # the test on question-seeds does not hold it (the planted failure)
+    assert naive / 100 > 0.12, f"old test: {naive}%"
 
 
 def test_the_verdict_check_can_fail() -> None:
@@ -180,7 +182,8 @@ def test_the_verdict_check_can_fail() -> None:
     assert inference.verdict_problems("The difference is not significant at 0.05.")
     assert inference.verdict_problems("R2-MAD beats MAD.")
     assert not inference.verdict_problems("3 of 17 with p_holm < 0.05 are significant (Holm over the 17 comparisons).")
-    assert not inference.verdict_problems("| ordering | p | p_holm | significant |\n|---|---|---|---|\n| a > b | 0.01 | 0.03 | True |")
+    assert not inference.verdict_problems(
+        "| ordering | p | p_holm | significant |\n|---|---|---|---|\n| a > b | 0.01 | 0.03 | True |")
     count = inference.count_phrase([0.01, 0.5], [100, 100], "the 2 cells")
     assert count.startswith("1 of 2 significant (p_holm < 0.05, Holm over the 2 cells)")
     assert not inference.verdict_problems(count)
@@ -225,7 +228,8 @@ def _swept_point(folder, monkeypatch_store: dict, setting: dict, outcomes: dict[
     cell_runs = []
     for method, correct in outcomes.items():
         run = folder / "runs" / method
-        monkeypatch_store[str(run)] = [as_transcript(transcript(f"q{i}", correct=bool(c))) for i, c in enumerate(correct)]
+        monkeypatch_store[str(run)] = [as_transcript(transcript(f"q{i}", correct=bool(c)))
+                                       for i, c in enumerate(correct)]
         cell_runs.append({"cell": [method, "MATH500"], "runs": [["M / math500", str(run)]]})
     save_table(Table(values=values, ci_low=values - 0.1, ci_high=values + 0.1), "tab_t", folder, profile="p",
                cell_runs=cell_runs)
@@ -249,7 +253,8 @@ def test_a_sweep_table_has_each_points_paired_difference_and_a_trend_test(tmp_pa
     assert set(paired["setting"]) == {"gamma=0.0", "gamma=0.45"}  # the profile's point is the reference
     r2 = paired[paired["cell"] == "R2-MAD / MATH500"].set_index("setting")
     assert r2.at["gamma=0.0", "difference"] == pytest.approx(np.mean(base < 0.3) - np.mean(base < 0.9))
-    assert r2.at["gamma=0.0", "p_holm"] < 0.05 and r2.at["gamma=0.0", "verdict"].startswith("significant (Holm-adjusted")
+    assert (r2.at["gamma=0.0", "p_holm"] < 0.05 and r2.at["gamma=0.0",
+                                                          "verdict"].startswith("significant (Holm-adjusted"))
     assert (r2["trend gamma slope"] > 0).all() and (r2["trend gamma p_holm"] < 0.05).all()
     mad = paired[paired["cell"] == "MAD / MATH500"]
     assert (mad["difference"] == 0).all() and mad["verdict"].str.startswith("not distinguishable").all()

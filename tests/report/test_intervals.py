@@ -32,7 +32,8 @@ def test_a_perfect_reproduction_is_rejected_near_alpha_not_one_time_in_six() -> 
         old += not (mine[0] - half <= paper[0] <= mine[0] + half)
         _, lo, hi = intervals.difference_from_paper([(mine[0], sizes[0])], [(paper[0], sizes[0])])
         new += not (lo <= 0.0 <= hi)
-        _, lo, hi = intervals.difference_from_paper(list(zip(mine, sizes, strict=False)), list(zip(paper, sizes, strict=False)))
+        _, lo, hi = intervals.difference_from_paper(list(zip(mine, sizes, strict=False)),
+                                                    list(zip(paper, sizes, strict=False)))
         new_average += not (lo <= 0.0 <= hi)
     assert 0.13 <= old / trials <= 0.21  # the CI alone ignores the paper's own error: ~16.6%
     assert 0.03 <= new / trials <= 0.07 and 0.03 <= new_average / trials <= 0.07

@@ -128,7 +128,8 @@ def test_with_power_is_a_pre_run_quantity_at_the_holm_level() -> None:
     claims = pd.DataFrame([
         {"n_pairs": 753, "better_only": 113, "worse_only": 28, "paper_better": 0.607, "paper_worse": 0.571,
          "duplicate_of": None},
-        {"n_pairs": 8, "better_only": 0, "worse_only": 0, "paper_better": 0.607, "paper_worse": 0.571, "duplicate_of": None},
+        {"n_pairs": 8, "better_only": 0, "worse_only": 0, "paper_better": 0.607, "paper_worse": 0.571,
+         "duplicate_of": None},
         {"n_pairs": 377, "better_only": 13, "worse_only": 11, "paper_better": 0.663, "paper_worse": 0.654,
          "duplicate_of": None},
     ])

@@ -121,7 +121,8 @@ def test_bold_only_where_a_row_beats_every_other_row_after_holm() -> None:
     equal.equal_rows = [("a", "b")]
     assert not equal.best_mask()["acc"].any()
     # a tie at the shown precision is bold nowhere, tested or not
-    shown = Table(values=pd.DataFrame({"acc": [0.0001, 0.0002, 0.0]}, index=pd.Index(["a", "b", "c"], name="m")), best="max")
+    shown = Table(values=pd.DataFrame({"acc": [0.0001, 0.0002, 0.0]}, index=pd.Index(["a", "b", "c"], name="m")),
+                  best="max")
     assert not shown.best_mask()["acc"].any()
 
 
@@ -201,7 +202,8 @@ def test_manifest_records_provenance_and_detects_missing_files(tmp_path: Path) -
     assert table_record["profile"] == "tiny" and table_record["models"] == ["Simulated"]
     assert table_record["sample_counts"] == {"math500": 4} and table_record["seeds"] == [0]
     assert table_record["notebook"] == "03_main_results" and table_record["notes"] == "stand-in"
-    # 4 questions per benchmark: below the rule's n (docs/statistics.md), so the caption says it cannot support inference
+    # 4 questions per benchmark: below the rule's n (docs/statistics.md), so the caption says it
+    # cannot support inference
     assert table_record["caption"].startswith("A & B: 95% CI Small sample: n = 4 test questions per benchmark is below")
     assert "cannot support inference" in manifest["artifacts"]["fig_shared_misconception"]["caption"]
     assert table_record["paper_label"] == "tab:main_results"
@@ -269,7 +271,8 @@ def test_reported_results_hold_the_papers_tables() -> None:
 
 def test_reported_results_errors_name_row_and_field(tmp_path: Path) -> None:
     path = tmp_path / "bad.csv"
-    path.write_text("# note\ntable,model,method,benchmark,metric,value\ntab:x,m,k,b,accuracy,0.5\ntab:x,m,k,b,accuracy,abc\n")
+    path.write_text(
+        "# note\ntable,model,method,benchmark,metric,value\ntab:x,m,k,b,accuracy,0.5\ntab:x,m,k,b,accuracy,abc\n")
     with pytest.raises(ValueError, match=r"bad.csv: row 4, field 'value': expected a number, found 'abc'"):
         load_reported_results(path)
     path.write_text("table,model,value\n")
@@ -400,7 +403,8 @@ from r2mad_lab.report.results import CellOutcome, GridResults  # noqa: E402
 from r2mad_lab.report.tables import tidy_to_table  # noqa: E402
 from r2mad_lab.reproduce.grid import ExperimentGrid  # noqa: E402
 
-SIMULATED = {"label": "Sim", "engine": "simulated", "model": None, "stands_in_for": "Qwen2.5-7B-Instruct", "options": {}}
+SIMULATED = {"label": "Sim", "engine": "simulated", "model": None, "stands_in_for": "Qwen2.5-7B-Instruct",
+             "options": {}}
 
 
 def _experiment(tmp_path: Path, **changes) -> ExperimentGrid:
@@ -470,7 +474,8 @@ def test_run_directories_share_identical_cells_and_split_on_any_change(tmp_path:
     r2 = exp.run_dir(spec, "truthfulqa", "R2-MAD")[0]
     assert exp.run_dir(spec, "truthfulqa", "R2-MAD retrieval=Debate-State-Aware")[0] == r2
     assert exp.run_dir(spec, "truthfulqa", "R2-MAD poisoned=0")[0] == r2
-    assert exp.run_dir(spec, "truthfulqa", "Self-Consistency (9)")[0] == exp.run_dir(spec, "truthfulqa", "Self-Consistency")[0]
+    assert (exp.run_dir(spec, "truthfulqa", "Self-Consistency (9)")[0]
+            == exp.run_dir(spec, "truthfulqa", "Self-Consistency")[0])
     assert r2.parent == tmp_path / "runs" / "sim" / "truthfulqa" and r2.name.startswith("r2mad-")
     assert exp.run_dir(spec, "truthfulqa", "R2-MAD w/o Memory")[0] != r2
     changed = _experiment(tmp_path, top_k=5)
@@ -543,9 +548,11 @@ def test_grid_tables_subsets_and_transitions_by_hand() -> None:
     assert table.values.at["MAD", "TruthfulQA"] == pytest.approx(2 / 3)
     assert table.values.at["R2-MAD", "Average"] == pytest.approx((1.0 + 0.5) / 2)
     assert not table.best_mask().any().any()  # 2-10 questions per cell: below the small-sample n, nothing is ranked
-    assert results.shared_misconception_subsets("MAD") == {("Sim", "truthfulqa"): {"q1", "q3"}, ("Sim", "math500"): {"q8"}}
+    assert (results.shared_misconception_subsets("MAD") == {("Sim", "truthfulqa"): {"q1", "q3"},
+                                                            ("Sim", "math500"): {"q8"}})
     subset = results.subset_accuracy(["MAD", "R2-MAD"]).set_index(["benchmark", "method"])
-    assert subset.at[("TruthfulQA", "MAD"), "accuracy"] == 0.5 and subset.at[("TruthfulQA", "R2-MAD"), "accuracy"] == 1.0
+    assert (subset.at[("TruthfulQA", "MAD"), "accuracy"] == 0.5
+            and subset.at[("TruthfulQA", "R2-MAD"), "accuracy"] == 1.0)
     assert subset.at[("TruthfulQA", "R2-MAD"), "n"] == 2
     rates = results.transition_rates(["R2-MAD"]).set_index("benchmark")
     # R2-MAD on {q1, q3}: q1 0->1: F->T, F->T, T->T; q3 0->1: F->T, F->F, F->F; 1->2: T->T, F->T, F->F
@@ -623,7 +630,8 @@ from r2mad_lab.report.tables import NOT_RUN, time_cell, with_not_run_rows  # noq
 def test_a_comparison_read_twice_is_counted_once_and_a_tie_does_not_hold() -> None:
     # the same stand-in runs labelled as two paper models (what the large-models rows used to do)
     rows = [("Smol", "R2-MAD", "MATH500", [1, 1, 0, 0]), ("Smol", "MAD", "MATH500", [1, 0, 0, 0])]
-    frame = pd.concat([_per_question(rows).assign(paper_model=name) for name in ("Llama-3.3-70B-Instruct", "GPT-4o-mini")])
+    frame = pd.concat([_per_question(rows).assign(paper_model=name)
+                       for name in ("Llama-3.3-70B-Instruct", "GPT-4o-mini")])
     claims = [OrderingClaim("tab:large_models", name, "Average", "R2-MAD", "MAD")
               for name in ("Llama-3.3-70B-Instruct", "GPT-4o-mini")]
     out = check_orderings(frame, claims)

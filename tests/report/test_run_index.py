@@ -27,8 +27,9 @@ N = 5
 
 @pytest.fixture(scope="module")
 def profile(tmp_path_factory) -> Path:
-    """runs/demo/ with a memory bank (its train debates are a run too) and R2-MAD, MAD and CoT runs; figures/demo/ with a table built from the R2-MAD
-    and MAD runs (its cells known) and a figure saved with the notebook's cells (R2-MAD only). CoT feeds nothing."""
+    """runs/demo/ with a memory bank (its train debates are a run too) and R2-MAD, MAD and CoT runs; figures/demo/ with
+    a table built from the R2-MAD and MAD runs (its cells known) and a figure saved with the notebook's cells (R2-MAD
+    only). CoT feeds nothing."""
     root = tmp_path_factory.mktemp("index")
     runs = root / "runs" / "demo"
     cache = ["--cache-dir", str(root / "cache")]
@@ -41,7 +42,8 @@ def profile(tmp_path_factory) -> Path:
                      "--out", str(runs / "simulated" / name), *cache]) == 0
     outcome = {name: SimpleNamespace(run_dir=runs / "simulated" / name) for name in methods}
     values = pd.DataFrame({"TruthfulQA": [0.5, 0.4]}, index=pd.Index(["R2-MAD", "MAD"], name="method"))
-    table = Table(values=values, cells={("R2-MAD", "TruthfulQA"): [outcome["r2mad"]], ("MAD", "TruthfulQA"): [outcome["mad"]]})
+    table = Table(values=values, cells={("R2-MAD", "TruthfulQA"): [outcome["r2mad"]],
+                                        ("MAD", "TruthfulQA"): [outcome["mad"]]})
     ctx = ReportContext(profile="demo", out_dir=root / "figures" / "demo", notebook="demo",
                         limit_cells=lambda: [{"model": "m", "benchmark": "truthfulqa", "method": "R2-MAD",
                                               "run_dir": str(outcome["r2mad"].run_dir)}])
@@ -182,9 +184,11 @@ def test_an_unchanged_run_is_not_rendered_again_and_a_folder_of_runs_works_witho
 
 def test_a_fixed_lambda_run_is_named_by_its_lambda(profile, tmp_path):
     runs = tmp_path / "runs" / "x"
-    assert main(["run", "--benchmark", "truthfulqa", "--method", "r2mad", "--memory", str(profile / "runs" / "demo" / "bank"),
+    assert main(["run", "--benchmark", "truthfulqa", "--method", "r2mad", "--memory",
+                 str(profile / "runs" / "demo" / "bank"),
                  "--retrieval-policy", "fixed_lambda", "--fixed-lambda", "0.25", "-K", "2", "--engine", "simulated",
-                 "--limit", "2", "--out", str(runs / "simulated" / "fixed"), "--cache-dir", str(profile / "cache")]) == 0
+                 "--limit", "2", "--out", str(runs / "simulated" / "fixed"), "--cache-dir",
+                 str(profile / "cache")]) == 0
     (entry,), _ = run_index.build(runs, pages=False)
     assert entry.name.startswith("R2-MAD (retrieval=Fixed-lambda (0.25))")
     gamma = json.loads((runs / "simulated" / "fixed" / "config.json").read_text())["method"]["options"].get("gamma")

@@ -95,8 +95,8 @@ def test_identical_configurations_differ_on_the_papers_subset(designs) -> None:
 
 
 def _outcome(method: str, records: list[TranscriptRecord]) -> CellOutcome:
-    spec = ModelSpec.from_entry({"label": "Sim", "engine": "simulated", "model": None, "stands_in_for": "Qwen2.5-7B-Instruct",
-                                 "options": {}})
+    spec = ModelSpec.from_entry({"label": "Sim", "engine": "simulated", "model": None,
+                                 "stands_in_for": "Qwen2.5-7B-Instruct", "options": {}})
     return CellOutcome(spec, "truthfulqa", method, Path("runs") / method, records, {"n": len(records)})
 
 
@@ -113,4 +113,5 @@ def test_the_claims_refuse_a_subset_selected_on_one_arm() -> None:
                           _outcome("R2-MAD" + suffix, _run(rng, p, own_mad))])
     frame = shared.unbiased_subset_per_question(["MAD", "R2-MAD"], reference="MAD" + suffix, suffix=suffix)
     assert set(frame["method"]) == {"MAD", "R2-MAD"}
-    assert frame["sample_id"].nunique() == len(shared_misconception_subset(shared.get("Sim", "truthfulqa", "MAD" + suffix).records))
+    assert (frame["sample_id"].nunique() == len(shared_misconception_subset(
+        shared.get("Sim", "truthfulqa", "MAD" + suffix).records)))

@@ -86,7 +86,8 @@ def test_retrieved_experiences_come_from_the_bank(runs, tmp_path):
                                                   for a in rnd["agents"])
     for k, case_id in enumerate(info["case_ids"]):
         case = cases[case_id]
-        block = re.search(rf'<div class="case" data-case="{re.escape(case_id)}">(.*?)</details></div>', text, re.S).group(1)
+        block = re.search(rf'<div class="case" data-case="{re.escape(case_id)}">(.*?)</details></div>', text,
+                          re.S).group(1)
         assert f"<pre data-question>{viewer._e(case['state']['question'])}</pre>" in block  # the case's question
         assert f"<b data-reference>{case['gold']}</b>" in block  # the reference
         answer = case["answers"][0]

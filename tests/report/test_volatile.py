@@ -54,7 +54,8 @@ def test_an_executed_notebook_whose_results_are_unchanged_gets_its_bytes_back(tm
     assert (tmp_path / "01_a.ipynb").read_bytes() != before["01_a.ipynb"]
     assert snapshot.settle() == {"kept": ["01_a", "02_b"], "changed": []}
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name != LAST_TIMINGS_NAME} == before
-    assert json.loads((tmp_path / LAST_TIMINGS_NAME).read_text())["01_a"]["seconds"] == 9.0  # this run's times, untracked
+    # this run's times, untracked
+    assert json.loads((tmp_path / LAST_TIMINGS_NAME).read_text())["01_a"]["seconds"] == 9.0
 
     # a result that changed keeps the new notebook, and the new times
     snapshot = ExecutedSnapshot(tmp_path)
@@ -67,14 +68,16 @@ def test_an_executed_notebook_whose_results_are_unchanged_gets_its_bytes_back(tm
 
 
 def test_normalization_drops_clocks_ids_and_progress_only() -> None:
-    assert is_progress({"output_type": "stream", "name": "stderr", "text": "\r\x1b[A12 cells:  50%|#####     | 6/12 [00:02<00:02]"})
+    assert is_progress({"output_type": "stream", "name": "stderr",
+                        "text": "\r\x1b[A12 cells:  50%|#####     | 6/12 [00:02<00:02]"})
     assert not is_progress({"output_type": "stream", "name": "stderr", "text": "UserWarning: something real\n"})
     assert not is_progress({"output_type": "stream", "name": "stdout", "text": "50%|#| 1/2 [00:01<00:01]"})
     text = json.dumps({"cells": [{"id": "a1", "cell_type": "code", "metadata": {"papermill": {"duration": 1.0}},
                                   "outputs": [{"output_type": "stream", "name": "stdout", "text": "1"}]}],
                        "metadata": {"papermill": {"start_time": "x", "parameters": {"k": 1}}}})
     assert normalized_notebook(text) == {"cells": [{"cell_type": "code", "metadata": {"papermill": {}},
-                                                    "outputs": [{"output_type": "stream", "name": "stdout", "text": "1"}]}],
+                                                    "outputs": [
+                                                        {"output_type": "stream", "name": "stdout", "text": "1"}]}],
                                          "metadata": {"papermill": {"parameters": {"k": 1}}}}
 
 
@@ -98,8 +101,10 @@ def test_a_manifest_entry_written_again_unchanged_keeps_the_file_and_a_changed_o
 
 
 def test_the_headline_is_the_papers_table_1_with_this_runs_values(tmp_path: Path, capsys) -> None:
-    rows = [("CoT", "MATH500", "0.500 [0.000, 1.000]", "4", "0.530"), ("CoT", "Average", "0.562 [0.375, 0.752]", "16", "0.565"),
-            ("R2-MAD", "MATH500", "0.250 [0.000, 0.750]", "4", "0.522"), ("R2-MAD", "Average", "0.500 [0.375, 0.625]", "16", "0.607")]
+    rows = [("CoT", "MATH500", "0.500 [0.000, 1.000]", "4", "0.530"),
+            ("CoT", "Average", "0.562 [0.375, 0.752]", "16", "0.565"),
+            ("R2-MAD", "MATH500", "0.250 [0.000, 0.750]", "4", "0.522"),
+            ("R2-MAD", "Average", "0.500 [0.375, 0.625]", "16", "0.607")]
     frame = pd.DataFrame([{"table": "tab:main_results", "model": "Simulated", "paper_model": "Qwen2.5-7B-Instruct",
                            "method": m, "benchmark": b, "metric": "accuracy", "reproduced": r, "n": n, "paper": p,
                            "difference": "", "within_ci": "yes"} for m, b, r, n, p in rows]

@@ -188,7 +188,8 @@ def test_a_two_axis_sweep_draws_every_point_on_one_figure(tmp_path) -> None:
     out = tmp_path / "sweep"
     sentences = sweep_artifacts(points, ["gamma", "top_k"], "tiny", {"gamma": 0.9, "top_k": 1}, out)
     record = read_manifest(out)["artifacts"]["fig_sweep_tab_main_results"]
-    assert record["labels"]["titles"][0] == "Main results against gamma and top_k (profile tiny: gamma = 0.9; top_k = 1; dotted line)"
+    assert (record["labels"]["titles"][0]
+            == "Main results against gamma and top_k (profile tiny: gamma = 0.9; top_k = 1; dotted line)")
     assert "R2-MAD (top_k=3)" in record["labels"]["legends"] and "R2-MAD (top_k=1)" in record["labels"]["legends"]
     table = pd.read_csv(out / "tab_sweep_tab_main_results.csv")
     assert list(pd.unique(table["setting"])) == ["gamma=0, top_k=1", "gamma=0, top_k=3",

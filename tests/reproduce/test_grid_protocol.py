@@ -39,11 +39,13 @@ def test_the_preset_reaches_every_method_and_an_individual_choice_beats_it(tmp_p
         3, "retrieving_agent_correctness", "authors_majority_correct", "authors")
     assert "summaries" not in options  # set back to the method's default by hand: beats the preset
     assert authors.memory_options() == {"reward_definition": "round_correctness", "state_layout": "authors",
-                                        "debate_options": {"summaries": "before_next_round", "summary_agents": "authors",
+                                        "debate_options": {"summaries": "before_next_round",
+                                                           "summary_agents": "authors",
                                                            "empty_peers": "drop", "unclosed_thinking": "keep",
                                                            "task_prompt": "authors",
                                                            "consensus_rule": "authors_reads_gold"}}
-    assert authors.samples("mmlu_pro_engineering", "test") and len(authors.samples("mmlu_pro_engineering", "test")) == 243
+    assert (authors.samples("mmlu_pro_engineering", "test") and len(authors.samples("mmlu_pro_engineering", "test"))
+            == 243)
     # a row's own settings travel beside its name (a Row), never parsed out of it
     row = with_k("R2-MAD retrieval=Random", 3)
     assert row == "R2-MAD retrieval=Random (K=3)"
@@ -161,7 +163,8 @@ def test_a_cell_or_bank_another_process_is_building_is_waited_for_then_loaded(tm
             waiting.set()  # the run waits for the lock the holder holds
         fcntl.flock(descriptor, operation)
 
-    monkeypatch.setattr(files, "fcntl", types.SimpleNamespace(flock=flock, LOCK_EX=fcntl.LOCK_EX, LOCK_NB=fcntl.LOCK_NB))
+    monkeypatch.setattr(files, "fcntl", types.SimpleNamespace(flock=flock, LOCK_EX=fcntl.LOCK_EX,
+                                                              LOCK_NB=fcntl.LOCK_NB))
 
     def hold(path: Path) -> None:
         with locked(path):
@@ -226,7 +229,8 @@ def test_cells_whose_bank_another_process_builds_go_last_and_the_results_keep_th
     assert order == [("truthfulqa", "MAD"), ("mmlu_pro_economics", "R2-MAD"), ("mmlu_pro_economics", "MAD"),
                      ("truthfulqa", "R2-MAD")]
     assert [(o.benchmark, o.method) for o in results.outcomes] == [
-        ("truthfulqa", "R2-MAD"), ("truthfulqa", "MAD"), ("mmlu_pro_economics", "R2-MAD"), ("mmlu_pro_economics", "MAD")]
+        ("truthfulqa", "R2-MAD"), ("truthfulqa", "MAD"), ("mmlu_pro_economics", "R2-MAD"),
+        ("mmlu_pro_economics", "MAD")]
     assert all(len(o.records) == 2 for o in results.outcomes)
 
 

@@ -13,7 +13,8 @@ from r2mad_lab.reproduce.launcher import last_line, wait_relaying
 
 def test_a_running_point_has_the_last_line_of_its_log_relayed(tmp_path: Path) -> None:
     log = tmp_path / "point.log"
-    child = "import sys; print('[1/3] 01_main ...', flush=True); print('q 12/400\\rq 80/400', flush=True); sys.stdin.read()"
+    child = ("import sys; print('[1/3] 01_main ...', flush=True); print('q 12/400\\rq 80/400', flush=True); "
+             "sys.stdin.read()")
     lines: list[str] = []
     with open(log, "w", encoding="utf-8") as out:
         process = subprocess.Popen([sys.executable, "-c", child], stdout=out, stderr=subprocess.STDOUT,

@@ -44,7 +44,8 @@ def test_quiet_logging_silences_the_core_below_error(caplog: pytest.LogCaptureFi
                 logger.info("a wall of log lines")
                 logger.warning("a warning the notebook shows from the numbers instead")
                 logger.error(f"an error of {logger.name} still shows")
-        assert [r.getMessage() for r in caplog.records] == [f"an error of {logger.name} still shows" for logger in loggers]
+        assert ([r.getMessage() for r in caplog.records] == [f"an error of {logger.name} still shows"
+                                                             for logger in loggers])
         assert logging.getLogger("httpx").level == logging.WARNING
     finally:
         for name, level in before.items():

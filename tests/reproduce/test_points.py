@@ -125,7 +125,8 @@ def test_replicates_of_a_sweep_run_every_point_under_every_seed(loop) -> None:
     assert code == 0
     assert sorted(json.dumps(o, sort_keys=True) for _, o in ran) == sorted(json.dumps(o, sort_keys=True) for o in [
         {}, {"w_high": 0.5}, {"w_high": 0.5, "seed": 1}, {"seed": 1}])  # the baseline, then 3 points (0.55, seed 0: it)
-    summary = pd.read_csv(out / "figures" / "tiny" / "replicates" / "w_high=0.5__seeds=0-1" / "tab_replicates_tab_toy.csv")
+    summary = pd.read_csv(out / "figures" / "tiny" / "replicates" / "w_high=0.5__seeds=0-1"
+                          / "tab_replicates_tab_toy.csv")
     assert list(summary["seed=0"]) == [1.9] and list(summary["seed=1"]) == [2.9]  # the toy: gamma + top_k + seed
     assert (out / "figures" / "tiny" / "replicates" / "seeds=0-1" / "tab_replicates_tab_toy.csv").is_file()
 

@@ -171,7 +171,8 @@ def test_code_runs_silently_in_a_kept_kernel_and_its_error_is_raised(tmp_path: P
     try:
         target = tmp_path / "pid"
         notebook_runner.run_in_kernel(kernel, notebook_runner.START_KERNEL)
-        notebook_runner.run_in_kernel(kernel, f"import os\nopen({str(target)!r}, 'w').write(str(os.getpid()))\nkept = 1")
+        notebook_runner.run_in_kernel(kernel,
+                                      f"import os\nopen({str(target)!r}, 'w').write(str(os.getpid()))\nkept = 1")
         pid = int(target.read_text())
         assert pid != os.getpid()
         notebook_runner.run_in_kernel(kernel, notebook_runner.CLEAR_KERNEL)
@@ -182,7 +183,8 @@ def test_code_runs_silently_in_a_kept_kernel_and_its_error_is_raised(tmp_path: P
         assert target.read_text() == str((pid, 1))  # the same kernel; silent code counts no execution
         assert notebook_runner.load_runs_code("../runs/sim", 1000, 5.0) == ("_r2mad_read = __import__('r2mad_lab."
                                                                             "reproduce.grid', fromlist=['grid'])."
-                                                                            "load_finished_runs('../runs/sim', 1000, 5.0)")
+                                                                            "load_finished_runs('../runs/sim', 1000, "
+                                                                            "5.0)")
         assert notebook_runner.run_in_kernel(kernel, notebook_runner.load_runs_code(str(tmp_path / "no-runs"), 1000),
                                              notebook_runner.RUNS_READ) == "0"
         with pytest.raises(RuntimeError, match="NameError"):

@@ -80,13 +80,15 @@ def test_publish_refuses_a_simulated_profile_and_a_missing_cache(tmp_path: Path)
     assert not (tmp_path / "published").exists()
 
 
-def test_the_publish_command_prints_one_line_and_writes_both_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_publish_command_prints_one_line_and_writes_both_files(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     make_cache(tmp_path / "cache" / "cpu", {"k": "x"})
     code = published.main(["--profile", "cpu", "--output-dir", str(tmp_path), "--published-dir", str(tmp_path / "p")])
     out = capsys.readouterr().out.strip().splitlines()
     assert code == 0 and len(out) == 1 and "1 generations" in out[0] and "commit them with figures/cpu/" in out[0]
     assert (tmp_path / "p" / "cpu" / CACHE_FILENAME).is_file() and (tmp_path / "p" / "cpu" / "manifest.json").is_file()
-    assert published.main(["--profile", "sim", "--output-dir", str(tmp_path), "--published-dir", str(tmp_path / "p")]) == 2
+    assert published.main(["--profile", "sim", "--output-dir", str(tmp_path), "--published-dir",
+                           str(tmp_path / "p")]) == 2
     assert "nothing to publish" in capsys.readouterr().err
 
 
@@ -159,7 +161,8 @@ def test_a_published_file_that_does_not_match_its_manifest_is_one_line_and_seeds
         published.seed("cpu", paths.cache_dir, published_dir)
 
 
-MAIN_COMMITTED = "method,benchmark,accuracy,n\nCoT,MATH500,0.0,1\nCoT,TruthfulQA,1.0,1\nSelf-Consistency,TruthfulQA,0.0,1\n"
+MAIN_COMMITTED = ("method,benchmark,accuracy,n\nCoT,MATH500,0.0,1\nCoT,TruthfulQA,1.0,1\n"
+                  "Self-Consistency,TruthfulQA,0.0,1\n")
 MAIN_FRESH = "method,benchmark,accuracy,n\nCoT,MATH500,0.0,1\nCoT,TruthfulQA,0.0,1\nSelf-Consistency,TruthfulQA,1.0,1\n"
 COST_COMMITTED = "model,method,quantity,value\nSmol,Self-Consistency,debate tokens / query,2658.0\n"
 COST_FRESH = "model,method,quantity,value\nSmol,Self-Consistency,debate tokens / query,2796.0\n"
@@ -179,15 +182,16 @@ def test_the_moved_numbers_report_on_two_hand_made_folders(tmp_path: Path) -> No
     fresh = write_tables(tmp_path / "fresh", {"tab_main.csv": MAIN_FRESH, "tab_cost.csv": COST_FRESH,
                                               "tab_same.csv": "a,b\nx,1\n", "tab_rows.csv": "a,b\nx,1\n"})
     read = lambda folder: {p.name: p.read_text() for p in folder.glob("*.csv")}  # noqa: E731
-    lines = published.compare_tables(read(committed), read(fresh), reference="figures/cpu at abc1234", what="this fresh run")
+    lines = published.compare_tables(read(committed), read(fresh), reference="figures/cpu at abc1234",
+                                     what="this fresh run")
     assert lines[0] == ("reproduce: this fresh run against figures/cpu at abc1234: 3 of 4 tables moved, 1 identical; "
                         "1 not made by this run (tab_gone.csv)")
     by_table = {line.split(":")[0].strip(): line for line in lines[1:]}
     assert set(by_table) == {"tab_main.csv", "tab_cost.csv", "tab_rows.csv"}
     assert by_table["tab_main.csv"] == ("  tab_main.csv: 2 of 12 cells changed; largest: CoT/TruthfulQA / accuracy: "
                                         "1.0 -> 0.0 (-1); Self-Consistency/TruthfulQA / accuracy: 0.0 -> 1.0 (+1)")
-    assert "1 of 4 cells changed; largest: Smol/Self-Consistency/debate tokens / query / value: 2658.0 -> 2796.0 (+138)" \
-        in by_table["tab_cost.csv"]
+    assert ("1 of 4 cells changed; largest: Smol/Self-Consistency/debate tokens / query / value: "
+            "2658.0 -> 2796.0 (+138)") in by_table["tab_cost.csv"]
     assert "shape changed: 2 -> 1 rows; 1 committed rows not in this run, 0 new" in by_table["tab_rows.csv"]
     # nothing moved: one line
     assert published.compare_tables(read(committed), read(committed)) == [
@@ -222,7 +226,8 @@ def test_committed_tables_are_read_from_git_head_not_from_the_files_a_run_overwr
 
 
 def test_make_reproduce_seeds_before_the_notebooks_and_reports_after_them(
-        published_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        published_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     """The hook in reproduce/command.py: the seeded cache is there when the notebooks start; after them, the
     committed tables are compared with the run's."""
     seen = {}
@@ -259,7 +264,8 @@ def test_make_reproduce_seeds_before_the_notebooks_and_reports_after_them(
 def write_timings(executed_dir: Path, seconds: dict[str, float]) -> None:
     executed_dir.mkdir(parents=True, exist_ok=True)
     (executed_dir / "timings.json").write_text(json.dumps(
-        {name: {"seconds": s, "succeeded": True, "finished": "2026-11-28T10:00:00+0000"} for name, s in seconds.items()}))
+        {name: {"seconds": s, "succeeded": True, "finished": "2026-11-28T10:00:00+0000"}
+         for name, s in seconds.items()}))
 
 
 def test_publish_keeps_the_generating_runs_notebook_times_and_a_run_from_nothing_is_told_them(
@@ -277,7 +283,8 @@ def test_publish_keeps_the_generating_runs_notebook_times_and_a_run_from_nothing
     assert "generation_seconds" not in published.publish(CPU, made / "cache" / "cpu", tmp_path / "q",
                                                          executed_dir=made / "notebooks" / "executed" / "cpu")
     # who is told them: only a run whose cache is empty when the notebooks start
-    assert published.generation_hints(CPU, tmp_path / "empty", tmp_path / "p") == {"01_data": 12.5, "04_ablations": 1833.0}
+    assert (published.generation_hints(CPU, tmp_path / "empty", tmp_path / "p")
+            == {"01_data": 12.5, "04_ablations": 1833.0})
     assert published.generation_hints(CPU, made / "cache" / "cpu", tmp_path / "p") == {}
     assert published.generation_hints(CPU, tmp_path / "empty", tmp_path / "nothing-published") == {}
     # through make reproduce's runner: the display gets the generating run's times, not the committed replay's
@@ -323,4 +330,5 @@ def test_dirty_names_changes_besides_the_publication_itself(tmp_path: Path) -> N
     again = published.publish(CPU, tmp_path / "cache" / "cpu", repository / "published", repository=repository)
     assert again["rows"] == 2 and again["dirty"] is False
     (repository / "code.py").write_text("x = 2\n")
-    assert published.publish(CPU, tmp_path / "cache" / "cpu", repository / "published", repository=repository)["dirty"] is True
+    assert published.publish(CPU, tmp_path / "cache" / "cpu", repository / "published",
+                             repository=repository)["dirty"] is True

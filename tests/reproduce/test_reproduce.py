@@ -41,7 +41,8 @@ def test_api_profile_is_the_papers_protocol_on_a_subset_with_the_model_from_the_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("R2MAD_API_MODEL", raising=False)
-    with pytest.raises(ProfileError, match=r"field 'models\[0\]\.model' uses \$\{R2MAD_API_MODEL\}, but the environment "
+    with pytest.raises(ProfileError,
+                       match=r"field 'models\[0\]\.model' uses \$\{R2MAD_API_MODEL\}, but the environment "
                        r"variable R2MAD_API_MODEL is not set"):
         load_profile("api")
     monkeypatch.setenv("R2MAD_API_MODEL", "gpt-4o-mini")
@@ -129,7 +130,8 @@ def test_paper_profile_has_the_papers_hyperparameters() -> None:
     assert p["icl_models"] == ["Qwen2.5-7B-Instruct", "Gemma-3-4B-IT"]
     assert p["icl_benchmarks"] == ["mmlu_pro_economics", "truthfulqa"]
     assert p["cost_benchmark"] == "mmlu_pro_economics"
-    # GPU-hours, stated in the file: the --estimate-only range's H100 upper end (20.6 GPU-hours on 2026-11-25), not a guess
+    # GPU-hours, stated in the file: the --estimate-only range's H100 upper end (20.6 GPU-hours on 2026-11-25),
+    # not a guess
     assert 12 * 60 < p["expected_runtime_minutes"] < 24 * 60 and "estimate-only" in p["expected_runtime"]
 
 
@@ -260,7 +262,8 @@ def test_load_profile_from_a_path_with_overrides(tmp_path: Path) -> None:
         load_profile(path, {"top_k": 0})
     with pytest.raises(ProfileError, match="unknown key 'num_trials'"):  # declared by no notebook nor the profile
         load_profile(path, {"num_trials": 10})
-    with pytest.raises(ProfileError, match=r"unknown profile 'gpu': expected one of \['api', 'cpu', 'paper', 'sim', 'tiny'\]"):
+    with pytest.raises(ProfileError,
+                       match=r"unknown profile 'gpu': expected one of \['api', 'cpu', 'paper', 'sim', 'tiny'\]"):
         load_profile("gpu")
     (tmp_path / "broken.yaml").write_text("a: [1,\n")
     with pytest.raises(ProfileError, match="broken.yaml: not valid YAML"):
@@ -358,7 +361,9 @@ def test_notebooks_run_two_at_a_time_each_after_the_notebooks_it_names(tmp_path:
     _notebook(notebooks / "01_a.ipynb", 'figures_dir = ""', [meet.format(mine="a", other="b")])
     _notebook(notebooks / "02_b.ipynb", 'figures_dir = ""', [meet.format(mine="b", other="a")])
     _notebook(notebooks / "03_c.ipynb", 'figures_dir = ""',
-              ["from pathlib import Path\nassert Path(figures_dir, 'a').exists()\nPath(figures_dir, 'c').write_text('')"])
+              [
+                  "from pathlib import Path\nassert Path(figures_dir, 'a').exists()\nPath(figures_dir, "
+                  "'c').write_text('')"])
     _notebook(notebooks / "04_d.ipynb", 'figures_dir = ""',
               ["from pathlib import Path\nassert all(Path(figures_dir, n).exists() for n in 'abc')"])
     _after(notebooks / "01_a.ipynb", [])
@@ -536,7 +541,8 @@ def test_executed_notebooks_inside_the_repository_hold_no_machine_paths(tmp_path
     scratch = Path(tempfile.mkdtemp(prefix=".test-paths-", dir=repository))
     try:
         source = notebooks / "99_paths_test.ipynb"
-        _notebook(source, 'figures_dir = ""\nruns_dir = ""', ["from pathlib import Path\nprint(Path(figures_dir).is_dir())"])
+        _notebook(source, 'figures_dir = ""\nruns_dir = ""',
+                  ["from pathlib import Path\nprint(Path(figures_dir).is_dir())"])
         try:
             profile = load_profile("tiny")
             paths = ReproductionPaths(scratch, profile.name)
@@ -565,7 +571,8 @@ def test_paper_profile_runs_each_model_at_its_native_context_and_pinned_revision
         revision = m["options"]["revision"]
         assert re.fullmatch(r"[0-9a-f]{40}", revision), m["label"]
         assert f"https://huggingface.co/{m['model']}/commit/{revision}" in _paper_text()
-    assert "overflow_policy" not in p.fields and p.spec.choices["overflow_policy"] == "empty"  # the preset: the authors' code (src/models.py)
+    # the preset: the authors' code (src/models.py)
+    assert "overflow_policy" not in p.fields and p.spec.choices["overflow_policy"] == "empty"
 
 
 def _paper_text() -> str:

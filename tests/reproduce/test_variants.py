@@ -188,7 +188,8 @@ def test_a_cell_the_variant_does_not_change_replays_and_compares_as_the_same_run
               for o in before.outcomes if o.method == "R2-MAD"}
     xs, ys, labels = sweep_comparison._paired(strata, theirs)
     swept = inference.paired_estimate(xs, ys, labels, n_bootstrap=200)
-    assert average["p_mcnemar"] == swept.p_value and (average["ci_low"], average["ci_high"]) == (swept.ci_low, swept.ci_high)
+    assert (average["p_mcnemar"] == swept.p_value and (average["ci_low"], average["ci_high"])
+            == (swept.ci_low, swept.ci_high))
     assert average["difference"] == pytest.approx(swept.difference)
     sentence = comparison.comparison_sentences(frame, variant, "tab_t")[0]
     assert sentence.startswith("tab_t, gamma = 0.5 (profile t: 0.9): ")

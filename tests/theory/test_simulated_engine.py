@@ -134,7 +134,8 @@ def test_a_repeated_request_is_drawn_once_and_each_caller_gets_its_own_copy(monk
     first.seconds, first.trimmed_experiences = 9.0, 2
     third, = engine.generate([request])
     assert len(drawn) == 1
-    assert (third.text, third.logprobs, third.completion_tokens) == kept == (again.text, again.logprobs, again.completion_tokens)
+    assert ((third.text, third.logprobs, third.completion_tokens) == kept
+            == (again.text, again.logprobs, again.completion_tokens))
     assert (third.seconds, third.trimmed_experiences, third.cached) == (0.0, 0, False)  # computed, never "cached"
     assert engine.ledger.as_dict()["debate"]["requests"] == 3  # every request counted
     fresh = SimulatedEngine(samples, seed=0).generate([request])[0]
@@ -394,7 +395,8 @@ def test_summary_prompt_answered_in_the_required_format() -> None:
     samples = mc_samples(2)
     engine = SimulatedEngine(samples)
     s = samples[0]
-    expected_words = {1 / 3: ("no majority", "divided"), 2 / 3: ("majority", "most agents"), 1.0: ("same stance", "single stance")}
+    expected_words = {1 / 3: ("no majority", "divided"), 2 / 3: ("majority", "most agents"),
+                      1.0: ("same stance", "single stance")}
     for ratio, words in expected_words.items():
         user = prompts.summary_prompt(s.question, None, ["r1 ((A))", "r2 ((B))", "r3 ((A))"], ratio)
         for index in range(4):
@@ -416,7 +418,8 @@ def test_judge_verdicts_are_informative() -> None:
         mis = engine.profile(s).misconception
         for label, answer in (("gold", s.gold), ("misconception", mis)):
             user = prompts.judge_prompt(s.benchmark, s.question, answer_text(s, answer))
-            requests = [Request(messages=({"role": "user", "content": user},), sample_index=i, tag="judge") for i in range(5)]
+            requests = [Request(messages=({"role": "user", "content": user},), sample_index=i, tag="judge")
+                        for i in range(5)]
             for c in engine.generate(requests):
                 verdict = prompts.parse_judgement(c.text)
                 assert verdict in ("YES", "NO", "NOT SURE")
@@ -472,10 +475,12 @@ class NoisyConfidenceHook:
                 for j in range(state.n_agents):
                     if j == i:
                         continue
-                    correct = previous[j] is not None and answers.is_correct(previous[j], state.sample.gold, state.benchmark)
+                    correct = (previous[j] is not None and answers.is_correct(previous[j], state.sample.gold,
+                                                                              state.benchmark))
                     u = self.rng.random()
                     if correct:
-                        confidence[j] = "high" if u < high_correct else ("low" if u < high_correct + low_correct else None)
+                        confidence[j] = ("high" if u < high_correct
+                                         else ("low" if u < high_correct + low_correct else None))
                     else:
                         confidence[j] = "low" if u < low_wrong else ("high" if u < low_wrong + high_wrong else None)
                 contexts.append(AgentRoundContext(peer_confidence=confidence))
@@ -516,7 +521,8 @@ def test_confidence_weighting_lowers_correct_to_wrong_in_the_debate_loop() -> No
         # round-0 check below to hold
         engine = SimulatedEngine(samples, seed=seed, params=params)
         for name in totals:
-            hook = NoisyConfidenceHook(seed=seed, p_low_if_wrong=0.9, p_high_if_wrong=0.05) if name == "confidence" else None
+            hook = (NoisyConfidenceHook(seed=seed, p_low_if_wrong=0.9, p_high_if_wrong=0.05) if name == "confidence"
+                    else None)
             states = run_debate(samples, engine, config, hook=hook)
             score_turns(states)
             totals[name] += _transition_counts(states)
@@ -551,4 +557,5 @@ def test_a_mislabelled_experience_misleads_instead_of_helping() -> None:
 
     assert engine._mislabelled(ExperienceView(past.question, "r", wrong, correct=True, outcome_correct=True))
     assert not engine._mislabelled(ExperienceView(past.question, "r", past.gold, correct=True, outcome_correct=True))
-    assert not engine._mislabelled(ExperienceView("an unknown question", "r", wrong, correct=True, outcome_correct=True))
+    assert not engine._mislabelled(ExperienceView("an unknown question", "r", wrong, correct=True,
+                                                  outcome_correct=True))

@@ -93,7 +93,8 @@ def _row(label, model, benchmark, split, prompt, completion, context=32768):
 def _fake_rehearsal(out: Path, profile, folder: str, *, complete=True, notebooks="all", record=True, inputs=None):
     runs, figures = out / "runs" / folder, out / "figures" / folder
     runs.mkdir(parents=True)
-    rows = [_row(label, model, "truthfulqa", "test", 1200, 400) for label, model in estimate.gpu_models(profile).items()]
+    rows = [_row(label, model, "truthfulqa", "test", 1200, 400)
+            for label, model in estimate.gpu_models(profile).items()]
     rows.append(_row("GPT-4o-mini", "GPT-4o-mini", "truthfulqa", "test", 1000, 100, context=None))
     (runs / rehearsal.LOG_NAME).write_text("".join(json.dumps(r) + "\n" for r in rows))
     if record:
@@ -243,14 +244,15 @@ def test_calibrate_with_dummy_weights_is_labelled_and_the_estimate_says_so(paper
     ticks = iter(range(0, 10_000, 10))
     target = tmp_path / calibrate.FILE_NAME
     lines = calibrate.calibrate(paper, target, seconds=15, engine_factory=factory, dummy_weights=True,
-                                requests_for=lambda p: [Request(({"role": "user", "content": "q"},), SamplingParams())] * 300,
-                                clock=lambda: next(ticks), device=lambda: "NVIDIA H100 80GB HBM3")
+                                requests_for=lambda p: [Request(({"role": "user", "content": "q"},), SamplingParams())]
+                                * 300, clock=lambda: next(ticks), device=lambda: "NVIDIA H100 80GB HBM3")
     assert made and all(made) and "DUMMY WEIGHTS" in lines[0]
     stored = calibrate.read(target)["models"]["Qwen3-8B"]
     assert stored["dummy_weights"] is True
     usage = estimate.estimate_from_log([_row("Qwen3-8B", "Qwen/Qwen3-8B", "math500", "test", 1000, 500)],
                                        {("math500", "test"): 67.0})
-    [line] = [line for line in estimate.estimate_lines(paper, usage, calibration=calibrate.read(target)) if "measured" in line]
+    [line] = [line for line in estimate.estimate_lines(paper, usage, calibration=calibrate.read(target))
+              if "measured" in line]
     assert "with dummy weights" in line
 
 
@@ -272,7 +274,8 @@ def test_skip_api_models_reports_no_api_failure(paper, monkeypatch, capsys, tmp_
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setattr(preflight, "cuda_report", lambda: "CUDA sees no GPU")
     monkeypatch.setattr(preflight, "hub_token", lambda: None)
-    code, out, err = _main(["--profile", "paper", "--preflight", "--skip-api-models", "--output-dir", str(tmp_path)], capsys)
+    code, out, err = _main(["--profile", "paper", "--preflight", "--skip-api-models", "--output-dir", str(tmp_path)],
+                           capsys)
     assert code == 1 and "environment variable" not in out and "left out (--skip-api-models)" in out
     assert any("no GPU: CUDA sees no GPU" in line for line in out.splitlines())
     code, out, err = _main(["--profile", "paper", "--preflight", "--output-dir", str(tmp_path)], capsys)
@@ -422,7 +425,8 @@ def test_served_fields_point_each_model_at_its_servers(paper, tmp_path):
     fields = serve.served_fields(paper.fields, {"Qwen3-8B": ["http://127.0.0.1:8100/v1", "http://127.0.0.1:8104/v1"]})
     [served] = [m for m in fields["models"] if m["label"] == "Qwen3-8B"]
     assert served["engine"] == "openai" and served["options"]["base_urls"][1].endswith(":8104/v1")
-    assert served["options"]["max_concurrency"] == 384 and served["options"]["max_concurrency_per_url"] == 192 and served["options"]["identity"].startswith("openai+vllm:")
+    assert (served["options"]["max_concurrency"] == 384 and served["options"]["max_concurrency_per_url"] == 192
+            and served["options"]["identity"].startswith("openai+vllm:"))
     assert [m for m in fields["models"] if m["label"] == "Gemma-3-4B-IT"][0]["engine"] == "vllm"
     path = tmp_path / "paper.yaml"  # the run writes it and the notebooks load it
     path.write_text(yaml.safe_dump(fields, sort_keys=False))
@@ -432,7 +436,8 @@ def test_served_fields_point_each_model_at_its_servers(paper, tmp_path):
 
 def test_api_prices_are_checked_naming_the_field():
     bad = load_profile("paper", {"large_models": [{"label": "GPT-4o-mini", "engine": "openai", "model": "gpt-4o-mini",
-                                                   "base_url_env": "R2MAD_GPT4O_MINI_BASE_URL", "prices": {"prompt_per_million": -1, "completion_per_million": 0.6}}]})
+                                                   "base_url_env": "R2MAD_GPT4O_MINI_BASE_URL", "prices": {
+                                                       "prompt_per_million": -1, "completion_per_million": 0.6}}]})
     with pytest.raises(ValueError, match=r"large_models\[0\]\.prices\.prompt_per_million: expected USD"):
         estimate.api_prices(bad)
     assert estimate.api_prices(load_profile("paper"))["GPT-4o-mini"]["completion_per_million"] == 0.6

@@ -75,7 +75,8 @@ def test_measured_only_next_to_a_calibrated_rate(paper, tmp_path):
     assert "measured" not in text.lower()
     assert "modelled" in text and "wall-clock" in text and "on 8 GPUs" in text
     assert "H100" in text and "A100-80GB" in text and "config.json" in text
-    calibration = {"models": {"Qwen3-8B": {"tokens_per_s": 4000.0, "gpu_kind": "H100", "device": "NVIDIA H100 80GB HBM3",
+    calibration = {"models": {"Qwen3-8B": {"tokens_per_s": 4000.0, "gpu_kind": "H100",
+                                           "device": "NVIDIA H100 80GB HBM3",
                                             "when": "2026-11-25"}}}
     lines = estimate.estimate_lines(paper, usage, calibration=calibration)
     measured = [line for line in lines if "measured" in line]
@@ -215,10 +216,12 @@ def test_estimate_only_reads_the_rehearsal_log_and_a_calibration(paper, tmp_path
     cache = tmp_path / "cache" / "paper"
     cache.mkdir(parents=True)
     (cache / calibrate.FILE_NAME).write_text(json.dumps({"models": {"Qwen3-8B": {
-        "tokens_per_s": 83 * 400 / 3600.0, "gpu_kind": "A100-80GB", "device": "NVIDIA A100-SXM4-80GB", "when": "now"}}}))
+        "tokens_per_s": 83 * 400 / 3600.0, "gpu_kind": "A100-80GB", "device": "NVIDIA A100-SXM4-80GB",
+        "when": "now"}}}))
     assert reproduce.main(["--profile", "paper", "--estimate-only", "--output-dir", str(tmp_path)]) == 0
     measured = [line for line in capsys.readouterr().out.splitlines() if "measured" in line]
-    assert measured == ["    A100-80GB: 1.0 GPU-hours at 9 tokens/s, measured on NVIDIA A100-SXM4-80GB by --calibrate (now)"]
+    assert measured == [
+        "    A100-80GB: 1.0 GPU-hours at 9 tokens/s, measured on NVIDIA A100-SXM4-80GB by --calibrate (now)"]
 
 
 def test_a_real_gpu_run_stops_at_the_preflight(tmp_path, capsys, monkeypatch):
@@ -259,7 +262,8 @@ def test_the_rehearsal_fails_on_a_prompt_over_a_context(paper, tmp_path):
         return [NotebookResult("01_data", 0.1, paths.executed_dir / "01_data.ipynb", None)]
 
     said = []
-    code = rehearsal.rehearse(paper, tmp_path, run=run, paths_of=lambda out, name, data=None: ReproductionPaths(out, name),
+    code = rehearsal.rehearse(paper, tmp_path, run=run, paths_of=lambda out, name, data=None: ReproductionPaths(out,
+                                                                                                                name),
                               only=["01"], echo=said.append)
     assert code == 1
     assert [line for line in said if "FAILED" in line] == [
