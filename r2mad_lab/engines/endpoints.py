@@ -157,7 +157,8 @@ class EndpointPool:
                              for e in self.endpoints.values() if e.failed) or "no endpoint failed"
 
     def summary(self) -> str:
-        """Requests per endpoint: ``"http://a/v1 0 answered of 3 sent (3 failed); http://b/v1 18 answered of 18 sent"``."""
+        """Requests per endpoint: ``"http://a/v1 0 answered of 3 sent (3 failed); http://b/v1 18 answered of 18
+        sent"``."""
         with self._lock:
             return "; ".join(f"{e.shown} {e.answered} answered of {e.sent} sent"
                              + (f" ({e.failed} failed, last {e.last_error})" if e.failed else "")

@@ -154,7 +154,8 @@ class RunSettings:
         return {c.method_option: choices[c.name] for c in presets.CHOICES if c.level == "method" and c.name != "top_k"}
 
     def memory_options(self) -> dict[str, Any]:
-        """How the memory banks are built under this protocol (:func:`r2mad_lab.experiments.protocol.memory_options`)."""
+        """How the memory banks are built under this protocol
+        (:func:`r2mad_lab.experiments.protocol.memory_options`)."""
         return presets.memory_options(self.protocol, self.choices)
 
     def values(self) -> dict[str, Any]:

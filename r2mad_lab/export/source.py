@@ -159,7 +159,8 @@ def read_run(run_dir: str | Path) -> ExportRun:
 
 def read_runs(run_dirs: Sequence[str | Path]) -> list[ExportRun]:
     """Every run folder in ``run_dirs``; a folder holding run folders (``runs/sim``) stands for every run under it
-    (:func:`r2mad_lab.report.run_index.find_runs`). The first that cannot be exported stops it (:class:`ExportError`)."""
+    (:func:`r2mad_lab.report.run_index.find_runs`). The first that cannot be exported stops it
+    (:class:`ExportError`)."""
     found: list[Path] = []
     for given in run_dirs:
         path = Path(given)

@@ -63,7 +63,8 @@ def rows(records: Iterable[Any], *, config: Any, variant: str, model: str, paper
 
 
 def tidy(all_rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """The rows as the table: :data:`COLUMNS`, duplicates (one run read for two tables) once, sorted by :data:`ORDER`."""
+    """The rows as the table: :data:`COLUMNS`, duplicates (one run read for two tables) once, sorted by
+    :data:`ORDER`."""
     frame = pd.DataFrame(list(all_rows), columns=COLUMNS)
     frame = frame.drop_duplicates(["variant", "model", "method", "run", "sample_id"])
     frame = frame.sort_values(ORDER, kind="stable").reset_index(drop=True)

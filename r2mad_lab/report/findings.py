@@ -311,7 +311,8 @@ def k_note(top_k: int) -> str:
 
 def equal_by_construction(rows: Sequence[str], top_k: int | None) -> list[list[str]]:
     """Groups of retrieval rows whose recorded configurations make them the same computation: at K = 1 the
-    debate-state-aware policy and every fixed-lambda one pick the same case (:data:`~r2mad_lab.report.comparison.SAME_AT_K1`)."""
+    debate-state-aware policy and every fixed-lambda one pick the same case
+    (:data:`~r2mad_lab.report.comparison.SAME_AT_K1`)."""
     if top_k != 1:
         return []
     group = [r for r in rows if r in SAME_AT_K1]

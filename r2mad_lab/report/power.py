@@ -211,7 +211,8 @@ def _planned_pairs(claim: OrderingClaim, profile: Any, sizes: Mapping[str, int],
 
 
 def _subset_size(claim: OrderingClaim, benchmark: str, n: int, reported: pd.DataFrame) -> int:
-    """The shared-misconception subset of ``n`` test questions, from the paper's percentages (:func:`inferred_subset_size`)."""
+    """The shared-misconception subset of ``n`` test questions, from the paper's percentages
+    (:func:`inferred_subset_size`)."""
     name = benchmark_label(benchmark)
     rows = reported[(reported["model"] == claim.paper_model) & (reported["benchmark"] == name)]
     rates = rows[rows["metric"] == SUBSET_METRIC]["value"].tolist()

@@ -170,7 +170,8 @@ def find_state(run_dirs: str | Path | Sequence[str | Path], memory: str | Path |
 
 
 def _question(record: TranscriptRecord, task_prompt: str, run_dir: Path, data_dir: Any = None) -> str:
-    """The question text x as the debate's prompts and state showed it (:func:`r2mad_core.debate.prompts.question_text`)."""
+    """The question text x as the debate's prompts and state showed it
+    (:func:`r2mad_core.debate.prompts.question_text`)."""
     for sample in benchmarks.load(record.benchmark, record.split, data_dir):
         if sample.id == record.sample_id:
             return prompts.question_text(sample.question, bool(sample.choices), task_prompt)

@@ -59,7 +59,8 @@ BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS",)
 
 
 def kernel_environment(cache_dir: Path) -> dict[str, str]:
-    """The environment variables ``make reproduce``'s kernels are started with (a variable the user set keeps its value).
+    """The environment variables ``make reproduce``'s kernels are started with (a variable the user set keeps its
+    value).
 
     - The shared verdicts (``R2MAD_ANSWER_MEMO``): each kernel would otherwise compare the same answers symbolically
       again. Speed only: a verdict is a pure function of the two answers.
@@ -472,8 +473,8 @@ _GRID_BAR = __import__("re").compile(r"^\d+ cells$")
 
 
 class NotebookProgress:
-    """What one running notebook shows on a :class:`~r2mad_lab.experiments.progress.ProgressBoard`: its runs done of those
-    its grids announced so far (every ``N cells`` bar, added up), the cell it runs and the bar it draws now.
+    """What one running notebook shows on a :class:`~r2mad_lab.experiments.progress.ProgressBoard`: its runs done of
+    those its grids announced so far (every ``N cells`` bar, added up), the cell it runs and the bar it draws now.
 
     Fed by the notebook client: :meth:`cell_started` (nbclient's ``on_cell_execute`` hook) and :meth:`message`
     (every kernel message; tqdm bars arrive as ``stderr`` stream text)."""

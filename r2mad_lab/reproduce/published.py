@@ -66,7 +66,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def publishes(profile: Profile) -> bool:
-    """Whether ``profile`` publishes its generations: some agent runs a real engine (simulated ones are deterministic)."""
+    """Whether ``profile`` publishes its generations: some agent runs a real engine (simulated ones are
+    deterministic)."""
     models = [m for m in [*profile["models"], *(profile.fields.get("large_models") or [])] if not m.get("stand_in")]
     return any(m.get("engine") != "simulated" for m in models)
 

@@ -70,7 +70,8 @@ def _check_rate(path: Path, label: str, entry: Any) -> dict[str, Any]:
 
 
 def read(path: Path) -> dict[str, Any]:
-    """The calibration file, validated (``{}`` when there is none); :class:`CalibrationError` names the file and field."""
+    """The calibration file, validated (``{}`` when there is none); :class:`CalibrationError` names the file and
+    field."""
     path = Path(path)
     if not path.is_file():
         return {}

@@ -128,7 +128,8 @@ def scale_factors(profile: Profile, summary: Mapping[str, Any],
 def estimate_from_log(rows: Sequence[Mapping[str, Any]],
                       factors: Mapping[tuple[str, str], float]) -> dict[str, dict[str, Any]]:
     """Per model label: the rehearsal's requests (``sampled``, longest prompt, context) and the same scaled to the
-    full splits by each request's benchmark and split (a request the rehearsal could not place: the mean test factor)."""
+    full splits by each request's benchmark and split (a request the rehearsal could not place: the mean test
+    factor)."""
     tests = [f for (b, s), f in factors.items() if s == "test"] or [1.0]
     fallback = sum(tests) / len(tests)
     out: dict[str, dict[str, Any]] = {}

@@ -110,7 +110,8 @@ def notebooks_key(only: Sequence[str] | None) -> str | list[str]:
 
 def rehearsal_folder(profile: Profile, only: Sequence[str] | None = None) -> str:
     """The rehearsal's folder name under ``figures/``, ``runs/``, ``cache/``: ``<profile>-rehearsal`` for every notebook
-    of the profile as written; else ``<profile>-rehearsal/variants/<name>`` (its overrides, and the notebooks of a part)."""
+    of the profile as written; else ``<profile>-rehearsal/variants/<name>`` (its overrides, and the notebooks of a
+    part)."""
     from r2mad_lab.reproduce.points import VARIANTS_DIR, variant_name  # lazy: pandas
 
     keyed = dict(profile.overrides)
