@@ -71,8 +71,8 @@ def test_licenses_and_provenance_ship_beside_the_files() -> None:
     for entry in packaged_manifest().values():
         assert entry["sha256"] in readme and entry["git_blob"] in readme
     assert "013686a06be7a7bde5bf8223943e106c7250123c" in readme
-    package_data = tomllib.loads((
-        REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["r2mad_core.data"]
+    package_data = (tomllib.loads((REPO / "pyproject.toml").read_text())
+                    ["tool"]["setuptools"]["package-data"]["r2mad_core.data"])
     for pattern in ("packaged/*.json", "packaged/*.md", "packaged/*/*.gz", "packaged/*/LICENSE"):
         assert pattern in package_data
 

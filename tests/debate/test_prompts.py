@@ -279,8 +279,7 @@ def _built_prompts() -> list[str]:
                                                rng.choice([None, True, False])))
             for slot in prompts.SUMMARY_AGENT_SLOTS:
                 built.append(prompts.summary_prompt(question, rng.choice([None, "Before: split."]), responses,
-                                                    rng.random(),
-                                                    answers=["A", None, "B"],
+                                                    rng.random(), answers=["A", None, "B"],
                                                     previous_answers=rng.choice([None, ["A", "A", None]]),
                                                     slot=slot, wording=wording))
         built.append(prompts.judge_prompt(benchmark, question, responses[0]))

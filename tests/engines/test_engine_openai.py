@@ -94,9 +94,8 @@ def test_faults_are_retried_and_recovered(capsys: pytest.CaptureFixture[str]) ->
             out = engine.generate(batch)
         injected = sum(server.faults_served.values())
         expected_injected = sum(len(k) for k in plans.values())
-        recovered = sum(c.text
-                        == f"reply seed={backend_seed(r, engine.identity, engine.model)} temperature=0.7 to: "
-                           f"{r.messages[-1]['content']}"
+        recovered = sum(c.text == f"reply seed={backend_seed(r, engine.identity, engine.model)} temperature=0.7 to: "
+                                  f"{r.messages[-1]['content']}"
                         for r, c in zip(batch, out, strict=False))
         summary = (f"faults injected: {injected}, requests recovered: {recovered}/{len(batch)}, "
                    f"by kind {dict(server.faults_served)}")

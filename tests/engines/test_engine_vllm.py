@@ -233,8 +233,8 @@ def test_output_affecting_settings_are_in_the_identity() -> None:
     assert make(send_seed=False)[0].identity == "vllm:auto:seed=off"
     assert make(max_model_len=8192)[0].identity == "vllm:auto:max_model_len=8192"
     with_options = make(llm_options={"enable_chunked_prefill": False})[0].identity
-    assert (with_options.startswith("vllm:auto:options-") and with_options
-            != make(llm_options={"enforce_eager": True})[0].identity)
+    assert (with_options.startswith("vllm:auto:options-")
+            and with_options != make(llm_options={"enforce_eager": True})[0].identity)
 
 
 def test_send_seed_false_leaves_the_seed_out() -> None:

@@ -328,9 +328,8 @@ def test_sigkill_at_random_points_then_resume_finishes_every_sample_once(tmp_pat
     assert metrics["n"] == n and metrics["accuracy"] == reference.metrics["accuracy"]
     lost = n - len(set(ids))
     with capsys.disabled():  # shown with or without -s
-        print(
-            f"\n[run cell, {schedule}] SIGKILLs survived: {len(kills)} (lines on disk at each: {kills}), torn writes "
-            "repaired: 1, "
+        print(f"\n[run cell, {schedule}] SIGKILLs survived: {len(kills)} (lines on disk at each: {kills}), "
+              "torn writes repaired: 1, "
               f"samples lost: {lost}, duplicated: {len(ids) - len(set(ids))}, resumed run == uninterrupted run")
     assert lost == 0, f"{lost} samples lost after {len(kills)} kills"
 

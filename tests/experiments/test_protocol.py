@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_doc_table_is_the_declaration() -> None:
     text = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
-    assert protocol.render_into(
-        text) == text, "docs/protocol.md is stale: python -m r2mad_lab.experiments.protocol docs/protocol.md"
+    assert protocol.render_into(text) == text, (
+        "docs/protocol.md is stale: python -m r2mad_lab.experiments.protocol docs/protocol.md")
     rows = [line for line in text.splitlines() if line.startswith("| `")]
     assert [row.split("`")[1] for row in rows] == [c.name for c in protocol.CHOICES]
     for choice, row in zip(protocol.CHOICES, rows, strict=False):

@@ -131,8 +131,8 @@ def test_diversity_only_policy():
                            seeds=[seed])
         assert flipped.indices.tolist() == result.indices.tolist()
     anchors = {
-        int(retrieve(QUERY, CASES, REWARDS, [1.0], RetrievalConfig(policy="diversity_only", k=2), seeds=[s]).indices[0,
-                                                                                                                     0])
+        int(retrieve(QUERY, CASES, REWARDS, [1.0], RetrievalConfig(policy="diversity_only", k=2),
+                     seeds=[s]).indices[0, 0])
         for s in range(40)
     }
     assert anchors == {0, 1, 2, 3, 4, 5}  # K=2 -> all 6 cases are candidates; the anchor is random among them

@@ -253,8 +253,8 @@ def test_a_sweep_table_has_each_points_paired_difference_and_a_trend_test(tmp_pa
     assert set(paired["setting"]) == {"gamma=0.0", "gamma=0.45"}  # the profile's point is the reference
     r2 = paired[paired["cell"] == "R2-MAD / MATH500"].set_index("setting")
     assert r2.at["gamma=0.0", "difference"] == pytest.approx(np.mean(base < 0.3) - np.mean(base < 0.9))
-    assert (r2.at["gamma=0.0", "p_holm"] < 0.05 and r2.at["gamma=0.0",
-                                                          "verdict"].startswith("significant (Holm-adjusted"))
+    assert (r2.at["gamma=0.0", "p_holm"] < 0.05
+            and r2.at["gamma=0.0", "verdict"].startswith("significant (Holm-adjusted"))
     assert (r2["trend gamma slope"] > 0).all() and (r2["trend gamma p_holm"] < 0.05).all()
     mad = paired[paired["cell"] == "MAD / MATH500"]
     assert (mad["difference"] == 0).all() and mad["verdict"].str.startswith("not distinguishable").all()

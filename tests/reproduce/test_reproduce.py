@@ -361,9 +361,8 @@ def test_notebooks_run_two_at_a_time_each_after_the_notebooks_it_names(tmp_path:
     _notebook(notebooks / "01_a.ipynb", 'figures_dir = ""', [meet.format(mine="a", other="b")])
     _notebook(notebooks / "02_b.ipynb", 'figures_dir = ""', [meet.format(mine="b", other="a")])
     _notebook(notebooks / "03_c.ipynb", 'figures_dir = ""',
-              [
-                  "from pathlib import Path\nassert Path(figures_dir, 'a').exists()\nPath(figures_dir, "
-                  "'c').write_text('')"])
+              ["from pathlib import Path\nassert Path(figures_dir, 'a').exists()\n"
+               "Path(figures_dir, 'c').write_text('')"])
     _notebook(notebooks / "04_d.ipynb", 'figures_dir = ""',
               ["from pathlib import Path\nassert all(Path(figures_dir, n).exists() for n in 'abc')"])
     _after(notebooks / "01_a.ipynb", [])

@@ -244,8 +244,9 @@ def test_calibrate_with_dummy_weights_is_labelled_and_the_estimate_says_so(paper
     ticks = iter(range(0, 10_000, 10))
     target = tmp_path / calibrate.FILE_NAME
     lines = calibrate.calibrate(paper, target, seconds=15, engine_factory=factory, dummy_weights=True,
-                                requests_for=lambda p: [Request(({"role": "user", "content": "q"},), SamplingParams())]
-                                * 300, clock=lambda: next(ticks), device=lambda: "NVIDIA H100 80GB HBM3")
+                                requests_for=lambda p: [Request(({"role": "user", "content": "q"},),
+                                                                SamplingParams())] * 300,
+                                clock=lambda: next(ticks), device=lambda: "NVIDIA H100 80GB HBM3")
     assert made and all(made) and "DUMMY WEIGHTS" in lines[0]
     stored = calibrate.read(target)["models"]["Qwen3-8B"]
     assert stored["dummy_weights"] is True

@@ -262,8 +262,8 @@ def test_the_rehearsal_fails_on_a_prompt_over_a_context(paper, tmp_path):
         return [NotebookResult("01_data", 0.1, paths.executed_dir / "01_data.ipynb", None)]
 
     said = []
-    code = rehearsal.rehearse(paper, tmp_path, run=run, paths_of=lambda out, name, data=None: ReproductionPaths(out,
-                                                                                                                name),
+    code = rehearsal.rehearse(paper, tmp_path, run=run,
+                              paths_of=lambda out, name, data=None: ReproductionPaths(out, name),
                               only=["01"], echo=said.append)
     assert code == 1
     assert [line for line in said if "FAILED" in line] == [
