@@ -1,5 +1,5 @@
-"""``make reproduce`` (profile sim) from nothing, two commits side by side: CPU seconds with every kernel, and the
-bytes.
+"""\
+``make reproduce`` (profile sim) from nothing, two commits side by side: CPU seconds with every kernel, and the bytes.
 
     .venv/bin/python benchmarks/sim_side_by_side.py  # main against HEAD, 2 pairs, one after another
     .venv/bin/python benchmarks/sim_side_by_side.py --before main --after HEAD --pairs 2 --together

@@ -1,5 +1,5 @@
-"""Prompts read back: the inverse of :mod:`r2mad_core.debate.prompts`' builders, and a prompt with an experience left
-out.
+"""\
+Prompts read back: the inverse of :mod:`r2mad_core.debate.prompts`' builders, and a prompt with an experience left out.
 
 :func:`parse_prompt` recovers the structure of a user turn the builders wrote (the simulated engine reads every
 prompt through it): the kind of turn, the question, the peers' responses with their confidence annotations, the
