@@ -340,7 +340,8 @@ def score_command(args: argparse.Namespace) -> int:
         summary_line(metrics),
         f"vote rule: {metrics['vote_rule']} (ties broken: {metrics['vote_ties']}); "
         f"truncated answers: {metrics['truncated_answers']}",
-        "agent accuracy by round: " + ", ".join(f"t={t}: {a:.3f}" for t, a in enumerate(metrics["agent_accuracy_by_round"])),
+        "agent accuracy by round: "
+        + ", ".join(f"t={t}: {a:.3f}" for t, a in enumerate(metrics["agent_accuracy_by_round"])),
         f"mean rounds executed: {metrics['mean_rounds_executed']:.2f} (stopped early: {metrics['stopped_early']})",
         "completions: " + ", ".join(f"{k} {v}" for k, v in health.items()),
     ]

@@ -346,7 +346,8 @@ class OpenAICompatEngine:
         of this engine, from any thread). Each request is a coroutine on the loop thread; the completions come
         back through a queue to the thread that iterates."""
         if self._closed:
-            raise EngineError(f"openai backend ({', '.join(map(without_userinfo, self.base_urls))}): used after close()")
+            raise EngineError(
+                f"openai backend ({', '.join(map(without_userinfo, self.base_urls))}): used after close()")
         if not requests:
             return
         batch = _Batch(requests)

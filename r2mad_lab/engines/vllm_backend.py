@@ -145,7 +145,8 @@ def gated_model_error(exc: BaseException, model: str, environ: Mapping[str, str]
     if not (any(_is(e, "GatedRepoError") for e in chain) or any(m in text for m in _GATED_MARKERS)):
         return None
     environ = os.environ if environ is None else environ
-    token = "HF_TOKEN is set, but its account has not been granted access" if environ.get("HF_TOKEN") else "HF_TOKEN is not set"
+    token = ("HF_TOKEN is set, but its account has not been granted access" if environ.get("HF_TOKEN")
+             else "HF_TOKEN is not set")
     return (
         f"vllm backend ({model}): {model} is a gated model on the Hugging Face Hub and the download was refused "
         f"({token}); accept its licence at https://huggingface.co/{model} while logged in, then export HF_TOKEN=<a "

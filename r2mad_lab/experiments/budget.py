@@ -374,7 +374,8 @@ class ForwardingGateway(_Gateway):
             return _error(502, f"r2mad gateway: {without_userinfo(url)} unreachable ({type(exc).__name__}: {exc})",
                           "bad_gateway")
         self.pool.succeeded(url)
-        return response.status_code, response.content, {"content-type": response.headers.get("content-type", "application/json")}
+        return (response.status_code, response.content,
+                {"content-type": response.headers.get("content-type", "application/json")})
 
     def handle_post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes, dict[str, str]]:
         import httpx

@@ -170,8 +170,10 @@ def resolve(label: str, settings: RunSettings, memory: Path | str | None = None)
     # A setting the row's policy does not read (Eq. 6's tradeoff for Random) is not part of the cell: a change of it
     # leaves the cell the very same run (methods.get_method records the same options).
     if name == "r2mad":
-        if options.get("retrieval_policy") == declared["retrieval_policy"]:  # the paper's policy: stated nowhere (the
-            del options["retrieval_policy"]  # run keys were fixed without it; "retrieval=Debate-State-Aware" is "R2-MAD")
+        # the paper's policy: stated nowhere (the run keys were fixed without it; "retrieval=Debate-State-Aware" is
+        # "R2-MAD")
+        if options.get("retrieval_policy") == declared["retrieval_policy"]:
+            del options["retrieval_policy"]
         for unread in POLICIES[options.get("retrieval_policy", declared["retrieval_policy"])].unread:
             options.pop(unread, None)
     return name, options

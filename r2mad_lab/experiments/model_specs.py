@@ -114,8 +114,7 @@ class ModelSpec:
 
     def resolved(self) -> tuple[str | None, dict[str, Any]]:
         """``(model, options)`` with the environment variables filled in (error naming a missing one); a model named by
-        a
-        variable comes with ``options["recorded_model"]``, the ``${NAME}`` run records show instead of its value."""
+        a variable comes with ``options["recorded_model"]``, the ``${NAME}`` run records show instead of its value."""
         model = substituted(self.model, self.label, "model")
         options = {k: (substituted(v, self.label, k) if k in ENDPOINT_OPTIONS else v) for k, v in self.options.items()}
         if model != self.model:  # records name the variable (engine.recorded_model), never its value

@@ -304,7 +304,8 @@ class ProfileSpec(_MemoryFields):  # type: ignore[misc,valid-type]
     api_budget: StrictBool = False
     protocol: Literal[protocol_presets.PROTOCOLS] = protocol_presets.DEFAULT_PROTOCOL  # type: ignore[valid-type]
     memory_model: Text | None = None  # null: one bank per evaluated model (ours); a label: that model's bank
-    memory_models: Annotated[list[ModelEntry], Field(validate_default=True)] = []  # models that only build memory (never evaluated), e.g. the authors' Qwen3-4B
+    # models that only build memory (never evaluated), e.g. the authors' Qwen3-4B
+    memory_models: Annotated[list[ModelEntry], Field(validate_default=True)] = []
     round0: Literal[ROUND0_MODES] | None = None  # type: ignore[valid-type]
     experience_reference: Literal[EXPERIENCE_REFERENCES] | None = None  # type: ignore[valid-type]
     task_prompt: Literal[TASK_PROMPT_WORDINGS] | None = None  # type: ignore[valid-type]
@@ -482,8 +483,9 @@ def problem_lines(exc: ValidationError, source: str, field_name: str | None = No
     lines: list[str] = []
     for error in exc.errors(include_url=False):
         loc = (field_name, *error["loc"]) if field_name is not None else tuple(error["loc"])
-        where = _where(tuple(p for p in loc if not (isinstance(p,
-                                                               str) and (p.startswith(("function-", "constrained-")) or p == "[key]"))))
+        where = _where(tuple(p for p in loc
+                             if not (isinstance(p, str)
+                                     and (p.startswith(("function-", "constrained-")) or p == "[key]"))))
         if error["type"] == "missing":
             lines.append(f"{source}: field {where!r} is missing")
         elif error["type"] == "extra_forbidden":

@@ -25,7 +25,8 @@ class NumberLoader(yaml.SafeLoader):
     default, wants ``5.0e-1``: ``--set gamma=5e-1`` was refused as the string '5e-1')."""
 
 
-NumberLoader.yaml_implicit_resolvers = {key: list(value) for key, value in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+NumberLoader.yaml_implicit_resolvers = {key: list(value)
+                                        for key, value in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 NumberLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
     list("-+0123456789."))
@@ -79,7 +80,8 @@ def expand_environment(data: Any, source: str, where: str = "",
                     "(models[i].model, large_models[i].model, options.base_urls): write the value itself"
                 )
             if name in secrets:
-                raise ProfileError(f"{uses}, which holds an API key (api_key_env): a key reaches an engine by name only")
+                raise ProfileError(
+                    f"{uses}, which holds an API key (api_key_env): a key reaches an engine by name only")
             if not os.environ.get(name, "").strip():
                 raise ProfileError(
                     f"{uses}, but the environment variable {name} is not set (export it, see the comments in the "

@@ -92,7 +92,8 @@ class Profile:
         loaded again with it (:func:`load_profile`). An unknown key is refused (:func:`check_override_keys`)."""
         if not overrides:
             return self
-        if any(key not in RUN_SETTING_FIELDS or key == "protocol" or (value is None and key in protocol_presets.PROFILE_CHOICES)
+        if any(key not in RUN_SETTING_FIELDS or key == "protocol"
+               or (value is None and key in protocol_presets.PROFILE_CHOICES)
                for key, value in overrides.items()):  # a preset fills unset choices where the profile is loaded
             return load_profile(self.location or self.source, {**self.overrides, **overrides}, extra_keys=extra_keys)
         errors = []
@@ -183,8 +184,9 @@ def load_profile(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
     given = overrides = dict(overrides or {})
     if overrides and isinstance(data, dict):
         check_override_keys(overrides, data, name, extra_keys)
+    # a preset and what it fills: with the file
     run = {key: value for key, value in overrides.items() if key in RUN_SETTING_FIELDS and key != "protocol"
-           and not (value is None and key in protocol_presets.PROFILE_CHOICES)}  # a preset and what it fills: with the file
+           and not (value is None and key in protocol_presets.PROFILE_CHOICES)}
     overrides = {key: value for key, value in overrides.items() if key not in run}
     if overrides and isinstance(data, dict):
         data = dict(data)

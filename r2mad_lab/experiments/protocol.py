@@ -262,7 +262,8 @@ CHOICES: tuple[Choice, ...] = (
         "scripts/run_collect_memory.sh, scripts/batch_run_r2mad.sh (Qwen3-4B-Instruct-2507 for every model)",
         level="profile",
         note="shared: the profile's memory_model (a label of models or memory_models; the paper profile: "
-             "Qwen3-4B-Instruct-2507, not evaluated); a profile with memory_model null builds one bank per model (ours)",
+             "Qwen3-4B-Instruct-2507, not evaluated); a profile with memory_model null builds one bank per model "
+             "(ours)",
     ),
 )
 
@@ -386,7 +387,8 @@ def _cell(value: Any) -> str:
 def markdown_table() -> str:
     """The preset table of ``docs/protocol.md``: one row per choice, its value under each preset, the evidence."""
     lines = [
-        "| choice | what | `paper` | `authors` | basis of `paper` | the paper | the authors' code (" + AUTHORS_REPO + ") |",
+        "| choice | what | `paper` | `authors` | basis of `paper` | the paper | the authors' code ("
+        + AUTHORS_REPO + ") |",
         "|---|---|---|---|---|---|---|",
     ]
     for c in CHOICES:

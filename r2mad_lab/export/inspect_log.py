@@ -47,7 +47,8 @@ def _inspect() -> Any:
     try:
         import inspect_ai  # noqa: F401
     except ImportError:
-        raise ExportError("inspect_ai is not installed: pip install -e '.[inspect]' (the optional inspect extra)") from None
+        raise ExportError(
+            "inspect_ai is not installed: pip install -e '.[inspect]' (the optional inspect extra)") from None
     import inspect_ai
 
     return inspect_ai

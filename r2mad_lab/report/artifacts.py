@@ -506,7 +506,8 @@ class ReportContext:
             note = f"Produced by: {', '.join(self.engine_titles)}."
             caption = f"{caption.rstrip()} {note}" if caption and caption.strip() else note
         if self.variant is not None and self.variant.note() not in (caption or ""):
-            caption = f"{caption.rstrip()} {self.variant.note()}" if caption and caption.strip() else self.variant.note()
+            caption = (f"{caption.rstrip()} {self.variant.note()}" if caption and caption.strip()
+                       else self.variant.note())
         return caption
 
     def _fields(self, overrides: dict[str, Any]) -> dict[str, Any]:

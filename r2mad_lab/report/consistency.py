@@ -178,7 +178,8 @@ def bold_problems(markdown: str, table: Any, where: str = "") -> list[str]:
     found = bold_cells(markdown)
     return ([f"{where}: bold without a significant Holm test against every other row: body row {r}, column {c}"
              for r, c in sorted(found - expected)]
-            + [f"{where}: the rule bolds body row {r}, column {c}, the table does not" for r, c in sorted(expected - found)])
+            + [f"{where}: the rule bolds body row {r}, column {c}, the table does not"
+               for r, c in sorted(expected - found)])
 
 
 def notebook_texts(paths: Iterable[Path]) -> dict[str, str]:

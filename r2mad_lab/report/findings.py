@@ -100,7 +100,8 @@ class Comparison:
         """The parenthesis of :meth:`clause`: difference, CI, SE, test, p and the verdict over its family."""
         ci = "" if math.isnan(self.ci_low) else f", 95% CI [{self.ci_low:+.3f}, {self.ci_high:+.3f}]"
         se = "" if math.isnan(self.se) else f", SE {self.se:.3f}"
-        head = f"{self.difference:+.3f}{ci}{se}; {self.test} on {self.n_pairs} paired questions, {fmt_p(self.p_value, self.draws)}; "
+        head = (f"{self.difference:+.3f}{ci}{se}; {self.test} on {self.n_pairs} paired questions, "
+                f"{fmt_p(self.p_value, self.draws)}; ")
         if self.p_adjusted is None:
             if inference.too_small(self.cell_n, ALPHA):
                 return head + (f"no inference at n = {self.cell_n} per benchmark cell, "
@@ -270,7 +271,8 @@ def ablation(results: GridResults, models: Sequence[ModelSpec]) -> list[str]:
         if full_conf is None or conf_mem is None:
             continue
         if full_conf.outcome == "holds" and conf_mem.outcome == "holds":
-            verdict = "goes the claimed way in the point estimates (each step a paper claim, tested in the claims family)"
+            verdict = ("goes the claimed way in the point estimates (each step a paper claim, tested in the claims "
+                       "family)")
         else:
             verdict = "does not go the claimed way in the point estimates"
         sentences.append(f"With {spec.label} the paper's ordering full > w/o Confidence > w/o Memory {verdict}: "
@@ -414,14 +416,17 @@ def shared_misconception(subset_accuracy: pd.DataFrame, rates: pd.DataFrame, run
             more_recovery = merged[merged["w_to_c"] > merged["w_to_c_without"]]
             sentences.append(
                 f"Confidence weighting lowers the harmful C->W flips on {len(fewer)} of {len(merged)} benchmarks "
-                f"({', '.join(f'{r.benchmark}: {r.c_to_w:.3f} vs {r.c_to_w_without:.3f}' for r in merged.itertuples())}) "
+                "("
+                f"{', '.join(f'{r.benchmark}: {r.c_to_w:.3f} vs {r.c_to_w_without:.3f}' for r in merged.itertuples())}"
+                ") "
                 f"and raises W->C recovery on {len(more_recovery)} of {len(merged)} (the paper's Table 4: fewer C->W "
                 "flips with confidence).")
             if spec.engine == "simulated" and len(fewer) < len(merged):
                 counts = annotation_counts([r for o in runs.outcomes if o.model.label == spec.label
                                             and o.method == "R2-MAD" for r in o.records])
                 sentences.append("Why, in the simulator: " + annotation_sentence(counts) + " Annotations that do not "
-                                 "separate right from wrong peers cannot protect a correct agent from a wrong majority.")
+                                 "separate right from wrong peers cannot protect a correct agent from a wrong "
+                                 "majority.")
     return sentences + small_sample_note(runs)
 
 
@@ -573,7 +578,8 @@ def claims(claims_frame: pd.DataFrame, summary: Any, models: Sequence[ModelSpec]
         sentences.append(f"{len(weak)} of the orderings in the claimed direction are {inference.NULL_PHRASE} "
                          f"(p_holm not below {ALPHA:g}, {multiplicity.RULE} over {summary.family}): "
                          + "; ".join(f"{r.better} > {r.worse} ({r.table}, {r.benchmark}, n = "
-                                     f"{getattr(r, 'n_pairs', '?')}, {fmt_p(r.p_value, _draws(r))}, p_holm = {_p(r)})" for r in weak.itertuples()) + ".")
+                                     f"{getattr(r, 'n_pairs', '?')}, {fmt_p(r.p_value, _draws(r))}, p_holm = {_p(r)})"
+                                     for r in weak.itertuples()) + ".")
     return sentences
 
 

@@ -217,7 +217,8 @@ def _subset_size(claim: OrderingClaim, benchmark: str, n: int, reported: pd.Data
     rows = reported[(reported["model"] == claim.paper_model) & (reported["benchmark"] == name)]
     rates = rows[rows["metric"] == SUBSET_METRIC]["value"].tolist()
     full = (benchmark_registry.PAPER_SPLIT_SIZES.get(benchmark) or {}).get("test", n)
-    mad = rows[(rows["metric"] == "accuracy") & (rows["method"] == "MAD") & (rows["table"] == "tab:main_results")]["value"]
+    mad = rows[(rows["metric"] == "accuracy") & (rows["method"] == "MAD")
+               & (rows["table"] == "tab:main_results")]["value"]
     proxy = full * (1.0 - float(mad.iloc[0])) if len(mad) else full / 2.0
     size = inferred_subset_size(rates, full, proxy) if rates else int(round(proxy))
     return max(1, int(round(size * n / full)))

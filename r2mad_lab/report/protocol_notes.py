@@ -56,7 +56,8 @@ def retrieval(exp: Any, table: pd.DataFrame, table_k3: pd.DataFrame | None, mode
             f"accuracy at K = {k} and {spread_3:.3f} at K = {LAMBDA_K}; Debate-State-Aware averages "
             f"{float(at_k.get(PAPER_POLICY, math.nan)):.3f} at K = {k} and "
             f"{float(at_3.get(PAPER_POLICY, math.nan)):.3f} at K = {LAMBDA_K}."
-            + (f" At K = {k} their picks are the same cases, so that spread is sampling noise alone." if k == 1 else ""))
+            + (f" At K = {k} their picks are the same cases, so that spread is sampling noise alone." if k == 1
+               else ""))
     return sentences
 
 

@@ -232,7 +232,8 @@ class GridResults:
                     value = table.values.at[(paper_model, method), benchmark]
                     if _is_missing(value):
                         continue
-                    n = int(sizes.loc[method].sum()) if benchmark == AVERAGE_LABEL else int(sizes.loc[(method, benchmark)])
+                    n = (int(sizes.loc[method].sum()) if benchmark == AVERAGE_LABEL
+                         else int(sizes.loc[(method, benchmark)]))
                     rows.append({
                         "table": table_label, "model": labels[paper_model], "paper_model": paper_model,
                         "method": method, "benchmark": benchmark, "metric": "accuracy", "value": float(value),

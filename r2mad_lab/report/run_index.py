@@ -232,7 +232,8 @@ def _correct(run_dir: Path) -> dict[str, bool]:
                     record = json.loads(line)
                     out[record["sample_id"]] = bool(record["correct"])
                 except (ValueError, KeyError, TypeError) as exc:
-                    raise RunIndexError(f"{path}:{number}: not a transcript record ({type(exc).__name__}: {exc})") from None
+                    raise RunIndexError(
+                        f"{path}:{number}: not a transcript record ({type(exc).__name__}: {exc})") from None
     return out
 
 

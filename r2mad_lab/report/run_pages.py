@@ -151,7 +151,8 @@ def write_run(run_dir: Path, key: str, name: str, describe: str, options: Mappin
                 chunk = len(rows) // CHUNK
                 rows.append(question_row(record, texts.get(record["sample_id"], ""), chunk))
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                raise PageError(f"{transcripts}:{number}: not a transcript record ({type(exc).__name__}: {exc})") from None
+                raise PageError(
+                    f"{transcripts}:{number}: not a transcript record ({type(exc).__name__}: {exc})") from None
             if chunk == len(chunks):
                 chunks.append([])
             chunks[chunk].append(line.strip())

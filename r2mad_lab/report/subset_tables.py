@@ -82,5 +82,6 @@ def round0_table(paired_runs: Any, independent_runs: Any, paired_suffix: str, in
                       rows(independent_runs, independent_suffix, " (independent round 0)")], ignore_index=True)
     caption = ("Final accuracy on the shared-misconception subset with a shared round 0 (paired: MAD and R2-MAD start "
                "from the same generations; the subset from that MAD run) and with independent round-0 draws "
-               "(the subset from the independent MAD run), 95% bootstrap CIs. " + (stand_in_note + "." if stand_in_note else ""))
+               "(the subset from the independent MAD run), 95% bootstrap CIs. "
+               + (stand_in_note + "." if stand_in_note else ""))
     return tables.tidy_to_table(both, ["model", "benchmark"], "run", caption=caption)

@@ -390,7 +390,8 @@ def question_section(qid: str, runs: Sequence[RunView], question_text: str | Non
              f'data-differs="{int(qid in differ)}"><h2>{_e(qid)} · reference {_e(first.gold)}'
              + (f' <span class="tag">{_e("; ".join(flags))}</span>' if flags else "") + "</h2>"]
     if question_text:
-        parts.append(f"<details{' open' if expand else ''}><summary>question</summary><pre>{_e(question_text)}</pre></details>")
+        parts.append(f"<details{' open' if expand else ''}><summary>question</summary>"
+                     f"<pre>{_e(question_text)}</pre></details>")
     parts.append('<div class="runs">')
     for run in runs:
         record = run.records.get(qid)
@@ -431,7 +432,8 @@ def render(runs: Sequence[RunView], ids: Sequence[str], *, page: bool = True, ex
                 if qid in r.records else "<td>–</td>" for r in runs)
             rows.append(f'<tr data-q="{_e(qid)}" data-shared="{int(qid in shared)}" '
                         f'data-differs="{int(qid in differ)}"><td><a '
-                        f'href="#{_e(_anchor(qid))}">{_e(qid)}</a></td>{finals}<td>{"yes" if qid in shared else ""}</td></tr>')
+                        f'href="#{_e(_anchor(qid))}">{_e(qid)}</a></td>{finals}'
+                        f'<td>{"yes" if qid in shared else ""}</td></tr>')
         body.append(f'<table class="index"><tr><th>question</th>{header}<th>shared misconception</th></tr>'
                     + "".join(rows) + "</table>")
     body += [question_section(qid, runs, texts.get(qid), shared, differ, expand) for qid in ids]
@@ -452,7 +454,8 @@ def _load_runs(run_dirs: Sequence[str | Path], memory: str | Path | None) -> lis
     runs = [load_view(d, memory if i == 0 else None) for i, d in enumerate(run_dirs)]
     benchmarks = {r.config.benchmark for r in runs}
     if len(benchmarks) > 1:
-        raise ViewerError(f"the runs are on different benchmarks ({', '.join(sorted(benchmarks))}): compare runs of one")
+        raise ViewerError(
+            f"the runs are on different benchmarks ({', '.join(sorted(benchmarks))}): compare runs of one")
     return runs
 
 

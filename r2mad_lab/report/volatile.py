@@ -144,6 +144,7 @@ class ExecutedSnapshot:
         """The same notebooks, each with the same outcome (only the times differ)."""
         try:
             before, after = json.loads(old), json.loads(path.read_text(encoding="utf-8"))
-            return {k: v.get("succeeded") for k, v in before.items()} == {k: v.get("succeeded") for k, v in after.items()}
+            return ({k: v.get("succeeded") for k, v in before.items()}
+                    == {k: v.get("succeeded") for k, v in after.items()})
         except (ValueError, AttributeError):
             return False

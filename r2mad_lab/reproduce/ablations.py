@@ -259,7 +259,8 @@ def marking_incomplete(run: Runner, profile_dir: Path) -> Runner:
         folder.mkdir(parents=True, exist_ok=True)
         marker = folder / INCOMPLETE_MARKER
         marker.write_text(f"variant {variant.name} of profile {variant.profile} started and has not "
-                          f"finished: its tables may be partial. Run the same reproduce command again to complete it.\n", encoding="utf-8")
+                          "finished: its tables may be partial. Run the same reproduce command again to complete it.\n",
+                          encoding="utf-8")
         figures = run(values, variant, only)
         if figures is not None:
             marker.unlink(missing_ok=True)

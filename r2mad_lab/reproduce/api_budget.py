@@ -123,14 +123,16 @@ def budget_main(
     runner's (:func:`r2mad_lab.reproduce.command.run_notebooks`); ``banner``: the profile's first lines."""
     prices = Prices(
         args.price_prompt if args.price_prompt is not None else _env_number("R2MAD_API_PRICE_PROMPT", float),
-        args.price_completion if args.price_completion is not None else _env_number("R2MAD_API_PRICE_COMPLETION", float),
+        args.price_completion if args.price_completion is not None
+        else _env_number("R2MAD_API_PRICE_COMPLETION", float),
     )
     max_requests = args.max_requests if args.max_requests is not None else _env_number("R2MAD_API_MAX_REQUESTS", int)
     max_cost = args.max_cost if args.max_cost is not None else _env_number("R2MAD_API_MAX_COST", float)
     try:
         cap = BudgetCap(max_requests=max_requests, max_cost=max_cost, prices=prices)
     except ValueError as exc:
-        raise ProfileError(f"budget: {exc} (--price-prompt/--price-completion or R2MAD_API_PRICE_PROMPT/_COMPLETION)") from None
+        raise ProfileError(
+            f"budget: {exc} (--price-prompt/--price-completion or R2MAD_API_PRICE_PROMPT/_COMPLETION)") from None
     for line in banner:
         print(line)
     described = "; ".join(f"{variable}={','.join(map(without_userinfo, urls))}" for variable, urls in endpoints.items())

@@ -93,7 +93,8 @@ def collect_reproduction(
     (:func:`r2mad_lab.export.table.write_profile_table`)."""
     grids: dict[str, GridResults] = {}
     frames: list[pd.DataFrame] = []
-    exp = _OneBar(exp, total=8 + (exp.choices["round0"] != "shared") + sum("stand_in" not in e for e in large_models))  # one bar for the whole step
+    # one bar for the whole step
+    exp = _OneBar(exp, total=8 + (exp.choices["round0"] != "shared") + sum("stand_in" not in e for e in large_models))
     grids["tab:main_results"] = exp.grid(MAIN_METHODS)
     frames.append(grids["tab:main_results"].reproduced("tab:main_results", MAIN_METHODS))
     grids["tab:ablation"] = exp.grid(ABLATION_METHODS)

@@ -187,7 +187,8 @@ def _portable(value: Any, notebook_dir: Path) -> Any:
 def _strip_machine_paths(executed: Path) -> None:
     """papermill records the input and output paths in the executed notebook's metadata: keep them relative to
     the repository (no machine paths in committed outputs)."""
-    import nbformat  # lazy: the notebooks extra (papermill, nbformat) is optional; --help and the estimate work without it
+    # lazy: the notebooks extra (papermill, nbformat) is optional; --help and the estimate work without it
+    import nbformat
 
     if not executed.is_file():
         return
@@ -398,7 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--only", default=None, help="comma-separated notebook numbers or names, e.g. 03,04")
     parser.add_argument("--data-dir", type=Path, default=None, help="benchmark files (default: $R2MAD_DATA_DIR)")
     parser.add_argument("--output-dir", type=Path, default=Path.cwd(),
-                        help="where figures/, runs/, cache/ and notebooks/executed/ go (default: the working directory)")
+                        help="where figures/, runs/, cache/ and notebooks/executed/ go (default: the working "
+                             "directory)")
     parser.add_argument("--notebooks-dir", type=Path, default=None,
                         help="the notebooks to run (default: the repository's)")
     parser.add_argument("--jobs", type=_at_least(int, 1), default=None, metavar="N",
@@ -442,7 +444,8 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument("--estimate-only", action="store_true", help="print the cost estimate and send nothing")
     budget.add_argument("--no-estimate", action="store_true", help="skip the estimate (the cap still applies)")
     published.add_arguments(parser)  # --fresh: no replay of published/<profile>/ (r2mad_lab/reproduce/published.py)
-    paper_run.add_arguments(parser)  # --rehearse, --gpus, --calibrate, --preflight (r2mad_lab/reproduce/paper/command.py)
+    # --rehearse, --gpus, --calibrate, --preflight (r2mad_lab/reproduce/paper/command.py)
+    paper_run.add_arguments(parser)
     return parser
 
 

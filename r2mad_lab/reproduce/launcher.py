@@ -146,7 +146,8 @@ def execute(points: Sequence[Point], run: Callable[..., Path | None], cache: Poi
     ledger = Ledger(cache.records(LAUNCHER_DIR)) if cache is not None else None
     unfinished = ledger.read() if ledger is not None else {}
     for position, point in enumerate(points):  # finished after all (a job whose process outlived its controller)
-        if ledger is not None and position in folders and point.variant is not None and point.variant.name in unfinished:
+        if (ledger is not None and position in folders and point.variant is not None
+                and point.variant.name in unfinished):
             ledger.set(point.variant.name, None)
     if pending:
         for position in pending:
@@ -358,7 +359,8 @@ def add_arguments(parser: Any) -> None:
                               help="print every point (the product of the sweeps and the seeds), what it runs with, "
                               "which are up to date and the expected time; execute nothing")
     group.add_argument("--show-config", type=_positive, nargs="?", const=1, default=None, metavar="N",
-                              help="print every resolved setting of point N of the dry run (default 1); execute nothing")
+                              help="print every resolved setting of point N of the dry run (default 1); execute "
+                                   "nothing")
     group.add_argument("--launcher", choices=LAUNCHERS, default="local",
                               help="where the points run: local (this machine, --jobs at once) or slurm (each point "
                               "a submitit job: SLURM where sbatch exists, else submitit's local executor)")

@@ -82,7 +82,8 @@ def stat_digest(root: Path | None, skip_dirs: Iterable[str] = ()) -> str:
     if root is None:
         return digest.hexdigest()
     files = _files(root, skip_dirs)
-    for path, stamp in zip(files, file_stamps(files) or [None] * len(files), strict=False):  # None: a file went while listed
+    # None: a file went while listed
+    for path, stamp in zip(files, file_stamps(files) or [None] * len(files), strict=False):
         digest.update(f"{path.relative_to(root).as_posix()}\0{stamp}\1".encode())
     return digest.hexdigest()
 
@@ -137,7 +138,8 @@ def environment_digest(profile_source: str | None, data_dir: Path | None) -> str
     digest.update(plugins_digest().encode())
     if profile_source and Path(profile_source).is_file():
         path = Path(profile_source).resolve()
-        if not any(root in path.parents for root in PACKAGE_ROOTS):  # a packaged profile is in the code's digest already
+        # a packaged profile is in the code's digest already
+        if not any(root in path.parents for root in PACKAGE_ROOTS):
             digest.update(file_sha256(path).encode())
     digest.update(stat_digest(data_dir).encode())
     return digest.hexdigest()

@@ -35,10 +35,12 @@ def _bounded(kind: type, low: float, *, open_low: bool = False, high: float = ma
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, found {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"expected {'an integer' if kind is int else 'a number'}, found {text!r}") from None
         if not math.isfinite(value) or value < low or (open_low and value == low) or value > high:
             bound = f"> {low:g}" if open_low else f">= {low:g}"
-            raise argparse.ArgumentTypeError(f"expected a number {bound}" + (f" and <= {high:g}" if high < math.inf else "")
+            raise argparse.ArgumentTypeError(f"expected a number {bound}"
+                                             + (f" and <= {high:g}" if high < math.inf else "")
                                              + f", found {text!r}")
         return value
     return parse

@@ -238,7 +238,8 @@ def estimate_lines(profile: Profile, usage: Mapping[str, Mapping[str, Any]], *, 
     for label, u in usage.items():
         where = "GPU" if label in on_gpu else "API"
         context = u.get("context")
-        share = f" ({u['longest_prompt'] / context:.0%} of its context {context:,})" if context else " (the server's context)"
+        share = (f" ({u['longest_prompt'] / context:.0%} of its context {context:,})" if context
+                 else " (the server's context)")
         lines.append(f"  {label} ({u['model']}, {where}): rehearsal {u['sampled']:,} requests, longest prompt "
                      f"{u['longest_prompt']:,} tokens{share}, {u['overflows']} over it; scaled: {u['requests']:,.0f} "
                      f"requests, {_tokens(u['prompt_tokens'])} prompt + {_tokens(u['completion_tokens'])} "
@@ -271,7 +272,8 @@ def estimate_lines(profile: Profile, usage: Mapping[str, Mapping[str, Any]], *, 
             lines.append(f"    {kind}: {low:,.0f}-{high:,.0f} tokens/s modelled -> "
                          f"{hours[0]:,.1f}-{hours[1]:,.1f} GPU-hours")
     absent = [label for label in [*on_gpu,
-                                  *(e["label"] for e in profile.fields.get("large_models") or [] if "stand_in" not in e)]
+                                  *(e["label"] for e in profile.fields.get("large_models") or []
+                                    if "stand_in" not in e)]
               if label not in usage]
     if absent:
         lines.append(f"  not in the rehearsal's log (not counted): {', '.join(absent)}")

@@ -198,7 +198,8 @@ def check_banks(runs_dir: Path, memory_model: str | None, expected: str) -> list
     return problems
 
 
-NOTE = "REHEARSAL of profile {profile} (stand-in engines with each model's context and reply lengths; no number is a model's)."
+NOTE = ("REHEARSAL of profile {profile} (stand-in engines with each model's context and reply lengths; no number is a "
+        "model's).")
 
 
 def label_manifest(figures_dir: Path, of_profile: str, summary: Mapping[str, Any]) -> list[str]:
