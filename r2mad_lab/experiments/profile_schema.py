@@ -255,8 +255,8 @@ def _subset_of(value: list[str], allowed: list[str] | None, what: str) -> list[s
     return value
 
 
-#: What R2-MAD adds (Eqs. 5-7): a field per MemorySettings setting, as declared (no profile file changes); K's null:
-#: preset's
+#: What R2-MAD adds (Eqs. 5-7): a field per MemorySettings setting, as declared (no profile file changes); K's
+#: null: preset's
 _MemoryFields = create_model("_MemoryFields", __base__=_Record, **{
     name: (declared(spec) | None, None) if name in protocol_presets.PROFILE_CHOICES or MEMORY_DEFAULTS[name] is None
     else (declared(spec), MEMORY_DEFAULTS[name]) for name, spec in MEMORY_SPECS.items()})

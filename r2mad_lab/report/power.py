@@ -344,8 +344,7 @@ def plot_claims_power(claims: pd.DataFrame, title: str = "", power: float = TARG
     none = np.isnan(mde) & ~untested
     if none.any():
         ax.barh(y[none], np.full(int(none.sum()), high + 0.05 * reach), height=0.6, color="none", edgecolor="0.6",
-                hatch="//",
-                label="no difference detectable with that power")
+                hatch="//", label="no difference detectable with that power")
     ax.scatter(paper, y, marker="x", color="black", zorder=3, label="the paper's difference")
     ax.scatter(reproduced[significant], y[significant], color="C0", zorder=4, label="reproduced (significant)")
     ax.scatter(reproduced[~significant], y[~significant], facecolors="none", edgecolors="C0", zorder=4,

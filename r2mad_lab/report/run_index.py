@@ -276,8 +276,7 @@ def collect(runs_root: str | Path, figures_dir: str | Path | None = None, *, cac
     whose config.json, metrics.json or transcripts cannot be read is left out with a warning naming the file and
     field (the line appended to ``skipped`` when given, else logged). ``cache`` (``_viewer/cache.json``'s runs): rows of
     unchanged runs are taken from it, and it is updated. ``pages``: the run pages will be written (and read each
-    question's
-    correctness on the way)."""
+    question's correctness on the way)."""
     runs_root = Path(runs_root).resolve()
     # run paths as manifests name them: relative to the folder holding runs/ (else to the folder's parent)
     root = next((p.parent for p in [runs_root, *runs_root.parents] if p.name == "runs"), runs_root.parent)

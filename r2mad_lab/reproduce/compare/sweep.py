@@ -67,8 +67,8 @@ def sweep_tests(points: Sequence[Point], reference: Point, table: str, keys: Seq
         if not all(cell in c for c in point_cells):
             continue
         for axis in axes:  # questions every point answered, one column per point
-            common = [(s,
-                       q) for s in mine for q in mine[s] if all(s in c[cell] and q in c[cell][s] for c in point_cells)]
+            common = [(s, q) for s in mine for q in mine[s]
+                      if all(s in c[cell] and q in c[cell][s] for c in point_cells)]
             if not common:
                 continue
             matrix = np.array([[c[cell][s][q] for c in point_cells] for s, q in common], dtype=float)

@@ -59,8 +59,8 @@ REFERENCE_MANIFEST = Path(__file__).resolve().parents[2] / "figures" / "sim" / M
 def _questions(profile: Profile, test_limit: int, train_limit: int, data_dir: Path | None) -> dict[str, Any]:
     rule = profile.spec.choices["split_rule"]
     return {b: {"test": [s.question[:200] for s in load_benchmark(b, "test", data_dir, split_rule=rule)[:test_limit]],
-                "train": [s.question[:200] for s in load_benchmark(b, "train", data_dir,
-                                                                   split_rule=rule)[:train_limit]]}
+                "train": [s.question[:200]
+                          for s in load_benchmark(b, "train", data_dir, split_rule=rule)[:train_limit]]}
             for b in profile.spec.benchmarks}
 
 
@@ -156,8 +156,8 @@ def write_profile(profile: Profile, folder: Path, **sizes: Any) -> Profile:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{rehearsal_name(profile)}.yaml"
     text = (f"# Written by `reproduce --profile {profile.name} --rehearse` (r2mad_lab/reproduce/paper/rehearsal.py): "
-            f"a rehearsal, not a run of the models.\n" + yaml.safe_dump(rehearsal_fields(profile, **sizes),
-                                                                        sort_keys=False))
+            f"a rehearsal, not a run of the models.\n"
+            + yaml.safe_dump(rehearsal_fields(profile, **sizes), sort_keys=False))
     atomic_write(path, text)
     return load_profile(path)
 
