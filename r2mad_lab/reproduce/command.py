@@ -266,8 +266,8 @@ def run_notebooks(
     reuse_kernels = _simulated_only(profile) if reuse_kernels is None else reuse_kernels
     at_once = f", {jobs} at a time" if jobs > 1 and len(notebooks) > 1 else ""
     replaying = (Path(paths.cache_dir) / published.SEEDED_MARKER).is_file()  # a cache seeded from published/
-    expected = expected_time(expected_runtime(profile, replaying), Path(paths.executed_dir), REPOSITORY / "notebooks"
-                             / "executed" / profile.folder, notebooks,
+    expected = expected_time(expected_runtime(profile, replaying), Path(paths.executed_dir),
+                             REPOSITORY / "notebooks" / "executed" / profile.folder, notebooks,
                              len(discover_notebooks(notebooks_dir or default_notebooks_dir())))
     echo(f"reproduce: profile {profile.name} ({profile.source}); {len(notebooks)} notebooks{at_once}; expected "
          f"runtime: {expected}")

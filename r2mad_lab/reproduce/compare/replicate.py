@@ -179,8 +179,8 @@ def replicate_comparison(profile_runs: Sequence[Point], variant_runs: Sequence[P
                 pooled.append(None)
                 continue
             strata = [k for k in a if k in b and a[k].shape == b[k].shape]
-            pooled.append(inference.pooled_paired({k: a[k] for k in strata},
-                                                  {k: b[k] for k in strata}) if strata else None)
+            pooled.append(inference.pooled_paired({k: a[k] for k in strata}, {k: b[k] for k in strata})
+                          if strata else None)
         frame["pooled difference"] = [e.difference if e else np.nan for e in pooled]
         frame["ci_low"] = [e.ci_low if e else np.nan for e in pooled]
         frame["ci_high"] = [e.ci_high if e else np.nan for e in pooled]

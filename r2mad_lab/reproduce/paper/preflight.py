@@ -229,8 +229,8 @@ def check(profile: Profile, *, gpu_kind: str | None = None, skip_api: bool = Fal
           **fakes: Any) -> list[str]:
     """Every check; the failures, one line each (empty: all passed). ``node``: also this node's vLLM and CUDA devices
     (:func:`check_node`; ``report``/``version`` fakes replace the driver's report); ``skip_api``: no API variables."""
-    node_lines = check_node(profile, gpus=gpus,
-                            **{k: v for k, v in fakes.items() if k in ("report", "version")}) if node else []
+    node_lines = (check_node(profile, gpus=gpus, **{k: v for k, v in fakes.items() if k in ("report", "version")})
+                  if node else [])
     return [*node_lines,
             *check_gated(profile, **{k: v for k, v in fakes.items() if k in ("token", "access")}),
             *check_disk(profile, **{k: v for k, v in fakes.items() if k in ("cache", "disk_usage")}),
