@@ -131,8 +131,8 @@ class Table:
             lows = self.ci_low.iloc[:, position].tolist() if with_ci else none
             highs = self.ci_high.iloc[:, position].tolist() if with_ci else none
             errors = self.se.iloc[:, position].tolist() if self.se is not None else none
-            columns.append([self._text(v, column, lo, hi,
-                                       e) for v, lo, hi, e in zip(values, lows, highs, errors, strict=False)])
+            columns.append([self._text(v, column, lo, hi, e)
+                            for v, lo, hi, e in zip(values, lows, highs, errors, strict=False)])
         return pd.DataFrame(list(zip(*columns, strict=False)) if columns else [[] for _ in self.values.index],
                             index=self.values.index, columns=self.values.columns)
 

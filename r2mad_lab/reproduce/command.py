@@ -308,8 +308,8 @@ def run_notebooks(
 
     # the longest first (also the time left): a run generating anew by the published run's generation; else by this
     # folder's last run, else by the committed run of the profile
-    hints = (published.generation_hints(profile,
-                                        paths.cache_dir) or notebook_runner.previous_seconds(paths.executed_dir)
+    hints = (published.generation_hints(profile, paths.cache_dir)
+             or notebook_runner.previous_seconds(paths.executed_dir)
              or notebook_runner.previous_seconds(REPOSITORY / "notebooks" / "executed" / profile.folder))
     display = notebook_runner.Display(position, notebooks, hints, echo)
     with temporary_environment(kernels_get), display.board:

@@ -72,8 +72,8 @@ def sweep_tests(points: Sequence[Point], reference: Point, table: str, keys: Seq
             if not common:
                 continue
             matrix = np.array([[c[cell][s][q] for c in point_cells] for s, q in common], dtype=float)
-            others = [json.dumps({k: p.setting[k] for k in keys if k != axis}, sort_keys=True,
-                                 default=str) for p in points]
+            others = [json.dumps({k: p.setting[k] for k in keys if k != axis}, sort_keys=True, default=str)
+                      for p in points]
             trends[(cell, axis)] = inference.trend_test(matrix, [float(p.setting[axis]) for p in points],
                                                         [s for s, _ in common], others, seed=seed)
         start = len(rows)
