@@ -368,8 +368,8 @@ class CachedEngine:
             return
         pairs = list(self._backend_pairs(requests))
         batch = [(position, index) for position, (index, completion) in enumerate(pairs) if storable(index, completion)]
-        stored = self.cache.put_many([(keys[index], pairs[position][1],
-                                       requests[index].tag) for position, index in batch],
+        stored = self.cache.put_many([(keys[index], pairs[position][1], requests[index].tag)
+                                      for position, index in batch],
                                      identity=self.identity, model=self.model)
         for (position, index), completion in zip(batch, stored, strict=False):
             pairs[position] = (index, completion)

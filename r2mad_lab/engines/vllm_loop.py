@@ -37,8 +37,8 @@ class _DeathWatch:
         self._queue = getattr(core, "outputs_queue", None)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        if self._resources is not None and hasattr(self._resources,
-                                                   "engine_dead") and hasattr(self._queue, "put_nowait"):
+        if (self._resources is not None and hasattr(self._resources, "engine_dead")
+                and hasattr(self._queue, "put_nowait")):
             self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True,
                                             name="r2mad-vllm-deathwatch")
             self._thread.start()

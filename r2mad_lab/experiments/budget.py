@@ -305,8 +305,8 @@ class EstimatingGateway(_Gateway):
             "finish_reason": "length",
         }
         if request.get("logprobs"):
-            choice["logprobs"] = {"content": [{"token": FILLER_TOKEN, "logprob": -1.0,
-                                               "top_logprobs": []}] * max_tokens}
+            choice["logprobs"] = {
+                "content": [{"token": FILLER_TOKEN, "logprob": -1.0, "top_logprobs": []}] * max_tokens}
         reply = {
             "id": "r2mad-estimate", "object": "chat.completion", "model": request.get("model"), "choices": [choice],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
