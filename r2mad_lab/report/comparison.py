@@ -348,8 +348,8 @@ def check_orderings(
         paired = better[keys + ["correct"]].merge(worse[keys + ["correct"]], on=keys, suffixes=("_better", "_worse"))
         if paired.empty:
             continue
-        per_benchmark = paired.groupby(["model", "paper_model", "benchmark"],
-                                       sort=False)[["correct_better", "correct_worse"]].mean()
+        per_benchmark = paired.groupby(["model", "paper_model", "benchmark"], sort=False)[
+            ["correct_better", "correct_worse"]].mean()
         reproduced_better = float(per_benchmark["correct_better"].mean())
         reproduced_worse = float(per_benchmark["correct_worse"].mean())
         strata = paired["model"].astype(str) + " / " + paired["benchmark"].astype(str)

@@ -383,8 +383,8 @@ def trend_test(outcomes: np.ndarray, x: Sequence[float], strata: Sequence[Any] |
         weights[labels == s] = 1.0 / (k * np.sum(labels == s))
 
     def shown(matrix: np.ndarray) -> np.ndarray:  # (..., questions, points) -> (..., points)
-        return np.tensordot(matrix, weights,
-                            axes=([-2], [0])) if matrix.ndim == 2 else np.einsum("dqp,q->dp", matrix, weights)
+        return (np.tensordot(matrix, weights, axes=([-2], [0])) if matrix.ndim == 2
+                else np.einsum("dqp,q->dp", matrix, weights))
 
     observed = float(_slopes(shown(y), xs, group))
     rng = np.random.default_rng(seed)

@@ -74,8 +74,8 @@ def round0(exp: Any, paired_suffix: str) -> list[str]:
 
 def cost(exp: Any, frame: pd.DataFrame) -> list[str]:
     """Notebook 07: summaries after every executed round: the summary requests per query against the rounds."""
-    sentences = [f"{_preset(exp)}. " + presets.changed(exp.protocol_name, exp.choices,
-                                                       ("summaries", "summary_agents"))[0]]
+    sentences = [f"{_preset(exp)}. "
+                 + presets.changed(exp.protocol_name, exp.choices, ("summaries", "summary_agents"))[0]]
     rows = frame[frame["method"] == "R2-MAD"]
     for row in rows.to_dict("records"):
         rounds = float(row.get("debate_requests", math.nan)) / exp.n_agents
