@@ -1,5 +1,5 @@
-"""The paper run on GPUs: everything ``reproduce --profile paper`` does beyond running the notebooks
-(docs/paper-run.md).
+"""\
+The paper run on GPUs: everything ``reproduce --profile paper`` does beyond running the notebooks (docs/paper-run.md).
 
 - :mod:`~r2mad_lab.reproduce.paper.command`: the options (``--rehearse``, ``--estimate-only`` from the rehearsal,
   ``--preflight``, ``--calibrate``, ``--gpus N``, ``--gpu-hour-price``, ``--skip-api-models``) and what each runs.
