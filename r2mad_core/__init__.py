@@ -55,7 +55,6 @@ _FACE: dict[str, str | tuple[str, str]] = {
     "DebateConfig": "r2mad_core.debate.loop",
     "RoundHook": "r2mad_core.debate.loop",
     "run_debate": "r2mad_core.debate.loop",
-    "consensus_ratio": "r2mad_core.debate.loop",
     "vote": "r2mad_core.debate.vote",
     # the memory (Eqs. 4-7)
     "MemorySettings": "r2mad_core.memory.settings",
@@ -66,12 +65,16 @@ _FACE: dict[str, str | tuple[str, str]] = {
     "mmr_tradeoff": "r2mad_core.memory.retrieval",
     "mmr_policy": "r2mad_core.memory.retrieval",
     "POLICIES": "r2mad_core.memory.retrieval",
+    "PolicySpec": "r2mad_core.memory.retrieval",
+    "register_policy": "r2mad_core.memory.retrieval",
     "peer_confidence": "r2mad_core.memory.confidence",
     "R2MadHook": "r2mad_core.memory.hook",
     # the methods
     "Method": "r2mad_core.methods",
     "METHOD_SPECS": "r2mad_core.methods",
     "get_method": "r2mad_core.methods",
+    "MethodSpec": "r2mad_core.methods",
+    "register_method": "r2mad_core.methods",
     # the engine interface (Eq. 1's sampler)
     "Engine": "r2mad_core.engine",
     "Request": "r2mad_core.engine",
@@ -82,6 +85,9 @@ _FACE: dict[str, str | tuple[str, str]] = {
     "Sample": "r2mad_core.data.benchmarks",
     "load_benchmark": ("r2mad_core.data.benchmarks", "load"),
     "BENCHMARK_SPECS": "r2mad_core.data.benchmarks",
+    "BenchmarkSpec": "r2mad_core.data.benchmarks",
+    "register_benchmark": "r2mad_core.data.benchmarks",
+    "format_question": "r2mad_core.data.benchmarks",
     "extract_answer": "r2mad_core.data.answers",
     "is_correct": "r2mad_core.data.answers",
     # the run files

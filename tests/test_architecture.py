@@ -359,3 +359,25 @@ def test_an_engine_registered_by_module_and_name_is_an_import_the_layers_see() -
             "r2mad_core.theory.agents"} <= graph["r2mad_lab.engines"]
     assert imported_modules(ROOT / CORE / "data" / "x.py", {"r2mad_core.memory.hook"},
                             'X = "r2mad_core.memory.hook:R2MadHook"\n') == {"r2mad_core.memory.hook"}
+
+
+def test_the_core_face_hands_out_each_name_from_its_owning_module() -> None:
+    """``r2mad_core.__all__``: every name resolves, to the very object its owning module defines (no copy), and the
+    docs' extension walkthroughs (docs/extending.md) import what they need of the method from it."""
+    import importlib
+
+    import r2mad_core
+
+    assert 30 <= len(r2mad_core.__all__) <= 40 and len(set(r2mad_core.__all__)) == len(r2mad_core.__all__)
+    for name in r2mad_core.__all__:
+        if name in ("ARCHITECTURE", "__version__"):
+            continue
+        where = r2mad_core._FACE[name]
+        module, attribute = (where, name) if isinstance(where, str) else where
+        assert getattr(r2mad_core, name) is getattr(importlib.import_module(module), attribute), name
+    assert {"run_debate", "retrieve", "mmr_tradeoff", "peer_confidence", "get_method", "Request"} <= set(dir(r2mad_core))
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        r2mad_core.no_such_name  # noqa: B018
+    page = (ROOT / "docs" / "extending.md").read_text(encoding="utf-8")
+    assert "from r2mad_core import BenchmarkSpec, Sample, format_question, register_benchmark" in page
+    assert "from r2mad_core import PolicySpec, register_policy" in page
