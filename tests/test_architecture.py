@@ -375,7 +375,8 @@ def test_the_core_face_hands_out_each_name_from_its_owning_module() -> None:
         where = r2mad_core._FACE[name]
         module, attribute = (where, name) if isinstance(where, str) else where
         assert getattr(r2mad_core, name) is getattr(importlib.import_module(module), attribute), name
-    assert {"run_debate", "retrieve", "mmr_tradeoff", "peer_confidence", "get_method", "Request"} <= set(dir(r2mad_core))
+    names = set(dir(r2mad_core))
+    assert {"run_debate", "retrieve", "mmr_tradeoff", "peer_confidence", "get_method", "Request"} <= names
     with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
         r2mad_core.no_such_name  # noqa: B018
     page = (ROOT / "docs" / "extending.md").read_text(encoding="utf-8")
