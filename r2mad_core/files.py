@@ -159,7 +159,7 @@ def exit_with_parent() -> None:
 
     For the notebooks' kernels (:mod:`r2mad_lab.reproduce.notebook_runner` runs this at kernel start): jupyter_client
     starts each kernel in a session of its own, and ipykernel notices a parent that died only by polling once a
-    second, so after a ``kill -9`` of ``reproduce`` its kernels went on computing and writing for 1-5 s. The parent
+    second, so after a ``kill -9`` of ``reproduce`` its kernels went on computing and writing for seconds. The parent
     is ``JPY_PARENT_PID`` (set by jupyter_client), else the parent process."""
     parent = int(os.environ.get("JPY_PARENT_PID") or os.getppid())
     try:

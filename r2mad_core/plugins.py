@@ -85,7 +85,7 @@ def _path_stamp() -> tuple[tuple[str, int | None], ...]:
 
 def _entry_point_modules() -> tuple[str, ...]:
     """The ``r2mad.plugins`` entry points' module names, read again only when a folder on ``sys.path`` changed:
-    reading them scans every installed distribution's metadata (10-40 ms), and every profile load asks."""
+    reading them scans every installed distribution's metadata (slow), and every profile load asks."""
     global _entry_points_read
     stamp = _path_stamp()
     if _entry_points_read is None or _entry_points_read[0] != stamp:

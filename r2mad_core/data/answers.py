@@ -47,10 +47,10 @@ Pathological expressions cannot hang a run. (1) A screen (:func:`safe_for_symbol
 than :data:`MAX_ANSWER_CHARS`, power towers, exponents or factorials of four digits or more and deep nesting
 are compared by normal form only (sums, products, integrals and limits are compared symbolically, under the
 deadline). (2) Every math-verify parse and comparison has a deadline of
-:data:`SYMBOLIC_TIMEOUT_SECONDS` of CPU time (so a verdict does not depend on the machine's load, issue 52).
+:data:`SYMBOLIC_TIMEOUT_SECONDS` of CPU time (so a verdict does not depend on the machine's load).
 math-verify's own timeouts use ``signal.alarm`` and raise ValueError outside the main thread, so they are switched off
 (``parsing_timeout=None``, ``timeout_seconds=None``) and replaced by a deadline that works in any thread
-(:func:`r2mad_core.data.deadline.with_deadline`: a worker process that the kernel ends at the deadline, issue 58, which
+(:func:`r2mad_core.data.deadline.with_deadline`: a worker process that the kernel ends at the deadline, which
 keeps the parsed expressions); out of time is "not equivalent".
 """
 
@@ -138,7 +138,7 @@ _BOX_SEPARATOR = re.compile(
     r"|\\(?:text|textrm|mbox|mathrm)\s*\{\s*(?:and|or|,)?\s*\}"
 )
 _PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}")
-# The patterns below are compiled once here (issue 35: re's per-call cache lookup, and the pattern built by string
+# The patterns below are compiled once here (re's per-call cache lookup, and the pattern built by string
 # concatenation in _strip_text_command, cost more than the matching on the simulated run's short answers).
 _BOX_TOKEN = re.compile(r"[^\s$\\{}]+")
 _BRACED_COMMAND = re.compile(r"\\[A-Za-z]+\s*\{[^{}]*\}")
@@ -224,9 +224,9 @@ def extract_answer_with_source(
 def _extracted(
     text: str | None, benchmark: str, num_options: int | None, strict_format: bool
 ) -> tuple[str | None, str | None]:
-    """:func:`extract_answer_with_source`, memoised (pure in its arguments; issue 24: the simulator asks again and
+    """:func:`extract_answer_with_source`, memoised (pure in its arguments: the simulator asks again and
     again, and the metrics of every run cell re-read each response's source). One memo for both public functions,
-    keyed by positional arguments (issue 35): ``num_options=10`` and ``10`` were two keys of two memos, and the
+    keyed by positional arguments: ``num_options=10`` and ``10`` were two keys of two memos, and the
     debate loop, the simulated agents and the metrics, which spell it differently, extracted each response 2-3 times."""
     multiple_choice = _check_benchmark(benchmark)
     letters = _letters(num_options) if multiple_choice else ""
@@ -630,13 +630,13 @@ def _verified(gold: str, predicted: str) -> bool | None:
     if not (safe_for_symbolic(gold) and safe_for_symbolic(predicted)):
         return False
     if _PLAIN_INTEGER.fullmatch(gold) and _PLAIN_INTEGER.fullmatch(predicted):
-        # math-verify's verdict without math-verify (issue 35): it parses each to [Integer(n), "n"] and compares every
+        # math-verify's verdict without math-verify: it parses each to [Integer(n), "n"] and compares every
         # pair; Integer(a) == Integer(b), simplify(a - b) == 0 and "a" == "b" all hold only when the strings are equal.
         # Two thirds of the default run's comparisons are of two integers (the simulated agents' wrong answers).
         return gold == predicted
     remembered = verdicts.lookup(gold, predicted)  # another process's verdict (make reproduce's kernels share them)
     if remembered is not None:
-        return remembered  # before the worker starts (2.5 s): a rerun whose verdicts are all remembered starts none
+        return remembered  # before the worker starts (slow): a rerun whose verdicts are all remembered starts none
     parsed_gold = _parse(gold)
     parsed_predicted = _parse(predicted)
     if not parsed_gold or not parsed_predicted:

@@ -503,7 +503,7 @@ def load(
 
 
 #: Parsed questions per (benchmark, format, file, its size and mtime): a file is parsed once per process (a notebook
-#: loads each benchmark's splits several times; re-reading them was ~4% of the default run's CPU, issue 35). A file
+#: loads each benchmark's splits several times; re-reading them was a visible part of the default run's CPU). A file
 #: changed on disk has another key. Samples are frozen; each caller gets its own list.
 _PARSED: dict[tuple[Any, ...], tuple[Sample, ...]] = {}
 

@@ -1,9 +1,9 @@
-"""A CPU-time deadline for symbolic work, in a worker process that is stopped without its cooperation (issue 58).
+"""A CPU-time deadline for symbolic work, in a worker process that is stopped without its cooperation.
 
 math-verify's own timeouts use ``signal.alarm``, which works only in the main thread (elsewhere it raises
 ValueError) and counts wall time, so :mod:`r2mad_core.data.answers` switches them off and runs every parse and
 comparison through :func:`with_deadline`. The work runs in another process, never in the caller's: an exception
-raised into a thread (by its id, as issues 35 and 52 did) lands at any bytecode, including inside the
+raised into a thread (by its id, as an earlier version did) lands at any bytecode, including inside the
 code meant to withdraw it, and cannot stop C code at all; a process can be ended by the kernel at any instruction,
 and nothing of it is left in the caller.
 
@@ -19,7 +19,7 @@ checked on every call, and :func:`os.register_at_fork` forgets the parent's):
   a time. Before a job it arms ``ITIMER_PROF`` for the budget: the timer counts the process's own CPU time (user and
   system), and at its expiry the kernel sends ``SIGPROF``, whose default action ends the process. No Python code of
   ours runs at the deadline, no exception is raised anywhere, and the budget does not run while the executor waits
-  for a core: on an idle and on a loaded machine the same jobs finish (issue 52). The caller sees the end of the
+  for a core: on an idle and on a loaded machine the same jobs finish. The caller sees the end of the
   socket, asks the zygote how the executor ended (``SIGPROF``: an overrun, ``on_timeout``), and the next call forks
   a new executor.
 

@@ -1,4 +1,4 @@
-"""A memo of math-verify's verdicts shared between processes (issue 24: speed only, never a different verdict).
+"""A memo of math-verify's verdicts shared between processes (speed only, never a different verdict).
 
 Every notebook of ``make reproduce`` runs in its own kernel, and each kernel used to compare the same MATH500
 answers symbolically again (the simulated agents' wrong answers are checked against the gold, their votes against

@@ -43,7 +43,7 @@ class ParsedPrompt:
     consensus_ratio: float | None = None  # summary
 
 
-# Blocks are read with str.find (issue 35: the lazy ``.*?`` of the patterns that read them stepped through each prompt a
+# Blocks are read with str.find (the lazy ``.*?`` of the patterns that read them stepped through each prompt a
 # character at a time, ~10x slower); each helper gives what its docstring's pattern gives (tests/debate/test_prompts.py
 # checks).
 _AUTHORS_AGENT = re.compile(r'<agent index="\d+">\n<response>\n(.*?)\n</response>\n<answer>\n', re.DOTALL)
@@ -94,7 +94,7 @@ def _confidence(body: str) -> tuple[int, str] | None:
 
 _EXAMPLES = re.compile(r"<examples>\n(.*?)</examples>", re.DOTALL)
 _EXAMPLE = re.compile(r'<example index="\d+">\n(.*?)\n</example>\n', re.DOTALL)
-#: Size of the parsing memos (issue 35: task prompts and retrieved experiences recur; frozen views are shared).
+#: Size of the parsing memos (task prompts and retrieved experiences recur; frozen views are shared).
 PARSE_CACHE_SIZE = 4096
 
 

@@ -35,7 +35,7 @@ Mechanics of ``questions``:
   questions: mean batch 94 of the window's 192 requests and 1.51x the throughput of ``rounds``; counting
   requests: mean batch 143, 1.66x; benchmarks/README.md). Questions in flight never wait for room, so the
   requests out may pass ``window`` x ``n_agents`` briefly (a question going from its last request to its next
-  round's ``n_agents``; measured: at most 212 for 192). An engine with ``generate`` only hands a phase's
+  round's ``n_agents``; the overshoot is small). An engine with ``generate`` only hands a phase's
   completions back together: its questions claim ``n_agents`` from start to finish, i.e. at most ``window``
   questions are debated at once.
 - ``on_finished`` receives questions in input order, so a run's transcript file is the same, line for line,
@@ -44,9 +44,8 @@ Mechanics of ``questions``:
   ``on_finished`` -- which is what a SIGKILL can lose; every generation of a finished question is in the
   response cache (when the engine has one, as the command line's does), so a resume replays those without
   generating. Why hold more than the window: with long-tailed completions one slow question would otherwise stop
-  new questions from starting while it runs (measured with ``benchmarks/throughput.py`` at the paper's settings,
-  window 64: MAD 1.31x over ``rounds`` when only ``window`` questions may be unwritten, 1.66x with 4 x
-  ``window``).
+  new questions from starting while it runs (``benchmarks/throughput.py`` at the paper's settings: holding only
+  ``window`` unwritten questions lost much of the gain over ``rounds``; benchmarks/README.md).
 - the round hook is called under one lock (one call at a time, as in the round loop; R2-MAD's hook keeps
   state between ``finish_round`` and the next ``prepare_round`` and is not safe to call concurrently).
   ``prepare_round`` gets one question per call under both schedules (:func:`~r2mad_core.debate.loop.round_contexts`:

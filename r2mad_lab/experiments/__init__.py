@@ -23,5 +23,5 @@
 - :mod:`~r2mad_lab.experiments.protocol`: the protocol presets (paper, authors): every open choice and its evidence.
 - :mod:`~r2mad_lab.experiments.budget`: request, token and price estimates and caps for paid runs.
 - :mod:`~r2mad_lab.experiments.progress`: the progress line of long work (runs done, current work, time left) on a
-  terminal or in a log (issue 52).
+  terminal or in a log.
 """

@@ -105,7 +105,7 @@ PROTOCOL_FIELDS: dict[str, tuple[str, ...]] = {
 # --------------------------------------------------------------------------------------------
 
 Text = Annotated[str, Field(strict=True, pattern=r"\S")]  # a string with something in it
-#: Bounds a run can honour (issue 33, item 9): a number past them is refused before anything runs, naming the bound.
+#: Bounds a run can honour: a number past them is refused before anything runs, naming the bound.
 MAX_QUESTIONS = 1_000_000  # test_limit / train_limit (the largest split has a few thousand questions)
 MAX_SEED = 2**32 - 1  # numpy's seeds
 MAX_SC_PATHS = 256  # Self-Consistency paths per question (Table 5: up to 9)

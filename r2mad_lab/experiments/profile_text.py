@@ -39,7 +39,7 @@ def read_yaml(text: str) -> Any:
 
 @functools.lru_cache(maxsize=32)
 def _parsed_yaml(text: str) -> Any:
-    """A profile's YAML, parsed once per text (10-20 ms each time, at every load; callers get a deep copy)."""
+    """A profile's YAML, parsed once per text (parsing is slow and every load asked; callers get a deep copy)."""
     return read_yaml(text)
 
 

@@ -1,4 +1,4 @@
-"""Progress of long work: one line updated in place on a terminal, plain periodic lines in a log (issue 52).
+"""Progress of long work: one line updated in place on a terminal, plain periodic lines in a log.
 
 A :class:`ProgressBoard` holds the tasks running now (a notebook, a sweep's variant, a batch of runs), each with its
 units done of a total, the work it is on, when it started and how long it is expected to take (a recorded timing).

@@ -1,4 +1,4 @@
-"""Exports: a run's records in the field's formats, read back from what executed (issue 60; docs/elsewhere.md).
+"""Exports: a run's records in the field's formats, read back from what executed (docs/elsewhere.md).
 
 A run folder (``config.json``, ``transcripts.jsonl``, ``metrics.json``) is r2mad's own layout; these modules write
 what it holds in the two formats an LLM-evaluation researcher already reads, from the package's own readers

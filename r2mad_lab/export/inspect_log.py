@@ -1,4 +1,4 @@
-"""Inspect eval logs: one ``.eval`` per (benchmark, method, model, variant), replicates as epochs (issue 60).
+"""Inspect eval logs: one ``.eval`` per (benchmark, method, model, variant), replicates as epochs.
 
 Written through inspect_ai's own API (``inspect_ai.log.write_eval_log``; the optional ``inspect`` extra, pinned in
 pyproject.toml), so ``inspect view``, ``inspect_ai.log.read_eval_log`` and ``inspect_ai.analysis.samples_df`` open it.

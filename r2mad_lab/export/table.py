@@ -1,4 +1,4 @@
-"""The tidy per-question table: one row per question x method x model x variant x replicate (issue 60).
+"""The tidy per-question table: one row per question x method x model x variant x replicate.
 
 Each row is one question of one run (a :class:`r2mad_core.records.TranscriptRecord`): who ran it (``variant``: the
 folders between ``runs/`` and the engine's, the profile or a variant's; ``model``, ``paper_model`` (the paper model it

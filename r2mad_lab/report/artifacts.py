@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 MANIFEST_NAME = "MANIFEST.json"
 
-#: Significant digits of every float in a table's CSV (issue 24: byte-identical artifacts across machines). What the
+#: Significant digits of every float in a table's CSV (for byte-identical artifacts across machines). What the
 #: numbers support: accuracies are counts over at most a few thousand questions and the theory's figures Monte Carlo
 #: or grid estimates; none is known to better than 1e-4 relative, and 6 digits still tell every k/n with n <= 1000
 #: apart. The 16th-17th digits (``0.06877534159323767`` vs ``...768``) are the machine's floating point, not data.
@@ -133,7 +133,7 @@ def update_manifest(out_dir: str | Path, name: str, record: Mapping[str, Any]) -
     records the sha256 of each of its files (``sha256``); an entry whose files and fields are those of the one it
     replaces but for when and at which commit it was written (:data:`r2mad_lab.report.volatile.MANIFEST_VOLATILE`)
     is kept as it was, and the file is not rewritten: a rerun that changes no result leaves the manifest's bytes
-    (issue 36). ``created`` and ``git`` are thus those of the run that last changed the artifact."""
+    (and so the tree) clean. ``created`` and ``git`` are thus those of the run that last changed the artifact."""
     out_dir = Path(out_dir)
     path = out_dir / MANIFEST_NAME
     entry = jsonable(dict(record))

@@ -1,7 +1,7 @@
 """Power of the claims' paired comparisons: the smallest difference a run can detect, and its power.
 
 The power a run has
-to detect the paper's own difference (issue 26; the claims are
+to detect the paper's own difference (the claims are
 :data:`r2mad_lab.report.comparison.PAPER_ORDERING_CLAIMS`).
 
 The test is the one notebook 10 applies (:func:`r2mad_lab.report.comparison.check_orderings`): McNemar's exact

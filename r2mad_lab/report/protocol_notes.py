@@ -1,4 +1,4 @@
-"""What the protocol preset changed, in the notebooks' generated text (issue 22 section 1).
+"""What the protocol preset changed, in the notebooks' generated text.
 
 Every sentence is built from the run's resolved protocol choices (:attr:`ExperimentGrid.choices
 <r2mad_lab.reproduce.grid.ExperimentGrid>`, read from :mod:`r2mad_lab.experiments.protocol`, the one declaration of

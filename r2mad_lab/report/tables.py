@@ -122,7 +122,7 @@ class Table:
 
     def text_frame(self) -> pd.DataFrame:
         """Every cell as its display text (same index and columns as ``values``), column by column (a cell at a
-        time through ``.at`` was 2.4 s of a rerun's 22 tables: issue 35)."""
+        time through ``.at`` was a large part of a rerun's table making)."""
         with_ci = self.ci_low is not None and self.ci_high is not None
         none = [None] * len(self.values)
         columns = []

@@ -459,8 +459,8 @@ def _load_runs(run_dirs: Sequence[str | Path], memory: str | Path | None) -> lis
     return runs
 
 
-#: ``r2mad view``'s page in the run directory: its own name, beside ``r2mad runs``' ``view.html`` (issue 61: it
-#: replaced that page, silently).
+#: ``r2mad view``'s page in the run directory: its own name, beside ``r2mad runs``' ``view.html`` (sharing
+#: the name, it replaced that page, silently).
 PAGE_FILE = "debates.html"
 
 

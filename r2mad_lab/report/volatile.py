@@ -1,6 +1,6 @@
 """Volatile facts: what differs between two runs whose results are the same, kept out of the tracked files.
 
-A rerun whose results are unchanged leaves ``git status`` clean (issue 36). What changes from run to run without
+A rerun whose results are unchanged leaves ``git status`` clean. What changes from run to run without
 the results changing: papermill's timestamps and durations in an executed notebook (the notebook's and each
 cell's), tqdm's progress bars on stderr (how often a bar redraws depends on the machine's speed), the notebooks'
 wall times (``timings.json``), the lines a new machine adds to a cell's stderr (:data:`MACHINE_LINES`), and a manifest

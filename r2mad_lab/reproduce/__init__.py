@@ -41,15 +41,15 @@ import sys
 from typing import Any
 
 #: nbformat (papermill's, the notebooks') validates with jsonschema, whose format checkers import ``rfc3987_syntax``
-#: when it is installed (jupyterlab's jsonschema[format-nongpl] brings it): that import compiles 38 lark grammars, 3.2 s
-#: of CPU in every process that reads a notebook (measured here), for "iri" string formats no notebook schema uses.
+#: when it is installed (jupyterlab's jsonschema[format-nongpl] brings it): that import compiles 38 lark grammars,
+#: seconds of CPU in every process that reads a notebook, for "iri" string formats no notebook schema uses.
 #: Marked absent (the import raises ImportError, which jsonschema expects) unless something imported it already.
 #: Our choice (docs/performance.md); tests/conftest.py does the same for the test processes.
 sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 
 
 #: This package's modules: ``from r2mad_lab.reproduce import grid`` asks this package for ``grid`` before it imports
-#: the module, and :func:`__getattr__` would import :mod:`.command` (1.7 s of CPU: pandas, scipy) to look for it there.
+#: the module, and :func:`__getattr__` would import :mod:`.command` (pandas, scipy: costly) to look for it there.
 #: Written out (no directory listing on import); tests/reproduce/paper/test_gpu_day.py checks it against the folder.
 _SUBMODULES = frozenset({
     "ablations", "api_budget", "collect", "command", "compare", "gc_settings", "grid", "launcher", "notebook_runner",

@@ -1,28 +1,21 @@
-"""Python's cyclic garbage collector, set for long batch work: the notebooks' kernels and the test workers (issue 35).
+"""Python's cyclic garbage collector, set for long batch work: the notebooks' kernels and the test workers.
 
 Nothing here changes what runs or what it computes, only how often CPython walks its objects looking for reference
 cycles: every table and figure of the sim profile came out byte-identical with and without it (100 files, ``cmp``).
 
 With CPython's defaults (a young collection after 700 new containers, a full one after 10 x 10 of them, subject to
-the 25% rule), the two kernels of ``make reproduce`` (sim, from nothing) spent 42-46 s of their 282-291 s of CPU in
-the collector (two runs): each full collection walks every object alive, the ~170,000 that numpy, pandas, scipy,
+the 25% rule), the two kernels of ``make reproduce`` (sim, from nothing) spent about a sixth of their CPU in
+the collector: each full collection walks every object alive, the ~170,000 that numpy, pandas, scipy,
 matplotlib and r2mad_core leave behind at import included, and the notebooks keep hundreds of thousands more
 (transcripts, banks, the simulator's memos). Measured by ``gc.callbacks`` in both kernels (docs/performance.md,
-2026-11-26):
-
-==========================================  ==========  ============
-collector                                    its time   kernels' CPU
-==========================================  ==========  ============
-CPython's defaults                              42.2 s        282 s
-:func:`freeze` at each notebook's setup         21.8 s        252 s
-and :data:`THRESHOLDS`                          10.7 s        246 s
-==========================================  ==========  ============
+2026-11-26): :func:`freeze` at each notebook's setup
+halved the collector's time, and :data:`THRESHOLDS` halved it again.
 
 What is left is mostly IPython's own ``%reset`` between two notebooks in one kernel and the young collections. The
 reset collected twice (``%reset`` and its display hook each call ``gc.collect()``), before the figures were closed;
 :func:`reset_namespace` resets without them and the kernel collects once after closing the figures
 (``notebook_runner.CLEAR_KERNEL``): half the walks, and the figures' cycles freed before the next setup freezes what
-is alive (issue 52; py-spy: the two walks were 2.8% of the CPU of the kernel that ran eight notebooks).
+is alive (py-spy showed the two walks as a visible share of the CPU of the kernel that ran eight notebooks).
 
 - :func:`freeze` (``gc.freeze``): every object alive now leaves the collector's walks for good. Frozen objects are
   still freed by reference counting when nothing refers to them; only a reference cycle among them stays until the

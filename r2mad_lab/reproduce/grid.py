@@ -489,7 +489,7 @@ class ExperimentGrid(RunSettingsFace):
     def from_profile(cls, profile: Any, overrides: Mapping[str, Any] | None = None, *, runs_dir: str | Path,
                      cache_dir: str | Path, data_dir: str | Path | None = None, progress: bool = False,
                      **replace: Any) -> "ExperimentGrid":
-        """THE constructor (issue 30): the grid a typed profile (:class:`~r2mad_lab.experiments.profiles.Profile`,
+        """THE constructor: the grid a typed profile (:class:`~r2mad_lab.experiments.profiles.Profile`,
         its overrides applied when it was loaded) runs, with ``overrides`` applied on top
         (:meth:`~r2mad_lab.experiments.profiles.Profile.with_overrides`: a run setting by one
         :meth:`RunSettings.replace <r2mad_lab.experiments.run_settings.RunSettings.replace>`). The models and the

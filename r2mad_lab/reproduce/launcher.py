@@ -226,7 +226,7 @@ def last_line(log: Path) -> str:
 def wait_relaying(process: subprocess.Popen, log: Path, what: str, echo: Callable[[str], None],
                   every: float | None = None) -> int:
     """Wait for ``process``; every ``every`` seconds (:data:`RELAY_SECONDS`) one line with the last line of its log,
-    so a ``--jobs N`` run is never silent while its points run in their own processes (issue 62)."""
+    so a ``--jobs N`` run is never silent while its points run in their own processes."""
     start = time.perf_counter()
     while True:
         try:

@@ -15,7 +15,7 @@ parameters (docs/design.md "Profiles"; docs/performance.md for the times):
   failure nothing new starts; those running finish. Notebooks running at once share runs, the response cache and the
   manifest through file locks and SQLite (:mod:`r2mad_lab.experiments.cell`, :mod:`r2mad_lab.engines.cache`), and every
   generation is a function of its request, so the tables do not depend on the order (tested: byte-identical CSVs).
-- **Progress** (:class:`NotebookProgress`, issue 52): the kernel's messages are read as they come: the cell that
+- **Progress** (:class:`NotebookProgress`): the kernel's messages are read as they come: the cell that
   starts and the tqdm bars the notebook draws (a grid's ``N cells``, a cell's questions and round) go to a
   :class:`r2mad_lab.experiments.progress.ProgressBoard`, one line in place on a terminal, a plain line per finished run
   and at least every 20 s in a log, with each notebook's time left from its recorded timing.
@@ -40,7 +40,7 @@ from r2mad_core.files import atomic_write
 from r2mad_lab.experiments.progress import ProgressBoard, parse_tqdm
 
 KERNEL_NAME = "python3"
-#: Run by every kernel at start (issue 33: kernels outlived a killed ``reproduce`` by 1-5 s and kept writing).
+#: Run by every kernel at start (kernels outlived a killed ``reproduce`` for seconds and kept writing).
 KERNEL_EXITS_WITH_RUNNER = "--IPKernelApp.exec_lines=[\"__import__('r2mad_core.files').files.exit_with_parent()\"]"
 #: Seconds a kernel may take to start (papermill's default is 60): on a loaded machine a start can take longer, slow not
 #: broken.
@@ -65,7 +65,7 @@ def kernel_environment(cache_dir: Path) -> dict[str, str]:
     - The shared verdicts (``R2MAD_ANSWER_MEMO``): each kernel would otherwise compare the same answers symbolically
       again. Speed only: a verdict is a pure function of the two answers.
     - One BLAS thread per kernel: retrieval multiplies one query by the whole bank thousands of times, and OpenBLAS's
-      threads on such small products cost 5x the product on a loaded 2-core machine (benchmarks/README.md, issue 24);
+      threads on such small products cost 5x the product on a loaded 2-core machine (benchmarks/README.md);
       the products are the same to the bit (the CSVs are byte-identical).
     """
     from r2mad_core.data.verdicts import ENVIRONMENT
@@ -149,7 +149,7 @@ def run_workers(
     ``prepare`` until it can start it, in that kernel (the report's kernel reads the runs finished so far:
     :func:`r2mad_lab.reproduce.grid.load_finished_runs`): :data:`PREPARE_PERIOD` seconds after a call that returned
     something true (it found work), twice the last pause after one that did not, up to :data:`PREPARE_PERIOD_MAX`
-    (a call costs the runner and the kernel ~12 ms of CPU each). A failed ``prepare`` only ends the preparing; the
+    (a call costs the runner and the kernel CPU each). A failed ``prepare`` only ends the preparing; the
     notebook runs as it would have."""
     hints = hints or {}
     position = {notebook: index for index, notebook in enumerate(notebooks)}

@@ -259,8 +259,8 @@ def recorded_seconds(executed_root: Path, committed_root: Path, stems: Sequence[
 def expected_time(whole: str, executed_root: Path, committed_root: Path, notebooks: Sequence[Path], every: int) -> str:
     """The expected time of the notebooks a run executes: ``whole`` (the profile's stated time) when it runs all
     ``every`` notebooks; for a part (``--only``, a variant's or a sweep point's notebooks) their own wall seconds in
-    the last recorded run (:func:`recorded_seconds`), never the whole profile's (issue 61: a variant of notebook 04
-    said 142 s, the time of all ten)."""
+    the last recorded run (:func:`recorded_seconds`), never the whole profile's (a variant of notebook 04
+    once stated the time of all ten)."""
     if len(notebooks) >= every:
         return whole
     stems = [notebook.stem for notebook in notebooks]

@@ -1,7 +1,7 @@
 """Which notebooks a rerun may leave as they are: those whose inputs and outputs are as their last run left them.
 
 ``make reproduce`` run again with nothing changed would execute every notebook to write the same bytes (every cell
-replayed from ``runs/``: 47-54 s for the sim profile on 2 cores, issue 35). Like ``make`` with its targets, a rerun
+replayed from ``runs/``, most of a minute for the sim profile). Like ``make`` with its targets, a rerun
 instead executes only the notebooks that are out of date, and says which it left and why. A notebook is up to date
 when all of these are as the last successful run of this profile (or variant) in this folder recorded them:
 
@@ -90,7 +90,7 @@ def stat_digest(root: Path | None, skip_dirs: Iterable[str] = ()) -> str:
 
 def installed_distributions() -> list[str]:
     """The installed distributions as their metadata folders name them (``numpy-2.1.3.dist-info``: name and
-    version), on every folder of ``sys.path``: reading each one's metadata instead took 0.1-0.2 s per call."""
+    version), on every folder of ``sys.path``: reading each one's metadata instead was slow on every call."""
     names = set()
     for entry in sys.path:
         try:

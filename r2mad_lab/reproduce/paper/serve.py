@@ -6,7 +6,7 @@ Decision (docs/paper-run.md, "Several GPUs"): **one server per GPU** (``CUDA_VIS
 - the client already spreads requests over several URLs (the least busy first,
   :class:`~r2mad_lab.engines.openai_compat.OpenAICompatEngine`), so the servers need no coordination;
 - one server that dies takes one GPU's share out, not the model's (the engine's failover moves its requests to the
-  live ones: issue 51);
+  live ones);
 - every server is the same command on one GPU, so a node of any size (and the fake servers of the tests) is started
   the same way.
 

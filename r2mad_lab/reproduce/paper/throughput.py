@@ -15,7 +15,7 @@ Nothing here is measured: a rate from this model is "modelled" in every printout
 - The range: low = (bandwidth efficiency 0.5, MFU 0.4, no prefix-cache hits), high = (0.8, 0.6, half the prompt
   tokens hit). Per generated token: time = 1 / decode rate + (prompt/completion) x (1 - hit) x 2P / (peak x mfu).
 
-Checked against public figures (issue 34): 7-14B models on one H100/A100 reach 3.2K-12.5K tokens/s in vLLM's
+Checked against public figures: 7-14B models on one H100/A100 reach 3.2K-12.5K tokens/s in vLLM's
 benchmarks (vllm-project/vllm PRs #18566 and #7117; gpustack performance-lab pages for Qwen3 on H100; Red Hat's
 MLPerf Inference v5.1 post; QwenLM/Qwen3 issue #244).
 """
