@@ -181,7 +181,8 @@ def served_run(args: argparse.Namespace, profile: Profile, only: Sequence[str] |
     try:
         planned = serve.plan(entries, args.gpus, **({"command": command} if command else {}))
         with serve.Servers(planned, runs_dir / "logs") as servers:
-            return run_with(serve.served_fields(base, servers.urls()), list(servers.urls()))
+            evaluated = [e["label"] for e in base.get("models", []) if e["label"] in servers.urls()]
+            return run_with(serve.served_fields(base, servers.urls()), evaluated)  # memory-only: in their banks
     except serve.ServeError as exc:
         print(f"reproduce: --gpus {args.gpus}: {exc}", file=sys.stderr)
         return 1
