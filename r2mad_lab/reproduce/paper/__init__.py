@@ -15,6 +15,8 @@ The paper run on GPUs: everything ``reproduce --profile paper`` does beyond runn
   memory), gated access, disk and API variables, before any GPU work.
 - :mod:`~r2mad_lab.reproduce.paper.serve`: ``--gpus N``: vLLM's OpenAI-compatible servers started, health-checked and
   stopped by the run, requests spread over them.
+- :mod:`~r2mad_lab.reproduce.paper.together`: ``--gpus N``: the notebooks' grids of every served model side by side
+  (one thread per model) before the notebooks, so every model's servers have work.
 
 Nothing here is imported by ``r2mad_lab.reproduce`` on import; :mod:`r2mad_lab.reproduce.command` imports
 :mod:`.command` when its parser is built.

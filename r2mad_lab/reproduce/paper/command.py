@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from r2mad_lab.experiments.profiles import Profile
-from r2mad_lab.reproduce.paper import calibrate, estimate, preflight, rehearsal, serve, throughput
+from r2mad_lab.reproduce.paper import calibrate, estimate, preflight, rehearsal, serve, throughput, together
 from r2mad_lab.reproduce.paper.estimate import gpu_models  # noqa: F401  (the command line's name for it)
 
 MAX_GPUS = 4096
@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        "CPU; artifacts in figures/<profile>-rehearsal/ (a variant's or a part's under its variants/), "
                        "every request logged")
     group.add_argument("--gpus", type=_bounded(int, 1, high=MAX_GPUS), default=1, metavar="N",
-                       help="with --estimate-only: the wall-clock on N GPUs (data parallel, each model in turn); "
+                       help="with --estimate-only: the wall-clock on N GPUs (the models side by side, N/M GPUs each); "
                        "a run: N GPUs of this node (docs/paper-run.md); at least 1")
     group.add_argument("--gpu-kind", default=None, choices=sorted(throughput.GPUS),
                        help="with --estimate-only/--preflight: only this GPU kind (default: every kind)")
@@ -143,8 +143,9 @@ def main(args: argparse.Namespace, profile: Profile, only: Sequence[str] | None,
 def served_run(args: argparse.Namespace, profile: Profile, only: Sequence[str] | None, paths_of: Callable,
                run: Callable, *, command: Callable | None = None) -> int:
     """``--gpus N``: the pre-flight, one vLLM server per GPU (:mod:`~r2mad_lab.reproduce.paper.serve`), the run on
-    them (the profile with each vLLM model served, written beside the runs), the servers stopped. With one GPU no
-    server (the in-process engine). ``--skip-api-models``: the API models' rows not run
+    them (the profile with each vLLM model served, written beside the runs; a whole run first runs the notebooks'
+    grids of every served model side by side, :mod:`~r2mad_lab.reproduce.paper.together`), the servers stopped. With
+    one GPU no server (the in-process engine). ``--skip-api-models``: the API models' rows not run
     (:func:`~r2mad_lab.reproduce.paper.estimate.gpu_only_fields`)."""
     import yaml
 
@@ -162,20 +163,26 @@ def served_run(args: argparse.Namespace, profile: Profile, only: Sequence[str] |
     runs_dir = paths_of(args.output_dir, profile.folder).runs_dir / "served"
     base = estimate.gpu_only_fields(profile.fields) if args.skip_api_models else dict(profile.fields)
 
-    def run_with(fields: Mapping[str, Any]) -> int:
+    def run_with(fields: Mapping[str, Any], served: Sequence[str] = ()) -> int:
         path = runs_dir / f"{profile.name}.yaml"
         runs_dir.mkdir(parents=True, exist_ok=True)
         atomic_write(path, f"# Written by `reproduce --profile {profile.name} --gpus {args.gpus}"
                      f"{' --skip-api-models' if args.skip_api_models else ''}`: the profile as this run ran it.\n"
                      + yaml.safe_dump(fields, sort_keys=False))
-        return run(args, load_profile(path), only)
+        loaded = load_profile(path)
+        if len(served) > 1 and not only:  # every model's servers busy; --only: just the notebooks asked
+            paths = paths_of(args.output_dir, loaded.folder)
+            together.run_side_by_side(loaded, served, runs_dir=paths.runs_dir, cache_dir=paths.cache_dir,
+                                      data_dir=_data_dir(args))
+        return run(args, loaded, only)
 
     if args.gpus == 1:
         return run_with(base)
     try:
         planned = serve.plan(entries, args.gpus, **({"command": command} if command else {}))
         with serve.Servers(planned, runs_dir / "logs") as servers:
-            return run_with(serve.served_fields(base, servers.urls()))
+            evaluated = [e["label"] for e in base.get("models", []) if e["label"] in servers.urls()]
+            return run_with(serve.served_fields(base, servers.urls()), evaluated)  # memory-only: in their banks
     except serve.ServeError as exc:
         print(f"reproduce: --gpus {args.gpus}: {exc}", file=sys.stderr)
         return 1

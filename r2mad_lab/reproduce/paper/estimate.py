@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -26,7 +27,7 @@ from typing import Any, Mapping, Sequence
 from r2mad_core.data.benchmarks import load as load_benchmark
 from r2mad_lab.engines.rehearsal import reply_lengths
 from r2mad_lab.experiments.profiles import Profile
-from r2mad_lab.reproduce.paper import calibrate, rehearsal, throughput
+from r2mad_lab.reproduce.paper import calibrate, rehearsal, serve, throughput
 
 GPU_ENGINES = ("vllm",)
 
@@ -235,6 +236,7 @@ def estimate_lines(profile: Profile, usage: Mapping[str, Mapping[str, Any]], *, 
              + f": the requests its rehearsal sent ({rehearsed}), each scaled by its benchmark and split's full size; "
              "prompt tokens = characters/4 + 4 per message"]
     totals = {kind: [0.0, 0.0] for kind in kinds}
+    per_model: dict[str, dict[str, tuple[float, float]]] = {kind: {} for kind in kinds}
     for label, u in usage.items():
         where = "GPU" if label in on_gpu else "API"
         context = u.get("context")
@@ -255,6 +257,7 @@ def estimate_lines(profile: Profile, usage: Mapping[str, Mapping[str, Any]], *, 
                 hours = u["completion_tokens"] / rate["tokens_per_s"] / 3600
                 totals[kind][0] += hours
                 totals[kind][1] += hours
+                per_model[kind][label] = (hours, hours)
                 dummy = " with dummy weights (vLLM load_format dummy: the model's shape, random values)" if rate.get(
                     "dummy_weights") else ""
                 lines.append(f"    {kind}: {hours:,.1f} GPU-hours at {rate['tokens_per_s']:,.0f} tokens/s, measured on "
@@ -269,6 +272,7 @@ def estimate_lines(profile: Profile, usage: Mapping[str, Mapping[str, Any]], *, 
             hours = (u["completion_tokens"] / high / 3600, u["completion_tokens"] / low / 3600)
             totals[kind][0] += hours[0]
             totals[kind][1] += hours[1]
+            per_model[kind][label] = hours
             lines.append(f"    {kind}: {low:,.0f}-{high:,.0f} tokens/s modelled -> "
                          f"{hours[0]:,.1f}-{hours[1]:,.1f} GPU-hours")
     absent = [label for label in [*on_gpu,
@@ -279,9 +283,7 @@ def estimate_lines(profile: Profile, usage: Mapping[str, Mapping[str, Any]], *, 
         lines.append(f"  not in the rehearsal's log (not counted): {', '.join(absent)}")
     for kind, (low, high) in totals.items():
         lines.append(f"  total on {kind}: {low:,.1f}-{high:,.1f} GPU-hours for the {len(on_gpu)} vLLM "
-                     f"models, one after another; on {gpus} GPU{'s' if gpus != 1 else ''}: wall-clock "
-                     f"{low / gpus:,.1f}-{high / gpus:,.1f} h (data parallel, each model's requests spread over the "
-                     f"{gpus}; ideal scaling assumed)")
+                     f"models; {wall_clock_line(per_model[kind], list(on_gpu), gpus)}")
     lines += money_lines(profile, usage, {k: (v[0], v[1]) for k, v in totals.items()}, gpu_hour_price=gpu_hour_price)
     lines.append("  sources:")
     lines += [f"    {line}" for line in throughput.sources(on_gpu)]
@@ -289,6 +291,36 @@ def estimate_lines(profile: Profile, usage: Mapping[str, Mapping[str, Any]], *, 
         lines.append("    no calibration file: run `reproduce --profile paper --calibrate` on the GPU to replace the "
                      "modelled ranges by rates from your GPU")
     return lines
+
+
+def wall_clock(hours: Mapping[str, tuple[float, float]], models: Sequence[str],
+               gpus: int) -> tuple[float, float] | None:
+    """The run's wall-clock (low, high) in hours on ``gpus`` GPUs from each GPU model's GPU-hours: on one GPU the
+    models one after another (the sum); on N >= M GPUs the M models side by side, each on its share of the GPUs
+    (:func:`~r2mad_lab.reproduce.paper.serve.assignment`), so the slowest model's GPU-hours over its GPUs (ideal
+    scaling within a model assumed); None where the run refuses (1 < N < M)."""
+    if gpus == 1:
+        return sum(h[0] for h in hours.values()), sum(h[1] for h in hours.values())
+    if gpus < len(models):
+        return None
+    share = Counter(serve.assignment(list(models), gpus))
+    return (max((h[0] / share[label] for label, h in hours.items()), default=0.0),
+            max((h[1] / share[label] for label, h in hours.items()), default=0.0))
+
+
+def wall_clock_line(hours: Mapping[str, tuple[float, float]], models: Sequence[str], gpus: int) -> str:
+    """The printout's wall-clock clause (:func:`wall_clock`)."""
+    wall = wall_clock(hours, models, gpus)
+    if wall is None:
+        return (f"on {gpus} GPUs: no run (the {len(models)} vLLM models run at once on separate GPUs: at least "
+                f"{len(models)} GPUs, or 1)")
+    if gpus == 1:
+        return f"on 1 GPU: wall-clock {wall[0]:,.1f}-{wall[1]:,.1f} h (the models one after another)"
+    share = Counter(serve.assignment(list(models), gpus))
+    slowest = max(hours, key=lambda label: hours[label][1] / share[label]) if hours else None
+    return (f"on {gpus} GPUs: wall-clock {wall[0]:,.1f}-{wall[1]:,.1f} h (the models side by side, each on its "
+            f"GPUs: " + ", ".join(f"{label} {share[label]}" for label in models)
+            + (f"; the slowest, {slowest}, sets it" if slowest else "") + "; ideal scaling within a model assumed)")
 
 
 def estimate(profile: Profile, found: Found, calibration_file: Path, *, data_dir: Path | None = None, gpus: int = 1,

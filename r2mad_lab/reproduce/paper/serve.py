@@ -81,9 +81,14 @@ def plan(entries: Sequence[Mapping[str, Any]], gpus: int, *, base_port: int = BA
         raise ServeError(f"--gpus {gpus}: the profile's {len(entries)} vLLM models "
                          f"({', '.join(e['label'] for e in entries)}) run at once on separate GPUs, so at least "
                          f"{len(entries)} GPUs are needed; without --gpus the run loads them one at a time in-process")
-    return [Server(entries[i % len(entries)]["label"], i, base_port + i,
-                   command(entries[i % len(entries)], base_port + i))
-            for i in range(gpus)]
+    return [Server(entry["label"], i, base_port + i, command(entry, base_port + i))
+            for i, entry in enumerate(assignment(entries, gpus))]
+
+
+def assignment(models: Sequence[Any], gpus: int) -> list[Any]:
+    """What GPU i runs: model k of the M ``models`` on the GPUs i with i mod M = k (the run's plan and the
+    estimate's wall-clock)."""
+    return [models[i % len(models)] for i in range(gpus)]
 
 
 def healthy(url: str, timeout: float = 2.0) -> bool:
