@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from r2mad_core.files import atomic_write
+from r2mad_lab import CODE_PACKAGES
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 #: Fields of a manifest entry that say when and at which commit it was written, not what it holds.
@@ -75,7 +76,7 @@ def normalized_notebook(text: str) -> Any:
 def same_but_volatile(old: Mapping[str, Any], new: Mapping[str, Any],
                       volatile: tuple[str, ...] = MANIFEST_VOLATILE) -> bool:
     """Whether two manifest entries differ only in their :data:`MANIFEST_VOLATILE` fields, and their ``git`` records
-    name the same code: the same commit, or two commits whose ``r2mad_core`` trees are one (:func:`same_code`), neither
+    name the same code: the same commit, or two commits whose code trees are one (:func:`same_code`), neither
     built from uncommitted changes. A new commit of the package's code is thus recorded even when no result changed."""
     if {k: v for k, v in old.items() if k not in volatile} != {k: v for k, v in new.items() if k not in volatile}:
         return False
@@ -85,17 +86,24 @@ def same_but_volatile(old: Mapping[str, Any], new: Mapping[str, Any],
 
 
 @functools.lru_cache(maxsize=64)
-def code_tree(commit: str) -> str | None:
-    """The git tree of ``r2mad_core`` at ``commit`` (None when git cannot say: not a checkout, unknown commit)."""
-    try:
-        return subprocess.run(["git", "rev-parse", f"{commit}:r2mad_core"], cwd=REPOSITORY, capture_output=True,
-                              text=True, timeout=10, check=True).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
+def code_tree(commit: str) -> tuple[str, ...] | None:
+    """The git trees of the code packages (:data:`r2mad_lab.CODE_PACKAGES`) at ``commit`` (None when git cannot say:
+    not a checkout, an unknown commit, a commit before a package existed)."""
+    trees = []
+    for package in CODE_PACKAGES:
+        try:
+            tree = subprocess.run(["git", "rev-parse", f"{commit}:{package}"], cwd=REPOSITORY, capture_output=True,
+                                  text=True, timeout=10, check=True).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+        if not tree:
+            return None
+        trees.append(tree)
+    return tuple(trees)
 
 
 def same_code(first: str, second: str) -> bool:
-    """Whether two commits hold the same ``r2mad_core`` (what tests/test_committed_artifacts.py compares)."""
+    """Whether two commits hold the same code, core and lab (what tests/test_committed_artifacts.py compares)."""
     if first == second:
         return True
     trees = code_tree(first), code_tree(second)

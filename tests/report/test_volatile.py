@@ -152,3 +152,35 @@ def test_what_a_new_machine_writes_to_stderr_is_not_a_change() -> None:
     new_machine = json.loads(json.dumps(committed))
     new_machine["cells"][0]["outputs"].insert(0, {"output_type": "stream", "name": "stderr", "text": line})
     assert normalized_notebook(json.dumps(new_machine)) == normalized_notebook(json.dumps(committed))
+
+
+def test_a_commit_that_changes_only_the_lab_is_new_code(tmp_path, monkeypatch) -> None:
+    """An entry's commit is rewritten when the lab changed, not only the core (both are the code a run is made of:
+    r2mad_lab.CODE_PACKAGES); a commit of the docs alone is the same code."""
+    import subprocess
+
+    from r2mad_lab.report import volatile as module
+
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    for folder in ("r2mad_core", "r2mad_lab", "docs"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "m.py").write_text("x = 1\n")
+    subprocess.run(git + ["init", "-q"], cwd=tmp_path, check=True)
+
+    def commit(folder: str, text: str) -> str:
+        (tmp_path / folder / "m.py").write_text(text)
+        subprocess.run(git + ["add", "."], cwd=tmp_path, check=True)
+        subprocess.run(git + ["commit", "-qm", folder], cwd=tmp_path, check=True)
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    first = commit("docs", "x = 1\n")
+    docs_only = commit("docs", "x = 2\n")
+    lab_only = commit("r2mad_lab", "x = 2\n")
+    monkeypatch.setattr(module, "REPOSITORY", tmp_path)
+    module.code_tree.cache_clear()
+    try:
+        assert module.same_code(first, docs_only) and not module.same_code(docs_only, lab_only)
+        assert module.code_tree("0" * 40) is None
+    finally:
+        module.code_tree.cache_clear()
