@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from r2mad_lab import CODE_PACKAGES
+from r2mad_lab.report.volatile import code_tree
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -35,11 +36,8 @@ def _committed_manifests() -> list[str]:
 
 
 def _tree(commit: str) -> tuple[str, ...] | None:
-    """The git trees of the code packages (:data:`r2mad_lab.CODE_PACKAGES`) at ``commit``."""
-    try:
-        return tuple(_git("rev-parse", f"{commit}:{package}") for package in CODE_PACKAGES)
-    except subprocess.CalledProcessError:
-        return None
+    """The git trees of the code packages at ``commit``: the one reading the manifests' same-code check uses."""
+    return code_tree(commit)
 
 
 @pytest.mark.parametrize("manifest", _committed_manifests() or ["(none)"])
