@@ -37,7 +37,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -415,13 +415,23 @@ def trend_phrase(trend: Trend, axis: str, family: str, p_adjusted: float | None 
 # --------------------------------------------------------------------------------------------
 # Replicates: several seeds on the same questions
 # --------------------------------------------------------------------------------------------
+class ClusteredMean(NamedTuple):
+    """A mean over strata with its CI and SE, the questions resampled as clusters (:func:`clustered_mean_ci`)."""
+
+    estimate: float
+    ci_low: float
+    ci_high: float
+    se: float  # the bootstrap's standard deviation of the same estimate
+
+
 def clustered_mean_ci(values: dict[str, np.ndarray], *, level: float = 0.95, n_bootstrap: int = 2000,
-                      seed: int = 0) -> tuple[float, float, float]:
+                      seed: int = 0) -> ClusteredMean:
     """The mean over strata of the per-stratum mean of ``values[stratum]`` (one row per question, one column per
     seed) with a CI that resamples questions within each stratum, each question with all its seeds (the questions
-    are the clusters: the seeds of one question are not independent, Miller 2024 sec. 2.2)."""
+    are the clusters: the seeds of one question are not independent, Miller 2024 sec. 2.2), and the SE of the same
+    bootstrap."""
     if not values:
-        return math.nan, math.nan, math.nan
+        return ClusteredMean(math.nan, math.nan, math.nan, math.nan)
     rng = np.random.default_rng(seed)
     estimate = float(np.mean([np.asarray(v, dtype=float).mean() for v in values.values()]))
     total = np.zeros(n_bootstrap)
@@ -432,7 +442,8 @@ def clustered_mean_ci(values: dict[str, np.ndarray], *, level: float = 0.95, n_b
     total /= len(values)
     tail = (1.0 - level) / 2.0
     low, high = np.quantile(total, [tail, 1.0 - tail])
-    return estimate, float(low), float(high)
+    se = float(np.std(total, ddof=1)) if n_bootstrap > 1 else math.nan
+    return ClusteredMean(estimate, float(low), float(high), se)
 
 
 def sign_flip_p(values: dict[str, np.ndarray], *, draws: int = MONTE_CARLO_DRAWS, seed: int = 0) -> float:
@@ -478,8 +489,7 @@ def pooled_paired(a: dict[str, np.ndarray], b: dict[str, np.ndarray], *, seed: i
         y = np.asarray(b[stratum], dtype=float)
         differences[stratum] = x - y
     per_question = {k: v.mean(axis=1) for k, v in differences.items()}
-    estimate, low, high = clustered_mean_ci(differences, seed=seed, n_bootstrap=n_bootstrap)
-    se = math.nan
+    estimate, low, high, se = clustered_mean_ci(differences, seed=seed, n_bootstrap=n_bootstrap)
     seeds = next(iter(a.values())).shape[1] if a else 0
     values = np.concatenate(list(per_question.values())) if per_question else np.zeros(0)
     return PairedEstimate(estimate, low, high, sign_flip_p(per_question, draws=draws, seed=seed), int(values.size),

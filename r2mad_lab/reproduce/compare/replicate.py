@@ -87,7 +87,7 @@ def replicate_summary(replicates: Sequence[Point], table: str) -> pd.DataFrame |
     for key in cells[labels].astype(str).itertuples(index=False, name=None):
         strata = (matrices or {}).get(tuple(key))
         estimate = inference.clustered_mean_ci({k: v.astype(float) for k, v in strata.items()}) if strata else (
-            np.nan, np.nan, np.nan)
+            inference.ClusteredMean(np.nan, np.nan, np.nan, np.nan))
         pooled.append(estimate[0])
         low.append(estimate[1])
         high.append(estimate[2])
