@@ -498,6 +498,9 @@ def test_every_label_of_a_variant_says_what_ran_and_which_variant(tiny_variant: 
     baseline = read_table(folder.parent.parent / "tab_ablation.csv").values
     for row in comparison.itertuples():
         assert row.profile == pytest.approx(float(baseline.at[row.method, row.benchmark]))
+    # the SE of the paired difference beside its CI (issue 56): present wherever the pair was compared
+    assert list(comparison.columns[comparison.columns.get_loc("ci_low"):][:3]) == ["ci_low", "ci_high", "se"]
+    assert comparison["se"].notna().all() and (comparison["se"] >= 0).all()
     assert manifest["tab_ablation_vs_profile"]["notes"].startswith("tab_ablation, gamma = 0.5 (profile tiny: 0.9): ")
     # the executed notebook says at its top which variant it is and where its outputs went
     executed = tiny_variant["folder"].parents[3] / "notebooks" / "executed" / "tiny" / "variants" / "gamma=0.5"
@@ -521,8 +524,15 @@ def test_a_sweep_draws_the_tables_against_its_setting(tiny_variant: dict) -> Non
     assert list(pd.unique(table["setting"])) == ["w_high=0.5", "w_high=0.55 (profile tiny)", "w_high=0.6"]
     assert len(table) == 15 * 3
     at_profile = table[table["setting"] == "w_high=0.55 (profile tiny)"].set_index(["row", "benchmark"])["value"]
-    profile = read_table(tiny_run / "figures" / "tiny" / "tab_ablation.csv").values
+    profile_table = read_table(tiny_run / "figures" / "tiny" / "tab_ablation.csv")
+    profile = profile_table.values
     assert at_profile[("R2-MAD", "MATH500")] == pytest.approx(float(profile.at["R2-MAD", "MATH500"]))
+    # each point's SE beside its CI, read from the point's own tidy CSV (the profile's point: the profile's SE)
+    assert list(table.columns[-4:]) == ["value", "ci_low", "ci_high", "se"]
+    se_at_profile = table[table["setting"] == "w_high=0.55 (profile tiny)"].set_index(["row", "benchmark"])["se"]
+    assert se_at_profile[("R2-MAD", "MATH500")] == pytest.approx(float(profile_table.se.at["R2-MAD", "MATH500"]))
+    paired = pd.read_csv(sweep / "tab_sweep_tab_ablation_paired.csv")
+    assert {"ci_low", "ci_high", "se"} <= set(paired) and paired["se"].notna().all()
     # the title names the quantity, not the table's file name; the caption carries no console line
     assert manifest["fig_sweep_tab_ablation"]["labels"]["titles"][0].startswith("Ablation of R2-MAD against w_high")
     assert "reproduce:" not in manifest["fig_sweep_tab_ablation"]["caption"]
@@ -553,7 +563,9 @@ def test_replicates_give_the_mean_and_spread_over_seeds(tiny_run: Path) -> None:
     assert code == 0
     folder = tiny_run / "figures" / "tiny" / "replicates" / "seeds=0-2"
     summary = pd.read_csv(folder / "tab_replicates_tab_main_results.csv")
-    assert {"seed=0", "seed=1", "seed=2", "mean", "sd", "min", "max", "seed=0 ci_low", "seed=0 ci_high"} <= set(summary)
+    assert {"seed=0", "seed=1", "seed=2", "mean", "sd", "min", "max", "seed=0 ci_low", "seed=0 ci_high",
+            "seed=0 se", "pooled", "pooled ci_low", "pooled ci_high", "pooled se"} <= set(summary)
+    assert summary["pooled se"].notna().all() and summary["seed=0 se"].notna().all()
     assert (summary["seeds"] == 3).all()
     profile = read_table(tiny_run / "figures" / "tiny" / "tab_main_results.csv").values
     row = summary[(summary["method"] == "R2-MAD") & (summary["benchmark"] == "MATH500")].iloc[0]

@@ -76,13 +76,14 @@ def compare_with_paper(
 
     ``reproduced``: columns table (paper label, e.g. ``tab:main_results``), model, method, benchmark
     (paper name: ``MATH500``, ``Economics``, ..., ``Average``), metric, value, and optionally
-    ci_low, ci_high, n. ``stand_ins`` maps a reproduced model to the paper model it stands in for
+    ci_low, ci_high, se, n. ``stand_ins`` maps a reproduced model to the paper model it stands in for
     (the cpu profile's SmolLM2 stands in for Qwen2.5-7B-Instruct); a ``paper_model`` column, when
     present, takes precedence. Returns one row per reproduced
     number: ..., ``paper_model``, ``reproduced``, ``paper`` (NaN when the paper has no such
     number; for an ``Average`` over fewer benchmarks than the paper's, the paper's mean over the same benchmarks,
     named in ``paper_average_over``), ``difference`` (reproduced - paper) with its interval ``difference_low`` /
-    ``difference_high`` and ``consistent_with_paper`` (:func:`_difference_intervals`).
+    ``difference_high``, its standard error ``difference_se`` and ``consistent_with_paper``
+    (:func:`_difference_intervals`).
     """
     required = ["table", "model", "method", "benchmark", "metric", "value"]
     missing = [c for c in required if c not in reproduced.columns]
@@ -91,7 +92,7 @@ def compare_with_paper(
     reported = load_reported_results() if reported is None else reported
     stand_ins = dict(stand_ins or {})
     frame = reproduced.copy()
-    for column in ("ci_low", "ci_high", "n"):
+    for column in ("ci_low", "ci_high", "se", "n"):
         if column not in frame:
             frame[column] = np.nan
     mapped = pd.Series([stand_ins.get(m, m) for m in frame["model"]], index=frame.index)
@@ -104,8 +105,8 @@ def compare_with_paper(
     merged = _difference_intervals(merged)
     columns = [
         "table", "model", "paper_model", "method", "benchmark", "metric",
-        "reproduced", "ci_low", "ci_high", "n", "paper", "difference", "difference_low", "difference_high",
-        "consistent_with_paper",
+        "reproduced", "ci_low", "ci_high", "se", "n", "paper", "difference", "difference_low", "difference_high",
+        "difference_se", "consistent_with_paper",
     ]
     return merged[columns + [c for c in merged.columns if c not in columns]]
 
@@ -121,14 +122,15 @@ def paper_test_size(benchmark: str) -> int | None:
 def _difference_intervals(merged: pd.DataFrame) -> pd.DataFrame:
     """``difference_low`` / ``difference_high``: the 95% interval of reproduced - paper as two independent samples of
     known sizes (the paper's test split, :func:`paper_test_size`;
-    :func:`r2mad_lab.report.intervals.difference_from_paper`, an Average over its benchmarks' cells), and
-    ``consistent_with_paper``: whether it contains 0. A perfect reproduction is consistent about 95% of the time; the
-    paper's number inside the reproduced CI alone treated it as exact and failed a perfect reproduction about 17% of the
-    time (docs/statistics.md). Accuracy rows with a known n
-    and a paper number only; NA elsewhere."""
+    :func:`r2mad_lab.report.intervals.difference_from_paper`, an Average over its benchmarks' cells),
+    ``difference_se`` (the two samples' SEs, :func:`r2mad_lab.report.intervals.accuracy_se`, in quadrature), and
+    ``consistent_with_paper``: whether the interval contains 0. A perfect reproduction is consistent about 95% of the
+    time; the paper's number inside the reproduced CI alone treated it as exact and failed a perfect reproduction
+    about 17% of the time (docs/statistics.md). Accuracy rows with a known n and a paper number only; NA elsewhere."""
     merged = merged.copy()
     merged["difference_low"] = np.nan
     merged["difference_high"] = np.nan
+    merged["difference_se"] = np.nan
     merged["consistent_with_paper"] = pd.Series(pd.NA, index=merged.index, dtype="boolean")
     keys = ["table", "model", "paper_model", "method", "metric"]
     for index in merged.index[(merged["metric"] == "accuracy") & merged["paper"].notna()]:
@@ -144,6 +146,9 @@ def _difference_intervals(merged: pd.DataFrame) -> pd.DataFrame:
             list(zip(cells["reproduced"].astype(float), cells["n"].astype(int), strict=False)),
             list(zip(cells["paper"].astype(float), sizes, strict=False)))
         merged.at[index, "difference_low"], merged.at[index, "difference_high"] = low, high
+        merged.at[index, "difference_se"] = math.hypot(
+            intervals.accuracy_se(cells["reproduced"].astype(float).tolist(), cells["n"].astype(int).tolist()),
+            intervals.accuracy_se(cells["paper"].astype(float).tolist(), sizes))
         merged.at[index, "consistent_with_paper"] = bool(low <= 0.0 <= high)
     return merged
 

@@ -127,7 +127,8 @@ class GridResults:
         raise KeyError(f"no cell ({model}, {benchmark}, {method}) in these results")
 
     def accuracy(self) -> pd.DataFrame:
-        """One row per cell: model, paper_model, benchmark (paper name), method, accuracy, CI, n, tokens."""
+        """One row per cell: model, paper_model, benchmark (paper name), method, accuracy, CI, SE
+        (:func:`r2mad_lab.report.intervals.accuracy_se`), n, tokens."""
         rows = []
         for o in self.outcomes:
             m = o.metrics
@@ -135,7 +136,8 @@ class GridResults:
             rows.append({
                 "model": o.model.label, "paper_model": o.model.paper_model, "benchmark": benchmark_label(o.benchmark),
                 "method": o.method, "accuracy": m["accuracy"], "ci_low": m["ci_low"], "ci_high": m["ci_high"],
-                "n": m["n"], "debate_tokens": tokens.get("debate", {}).get("total_tokens", 0.0),
+                "se": intervals.accuracy_se([m["accuracy"]], [m["n"]]), "n": m["n"],
+                "debate_tokens": tokens.get("debate", {}).get("total_tokens", 0.0),
                 "summary_tokens": tokens.get("summary", {}).get("total_tokens", 0.0),
                 "judge_tokens": tokens.get("judge", {}).get("total_tokens", 0.0),
                 "seconds_per_query": m.get("seconds_per_query", math.nan), "run_dir": str(o.run_dir),
@@ -189,8 +191,7 @@ class GridResults:
                     values.loc[(model, method), benchmark] = part.at[benchmark, "accuracy"]
                     low.loc[(model, method), benchmark] = part.at[benchmark, "ci_low"]
                     high.loc[(model, method), benchmark] = part.at[benchmark, "ci_high"]
-                    errors.loc[(model, method), benchmark] = intervals.accuracy_se(
-                        [part.at[benchmark, "accuracy"]], [part.at[benchmark, "n"]])
+                    errors.loc[(model, method), benchmark] = part.at[benchmark, "se"]
             if AVERAGE_LABEL in columns and set(benchmarks) <= set(part.index):
                 mine = questions[(questions[model_column] == model) & (questions.method == method)]
                 groups = [mine[mine.benchmark == b]["correct"].to_numpy() for b in benchmarks]
@@ -218,7 +219,7 @@ class GridResults:
     def reproduced(self, table_label: str, methods: Sequence[str] | None = None, *,
                    with_average: bool = True) -> pd.DataFrame:
         """Tidy rows for :func:`compare_with_paper`: table, model, paper_model, method, benchmark,
-        metric, value, ci_low, ci_high, n (``Average`` rows: the mean of the benchmarks)."""
+        metric, value, ci_low, ci_high, se, n (``Average`` rows: the mean of the benchmarks)."""
         rows = []
         frame = self.accuracy()
         for paper_model in pd.unique(frame["paper_model"]):
@@ -238,7 +239,8 @@ class GridResults:
                         "table": table_label, "model": labels[paper_model], "paper_model": paper_model,
                         "method": method, "benchmark": benchmark, "metric": "accuracy", "value": float(value),
                         "ci_low": float(table.ci_low.at[(paper_model, method), benchmark]),
-                        "ci_high": float(table.ci_high.at[(paper_model, method), benchmark]), "n": n,
+                        "ci_high": float(table.ci_high.at[(paper_model, method), benchmark]),
+                        "se": float(table.se.at[(paper_model, method), benchmark]), "n": n,
                     })
         return pd.DataFrame(rows)
 
@@ -265,7 +267,7 @@ class GridResults:
                 values.at[row, column] = hit["accuracy"].iloc[0]
                 low.at[row, column] = hit["ci_low"].iloc[0]
                 high.at[row, column] = hit["ci_high"].iloc[0]
-                errors.at[row, column] = intervals.accuracy_se([hit["accuracy"].iloc[0]], [hit["n"].iloc[0]])
+                errors.at[row, column] = hit["se"].iloc[0]
                 mine = questions[(questions.model == model) & (questions.benchmark == benchmark)
                                  & (questions.method == method)]
                 groups.append(mine["correct"].to_numpy())
@@ -298,7 +300,7 @@ class GridResults:
                 values.at[pair, method] = hit["accuracy"].iloc[0]
                 low.at[pair, method] = hit["ci_low"].iloc[0]
                 high.at[pair, method] = hit["ci_high"].iloc[0]
-                errors.at[pair, method] = intervals.accuracy_se([hit["accuracy"].iloc[0]], [hit["n"].iloc[0]])
+                errors.at[pair, method] = hit["se"].iloc[0]
                 mine = questions[(questions.model == pair[0]) & (questions.benchmark == pair[1])
                                  & (questions.method == method)]
                 groups.append(mine["correct"].to_numpy())
@@ -318,7 +320,7 @@ class GridResults:
 
     def subset_accuracy(self, methods: Sequence[str], reference: str = "MAD") -> pd.DataFrame:
         """Accuracy of ``methods`` on the shared-misconception subset of each (model, benchmark):
-        model, paper_model, benchmark, method, accuracy, ci_low, ci_high, n (subset size)."""
+        model, paper_model, benchmark, method, accuracy, ci_low, ci_high, se, n (subset size)."""
         subsets = self.shared_misconception_subsets(reference)
         rows = []
         for o in self.outcomes:
@@ -329,9 +331,10 @@ class GridResults:
             acc = accuracy_with_ci(correct, n_bootstrap=self.bootstrap_resamples, seed=self.seed)
             rows.append({"model": o.model.label, "paper_model": o.model.paper_model,
                          "benchmark": benchmark_label(o.benchmark), "method": o.method, "accuracy": acc.accuracy,
-                         "ci_low": acc.low, "ci_high": acc.high, "n": acc.n})
+                         "ci_low": acc.low, "ci_high": acc.high,
+                         "se": intervals.accuracy_se([acc.accuracy], [acc.n]), "n": acc.n})
         return pd.DataFrame(rows, columns=["model", "paper_model", "benchmark", "method", "accuracy",
-                                           "ci_low", "ci_high", "n"])
+                                           "ci_low", "ci_high", "se", "n"])
 
     def subset_per_question(self, methods: Sequence[str], reference: str = "MAD") -> pd.DataFrame:
         """:meth:`per_question` restricted to the shared-misconception subset, with

@@ -4,7 +4,8 @@ Every table of the paper (Tables 1-10) has a counterpart made of a :class:`Table
 values with optional 95% bootstrap CI bounds per cell. It renders as
 
 - a tidy CSV (one row per cell: the row labels, the column label, ``value``, ``ci_low``,
-  ``ci_high``; :func:`read_table` rebuilds the table exactly),
+  ``ci_high`` and, for a table with standard errors, ``se``: :data:`TIDY_VALUES`, the one owner of that layout, which
+  every reader splits with :func:`tidy_labels`; :func:`read_table` rebuilds the table exactly),
 - a Markdown pipe table (:func:`render_markdown`) and
 - a LaTeX ``booktabs`` table (:func:`render_latex`);
 
@@ -36,6 +37,21 @@ AVERAGE_LABEL = "Average"
 Best = Literal["max", "min"]
 #: The text of a table cell, row or panel for a model the profile did not run.
 NOT_RUN = "not run in this profile"
+#: The last columns of a tidy table's CSV, after its labels: the cell's value and its 95% CI, then (a table with
+#: standard errors) :data:`TIDY_SE`.
+TIDY_VALUES = ("value", "ci_low", "ci_high")
+TIDY_SE = "se"
+
+
+def tidy_labels(columns: Sequence[Any]) -> list[str] | None:
+    """The label columns (row levels, then the column name) of a tidy CSV's header ``columns``: everything before
+    :data:`TIDY_VALUES` and an optional trailing :data:`TIDY_SE`; None when the header is not a tidy table's."""
+    names = [str(c) for c in columns]
+    if names and names[-1] == TIDY_SE:
+        names = names[:-1]
+    if len(names) < len(TIDY_VALUES) + 1 or tuple(names[-len(TIDY_VALUES):]) != TIDY_VALUES:
+        return None
+    return names[:-len(TIDY_VALUES)]
 
 
 def benchmark_label(benchmark: str) -> str:
@@ -252,12 +268,14 @@ def tidy_to_table(
     *,
     value: str = "accuracy",
     ci: tuple[str, str] | None = ("ci_low", "ci_high"),
+    se: str | None = TIDY_SE,
     column_order: Sequence[Any] | None = None,
     **table_options: Any,
 ) -> Table:
     """A :class:`Table` from a tidy frame: ``rows`` columns become the row labels, ``column`` the
-    table columns (in order of first appearance, or ``column_order``), ``value`` the cells and
-    ``ci`` their interval bounds."""
+    table columns (in order of first appearance, or ``column_order``), ``value`` the cells,
+    ``ci`` their interval bounds and ``se`` (when the frame has that column and ``ci`` is given) their standard
+    errors."""
     keys = list(dict.fromkeys(tuple(r) for r in frame[list(rows)].itertuples(index=False, name=None)))
     columns = list(column_order) if column_order is not None else list(pd.unique(frame[column]))
     index: pd.Index = (pd.MultiIndex.from_tuples(keys, names=list(rows)) if len(rows) > 1
@@ -272,15 +290,14 @@ def tidy_to_table(
                 out.at[key if len(rows) > 1 else key[0], record[column]] = record[field_name]
         return out
 
+    errors = pivot(se).astype(float) if ci and se and se in frame.columns else None
     return Table(values=pivot(value), ci_low=pivot(ci[0]) if ci else None, ci_high=pivot(ci[1]) if ci else None,
-                 **table_options)
+                 se=errors, **table_options)
 
 
-def table_to_tidy(table: Table, with_se: bool = False) -> pd.DataFrame:
-    """One row per cell: the row labels, ``column``, ``value``, ``ci_low``, ``ci_high`` (row-major order), and with
-    ``with_se`` the cells' ``se`` last. The saved CSVs leave it out: the readers of a profile's tidy CSVs in
-    reproduce/ (sweeps, variants, replicates) take the last three columns for value and CI, and the SE is a function
-    of the value and n (:func:`r2mad_lab.report.intervals.accuracy_se`)."""
+def table_to_tidy(table: Table) -> pd.DataFrame:
+    """One row per cell: the row labels, ``column``, ``value``, ``ci_low``, ``ci_high`` (row-major order) and, when the
+    table has standard errors, the cells' ``se`` last (:data:`TIDY_VALUES`, :data:`TIDY_SE`)."""
     row_names = _row_names(table.values.index)
     column_name = table.values.columns.name or "column"
     if column_name in row_names:
@@ -293,27 +310,27 @@ def table_to_tidy(table: Table, with_se: bool = False) -> pd.DataFrame:
             record["value"] = table.values.at[row, column]
             record["ci_low"] = np.nan if table.ci_low is None else table.ci_low.at[row, column]
             record["ci_high"] = np.nan if table.ci_high is None else table.ci_high.at[row, column]
-            if with_se and table.se is not None:
-                record["se"] = table.se.at[row, column]
+            if table.se is not None:
+                record[TIDY_SE] = table.se.at[row, column]
             records.append(record)
-    tail = ["value", "ci_low", "ci_high"] + (["se"] if with_se and table.se is not None else [])
+    tail = [*TIDY_VALUES] + ([TIDY_SE] if table.se is not None else [])
     return pd.DataFrame.from_records(records, columns=[*row_names, column_name, *tail])
 
 
 def table_from_tidy(tidy: pd.DataFrame, **table_options: Any) -> Table:
     """Inverse of :func:`table_to_tidy` (row and column order as they first appear; a trailing ``se`` column is the
     cells' standard errors)."""
-    se_column = tidy.columns[-1] == "se"
-    errors = tidy["se"] if se_column else None
-    tidy = tidy.drop(columns=["se"]) if se_column else tidy
-    expected_tail = ["value", "ci_low", "ci_high"]
-    if list(tidy.columns[-3:]) != expected_tail or tidy.shape[1] < 5:
+    labels = tidy_labels(tidy.columns)
+    if labels is None or len(labels) < 2:
         raise ValueError(
-            f"tidy table: expected columns [<row levels>..., <column name>, {', '.join(expected_tail)}], "
-            f"found {list(tidy.columns)}"
+            f"tidy table: expected columns [<row levels>..., <column name>, {', '.join(TIDY_VALUES)}"
+            f"[, {TIDY_SE}]], found {list(tidy.columns)}"
         )
-    row_names = list(tidy.columns[:-4])
-    column_name = tidy.columns[-4]
+    se_column = tidy.columns[-1] == TIDY_SE
+    errors = tidy[TIDY_SE] if se_column else None
+    tidy = tidy.drop(columns=[TIDY_SE]) if se_column else tidy
+    row_names = labels[:-1]
+    column_name = labels[-1]
     rows = list(dict.fromkeys(tuple(r) for r in tidy[row_names].itertuples(index=False, name=None)))
     columns = list(pd.unique(tidy[column_name]))
     if len(row_names) == 1:

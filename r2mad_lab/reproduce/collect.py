@@ -40,7 +40,7 @@ from r2mad_lab.reproduce.grid import ExperimentGrid
 class Reproduction:
     """Every reproduced number in the paper's terms (:func:`collect_reproduction`)."""
 
-    reproduced: pd.DataFrame  # table, model, paper_model, method, benchmark, metric, value, ci_low, ci_high, n
+    reproduced: pd.DataFrame  # table, model, paper_model, method, benchmark, metric, value, ci_low, ci_high, se, n
     per_question: pd.DataFrame  # model, paper_model, benchmark, method, sample_id, correct, metric
     grids: dict[str, GridResults]
 
@@ -136,7 +136,8 @@ def collect_reproduction(
     rates = subset_runs.transition_rates(TRANSITION_METHODS)
     for column, metric, count in (("c_to_w", C_TO_W_METRIC, "n_correct_before"),
                                   ("w_to_c", W_TO_C_METRIC, "n_wrong_before")):
-        part = rates.assign(metric=metric, value=rates[column], n=rates[count], ci_low=np.nan, ci_high=np.nan)
+        part = rates.assign(metric=metric, value=rates[column], n=rates[count], ci_low=np.nan, ci_high=np.nan,
+                            se=np.nan)
         part["table"] = np.where(part["paper_model"] == "Qwen2.5-7B-Instruct", "tab:flip_recovery",
                                  "tab:flip_recovery_extra")
         frames.append(part)
@@ -146,7 +147,8 @@ def collect_reproduction(
     cost = cost_runs.cost(COST_METHODS)
     for column, metric in (("debate_tokens", "debate tokens per query"), ("summary_tokens", "summary tokens per query"),
                            ("seconds_per_query", "wall seconds per query")):
-        part = cost.assign(metric=metric, value=cost[column], table="tab:cost", ci_low=np.nan, ci_high=np.nan)
+        part = cost.assign(metric=metric, value=cost[column], table="tab:cost", ci_low=np.nan, ci_high=np.nan,
+                           se=np.nan)
         if column == "summary_tokens":
             part = part[part["method"] == "R2-MAD"]
         if column == "seconds_per_query":
@@ -154,7 +156,8 @@ def collect_reproduction(
             part = part[part["time_measured"] & (part["replayed_share"] == 0.0)]
         frames.append(part)
 
-    columns = ["table", "model", "paper_model", "method", "benchmark", "metric", "value", "ci_low", "ci_high", "n"]
+    columns = ["table", "model", "paper_model", "method", "benchmark", "metric", "value", "ci_low", "ci_high", "se",
+               "n"]
     reproduced = pd.concat([f[columns] for f in frames if not f.empty], ignore_index=True)
     everything = GridResults([o for g in grids.values() for o in g.outcomes], exp.bootstrap_resamples, exp.seed)
     per_question = everything.per_question().drop_duplicates(["model", "paper_model", "benchmark", "method",

@@ -141,6 +141,10 @@ def test_pooled_replicates_reduce_each_question_over_its_seeds_and_test_on_quest
     assert pooled.difference == pytest.approx(np.mean(per_seed)) and pooled.strata == 2
     assert pooled.ci_low < pooled.difference < pooled.ci_high and pooled.p_value < 0.05
     assert pooled.n == 80  # questions, not question-seeds
+    # its SE is the clustered bootstrap's: the per-question mean differences' SE, strata averaged
+    per_question = {k: (a[k].astype(float) - b[k]).mean(axis=1) for k in a}
+    analytic = np.sqrt(sum(v.var(ddof=0) / v.size for v in per_question.values())) / len(per_question)
+    assert pooled.se == pytest.approx(analytic, rel=0.1)
     assert ("over 3 seeds (2 benchmarks)" in pooled.test
             and "Monte Carlo over 20,000 draws (p resolution 5.0e-05)" in pooled.test)
 

@@ -95,9 +95,10 @@ def test_tables_print_the_se_beside_every_ci_and_read_it_back_from_a_tidy_csv(tm
     table = Table(values=values, ci_low=values - 0.1, ci_high=values + 0.1,
                   se=pd.DataFrame({"X": [0.05, 0.04]}, index=index))
     assert "0.500 [0.400, 0.600] SE 0.050" in render_markdown(table)
-    assert list(table_to_tidy(table).columns[-3:]) == ["value", "ci_low", "ci_high"]  # the saved CSV's layout
-    tidy = table_to_tidy(table, with_se=True)
+    tidy = table_to_tidy(table)  # the saved CSV's layout: the SE after the CI
     assert list(tidy.columns[-4:]) == ["value", "ci_low", "ci_high", "se"]
+    assert list(table_to_tidy(Table(values=values, ci_low=values - 0.1, ci_high=values + 0.1)).columns[-3:]) == [
+        "value", "ci_low", "ci_high"]  # a table without SEs
     tidy.to_csv(tmp_path / "t.csv", index=False)
     assert read_table(tmp_path / "t.csv").se["X"].tolist() == [0.05, 0.04]
 

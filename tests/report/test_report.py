@@ -96,7 +96,7 @@ def _cell(model: str, benchmark: str, correct: list[int]):
     return [SimpleNamespace(model=SimpleNamespace(label=model), benchmark=benchmark, records=records)]
 
 
-def tested_table(n: int = 40, best_row: list[int] | None = None) -> Table:
+def _tested_table(n: int = 40, best_row: list[int] | None = None) -> Table:
     """One column, three rows on the same n questions: a is right on all, b and c on half (a beats both, p tiny)."""
     rows = {"a": best_row or [1] * n, "b": [i % 2 for i in range(n)], "c": [(i + 1) % 2 for i in range(n)]}
     values = pd.DataFrame({"acc": [sum(v) / n for v in rows.values()]}, index=pd.Index(list(rows), name="m"))
@@ -108,16 +108,16 @@ def test_bold_only_where_a_row_beats_every_other_row_after_holm() -> None:
     # no per-question cells: no test, nothing bold, whatever the values
     assert not grouped_table().best_mask().to_numpy().any()
     assert "**" not in render_markdown(grouped_table())
-    assert tested_table().best_mask()["acc"].tolist() == [True, False, False]
+    assert _tested_table().best_mask()["acc"].tolist() == [True, False, False]
     # the best value by a difference the test does not back: not bold (a right on 25 of 40, b on 20, c on 20)
-    weak = tested_table()
+    weak = _tested_table()
     weak.cells[("a", "acc")] = _cell("M", "bench", [1 if i < 25 else 0 for i in range(40)])
     weak.values.loc["a", "acc"] = 25 / 40
     assert not weak.best_mask()["acc"].any()
     # below the small-sample n in the benchmark cell: never bold
-    assert not tested_table(n=10).best_mask()["acc"].any()
+    assert not _tested_table(n=10).best_mask()["acc"].any()
     # equal by construction: never ranked
-    equal = tested_table()
+    equal = _tested_table()
     equal.equal_rows = [("a", "b")]
     assert not equal.best_mask()["acc"].any()
     # a tie at the shown precision is bold nowhere, tested or not
@@ -132,7 +132,7 @@ def test_markdown_round_trip_and_bold() -> None:
     lines = text.splitlines()
     assert lines[0] == "| model | method | MATH500 | Econ_%& |"
     assert "**" not in text  # no per-question cells: no test, no bold
-    assert "| a | **1.000** |" in render_markdown(tested_table())
+    assert "| a | **1.000** |" in render_markdown(_tested_table())
     parsed = parse_markdown_table(text)
     expected = table.text_frame().reset_index()
     expected.columns = ["model", "method", "MATH500", "Econ_%&"]
@@ -155,7 +155,7 @@ def test_latex_escapes_specials_groups_and_round_trips() -> None:
     assert r"\textbf{Econ\_\%\&}" in text
     assert r"\caption{A \& B: 95\% CI}" in text and r"\label{tab:main_results}" in text
     assert text.count(r"\midrule") == 2  # after the header and between the two model blocks
-    assert r"\textbf{0.550" not in text and r"\textbf{1.000}" in render_latex(tested_table())  # bold only when tested
+    assert r"\textbf{0.550" not in text and r"\textbf{1.000}" in render_latex(_tested_table())  # bold only when tested
     rows = parse_latex_table(text)
     assert rows[0] == ["model", "method", "MATH500", "Econ_%&"]
     assert rows[1:] == [[m, k, *table.text_frame().loc[(m, k)].tolist()] for m, k in table.values.index]

@@ -25,6 +25,7 @@ import pandas as pd
 
 from r2mad_lab.report import inference
 from r2mad_lab.report.artifacts import save_table
+from r2mad_lab.report.tables import TIDY_SE, tidy_labels
 from r2mad_lab.reproduce.compare.tables import COMPARISON_SUFFIX, cell_outcomes, point_tables, quantity_of, tidy
 from r2mad_lab.reproduce.points import Point
 
@@ -37,11 +38,11 @@ def _cells(replicates: Sequence[Point], table: str) -> pd.DataFrame | None:
         read = tidy(rep.figures_dir / f"{table}.csv")
         if read is None:
             return None
-        labels = [c for c in read.columns if c not in ("value", "ci_low", "ci_high")]
-        keep = read[labels + ["value"] + (["ci_low", "ci_high"] if i == 0 else [])].rename(
-            columns={"value": f"seed={rep.seed}"})
+        labels = tidy_labels(read.columns) or []
+        first = ["ci_low", "ci_high"] + ([TIDY_SE] if TIDY_SE in read else []) if i == 0 else []
+        keep = read[labels + ["value"] + first].rename(columns={"value": f"seed={rep.seed}"})
         if i == 0:
-            keep = keep.rename(columns={"ci_low": f"seed={rep.seed} ci_low", "ci_high": f"seed={rep.seed} ci_high"})
+            keep = keep.rename(columns={c: f"seed={rep.seed} {c}" for c in first})
         merged = keep if merged is None else merged.merge(keep, on=labels, how="inner")
     return merged
 
@@ -71,26 +72,27 @@ def _matrices(replicates: Sequence[Point], table: str) -> dict[tuple[str, ...], 
 
 def _labels_of(frame: pd.DataFrame) -> list[str]:
     return [c for c in frame.columns if not c.startswith("seed") and c not in
-            ("mean", "sd", "min", "max", "seeds", "pooled", "pooled ci_low", "pooled ci_high", "n")]
+            ("mean", "sd", "min", "max", "seeds", "pooled", "pooled ci_low", "pooled ci_high", "pooled se", "n")]
 
 
 def replicate_summary(replicates: Sequence[Point], table: str) -> pd.DataFrame | None:
     """Per cell of ``table``: the value under each seed, the mean, sd (ddof 1), min and max over the seeds, the
-    first seed's 95% CI, and the pooled value over the seeds with its question-clustered 95% CI (``pooled``,
-    ``pooled ci_low``, ``pooled ci_high``; n the questions per seed)."""
+    first seed's 95% CI (and SE), and the pooled value over the seeds with its question-clustered 95% CI and SE
+    (``pooled``, ``pooled ci_low``, ``pooled ci_high``, ``pooled se``; n the questions per seed)."""
     cells = _cells(replicates, table)
     if cells is None or cells.empty:
         return None
     matrices = _matrices(replicates, table)
     labels = _labels_of(cells)
-    pooled, low, high, n = [], [], [], []
+    pooled, low, high, errors, n = [], [], [], [], []
     for key in cells[labels].astype(str).itertuples(index=False, name=None):
         strata = (matrices or {}).get(tuple(key))
         estimate = inference.clustered_mean_ci({k: v.astype(float) for k, v in strata.items()}) if strata else (
             inference.ClusteredMean(np.nan, np.nan, np.nan, np.nan))
-        pooled.append(estimate[0])
-        low.append(estimate[1])
-        high.append(estimate[2])
+        pooled.append(estimate.estimate)
+        low.append(estimate.ci_low)
+        high.append(estimate.ci_high)
+        errors.append(estimate.se)
         n.append(sum(len(v) for v in strata.values()) if strata else np.nan)
     seeds = [f"seed={r.seed}" for r in replicates]
     values = cells[seeds].apply(pd.to_numeric, errors="coerce")
@@ -99,7 +101,8 @@ def replicate_summary(replicates: Sequence[Point], table: str) -> pd.DataFrame |
     cells["min"] = values.min(axis=1)
     cells["max"] = values.max(axis=1)
     cells["seeds"] = len(replicates)
-    cells["pooled"], cells["pooled ci_low"], cells["pooled ci_high"], cells["n"] = pooled, low, high, n
+    cells["pooled"], cells["pooled ci_low"], cells["pooled ci_high"] = pooled, low, high
+    cells["pooled se"], cells["n"] = errors, n
     return cells
 
 
@@ -122,8 +125,8 @@ def replicate_artifacts(replicates: Sequence[Point], out_dir: Path, profile: str
         caption = (f"{quantity} ({table}) of {what} under the run seeds {', '.join(map(str, seeds))}: per cell the "
                    f"value under each seed, the mean over the seeds, their spread (sd, min, max), the seed-{seeds[0]} "
                    f"run's 95% bootstrap CI over the questions, and the pooled value over the seeds with its 95% CI "
-                   f"resampling questions with all their seeds (the questions are the clusters; n: questions per "
-                   f"seed; docs/statistics.md).")
+                   f"and SE resampling questions with all their seeds (the questions are the clusters; n: questions "
+                   f"per seed; docs/statistics.md).")
         if summary["n"].notna().any() and inference.too_small(float(summary["n"].min())):
             caption += " " + inference.small_sample_line(float(summary["n"].min()))
         sd = summary["sd"].astype(float)
@@ -184,6 +187,7 @@ def replicate_comparison(profile_runs: Sequence[Point], variant_runs: Sequence[P
         frame["pooled difference"] = [e.difference if e else np.nan for e in pooled]
         frame["ci_low"] = [e.ci_low if e else np.nan for e in pooled]
         frame["ci_high"] = [e.ci_high if e else np.nan for e in pooled]
+        frame["se"] = [e.se if e else np.nan for e in pooled]
         frame["n"] = [e.n if e else np.nan for e in pooled]
         frame["p"] = [e.p_value if e else np.nan for e in pooled]
         frame["p_holm"] = inference.holm_over(frame["p"].tolist())
@@ -206,7 +210,8 @@ def replicate_comparison(profile_runs: Sequence[Point], variant_runs: Sequence[P
                    caption=(f"{quantity} ({table}): variant {variant_name} minus profile {profile}, seed by seed (each "
                             f"seed shares its random draws with the profile's run of that seed), the mean difference "
                             f"and its sd across the seeds, and the pooled paired difference over the seeds with its "
-                            "95% CI (questions resampled with all their seeds), n (paired questions, each reduced to "
+                            "95% CI and SE (questions resampled with all their seeds), n (paired questions, each "
+                            "reduced to "
                             f"its mean over the seeds), p (Monte Carlo sign-flip test on the questions), p_holm "
                             f"and the verdict of docs/statistics.md. {sentence}"),
                    profile=profile, notebook="reproduce --replicates", float_format="{:.4g}",

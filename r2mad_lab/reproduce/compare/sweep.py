@@ -25,7 +25,7 @@ import pandas as pd
 
 from r2mad_lab.report import inference
 from r2mad_lab.report.artifacts import apply_style, read_manifest, save_figure, save_table, update_manifest
-from r2mad_lab.report.tables import Table
+from r2mad_lab.report.tables import TIDY_SE, TIDY_VALUES, Table
 from r2mad_lab.reproduce.compare.tables import cell_outcomes, point_tables, quantity_of, tidy
 from r2mad_lab.reproduce.points import Point, Variant, profile_dir_of, same_value, show_value
 
@@ -85,7 +85,7 @@ def sweep_tests(points: Sequence[Point], reference: Point, table: str, keys: Seq
                 continue
             estimate = inference.paired_estimate(xs, ys, strata, seed=seed)
             rows.append({"cell": label(cell), "setting": point.label(keys), "difference": estimate.difference,
-                         "ci_low": estimate.ci_low, "ci_high": estimate.ci_high, "n": estimate.n,
+                         "ci_low": estimate.ci_low, "ci_high": estimate.ci_high, "se": estimate.se, "n": estimate.n,
                          "test": estimate.test, "p": estimate.p_value, "p_holm": math.nan, "verdict": ""})
         family = rows[start:]
         for row, adjusted in zip(family, inference.holm_over([r["p"] for r in family]), strict=False):
@@ -122,7 +122,8 @@ def sweep_tests(points: Sequence[Point], reference: Point, table: str, keys: Seq
 
 
 def sweep_frame(points: Sequence[Point], table: str) -> pd.DataFrame | None:
-    """The table's cells at every sweep value, one row per (value, cell): labels, value, ci_low, ci_high."""
+    """The table's cells at every sweep value, one row per (value, cell): labels, value, ci_low, ci_high and the
+    points' SEs (NaN for a point whose table has none)."""
     frames = []
     for position, point in enumerate(points):
         read = tidy(point.figures_dir / f"{table}.csv")
@@ -130,6 +131,8 @@ def sweep_frame(points: Sequence[Point], table: str) -> pd.DataFrame | None:
             return None
         read = read.dropna(subset=["value"]).copy()
         read.insert(0, "_position", position)
+        if TIDY_SE not in read:
+            read[TIDY_SE] = np.nan
         frames.append(read)
     return pd.concat(frames, ignore_index=True)
 
@@ -180,7 +183,7 @@ class SweepLayout:
 
     def label_lines(self, frame: pd.DataFrame, quantity: str) -> str:
         """Adds each row's table row, series and line to ``frame`` (:func:`sweep_frame`); returns the panel column."""
-        label_columns = [c for c in frame.columns if c not in ("_position", "value", "ci_low", "ci_high")]
+        label_columns = [c for c in frame.columns if c not in ("_position", *TIDY_VALUES, TIDY_SE)]
         row_columns, panel_column = label_columns[:-1], label_columns[-1]
         frame["_row"] = frame[row_columns].astype(str).agg(" / ".join, axis=1) if row_columns else quantity
         frame["_series"] = [self.series_of[i] for i in frame["_position"]]
@@ -245,19 +248,20 @@ def _mark_profile(ax: Any, layout: SweepLayout) -> None:
 
 
 def sweep_values(frame: pd.DataFrame, layout: SweepLayout, panel_column: str
-                 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """The figure's numbers as a table: rows = (row, panel), columns = the points; the values and their CIs."""
+                 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The figure's numbers as a table: rows = (row, panel), columns = the points; the values, their CIs and SEs."""
     keys_ = list(dict.fromkeys(zip(frame["_row"], frame[panel_column], strict=False)))
     index = pd.MultiIndex.from_tuples(keys_, names=["row", panel_column])
     columns = pd.Index(layout.labels, name="setting")
     values = pd.DataFrame(np.nan, index=index, columns=columns)
-    low, high = values.copy(), values.copy()
+    low, high, errors = values.copy(), values.copy(), values.copy()
     for record in frame.to_dict("records"):
         cell, column = (record["_row"], record[panel_column]), columns[record["_position"]]
         values.at[cell, column] = record["value"]
         low.at[cell, column] = record["ci_low"]
         high.at[cell, column] = record["ci_high"]
-    return values, low, high
+        errors.at[cell, column] = record[TIDY_SE]
+    return values, low, high, errors
 
 
 def sweep_sentence(named: str, values: pd.DataFrame, layout: SweepLayout) -> str | None:
@@ -312,8 +316,9 @@ def sweep_artifacts(points: Sequence[Point], key: str | Sequence[str], profile: 
         caption = _caption(table, quantity, layout, panel_column, fixed, tests_sentence, engine_note)
         save_figure(fig, stem, out_dir, caption=caption, profile=profile, notebook="reproduce --sweep", sweep=record)
         plt.close(fig)
-        values, low, high = sweep_values(frame, layout, panel_column)
-        save_table(Table(values=values, ci_low=low, ci_high=high, caption=caption, best=None), f"tab_sweep_{table}",
+        values, low, high, errors = sweep_values(frame, layout, panel_column)
+        save_table(Table(values=values, ci_low=low, ci_high=high, se=errors, caption=caption, best=None),
+                   f"tab_sweep_{table}",
                    out_dir, profile=profile, notebook="reproduce --sweep", sweep=record)
         if tests is not None:
             save_table(tests, f"tab_sweep_{table}_paired", out_dir, profile=profile, notebook="reproduce --sweep",

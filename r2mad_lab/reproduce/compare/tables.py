@@ -16,6 +16,7 @@ import pandas as pd
 from r2mad_core.records import TranscriptError
 from r2mad_lab.experiments.cell import load_run
 from r2mad_lab.report.artifacts import read_manifest
+from r2mad_lab.report.tables import TIDY_SE, tidy_labels
 
 COMPARISON_SUFFIX = "_vs_profile"
 
@@ -26,14 +27,17 @@ def point_tables(figures_dir: Path) -> list[str]:
 
 
 def tidy(path: Path) -> pd.DataFrame | None:
-    """A tidy table's CSV (labels, then ``value, ci_low, ci_high``) with its values as numbers; None when the file
-    is missing, is not tidy or has no values with CIs."""
+    """A tidy table's CSV (labels, then ``value, ci_low, ci_high`` and perhaps ``se``:
+    :func:`r2mad_lab.report.tables.tidy_labels`) with its values as numbers; None when the file is missing, is not tidy
+    or has no values with CIs."""
     if not path.is_file():
         return None
     frame = pd.read_csv(path)
-    if list(frame.columns[-3:]) != ["value", "ci_low", "ci_high"]:
+    if tidy_labels(frame.columns) is None:
         return None
     frame["value"] = pd.to_numeric(frame["value"], errors="coerce")
+    if TIDY_SE in frame:
+        frame[TIDY_SE] = pd.to_numeric(frame[TIDY_SE], errors="coerce")
     return frame if frame["value"].notna().any() and frame["ci_low"].notna().any() else None
 
 
@@ -81,8 +85,8 @@ def compare_files(profile_csv: Path, variant_csv: Path) -> pd.DataFrame | None:
     mine, theirs = pd.read_csv(variant_csv), pd.read_csv(profile_csv)
     if list(mine.columns) != list(theirs.columns):
         return None
-    if list(mine.columns[-3:]) == ["value", "ci_low", "ci_high"]:
-        labels = list(mine.columns[:-3])
+    labels = tidy_labels(mine.columns)
+    if labels is not None:
         merged = mine[labels + ["value"]].merge(theirs[labels + ["value"]], on=labels, how="inner",
                                                 suffixes=("_variant", "_profile"))
         merged = merged.rename(columns={"value_variant": "variant", "value_profile": "profile"})

@@ -28,7 +28,7 @@ from r2mad_lab.reproduce.compare.tables import COMPARISON_SUFFIX, compare_files
 from r2mad_lab.reproduce.points import Variant, same_value, show_value
 
 #: The columns of a ``_vs_profile`` table that are not the cell's labels.
-COMPARISON_COLUMNS = ("variant", "profile", "difference", "ci_low", "ci_high", "p_mcnemar", "p_holm", "pairs",
+COMPARISON_COLUMNS = ("variant", "profile", "difference", "ci_low", "ci_high", "se", "p_mcnemar", "p_holm", "pairs",
                       "same_run", "round0_unchanged", "round0_shared")
 
 
@@ -89,9 +89,9 @@ def _pairs(outcomes: Sequence[Any], baseline: Any) -> tuple[dict[tuple, bool], d
 def compare_table(table: Any, variant: Variant, baseline: Any, *, bootstrap_resamples: int = 1000,
                   seed: int = 0) -> pd.DataFrame:
     """One row per cell of a table built from run cells (``table.cells``): the variant's value, the profile's
-    (its same cells, loaded from the shared runs), the difference, its paired 95% CI and the exact McNemar p on
-    the same questions, the number of pairs, and whether the cell is the very same run (unchanged by the
-    overrides). A cell the profile has not run has no profile value."""
+    (its same cells, loaded from the shared runs), the difference, its paired 95% CI, its SE and the exact McNemar p on
+    the same questions with its standard error, the number of pairs, and whether the cell is the very same run
+    (unchanged by the overrides). A cell the profile has not run has no profile value."""
     cells = (table.cells if isinstance(table, Table) else None) or {}  # a DataFrame's "cells" would be a column
     row_names = [n or "row" for n in table.values.index.names]
     column_name = table.values.columns.name or "column"
@@ -104,8 +104,9 @@ def compare_table(table: Any, variant: Variant, baseline: Any, *, bootstrap_resa
             labels = dict(zip(row_names, row if isinstance(row, tuple) else (row,), strict=False))
             value = table.values.at[row, column]
             entry = {**labels, column_name: column, "variant": float(value), "profile": math.nan,
-                     "difference": math.nan, "ci_low": math.nan, "ci_high": math.nan, "p_mcnemar": math.nan,
-                     "p_holm": math.nan, "pairs": 0, "same_run": False, "round0_unchanged": 0, "round0_shared": 0}
+                     "difference": math.nan, "ci_low": math.nan, "ci_high": math.nan, "se": math.nan,
+                     "p_mcnemar": math.nan, "p_holm": math.nan, "pairs": 0, "same_run": False, "round0_unchanged": 0,
+                     "round0_shared": 0}
             paired = _pairs(outcomes, baseline) if baseline is not None else None
             if paired is not None:
                 mine, theirs, accuracies, same, (_, unchanged, shared) = paired
@@ -120,7 +121,7 @@ def compare_table(table: Any, variant: Variant, baseline: Any, *, bootstrap_resa
                                                  seed=seed)
                 profile_value = sum(accuracies) / len(accuracies)  # a mean of cells, as the tables' Average
                 entry.update(profile=profile_value, difference=float(value) - profile_value,
-                             ci_low=test.ci_low, ci_high=test.ci_high, p_mcnemar=test.p_value,
+                             ci_low=test.ci_low, ci_high=test.ci_high, se=test.se, p_mcnemar=test.p_value,
                              pairs=test.n, same_run=same, round0_unchanged=unchanged, round0_shared=shared)
             rows.append(entry)
     frame = pd.DataFrame(rows)
@@ -212,7 +213,7 @@ class TableComparer:
             f"are not per-question outcomes, so no paired test)."]
         caption = (f"{name} of variant {self.variant.name} against profile {self.variant.profile}: each cell's value, "
                    f"the profile's, the difference"
-                   + (" with its paired 95% bootstrap CI and the exact McNemar p on the same questions (p_holm: "
+                   + (" with its paired 95% CI, its SE and the exact McNemar p on the same questions (p_holm: "
                       "Holm-adjusted over the table's cells, the p that decides significance); same_run: the "
                       "override does not change the cell (the profile's run, replayed); round0_unchanged / "
                       "round0_shared: debates whose round-0 requests are unchanged / whose round-0 generations are "
