@@ -124,8 +124,9 @@ def _difference_intervals(merged: pd.DataFrame) -> pd.DataFrame:
     known sizes (the paper's test split, :func:`paper_test_size`;
     :func:`r2mad_lab.report.intervals.difference_from_paper`, an Average over its benchmarks' cells),
     ``difference_se`` (the two samples' SEs, :func:`r2mad_lab.report.intervals.accuracy_se`, in quadrature), and
-    ``consistent_with_paper``: whether the interval contains 0. A perfect reproduction is consistent about 95% of the
-    time; the paper's number inside the reproduced CI alone treated it as exact and failed a perfect reproduction
+    ``consistent_with_paper``: whether the interval contains 0 (NA below the small-sample n of a benchmark cell,
+    :func:`r2mad_lab.report.inference.too_small`: no verdict there). A perfect reproduction is consistent about 95% of
+    the time; the paper's number inside the reproduced CI alone treated it as exact and failed a perfect reproduction
     about 17% of the time (docs/statistics.md). Accuracy rows with a known n and a paper number only; NA elsewhere."""
     merged = merged.copy()
     merged["difference_low"] = np.nan
@@ -149,6 +150,8 @@ def _difference_intervals(merged: pd.DataFrame) -> pd.DataFrame:
         merged.at[index, "difference_se"] = math.hypot(
             intervals.accuracy_se(cells["reproduced"].astype(float).tolist(), cells["n"].astype(int).tolist()),
             intervals.accuracy_se(cells["paper"].astype(float).tolist(), sizes))
+        if inference.too_small(int(cells["n"].min())):  # no verdict below the small-sample n (docs/statistics.md)
+            continue
         merged.at[index, "consistent_with_paper"] = bool(low <= 0.0 <= high)
     return merged
 
