@@ -1,4 +1,4 @@
-"""Statistics of accuracy: a run's accuracy with its CI, the paper's Average column, the paired McNemar test.
+"""Statistics of accuracy: a run's accuracy with its CI and the paper's Average column with its CI.
 
 Accuracy CI: percentile bootstrap over samples. Resampling n Bernoulli outcomes with replacement
 and averaging is exactly a Binomial(n, p_hat) / n draw, so the B bootstrap replicates are drawn
@@ -6,15 +6,16 @@ as one vectorised ``rng.binomial`` call (seeded). Below :data:`EXACT_INTERVAL_BE
 interval is the exact Clopper-Pearson one.
 
 These are the estimators below the report: a run's ``metrics.json`` (:mod:`r2mad_lab.experiments.metrics`) needs
-the accuracy CI, so they live low enough for the run cell; the rule that turns estimates into verdicts (paired
-estimates over strata, Holm families, verdict words) is :mod:`r2mad_lab.report.inference`.
+the accuracy CI, so they live low enough for the run cell; every paired test (McNemar per benchmark, the stratified
+sign test of an Average) and the rule that turns estimates into verdicts (Holm families, verdict words) is
+:mod:`r2mad_lab.report.inference`, its one owner.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -69,81 +70,6 @@ def accuracy_with_ci(
     replicates = rng.binomial(n, p, size=n_bootstrap) / n
     low, high = np.quantile(replicates, [alpha, 1.0 - alpha])
     return Accuracy(p, float(low), float(high), n, level, n_bootstrap)
-
-
-@dataclass(frozen=True)
-class PairedTest:
-    """Method A vs method B on the same samples: McNemar's exact test and the accuracy difference."""
-
-    n: int
-    accuracy_a: float
-    accuracy_b: float
-    difference: float  # accuracy_a - accuracy_b
-    only_a_correct: int
-    only_b_correct: int
-    p_value: float
-    difference_low: float
-    difference_high: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def paired_test(
-    correct_a: Mapping[str, bool] | Sequence[bool],
-    correct_b: Mapping[str, bool] | Sequence[bool],
-    *,
-    level: float = 0.95,
-    n_bootstrap: int = 10_000,
-    seed: int = 0,
-) -> PairedTest:
-    """McNemar's exact test (two-sided binomial test on the discordant pairs) and a paired
-    bootstrap CI of the accuracy difference. Mappings are matched by sample id (they must cover
-    the same ids); sequences by position."""
-    if isinstance(correct_a, Mapping) or isinstance(correct_b, Mapping):
-        if not (isinstance(correct_a, Mapping) and isinstance(correct_b, Mapping)):
-            raise TypeError("paired_test: give two mappings (sample id -> correct) or two sequences")
-        ids_a, ids_b = set(correct_a), set(correct_b)
-        if ids_a != ids_b:
-            raise ValueError(
-                f"paired_test: the two runs cover different samples: {len(ids_a - ids_b)} only in A "
-                f"(e.g. {sorted(ids_a - ids_b)[:3]}), {len(ids_b - ids_a)} only in B (e.g. {sorted(ids_b - ids_a)[:3]})"
-            )
-        ids = sorted(ids_a)
-        a = np.array([bool(correct_a[i]) for i in ids])
-        b = np.array([bool(correct_b[i]) for i in ids])
-    else:
-        a = np.asarray(correct_a, dtype=bool)
-        b = np.asarray(correct_b, dtype=bool)
-        if a.shape != b.shape:
-            raise ValueError(f"paired_test: {a.size} outcomes for A but {b.size} for B")
-    n = int(a.size)
-    if n == 0:
-        raise ValueError("paired_test: no samples")
-    from scipy.stats import binomtest  # imported here: scipy.stats takes seconds to import
-
-    only_a = int(np.sum(a & ~b))
-    only_b = int(np.sum(~a & b))
-    discordant = only_a + only_b
-    p_value = 1.0 if discordant == 0 else float(binomtest(only_a, discordant, 0.5).pvalue)
-    # Paired bootstrap: resampling the n pairs with replacement only matters through how many of
-    # the drawn pairs are "only A correct" / "only B correct" / concordant: a multinomial draw.
-    rng = np.random.default_rng(seed)
-    counts = rng.multinomial(n, [only_a / n, only_b / n, 1.0 - discordant / n], size=n_bootstrap)
-    diffs = (counts[:, 0] - counts[:, 1]) / n
-    alpha = (1.0 - level) / 2.0
-    low, high = np.quantile(diffs, [alpha, 1.0 - alpha])
-    return PairedTest(
-        n=n,
-        accuracy_a=float(a.mean()),
-        accuracy_b=float(b.mean()),
-        difference=float(a.mean() - b.mean()),
-        only_a_correct=only_a,
-        only_b_correct=only_b,
-        p_value=p_value,
-        difference_low=float(low),
-        difference_high=float(high),
-    )
 
 
 def mean_accuracy_with_ci(

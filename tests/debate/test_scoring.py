@@ -19,7 +19,7 @@ from r2mad_core.memory.diagnostics import (
     retrieval_trace,
 )
 from r2mad_lab.experiments.metrics import completion_health, compute_metrics, cost_per_query, summary_line
-from r2mad_lab.experiments.statistics import accuracy_with_ci, paired_test
+from r2mad_lab.experiments.statistics import accuracy_with_ci
 from r2mad_lab.report.stances import shared_misconception_subset, stance_transitions
 
 
@@ -246,28 +246,6 @@ def test_bootstrap_matches_index_resampling_in_distribution():
     low, high = np.quantile(explicit, [0.025, 0.975])
     ours = accuracy_with_ci(x, n_bootstrap=20000, seed=5)
     assert ours.low == pytest.approx(low, abs=0.011) and ours.high == pytest.approx(high, abs=0.011)
-
-
-def test_paired_mcnemar_exact():
-    a = [True] * 10 + [True] * 8 + [False] * 2 + [False] * 5
-    b = [True] * 10 + [False] * 8 + [True] * 2 + [False] * 5
-    test = paired_test(a, b, seed=0)
-    assert (test.only_a_correct, test.only_b_correct, test.n) == (8, 2, 25)
-    # Two-sided exact binomial, 8 of 10 at p=0.5: 2 * P(X >= 8) = 2 * 56/1024.
-    assert test.p_value == pytest.approx(112 / 1024)
-    assert test.difference == pytest.approx(6 / 25)
-    assert test.difference_low <= test.difference <= test.difference_high
-    same = paired_test([True, False], [True, False])
-    assert same.p_value == 1.0 and same.difference_low == same.difference_high == 0.0
-
-
-def test_paired_test_by_sample_id():
-    a = {"x": True, "y": False, "z": True}
-    b = {"z": False, "x": True, "y": False}
-    t = paired_test(a, b)
-    assert (t.only_a_correct, t.only_b_correct) == (1, 0)
-    with pytest.raises(ValueError, match="different samples: 1 only in A"):
-        paired_test({"x": True, "w": True}, {"x": True})
 
 
 # ----------------------------------------------------------------------------------------------

@@ -285,3 +285,16 @@ def test_a_monte_carlo_p_is_named_with_its_resolution_never_exact() -> None:
     assert inference.fmt_p(est.p_value, est.draws).startswith("p < 1/20,001 (Monte Carlo")
     exact = inference.paired_estimate(a[:40], b[:40], n_bootstrap=50)
     assert exact.draws == 0 and "Monte Carlo" not in inference.fmt_p(exact.p_value, exact.draws)
+
+
+def test_one_benchmark_is_mcnemars_exact_test_with_its_exact_interval() -> None:
+    a = [True] * 10 + [True] * 8 + [False] * 2 + [False] * 5
+    b = [True] * 10 + [False] * 8 + [True] * 2 + [False] * 5
+    test = inference.paired_estimate(a, b)
+    assert (test.a_only, test.b_only, test.n, test.strata) == (8, 2, 25, 1) and test.test == "exact McNemar"
+    # two-sided exact binomial, 8 of 10 at p = 0.5: 2 * P(X >= 8) = 2 * 56 / 1024
+    assert test.p_value == pytest.approx(112 / 1024)
+    assert test.difference == pytest.approx(6 / 25)
+    assert test.ci_low < 0 < test.difference < test.ci_high  # p > 0.05: the exact interval holds 0
+    same = inference.paired_estimate([True, False], [True, False])
+    assert same.p_value == 1.0 and same.ci_low < 0 < same.ci_high  # never a point interval at d = 0

@@ -17,7 +17,6 @@ from r2mad_lab.experiments.build_memory import build_memory
 from r2mad_lab.experiments.cell import run_cell
 from r2mad_lab.experiments.method_labels import resolve
 from r2mad_lab.experiments.run_settings import RunSettings
-from r2mad_lab.experiments.statistics import paired_test
 from r2mad_lab.report import inference, multiplicity
 from r2mad_lab.reproduce.compare.variant import comparison_sentences, round0_sharing
 from r2mad_lab.reproduce.points import Variant
@@ -114,11 +113,12 @@ def test_null_comparisons_call_a_cell_significant_at_most_at_the_stated_level() 
     a = rng.random(difficulty.shape) < difficulty  # the same configuration under two run seeds: no effect
     b = rng.random(difficulty.shape) < difficulty
     only_a, only_b = (a & ~b).sum(axis=2), (~a & b).sum(axis=2)
-    # the exact McNemar p of paired_test, vectorised (checked against it on the first trial's cells)
+    # the exact McNemar p of report/inference.paired_estimate, vectorised (checked on the first trial's cells)
     p = np.minimum(1.0, 2.0 * binom.cdf(np.minimum(only_a, only_b), only_a + only_b, 0.5))
     p[(only_a + only_b) == 0] = 1.0
     for cell in range(cells):
-        assert p[0, cell] == pytest.approx(paired_test(a[0, cell], b[0, cell], n_bootstrap=1).p_value)
+        exact = inference.paired_estimate(a[0, cell], b[0, cell], n_bootstrap=2).p_value
+        assert p[0, cell] == pytest.approx(exact)
     any_raw = float((p.min(axis=1) < multiplicity.ALPHA).mean())
     any_adjusted = float((multiplicity.holm_array(p, axis=1).min(axis=1) < multiplicity.ALPHA).mean())
     assert any_adjusted <= multiplicity.ALPHA
