@@ -537,5 +537,7 @@ def pooled_average_rows(results: GridResults, methods: Sequence[str], table_labe
         rows.append({"table": table_label, "model": ", ".join(pd.unique(mine["model"])),
                      "paper_model": BOTH_MODELS_LABEL,
                      "method": method, "benchmark": AVERAGE_LABEL, "metric": "accuracy", "value": mean,
-                     "ci_low": low, "ci_high": high, "n": len(mine)})
+                     "ci_low": low, "ci_high": high,
+                     "se": intervals.accuracy_se([g.mean() for g in groups], [g.size for g in groups]),
+                     "n": len(mine)})
     return pd.DataFrame(rows)
