@@ -6,12 +6,15 @@ here:
 - **Estimate**: the paired difference of two runs on the same questions, with its 95% CI. Over several strata
   (benchmarks, seeds) the estimate is the quantity the tables show, the mean of the per-stratum differences
   ``d = (1/K) sum_k (acc_a,k - acc_b,k)``; its CI resamples questions within each stratum (a stratified paired
-  bootstrap: per stratum a multinomial draw of the (only a, only b, concordant) counts).
+  bootstrap: per stratum a multinomial draw of the (only a, only b, concordant) counts); at small n the exact
+  intervals that invert the test below (:func:`paired_estimate`).
 - **Test**: in one stratum McNemar's exact test (the two-sided binomial test of the ``b_k`` questions only ``a`` got
   right among the ``b_k + c_k`` discordant ones). Over several strata the stratified sign test of the same ``d``:
   under no difference each discordant question of stratum k is +1/n_k or -1/n_k with probability 1/2, independently,
   so ``T = sum_k (2 B_k - D_k) / (K n_k)`` with ``B_k ~ Binomial(D_k, 1/2)``; the two-sided p is ``P(|T| >= |d|)``,
-  exact by convolution while the support is small, else from :data:`MONTE_CARLO_DRAWS` seeded draws
+  exact by convolution while the support is small (:data:`EXACT_SUPPORT`; the distribution's one owner is
+  :class:`r2mad_lab.report.intervals.SignDistribution`, which the small-sample CI inverts), else from
+  :data:`MONTE_CARLO_DRAWS` seeded draws
   (``(1 + hits) / (1 + draws)``). With one stratum it is McNemar's exact test; with equal n_k it is the exact
   stratified McNemar (Cochran-Mantel-Haenszel for matched pairs).
 - **Family**: the tests one table or one sentence makes at once; their p-values are Holm-adjusted
@@ -48,8 +51,11 @@ ALPHA = multiplicity.ALPHA
 TARGET_POWER = 0.8
 #: Draws of the stratified sign test and the trend's permutation test when the exact support is too large.
 MONTE_CARLO_DRAWS = 20_000
-#: Largest support (product of the strata's D_k + 1) convolved exactly.
-EXACT_SUPPORT = 200_000
+#: Largest support convolved exactly: the bound :func:`r2mad_lab.report.intervals.exact_support`, the product over
+#: the strata's sizes of (their discordant questions + 1), strata of one size being one binomial (it was the product
+#: over the strata of D_k + 1, at most 200,000). It covers any number of strata of at most five sizes below the
+#: cutoff of a single test (15^5 < 10^6), where the small-sample interval inverts the exact test.
+EXACT_SUPPORT = 1_000_000
 #: Words that state a conclusion; generated only from an adjusted p below alpha (tests/report/test_inference.py greps
 #: for them).
 VERDICT_WORDS = ("significant", "ranks first", "wins", "beats", "holds significantly")
@@ -107,8 +113,13 @@ def stratum_counts(a: Sequence[bool], b: Sequence[bool], strata: Sequence[Any] |
 
 def stratified_sign_p(counts: np.ndarray, seed: int = 0) -> float:
     """Two-sided p of the stratified sign test of ``d = mean_k (b_k - c_k) / n_k`` (module docstring); ``counts``
-    rows (n_k, b_k, c_k). One stratum: McNemar's exact p."""
+    rows (n_k, b_k, c_k). One stratum: McNemar's exact p. Several: exact while the merged support is at most
+    :data:`EXACT_SUPPORT` (:func:`r2mad_lab.report.intervals.exact_support`), twice the smaller tail of the exact
+    null (:class:`r2mad_lab.report.intervals.SignDistribution`, the one owner of that distribution, which the
+    small-sample interval inverts), else Monte Carlo."""
     from scipy.stats import binom  # lazy: scipy.stats takes seconds to import
+
+    from r2mad_lab.report.intervals import TOLERANCE, SignDistribution, sign_statistic
 
     counts = np.asarray(counts, dtype=np.int64).reshape(-1, 3)
     strata = len(counts)
@@ -116,35 +127,28 @@ def stratified_sign_p(counts: np.ndarray, seed: int = 0) -> float:
     d = b + c
     if not d.sum():
         return 1.0
-    weights = 1.0 / (strata * n)
-    observed = float(np.sum((b - c) * weights))
-    tolerance = 1e-12
     if strata == 1:  # McNemar's exact test (scipy's binomtest gives the same, it is the symmetric binomial)
         k, m = int(b[0]), int(d[0])
         tail = binom.cdf(min(k, m - k), m, 0.5)
         return float(min(1.0, 2.0 * tail))
-    if float(np.prod(d.astype(float) + 1.0)) <= EXACT_SUPPORT:
-        values = np.zeros(1)
-        probs = np.ones(1)
-        for _n_k, d_k, w in zip(n, d, weights, strict=False):
-            steps = np.arange(d_k + 1)
-            v = (2 * steps - d_k) * w
-            p = binom.pmf(steps, d_k, 0.5)
-            values = (values[:, None] + v[None, :]).ravel()
-            probs = (probs[:, None] * p[None, :]).ravel()
-        return float(min(1.0, probs[np.abs(values) >= abs(observed) - tolerance].sum()))
+    observed = sign_statistic(counts)
+    if not is_monte_carlo(counts):
+        return SignDistribution(counts).p_value(observed)
+    weights = 1.0 / (strata * n)
     rng = np.random.default_rng(seed)
     draws = rng.binomial(d[None, :], 0.5, size=(MONTE_CARLO_DRAWS, strata))
     total = ((2 * draws - d[None, :]) * weights[None, :]).sum(axis=1)
-    hits = int(np.sum(np.abs(total) >= abs(observed) - tolerance))
+    hits = int(np.sum(np.abs(total) >= abs(observed) - TOLERANCE))
     return (1 + hits) / (1 + MONTE_CARLO_DRAWS)
 
 
 def is_monte_carlo(counts: np.ndarray) -> bool:
     """Whether :func:`stratified_sign_p` of ``counts`` is a Monte Carlo p (the exact support is too large)."""
+    from r2mad_lab.report.intervals import exact_support
+
     counts = np.asarray(counts, dtype=np.int64).reshape(-1, 3)
     d = counts[:, 1] + counts[:, 2]
-    return len(counts) > 1 and bool(d.sum()) and float(np.prod(d.astype(float) + 1.0)) > EXACT_SUPPORT
+    return len(counts) > 1 and bool(d.sum()) and exact_support(counts) > EXACT_SUPPORT
 
 
 def test_name(strata: int, monte_carlo: bool = False) -> str:
@@ -161,9 +165,13 @@ def paired_estimate(a: Sequence[bool], b: Sequence[bool], strata: Sequence[Any] 
     """The paired difference ``a - b`` on the same questions (the mean of the per-stratum differences), its CI and
     its exact test (module docstring). The CI of one stratum is the exact interval that agrees with McNemar's exact
     test by construction (:func:`r2mad_lab.report.intervals.mcnemar_interval`: it excludes 0 exactly when p < 0.05,
-    and keeps its coverage at small n); over several strata the stratified bootstrap's, or, where a stratum is below
-    the cutoff of a single test (no verdict is drawn there), the strata's exact intervals combined by MOVER
-    (:func:`r2mad_lab.report.intervals.mover`), which never collapses to a point. The SE is the bootstrap's standard
+    and keeps its coverage at small n). Over several strata where a stratum is below the cutoff of a single test (the
+    bootstrap collapses there) it is the inversion of the stratified sign test
+    (:func:`r2mad_lab.report.intervals.stratified_sign_interval`), which agrees with the test's exact p by
+    construction and never collapses to a point; in the rare such case whose p is Monte Carlo (a support above
+    :data:`EXACT_SUPPORT`: several strata of many sizes) the strata's exact intervals combined by MOVER
+    (:func:`r2mad_lab.report.intervals.mover`), which need not agree with the p. Otherwise (every stratum at or above
+    the cutoff) the stratified bootstrap's, not tied to the test either. The SE is the bootstrap's standard
     deviation of the same estimate."""
     counts = stratum_counts(a, b, strata)
     n, b_only, c_only = counts[:, 0], counts[:, 1], counts[:, 2]
@@ -177,16 +185,20 @@ def paired_estimate(a: Sequence[bool], b: Sequence[bool], strata: Sequence[Any] 
     total /= strata_n
     tail = (1.0 - level) / 2.0
     low, high = np.quantile(total, [tail, 1.0 - tail])
+    monte_carlo = is_monte_carlo(counts)
     if strata_n == 1:  # the exact interval that agrees with McNemar's exact test (never a bootstrap point at small n)
         from r2mad_lab.report.intervals import mcnemar_interval
 
         low, high = mcnemar_interval(int(b_only[0]), int(c_only[0]), int(n[0]), level)
-    elif int(n.min()) < cutoff():  # below the cutoff the bootstrap collapses: the strata's exact intervals, by MOVER
+    elif int(n.min()) < cutoff() and not monte_carlo:  # the stratified sign test inverted: agrees with its exact p
+        from r2mad_lab.report.intervals import stratified_sign_interval
+
+        low, high = stratified_sign_interval(counts, level)
+    elif int(n.min()) < cutoff():  # small n beside a Monte Carlo p: the strata's exact intervals, by MOVER
         from r2mad_lab.report.intervals import mcnemar_interval, mover
 
         low, high = mover((b_only - c_only) / n, [mcnemar_interval(int(b), int(c), int(m), level)
                                                   for m, b, c in counts], [1.0 / strata_n] * strata_n)
-    monte_carlo = is_monte_carlo(counts)
     return PairedEstimate(difference, float(low), float(high), stratified_sign_p(counts, seed), int(n.sum()),
                           int(b_only.sum()), int(c_only.sum()), strata_n, test_name(strata_n, monte_carlo),
                           float(np.std(total, ddof=1)) if n_bootstrap > 1 else math.nan,

@@ -18,12 +18,21 @@ these intervals keep their coverage, and they agree with a test by construction.
 - :func:`mcnemar_interval`: the exact interval of a paired difference on one benchmark that agrees with McNemar's
   exact test by construction (it excludes 0 exactly when p < 0.05), used below the small-sample n, where the
   percentile bootstrap collapses (docs/statistics.md).
+- :class:`SignDistribution`: the exact distribution of the stratified sign statistic
+  ``T = sum_k (2 B_k - d_k) / (K n_k)``, ``B_k ~ Binomial(d_k, theta)``, by convolution with equal values merged: the
+  one owner of that distribution, which the stratified sign test's exact p
+  (:func:`r2mad_lab.report.inference.stratified_sign_p`, at theta = 1/2) and :func:`stratified_sign_interval` read.
+- :func:`stratified_sign_interval`: the interval of a mean over strata of paired differences, the inversion of the
+  stratified sign test, so that it excludes 0 exactly when that test's exact p < 0.05 (several strata at small n).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Sequence
+
+import numpy as np
 
 
 def accuracy_se(accuracies: Sequence[float], sizes: Sequence[int]) -> float:
@@ -91,8 +100,10 @@ def difference_from_paper(reproduced: Sequence[tuple[float, int]], paper: Sequen
     return sum(w * e for w, e in zip(weights, estimates, strict=False)), low, high
 
 
+@functools.lru_cache(maxsize=4096)
 def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
-    """The exact (Clopper-Pearson) interval of the proportion ``k / n``; [0, 1] when ``n`` is 0."""
+    """The exact (Clopper-Pearson) interval of the proportion ``k / n``; [0, 1] when ``n`` is 0 (cached: a pure
+    function of small integers, which the stratified interval asks for once per stratum)."""
     if n <= 0:
         return 0.0, 1.0
     from scipy.stats import beta  # lazy: scipy.stats takes seconds to import
@@ -123,4 +134,171 @@ def mcnemar_interval(b: int, c: int, n: int, level: float = 0.95) -> tuple[float
     psi_low, psi_high = clopper_pearson(d, n, DISCORDANCE_LEVEL)
     low = 2.0 * theta_low - 1.0
     high = 2.0 * theta_high - 1.0
+    return (low * (psi_high if low < 0 else psi_low)), (high * (psi_high if high > 0 else psi_low))
+
+
+# --------------------------------------------------------------------------------------------
+# Several strata at small n: the stratified sign test and the interval that inverts it
+# --------------------------------------------------------------------------------------------
+#: Values of the stratified sign statistic closer than this are one value (the test's tolerance).
+TOLERANCE = 1e-12
+
+
+def _log_choose(m: int) -> np.ndarray:
+    return np.array([math.lgamma(m + 1) - math.lgamma(j + 1) - math.lgamma(m - j + 1) for j in range(m + 1)])
+
+
+def sign_groups(counts: np.ndarray) -> list[tuple[float, int]]:
+    """(weight ``1 / (K n)``, discordant questions ``D``) per size ``n`` among the strata of ``counts`` (rows n_k, b_k,
+    c_k), strata without discordance left out: under a common theta the strata of one size add up to one
+    ``Binomial(D, theta)`` (a sum of binomials of one p is binomial), so they are convolved as one."""
+    counts = np.asarray(counts, dtype=np.int64).reshape(-1, 3)
+    strata = len(counts)
+    by_size: dict[int, int] = {}
+    for n_k, b_k, c_k in counts:
+        if b_k + c_k:
+            by_size[int(n_k)] = by_size.get(int(n_k), 0) + int(b_k + c_k)
+    return [(1.0 / (strata * n_k), d) for n_k, d in sorted(by_size.items())]
+
+
+def sign_statistic(counts: np.ndarray) -> float:
+    """The stratified sign statistic of ``counts`` (rows n_k, b_k, c_k), ``t = sum_k (b_k - c_k) / (K n_k)``: the
+    observed mean of the per-stratum differences, computed once here for the test and for its interval."""
+    counts = np.asarray(counts, dtype=np.int64).reshape(-1, 3)
+    return float(np.sum((counts[:, 1] - counts[:, 2]) * (1.0 / (len(counts) * counts[:, 0]))))
+
+
+def exact_support(counts: np.ndarray) -> float:
+    """The bound on the support of :class:`SignDistribution` for ``counts``: the product over the strata's sizes of
+    (discordant questions of that size + 1), at most the product of the strata's ``d_k + 1``; the convolution's
+    arrays never exceed it."""
+    return float(np.prod([d + 1.0 for _, d in sign_groups(counts)]))
+
+
+class SignDistribution:
+    """The exact distribution of the stratified sign statistic ``T = sum_k w_k (2 B_k - d_k)``, ``w_k = 1 / (K n_k)``,
+    given the discordant counts ``d_k``, with ``B_k ~ Binomial(d_k, theta)`` independent (a common ``theta``, the
+    share of discordant questions the first arm got right). At theta = 1/2 it is the stratified sign test's null.
+
+    The support is built once by convolving the sizes' binomials (:func:`sign_groups`), merging values closer than
+    :data:`TOLERANCE` after every step (strata of different sizes reach one value many ways), so it stays at most
+    :func:`exact_support`; :meth:`probabilities` then costs one multiply and one ``bincount`` per size at any theta.
+    """
+
+    def __init__(self, counts: np.ndarray) -> None:
+        values = np.zeros(1)
+        self._steps: list[tuple[int, np.ndarray, np.ndarray, int]] = []
+        for weight, d in sign_groups(counts):
+            combined = (values[:, None] + weight * (2.0 * np.arange(d + 1) - d)[None, :]).ravel()
+            order = np.argsort(combined, kind="stable")
+            ordered = combined[order]
+            starts = np.concatenate(([True], np.diff(ordered) > TOLERANCE))
+            inverse = np.empty(combined.size, dtype=np.int64)
+            inverse[order] = np.cumsum(starts) - 1
+            values = ordered[starts]
+            self._steps.append((np.arange(d + 1), _log_choose(d), inverse, values.size))
+        self.values = values
+
+    def probabilities(self, theta: float) -> np.ndarray:
+        """``P_theta(T = v)`` for each value ``v`` of :attr:`values` (sorted ascending)."""
+        probs = np.ones(1)
+        for j, log_choose, inverse, size in self._steps:
+            d = j.size - 1
+            if theta <= 0.0 or theta >= 1.0:
+                pmf = (j == (d if theta >= 1.0 else 0)).astype(float)
+            else:
+                pmf = np.exp(log_choose + j * math.log(theta) + (d - j) * math.log1p(-theta))
+            probs = np.bincount(inverse, weights=np.outer(probs, pmf).ravel(), minlength=size)
+        return probs
+
+    def upper_tail(self, observed: float, theta: float = 0.5) -> float:
+        """``P_theta(T >= observed)``, values within :data:`TOLERANCE` of it counted as equal."""
+        return min(1.0, float(self.probabilities(theta)[self.values >= observed - TOLERANCE].sum()))
+
+    def lower_tail(self, observed: float, theta: float = 0.5) -> float:
+        """``P_theta(T <= observed)``, values within :data:`TOLERANCE` of it counted as equal."""
+        return min(1.0, float(self.probabilities(theta)[self.values <= observed + TOLERANCE].sum()))
+
+    def tails(self, observed: float, theta: float = 0.5) -> tuple[float, float]:
+        """``(P_theta(T >= observed), P_theta(T <= observed))``."""
+        return self.upper_tail(observed, theta), self.lower_tail(observed, theta)
+
+    def p_value(self, observed: float) -> float:
+        """The two-sided p of the stratified sign test, twice the smaller tail at theta = 1/2: the null is symmetric,
+        so it is ``P(|T| >= |observed|)``, and it is below alpha exactly when one tail is below alpha / 2, the very
+        numbers :func:`stratified_sign_interval` compares."""
+        return min(1.0, 2.0 * min(self.tails(observed, 0.5)))
+
+
+def stratified_sign_interval(counts: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """The interval of the mean over strata of paired differences, ``Delta = mean_k (b_k - c_k) / n_k`` (``counts``
+    rows n_k, b_k, c_k), that inverts the stratified sign test, so that it excludes 0 exactly when the test's exact p
+    (:meth:`SignDistribution.p_value`) is below ``1 - level``.
+
+    Construction (the several-strata form of :func:`mcnemar_interval`, as in Clopper and Pearson 1934): with
+    ``d_k = b_k + c_k`` and ``w_k = 1 / (K n_k)``, ``T = sum_k w_k (2 b_k - d_k)`` is the observed difference itself.
+    Given the ``d_k`` and a common ``theta``, ``b_k ~ Binomial(d_k, theta)``; ``P_theta(T >= t)`` rises with theta, so
+    ``theta_L`` solves ``P_theta(T >= t) = alpha / 2`` and ``theta_U`` solves ``P_theta(T <= t) = alpha / 2``
+    (brentq on the exact distribution, :class:`SignDistribution`; 0 and 1 where ``t`` is the least or the largest
+    value). At theta = 1/2 the tails are the test's own, so ``theta_L > 1/2`` exactly when the upper tail is below
+    alpha / 2 (the root is searched on the side of 1/2 that tail says), likewise ``theta_U < 1/2``, and the two-sided
+    p is twice the smaller tail. ``theta`` is clamped to contain the point's ``theta_hat = S / sum_k w_k d_k``
+    (``S = sum_k w_k b_k``), which never changes which side of 1/2 an end is on. The difference is
+    ``psi (2 theta - 1)``, ``psi = mean_k d_k / n_k`` the mean discordance: each end ``2 theta - 1`` is scaled, as in
+    :func:`mcnemar_interval`, by the bound of psi's interval (MOVER over the strata's Clopper-Pearson intervals at
+    :data:`DISCORDANCE_LEVEL`) that moves it away from 0 when it is on the far side of 0 from the other end and toward
+    0 otherwise; psi's lower bound is positive whenever some ``d_k > 0`` (it is at least ``sum_k w_k low_k``), so no
+    end changes sign, and the interval excludes 0 exactly when the theta interval excludes 1/2, exactly when p < alpha.
+    The shown difference ``psi_hat (2 theta_hat - 1)`` lies inside. One stratum: :func:`mcnemar_interval` itself.
+
+    Agreement is by construction wherever the p is exact (:func:`r2mad_lab.report.inference.stratified_sign_p`
+    convolves while :func:`exact_support` is at most ``EXACT_SUPPORT``), which is where
+    :func:`r2mad_lab.report.inference.paired_estimate` uses it: several strata, one below the cutoff of a single
+    test. Not elsewhere: with every stratum at or above the cutoff the shown CI is the stratified bootstrap's, and at
+    small n beside a Monte Carlo p the MOVER combination of the strata's exact intervals; neither is tied to the
+    test. The common theta is the model the interval inverts; its coverage under strata of different discordance and
+    theta is measured in tests/report/test_intervals.py (0.970-1.000 at n = 4-14, 2-4 strata)."""
+    from scipy.optimize import brentq  # lazy, as scipy.stats
+
+    counts = np.asarray(counts, dtype=np.int64).reshape(-1, 3)
+    n, b, c = counts[:, 0], counts[:, 1], counts[:, 2]
+    if len(counts) == 1:
+        return mcnemar_interval(int(b[0]), int(c[0]), int(n[0]), level)
+    if np.any(n <= 0):
+        return math.nan, math.nan
+    strata = len(counts)
+    d = b + c
+    weights = 1.0 / (strata * n)
+    observed = sign_statistic(counts)
+    tail = (1.0 - level) / 2.0
+    distribution = SignDistribution(counts)
+    upper_half, lower_half = distribution.tails(observed, 0.5)
+
+    def end(which: int, at_half: float) -> float:  # which 0: theta_L from the upper tail; 1: theta_U from the lower
+        side = distribution.upper_tail if which == 0 else distribution.lower_tail
+
+        def excess(theta: float) -> float:
+            return side(observed, theta) - tail
+
+        if which == 0:
+            if observed <= distribution.values[0] + TOLERANCE:
+                return 0.0
+            if at_half < tail:  # the test rejects upward: the root is above 1/2
+                return max(float(brentq(excess, 0.5, 1.0, xtol=1e-11)), math.nextafter(0.5, 1.0))
+            return float(brentq(excess, 0.0, 0.5, xtol=1e-11)) if at_half > tail else 0.5
+        if observed >= distribution.values[-1] - TOLERANCE:
+            return 1.0
+        if at_half < tail:  # the test rejects downward: the root is below 1/2
+            return min(float(brentq(excess, 0.0, 0.5, xtol=1e-11)), math.nextafter(0.5, 0.0))
+        return float(brentq(excess, 0.5, 1.0, xtol=1e-11)) if at_half > tail else 0.5
+
+    theta_low, theta_high = end(0, upper_half), end(1, lower_half)
+    spread = float(np.sum(weights * d))
+    if spread > 0:  # the point's theta inside (it never crosses 1/2: theta_hat > 1/2 exactly when t > 0)
+        theta_hat = float(np.sum(weights * b)) / spread
+        theta_low, theta_high = min(theta_low, theta_hat), max(theta_high, theta_hat)
+    psi_low, psi_high = mover((d / n).tolist(), [clopper_pearson(int(k), int(m), DISCORDANCE_LEVEL)
+                                                  for k, m in zip(d, n, strict=False)], [1.0 / strata] * strata)
+    psi_low, psi_high = max(psi_low, 0.0), min(psi_high, 1.0)
+    low, high = 2.0 * theta_low - 1.0, 2.0 * theta_high - 1.0
     return (low * (psi_high if low < 0 else psi_low)), (high * (psi_high if high > 0 else psi_low))

@@ -279,7 +279,7 @@ def test_a_monte_carlo_p_is_named_with_its_resolution_never_exact() -> None:
 
     rng = np.random.default_rng(3)
     a, b = rng.random(2000) < 0.7, rng.random(2000) < 0.5
-    strata = np.repeat(["s1", "s2", "s3", "s4"], 500)
+    strata = np.repeat(["s1", "s2", "s3", "s4"], [470, 490, 510, 530])  # four sizes (one size is one binomial)
     est = inference.paired_estimate(a, b, strata, n_bootstrap=50)
     assert est.draws == inference.MONTE_CARLO_DRAWS and "Monte Carlo" in est.test and "exact" not in est.test
     assert inference.fmt_p(est.p_value, est.draws).startswith("p < 1/20,001 (Monte Carlo")

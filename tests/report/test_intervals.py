@@ -119,3 +119,131 @@ def test_an_average_at_small_n_has_an_interval_that_never_collapses_and_covers()
         e = inference.paired_estimate(a.ravel(), b.ravel(), strata, n_bootstrap=50)
         covered += e.ci_low <= truth <= e.ci_high
     assert covered / 400 >= 0.93
+
+
+# --------------------------------------------------------------------------------------------
+# Several strata at small n: the interval that inverts the stratified sign test
+# --------------------------------------------------------------------------------------------
+def _cells(n: int) -> list[tuple[int, int, int]]:
+    return [(n, b, c) for b in range(n + 1) for c in range(n + 1 - b)]
+
+
+def _tables():
+    """Every count table of 2 strata of sizes in {3, 5, 8} (4,171) and of 3 strata of sizes 3, 5 and 8 (9,450)."""
+    import itertools
+
+    for sizes in itertools.combinations_with_replacement((3, 5, 8), 2):
+        for rows in itertools.product(*(_cells(n) for n in sizes)):
+            yield np.array(rows)
+    for rows in itertools.product(_cells(3), _cells(5), _cells(8)):
+        yield np.array(rows)
+
+
+def test_the_stratified_interval_excludes_0_exactly_when_the_stratified_sign_test_rejects() -> None:
+    import functools
+
+    exact = functools.lru_cache(maxsize=None)(intervals.mcnemar_interval)
+    tables = disagreements = old_disagreements = 0
+    for counts in _tables():
+        p = inference.stratified_sign_p(counts)
+        low, high = intervals.stratified_sign_interval(counts)
+        shown = float(np.mean((counts[:, 1] - counts[:, 2]) / counts[:, 0]))
+        assert low <= shown <= high and low < high, (counts.tolist(), low, high)
+        assert not inference.is_monte_carlo(counts)
+        tables += 1
+        disagreements += (p < 0.05) != (low > 0 or high < 0)
+        # the construction it replaces: MOVER over the strata's exact intervals
+        k = len(counts)
+        old_low, old_high = intervals.mover((counts[:, 1] - counts[:, 2]) / counts[:, 0],
+                                            [exact(int(b), int(c), int(n)) for n, b, c in counts], [1.0 / k] * k)
+        old_disagreements += (p < 0.05) != (old_low > 0 or old_high < 0)
+    assert tables == 4171 + 9450 and disagreements == 0
+    # measured: 328 of the 4,171 and 970 of the 9,450 (all but 2 a p < 0.05 beside a CI containing 0)
+    assert old_disagreements > 1000, old_disagreements
+
+
+def test_paired_estimate_uses_it_below_the_cutoff_and_mcnemars_interval_for_one_stratum() -> None:
+    rng = np.random.default_rng(4)
+    a, b = rng.random(27) < 0.7, rng.random(27) < 0.4
+    strata = np.repeat(["x", "y", "z"], [6, 9, 12])
+    est = inference.paired_estimate(a, b, strata, n_bootstrap=20)
+    counts = inference.stratum_counts(a, b, strata)
+    assert (est.ci_low, est.ci_high) == intervals.stratified_sign_interval(counts)
+    assert est.p_value == inference.stratified_sign_p(counts) and est.draws == 0
+    one = inference.paired_estimate(a[:9], b[:9], n_bootstrap=20)
+    row = inference.stratum_counts(a[:9], b[:9])[0]
+    assert (one.ci_low, one.ci_high) == intervals.mcnemar_interval(int(row[1]), int(row[2]), int(row[0]))
+    assert intervals.stratified_sign_interval(row[None, :]) == (one.ci_low, one.ci_high)
+    # no discordance anywhere: never a point, p = 1
+    same = inference.paired_estimate(a, a, strata, n_bootstrap=20)
+    assert same.ci_low < 0 < same.ci_high and same.p_value == 1.0
+    # five sizes below the cutoff, every question discordant: still exact (the merged support), so still agreeing
+    sizes = np.array([10, 11, 12, 13, 14])
+    counts = np.stack([sizes, sizes - 3, np.full(5, 3)], axis=1)
+    assert not inference.is_monte_carlo(counts) and intervals.exact_support(counts) == 11 * 12 * 13 * 14 * 15
+    low, high = intervals.stratified_sign_interval(counts)
+    assert (inference.stratified_sign_p(counts) < 0.05) == (low > 0) and low > 0
+
+
+def test_the_stratified_interval_of_a_hand_computed_table() -> None:
+    """Strata (n, b, c) = (4, 2, 1) and (2, 1, 0): w = (1/8, 1/4), d = (3, 1), t = 2/8 - 1/8 + 1/4 = 3/8 (the shown
+    difference, mean(1/4, 1/2)). T >= 3/8 needs B_2 = 1 and B_1 >= 2: P = theta^3 (3 - 2 theta); T <= 3/8 fails
+    only at B_1 = 3, B_2 = 1: P = 1 - theta^4. So theta_L solves theta^3 (3 - 2 theta) = 0.025, theta_U = 0.975^(1/4),
+    p = 2 P_1/2(T >= 3/8) = 1/2. psi_hat = mean(3/4, 1/2) = 0.625; the 99% Clopper-Pearson upper bounds of 3/4 and
+    1/2 are 0.995^(1/4) and 0.995^(1/2) (closed forms: 1 - u^4 = 1 - u^2 = 0.005 at the top count), MOVER:
+    psi_U = 0.625 + hypot((u_1 - 3/4) / 2, (u_2 - 1/2) / 2); both ends are scaled by psi_U (the lower end is below 0,
+    the upper above)."""
+    import itertools
+    import math
+
+    counts = np.array([[4, 2, 1], [2, 1, 0]])
+    # the tails by brute-force enumeration of (B_1, B_2), against the closed forms
+    for theta in (0.2, 0.5, 0.9):
+        upper = sum(math.comb(3, x) * math.comb(1, y) * theta ** (x + y) * (1 - theta) ** (4 - x - y)
+                    for x, y in itertools.product(range(4), range(2)) if (2 * x - 3) / 8 + (2 * y - 1) / 4 >= 3 / 8)
+        assert upper == pytest.approx(theta ** 3 * (3 - 2 * theta))
+        assert intervals.SignDistribution(counts).tails(3 / 8, theta) == pytest.approx((upper, 1 - theta ** 4))
+    low, high = 0.0, 1.0
+    for _ in range(100):  # bisection, no scipy
+        mid = (low + high) / 2
+        low, high = (mid, high) if mid ** 3 * (3 - 2 * mid) < 0.025 else (low, mid)
+    theta_low, theta_high = low, 0.975 ** 0.25
+    psi_high = 0.625 + math.hypot((0.995 ** 0.25 - 0.75) / 2, (0.995 ** 0.5 - 0.5) / 2)
+    got = intervals.stratified_sign_interval(counts)
+    assert got == pytest.approx(((2 * theta_low - 1) * psi_high, (2 * theta_high - 1) * psi_high), abs=1e-9)
+    assert got == pytest.approx((-0.517699, 0.891713), abs=1e-6)
+    assert inference.stratified_sign_p(counts) == pytest.approx(0.5)
+
+
+#: (sizes, p10, p01): strata of their own discordance p10 + p01 and their own theta p10 / (p10 + p01).
+COVERAGE_SCENARIOS = (
+    ((6, 6, 6), (0.2, 0.2, 0.2), (0.2, 0.2, 0.2)),  # the test's null: coverage is 1 - its size
+    ((8, 12), (0.4, 0.05), (0.05, 0.4)),  # opposite effects that cancel
+    ((4, 9, 14), (0.3, 0.0, 0.1), (0.0, 0.3, 0.1)),
+    ((5, 7, 10, 14), (0.5, 0.3, 0.2, 0.1), (0.0, 0.05, 0.1, 0.0)),
+    ((10, 10, 10), (0.45, 0.05, 0.0), (0.05, 0.0, 0.0)),  # very different discordance
+    ((14, 14), (0.6, 0.5), (0.0, 0.0)),
+    ((10, 12, 6), (0.0, 0.52, 0.41), (0.37, 0.06, 0.41)),
+    ((14, 5, 7, 13), (0.37, 0.0, 0.48, 0.26), (0.37, 0.59, 0.05, 0.26)),
+    ((9, 4, 13), (0.01, 0.28, 0.25), (0.06, 0.28, 0.25)),
+    ((4, 11), (0.9, 0.0), (0.0, 0.3)),
+)
+
+
+def test_the_stratified_interval_covers_at_small_n_with_heterogeneous_strata() -> None:
+    """Measured (seed 56, 600 tables per scenario): coverage 0.970-1.000 over the ten scenarios (mean 0.987), the
+    lowest where the truth is 0 (at the test's own null it is 1 - the exact test's size); the MOVER construction it
+    replaced covered 0.993-1.000 there, at about the same mean width (0.737 against 0.723)."""
+    rng = np.random.default_rng(56)
+    coverage = []
+    for sizes, p10, p01 in COVERAGE_SCENARIOS:
+        truth = float(np.mean(np.subtract(p10, p01)))
+        covered = 0
+        for _ in range(600):
+            counts = np.array([(n, *rng.multinomial(n, [x, y, 1 - x - y])[:2]) for n, x, y in zip(sizes, p10, p01,
+                                                                                                  strict=True)])
+            low, high = intervals.stratified_sign_interval(counts)
+            covered += low <= truth <= high
+        coverage.append(covered / 600)
+    assert min(coverage) >= 0.93, coverage
+    assert np.mean(coverage) >= 0.96, coverage
