@@ -5,8 +5,8 @@
 - :mod:`~r2mad_lab.experiments.run_reader`: finished run directories read back once per process, with their metrics.
 - :mod:`~r2mad_lab.experiments.metrics`: a run's ``metrics.json``: accuracy with its CI, cost per query, completion
   health, the summary line.
-- :mod:`~r2mad_lab.experiments.statistics`: the accuracy's bootstrap / exact CI, the Average column's CI, the
-  paired McNemar test.
+- :mod:`~r2mad_lab.experiments.statistics`: a run's accuracy CI (bootstrap, or the exact Clopper-Pearson one below
+  the small-sample n).
 - :mod:`~r2mad_lab.experiments.transcripts`: the transcript store (``transcripts.jsonl``: crash-safe appends, lines
   read back validated).
 - :mod:`~r2mad_lab.experiments.build_memory`: the training-split debates that fill the banks.

@@ -1,18 +1,21 @@
-"""Statistics of accuracy: a run's accuracy with its CI and the paper's Average column with its CI.
+"""Statistics of accuracy: a run's accuracy with its CI (Clopper and Pearson 1934 below the small-sample n).
 
 Accuracy CI: percentile bootstrap over samples. Resampling n Bernoulli outcomes with replacement
 and averaging is exactly a Binomial(n, p_hat) / n draw, so the B bootstrap replicates are drawn
 as one vectorised ``rng.binomial`` call (seeded). Below :data:`EXACT_INTERVAL_BELOW` questions the
-interval is the exact Clopper-Pearson one.
+interval is the exact Clopper-Pearson one (:func:`clopper_pearson`, the one owner of that interval: the report's exact
+intervals in :mod:`r2mad_lab.report.intervals` build on it).
 
 These are the estimators below the report: a run's ``metrics.json`` (:mod:`r2mad_lab.experiments.metrics`) needs
-the accuracy CI, so they live low enough for the run cell; every paired test (McNemar per benchmark, the stratified
+the accuracy CI, so they live low enough for the run cell; the Average column's CI
+(:func:`r2mad_lab.report.intervals.average_accuracy`), every paired test (McNemar per benchmark, the stratified
 sign test of an Average) and the rule that turns estimates into verdicts (Holm families, verdict words) is
 :mod:`r2mad_lab.report.inference`, its one owner.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
@@ -42,6 +45,20 @@ class Accuracy:
 EXACT_INTERVAL_BELOW = 15
 
 
+@functools.lru_cache(maxsize=4096)
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) interval of the proportion ``k / n``; [0, 1] when ``n`` is 0 (cached: a pure
+    function of small integers, which the stratified interval asks for once per stratum)."""
+    if n <= 0:
+        return 0.0, 1.0
+    from scipy.stats import beta  # lazy: scipy.stats takes seconds to import
+
+    tail = (1.0 - level) / 2.0
+    low = 0.0 if k == 0 else float(beta.ppf(tail, k, n - k + 1))
+    high = 1.0 if k == n else float(beta.ppf(1.0 - tail, k + 1, n - k))
+    return low, high
+
+
 def accuracy_with_ci(
     correct: Sequence[bool] | np.ndarray, *, level: float = 0.95, n_bootstrap: int = 10_000, seed: int = 0
 ) -> Accuracy:
@@ -60,39 +77,9 @@ def accuracy_with_ci(
     if n < EXACT_INTERVAL_BELOW:
         # the percentile bootstrap collapses at small n ("0.000 [0.000, 0.000]" at n = 1): the exact
         # (Clopper-Pearson) interval instead, which covers at least `level` at every n
-        from scipy.stats import beta  # lazy: scipy.stats takes seconds to import
-
-        k = int(x.sum())
-        low = 0.0 if k == 0 else float(beta.ppf(alpha, k, n - k + 1))
-        high = 1.0 if k == n else float(beta.ppf(1.0 - alpha, k + 1, n - k))
+        low, high = clopper_pearson(int(x.sum()), n, level)
         return Accuracy(p, low, high, n, level, 0)
     rng = np.random.default_rng(seed)
     replicates = rng.binomial(n, p, size=n_bootstrap) / n
     low, high = np.quantile(replicates, [alpha, 1.0 - alpha])
     return Accuracy(p, float(low), float(high), n, level, n_bootstrap)
-
-
-def mean_accuracy_with_ci(
-    groups: Sequence[Sequence[bool]], *, level: float = 0.95, n_bootstrap: int = 10_000, seed: int = 0
-) -> tuple[float, float, float]:
-    """The paper's "Average" column: the mean of per-benchmark accuracies, with a percentile
-    bootstrap CI that resamples the questions of each benchmark independently.
-
-    Resampling n Bernoulli outcomes and averaging is a Binomial(n, p_hat)/n draw, so each
-    replicate is the mean over benchmarks of one such draw per benchmark. Returns
-    ``(mean, low, high)``; NaNs when a group is empty.
-    """
-    arrays = [np.asarray(g, dtype=bool) for g in groups]
-    if not arrays or any(a.size == 0 for a in arrays):
-        return (math.nan, math.nan, math.nan)
-    if len(arrays) == 1:  # one benchmark: its accuracy's interval (exact below the cutoff), as its own cell shows
-        one = accuracy_with_ci(arrays[0], level=level, n_bootstrap=n_bootstrap, seed=seed)
-        return (one.accuracy, one.low, one.high)
-    rng = np.random.default_rng(seed)
-    replicates = np.zeros(n_bootstrap)
-    for outcomes in arrays:
-        replicates += rng.binomial(outcomes.size, outcomes.mean(), size=n_bootstrap) / outcomes.size
-    replicates /= len(arrays)
-    alpha = (1.0 - level) / 2.0
-    low, high = np.quantile(replicates, [alpha, 1.0 - alpha])
-    return (float(np.mean([a.mean() for a in arrays])), float(low), float(high))

@@ -24,7 +24,6 @@ import numpy as np
 import pandas as pd
 
 from r2mad_core.data import benchmarks as benchmark_registry
-from r2mad_lab.experiments.statistics import mean_accuracy_with_ci
 from r2mad_lab.report import inference, intervals, multiplicity
 from r2mad_lab.report.results import PAPER_DESIGN_METRIC, SUBSET_METRIC, GridResults
 from r2mad_lab.report.tables import AVERAGE_LABEL, benchmark_label
@@ -533,11 +532,10 @@ def pooled_average_rows(results: GridResults, methods: Sequence[str], table_labe
         if mine.empty:
             continue
         groups = [part["correct"].to_numpy() for _, part in mine.groupby(["model", "benchmark"], sort=False)]
-        mean, low, high = mean_accuracy_with_ci(groups, n_bootstrap=results.bootstrap_resamples, seed=results.seed)
+        mean, low, high, se = intervals.average_accuracy(groups, n_bootstrap=results.bootstrap_resamples,
+                                                         seed=results.seed)
         rows.append({"table": table_label, "model": ", ".join(pd.unique(mine["model"])),
                      "paper_model": BOTH_MODELS_LABEL,
                      "method": method, "benchmark": AVERAGE_LABEL, "metric": "accuracy", "value": mean,
-                     "ci_low": low, "ci_high": high,
-                     "se": intervals.accuracy_se([g.mean() for g in groups], [g.size for g in groups]),
-                     "n": len(mine)})
+                     "ci_low": low, "ci_high": high, "se": se, "n": len(mine)})
     return pd.DataFrame(rows)

@@ -4,7 +4,11 @@ Wilson 1927; Newcombe 1998; Zou and Donner 2008; Clopper and Pearson 1934: where
 these intervals keep their coverage, and they agree with a test by construction.
 
 - :func:`wilson`: the score interval of one proportion k / n; :func:`accuracy_se` the standard error of an
-  accuracy (or a mean of accuracies over strata) the tables print beside its CI.
+  accuracy (or a mean of accuracies over strata) the tables print beside its CI; the exact (Clopper-Pearson) interval
+  of one accuracy is :func:`r2mad_lab.experiments.statistics.clopper_pearson`, which a run's metrics use.
+- :func:`average_accuracy`: the paper's Average column, the mean of per-benchmark accuracies, with its CI and SE: the
+  stratified percentile bootstrap, or, where a benchmark is below the small-sample n, the benchmarks' exact intervals
+  combined by MOVER (never a point: the bootstrap gave "0.500 [0.500, 0.500]" at n = 1).
 - :func:`mover`: the interval of a weighted sum of independent estimates from their own intervals (the method of
   variance estimates recovery, Zou and Donner 2008): ``L = est - sqrt(sum_i (w_i (est_i - bound_i))^2)`` with each
   ``bound_i`` the end of interval i on the side that lowers the sum (the upper end likewise). With the Wilson
@@ -28,11 +32,12 @@ these intervals keep their coverage, and they agree with a test by construction.
 
 from __future__ import annotations
 
-import functools
 import math
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
+
+from r2mad_lab.experiments.statistics import EXACT_INTERVAL_BELOW, accuracy_with_ci, clopper_pearson
 
 
 def accuracy_se(accuracies: Sequence[float], sizes: Sequence[int]) -> float:
@@ -43,6 +48,46 @@ def accuracy_se(accuracies: Sequence[float], sizes: Sequence[int]) -> float:
     if not pairs or any(n <= 0 or math.isnan(p) or math.isnan(n) for p, n in pairs):
         return math.nan
     return math.sqrt(sum(p * (1.0 - p) / n for p, n in pairs)) / len(pairs)
+
+
+class AverageAccuracy(NamedTuple):
+    """The Average column's cell: the mean of per-benchmark accuracies, its CI and its SE (:func:`average_accuracy`)."""
+
+    mean: float
+    low: float
+    high: float
+    se: float
+
+
+def average_accuracy(groups: Sequence[Sequence[bool]], *, level: float = 0.95, n_bootstrap: int = 10_000,
+                     seed: int = 0) -> AverageAccuracy:
+    """The paper's "Average" column: the mean of per-benchmark accuracies (each group one benchmark's outcomes), with
+    a percentile bootstrap CI that resamples the questions of each benchmark independently (each replicate is the mean
+    over benchmarks of one Binomial(n_k, p_k) / n_k draw), and its SE (:func:`accuracy_se`, that bootstrap's standard
+    deviation). Where a benchmark has fewer than
+    :data:`~r2mad_lab.experiments.statistics.EXACT_INTERVAL_BELOW` questions the bootstrap collapses, so the CI is
+    the benchmarks' Clopper-Pearson intervals combined by MOVER (:func:`mover`, weights 1/K), which never shrinks to
+    a point; one benchmark: its own cell's interval. NaNs when a group is empty."""
+    arrays = [np.asarray(g, dtype=bool) for g in groups]
+    if not arrays or any(a.size == 0 for a in arrays):
+        return AverageAccuracy(math.nan, math.nan, math.nan, math.nan)
+    means = [float(a.mean()) for a in arrays]
+    se = accuracy_se(means, [a.size for a in arrays])
+    if len(arrays) == 1:  # one benchmark: its accuracy's interval (exact below the cutoff), as its own cell shows
+        one = accuracy_with_ci(arrays[0], level=level, n_bootstrap=n_bootstrap, seed=seed)
+        return AverageAccuracy(one.accuracy, one.low, one.high, se)
+    if min(a.size for a in arrays) < EXACT_INTERVAL_BELOW:
+        exact = [clopper_pearson(int(a.sum()), int(a.size), level) for a in arrays]
+        low, high = mover(means, exact, [1.0 / len(arrays)] * len(arrays))
+        return AverageAccuracy(float(np.mean(means)), max(0.0, low), min(1.0, high), se)
+    rng = np.random.default_rng(seed)
+    replicates = np.zeros(n_bootstrap)
+    for outcomes in arrays:
+        replicates += rng.binomial(outcomes.size, outcomes.mean(), size=n_bootstrap) / outcomes.size
+    replicates /= len(arrays)
+    tail = (1.0 - level) / 2.0
+    low, high = np.quantile(replicates, [tail, 1.0 - tail])
+    return AverageAccuracy(float(np.mean(means)), float(low), float(high), se)
 
 
 #: The two-sided 95% normal quantile (the intervals are 95%; scipy is not needed for it).
@@ -98,20 +143,6 @@ def difference_from_paper(reproduced: Sequence[tuple[float, int]], paper: Sequen
             weights.append(sign / k)
     low, high = mover(estimates, intervals, weights)
     return sum(w * e for w, e in zip(weights, estimates, strict=False)), low, high
-
-
-@functools.lru_cache(maxsize=4096)
-def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
-    """The exact (Clopper-Pearson) interval of the proportion ``k / n``; [0, 1] when ``n`` is 0 (cached: a pure
-    function of small integers, which the stratified interval asks for once per stratum)."""
-    if n <= 0:
-        return 0.0, 1.0
-    from scipy.stats import beta  # lazy: scipy.stats takes seconds to import
-
-    tail = (1.0 - level) / 2.0
-    low = 0.0 if k == 0 else float(beta.ppf(tail, k, n - k + 1))
-    high = 1.0 if k == n else float(beta.ppf(1.0 - tail, k + 1, n - k))
-    return low, high
 
 
 #: The level of the discordance's exact bound in :func:`mcnemar_interval` (it only widens the interval).

@@ -3,7 +3,7 @@
 :class:`GridResults` holds the cells :meth:`r2mad_lab.reproduce.grid.ExperimentGrid.grid` ran or loaded
 (:class:`CellOutcome`) with the views the tables need: accuracy with 95% bootstrap CIs, the paper's
 ``Average`` column (mean of the per-benchmark accuracies,
-:func:`r2mad_lab.experiments.statistics.mean_accuracy_with_ci`), the shared-misconception subset (RQ4: questions where
+:func:`r2mad_lab.report.intervals.average_accuracy`), the shared-misconception subset (RQ4: questions where
 MAD's agents agree on a wrong answer), stance transitions (Table 4), agent accuracy by round and per-query cost (Table
 10).
 """
@@ -21,7 +21,7 @@ import pandas as pd
 from r2mad_core.records import TranscriptRecord
 from r2mad_lab.experiments.metrics import agents_correct_by_round, limit_counts, replayed_share
 from r2mad_lab.experiments.model_specs import ModelSpec
-from r2mad_lab.experiments.statistics import accuracy_with_ci, mean_accuracy_with_ci
+from r2mad_lab.experiments.statistics import accuracy_with_ci
 from r2mad_lab.report import intervals
 from r2mad_lab.report.stances import shared_misconception_subset, stance_transitions
 from r2mad_lab.report.tables import AVERAGE_LABEL, Best, Table, _is_missing, benchmark_label
@@ -195,12 +195,12 @@ class GridResults:
             if AVERAGE_LABEL in columns and set(benchmarks) <= set(part.index):
                 mine = questions[(questions[model_column] == model) & (questions.method == method)]
                 groups = [mine[mine.benchmark == b]["correct"].to_numpy() for b in benchmarks]
-                mean, lo, hi = mean_accuracy_with_ci(groups, n_bootstrap=self.bootstrap_resamples, seed=self.seed)
+                mean, lo, hi, se = intervals.average_accuracy(groups, n_bootstrap=self.bootstrap_resamples,
+                                                              seed=self.seed)
                 values.loc[(model, method), AVERAGE_LABEL] = mean
                 low.loc[(model, method), AVERAGE_LABEL] = lo
                 high.loc[(model, method), AVERAGE_LABEL] = hi
-                errors.loc[(model, method), AVERAGE_LABEL] = intervals.accuracy_se(
-                    [g.mean() for g in groups], [g.size for g in groups])
+                errors.loc[(model, method), AVERAGE_LABEL] = se
         cells = {}
         for model, method in rows:
             mine = [o for o in self.outcomes if getattr(o.model, model_column if model_column != "model" else "label")
@@ -274,10 +274,10 @@ class GridResults:
                 cells[(row, column)] = [o for o in self.outcomes if (o.model.label, benchmark_label(o.benchmark),
                                                                      o.method) == (model, benchmark, method)]
             if len(groups) == len(pairs):
-                mean, lo, hi = mean_accuracy_with_ci(groups, n_bootstrap=self.bootstrap_resamples, seed=self.seed)
+                mean, lo, hi, se = intervals.average_accuracy(groups, n_bootstrap=self.bootstrap_resamples,
+                                                              seed=self.seed)
                 values.at[row, AVERAGE_LABEL], low.at[row, AVERAGE_LABEL], high.at[row, AVERAGE_LABEL] = mean, lo, hi
-                errors.at[row, AVERAGE_LABEL] = intervals.accuracy_se([g.mean() for g in groups],
-                                                                      [g.size for g in groups])
+                errors.at[row, AVERAGE_LABEL] = se
                 cells[(row, AVERAGE_LABEL)] = [o for c in columns[:-1] for o in cells.get((row, c), [])]
         return Table(values=values, ci_low=low, ci_high=high, se=errors, caption=caption, best=best, cells=cells)
 
@@ -305,10 +305,11 @@ class GridResults:
                                  & (questions.method == method)]
                 groups.append(mine["correct"].to_numpy())
             if len(groups) == len(pairs):
-                mean, lo, hi = mean_accuracy_with_ci(groups, n_bootstrap=self.bootstrap_resamples, seed=self.seed)
+                mean, lo, hi, se = intervals.average_accuracy(groups, n_bootstrap=self.bootstrap_resamples,
+                                                              seed=self.seed)
                 key = (AVERAGE_LABEL, "")
                 values.at[key, method], low.at[key, method], high.at[key, method] = mean, lo, hi
-                errors.at[key, method] = intervals.accuracy_se([g.mean() for g in groups], [g.size for g in groups])
+                errors.at[key, method] = se
         return Table(values=values, ci_low=low, ci_high=high, se=errors, caption=caption, best=None)
 
     # -- the shared-misconception subset (RQ4) and stance transitions (Table 4) ------------------

@@ -74,15 +74,13 @@ def test_the_exact_paired_interval_agrees_with_mcnemar_and_covers_at_small_n() -
 
 
 def test_the_se_beside_a_ci_is_the_sd_of_the_same_bootstrap() -> None:
-    from r2mad_lab.experiments.statistics import mean_accuracy_with_ci
-
     rng = np.random.default_rng(5)
     groups = [rng.random(n) < p for n, p in ((134, 0.55), (211, 0.7), (242, 0.4))]
     se = intervals.accuracy_se([g.mean() for g in groups], [g.size for g in groups])
     replicates = np.mean([rng.binomial(g.size, g.mean(), size=20000) / g.size for g in groups], axis=0)
     assert se == pytest.approx(float(np.std(replicates)), rel=0.03)
-    mean, lo, hi = mean_accuracy_with_ci(groups, n_bootstrap=20000)
-    assert (hi - lo) / (2 * 1.96) == pytest.approx(se, rel=0.06)  # the CI beside it: about +-1.96 SE
+    mean, lo, hi, shown = intervals.average_accuracy(groups, n_bootstrap=20000)
+    assert shown == se and (hi - lo) / (2 * 1.96) == pytest.approx(se, rel=0.06)  # the CI beside it: about +-1.96 SE
 
 
 def test_tables_print_the_se_beside_every_ci_and_read_it_back_from_a_tidy_csv(tmp_path) -> None:
@@ -247,3 +245,22 @@ def test_the_stratified_interval_covers_at_small_n_with_heterogeneous_strata() -
         coverage.append(covered / 600)
     assert min(coverage) >= 0.93, coverage
     assert np.mean(coverage) >= 0.96, coverage
+
+
+def test_an_average_accuracy_at_small_n_is_never_a_point_and_covers() -> None:
+    # the cpu profile's shape: one question per benchmark, one right and one wrong; the bootstrap gave [0.5, 0.5]
+    mean, low, high, _ = intervals.average_accuracy([[False], [True]], n_bootstrap=1000)
+    cp_wrong, cp_right = intervals.clopper_pearson(0, 1), intervals.clopper_pearson(1, 1)
+    assert mean == 0.5 and (low, high) == pytest.approx((0.5 - (1 - cp_right[0]) / 2, 0.5 + cp_wrong[1] / 2))
+    _, low, high, _ = intervals.average_accuracy([[False], [False]])  # was [0.000, 0.000]
+    assert low == 0.0 and high == pytest.approx(cp_wrong[1] / np.sqrt(2))  # MOVER: sqrt(2 (0.975 / 2)^2)
+    # coverage at tiny's and the cpu profile's sizes, four benchmarks of different accuracy
+    rng = np.random.default_rng(11)
+    truth = np.array([0.2, 0.5, 0.7, 0.9])
+    for n in (1, 4, 10):
+        covered = 0
+        for _ in range(400):
+            groups = [rng.random(n) < p for p in truth]
+            _, lo, hi, _ = intervals.average_accuracy(groups, n_bootstrap=10)
+            covered += lo <= truth.mean() <= hi
+        assert covered / 400 >= 0.95, (n, covered / 400)

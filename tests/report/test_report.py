@@ -399,7 +399,6 @@ from hand_transcripts import transcript  # noqa: E402
 from r2mad_core.methods import get_method  # noqa: E402
 from r2mad_core.records import TranscriptRecord, as_transcript  # noqa: E402
 from r2mad_lab.experiments.model_specs import ModelSpec  # noqa: E402
-from r2mad_lab.experiments.statistics import mean_accuracy_with_ci  # noqa: E402
 from r2mad_lab.report.results import CellOutcome, GridResults  # noqa: E402
 from r2mad_lab.report.tables import tidy_to_table  # noqa: E402
 from r2mad_lab.reproduce.grid import ExperimentGrid  # noqa: E402
@@ -506,14 +505,15 @@ def test_model_specs_stand_ins_and_environment(monkeypatch: pytest.MonkeyPatch) 
 
 def test_mean_accuracy_ci_matches_the_single_benchmark_bootstrap() -> None:
     from r2mad_lab.experiments.statistics import accuracy_with_ci
+    from r2mad_lab.report.intervals import average_accuracy
 
     outcomes = [True, False, True, True, False, True, True] * 3
     single = accuracy_with_ci(outcomes, n_bootstrap=2000, seed=3)
-    mean, low, high = mean_accuracy_with_ci([outcomes], n_bootstrap=2000, seed=3)
+    mean, low, high, _ = average_accuracy([outcomes], n_bootstrap=2000, seed=3)
     assert (mean, low, high) == pytest.approx((single.accuracy, single.low, single.high))
-    mean, low, high = mean_accuracy_with_ci([[True, True], [False, False, False, True]], n_bootstrap=500)
+    mean, low, high, _ = average_accuracy([[True, True], [False, False, False, True]], n_bootstrap=500)
     assert mean == pytest.approx((1.0 + 0.25) / 2) and 0.0 <= low <= mean <= high <= 1.0
-    assert all(np.isnan(v) for v in mean_accuracy_with_ci([[True], []]))
+    assert all(np.isnan(v) for v in average_accuracy([[True], []]))
 
 
 def _record(sample_id: str, rounds: list[list[bool]], correct: bool) -> TranscriptRecord:
