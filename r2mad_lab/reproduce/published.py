@@ -249,6 +249,25 @@ def table_changes(committed: str, current: str, largest: int = LARGEST) -> tuple
     """``(changed cells, cells, the largest changes)`` between two CSV texts of one table, or a sentence when their
     shapes differ. A change reads ``row label / column: old -> new (difference)``, the largest difference first."""
     old, new = _rows(committed), _rows(current)
+    if old and new and old[0] != new[0] and len(old) == len(new):  # columns added or dropped: the shared ones compared
+        shared = [c for c in old[0] if c in new[0]]
+        if shared:
+            def project(rows: list[list[str]]) -> str:
+                at = [rows[0].index(c) for c in shared]
+                out = io.StringIO()
+                csv.writer(out, lineterminator="\n").writerows([[r[i] if i < len(r) else "" for i in at] for r in rows])
+                return out.getvalue()
+
+            added = [c for c in new[0] if c not in old[0]]
+            dropped = [c for c in old[0] if c not in new[0]]
+            said = "; ".join(part for part in (f"columns added: {', '.join(added)}" if added else "",
+                                               f"columns dropped: {', '.join(dropped)}" if dropped else "") if part)
+            found = table_changes(project(old), project(new), largest)
+            if isinstance(found, str):
+                return f"{said}; {found}"
+            changed, cells, largest_changes = found
+            return (f"{said}; on the {len(shared)} other columns {changed} of {cells} cells changed"
+                    + (f"; largest: {'; '.join(largest_changes)}" if largest_changes else ""))
     if not old or not new or old[0] != new[0] or len(old) != len(new):
         only_old = len({tuple(r) for r in old[1:]} - {tuple(r) for r in new[1:]})
         only_new = len({tuple(r) for r in new[1:]} - {tuple(r) for r in old[1:]})

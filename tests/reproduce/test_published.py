@@ -207,6 +207,16 @@ def test_changes_are_ranked_by_size_and_cells_with_intervals_compare_their_leadi
                        "C / value: text -> other"]
 
 
+def test_an_added_column_is_named_and_the_other_columns_still_compared_row_by_row() -> None:
+    old = "method,benchmark,value,ci_low,ci_high\nA,X,0.5,0.4,0.6\nB,X,0.25,0.1,0.4\n"
+    new = "method,benchmark,value,ci_low,ci_high,se\nA,X,0.5,0.4,0.6,0.05\nB,X,0.3,0.1,0.4,0.06\n"
+    assert published.table_changes(old, new) == (
+        "columns added: se; on the 5 other columns 1 of 10 cells changed; largest: B/X / value: 0.25 -> 0.3 (+0.05)")
+    assert published.table_changes(old, new.replace("B,X,0.3", "B,X,0.25")) == (
+        "columns added: se; on the 5 other columns 0 of 10 cells changed")
+    assert published.table_changes(new, old).startswith("columns dropped: se; ")
+
+
 def test_committed_tables_are_read_from_git_head_not_from_the_files_a_run_overwrote(tmp_path: Path) -> None:
     import subprocess
 
