@@ -61,7 +61,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 	@echo "r2mad setup: done ($(VENV), extras $(EXTRAS))"
 
-# `make test` takes 1 min 28 s wall, 152 CPU s on an idle 2-core machine (docs/performance.md, "Stated times").
+# `make test` takes 1 min 46 s wall, 184 CPU s on an idle 2-core machine (docs/performance.md, "Stated times").
 # `make test`: every test but those marked slow (the notebook runs, every test that starts a Jupyter kernel, the fresh
 # clone, the browser, the local model, the budget end to end: tests/conftest.py lists them); `make test-slow` runs
 # those. CI (.ci/run) runs both.
