@@ -244,15 +244,18 @@ class SignDistribution:
 
     def upper_tail(self, observed: float, theta: float = 0.5) -> float:
         """``P_theta(T >= observed)``, values within :data:`TOLERANCE` of it counted as equal."""
-        return min(1.0, float(self.probabilities(theta)[self.values >= observed - TOLERANCE].sum()))
+        return self.tails(observed, theta)[0]
 
     def lower_tail(self, observed: float, theta: float = 0.5) -> float:
         """``P_theta(T <= observed)``, values within :data:`TOLERANCE` of it counted as equal."""
-        return min(1.0, float(self.probabilities(theta)[self.values <= observed + TOLERANCE].sum()))
+        return self.tails(observed, theta)[1]
 
     def tails(self, observed: float, theta: float = 0.5) -> tuple[float, float]:
-        """``(P_theta(T >= observed), P_theta(T <= observed))``."""
-        return self.upper_tail(observed, theta), self.lower_tail(observed, theta)
+        """``(P_theta(T >= observed), P_theta(T <= observed))``, values within :data:`TOLERANCE` of it counted as
+        equal, from one pass of :meth:`probabilities`."""
+        probs = self.probabilities(theta)
+        return (min(1.0, float(probs[self.values >= observed - TOLERANCE].sum())),
+                min(1.0, float(probs[self.values <= observed + TOLERANCE].sum())))
 
     def p_value(self, observed: float) -> float:
         """The two-sided p of the stratified sign test, twice the smaller tail at theta = 1/2: the null is symmetric,
